@@ -1,0 +1,1 @@
+"""AutoShard: shard embedding tables across devices with a learned cost model."""

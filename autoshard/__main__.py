@@ -1,0 +1,3 @@
+from autoshard.cli import main
+
+main()

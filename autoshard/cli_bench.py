@@ -1,0 +1,93 @@
+"""`autoshard bench ...`: collect traces on a device and summarise them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from autoshard.cli_support import console, ensure_malloc_settings, friendly_errors, print_json
+
+app = typer.Typer(help="Microbenchmarks: measure table sets on a device and record traces.",
+                  no_args_is_help=True)
+
+
+@app.command("collect")
+@friendly_errors
+def collect_cmd(
+    out: Annotated[Path, typer.Option(help="Trace file to append to (.jsonl); resumed if it exists.")],
+    samples: Annotated[int, typer.Option(min=0, help="Table sets of 1..max-tables tables.")] = 1000,
+    device: Annotated[str, typer.Option(help="cpu, cuda, or auto.")] = "auto",
+    max_tables: Annotated[int, typer.Option(min=1)] = 10,
+    large_samples: Annotated[int, typer.Option(min=0, help="Extra sets of max-tables+1..large-max-tables.")] = 0,
+    large_max_tables: Annotated[int, typer.Option(min=2)] = 20,
+    passes: Annotated[int, typer.Option(min=1, help="Measure every sample this many times, pass by pass.")] = 1,
+    pool_size: Annotated[int, typer.Option(min=2, help="Synthetic pool size (train + test).")] = 500,
+    pool_seed: Annotated[int, typer.Option(help="Seed of the synthetic table pool.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the sampled sets and index batches.")] = 0,
+    batch_size: Annotated[int, typer.Option(min=1)] = 2048,
+    warmups: Annotated[int, typer.Option(min=0)] = 2,
+    repeats: Annotated[int, typer.Option(min=1)] = 5,
+    threads: Annotated[int, typer.Option(min=1)] = 1,
+    mode: Annotated[Optional[str], typer.Option(help="fbgemm_tbe or embedding_bag (default: fbgemm_tbe if installed).")] = None,
+    row_cap_mb: Annotated[int, typer.Option(min=1, help="Benchmark at most this many MiB of rows per table.")] = 128,
+    singles: Annotated[bool, typer.Option(help="Also measure every pool table alone.")] = True,
+) -> None:
+    """Sample random table sets from a synthetic pool, measure them, and append traces."""
+    ensure_malloc_settings()
+    from autoshard.errors import InputError
+    from autoshard.synthetic import PoolConfig
+    from cost_model.bench import BenchConfig
+    from cost_model.collect import CollectConfig, collect
+    from cost_model.profile import ExecutionMode, default_device, default_mode, fbgemm_available
+
+    device = default_device() if device == "auto" else device
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise InputError("device", f"unknown device {device!r}", "use cpu, cuda or auto")
+    try:
+        chosen = ExecutionMode(mode) if mode else default_mode()
+    except ValueError:
+        raise InputError("mode", f"unknown mode {mode!r}", "use fbgemm_tbe or embedding_bag") from None
+    if chosen is ExecutionMode.FBGEMM_TBE and not fbgemm_available():
+        raise InputError("mode", "fbgemm_tbe needs fbgemm-gpu(-cpu)", "install the `fbgemm` extra, or use embedding_bag")
+    config = CollectConfig(
+        bench=BenchConfig(batch_size, warmups, repeats, device, chosen, threads, row_cap_mb * 1024**2),
+        pool=PoolConfig(size=pool_size, seed=pool_seed), samples=samples, max_tables=max_tables,
+        large_samples=large_samples, large_max_tables=large_max_tables, passes=passes, singles=singles,
+        seed=seed)
+    with Progress(TextColumn("[bold]collect"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=False) as progress:
+        task = progress.add_task("collect", total=None)
+        measured = collect(config, out, lambda done, total: progress.update(task, completed=done, total=total))
+    console.print(f"measured {measured} samples into {out}")
+
+
+@app.command("summary")
+@friendly_errors
+def summary_cmd(
+    path: Annotated[Path, typer.Argument(help="A trace file (.jsonl or .jsonl.gz).")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Samples, device profile, noise and non-additivity of a trace file."""
+    from cost_model.summary import summarize
+    from cost_model.traces import read_traces
+
+    summary = summarize(read_traces(path))
+    if json_out:
+        print_json(summary)
+        return
+    from rich.table import Table as RichTable
+    table = RichTable(title=f"{path} ({summary['profile']['id']})")
+    table.add_column("figure")
+    table.add_column("value")
+    na, spread = summary["non_additivity"], summary["spread"]
+    rows = [("samples", summary["samples"]), ("sets (train/test)", f"{summary['sets']['train']}/{summary['sets']['test']}"),
+            ("singles", summary["singles"]), ("measurements", summary["measurements"]),
+            ("set cost / sum of singles: mean (p10-p90)", f"{na.get('mean')} ({na.get('p10')}-{na.get('p90')})"),
+            ("pass-to-pass MAPE", spread["pass_to_pass_mape"])]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    from rich.console import Console
+    Console().print(table)

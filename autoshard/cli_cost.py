@@ -1,0 +1,90 @@
+"""`autoshard cost ...`: train the neural cost model on traces and evaluate it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from autoshard.cli_support import console, friendly_errors, print_json
+
+app = typer.Typer(help="The neural multi-table cost model: train and evaluate.", no_args_is_help=True)
+
+
+@app.command("train")
+@friendly_errors
+def train_cmd(
+    traces: Annotated[Path, typer.Option(help="Trace file (.jsonl or .jsonl.gz).")],
+    out: Annotated[Path, typer.Option(help="Folder for cost_model.pt, metrics.json and train_log.csv.")],
+    seed: Annotated[int, typer.Option()] = 0,
+    max_epochs: Annotated[int, typer.Option(min=1)] = 300,
+    patience: Annotated[int, typer.Option(min=1)] = 40,
+) -> None:
+    """Train on traces (seeded, early stopping on validation) and save the checkpoint and metrics."""
+    import torch
+
+    from cost_model.checkpoint import save_checkpoint
+    from cost_model.dataset import make_splits
+    from cost_model.evaluate import evaluate_all
+    from cost_model.traces import read_traces
+    from cost_model.train import TrainConfig, train_cost_model
+
+    torch.set_num_threads(1)
+    data = read_traces(traces)
+    splits = make_splits(data, seed)
+    config = TrainConfig(seed=seed, max_epochs=max_epochs, patience=patience)
+    with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("val MAPE {task.fields[mape]:.3f}"), console=console) as progress:
+        task = progress.add_task("train", total=max_epochs, mape=float("nan"))
+        result = train_cost_model(splits, data.profile, data.batch_size, int(data.header["bench"]["row_cap_bytes"]),
+                                  config, out / "train_log.csv",
+                                  lambda epoch, m: progress.update(task, completed=epoch, mape=m))
+    metrics = {
+        "command": "autoshard cost train " + " ".join(shlex.quote(a) for a in sys.argv[3:]),
+        "traces": str(traces), "profile": data.profile.to_dict(), "splits": splits.sizes(),
+        "train_seconds": round(result.seconds, 1), "best_epoch": result.best_epoch,
+        "epochs_run": result.epochs_run, "validation_mape": round(result.best_validation_mape, 4),
+        "validation_loss": {"first": round(result.first_validation_loss, 5), "best": round(result.best_validation_loss, 5)},
+        "evaluation": evaluate_all(result.model, splits, data),
+    }
+    save_checkpoint(result.model, out, metrics)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
+    b = metrics["evaluation"]["unseen_tables"]["estimators"]["neural"]
+    console.print(f"saved {out}/cost_model.pt in {result.seconds:.0f} s; unseen tables: MAPE {b['mape']:.3f}, "
+                  f"ranking accuracy {b['ranking_accuracy']:.3f}")
+
+
+@app.command("eval")
+@friendly_errors
+def eval_cmd(
+    model: Annotated[Path, typer.Option(help="A model folder (or cost_model.pt).")],
+    traces: Annotated[Path, typer.Option(help="Trace file with the held-out samples.")],
+    seed: Annotated[int, typer.Option(help="The split seed used in training.")] = 0,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """MAPE, Spearman and ranking accuracy of every estimator on both held-out splits."""
+    from cost_model.checkpoint import load_cost_model
+    from cost_model.dataset import make_splits
+    from cost_model.evaluate import evaluate_all
+    from cost_model.traces import read_traces
+
+    data = read_traces(traces)
+    cost_model = load_cost_model(model, expected_profile=data.profile.id)
+    report = evaluate_all(cost_model, make_splits(data, seed), data)
+    if json_out:
+        print_json(report)
+        return
+    from rich.console import Console
+    from rich.table import Table as RichTable
+    for split, body in report.items():
+        table = RichTable(title=f"{split} (noise floor: pass-to-pass MAPE {body['noise_floor']['pass_to_pass_mape']})")
+        for col in ("estimator", "MAPE", "Spearman", "ranking acc.", "samples"):
+            table.add_column(col)
+        for name, s in body["estimators"].items():
+            table.add_row(name, f"{s['mape']:.3f}", f"{s['spearman']:.3f}", f"{s['ranking_accuracy']:.3f}", str(s["samples"]))
+        Console().print(table)

@@ -1,0 +1,25 @@
+"""Bundled public workloads, each citing its source in its file's ``source`` field."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from autoshard.errors import InputError
+from autoshard.types import Topology, Workload
+from autoshard.workload_file import load_workload
+
+PRESETS = ("criteo_terabyte", "criteo_kaggle")
+
+
+def load_preset(name: str) -> tuple[Workload, Topology | None]:
+    """A bundled workload by name (see ``PRESETS``)."""
+    if name not in PRESETS:
+        raise InputError("workload", f"no bundled workload named {name!r}",
+                         f"use a file path or one of {', '.join(PRESETS)}")
+    with resources.as_file(resources.files(__name__) / f"{name}.json") as path:
+        return load_workload(path)
+
+
+def load_workload_or_preset(ref: str) -> tuple[Workload, Topology | None]:
+    """A workload file path, or the name of a bundled workload."""
+    return load_preset(ref) if ref in PRESETS else load_workload(ref)

@@ -1,0 +1,81 @@
+"""Seeded pools of production-like synthetic tables, and DreamShard-style task sampling.
+
+Distributions (per table, independent):
+- rows: log-uniform on [10^2, 10^7.6] (heavy tail: half the tables under ~63k rows, some ~40M);
+- dim: one of 4..256 (powers of two), mostly 16-128;
+- pooling factor: 30% one-hot, else log-normal (median ~2.7, sigma 1.5) clipped to [1, 500];
+- access skew: Zipf alpha uniform on [0, 1.4].
+The pool splits into a train pool and a test pool, so that tables of the test pool are never seen
+in training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoshard.errors import InputError
+from autoshard.types import Table, Workload
+
+DIMS = (4, 8, 16, 32, 64, 128, 256)
+DIM_WEIGHTS = (0.05, 0.10, 0.20, 0.20, 0.20, 0.15, 0.10)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    size: int = 500
+    test_fraction: float = 0.2
+    seed: int = 0
+    min_log10_rows: float = 2.0
+    max_log10_rows: float = 7.6
+    max_zipf_alpha: float = 1.4
+
+    def __post_init__(self) -> None:
+        if self.size < 2:
+            raise InputError("size", f"must be >= 2, got {self.size}", "use a larger pool")
+        if not 0 < self.test_fraction < 1:
+            raise InputError("test_fraction", f"must be in (0, 1), got {self.test_fraction}")
+
+
+@dataclass(frozen=True, slots=True)
+class TablePool:
+    train: tuple[Table, ...]
+    test: tuple[Table, ...]
+
+    @property
+    def all(self) -> tuple[Table, ...]:
+        return self.train + self.test
+
+    def split_of(self, table_name: str) -> str:
+        return "test" if table_name in {t.name for t in self.test} else "train"
+
+
+def generate_table(name: str, rng: np.random.Generator, config: PoolConfig = PoolConfig()) -> Table:
+    rows = int(round(10 ** rng.uniform(config.min_log10_rows, config.max_log10_rows)))
+    dim = int(rng.choice(DIMS, p=DIM_WEIGHTS))
+    one_hot = rng.random() < 0.3
+    pooling = 1.0 if one_hot else float(np.clip(round(rng.lognormal(1.0, 1.5), 1), 1.0, 500.0))
+    alpha = round(float(rng.uniform(0.0, config.max_zipf_alpha)), 2)
+    return Table(name, rows, dim, pooling, alpha)
+
+
+def generate_pool(config: PoolConfig = PoolConfig()) -> TablePool:
+    """A deterministic pool for ``config.seed``, split into train and test tables."""
+    rng = np.random.default_rng(config.seed)
+    tables = [generate_table(f"syn{config.seed}_{i:04d}", rng, config) for i in range(config.size)]
+    order = rng.permutation(config.size)
+    n_test = max(1, int(round(config.size * config.test_fraction)))
+    test = tuple(tables[i] for i in sorted(order[:n_test]))
+    train = tuple(tables[i] for i in sorted(order[n_test:]))
+    return TablePool(train, test)
+
+
+def sample_task(tables: tuple[Table, ...], num_tables: int, rng: np.random.Generator,
+                batch_size: int = 2048, name: str = "task") -> Workload:
+    """Draw ``num_tables`` distinct tables from a pool (DreamShard's task protocol)."""
+    if not 1 <= num_tables <= len(tables):
+        raise InputError("num_tables", f"must be in [1, {len(tables)}], got {num_tables}",
+                         "draw fewer tables or use a larger pool")
+    picked = rng.choice(len(tables), size=num_tables, replace=False)
+    return Workload(tuple(tables[i] for i in picked), batch_size, name)

@@ -1,0 +1,212 @@
+"""The product's frozen data types and the two small interfaces every part speaks.
+
+Units: memory in bytes, costs in milliseconds per training iteration (forward + backward + update).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol, Sequence, runtime_checkable
+
+from autoshard.errors import InputError
+
+MAX_ZIPF_ALPHA = 3.0
+GIB = 1024**3
+
+
+class Optimizer(str, Enum):
+    """The embedding optimizer; it decides the optimizer state kept next to the weights."""
+
+    SGD = "sgd"
+    ROWWISE_ADAGRAD = "rowwise_adagrad"
+    ADAGRAD = "adagrad"
+
+    def state_bytes(self, rows: int, dim: int) -> int:
+        """Bytes of optimizer state for a rows x dim table (fp32 state)."""
+        if self is Optimizer.ROWWISE_ADAGRAD:
+            return rows * 4
+        if self is Optimizer.ADAGRAD:
+            return rows * dim * 4
+        return 0
+
+
+def _require(ok: bool, field_name: str, message: str, fix: str) -> None:
+    if not ok:
+        raise InputError(field_name, message, fix)
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """An embedding table as the cost depends on it.
+
+    ``zipf_alpha`` is the access skew: indices follow a bounded Zipf law over the rows
+    (0 = uniform, the default; 1 ~ typical production skew; at most 3).
+    """
+
+    name: str
+    num_embeddings: int
+    embedding_dim: int
+    pooling_factor: float = 1.0
+    zipf_alpha: float = 0.0
+    bytes_per_element: int = 4
+    optimizer: Optimizer = Optimizer.SGD
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.name, str) and bool(self.name.strip()), "name",
+                 "must be a non-empty string", "give every table a unique name")
+        _require(_is_int(self.num_embeddings) and self.num_embeddings >= 1, "num_embeddings",
+                 f"must be an integer >= 1, got {self.num_embeddings!r}", "set the table's row count")
+        _require(_is_int(self.embedding_dim) and self.embedding_dim >= 1, "embedding_dim",
+                 f"must be an integer >= 1, got {self.embedding_dim!r}", "set the embedding dimension")
+        _require(_is_number(self.pooling_factor) and self.pooling_factor > 0, "pooling_factor",
+                 f"must be a number > 0, got {self.pooling_factor!r}",
+                 "use the mean number of lookups per sample (1 for one-hot features)")
+        _require(_is_number(self.zipf_alpha) and 0 <= self.zipf_alpha <= MAX_ZIPF_ALPHA, "zipf_alpha",
+                 f"must be in [0, {MAX_ZIPF_ALPHA}], got {self.zipf_alpha!r}",
+                 "use 0 for uniform access, about 1 for production-like skew")
+        _require(self.bytes_per_element in (1, 2, 4, 8), "bytes_per_element",
+                 f"must be 1, 2, 4 or 8, got {self.bytes_per_element!r}", "use 4 for fp32, 2 for fp16")
+        _require(isinstance(self.optimizer, Optimizer), "optimizer",
+                 f"must be one of {[o.value for o in Optimizer]}, got {self.optimizer!r}",
+                 "pick a supported optimizer")
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.num_embeddings * self.embedding_dim * self.bytes_per_element
+
+    @property
+    def memory_bytes(self) -> int:
+        """Weights plus optimizer state: what the table occupies on a device."""
+        return self.weight_bytes + self.optimizer.state_bytes(self.num_embeddings, self.embedding_dim)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """The tables of a model and the per-iteration batch size every device processes."""
+
+    tables: tuple[Table, ...]
+    batch_size: int = 2048
+    name: str = "workload"
+
+    def __post_init__(self) -> None:
+        _require(len(self.tables) >= 1, "tables", "must hold at least one table", "add tables")
+        _require(_is_int(self.batch_size) and self.batch_size >= 1, "batch_size",
+                 f"must be an integer >= 1, got {self.batch_size!r}", "set the per-iteration batch size")
+        seen: set[str] = set()
+        for i, table in enumerate(self.tables):
+            if table.name in seen:
+                raise InputError("name", f"duplicate table name {table.name!r}",
+                                 "table names must be unique", where=f"tables[{i}]")
+            seen.add(table.name)
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(t.memory_bytes for t in self.tables)
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Identical devices: how many, and the memory each offers to embedding tables."""
+
+    num_devices: int
+    device_memory_gb: float
+
+    def __post_init__(self) -> None:
+        _require(_is_int(self.num_devices) and self.num_devices >= 1, "num_devices",
+                 f"must be an integer >= 1, got {self.num_devices!r}", "set the number of devices")
+        _require(_is_number(self.device_memory_gb) and self.device_memory_gb > 0, "device_memory_gb",
+                 f"must be a number > 0, got {self.device_memory_gb!r}",
+                 "set the memory per device available to embeddings, in GiB")
+
+    @property
+    def device_memory_bytes(self) -> int:
+        return int(self.device_memory_gb * GIB)
+
+
+@dataclass(frozen=True, slots=True)
+class TableShard:
+    """A table, or a column-wise slice ``[column_offset, column_offset + columns)`` of it."""
+
+    table: Table
+    column_offset: int = 0
+    columns: int | None = None
+
+    @property
+    def width(self) -> int:
+        return self.table.embedding_dim if self.columns is None else self.columns
+
+    @property
+    def as_table(self) -> Table:
+        """The shard as a table of its own, which is what a device's cost depends on."""
+        if self.width == self.table.embedding_dim:
+            return self.table
+        return Table(f"{self.table.name}[{self.column_offset}:{self.column_offset + self.width}]",
+                     self.table.num_embeddings, self.width, self.table.pooling_factor,
+                     self.table.zipf_alpha, self.table.bytes_per_element, self.table.optimizer)
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.as_table.memory_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePlan:
+    """What one device holds, and its predicted cost."""
+
+    shards: tuple[TableShard, ...]
+    cost_ms: float
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(s.memory_bytes for s in self.shards)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardingPlan:
+    """A placement of a workload onto a topology; every planner returns one."""
+
+    planner: str
+    devices: tuple[DevicePlan, ...]
+    plan_time_s: float = 0.0
+
+    @property
+    def max_cost_ms(self) -> float:
+        return max(d.cost_ms for d in self.devices)
+
+    @property
+    def imbalance(self) -> float:
+        """max / mean device cost - 1 (0 = perfectly balanced)."""
+        mean = sum(d.cost_ms for d in self.devices) / len(self.devices)
+        return self.max_cost_ms / mean - 1.0 if mean > 0 else 0.0
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """Predicts one device's cost (ms per iteration) for the set of tables it holds."""
+
+    def predict(self, tables: Sequence[Table], batch_size: int) -> float: ...
+
+    def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]: ...
+
+
+@runtime_checkable
+class Planner(Protocol):
+    """Places a workload onto a topology."""
+
+    name: str
+
+    def plan(self, workload: Workload, topology: Topology) -> ShardingPlan: ...
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+__all__ = ["CostModel", "DevicePlan", "GIB", "Optimizer", "Planner", "ShardingPlan", "Table",
+           "TableShard", "Topology", "Workload"]

@@ -1,0 +1,1 @@
+"""Microbenchmarks, traces and the neural multi-table cost model."""

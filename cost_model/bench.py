@@ -1,0 +1,171 @@
+"""The microbenchmark: real forward + backward + update of a set of tables on one device.
+
+A set runs as one fused FBGEMM table-batched op (``SplitTableBatchedEmbeddingBagsCodegen``,
+EXACT_SGD: the sparse update is fused into backward) where fbgemm-gpu(-cpu) is installed, else as
+one torch ``EmbeddingBag`` per table with sparse gradients and SGD. CPU steps are timed with
+``time.thread_time`` (CPU time of this thread, robust to other tenants) at a pinned thread count;
+CUDA steps with CUDA events. Each measurement is ``warmups`` untimed steps and the median of
+``repeats`` timed ones.
+
+Tables larger than ``row_cap_bytes`` are benchmarked with fewer physical rows (recorded in the
+trace); past a few times the last-level cache, more rows change random-access cost little.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from autoshard.types import Table
+from cost_model.indices import bag_lengths, zipf_rows
+from cost_model.profile import ExecutionMode
+
+DEFAULT_ROW_CAP_BYTES = 128 * 1024**2
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    batch_size: int = 2048
+    warmups: int = 2
+    repeats: int = 7
+    device: str = "cpu"
+    mode: ExecutionMode = ExecutionMode.FBGEMM_TBE
+    threads: int = 1
+    row_cap_bytes: int = DEFAULT_ROW_CAP_BYTES
+    learning_rate: float = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Median and inter-quartile range of repeated timings, in milliseconds."""
+
+    median: float
+    iqr: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Stats":
+        if len(values) >= 2:
+            q = statistics.quantiles(values, n=4, method="inclusive")
+            iqr = q[2] - q[0]
+        else:
+            iqr = 0.0
+        return cls(statistics.median(values), iqr, len(values))
+
+    def to_dict(self) -> dict:
+        return {"median": round(self.median, 5), "iqr": round(self.iqr, 5), "n": self.n}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Stats":
+        return cls(float(data["median"]), float(data["iqr"]), int(data["n"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    forward: Stats
+    backward: Stats  # backward + update
+    total: Stats
+
+
+def physical_rows(table: Table, row_cap_bytes: int) -> int:
+    return max(1, min(table.num_embeddings, row_cap_bytes // (table.embedding_dim * 4)))
+
+
+def make_batch(tables: Sequence[Table], config: BenchConfig,
+               rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices and offsets in TBE layout (table-major bags), drawn from each table's distribution."""
+    all_indices, all_lengths = [], []
+    for table in tables:
+        lengths = bag_lengths(config.batch_size, table.pooling_factor)
+        rows = physical_rows(table, config.row_cap_bytes)
+        all_indices.append(zipf_rows(rows, table.zipf_alpha, int(lengths.sum()), rng))
+        all_lengths.append(lengths)
+    lengths = np.concatenate(all_lengths)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    return (torch.from_numpy(np.concatenate(all_indices)).to(config.device),
+            torch.from_numpy(offsets).to(config.device))
+
+
+Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _build_tbe(tables: Sequence[Table], config: BenchConfig) -> tuple[Step, Callable[[torch.Tensor], None]]:
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen)
+
+    cuda = config.device.startswith("cuda")
+    location = EmbeddingLocation.DEVICE if cuda else EmbeddingLocation.HOST
+    compute = ComputeDevice.CUDA if cuda else ComputeDevice.CPU
+    specs = [(physical_rows(t, config.row_cap_bytes), t.embedding_dim, location, compute) for t in tables]
+    op = SplitTableBatchedEmbeddingBagsCodegen(specs, optimizer=EmbOptimType.EXACT_SGD,
+                                               learning_rate=config.learning_rate,
+                                               device=torch.device(config.device))
+    return (lambda indices, offsets: op(indices, offsets)), (lambda out: out.backward(torch.ones_like(out)))
+
+
+def _build_embedding_bags(tables: Sequence[Table], config: BenchConfig) -> tuple[Step, Callable[[torch.Tensor], None]]:
+    bags = [torch.nn.EmbeddingBag(physical_rows(t, config.row_cap_bytes), t.embedding_dim,
+                                  mode="sum", sparse=True, device=config.device) for t in tables]
+    optimizer = torch.optim.SGD([p for b in bags for p in b.parameters()], lr=config.learning_rate)
+    batch = config.batch_size
+
+    def forward(indices: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        outs = []
+        for i, bag in enumerate(bags):  # bags of table i are offsets[i*B : (i+1)*B + 1]
+            start, end = offsets[i * batch], offsets[(i + 1) * batch]
+            outs.append(bag(indices[start:end], offsets[i * batch:(i + 1) * batch] - start))
+        return torch.cat(outs, dim=1)
+
+    def backward(out: torch.Tensor) -> None:
+        out.backward(torch.ones_like(out))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return forward, backward
+
+
+class _Timer:
+    """Thread CPU time on the CPU; CUDA events on a GPU."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device.startswith("cuda")
+
+    def run(self, fn: Callable[[], object]) -> tuple[object, float]:
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            result = fn()
+            end.record()
+            torch.cuda.synchronize()
+            return result, start.elapsed_time(end)
+        t0 = time.thread_time()
+        result = fn()
+        return result, (time.thread_time() - t0) * 1e3
+
+
+def measure(tables: Sequence[Table], config: BenchConfig, seed: int = 0) -> Measurement:
+    """Build the set's execution, then time warm-ups + repeats of forward and backward+update."""
+    if not tables:
+        raise ValueError("measure() needs at least one table")
+    torch.set_num_threads(config.threads)
+    rng = np.random.default_rng(seed)
+    build = _build_tbe if config.mode is ExecutionMode.FBGEMM_TBE else _build_embedding_bags
+    forward, backward = build(tables, config)
+    batches = [make_batch(tables, config, rng) for _ in range(2)]
+    timer = _Timer(config.device)
+    fwd, bwd = [], []
+    for step in range(config.warmups + config.repeats):
+        indices, offsets = batches[step % len(batches)]
+        out, f_ms = timer.run(lambda: forward(indices, offsets))
+        _, b_ms = timer.run(lambda: backward(out))
+        if step >= config.warmups:
+            fwd.append(f_ms)
+            bwd.append(b_ms)
+    return Measurement(Stats.of(fwd), Stats.of(bwd), Stats.of([f + b for f, b in zip(fwd, bwd)]))

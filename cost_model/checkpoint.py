@@ -1,0 +1,71 @@
+"""Saving and loading the cost model: weights, constructor config, feature normalisation and the
+device profile, in one file that loads with ``torch.load(..., weights_only=True)``."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autoshard.errors import ModelError
+from cost_model.network import NetworkConfig, SetCostNetwork
+from cost_model.predictor import NeuralCostModel
+from cost_model.profile import DeviceProfile
+
+FORMAT_VERSION = 1
+CHECKPOINT_NAME = "cost_model.pt"
+
+
+def save_checkpoint(model: NeuralCostModel, directory: Path, metrics: dict[str, Any] | None = None) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / CHECKPOINT_NAME
+    torch.save({
+        "format_version": FORMAT_VERSION,
+        "network_config": asdict(model.network.config),
+        "state_dict": model.network.state_dict(),
+        "feature_mean": model.feature_mean, "feature_std": model.feature_std,
+        "profile": model.profile.to_dict(), "row_cap_bytes": model.row_cap_bytes,
+        "trained_batch_size": model.trained_batch_size,
+        "metrics": metrics or {},
+    }, path)
+    return path
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_cost_model(path: str | Path, expected_profile: str | None = None) -> NeuralCostModel:
+    """Load a checkpoint (a file, or a folder holding ``cost_model.pt``).
+
+    Raises ``ModelError`` when it is missing, corrupt, of another format version, or measured on
+    another device profile than ``expected_profile``.
+    """
+    path = Path(path)
+    file = path / CHECKPOINT_NAME if path.is_dir() else path
+    if not file.exists():
+        raise ModelError(f"no cost model at {file}; train one with `autoshard cost train`")
+    try:
+        data = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - torch raises many types for a bad file
+        raise ModelError(f"{file} is not a readable cost-model checkpoint ({type(error).__name__}); "
+                         "retrain it with `autoshard cost train`") from None
+    if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
+        found = data.get("format_version") if isinstance(data, dict) else None
+        raise ModelError(f"{file} has checkpoint format {found!r}, this autoshard reads {FORMAT_VERSION}; "
+                         "retrain it with `autoshard cost train`")
+    profile = DeviceProfile.from_dict(data["profile"])
+    if expected_profile is not None and profile.id != expected_profile:
+        raise ModelError(f"{file} was trained on device profile {profile.id!r}, not {expected_profile!r}; "
+                         "use a model trained on traces from this device")
+    try:
+        network = SetCostNetwork(NetworkConfig(**data["network_config"]))
+        network.load_state_dict(data["state_dict"])
+    except (TypeError, RuntimeError, KeyError) as error:
+        raise ModelError(f"{file} does not match the cost-model network: {error}") from None
+    return NeuralCostModel(network, data["feature_mean"], data["feature_std"], profile,
+                           int(data["row_cap_bytes"]), int(data["trained_batch_size"]),
+                           metrics=data.get("metrics", {}))

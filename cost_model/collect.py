@@ -1,0 +1,163 @@
+"""Trace collection: sample table sets from a synthetic pool, measure them in passes, append.
+
+Sample ids are deterministic under the seed: ids ``0..P-1`` are the pool's tables alone (for
+additivity studies and the sum-of-singles baseline), then ``samples`` sets of 1..``max_tables``
+tables, then ``large_samples`` sets of ``max_tables+1``..``large_max_tables`` tables. Every pass
+measures every sample once; a rerun with the same options resumes where the last one stopped.
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1) rank r measures the ids with ``id % world == r`` on its
+own device into ``OUT.rank<r>.part``; rank 0 then gathers all parts into ``OUT``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from autoshard.errors import InputError
+from autoshard.synthetic import PoolConfig, TablePool, generate_pool
+from autoshard.types import Table
+from cost_model.bench import BenchConfig, measure, physical_rows
+from cost_model.profile import detect_profile, malloc_settings_active
+from cost_model.traces import TraceWriter, iter_lines, make_header, read_header
+
+
+@dataclass(frozen=True, slots=True)
+class CollectConfig:
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    samples: int = 1000
+    max_tables: int = 10
+    large_samples: int = 0
+    large_max_tables: int = 20
+    passes: int = 1
+    test_fraction: float = 0.2  # share of sets drawn from the test pool
+    set_memory_gb: float = 3.0  # benchmarked bytes (after the row cap) of one set, at most
+    singles: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = [("samples", self.samples >= 0), ("max_tables", self.max_tables >= 1),
+                  ("large_samples", self.large_samples >= 0),
+                  ("large_max_tables", self.large_samples == 0 or self.large_max_tables > self.max_tables),
+                  ("passes", self.passes >= 1), ("test_fraction", 0 <= self.test_fraction <= 1),
+                  ("set_memory_gb", self.set_memory_gb > 0)]
+        for name, ok in checks:
+            if not ok:
+                raise InputError(name, f"invalid value {getattr(self, name)!r}",
+                                 "see `autoshard bench collect --help` for the valid range")
+
+    @property
+    def plan_dict(self) -> dict:
+        out = asdict(self)
+        out.pop("bench")
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class SampleSpec:
+    id: int
+    kind: str
+    split: str
+    tables: tuple[Table, ...]
+
+
+def sample_specs(config: CollectConfig, pool: TablePool) -> list[SampleSpec]:
+    """Every sample of the collection plan, in id order."""
+    specs = [SampleSpec(i, "single", pool.split_of(t.name), (t,)) for i, t in
+             enumerate(pool.all)] if config.singles else []
+    budget = config.set_memory_gb * 1024**3
+    ranges = [(1, config.max_tables)] * config.samples
+    ranges += [(config.max_tables + 1, config.large_max_tables)] * config.large_samples
+    for offset, (low, high) in enumerate(ranges):
+        sample_id = len(specs)
+        rng = np.random.default_rng([config.seed, sample_id])
+        split = "test" if rng.random() < config.test_fraction else "train"
+        source = pool.test if split == "test" else pool.train
+        size = int(rng.integers(low, high + 1))
+        chosen, used = [], 0
+        for index in rng.permutation(len(source)):
+            table = source[index]
+            cost = physical_rows(table, config.bench.row_cap_bytes) * table.embedding_dim * 4
+            if used + cost <= budget:
+                chosen.append(table)
+                used += cost
+            if len(chosen) == size:
+                break
+        specs.append(SampleSpec(sample_id, "set", split, tuple(chosen)))
+    return specs
+
+
+def _world() -> tuple[int, int]:
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def collect(config: CollectConfig, out: Path,
+            on_progress: Callable[[int, int], None] = lambda done, total: None) -> int:
+    """Measure every (sample, pass) not yet in ``out``; returns how many were measured now."""
+    rank, world = _world()
+    if world > 1:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+    bench = config.bench
+    if bench.device.startswith("cuda") and world > 1:
+        bench = BenchConfig(**{**asdict(bench), "device": f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"})
+    pool = generate_pool(config.pool)
+    profile = detect_profile(bench.device, bench.mode, bench.threads)
+    bench_dict = {**asdict(bench), "mode": bench.mode.value, "device": bench.device.split(":")[0],
+                  "malloc_settings": malloc_settings_active()}
+    header = make_header(profile, bench_dict, config.plan_dict,
+                         [(t, "train") for t in pool.train] + [(t, "test") for t in pool.test])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    existing = read_header(out)
+    if existing is not None and existing != header:
+        raise InputError("out", f"{out} was collected with other settings or on another device",
+                         "use a new --out file, or the same options as before to resume")
+    gathered = {(l["id"], l["pass"]) for l in iter_lines(out) if l.get("type") == "sample"} if existing else set()
+    target = out if world == 1 else out.with_name(f"{out.name}.rank{rank}.part")
+    writer = TraceWriter(target, header)
+    done = writer.done() | gathered
+    specs = [s for s in sample_specs(config, pool) if s.id % world == rank]
+    todo = [(p, s) for p in range(config.passes) for s in specs if (s.id, p) not in done]
+    total, measured = len(specs) * config.passes, 0
+    on_progress(total - len(todo), total)
+    try:
+        for pass_index, spec in todo:
+            m = measure(spec.tables, bench, seed=config.seed * 1_000_003 + spec.id * 101 + pass_index)
+            writer.append({"type": "sample", "id": spec.id, "pass": pass_index, "kind": spec.kind,
+                           "split": spec.split, "tables": [t.name for t in spec.tables],
+                           "fwd": m.forward.to_dict(), "bwd": m.backward.to_dict(),
+                           "total": m.total.to_dict()})
+            measured += 1
+            on_progress(total - len(todo) + measured, total)
+    finally:
+        writer.close()
+    if world > 1:
+        _gather(out, header, world, rank)
+    return measured
+
+
+def _gather(out: Path, header: dict, world: int, rank: int) -> None:
+    """Rank 0 merges every rank's part into ``out`` (after a barrier), then removes the parts."""
+    import json
+
+    import torch.distributed as dist
+    dist.barrier()
+    if rank == 0:
+        parts = [out.with_name(f"{out.name}.rank{r}.part") for r in range(world)]
+        lines = [l for p in [out, *parts] if p.exists() for l in iter_lines(p) if l.get("type") == "sample"]
+        unique = {(l["id"], l["pass"]): l for l in lines}
+        tmp = out.with_name(out.name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(json.dumps(header) + "\n")
+            for key in sorted(unique, key=lambda k: (k[1], k[0])):
+                f.write(json.dumps(unique[key], separators=(",", ":")) + "\n")
+        tmp.replace(out)
+        for p in parts:
+            p.unlink(missing_ok=True)
+    dist.barrier()
+    dist.destroy_process_group()

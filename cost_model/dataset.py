@@ -1,0 +1,56 @@
+"""From traces to labelled table sets, and the held-out splits every evaluation uses.
+
+Splits (seeded): sets whose tables all come from the **test pool** form split (b), ``unseen_tables``,
+never trained on. The rest (train-pool sets and every train-pool table alone) are shuffled into
+train / validation / split (a) ``unseen_sets`` (sets of training tables not trained on) at 80/10/10;
+single-table samples always go to training.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoshard.types import Table
+from cost_model.traces import Sample, TraceSet
+
+
+@dataclass(frozen=True, slots=True)
+class Labelled:
+    """A table set and its label: the median over passes of forward, backward and total ms."""
+
+    tables: tuple[Table, ...]
+    forward_ms: float
+    backward_ms: float
+    total_ms: float
+    passes_total_ms: tuple[float, ...]
+
+    @classmethod
+    def of(cls, sample: Sample) -> "Labelled":
+        med = lambda pick: statistics.median(pick(m) for m in sample.passes)  # noqa: E731
+        return cls(sample.tables, med(lambda m: m.forward.median), med(lambda m: m.backward.median),
+                   sample.cost_ms, tuple(m.total.median for m in sample.passes))
+
+
+@dataclass(frozen=True, slots=True)
+class Splits:
+    train: tuple[Labelled, ...]
+    validation: tuple[Labelled, ...]
+    unseen_sets: tuple[Labelled, ...]  # split (a)
+    unseen_tables: tuple[Labelled, ...]  # split (b)
+
+    def sizes(self) -> dict[str, int]:
+        return {k: len(getattr(self, k)) for k in ("train", "validation", "unseen_sets", "unseen_tables")}
+
+
+def make_splits(traces: TraceSet, seed: int = 0, validation: float = 0.1, unseen_sets: float = 0.1) -> Splits:
+    test_pool = tuple(Labelled.of(s) for s in traces.samples if s.split == "test" and s.kind == "set")
+    singles = [Labelled.of(s) for s in traces.samples if s.split == "train" and s.kind == "single"]
+    sets = [Labelled.of(s) for s in traces.samples if s.split == "train" and s.kind == "set"]
+    order = np.random.default_rng(seed).permutation(len(sets))
+    n_val, n_test = int(len(sets) * validation), int(len(sets) * unseen_sets)
+    pick = lambda idx: tuple(sets[i] for i in idx)  # noqa: E731
+    return Splits(tuple(singles) + pick(order[n_val + n_test:]), pick(order[:n_val]),
+                  pick(order[n_val:n_val + n_test]), test_pool)

@@ -1,0 +1,71 @@
+"""Held-out evaluation of the neural model against the simpler estimators, and the noise floor.
+
+Metrics, per split: MAPE, Spearman correlation, and pairwise ranking accuracy (of two table sets,
+is the costlier one predicted costlier: what a planner needs), over up to 20,000 random pairs.
+The noise floor is the MAPE between two measurements (passes) of the same table sets: no model
+can be expected to beat it on single-pass labels; labels are medians over passes, so their own
+noise is lower (about the floor / sqrt(passes)).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from cost_model.dataset import Labelled, Splits
+from cost_model.estimators import BandwidthEstimator, LinearAggregate, SumOfSingles
+from cost_model.predictor import NeuralCostModel
+from cost_model.traces import TraceSet
+
+MAX_PAIRS = 20_000
+
+
+def mape(pred: np.ndarray, true: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred - true) / true))
+
+
+def ranking_accuracy(pred: np.ndarray, true: np.ndarray, seed: int = 0) -> float:
+    rng = np.random.default_rng(seed)
+    n = len(true)
+    i, j = rng.integers(0, n, MAX_PAIRS), rng.integers(0, n, MAX_PAIRS)
+    keep = true[i] != true[j]
+    i, j = i[keep], j[keep]
+    return float(np.mean(np.sign(pred[i] - pred[j]) == np.sign(true[i] - true[j])))
+
+
+def scores(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
+    return {"mape": round(mape(pred, true), 4),
+            "spearman": round(float(spearmanr(pred, true).statistic), 4),
+            "ranking_accuracy": round(ranking_accuracy(pred, true), 4),
+            "samples": int(len(true))}
+
+
+def noise_floor(samples: Sequence[Labelled]) -> dict[str, Any]:
+    pairs = [(s.passes_total_ms[0], s.passes_total_ms[1]) for s in samples if len(s.passes_total_ms) >= 2]
+    if not pairs:
+        return {"pass_to_pass_mape": None, "passes": 1}
+    a, b = np.array(pairs).T
+    return {"pass_to_pass_mape": round(mape(a, b), 4),
+            "passes": int(np.median([len(s.passes_total_ms) for s in samples]))}
+
+
+def evaluate_all(model: NeuralCostModel, splits: Splits, traces: TraceSet) -> dict[str, Any]:
+    """Every estimator on both held-out splits, side by side, plus the noise floor of each split."""
+    batch, cap = traces.batch_size, model.row_cap_bytes
+    estimators = [SumOfSingles(traces.singles), LinearAggregate(batch, cap).fit(splits.train),
+                  BandwidthEstimator(batch, cap).fit(splits.train)]
+    report: dict[str, Any] = {}
+    for split_name in ("unseen_sets", "unseen_tables"):
+        samples = getattr(splits, split_name)
+        true = np.array([s.total_ms for s in samples])
+        sets = [s.tables for s in samples]
+        results = {e.name: scores(e.predict(sets), true) for e in estimators}
+        results["neural"] = scores(np.array(model.predict_many(sets, batch)), true)
+        floor = noise_floor(samples)
+        report[split_name] = {"estimators": results, "noise_floor": floor,
+                              "neural_beats_all": all(results["neural"]["mape"] < r["mape"] and
+                                                      results["neural"]["ranking_accuracy"] > r["ranking_accuracy"]
+                                                      for k, r in results.items() if k != "neural")}
+    return report

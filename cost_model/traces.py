@@ -1,0 +1,174 @@
+"""Trace files: append-only JSON lines, plain (``.jsonl``) or gzip-compressed (``.jsonl.gz``).
+
+Line 1 is the header: the device profile, the benchmark settings, the collection plan and every
+pool table. Each further line is one measurement of one table set in one pass::
+
+  {"type": "sample", "id": 17, "pass": 0, "kind": "set", "split": "train",
+   "tables": ["syn0_0012", ...], "fwd": {"median": .., "iqr": .., "n": ..}, "bwd": {..}, "total": {..}}
+
+A sample is measured once per pass; passes are minutes apart, so the median over passes is a
+label robust to the machine's drift. A line cut short by a kill is dropped on reading.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from autoshard.errors import InputError
+from autoshard.types import Table
+from autoshard.workload_file import table_from_dict, table_to_dict
+from cost_model.bench import Measurement, Stats
+from cost_model.profile import DeviceProfile
+
+TRACE_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One table set, with its measurement in every pass collected so far."""
+
+    id: int
+    kind: str  # "single" (one pool table alone) or "set"
+    split: str  # "train" or "test": which pool its tables come from
+    tables: tuple[Table, ...]
+    passes: tuple[Measurement, ...]
+
+    @property
+    def cost_ms(self) -> float:
+        """The label: median over passes of each pass's median total time."""
+        return statistics.median(m.total.median for m in self.passes)
+
+    @property
+    def pass_spread(self) -> float:
+        """(max - min) / median over passes: how much the same set varies across time."""
+        values = [m.total.median for m in self.passes]
+        return (max(values) - min(values)) / statistics.median(values)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSet:
+    header: dict[str, Any]
+    profile: DeviceProfile
+    batch_size: int
+    samples: tuple[Sample, ...]
+
+    @property
+    def singles(self) -> dict[str, float]:
+        """Each pool table's measured cost alone."""
+        return {s.tables[0].name: s.cost_ms for s in self.samples if s.kind == "single"}
+
+    def sets(self, split: str | None = None) -> list[Sample]:
+        return [s for s in self.samples if s.kind == "set" and (split is None or s.split == split)]
+
+
+def _open(path: Path, mode: str):
+    return gzip.open(path, mode + "t") if path.suffix == ".gz" else open(path, mode)
+
+
+def iter_lines(path: Path) -> Iterator[dict[str, Any]]:
+    """Parsed lines; a last line cut short by a kill is skipped."""
+    with _open(path, "r") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn write: at most the sample in flight is lost
+
+
+def read_header(path: Path) -> dict[str, Any] | None:
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    for line in iter_lines(path):
+        if line.get("type") == "header":
+            return line
+        break
+    raise InputError("traces", f"{path} does not start with a trace header",
+                     "pass a file written by `autoshard bench collect`")
+
+
+def measurement_to_dict(m: Measurement) -> dict[str, Any]:
+    return {"fwd": m.forward.to_dict(), "bwd": m.backward.to_dict(), "total": m.total.to_dict()}
+
+
+def measurement_from_dict(d: dict[str, Any]) -> Measurement:
+    return Measurement(Stats.from_dict(d["fwd"]), Stats.from_dict(d["bwd"]), Stats.from_dict(d["total"]))
+
+
+def header_tables(header: dict[str, Any]) -> dict[str, Table]:
+    return {d["name"]: table_from_dict({k: v for k, v in d.items() if k != "split"})
+            for d in header["tables"]}
+
+
+def make_header(profile: DeviceProfile, bench: dict[str, Any], plan: dict[str, Any],
+                tables: list[tuple[Table, str]]) -> dict[str, Any]:
+    header = {"type": "header", "version": TRACE_VERSION, "profile": profile.to_dict(), "bench": bench,
+              "plan": plan, "tables": [{**table_to_dict(t), "split": split} for t, split in tables]}
+    return json.loads(json.dumps(header))  # as it will read back, so headers compare equal
+
+
+def read_traces(path: str | Path) -> TraceSet:
+    """Load a trace file; samples keep every pass, ordered by id."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError("traces", f"no such trace file: {path}", "run `autoshard bench collect` first")
+    header = read_header(path)
+    if header is None:
+        raise InputError("traces", f"{path} is empty", "collect traces into it first")
+    if header.get("version") != TRACE_VERSION:
+        raise InputError("traces", f"trace version {header.get('version')} is not {TRACE_VERSION}",
+                         "re-collect the traces with this version of autoshard")
+    tables = header_tables(header)
+    grouped: dict[int, tuple[dict[str, Any], list[Measurement]]] = {}
+    for line in iter_lines(path):
+        if line.get("type") != "sample":
+            continue
+        first, passes = grouped.setdefault(line["id"], (line, []))
+        passes.append(measurement_from_dict(line))
+    samples = tuple(
+        Sample(i, first["kind"], first["split"], tuple(tables[n] for n in first["tables"]), tuple(ms))
+        for i, (first, ms) in sorted(grouped.items()))
+    return TraceSet(header, DeviceProfile.from_dict(header["profile"]), int(header["bench"]["batch_size"]),
+                    samples)
+
+
+class TraceWriter:
+    """Appends sample lines, flushed one by one, so a kill loses at most the sample in flight."""
+
+    def __init__(self, path: Path, header: dict[str, Any]) -> None:
+        self.path = path
+        existing = read_header(path)
+        if existing is None:
+            _drop_torn_tail(path)
+            with open(path, "w") as f:
+                f.write(json.dumps(header) + "\n")
+        elif existing != header:
+            raise InputError("out", f"{path} was collected with other settings or on another device",
+                             "use a new --out file, or the same options as before to resume")
+        _drop_torn_tail(path)
+        self._file = open(path, "a")
+
+    def done(self) -> set[tuple[int, int]]:
+        return {(l["id"], l["pass"]) for l in iter_lines(self.path) if l.get("type") == "sample"}
+
+    def append(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a last line that a kill left without its newline."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if not data.endswith(b"\n"):
+        path.write_bytes(data[: data.rfind(b"\n") + 1])

@@ -1,0 +1,128 @@
+"""Training the set network on traces: seeded, early-stopped on validation, logged to CSV."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from autoshard.types import Table
+from cost_model.dataset import Labelled, Splits
+from cost_model.features import NUM_FEATURES, table_features
+from cost_model.network import NetworkConfig, SetCostNetwork
+from cost_model.predictor import NeuralCostModel
+from cost_model.profile import DeviceProfile
+
+LOSS_WEIGHTS = (0.25, 0.25, 0.5)  # forward, backward+update, total (log ms)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    seed: int = 0
+    max_epochs: int = 300
+    patience: int = 40
+    batch_sets: int = 64
+    learning_rate: float = 2e-3
+    weight_decay: float = 1e-5
+
+
+@dataclass(frozen=True, slots=True)
+class TrainResult:
+    model: NeuralCostModel
+    best_epoch: int
+    epochs_run: int
+    best_validation_mape: float
+    first_validation_loss: float
+    best_validation_loss: float
+    seconds: float
+
+
+class _Packed:
+    """Sets as one flat feature matrix plus offsets, for fast minibatching."""
+
+    def __init__(self, samples: Sequence[Labelled], batch_size: int, row_cap_bytes: int) -> None:
+        cache: dict[Table, np.ndarray] = {}
+        for t in {t for s in samples for t in s.tables}:
+            cache[t] = table_features(t, batch_size, row_cap_bytes)
+        rows = [cache[t] for s in samples for t in s.tables]
+        self.features = torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, NUM_FEATURES)
+        self.sizes = torch.tensor([len(s.tables) for s in samples])
+        self.starts = torch.cumsum(self.sizes, 0) - self.sizes
+        self.targets = torch.log(torch.tensor([[s.forward_ms, s.backward_ms, s.total_ms] for s in samples],
+                                              dtype=torch.float32))
+
+    def batch(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        sizes = self.sizes[ids]
+        segments = torch.repeat_interleave(torch.arange(len(ids)), sizes)
+        offsets = torch.cumsum(sizes, 0) - sizes
+        rows = self.starts[ids][segments] + (torch.arange(int(sizes.sum())) - offsets[segments])
+        return self.features[rows], segments, self.targets[ids]
+
+
+def train_cost_model(splits: Splits, profile: DeviceProfile, batch_size: int, row_cap_bytes: int,
+                     config: TrainConfig = TrainConfig(), log_csv: Path | None = None,
+                     on_epoch: Callable[[int, float], None] = lambda epoch, mape: None) -> TrainResult:
+    start = time.perf_counter()
+    torch.manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    train = _Packed(splits.train, batch_size, row_cap_bytes)
+    val = _Packed(splits.validation, batch_size, row_cap_bytes)
+    mean, std = train.features.mean(0), train.features.std(0).clamp(min=1e-6)
+    norm = lambda x: (x - mean) / std  # noqa: E731
+    network = SetCostNetwork(config.network)
+    optimizer = torch.optim.AdamW(network.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, config.max_epochs)
+    weights = torch.tensor(LOSS_WEIGHTS)
+
+    def val_scores() -> tuple[float, float]:
+        network.eval()
+        with torch.no_grad():
+            feats, seg, target = val.batch(torch.arange(len(splits.validation)))
+            pred = network(norm(feats), seg, len(splits.validation))
+        network.train()
+        loss = float((((pred - target) ** 2) * weights).sum(1).mean())
+        mape = float((torch.exp(pred[:, 2] - target[:, 2]) - 1).abs().mean())
+        return loss, mape
+
+    first_loss, best_mape = val_scores()
+    best = (first_loss, best_mape, 0, copy.deepcopy(network.state_dict()))
+    writer = None
+    if log_csv is not None:
+        log_csv.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(log_csv, "w", newline="")
+        writer = csv.writer(handle)
+        writer.writerow(["epoch", "train_loss", "validation_loss", "validation_mape", "lr"])
+    epoch = 0
+    for epoch in range(1, config.max_epochs + 1):
+        order = torch.from_numpy(rng.permutation(len(splits.train)))
+        losses = []
+        for chunk in order.split(config.batch_sets):
+            feats, seg, target = train.batch(chunk)
+            pred = network(norm(feats), seg, len(chunk))
+            loss = (((pred - target) ** 2) * weights).sum(1).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss))
+        scheduler.step()
+        val_loss, val_mape = val_scores()
+        if writer:
+            writer.writerow([epoch, f"{np.mean(losses):.6f}", f"{val_loss:.6f}", f"{val_mape:.5f}",
+                             f"{scheduler.get_last_lr()[0]:.2e}"])
+        on_epoch(epoch, val_mape)
+        if val_loss < best[0]:
+            best = (val_loss, val_mape, epoch, copy.deepcopy(network.state_dict()))
+        elif epoch - best[2] >= config.patience:
+            break
+    if writer:
+        handle.close()
+    network.load_state_dict(best[3])
+    model = NeuralCostModel(network, mean, std, profile, row_cap_bytes, batch_size)
+    return TrainResult(model, best[2], epoch, best[1], first_loss, best[0], time.perf_counter() - start)

@@ -1,0 +1,1 @@
+"""The planning service (FastAPI)."""

@@ -1,0 +1,138 @@
+"""Data types, the workload file format, the synthetic generator and the bundled workloads."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from autoshard.errors import InputError
+from autoshard.presets import PRESETS, load_preset
+from autoshard.synthetic import PoolConfig, generate_pool, sample_task
+from autoshard.types import GIB, Optimizer, Table, Topology, Workload
+from autoshard.workload_file import load_workload, save_workload, workload_from_dict
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"num_embeddings": 0}, "num_embeddings"),
+    ({"num_embeddings": 2.5}, "num_embeddings"),
+    ({"embedding_dim": 0}, "embedding_dim"),
+    ({"pooling_factor": 0.0}, "pooling_factor"),
+    ({"pooling_factor": float("nan")}, "pooling_factor"),
+    ({"zipf_alpha": -0.1}, "zipf_alpha"),
+    ({"zipf_alpha": 3.5}, "zipf_alpha"),
+    ({"bytes_per_element": 3}, "bytes_per_element"),
+    ({"name": ""}, "name"),
+])
+def test_table_rejects_bad_values_naming_the_field(kwargs, field):
+    args = {"name": "t", "num_embeddings": 10, "embedding_dim": 8, **kwargs}
+    with pytest.raises(InputError) as info:
+        Table(**args)
+    assert info.value.field == field
+    assert field in str(info.value)
+
+
+def test_memory_is_derived_from_shape_and_optimizer():
+    t = Table("t", 1000, 64)
+    assert t.memory_bytes == 1000 * 64 * 4
+    assert Table("t", 1000, 64, bytes_per_element=2).memory_bytes == 1000 * 64 * 2
+    assert Table("t", 1000, 64, optimizer=Optimizer.ROWWISE_ADAGRAD).memory_bytes == 1000 * 64 * 4 + 1000 * 4
+    assert Table("t", 1000, 64, optimizer=Optimizer.ADAGRAD).memory_bytes == 2 * 1000 * 64 * 4
+
+
+def test_workload_and_topology_validation():
+    with pytest.raises(InputError, match="duplicate table name 'a'"):
+        Workload((Table("a", 1, 1), Table("a", 2, 2)))
+    with pytest.raises(InputError, match="at least one table"):
+        Workload(())
+    with pytest.raises(InputError, match="batch_size"):
+        Workload((Table("a", 1, 1),), batch_size=0)
+    with pytest.raises(InputError, match="num_devices"):
+        Topology(0, 1.0)
+    with pytest.raises(InputError, match="device_memory_gb"):
+        Topology(2, -1)
+    assert Topology(2, 1.5).device_memory_bytes == int(1.5 * GIB)
+
+
+def _file(tmp_path, data):
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return path
+
+
+@pytest.mark.parametrize("tables, expected", [
+    ([{"name": "a", "num_embeddings": 10, "embedding_dim": 4},
+      {"name": "b", "num_embeddings": -1, "embedding_dim": 4}], "tables[1] 'b': num_embeddings: must be an integer >= 1"),
+    ([{"name": "a", "num_embeddings": 10}], "tables[0] 'a': embedding_dim: is required"),
+    ([{"name": "a", "num_embeddings": 10, "embedding_dim": 4, "embeding_dim": 4}], "tables[0] 'a': embeding_dim: unknown field"),
+    ([{"name": "a", "num_embeddings": 10, "embedding_dim": 4, "zipf_alpha": 9}], "tables[0] 'a': zipf_alpha"),
+    ([{"name": "a", "num_embeddings": 10, "embedding_dim": 4, "optimizer": "adam"}], "tables[0] 'a': optimizer: unknown optimizer"),
+    ([{"name": "a", "num_embeddings": 10, "embedding_dim": 4}, {"name": "a", "num_embeddings": 1, "embedding_dim": 4}], "duplicate table name"),
+    ([], "tables: must be a non-empty list"),
+])
+def test_bad_files_name_the_table_and_field(tmp_path, tables, expected):
+    with pytest.raises(InputError) as info:
+        load_workload(_file(tmp_path, {"tables": tables}))
+    assert expected in str(info.value)
+    assert str(tmp_path / "w.json") in str(info.value)
+
+
+def test_bad_json_and_bad_topology(tmp_path):
+    with pytest.raises(InputError, match="not valid JSON"):
+        load_workload(_file(tmp_path, "{not json"))
+    with pytest.raises(InputError, match="topology: num_devices"):
+        load_workload(_file(tmp_path, {"tables": [{"name": "a", "num_embeddings": 1, "embedding_dim": 4}],
+                                       "topology": {"num_devices": 0, "device_memory_gb": 1}}))
+
+
+def test_file_round_trip(tmp_path):
+    workload = Workload((Table("a", 10, 4, 2.5, 1.1), Table("b", 7, 8, optimizer=Optimizer.ADAGRAD)), 512, "w")
+    save_workload(tmp_path / "w.json", workload, Topology(4, 2.0))
+    assert load_workload(tmp_path / "w.json") == (workload, Topology(4, 2.0))
+
+
+def test_torchrec_field_names_and_defaults():
+    workload, topology = workload_from_dict({"tables": [{"name": "a", "num_embeddings": 5, "embedding_dim": 4}]})
+    assert workload.tables[0] == Table("a", 5, 4, pooling_factor=1.0, zipf_alpha=0.0)
+    assert topology is None and workload.batch_size == 2048
+
+
+def test_generator_is_deterministic_and_split():
+    a, b = generate_pool(PoolConfig(size=200, seed=3)), generate_pool(PoolConfig(size=200, seed=3))
+    assert a == b
+    assert generate_pool(PoolConfig(size=200, seed=4)) != a
+    assert len(a.test) == 40 and len(a.train) == 160
+    assert not {t.name for t in a.train} & {t.name for t in a.test}
+
+
+def test_generator_is_production_like():
+    tables = generate_pool(PoolConfig(size=2000, seed=0)).all
+    rows = np.array([t.num_embeddings for t in tables])
+    pooling = np.array([t.pooling_factor for t in tables])
+    assert rows.min() < 1_000 and rows.max() > 10**7  # heavy-tailed rows
+    assert {t.embedding_dim for t in tables} == {4, 8, 16, 32, 64, 128, 256}
+    assert pooling.min() == 1.0 and pooling.max() > 100 and np.median(pooling) < 5
+    assert len({t.zipf_alpha for t in tables}) > 50
+
+
+def test_task_sampler_draws_distinct_tables():
+    pool = generate_pool(PoolConfig(size=100, seed=1))
+    task = sample_task(pool.test, 15, np.random.default_rng(0))
+    assert len({t.name for t in task.tables}) == 15
+    assert set(task.tables) <= set(pool.test)
+    with pytest.raises(InputError, match="num_tables"):
+        sample_task(pool.test, 100, np.random.default_rng(0))
+
+
+def test_bundled_workloads_cite_sources():
+    for name in PRESETS:
+        workload, _ = load_preset(name)
+        assert len(workload.tables) == 26
+    criteo, _ = load_preset("criteo_terabyte")
+    assert max(t.num_embeddings for t in criteo.tables) == 40_000_000
+    assert {t.embedding_dim for t in criteo.tables} == {128}
+    assert criteo.tables[20].pooling_factor == 100
+    from importlib import resources
+    for name in PRESETS:
+        data = json.loads((resources.files("autoshard.presets") / f"{name}.json").read_text())
+        assert "source" in data and len(data["source"]) > 40
