@@ -1,0 +1,129 @@
+"""The neural cost model: invariance, training on real traces, checkpoints, the estimator report."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from autoshard.cli import app
+from autoshard.errors import ModelError
+from autoshard.synthetic import PoolConfig, generate_pool
+from autoshard.types import CostModel
+from cost_model.checkpoint import load_cost_model, save_checkpoint
+from cost_model.dataset import make_splits
+from cost_model.estimators import SumOfSingles
+from cost_model.evaluate import evaluate_all, mape
+from cost_model.features import NUM_FEATURES
+from cost_model.network import NetworkConfig, SetCostNetwork
+from cost_model.predictor import NeuralCostModel
+from cost_model.profile import DeviceProfile, ExecutionMode
+from cost_model.traces import read_traces
+from cost_model.train import TrainConfig, train_cost_model
+
+FIXTURE = Path(__file__).parent / "fixtures" / "cpu_traces_small.jsonl.gz"
+PROFILE = DeviceProfile("cpu", "test cpu", ExecutionMode.FBGEMM_TBE, 1, "2.13.0", "1.8.0")
+TABLES = generate_pool(PoolConfig(size=300, seed=7)).all
+
+
+def untrained_model(seed: int = 0) -> NeuralCostModel:
+    torch.manual_seed(seed)
+    return NeuralCostModel(SetCostNetwork(NetworkConfig()), torch.zeros(NUM_FEATURES),
+                           torch.ones(NUM_FEATURES), PROFILE, 128 * 2**20, 2048)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    traces = read_traces(FIXTURE)
+    splits = make_splits(traces, seed=0)
+    result = train_cost_model(splits, traces.profile, traces.batch_size,
+                              traces.header["bench"]["row_cap_bytes"], TrainConfig(max_epochs=60, patience=20))
+    return traces, splits, result
+
+
+def test_model_is_permutation_invariant_and_takes_1_to_200_tables():
+    model = untrained_model()
+    assert isinstance(model, CostModel)
+    tables = list(TABLES[:12])
+    a = model.predict(tables, 2048)
+    b = model.predict(tables[::-1], 2048)
+    assert a == pytest.approx(b, rel=1e-5)
+    shuffled = [tables[i] for i in np.random.default_rng(0).permutation(12)]
+    assert model.predict(shuffled, 2048) == pytest.approx(a, rel=1e-5)
+    one, many = model.predict(tables[:1], 2048), model.predict(list(TABLES[:200]), 2048)
+    assert np.isfinite([one, many]).all() and one > 0 and many > 0
+    assert model.predict([], 2048) == 0.0
+
+
+def test_batched_prediction_equals_one_by_one():
+    model = untrained_model()
+    sets = [list(TABLES[i:i + k]) for i, k in [(0, 1), (5, 7), (40, 20), (100, 3)]]
+    batched = model.predict_many(sets, 2048)
+    assert batched == pytest.approx([model.predict(s, 2048) for s in sets], rel=1e-5)
+
+
+def test_training_on_real_traces_learns_and_beats_sum_of_singles(trained):
+    traces, splits, result = trained
+    assert result.best_validation_loss < 0.5 * result.first_validation_loss
+    held_out = splits.unseen_sets + splits.unseen_tables
+    true = np.array([s.total_ms for s in held_out])
+    neural = mape(np.array(result.model.predict_many([s.tables for s in held_out], traces.batch_size)), true)
+    additive = mape(SumOfSingles(traces.singles).predict([s.tables for s in held_out]), true)
+    assert neural < additive
+
+
+def test_save_load_round_trips_exact_predictions(tmp_path, trained):
+    traces, _, result = trained
+    save_checkpoint(result.model, tmp_path)
+    loaded = load_cost_model(tmp_path, expected_profile=traces.profile.id)
+    sets = [list(TABLES[i:i + 9]) for i in range(0, 90, 9)]
+    assert loaded.predict_many(sets, 2048) == result.model.predict_many(sets, 2048)
+
+
+def test_corrupt_missing_and_mismatched_checkpoints_are_refused(tmp_path):
+    save_checkpoint(untrained_model(), tmp_path / "ok")
+    with pytest.raises(ModelError, match="trained on device profile"):
+        load_cost_model(tmp_path / "ok", expected_profile="cuda-h100-fbgemm_tbe-t1")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "cost_model.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ModelError, match="not a readable cost-model checkpoint"):
+        load_cost_model(tmp_path / "bad")
+    with pytest.raises(ModelError, match="no cost model"):
+        load_cost_model(tmp_path / "missing")
+    data = torch.load(tmp_path / "ok" / "cost_model.pt", weights_only=True)
+    torch.save({**data, "format_version": 99}, tmp_path / "old.pt")
+    with pytest.raises(ModelError, match="checkpoint format 99"):
+        load_cost_model(tmp_path / "old.pt")
+    torch.save({**data, "network_config": {**data["network_config"], "table_code": 7}}, tmp_path / "shape.pt")
+    with pytest.raises(ModelError, match="does not match"):
+        load_cost_model(tmp_path / "shape.pt")
+
+
+def test_estimator_report_has_every_field(trained):
+    traces, splits, result = trained
+    report = evaluate_all(result.model, splits, traces)
+    for split in ("unseen_sets", "unseen_tables"):
+        body = report[split]
+        assert set(body["estimators"]) == {"sum_of_singles", "linear_aggregate", "bandwidth_analytical", "neural"}
+        for s in body["estimators"].values():
+            assert set(s) == {"mape", "spearman", "ranking_accuracy", "samples"}
+            assert 0 <= s["mape"] and -1 <= s["spearman"] <= 1 and 0 <= s["ranking_accuracy"] <= 1
+        assert {"pass_to_pass_mape", "passes"} <= set(body["noise_floor"])
+        assert isinstance(body["neural_beats_all"], bool)
+
+
+def test_cli_train_then_eval(tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "model"
+    result = runner.invoke(app, ["cost", "train", "--traces", str(FIXTURE), "--out", str(out), "--max-epochs", "5"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["command"].startswith("autoshard cost train") and metrics["train_seconds"] > 0
+    assert (out / "train_log.csv").read_text().count("\n") == 6
+    result = runner.invoke(app, ["cost", "eval", "--model", str(out), "--traces", str(FIXTURE), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "unseen_tables" in json.loads(result.stdout)
+    bad = runner.invoke(app, ["cost", "eval", "--model", str(tmp_path / "nope"), "--traces", str(FIXTURE)])
+    assert bad.exit_code == 2 and "no cost model" in bad.output
