@@ -53,8 +53,10 @@ class CollectConfig:
 
     @property
     def plan_dict(self) -> dict:
+        """What fixes the samples (not ``passes``: a later run may add passes to a file)."""
         out = asdict(self)
         out.pop("bench")
+        out.pop("passes")
         return out
 
 

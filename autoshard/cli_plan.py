@@ -1,0 +1,99 @@
+"""`autoshard plan WORKLOAD`: shard a workload with one planner, or all, and compare the plans."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from autoshard.cli_support import console, friendly_errors, print_json
+from autoshard.errors import InputError, PlannerError
+from autoshard.types import CostModel, ShardingPlan, Topology, Workload
+
+DEFAULT_MODEL = Path("data/models/default")
+PROXY_UNIT = "proxy: dim x pooling summed per device (no cost model)"
+
+
+@friendly_errors
+def plan_cmd(
+    workload: Annotated[str, typer.Argument(help="A workload file (.json) or a bundled preset name.")],
+    devices: Annotated[Optional[int], typer.Option(min=1, help="Number of devices (default: the file's topology).")] = None,
+    memory_gb: Annotated[Optional[float], typer.Option(help="Memory per device for embeddings, GiB (default: the file's).")] = None,
+    planner: Annotated[str, typer.Option(help="A planner name, or 'all'.")] = "all",
+    model: Annotated[Optional[Path], typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL} if it exists).")] = None,
+    column_split: Annotated[bool, typer.Option(help="Split costly or large tables column-wise.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the random planner.")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Place a workload's tables on devices; with --planner all, compare every available planner."""
+    from autoshard.planners import ProxyCostModel, available_planners, make_planner, plans_report
+    from autoshard.presets import load_workload_or_preset
+
+    loaded, file_topology = load_workload_or_preset(workload)
+    topology = _topology(devices, memory_gb, file_topology)
+    cost_model, why_no_model = _load_model(model)
+    if why_no_model and not json_out:
+        console.print(f"[yellow]note:[/yellow] {why_no_model}; cost_greedy needs a model, and costs "
+                      "below are a proxy (dim x pooling), not milliseconds", highlight=False)
+    evaluator = cost_model or ProxyCostModel()
+    if planner == "all":
+        names, skipped = available_planners(cost_model)
+        skipped = [(n, f"{r} ({why_no_model})" if n == "cost_greedy" and why_no_model else r)
+                   for n, r in skipped]
+    else:
+        names, skipped = [planner], []
+    plans: list[ShardingPlan] = []
+    errors: list[PlannerError] = []
+    for name in names:
+        try:
+            plans.append(make_planner(name, evaluator if name != "cost_greedy" else cost_model,
+                                      seed, column_split).plan(loaded, topology))
+        except PlannerError as error:
+            errors.append(error)
+            skipped.append((name, str(error)))
+    if not plans:
+        raise errors[0]
+    report = plans_report(loaded, topology, plans, skipped, "ms" if cost_model else PROXY_UNIT)
+    if json_out:
+        print_json(report)
+    else:
+        _print_table(loaded, topology, report)
+
+
+def _topology(devices: int | None, memory_gb: float | None, from_file: Topology | None) -> Topology:
+    devices = devices if devices is not None else (from_file.num_devices if from_file else None)
+    memory_gb = memory_gb if memory_gb is not None else (from_file.device_memory_gb if from_file else None)
+    if devices is None or memory_gb is None:
+        raise InputError("topology", "the workload names no topology",
+                         "pass --devices and --memory-gb (or add a topology to the file)")
+    return Topology(devices, memory_gb)
+
+
+def _load_model(path: Path | None) -> tuple[CostModel | None, str | None]:
+    """(the cost model, None), or (None, why there is none)."""
+    path = path if path is not None else DEFAULT_MODEL
+    if not path.exists():
+        return None, f"no cost model at {path}"
+    try:
+        from cost_model.checkpoint import load_cost_model
+    except ImportError as error:
+        return None, f"cannot load cost models ({error})"
+    return load_cost_model(path), None
+
+
+def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    unit = "ms" if report["cost_unit"] == "ms" else "proxy"
+    table = RichTable(title=f"{workload.name}: {len(workload.tables)} tables on {topology.num_devices} "
+                            f"x {topology.device_memory_gb:g} GiB")
+    for column in ("planner", f"max cost ({unit})", "imbalance", "plan time (s)", "best"):
+        table.add_column(column)
+    for plan in report["plans"]:
+        table.add_row(plan["planner"], f"{plan['max_cost_ms']:.4g}", f"{plan['imbalance']:.1%}",
+                      f"{plan['plan_time_s']:.3g}", "*" if plan["best"] else "")
+    Console().print(table)
+    for skipped in report["skipped"]:
+        console.print(f"[yellow]skipped[/yellow] {skipped['planner']}: {skipped['reason']}", highlight=False)

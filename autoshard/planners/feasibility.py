@@ -1,0 +1,52 @@
+"""Memory feasibility: checks before planning, and the error when greedy placement runs out of room."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from autoshard.errors import PlannerError, PlannerErrorKind
+from autoshard.types import GIB, Topology
+
+if TYPE_CHECKING:
+    from autoshard.planners.placement import DeviceState
+    from autoshard.planners.units import Unit
+
+FIX_DEVICES = "use more devices"
+FIX_MEMORY = "use devices with more memory for embeddings"
+FIX_SPLIT = "allow column-wise splitting of large tables"
+FIX_SHRINK = "shrink the tables: smaller embedding dims, or fp16 (bytes_per_element 2)"
+
+
+def fmt_bytes(n: int) -> str:
+    return f"{n:,} bytes ({n / GIB:.3g} GiB)"
+
+
+def check_feasible(units: Sequence[Unit], topology: Topology, split_allowed: bool) -> None:
+    """Raise before planning if the tables cannot fit: in total, or one of them on any device."""
+    capacity = topology.device_memory_bytes
+    total = sum(u.memory_bytes for u in units)
+    if total > topology.num_devices * capacity:
+        raise PlannerError(
+            PlannerErrorKind.INSUFFICIENT_MEMORY,
+            f"the tables need {fmt_bytes(total)} but {topology.num_devices} device(s) x "
+            f"{fmt_bytes(capacity)} offer {fmt_bytes(topology.num_devices * capacity)}",
+            (FIX_DEVICES, FIX_MEMORY, f"{FIX_SHRINK} (column-wise splitting does not reduce the total)"))
+    largest = max(units, key=lambda u: u.memory_bytes)
+    if largest.memory_bytes > capacity:
+        what = (f"table {largest.parent!r} needs {fmt_bytes(largest.memory_bytes)}"
+                if largest.name == largest.parent else
+                f"table {largest.parent!r}: even its column shard {largest.name} needs "
+                f"{fmt_bytes(largest.memory_bytes)}")
+        fixes = (FIX_MEMORY, FIX_SHRINK) if split_allowed else (FIX_SPLIT, FIX_MEMORY, FIX_SHRINK)
+        raise PlannerError(PlannerErrorKind.TABLE_DOES_NOT_FIT,
+                           f"{what}, more than one device's {fmt_bytes(capacity)}", fixes)
+
+
+def no_room_error(unit: Unit, states: Sequence[DeviceState]) -> PlannerError:
+    """No device can take ``unit``: name it, the bytes it needs and the largest free space."""
+    free = max((s.free_bytes for s in states if unit.parent not in s.parents), default=0)
+    return PlannerError(
+        PlannerErrorKind.TABLE_DOES_NOT_FIT,
+        f"no device has room for table {unit.name!r}: it needs {fmt_bytes(unit.memory_bytes)}, "
+        f"the largest free space is {fmt_bytes(free)} (placement ran into a packing dead end)",
+        (FIX_DEVICES, FIX_SPLIT, FIX_MEMORY))

@@ -1,0 +1,52 @@
+"""Column-wise splitting of tables too costly (or too large) for one device."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from autoshard.planners.units import CostFn, Unit
+from autoshard.types import Table, TableShard, Topology
+
+MIN_SHARD_WIDTH = 4
+
+
+def split_ways(dim: int, max_ways: int) -> list[int]:
+    """2, 4, 8, ... shards while each is at least 4 columns, a multiple of 4, and at most
+    ``max_ways`` (shards of one table go to distinct devices)."""
+    ways, k = [], 2
+    while k <= max_ways and dim % k == 0 and (dim // k) % MIN_SHARD_WIDTH == 0:
+        ways.append(k)
+        k *= 2
+    return ways
+
+
+def split_units(units: Sequence[Unit], cost_fn: CostFn, topology: Topology,
+                memory_limit: int | None = None) -> list[Unit]:
+    """Split each whole-table unit whose cost exceeds the average device load (total / D), or
+    whose memory exceeds ``memory_limit`` (default: a device's memory), into the fewest shards
+    at or under both; if none qualify, into as many as allowed. Shard costs come from one
+    ``cost_fn`` call."""
+    average = sum(u.cost for u in units) / topology.num_devices
+    capacity = topology.device_memory_bytes if memory_limit is None else memory_limit
+    options: dict[int, list[tuple[int, Table]]] = {}
+    for i, unit in enumerate(units):
+        if unit.cost > average or unit.memory_bytes > capacity:
+            dim = unit.table.embedding_dim
+            ways = split_ways(dim, topology.num_devices)
+            if ways:
+                options[i] = [(k, TableShard(unit.table, 0, dim // k).as_table) for k in ways]
+    if not options:
+        return list(units)
+    candidates = [table for opts in options.values() for _, table in opts]
+    costs = iter(cost_fn(candidates))
+    out: list[Unit] = []
+    for i, unit in enumerate(units):
+        if i not in options:
+            out.append(unit)
+            continue
+        priced = [(k, table, next(costs)) for k, table in options[i]]
+        k, table, cost = next((p for p in priced if p[2] <= average and p[1].memory_bytes <= capacity),
+                              priced[-1])
+        out.extend(Unit.of(TableShard(unit.table, j * table.embedding_dim, table.embedding_dim), cost)
+                   for j in range(k))
+    return out

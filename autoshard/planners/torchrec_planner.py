@@ -1,0 +1,167 @@
+"""TorchRec's own planner (``EmbeddingShardingPlanner``) behind our Planner interface.
+
+It plans for a CUDA topology of ``num_devices`` devices with ``device_memory_bytes`` of HBM each
+(no GPU is needed to plan), fused kernels, table-wise sharding (plus column-wise when allowed),
+TorchRec's default proposers, partitioner and storage reservation. Needs the ``torchrec`` extra.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Iterator
+
+from autoshard.errors import PlannerError, PlannerErrorKind
+from autoshard.planners.feasibility import FIX_DEVICES, FIX_MEMORY, FIX_SPLIT, check_feasible
+from autoshard.planners.units import Unit
+from autoshard.types import CostModel, Optimizer, ShardingPlan, TableShard, Topology, Workload
+
+if TYPE_CHECKING:
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+INSTALL_FIX = ("install the torchrec extra after torch, without its dependencies: "
+               "pip install --no-deps torchrec==1.8.0 && "
+               "pip install tensordict torchmetrics==1.0.3 tqdm pyre-extensions")
+
+
+@dataclass(frozen=True, slots=True)
+class TorchRecPlanResult:
+    """Our plan, and TorchRec's own estimate of each device's cost (ms per iteration, on its
+    model of a GPU: forward + backward compute and communication of the device's shards)."""
+
+    plan: ShardingPlan
+    torchrec_estimates_ms: tuple[float, ...]
+
+
+class TorchRecPlanner:
+    """TorchRec's ``EmbeddingShardingPlanner`` on our workloads.
+
+    Args:
+        allow_column_split: also let TorchRec shard tables column-wise (it only cuts equal widths
+            of at least 128 columns, multiples of 4, that divide the dimension).
+        cost_model: fills the plan's device costs; without one they are TorchRec's estimates.
+        storage_reservation: the fraction of each device's memory TorchRec keeps back (its
+            default 0.15); it also reserves room for each device's input and output buffers.
+
+    Raises ``PlannerError(UNAVAILABLE)`` when constructed without torchrec installed.
+    """
+
+    name = "torchrec"
+
+    def __init__(self, allow_column_split: bool = False, cost_model: CostModel | None = None,
+                 storage_reservation: float = 0.15) -> None:
+        try:
+            from autoshard import torchrec_bridge
+        except (ImportError, OSError) as error:
+            raise PlannerError(PlannerErrorKind.UNAVAILABLE,
+                               f"TorchRec's planner needs torchrec, which does not import ({error})",
+                               (INSTALL_FIX,)) from None
+        self._bridge = torchrec_bridge
+        self.allow_column_split = allow_column_split
+        self.cost_model = cost_model
+        self.storage_reservation = storage_reservation
+
+    def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
+        return self.plan_with_estimates(workload, topology).plan
+
+    def plan_with_estimates(self, workload: Workload, topology: Topology) -> TorchRecPlanResult:
+        """Plan, and keep TorchRec's per-device perf estimates."""
+        from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+        from torchrec.distributed.planner import EmbeddingShardingPlanner
+        from torchrec.distributed.planner import Topology as TorchRecTopology
+        from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
+        from torchrec.distributed.planner.types import PlannerError as TorchRecPlannerError
+
+        started = time.perf_counter()
+        units = [Unit.of(TableShard(t), 0.0) for t in workload.tables]
+        if not self.allow_column_split:
+            check_feasible(units, topology, split_allowed=False)
+        world_size = topology.num_devices
+        with _quiet_torchrec():
+            planner = EmbeddingShardingPlanner(
+                topology=TorchRecTopology(world_size=world_size, compute_device="cuda",
+                                          hbm_cap=topology.device_memory_bytes),
+                batch_size=workload.batch_size,
+                storage_reservation=HeuristicalStorageReservation(
+                    percentage=self.storage_reservation, dense_tensor_estimate=0),
+                constraints=self._constraints(workload), stats=[], debug=False)
+            try:
+                torchrec_plan = planner.plan(self._module(workload), [EmbeddingBagCollectionSharder()])
+            except TorchRecPlannerError as error:
+                check_feasible(units, topology, self.allow_column_split)
+                raise self._no_plan_error(workload, topology, error) from None
+        estimates = [0.0] * world_size
+        for option in planner._best_plan or ():
+            for shard in option.shards:
+                estimates[shard.rank] += shard.perf.total
+        plan = self._bridge.from_torchrec_plan(torchrec_plan, workload, world_size, self.cost_model,
+                                               self.name, time.perf_counter() - started)
+        if self.cost_model is None:
+            plan = replace(plan, devices=tuple(replace(d, cost_ms=e)
+                                               for d, e in zip(plan.devices, estimates)))
+        return TorchRecPlanResult(plan, tuple(estimates))
+
+    def _constraints(self, workload: Workload) -> dict[str, Any]:
+        from torchrec.distributed.planner.types import ParameterConstraints
+
+        sharding_types = [self._bridge.TABLE_WISE]
+        if self.allow_column_split:
+            sharding_types.append(self._bridge.COLUMN_WISE)
+        return {t.name: ParameterConstraints(sharding_types=sharding_types,
+                                             compute_kernels=[self._bridge.FUSED],
+                                             pooling_factors=[t.pooling_factor])
+                for t in workload.tables}
+
+    def _module(self, workload: Workload) -> EmbeddingBagCollection:
+        """The workload on ``meta``, each weight tagged with its optimizer so that TorchRec counts
+        the optimizer state in its memory estimate (as ``apply_optimizer_in_backward`` would)."""
+        import torch
+        from torchrec.optim import RowWiseAdagrad
+
+        optimizer_class = {Optimizer.SGD: torch.optim.SGD, Optimizer.ADAGRAD: torch.optim.Adagrad,
+                           Optimizer.ROWWISE_ADAGRAD: RowWiseAdagrad}
+        module = self._bridge.embedding_bag_collection(workload)
+        for table in workload.tables:
+            weight = module.embedding_bags[table.name].weight
+            weight._optimizer_classes = [optimizer_class[table.optimizer]]  # type: ignore[attr-defined]
+        return module
+
+    def _no_plan_error(self, workload: Workload, topology: Topology, error: Exception) -> PlannerError:
+        found = _UNPLACED.search(str(error))
+        reason = (f"it found no room for table {found['table']!r} ({int(found['need']):,} bytes with "
+                  f"its buffers; the most a device had left was {int(found['free']):,})"
+                  if found else str(error).strip().splitlines()[0])
+        fixes = (FIX_DEVICES, FIX_MEMORY,
+                 f"reduce the batch size ({workload.batch_size}): TorchRec reserves input and "
+                 "output buffers for it on every device",
+                 f"lower storage_reservation ({self.storage_reservation})")
+        if not self.allow_column_split:
+            fixes += (FIX_SPLIT,)
+        return PlannerError(PlannerErrorKind.INSUFFICIENT_MEMORY,
+                            f"the tables fit {topology.num_devices} device(s) by AutoShard's count, "
+                            f"but not within TorchRec's reservations: {reason}", fixes)
+
+
+_UNPLACED = re.compile(r"Couldn't find a rank for shard .*?storage: Storage\(hbm=(?P<need>\d+).*?"
+                       r"of table (?P<table>[^,]+), largest device storage: Storage\(hbm=(?P<free>\d+)")
+
+
+@contextmanager
+def _quiet_torchrec() -> Iterator[None]:
+    """Silence TorchRec planner's advice aimed at its own users (topology factory, dry runs)."""
+    logger = logging.getLogger("torchrec.distributed.planner")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+__all__ = ["TorchRecPlanResult", "TorchRecPlanner"]

@@ -1,0 +1,44 @@
+"""Placement units: a table, or one column shard of it, with its cost alone (proxy or predicted)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from autoshard.types import CostModel, Table, TableShard
+
+CostFn = Callable[[Sequence[Table]], list[float]]
+"""The cost of each table alone, in one batched call."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One thing to place. ``table`` is the shard as a table (what costs depend on); ``parent``
+    names the workload table it belongs to."""
+
+    shard: TableShard
+    cost: float
+    table: Table
+    memory_bytes: int
+
+    @classmethod
+    def of(cls, shard: TableShard, cost: float) -> Unit:
+        table = shard.as_table
+        return cls(shard, float(cost), table, table.memory_bytes)
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+    @property
+    def parent(self) -> str:
+        return self.shard.table.name
+
+
+def proxy_costs(proxy: Callable[[Table], float]) -> CostFn:
+    return lambda tables: [float(proxy(t)) for t in tables]
+
+
+def model_costs(cost_model: CostModel, batch_size: int) -> CostFn:
+    """Single-table predictions, one ``predict_many`` call per batch of tables."""
+    return lambda tables: [float(c) for c in cost_model.predict_many([[t] for t in tables], batch_size)]

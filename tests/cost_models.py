@@ -1,0 +1,27 @@
+"""A cheap, deterministic, non-additive CostModel for tests (no trained network needed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from autoshard.types import Table
+
+
+@dataclass
+class AnalyticalTestCostModel:
+    """ms = (sum of lookup bytes / 1e7) x (1 + 0.05 (n - 1)) + 0.1 n for n tables: co-located
+    tables slow each other down, so a set costs more than the sum of its singles.
+    ``calls`` counts ``predict_many`` calls."""
+
+    calls: int = field(default=0)
+
+    def predict(self, tables: Sequence[Table], batch_size: int) -> float:
+        n = len(tables)
+        lookup_bytes = sum(batch_size * t.pooling_factor * t.embedding_dim * t.bytes_per_element
+                           for t in tables)
+        return lookup_bytes / 1e7 * (1 + 0.05 * max(n - 1, 0)) + 0.1 * n
+
+    def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
+        self.calls += 1
+        return [self.predict(tables, batch_size) for tables in table_sets]

@@ -1,0 +1,100 @@
+"""`autoshard plan`: presets, JSON output, cost models, and clean errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+from typer.testing import CliRunner
+
+from autoshard.cli import app
+from autoshard.planners import HEURISTICS
+from autoshard.types import Table, Topology, Workload
+from autoshard.workload_file import save_workload
+from tests.cost_models import AnalyticalTestCostModel
+
+runner = CliRunner()
+NO_MODEL = ["--model", "/nonexistent/model"]
+
+
+def plan(*args: str):
+    return runner.invoke(app, ["plan", *args])
+
+
+def test_preset_plan_json_with_every_heuristic_and_cost_greedy_skipped():
+    result = plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--json", *NO_MODEL)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["workload"]["name"] == "criteo_kaggle_dlrm" and report["workload"]["tables"] == 26
+    assert report["topology"] == {"num_devices": 4, "device_memory_gb": 1.0}
+    by_name = {p["planner"]: p for p in report["plans"]}
+    assert set(HEURISTICS) <= set(by_name)
+    assert sum(p["best"] for p in report["plans"]) == 1
+    best = next(p for p in report["plans"] if p["best"])
+    assert best["max_cost_ms"] == min(p["max_cost_ms"] for p in report["plans"])
+    for p in report["plans"]:
+        assert len(p["devices"]) == 4
+        assert sorted(t for d in p["devices"] for t in d["tables"]) == sorted(f"C{i}" for i in range(1, 27))
+        assert all(d["memory_bytes"] <= 1024**3 for d in p["devices"])
+        assert p["max_cost_ms"] == max(d["cost_ms"] for d in p["devices"])
+    skipped = {s["planner"]: s["reason"] for s in report["skipped"]}
+    assert "cost model" in skipped["cost_greedy"] and "/nonexistent/model" in skipped["cost_greedy"]
+    assert report["cost_unit"] != "ms"
+
+
+def test_a_cost_model_enables_cost_greedy(tmp_path, monkeypatch):
+    checkpoint = types.ModuleType("cost_model.checkpoint")
+    checkpoint.load_cost_model = lambda path: AnalyticalTestCostModel()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cost_model.checkpoint", checkpoint)
+    for name in ("cost_greedy", "size_greedy"):
+        result = plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--planner", name,
+                      "--model", str(tmp_path), "--json", "--column-split")
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        assert report["cost_unit"] == "ms" and report["skipped"] == []
+        assert [p["planner"] for p in report["plans"]] == [name] and report["plans"][0]["best"]
+
+
+def test_topology_from_the_file_and_a_rich_table(tmp_path):
+    path = tmp_path / "w.json"
+    save_workload(path, Workload(tuple(Table(f"t{i}", 100, 8, 1.0 + i) for i in range(6)), name="mine"),
+                  Topology(3, 1.0))
+    result = plan(str(path), "--planner", "lookup_greedy", *NO_MODEL)
+    assert result.exit_code == 0, result.output
+    assert "lookup_greedy" in result.stdout and "mine" in result.stdout and "*" in result.stdout
+    assert "cost_greedy needs a model" in result.stderr
+
+
+def test_infeasible_memory_exits_2_naming_the_bytes():
+    result = plan("criteo_terabyte", "--devices", "2", "--memory-gb", "8", *NO_MODEL)
+    assert result.exit_code == 2
+    assert "insufficient_memory" in result.stderr and "bytes" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_a_table_too_large_for_a_device_exits_2_naming_it():
+    result = plan("criteo_terabyte", "--devices", "8", "--memory-gb", "16", "--planner", "size_greedy",
+                  *NO_MODEL)
+    assert result.exit_code == 2
+    assert "table_does_not_fit" in result.stderr and "'cat_" in result.stderr
+    assert "column-wise" in result.stderr
+
+
+def test_column_split_makes_it_fit():
+    result = plan("criteo_terabyte", "--devices", "8", "--memory-gb", "16", "--planner", "size_greedy",
+                  "--column-split", "--json", *NO_MODEL)
+    assert result.exit_code == 0, result.output
+    tables = [t for d in json.loads(result.stdout)["plans"][0]["devices"] for t in d["tables"]]
+    assert any(t.startswith("cat_0[") for t in tables)
+
+
+def test_missing_file_and_missing_topology_and_unknown_planner_exit_2():
+    missing = plan("no/such/workload.json", "--devices", "2", "--memory-gb", "1")
+    assert missing.exit_code == 2 and "no such file" in missing.stderr
+    no_topology = plan("criteo_kaggle", *NO_MODEL)
+    assert no_topology.exit_code == 2 and "--devices" in no_topology.stderr and "--memory-gb" in no_topology.stderr
+    unknown = plan("criteo_kaggle", "--devices", "2", "--memory-gb", "1", "--planner", "nope", *NO_MODEL)
+    assert unknown.exit_code == 2 and "size_greedy" in unknown.stderr
+    no_model = plan("criteo_kaggle", "--devices", "2", "--memory-gb", "1", "--planner", "cost_greedy", *NO_MODEL)
+    assert no_model.exit_code == 2 and "unavailable" in no_model.stderr

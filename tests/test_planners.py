@@ -1,0 +1,400 @@
+"""Planners: hand-computed plans, properties over random workloads, cost greedy vs heuristics,
+column splitting, memory errors, plan validation and the registry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autoshard.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.planners import (HEURISTICS, PLANNERS, CostGreedyPlanner, ProxyCostModel, make_planner,
+                                plan_to_dict, plans_report, validate_plan)
+from autoshard.planners.local_search import improve
+from autoshard.planners.placement import DeviceState
+from autoshard.planners.proxies import lookup_proxy, size_lookup_proxy
+from autoshard.planners.splitting import split_ways
+from autoshard.planners.units import Unit
+from autoshard.synthetic import PoolConfig, generate_pool, sample_task
+from autoshard.types import GIB, DevicePlan, Optimizer, ShardingPlan, Table, TableShard, Topology, Workload
+from tests.cost_models import AnalyticalTestCostModel
+
+ALL = HEURISTICS + ("cost_greedy",)
+
+# Five tables:            memory (bytes)  dim  lookup (dim x pool)  size_lookup (x log10 rows)
+BIG = Table("big", 100_000, 4, 3.0)    # 1,600,000    4    12                   60
+HOT = Table("hot", 1_000, 4, 5.0)      #    16,000    4    20                   60
+WIDE = Table("wide", 10, 16, 2.0)      #       640   16    32                   32
+MID = Table("mid", 100, 8, 1.0)        #     3,200    8     8                   16
+TALL = Table("tall", 10_000, 2, 1.0)   #    80,000    2     2                    8
+TINY = Workload((BIG, HOT, WIDE, MID, TALL), batch_size=16, name="tiny")
+
+
+def topo(devices: int, capacity_bytes: int) -> Topology:
+    """A topology whose device memory is ``capacity_bytes`` (GiB rounding can only add a byte)."""
+    topology = Topology(devices, (capacity_bytes + 0.5) / GIB)
+    assert topology.device_memory_bytes == capacity_bytes
+    return topology
+
+
+AMPLE = 1 << 30
+
+
+def names(plan: ShardingPlan) -> list[list[str]]:
+    return [[plan_label(s) for s in d.shards] for d in plan.devices]
+
+
+def plan_label(shard: TableShard) -> str:
+    return shard.as_table.name
+
+
+# --- hand-computed plans ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("planner, devices, capacity, expected", [
+    # by memory: big, tall, hot, mid, wide; big fills device 0's load
+    ("size_greedy", 2, AMPLE, [["big"], ["tall", "hot", "mid", "wide"]]),
+    # by dim: wide 16, mid 8, big 4, hot 4 (tie -> name), tall 2; tall ties 8/8 -> less memory
+    ("dim_greedy", 3, AMPLE, [["wide"], ["mid", "tall"], ["big", "hot"]]),
+    # by lookups: wide 32, hot 20, big 12, mid 8, tall 2; mid ties 32/32 -> device 0 (less memory)
+    ("lookup_greedy", 2, AMPLE, [["wide", "mid"], ["hot", "big", "tall"]]),
+    # same, but device 1 (hot + big = 1,616,000 bytes) has no room left for tall (80,000)
+    ("lookup_greedy", 2, 1_650_000, [["wide", "mid", "tall"], ["hot", "big"]]),
+    # big 60, hot 60 (tie -> name), wide 32, mid 16, tall 8; wide ties 60/60 -> device 1 has
+    # less memory (hot) than device 0 (big), so it wins over the lower index
+    ("size_lookup_greedy", 2, AMPLE, [["big", "mid", "tall"], ["hot", "wide"]]),
+    # given order big, hot, wide, mid, tall -> 0, 1, 2, 0, 1
+    ("round_robin", 3, AMPLE, [["big", "mid"], ["hot", "tall"], ["wide"]]),
+    # device 0 holds big (1,600,000 of 1,602,000): mid skips to device 1
+    ("round_robin", 3, 1_602_000, [["big"], ["hot", "mid", "tall"], ["wide"]]),
+])
+def test_heuristics_match_hand_computed_plans(planner, devices, capacity, expected):
+    plan = make_planner(planner).plan(TINY, topo(devices, capacity))
+    assert plan.planner == planner
+    assert names(plan) == expected
+    assert plan.plan_time_s > 0
+
+
+def test_random_is_seeded_uniform_and_memory_aware():
+    # Each device has room for exactly one of these three tables: any plan is a permutation.
+    tables = tuple(Table(f"t{i}", 1000, 16) for i in range(3))  # 64,000 bytes each
+    workload, topology = Workload(tables), topo(3, 100_000)
+    for seed in range(5):
+        plan = make_planner("random", seed=seed).plan(workload, topology)
+        assert sorted(len(d.shards) for d in plan.devices) == [1, 1, 1]
+    many = Workload(tuple(Table(f"t{i:02d}", 10, 4) for i in range(40)))
+    plans = [names(make_planner("random", seed=s).plan(many, topo(4, AMPLE))) for s in range(4)]
+    assert plans[0] == names(make_planner("random", seed=0).plan(many, topo(4, AMPLE)))
+    assert len({str(p) for p in plans}) == 4
+    counts = [len(d) for d in plans[0]]
+    assert min(counts) >= 4 and sum(counts) == 40  # uniform, not all on one device
+
+
+def test_cost_greedy_hand_computed_on_tiny():
+    model = AnalyticalTestCostModel()
+    workload = Workload(TINY.tables, batch_size=65536)  # 1 lookup = 0.0262 ms, so lookups matter
+    # alone: wide 32 > hot 20 > big 12 > mid 8 > tall 2 lookups. wide -> 0; hot -> 1 (0.62 vs
+    # 1.63 ms on 0); big -> 1 (1.08 vs 1.41); mid -> 0 (1.30 vs 1.45 with 3 tables on 1);
+    # tall -> 1 (1.28 vs 1.51).
+    plan = CostGreedyPlanner(model, max_rounds=0).plan(workload, topo(2, AMPLE))
+    assert names(plan) == [["wide", "mid"], ["hot", "big", "tall"]]
+    assert [d.cost_ms for d in plan.devices] == pytest.approx([1.301, 1.280], abs=1e-3)
+    assert [d.cost_ms for d in plan.devices] == pytest.approx(
+        [model.predict([WIDE, MID], 65536), model.predict([HOT, BIG, TALL], 65536)])
+
+
+def test_without_cost_model_device_cost_is_the_proxy_sum():
+    plan = make_planner("size_lookup_greedy").plan(TINY, topo(2, AMPLE))
+    for device in plan.devices:
+        assert device.cost_ms == pytest.approx(sum(size_lookup_proxy(s.table) for s in device.shards))
+    plan = make_planner("round_robin").plan(TINY, topo(3, AMPLE))
+    assert [d.cost_ms for d in plan.devices] == pytest.approx([12 + 8, 20 + 2, 32])
+
+
+def test_with_cost_model_device_costs_are_predictions_in_one_batched_call():
+    model = AnalyticalTestCostModel()
+    plan = make_planner("lookup_greedy", model).plan(TINY, topo(6, AMPLE))
+    assert model.calls == 1
+    for device in plan.devices:
+        tables = [s.table for s in device.shards]
+        assert device.cost_ms == (model.predict(tables, 16) if tables else 0.0)
+    assert plan.devices[5].shards == () and plan.devices[5].cost_ms == 0.0
+
+
+# --- properties over random workloads --------------------------------------------------------
+
+@st.composite
+def tasks(draw):
+    n = draw(st.integers(1, 12))
+    tables = tuple(Table(f"t{i}", draw(st.integers(1, 5000)), draw(st.sampled_from((4, 8, 12, 16, 32, 64))),
+                         draw(st.floats(1.0, 20.0)),
+                         optimizer=draw(st.sampled_from((Optimizer.SGD, Optimizer.ROWWISE_ADAGRAD))))
+                   for i in range(n))
+    workload = Workload(tables, batch_size=draw(st.sampled_from((1, 64, 2048))))
+    devices = draw(st.integers(1, 5))
+    slack = draw(st.one_of(st.floats(0.2, 3.0), st.floats(1.0, 1.4)))  # often tight
+    capacity = max(1, int(slack * workload.memory_bytes / devices))
+    return workload, topo(devices, capacity)
+
+
+def check_valid(plan: ShardingPlan, workload: Workload, topology: Topology) -> None:
+    """``validate_plan``, and the same checked independently, column by column."""
+    validate_plan(plan, workload, topology)
+    cover = {t.name: [0] * t.embedding_dim for t in workload.tables}
+    for device in plan.devices:
+        assert device.memory_bytes <= topology.device_memory_bytes
+        assert len({s.table.name for s in device.shards}) == len(device.shards)
+        for shard in device.shards:
+            for column in range(shard.column_offset, shard.column_offset + shard.width):
+                cover[shard.table.name][column] += 1
+    assert all(count == 1 for columns in cover.values() for count in columns)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(task=tasks(), planner=st.sampled_from(ALL))
+def test_every_planner_places_every_table_once_within_memory_or_raises_when_infeasible(task, planner):
+    workload, topology = task
+    capacity = topology.device_memory_bytes
+    total, largest = workload.memory_bytes, max(t.memory_bytes for t in workload.tables)
+    easy = total <= 0.5 * topology.num_devices * capacity and largest <= 0.5 * capacity
+    try:
+        plan = make_planner(planner, AnalyticalTestCostModel()).plan(workload, topology)
+    except PlannerError as error:
+        assert not easy, f"raised on an easy task: {error}"
+        if total > topology.num_devices * capacity:
+            assert error.kind is PlannerErrorKind.INSUFFICIENT_MEMORY
+        else:
+            assert error.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT
+        return
+    assert total <= topology.num_devices * capacity and largest <= capacity
+    check_valid(plan, workload, topology)
+    assert sum(len(d.shards) for d in plan.devices) == len(workload.tables)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(task=tasks(), planner=st.sampled_from(ALL))
+def test_column_split_plans_are_valid_or_raise_planner_errors(task, planner):
+    workload, topology = task
+    try:
+        plan = make_planner(planner, AnalyticalTestCostModel(), allow_column_split=True).plan(workload, topology)
+    except PlannerError as error:
+        assert error.kind in (PlannerErrorKind.INSUFFICIENT_MEMORY, PlannerErrorKind.TABLE_DOES_NOT_FIT)
+        return
+    check_valid(plan, workload, topology)
+
+
+# --- cost greedy against the heuristics -------------------------------------------------------
+
+def suite() -> list[tuple[Workload, Topology]]:
+    pool = generate_pool(PoolConfig(size=300, seed=0))
+    out = []
+    for seed, n in enumerate((20, 25, 30, 35, 40)):
+        workload = sample_task(pool.all, n, np.random.default_rng(seed), name=f"task{seed}")
+        largest = max(t.memory_bytes for t in workload.tables)
+        out.append((workload, topo(4, int(max(1.5 * workload.memory_bytes / 4, largest) * 1.01))))
+    return out
+
+
+def heuristic_plans(workload: Workload, topology: Topology, model: AnalyticalTestCostModel) -> list[ShardingPlan]:
+    plans = []
+    for name in HEURISTICS:
+        try:
+            plans.append(make_planner(name, model).plan(workload, topology))
+        except PlannerError:  # a packing dead end: no plan to compare with
+            pass
+    assert len(plans) >= 4
+    return plans
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_cost_greedy_never_worse_than_the_best_heuristic(index):
+    workload, topology = suite()[index]
+    model = AnalyticalTestCostModel()
+    heuristic = min(plan.max_cost_ms for plan in heuristic_plans(workload, topology, model))
+    greedy_only = CostGreedyPlanner(model, max_rounds=0).plan(workload, topology)
+    model.calls = 0
+    plan = make_planner("cost_greedy", model).plan(workload, topology)
+    check_valid(plan, workload, topology)
+    assert plan.max_cost_ms <= heuristic * (1 + 1e-9)
+    assert plan.max_cost_ms <= greedy_only.max_cost_ms * (1 + 1e-9)  # local search never hurts
+    assert model.calls <= 1 + len(workload.tables) + 50  # singles, one per table, one per round
+    for device in plan.devices:  # reported costs are the model's, for the final sets
+        assert device.cost_ms == pytest.approx(model.predict([s.table for s in device.shards], 2048)
+                                               if device.shards else 0.0)
+
+
+def test_local_search_lowers_the_max_on_some_tasks():
+    model = AnalyticalTestCostModel()
+    gains = [CostGreedyPlanner(model, max_rounds=0).plan(w, t).max_cost_ms - make_planner("cost_greedy", model)
+             .plan(w, t).max_cost_ms for w, t in suite()]
+    assert all(g >= -1e-9 for g in gains) and sum(g > 1e-6 for g in gains) >= 2
+
+
+def test_improve_moves_and_swaps_off_the_max_device_within_memory():
+    model = AnalyticalTestCostModel()
+    tables = [Table(f"t{i}", 100, 8 * (i + 1)) for i in range(4)]  # 3,200 .. 12,800 bytes
+    states = [DeviceState(0, 40_000), DeviceState(1, 40_000)]
+    for table in tables:
+        states[0].add(Unit.of(TableShard(table), 0.0), 0.0)
+    states[0].load = model.predict(tables, 2048)
+    assert improve(states, model, 2048) >= 1
+    loads = [model.predict(s.tables, 2048) for s in states]
+    assert [s.load for s in states] == pytest.approx(loads)
+    assert sorted(sorted(u.name for u in s.units) for s in states) == [["t0", "t3"], ["t1", "t2"]]
+    # a device too small for anything but t0 limits the search to it
+    states = [DeviceState(0, 40_000), DeviceState(1, 3_200)]
+    for table in tables:
+        states[0].add(Unit.of(TableShard(table), 0.0), 0.0)
+    states[0].load = model.predict(tables, 2048)
+    improve(states, model, 2048)
+    assert [u.name for u in states[1].units] == ["t0"]
+
+
+# --- column splitting -------------------------------------------------------------------------
+
+SKEWED = Workload((Table("huge", 1000, 128, 50.0),) + tuple(Table(f"s{i}", 100, 8) for i in range(7)),
+                  batch_size=2048, name="skewed")
+
+
+def test_split_ways_need_widths_multiple_of_four_and_at_most_one_shard_per_device():
+    assert split_ways(128, 4) == [2, 4]
+    assert split_ways(128, 8) == [2, 4, 8]
+    assert split_ways(24, 8) == [2]
+    assert split_ways(8, 8) == [2]
+    assert split_ways(6, 8) == []
+    assert split_ways(128, 1) == []
+
+
+@pytest.mark.parametrize("planner", ["cost_greedy", "lookup_greedy", "size_lookup_greedy"])
+def test_column_split_lowers_the_max_and_places_shards_on_distinct_devices(planner):
+    model = AnalyticalTestCostModel()
+    topology = topo(4, AMPLE)
+    whole = make_planner(planner, model).plan(SKEWED, topology)
+    split = make_planner(planner, model, allow_column_split=True).plan(SKEWED, topology)
+    validate_plan(split, SKEWED, topology)
+    shards = [(d, s) for d, device in enumerate(split.devices) for s in device.shards if s.table.name == "huge"]
+    assert len(shards) == 4  # 50 x 128 lookups is far over the average: 4 shards of 32 columns
+    assert len({d for d, _ in shards}) == 4
+    assert sorted((s.column_offset, s.width) for _, s in shards) == [(0, 32), (32, 32), (64, 32), (96, 32)]
+    assert split.max_cost_ms < whole.max_cost_ms
+    labels = plan_to_dict(split)["devices"]
+    assert sorted(t for d in labels for t in d["tables"] if t.startswith("huge")) == [
+        "huge[0:32]", "huge[32:64]", "huge[64:96]", "huge[96:128]"]
+
+
+def test_a_table_larger_than_a_device_fits_only_when_split():
+    big = Table("wide_and_long", 10_000, 64)  # 2,560,000 bytes
+    workload = Workload((big, Table("small", 10, 4)))
+    topology = topo(4, 1_000_000)
+    with pytest.raises(PlannerError) as info:
+        make_planner("size_greedy").plan(workload, topology)
+    assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT
+    assert "'wide_and_long'" in str(info.value) and "2,560,000 bytes" in str(info.value)
+    assert any("column-wise" in fix for fix in info.value.fixes)
+    plan = make_planner("size_greedy", allow_column_split=True).plan(workload, topology)
+    validate_plan(plan, workload, topology)
+    assert max(d.memory_bytes for d in plan.devices) <= 1_000_000
+
+
+def test_split_retries_finer_shards_after_a_packing_dead_end():
+    # 3 tables of 1.2 devices each: halves (0.6) cannot pair up on 4 devices, quarters (0.3) can.
+    tables = tuple(Table(f"t{i}", 1200, 128) for i in range(3))  # 614,400 bytes each
+    workload, topology = Workload(tables), topo(4, 512_000)
+    for planner in ALL:
+        plan = make_planner(planner, AnalyticalTestCostModel(), allow_column_split=True).plan(workload, topology)
+        validate_plan(plan, workload, topology)
+        assert all(len(d.shards) == 3 for d in plan.devices)
+
+
+def test_a_table_that_cannot_split_small_enough_names_its_smallest_shard():
+    workload = Workload((Table("fat", 100_000, 8),))  # 3,200,000 bytes; at most 2 shards of 4
+    with pytest.raises(PlannerError) as info:
+        make_planner("dim_greedy", allow_column_split=True).plan(workload, topo(4, 1_000_000))
+    assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT
+    assert "'fat'" in str(info.value) and "fat[0:4]" in str(info.value) and "1,600,000 bytes" in str(info.value)
+
+
+# --- memory errors ----------------------------------------------------------------------------
+
+def test_insufficient_memory_names_the_bytes_needed_and_available():
+    with pytest.raises(PlannerError) as info:
+        make_planner("lookup_greedy").plan(TINY, topo(2, 800_000))
+    error = info.value
+    assert error.kind is PlannerErrorKind.INSUFFICIENT_MEMORY
+    assert "1,699,840 bytes" in error.message and "1,600,000 bytes" in error.message
+    assert len(error.fixes) == 3 and "1. use more devices" in str(error)
+
+
+def test_a_table_bigger_than_a_device_is_named():
+    with pytest.raises(PlannerError) as info:
+        make_planner("round_robin").plan(TINY, topo(3, 1_000_000))
+    assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT
+    assert "'big'" in info.value.message and "1,600,000 bytes" in info.value.message
+
+
+def test_a_packing_dead_end_names_the_table_its_bytes_and_the_largest_free_space():
+    # 3 x 60 bytes on 2 devices of 110: fits in total and one by one, but no two share a device.
+    tables = tuple(Table(f"a{i}", 15, 1) for i in range(3))
+    with pytest.raises(PlannerError) as info:
+        make_planner("size_greedy").plan(Workload(tables), topo(2, 110))
+    message = info.value.message
+    assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT
+    assert "'a2'" in message and "60 bytes" in message and "largest free space is 50 bytes" in message
+    assert any("column-wise" in fix for fix in info.value.fixes)
+
+
+# --- validation, reports, registry ------------------------------------------------------------
+
+def whole(*tables: Table) -> tuple[TableShard, ...]:
+    return tuple(TableShard(t) for t in tables)
+
+
+@pytest.mark.parametrize("devices, capacity, needle", [
+    ([whole(BIG, HOT), whole(WIDE, MID)], AMPLE, "'tall' is not placed"),
+    ([whole(BIG, HOT, TALL), whole(WIDE, MID, TALL)], AMPLE, "covered twice"),
+    ([whole(BIG, HOT, TALL), whole(MID) + (TableShard(WIDE, 0, 8),)], AMPLE, "columns 8:16"),
+    ([whole(BIG, HOT, TALL, MID) + (TableShard(WIDE, 0, 8), TableShard(WIDE, 8, 8)), ()], AMPLE,
+     "two shards"),
+    ([whole(BIG, HOT, TALL), whole(WIDE, MID, Table("ghost", 1, 4))], AMPLE, "'ghost'"),
+    ([whole(BIG, HOT, TALL), whole(WIDE, MID)], 1_000_000, "memory"),
+    ([whole(BIG, HOT, TALL, WIDE, MID)], AMPLE, "the plan has 1 devices"),
+])
+def test_validate_plan_rejects_invalid_plans(devices, capacity, needle):
+    plan = ShardingPlan("hand", tuple(DevicePlan(d, 0.0) for d in devices))
+    with pytest.raises(InputError) as info:
+        validate_plan(plan, TINY, topo(2, capacity))
+    assert needle in str(info.value)
+
+
+def test_validate_plan_accepts_split_tables_covering_every_column_once():
+    plan = ShardingPlan("hand", (DevicePlan(whole(BIG, HOT, TALL) + (TableShard(WIDE, 8, 8),), 0.0),
+                                 DevicePlan(whole(MID) + (TableShard(WIDE, 0, 8),), 0.0)))
+    validate_plan(plan, TINY, topo(2, AMPLE))
+
+
+def test_plans_report_flags_the_lowest_max_cost_as_best():
+    topology = topo(2, AMPLE)
+    plans = [make_planner(n, ProxyCostModel()).plan(TINY, topology) for n in ("size_greedy", "lookup_greedy")]
+    report = plans_report(TINY, topology, plans, [("cost_greedy", "needs a model")])
+    assert [p["best"] for p in report["plans"]] == [False, True]
+    assert report["plans"][1]["max_cost_ms"] == pytest.approx(max(32 + 8, 20 + 12 + 2))
+    assert report["skipped"] == [{"planner": "cost_greedy", "reason": "needs a model"}]
+    assert report["topology"] == {"num_devices": 2, "device_memory_gb": topology.device_memory_gb}
+    assert sum(d["memory_bytes"] for d in report["plans"][0]["devices"]) == TINY.memory_bytes
+
+
+def test_registry_names_and_errors():
+    assert set(HEURISTICS) | {"cost_greedy", "torchrec"} <= set(PLANNERS)
+    with pytest.raises(PlannerError) as info:
+        make_planner("cost_greedy")
+    assert info.value.kind is PlannerErrorKind.UNAVAILABLE and info.value.fixes
+    with pytest.raises(InputError) as unknown:
+        make_planner("nope")
+    assert "size_greedy" in str(unknown.value)
+    for name in HEURISTICS:
+        assert make_planner(name).plan(TINY, topo(2, AMPLE)).planner == name
+
+
+def test_proxies_guard_single_row_tables():
+    assert size_lookup_proxy(Table("one", 1, 4, 2.0)) == pytest.approx(8e-3)
+    assert lookup_proxy(Table("one", 1, 4, 2.0)) == 8.0

@@ -1,0 +1,216 @@
+"""The TorchRec bridge and TorchRec's planner: conversions both ways, the JSON export, planning
+with memory limits, and a plan of ours run by DistributedModelParallel on 2 CPU processes."""
+
+import json
+import os
+import socket
+import sys
+
+import pytest
+
+pytest.importorskip("torchrec")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # noqa: E402
+from torchrec.distributed.sharding_plan import construct_module_sharding_plan, row_wise  # noqa: E402
+from torchrec.distributed.types import ShardingPlan as TorchRecShardingPlan  # noqa: E402
+
+from autoshard.errors import InputError, PlannerError, PlannerErrorKind  # noqa: E402
+from autoshard.planners.torchrec_planner import TorchRecPlanner  # noqa: E402
+from autoshard.planners.validate import validate_plan  # noqa: E402
+from autoshard.torchrec_bridge import (MODULE_PATH, embedding_bag_collection,  # noqa: E402
+                                       export_torchrec, from_torchrec_plan,
+                                       parameter_constraints_from_export, table_placements,
+                                       to_embedding_bag_configs, to_parameter_constraints,
+                                       to_torchrec_plan)
+from autoshard.types import (DevicePlan, Optimizer, ShardingPlan, Table, TableShard,  # noqa: E402
+                             Topology, Workload)
+
+MIB = 1024**2
+
+
+def small_workload() -> Workload:
+    tables = tuple(Table(f"t{i}", 1000 * (i + 1), (16, 32, 64, 256)[i % 4], pooling_factor=1 + i % 3,
+                         optimizer=Optimizer.ROWWISE_ADAGRAD) for i in range(8))
+    return Workload(tables, batch_size=512)
+
+
+def hand_plan() -> tuple[Workload, ShardingPlan]:
+    """2 devices, 4 tiny tables; ``b`` split 12 + 4 columns (uneven) across both devices."""
+    a, b, c, d = (Table("a", 50, 8), Table("b", 100, 16), Table("c", 30, 16, pooling_factor=2.0),
+                  Table("d", 20, 8))
+    plan = ShardingPlan("hand", (
+        DevicePlan((TableShard(a), TableShard(b, 0, 12), TableShard(d)), 0.0),
+        DevicePlan((TableShard(b, 12, 4), TableShard(c)), 0.0)))
+    return Workload((a, b, c, d), batch_size=4), plan
+
+
+class FixedCost:
+    """A stand-in cost model: 1 ms per table."""
+
+    def predict(self, tables, batch_size):
+        return float(len(tables))
+
+    def predict_many(self, table_sets, batch_size):
+        return [self.predict(s, batch_size) for s in table_sets]
+
+
+@pytest.mark.parametrize("allow_column_split", [False, True])
+def test_torchrec_planner_places_every_table_once_within_memory(allow_column_split):
+    workload, topology = small_workload(), Topology(3, 0.03)
+    result = TorchRecPlanner(allow_column_split=allow_column_split).plan_with_estimates(workload, topology)
+    plan = result.plan
+
+    validate_plan(plan, workload, topology)  # every column placed once, memory fits
+    assert all(d.memory_bytes <= topology.device_memory_bytes for d in plan.devices)
+    placements = table_placements(plan, workload)
+    assert plan.planner == "torchrec"
+    assert len(result.torchrec_estimates_ms) == 3 and all(e > 0 for e in result.torchrec_estimates_ms)
+    assert [d.cost_ms for d in plan.devices] == list(result.torchrec_estimates_ms)
+    if not allow_column_split:
+        assert all(len(shards) == 1 for shards in placements.values())
+
+
+def test_torchrec_planner_costs_come_from_the_cost_model_when_given():
+    workload = small_workload()
+    plan = TorchRecPlanner(cost_model=FixedCost()).plan(workload, Topology(3, 0.03))
+    assert [d.cost_ms for d in plan.devices] == [float(len(d.shards)) for d in plan.devices]
+
+
+@pytest.mark.parametrize("gib, kind", [
+    (0.004, PlannerErrorKind.INSUFFICIENT_MEMORY),  # 3 x 4 MiB < 15.6 MiB of tables
+    (0.0075, PlannerErrorKind.TABLE_DOES_NOT_FIT),  # t7 (7.8 MiB) exceeds one device
+    (0.0085, PlannerErrorKind.INSUFFICIENT_MEMORY),  # fits by our count, not TorchRec's reserve
+])
+def test_torchrec_planner_raises_our_error_when_memory_is_short(gib, kind):
+    with pytest.raises(PlannerError) as info:
+        TorchRecPlanner().plan(small_workload(), Topology(3, gib))
+    assert info.value.kind is kind and info.value.fixes
+
+
+def test_torchrec_planner_is_unavailable_without_torchrec(monkeypatch):
+    import autoshard
+
+    monkeypatch.setitem(sys.modules, "autoshard.torchrec_bridge", None)  # import now fails
+    monkeypatch.delattr(autoshard, "torchrec_bridge")
+    with pytest.raises(PlannerError) as info:
+        TorchRecPlanner()
+    assert info.value.kind is PlannerErrorKind.UNAVAILABLE and "--no-deps" in info.value.fixes[0]
+
+
+def test_embedding_bag_configs_mirror_the_tables():
+    workload, _ = hand_plan()
+    configs = to_embedding_bag_configs(workload)
+    assert [(c.name, c.num_embeddings, c.embedding_dim, c.feature_names) for c in configs] == [
+        (t.name, t.num_embeddings, t.embedding_dim, [t.name]) for t in workload.tables]
+    with pytest.raises(InputError):
+        to_embedding_bag_configs(Workload((Table("x", 10, 8, bytes_per_element=8),)))
+
+
+def test_plan_round_trips_through_torchrec():
+    workload, plan = hand_plan()
+    torchrec_plan = to_torchrec_plan(plan, workload, world_size=2)
+    module_plan = torchrec_plan.plan[MODULE_PATH]
+    assert module_plan["b"].sharding_type == "column_wise" and module_plan["b"].ranks == [0, 1]
+    assert module_plan["a"].sharding_type == "table_wise" and module_plan["a"].ranks == [0]
+
+    back = from_torchrec_plan(torchrec_plan, workload, 2, FixedCost())
+    assert table_placements(back, workload) == table_placements(plan, workload)
+    assert [set(d.shards) for d in back.devices] == [set(d.shards) for d in plan.devices]
+    assert [d.cost_ms for d in back.devices] == [3.0, 2.0]
+
+
+def test_adjacent_column_shards_on_one_rank_come_back_as_one():
+    workload, _ = hand_plan()
+    a, b, c, d = workload.tables
+    plan = ShardingPlan("hand", (DevicePlan((TableShard(a), TableShard(b, 0, 4), TableShard(b, 4, 4)), 0.0),
+                                 DevicePlan((TableShard(b, 8, 8), TableShard(c), TableShard(d)), 0.0)))
+    back = from_torchrec_plan(to_torchrec_plan(plan, workload, 2), workload, 2)
+    assert back.devices[0].shards == (TableShard(a), TableShard(b, 0, 8))
+
+
+def test_export_is_json_and_gives_the_same_constraints():
+    workload, plan = hand_plan()
+    export = json.loads(json.dumps(export_torchrec(plan, workload)))
+    assert export["b"] == {"sharding_type": "column_wise", "ranks": [0, 1], "compute_kernel": "fused",
+                           "pooling_factor": 1.0,
+                           "shards": [{"rank": 0, "column_offset": 0, "columns": 12},
+                                      {"rank": 1, "column_offset": 12, "columns": 4}]}
+    assert export["c"]["sharding_type"] == "table_wise" and export["c"]["ranks"] == [1]
+
+    constraints = parameter_constraints_from_export(export)
+    assert constraints == to_parameter_constraints(plan)
+    assert constraints["b"].sharding_types == ["column_wise"] and constraints["b"].min_partition == 4
+    assert constraints["c"].sharding_types == ["table_wise"] and constraints["c"].pooling_factors == [2.0]
+
+
+def test_conversions_reject_plans_that_do_not_cover_the_workload():
+    workload, plan = hand_plan()
+    a, b = workload.tables[0], workload.tables[1]
+    overlapping = ShardingPlan("bad", (DevicePlan((TableShard(a), TableShard(b, 0, 12)), 0.0),
+                                       DevicePlan((TableShard(b, 8, 8),), 0.0)))
+    for bad in (overlapping, ShardingPlan("bad", plan.devices[:1])):
+        with pytest.raises(InputError):
+            to_torchrec_plan(bad, workload, 2)
+    with pytest.raises(InputError):
+        to_torchrec_plan(plan, workload, world_size=1)
+
+
+def test_row_wise_torchrec_plans_are_refused():
+    workload, _ = hand_plan()
+    module = embedding_bag_collection(workload)
+    row_plan = construct_module_sharding_plan(
+        module, {t.name: row_wise() for t in workload.tables}, sharder=EmbeddingBagCollectionSharder(),
+        local_size=2, world_size=2, device_type="cpu")
+    with pytest.raises(InputError):
+        from_torchrec_plan(TorchRecShardingPlan({MODULE_PATH: row_plan}), workload, 2)
+
+
+def _dmp_worker(rank: int, world_size: int, port: int) -> None:
+    """One process of the DMP test: shard our plan, copy the reference weights in, compare."""
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        workload, plan = hand_plan()
+        torch.manual_seed(0)
+        reference = embedding_bag_collection(workload, "cpu")
+        sharded = DistributedModelParallel(
+            embedding_bag_collection(workload), device=torch.device("cpu"),
+            plan=to_torchrec_plan(plan, workload, world_size, compute_device="cpu"),
+            sharders=[EmbeddingBagCollectionSharder()], init_data_parallel=False)
+        weights = reference.state_dict()
+        with torch.no_grad():
+            for name, tensor in sharded.state_dict().items():
+                for shard in tensor.local_shards():
+                    (row, col), (rows, cols) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
+                    shard.tensor.copy_(weights[name][row:row + rows, col:col + cols])
+
+        generator = torch.Generator().manual_seed(1)
+        batch = 4
+        lengths = torch.randint(0, 4, (len(workload.tables) * batch,), generator=generator)
+        counts = lengths.view(len(workload.tables), batch).sum(dim=1).tolist()
+        values = torch.cat([torch.randint(0, t.num_embeddings, (n,), generator=generator)
+                            for t, n in zip(workload.tables, counts)])
+        features = KeyedJaggedTensor.from_lengths_sync(
+            keys=[t.name for t in workload.tables], values=values, lengths=lengths)
+        out = sharded(features)
+        out = out.wait() if hasattr(out, "wait") else out
+        expected = reference(features)
+        for table in workload.tables:
+            assert torch.equal(out[table.name], expected[table.name]), table.name
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(180)
+def test_distributed_model_parallel_runs_our_plan_like_the_unsharded_model():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_dmp_worker, args=(2, port), nprocs=2, join=True)
