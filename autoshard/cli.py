@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from autoshard import cli_bench, cli_cost, cli_plan
+from autoshard import cli_bench, cli_cost, cli_evaluate, cli_plan
 
 app = typer.Typer(help="AutoShard: learned sharding of embedding tables across devices.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(cli_bench.app, name="bench")
 app.command("plan")(cli_plan.plan_cmd)
 app.add_typer(cli_cost.app, name="cost")
+app.command("evaluate")(cli_evaluate.evaluate_cmd)
 
 
 def main() -> None:

@@ -7,11 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli_support import console, friendly_errors, print_json
-from autoshard.errors import InputError, PlannerError
+from autoshard.cli_support import DEFAULT_MODEL, console, friendly_errors, load_cost_model_or_none, print_json
+from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 
-DEFAULT_MODEL = Path("data/models/default")
 PROXY_UNIT = "proxy: dim x pooling summed per device (no cost model)"
 
 
@@ -27,33 +26,24 @@ def plan_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Place a workload's tables on devices; with --planner all, compare every available planner."""
-    from autoshard.planners import ProxyCostModel, available_planners, make_planner, plans_report
+    from autoshard.planners import plans_report
+    from autoshard.planners.compare import compare_planners
     from autoshard.presets import load_workload_or_preset
 
     loaded, file_topology = load_workload_or_preset(workload)
     topology = _topology(devices, memory_gb, file_topology)
-    cost_model, why_no_model = _load_model(model)
+    cost_model, why_no_model = load_cost_model_or_none(model)
     if why_no_model and not json_out:
         console.print(f"[yellow]note:[/yellow] {why_no_model}; cost_greedy needs a model, and costs "
                       "below are a proxy (dim x pooling), not milliseconds", highlight=False)
-    evaluator = cost_model or ProxyCostModel()
-    if planner == "all":
-        names, skipped = available_planners(cost_model)
-        skipped = [(n, f"{r} ({why_no_model})" if n == "cost_greedy" and why_no_model else r)
-                   for n, r in skipped]
-    else:
-        names, skipped = [planner], []
-    plans: list[ShardingPlan] = []
-    errors: list[PlannerError] = []
-    for name in names:
-        try:
-            plans.append(make_planner(name, evaluator if name != "cost_greedy" else cost_model,
-                                      seed, column_split).plan(loaded, topology))
-        except PlannerError as error:
-            errors.append(error)
-            skipped.append((name, str(error)))
-    if not plans:
-        raise errors[0]
+    names = None if planner == "all" else [planner]
+    result = compare_planners(loaded, topology, names, cost_model, seed, column_split)
+    skipped = [(n, f"{r} ({why_no_model})" if n == "cost_greedy" and why_no_model else r)
+               for n, r in result.skipped]
+    if not result.plans:
+        raise result.errors[0] if result.errors else PlannerError(
+            PlannerErrorKind.UNAVAILABLE, "no planner could run", ("see the skipped planners",))
+    plans = list(result.plans)
     report = plans_report(loaded, topology, plans, skipped, "ms" if cost_model else PROXY_UNIT)
     if json_out:
         print_json(report)
@@ -68,18 +58,6 @@ def _topology(devices: int | None, memory_gb: float | None, from_file: Topology 
         raise InputError("topology", "the workload names no topology",
                          "pass --devices and --memory-gb (or add a topology to the file)")
     return Topology(devices, memory_gb)
-
-
-def _load_model(path: Path | None) -> tuple[CostModel | None, str | None]:
-    """(the cost model, None), or (None, why there is none)."""
-    path = path if path is not None else DEFAULT_MODEL
-    if not path.exists():
-        return None, f"no cost model at {path}"
-    try:
-        from cost_model.checkpoint import load_cost_model
-    except ImportError as error:
-        return None, f"cannot load cost models ({error})"
-    return load_cost_model(path), None
 
 
 def _print_table(workload: Workload, topology: Topology, report: dict) -> None:

@@ -6,14 +6,18 @@ import functools
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
 
 from autoshard.errors import AutoShardError
+from autoshard.types import CostModel
 
 console = Console(stderr=True)
+# The shipped cost model: data/models/default points at the folder of the default device profile.
+DEFAULT_MODEL = Path(os.environ.get("AUTOSHARD_MODEL", Path(__file__).resolve().parents[1] / "data" / "models" / "default"))
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -53,3 +57,18 @@ def ensure_malloc_settings() -> None:
         return
     os.environ.update(MALLOC_SETTINGS)
     os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+def load_cost_model_or_none(path: Path | None) -> tuple[CostModel | None, str | None]:
+    """(the cost model, None), or (None, why there is none) when no model is there.
+
+    A model that is there but unreadable raises ``ModelError``: that is an error, not an absence.
+    """
+    path = path if path is not None else DEFAULT_MODEL
+    if not path.exists():
+        return None, f"no cost model at {path}"
+    try:
+        from cost_model.checkpoint import load_cost_model
+    except ImportError as error:
+        return None, f"cannot load cost models ({error})"
+    return load_cost_model(path), None

@@ -15,7 +15,8 @@ from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 class CostGreedyPlanner:
     """Tables by predicted cost alone, descending (ties by name; one batched call for all); each
     to the device whose predicted cost for its whole set with the table added is lowest, among
-    devices with room (ties: lowest index; one batched call per table). Then ``improve``: moves
+    devices with room that leave the remaining tables packable (ties: lowest index; one batched
+    call per table). Then ``improve``: moves
     and swaps off the max-cost device for at most ``max_rounds`` rounds (0 turns it off).
     Column splitting, if allowed, splits tables predicted above the average device load.
     Device ``cost_ms`` is the cost model's prediction."""
@@ -34,6 +35,6 @@ class CostGreedyPlanner:
             return state, float(cost)
 
         states = place_workload(workload, topology, model_costs(self.cost_model, batch_size),
-                                self.allow_column_split, cheapest_after)
+                                self.allow_column_split, cheapest_after, lookahead=True)
         improve(states, self.cost_model, batch_size, self.max_rounds)
         return build_plan(self.name, states, started, batch_size)

@@ -70,7 +70,7 @@ def prepare_units(workload: Workload, topology: Topology, cost_fn: CostFn, allow
 
 
 def place_workload(workload: Workload, topology: Topology, cost_fn: CostFn, allow_split: bool,
-                   choose: Chooser, order_by_cost: bool = True) -> list[DeviceState]:
+                   choose: Chooser, order_by_cost: bool = True, lookahead: bool = False) -> list[DeviceState]:
     """``prepare_units`` then ``place`` (heaviest first, or in the given order). When splitting
     is allowed and placement runs into a dead end, retry with shards of at most half, a quarter,
     ... of a device's memory, until the split stops changing."""
@@ -78,7 +78,7 @@ def place_workload(workload: Workload, topology: Topology, cost_fn: CostFn, allo
     while True:
         units = prepare_units(workload, topology, cost_fn, allow_split, limit)
         try:
-            return place(by_cost(units) if order_by_cost else units, topology, choose)
+            return place(by_cost(units) if order_by_cost else units, topology, choose, lookahead)
         except PlannerError:
             if not allow_split or len(units) == count:
                 raise
@@ -90,13 +90,40 @@ def by_cost(units: Sequence[Unit]) -> list[Unit]:
     return sorted(units, key=lambda u: (-u.cost, u.name))
 
 
-def place(units: Sequence[Unit], topology: Topology, choose: Chooser) -> list[DeviceState]:
-    """Place units in order, each on the device ``choose`` picks among those that accept it."""
+def packable(sizes_desc: Sequence[int], free: list[int]) -> bool:
+    """Whether items (sizes, largest first) fit into bins with ``free`` bytes, by first-fit
+    decreasing; stops early once the rest provably fits (every bin's room beyond the current
+    item adds up to the remaining total, so any-fit cannot fail)."""
+    free = sorted(free, reverse=True)
+    remaining = sum(sizes_desc)
+    for size in sizes_desc:
+        if sum(max(0, f - size) for f in free) >= remaining:
+            return True
+        slot = next((j for j, f in enumerate(free) if f >= size), None)
+        if slot is None:
+            return False
+        free[slot] -= size
+        remaining -= size
+    return True
+
+
+def place(units: Sequence[Unit], topology: Topology, choose: Chooser, lookahead: bool = False) -> list[DeviceState]:
+    """Place units in order, each on the device ``choose`` picks among those that accept it.
+
+    With ``lookahead``, a device is a candidate only if the units still to place can still be
+    packed afterwards (first-fit decreasing), which avoids packing dead ends when memory is
+    tight; if no device passes (FFD is not exact), every device with room stays a candidate.
+    """
     states = [DeviceState(d, topology.device_memory_bytes) for d in range(topology.num_devices)]
     for position, unit in enumerate(units):
         candidates = [s for s in states if s.accepts(unit)]
         if not candidates:
             raise no_room_error(unit, states)
+        if lookahead and len(candidates) > 1:
+            rest = sorted((u.memory_bytes for u in units[position + 1:]), reverse=True)
+            safe = [c for c in candidates if packable(rest, [s.free_bytes - (unit.memory_bytes if s is c else 0)
+                                                              for s in states])]
+            candidates = safe or candidates
         state, load = choose(position, unit, candidates)
         state.add(unit, load)
     return states

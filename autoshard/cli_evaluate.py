@@ -1,0 +1,60 @@
+"""`autoshard evaluate SUITE`: every planner on every task of a suite, predicted and measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from autoshard.cli_support import console, ensure_malloc_settings, friendly_errors, load_cost_model_or_none, print_json
+
+
+@friendly_errors
+def evaluate_cmd(
+    suite: Annotated[str, typer.Argument(help="A suite JSON file, or 'default' (bundled).")],
+    planners: Annotated[str, typer.Option(help="'all' or a comma-separated list of planner names.")] = "all",
+    measure: Annotated[bool, typer.Option(help="Measure every device's shard with the microbenchmark (interleaved).")] = False,
+    rounds: Annotated[int, typer.Option(min=1, help="Measurement rounds (plans interleaved in each).")] = 3,
+    model: Annotated[Optional[Path], typer.Option(help="Cost model folder (default: the shipped one).")] = None,
+    out: Annotated[Path, typer.Option(help="Folder for the per-task Markdown, CSV and PNG.")] = Path("runs/evaluate"),
+    column_split: Annotated[bool, typer.Option(help="Allow column-wise splits.")] = False,
+    seed: Annotated[int, typer.Option()] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Plan every task of a suite with every planner; with --measure, run the plans for real."""
+    if measure:
+        ensure_malloc_settings()
+    from autoshard.evaluation import evaluate_task, load_suite, task_rows, write_task_outputs
+
+    name, tasks = load_suite(suite)
+    cost_model, why = load_cost_model_or_none(model)
+    if why:
+        console.print(f"[yellow]note:[/yellow] {why}: predicted costs are proxies", highlight=False)
+    measurer = None
+    if measure:
+        from cost_model.bench import BenchConfig
+        from cost_model.measure_plan import measure_plans
+        from cost_model.profile import default_mode
+        config = BenchConfig(mode=default_mode())
+        measurer = lambda plans, batch, ref: measure_plans(plans, batch, config, rounds, ref)  # noqa: E731
+    names = None if planners == "all" else [p.strip() for p in planners.split(",") if p.strip()]
+    report = {"suite": name, "cost_unit": "ms" if cost_model else "proxy", "tasks": []}
+    for task in tasks:
+        console.print(f"[bold]{task.name}[/bold]: {len(task.workload.tables)} tables, "
+                      f"{task.topology.num_devices} devices", highlight=False)
+        result = evaluate_task(task, names, cost_model, measurer, seed, column_split)
+        files = write_task_outputs(result, out / name)
+        report["tasks"].append({"task": task.name, "tables": len(task.workload.tables),
+                                "num_devices": task.topology.num_devices,
+                                "device_memory_gb": task.topology.device_memory_gb,
+                                "reference": result.reference, "planners": task_rows(result),
+                                "skipped": [{"planner": p, "reason": r} for p, r in result.comparison.skipped],
+                                "files": files})
+        if not json_out:
+            console.print(Path(files["markdown"]).read_text(), highlight=False, markup=False)
+    (out / name).mkdir(parents=True, exist_ok=True)
+    import json
+    (out / name / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    if json_out:
+        print_json(report)

@@ -1,0 +1,170 @@
+"""Evaluation suites: tasks (workload + topology), every planner side by side, predicted and
+measured figures, written as Markdown, CSV and a PNG chart per task.
+
+Measurement is passed in (``PlanMeasurer``), so this module needs no benchmark code; the CLI
+hands it ``cost_model.measure_plan.measure_plans``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from autoshard.errors import InputError
+from autoshard.planners.compare import Comparison, compare_planners
+from autoshard.presets import load_workload_or_preset
+from autoshard.synthetic import PoolConfig, generate_pool, sample_task
+from autoshard.types import GIB, CostModel, ShardingPlan, Topology, Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    name: str
+    workload: Workload
+    topology: Topology
+
+
+class Measured(Protocol):
+    planner: str
+    device_ms: tuple[float, ...]
+    max_ms: float
+    max_iqr_ms: float
+    ratio_to_reference: float
+    ratio_ci95: tuple[float, float]
+
+
+PlanMeasurer = Callable[[Sequence[ShardingPlan], int, int], Sequence[Measured]]  # plans, batch, reference
+
+
+def memory_for(workload: Workload, num_devices: int, slack: float) -> float:
+    """GiB per device: ``slack`` x an even share, but never less than the largest table."""
+    largest = max(t.memory_bytes for t in workload.tables)
+    return round(max(slack * workload.memory_bytes / num_devices, largest * 1.0001) / GIB, 6)
+
+
+def _task(raw: dict[str, Any]) -> Task:
+    name = raw.get("name") or "task"
+    if "synthetic" in raw:
+        s = raw["synthetic"]
+        pool = generate_pool(PoolConfig(size=s.get("pool_size", 500), seed=s.get("pool_seed", 0)))
+        tables = pool.test if s.get("split", "test") == "test" else pool.train
+        workload = sample_task(tables, s["num_tables"], np.random.default_rng(s.get("seed", 0)),
+                               s.get("batch_size", 2048), name)
+    elif "workload" in raw:
+        workload, _ = load_workload_or_preset(raw["workload"])
+    else:
+        raise InputError("workload", "a task needs 'workload' (a file or preset) or 'synthetic'")
+    devices = raw.get("num_devices")
+    if not isinstance(devices, int):
+        raise InputError("num_devices", "is required (an integer >= 1)")
+    memory = raw.get("device_memory_gb") or memory_for(workload, devices, raw.get("memory_slack", 1.3))
+    return Task(name, workload, Topology(devices, memory))
+
+
+def load_suite(ref: str | Path) -> tuple[str, list[Task]]:
+    """A suite file, or the name of a bundled suite (``default``)."""
+    path = Path(ref)
+    if not path.exists():
+        bundled = Path(__file__).parent / "suites" / f"{ref}.json"
+        if not bundled.exists():
+            raise InputError("suite", f"no suite file or bundled suite {str(ref)!r}", "pass a suite JSON file or 'default'")
+        path = bundled
+    data = json.loads(path.read_text())
+    tasks = []
+    for i, raw in enumerate(data.get("tasks", [])):
+        try:
+            tasks.append(_task(raw))
+        except InputError as error:
+            raise error.located(f"{path}: tasks[{i}]") from None
+    return data.get("name", path.stem), tasks
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResult:
+    task: Task
+    comparison: Comparison
+    measured: tuple[Measured, ...]  # empty when not measured
+    reference: str
+
+
+def evaluate_task(task: Task, names: Sequence[str] | None, cost_model: CostModel | None,
+                  measurer: PlanMeasurer | None = None, seed: int = 0,
+                  allow_column_split: bool = False) -> TaskResult:
+    comparison = compare_planners(task.workload, task.topology, names, cost_model, seed, allow_column_split)
+    plans = comparison.plans
+    ref = next((i for i, p in enumerate(plans) if p.planner == "cost_greedy"), 0)
+    measured = tuple(measurer(plans, task.workload.batch_size, ref)) if measurer and plans else ()
+    return TaskResult(task, comparison, measured, plans[ref].planner if plans else "")
+
+
+def task_rows(result: TaskResult) -> list[dict[str, Any]]:
+    measured = {m.planner: m for m in result.measured}
+    rows = []
+    for plan in result.comparison.plans:
+        m = measured.get(plan.planner)
+        rows.append({
+            "planner": plan.planner, "predicted_max_ms": round(plan.max_cost_ms, 4),
+            "predicted_imbalance": round(plan.imbalance, 4), "plan_time_s": round(plan.plan_time_s, 4),
+            "measured_max_ms": round(m.max_ms, 4) if m else None,
+            "measured_max_iqr_ms": round(m.max_iqr_ms, 4) if m else None,
+            "measured_imbalance": round(max(m.device_ms) / float(np.mean(m.device_ms)) - 1, 4) if m else None,
+            f"measured_ratio_to_{result.reference}": round(m.ratio_to_reference, 4) if m else None,
+            "ratio_ci95": [round(v, 4) for v in m.ratio_ci95] if m else None,
+            "measured_device_ms": [round(v, 4) for v in m.device_ms] if m else None,
+        })
+    return rows
+
+
+def write_task_outputs(result: TaskResult, out: Path) -> dict[str, str]:
+    """``<task>.md``, ``<task>.csv`` and, when measured, ``<task>.png``; returns their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows, name = task_rows(result), result.task.name
+    md = [f"### {name}: {len(result.task.workload.tables)} tables on {result.task.topology.num_devices} "
+          f"x {result.task.topology.device_memory_gb:.3g} GiB", "",
+          "| planner | predicted max (ms) | measured max (ms) | ratio to " + result.reference +
+          " [95% CI] | measured imbalance | plan time (s) |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        ratio = r[f"measured_ratio_to_{result.reference}"]
+        ci = r["ratio_ci95"]
+        md.append(f"| {r['planner']} | {r['predicted_max_ms']:.3f} | "
+                  + (f"{r['measured_max_ms']:.3f} | {ratio:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] | "
+                     f"{r['measured_imbalance']:.1%}" if ratio is not None else "- | - | -")
+                  + f" | {r['plan_time_s']:.3g} |")
+    for planner, reason in result.comparison.skipped:
+        md.append(f"\nskipped {planner}: {reason.splitlines()[0]}")
+    paths = {"markdown": str(out / f"{name}.md"), "csv": str(out / f"{name}.csv")}
+    Path(paths["markdown"]).write_text("\n".join(md) + "\n")
+    with open(paths["csv"], "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["planner"])
+        writer.writeheader()
+        writer.writerows([{k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()} for r in rows])
+    if result.measured:
+        paths["chart"] = str(out / f"{name}.png")
+        _chart(result, Path(paths["chart"]))
+    return paths
+
+
+def _chart(result: TaskResult, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = result.measured
+    devices = max(len(m.device_ms) for m in measured)
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(measured)), 4))
+    width = 0.8 / devices
+    for d in range(devices):
+        ax.bar([i + d * width for i in range(len(measured))],
+               [m.device_ms[d] if d < len(m.device_ms) else 0 for m in measured], width)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(measured))])
+    ax.set_xticklabels([m.planner for m in measured], rotation=30, ha="right")
+    ax.set_ylabel("measured device cost (ms / iteration)")
+    ax.set_title(f"{result.task.name}: per-device measured cost (one bar per device)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

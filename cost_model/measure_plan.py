@@ -1,0 +1,63 @@
+"""Measured truth about plans: every device's shard run with the microbenchmark, plans interleaved.
+
+For each round, every plan's devices are measured in turn (plan A's devices, then B's, ...; the
+order of plans rotates each round), so slow drifts of the machine hit all plans alike. A plan's
+measured cost in a round is the max over its devices. Reported per plan: per-device medians over
+rounds, the median measured max with its spread, and the ratio of each plan's max to the
+reference plan's, per round, with a 95% confidence interval (t-interval on log ratios).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy import stats
+
+from autoshard.types import ShardingPlan
+from cost_model.bench import BenchConfig, measure
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredPlan:
+    planner: str
+    device_ms: tuple[float, ...]  # per-device median over rounds
+    max_ms: float  # median over rounds of the per-round max
+    max_iqr_ms: float
+    ratio_to_reference: float  # geometric mean over rounds of max / reference max
+    ratio_ci95: tuple[float, float]
+
+
+def _ci(log_ratios: list[float]) -> tuple[float, float, float]:
+    mean = statistics.fmean(log_ratios)
+    if len(log_ratios) < 2:
+        return math.exp(mean), math.nan, math.nan
+    half = stats.t.ppf(0.975, len(log_ratios) - 1) * statistics.stdev(log_ratios) / math.sqrt(len(log_ratios))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchConfig,
+                  rounds: int = 5, reference: int = 0) -> list[MeasuredPlan]:
+    """Interleaved measurement of plans of one task; ratios are to ``plans[reference]``."""
+    bench = BenchConfig(**{**{f: getattr(config, f) for f in config.__slots__}, "batch_size": batch_size})
+    per_round = [[[0.0] * len(p.devices) for p in plans] for _ in range(rounds)]
+    for r in range(rounds):
+        for k in range(len(plans)):
+            p = (k + r) % len(plans)
+            for d, device in enumerate(plans[p].devices):
+                tables = [s.as_table for s in device.shards]
+                per_round[r][p][d] = measure(tables, bench, seed=r * 7919 + d).total.median if tables else 0.0
+    out = []
+    for p, plan in enumerate(plans):
+        maxima = [max(per_round[r][p]) for r in range(rounds)]
+        ref = [max(per_round[r][reference]) for r in range(rounds)]
+        ratio, low, high = _ci([math.log(m / b) for m, b in zip(maxima, ref)])
+        q = np.percentile(maxima, [25, 75])
+        out.append(MeasuredPlan(plan.planner,
+                                tuple(statistics.median(per_round[r][p][d] for r in range(rounds))
+                                      for d in range(len(plan.devices))),
+                                statistics.median(maxima), float(q[1] - q[0]), ratio, (low, high)))
+    return out

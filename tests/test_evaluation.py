@@ -1,0 +1,78 @@
+"""Evaluation: suites, measured (interleaved) plan costs with a CI, and the written outputs."""
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from autoshard.cli import app
+from autoshard.errors import InputError
+from autoshard.evaluation import Task, evaluate_task, load_suite, memory_for, write_task_outputs
+from autoshard.planners import make_planner
+from autoshard.types import Table, Topology, Workload
+from cost_model.bench import BenchConfig
+from cost_model.measure_plan import measure_plans
+from cost_model.profile import ExecutionMode
+from tests.cost_models import AnalyticalTestCostModel
+
+TINY = Workload(tuple(Table(f"t{i}", 100 * (i + 1), 8 * (1 + i % 2), 1.0 + i) for i in range(4)), 64, "tiny")
+CONFIG = BenchConfig(batch_size=64, warmups=1, repeats=3, mode=ExecutionMode.EMBEDDING_BAG)
+
+
+def test_two_tiny_plans_measure_finite_costs_and_a_ci():
+    topology = Topology(2, 1.0)
+    plans = [make_planner(n).plan(TINY, topology) for n in ("round_robin", "lookup_greedy")]
+    measured = measure_plans(plans, 64, CONFIG, rounds=3, reference=0)
+    assert [m.planner for m in measured] == ["round_robin", "lookup_greedy"]
+    for m in measured:
+        assert len(m.device_ms) == 2 and all(math.isfinite(v) and v > 0 for v in m.device_ms)
+        assert m.max_ms == pytest.approx(m.max_ms) and m.max_ms >= max(m.device_ms) * 0.5
+        low, high = m.ratio_ci95
+        assert math.isfinite(low) and low <= m.ratio_to_reference <= high
+    assert measured[0].ratio_to_reference == pytest.approx(1.0)
+
+
+def test_evaluate_task_writes_table_csv_and_chart(tmp_path):
+    task = Task("tiny", TINY, Topology(2, 1.0))
+    measurer = lambda plans, batch, ref: measure_plans(plans, batch, CONFIG, 2, ref)  # noqa: E731
+    result = evaluate_task(task, ["round_robin", "cost_greedy"], AnalyticalTestCostModel(), measurer)
+    assert result.reference == "cost_greedy"
+    files = write_task_outputs(result, tmp_path)
+    md = (tmp_path / "tiny.md").read_text()
+    assert "| cost_greedy |" in md and "ratio to cost_greedy" in md
+    assert (tmp_path / "tiny.csv").read_text().count("\n") == 3
+    assert (tmp_path / "tiny.png").read_bytes()[:4] == b"\x89PNG"
+    assert set(files) == {"markdown", "csv", "chart"}
+
+
+def test_bundled_suite_and_memory_rule():
+    name, tasks = load_suite("default")
+    assert name == "default" and len(tasks) >= 5
+    synthetic = [t for t in tasks if t.name.startswith("syn80")]
+    assert len(synthetic) >= 3 and all(len(t.workload.tables) == 80 for t in synthetic)
+    for t in synthetic:
+        largest = max(x.memory_bytes for x in t.workload.tables)
+        assert t.topology.device_memory_bytes >= largest
+        assert t.topology.device_memory_gb == memory_for(t.workload, 8, 1.5)
+
+
+def test_bad_suite_is_a_clear_error(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"tasks": [{"name": "x", "workload": "criteo_kaggle"}]}))
+    with pytest.raises(InputError, match=r"tasks\[0\].*num_devices"):
+        load_suite(path)
+    result = CliRunner().invoke(app, ["evaluate", str(tmp_path / "nope.json")])
+    assert result.exit_code == 2 and "no suite file" in result.output
+
+
+def test_cli_evaluate_json(tmp_path):
+    suite = tmp_path / "s.json"
+    suite.write_text(json.dumps({"name": "s", "tasks": [{"name": "kaggle", "workload": "criteo_kaggle",
+                                                         "num_devices": 4, "device_memory_gb": 2}]}))
+    result = CliRunner().invoke(app, ["evaluate", str(suite), "--planners", "round_robin,size_greedy",
+                                      "--out", str(tmp_path / "out"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout[result.stdout.index("{"):])
+    assert [p["planner"] for p in report["tasks"][0]["planners"]] == ["round_robin", "size_greedy"]
+    assert (tmp_path / "out" / "s" / "kaggle.md").exists()
