@@ -19,6 +19,8 @@ def evaluate_cmd(
     model: Annotated[Optional[Path], typer.Option(help="Cost model folder (default: the shipped one).")] = None,
     out: Annotated[Path, typer.Option(help="Folder for the per-task Markdown, CSV and PNG.")] = Path("runs/evaluate"),
     column_split: Annotated[bool, typer.Option(help="Allow column-wise splits.")] = False,
+    distributed: Annotated[bool, typer.Option(help="Also run every plan with TorchRec DMP, one process per device.")] = False,
+    distributed_steps: Annotated[int, typer.Option(min=1)] = 10,
     seed: Annotated[int, typer.Option()] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -38,12 +40,18 @@ def evaluate_cmd(
         from cost_model.profile import default_mode
         config = BenchConfig(mode=default_mode())
         measurer = lambda plans, batch, ref: measure_plans(plans, batch, config, rounds, ref)  # noqa: E731
+    run_distributed = None
+    if distributed:
+        from cost_model.distributed_run import DistributedConfig, compare_distributed
+        run_distributed = lambda plans, workload: compare_distributed(  # noqa: E731
+            plans, workload, DistributedConfig(world_size=len(plans[0].devices), steps=distributed_steps,
+                                               batch_size=workload.batch_size, seed=seed), rounds)
     names = None if planners == "all" else [p.strip() for p in planners.split(",") if p.strip()]
     report = {"suite": name, "cost_unit": "ms" if cost_model else "proxy", "tasks": []}
     for task in tasks:
         console.print(f"[bold]{task.name}[/bold]: {len(task.workload.tables)} tables, "
                       f"{task.topology.num_devices} devices", highlight=False)
-        result = evaluate_task(task, names, cost_model, measurer, seed, column_split)
+        result = evaluate_task(task, names, cost_model, measurer, seed, column_split, run_distributed)
         files = write_task_outputs(result, out / name)
         report["tasks"].append({"task": task.name, "tables": len(task.workload.tables),
                                 "num_devices": task.topology.num_devices,

@@ -41,6 +41,15 @@ class Measured(Protocol):
 PlanMeasurer = Callable[[Sequence[ShardingPlan], int, int], Sequence[Measured]]  # plans, batch, reference
 
 
+class DistributedMeasured(Protocol):
+    plan_name: str
+    median_ms: float
+    iqr_ms: float
+
+
+DistributedMeasurer = Callable[[Sequence[ShardingPlan], Workload], Sequence[DistributedMeasured]]
+
+
 def memory_for(workload: Workload, num_devices: int, slack: float) -> float:
     """GiB per device: ``slack`` x an even share, but never less than the largest table."""
     largest = max(t.memory_bytes for t in workload.tables)
@@ -90,23 +99,26 @@ class TaskResult:
     comparison: Comparison
     measured: tuple[Measured, ...]  # empty when not measured
     reference: str
+    distributed: tuple[DistributedMeasured, ...] = ()  # empty when not run distributed
 
 
 def evaluate_task(task: Task, names: Sequence[str] | None, cost_model: CostModel | None,
-                  measurer: PlanMeasurer | None = None, seed: int = 0,
-                  allow_column_split: bool = False) -> TaskResult:
+                  measurer: PlanMeasurer | None = None, seed: int = 0, allow_column_split: bool = False,
+                  distributed: DistributedMeasurer | None = None) -> TaskResult:
     comparison = compare_planners(task.workload, task.topology, names, cost_model, seed, allow_column_split)
     plans = comparison.plans
     ref = next((i for i, p in enumerate(plans) if p.planner == "cost_greedy"), 0)
     measured = tuple(measurer(plans, task.workload.batch_size, ref)) if measurer and plans else ()
-    return TaskResult(task, comparison, measured, plans[ref].planner if plans else "")
+    ran = tuple(distributed(plans, task.workload)) if distributed and plans else ()
+    return TaskResult(task, comparison, measured, plans[ref].planner if plans else "", ran)
 
 
 def task_rows(result: TaskResult) -> list[dict[str, Any]]:
     measured = {m.planner: m for m in result.measured}
+    distributed = {d.plan_name: d for d in result.distributed}
     rows = []
     for plan in result.comparison.plans:
-        m = measured.get(plan.planner)
+        m, dist = measured.get(plan.planner), distributed.get(plan.planner)
         rows.append({
             "planner": plan.planner, "predicted_max_ms": round(plan.max_cost_ms, 4),
             "predicted_imbalance": round(plan.imbalance, 4), "plan_time_s": round(plan.plan_time_s, 4),
@@ -116,6 +128,8 @@ def task_rows(result: TaskResult) -> list[dict[str, Any]]:
             f"measured_ratio_to_{result.reference}": round(m.ratio_to_reference, 4) if m else None,
             "ratio_ci95": [round(v, 4) for v in m.ratio_ci95] if m else None,
             "measured_device_ms": [round(v, 4) for v in m.device_ms] if m else None,
+            "distributed_iteration_ms": round(dist.median_ms, 4) if dist else None,
+            "distributed_iqr_ms": round(dist.iqr_ms, 4) if dist else None,
         })
     return rows
 
@@ -127,13 +141,16 @@ def write_task_outputs(result: TaskResult, out: Path) -> dict[str, str]:
     md = [f"### {name}: {len(result.task.workload.tables)} tables on {result.task.topology.num_devices} "
           f"x {result.task.topology.device_memory_gb:.3g} GiB", "",
           "| planner | predicted max (ms) | measured max (ms) | ratio to " + result.reference +
-          " [95% CI] | measured imbalance | plan time (s) |", "| --- | --- | --- | --- | --- | --- |"]
+          " [95% CI] | measured imbalance | distributed iteration (ms) | plan time (s) |",
+          "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         ratio = r[f"measured_ratio_to_{result.reference}"]
         ci = r["ratio_ci95"]
         md.append(f"| {r['planner']} | {r['predicted_max_ms']:.3f} | "
                   + (f"{r['measured_max_ms']:.3f} | {ratio:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] | "
                      f"{r['measured_imbalance']:.1%}" if ratio is not None else "- | - | -")
+                  + (f" | {r['distributed_iteration_ms']:.2f} (IQR {r['distributed_iqr_ms']:.2f})"
+                     if r["distributed_iteration_ms"] is not None else " | -")
                   + f" | {r['plan_time_s']:.3g} |")
     for planner, reason in result.comparison.skipped:
         md.append(f"\nskipped {planner}: {reason.splitlines()[0]}")

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from autoshard.cli import app
 from autoshard.errors import InputError
-from autoshard.evaluation import Task, evaluate_task, load_suite, memory_for, write_task_outputs
+from autoshard.evaluation import Task, evaluate_task, load_suite, memory_for, task_rows, write_task_outputs
 from autoshard.planners import make_planner
 from autoshard.types import Table, Topology, Workload
 from cost_model.bench import BenchConfig
@@ -76,3 +76,17 @@ def test_cli_evaluate_json(tmp_path):
     report = json.loads(result.stdout[result.stdout.index("{"):])
     assert [p["planner"] for p in report["tasks"][0]["planners"]] == ["round_robin", "size_greedy"]
     assert (tmp_path / "out" / "s" / "kaggle.md").exists()
+
+
+def test_evaluate_task_runs_plans_distributed(tmp_path):
+    pytest.importorskip("torchrec")
+    from cost_model.distributed_run import DistributedConfig, compare_distributed
+    task = Task("tiny", TINY, Topology(2, 1.0))
+    config = DistributedConfig(world_size=2, steps=2, warmups=1, batch_size=32)
+    result = evaluate_task(task, ["round_robin", "size_greedy"], None,
+                           distributed=lambda plans, w: compare_distributed(plans, w, config, rounds=1))
+    rows = {r["planner"]: r for r in task_rows(result)}
+    for name in ("round_robin", "size_greedy"):
+        assert rows[name]["distributed_iteration_ms"] > 0
+    write_task_outputs(result, tmp_path)
+    assert "distributed iteration" in (tmp_path / "tiny.md").read_text()
