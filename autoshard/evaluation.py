@@ -50,10 +50,13 @@ class DistributedMeasured(Protocol):
 DistributedMeasurer = Callable[[Sequence[ShardingPlan], Workload], Sequence[DistributedMeasured]]
 
 
+LARGEST_TABLE_HEADROOM = 1.25  # lets TorchRec's planner (15% reservation + buffers) place it too
+
+
 def memory_for(workload: Workload, num_devices: int, slack: float) -> float:
-    """GiB per device: ``slack`` x an even share, but never less than the largest table."""
+    """GiB per device: ``slack`` x an even share, but at least 1.25 x the largest table."""
     largest = max(t.memory_bytes for t in workload.tables)
-    return round(max(slack * workload.memory_bytes / num_devices, largest * 1.0001) / GIB, 6)
+    return round(max(slack * workload.memory_bytes / num_devices, largest * LARGEST_TABLE_HEADROOM) / GIB, 6)
 
 
 def _task(raw: dict[str, Any]) -> Task:

@@ -56,8 +56,12 @@ class SetCostNetwork(nn.Module):
         total = codes.new_zeros(num_sets, width).scatter_add_(0, index, codes)
         count = codes.new_zeros(num_sets).scatter_add_(0, segments, codes.new_ones(len(segments)))
         largest = codes.new_full((num_sets, width), -1e9).scatter_reduce_(0, index, codes, "amax")
-        mean = total / count.clamp(min=1).unsqueeze(1)
-        pooled = torch.cat([total / 8.0, mean, largest, torch.log(count.clamp(min=1)).unsqueeze(1)], dim=1)
+        return self.predict_pooled(total, count, largest)
+
+    def predict_pooled(self, total: torch.Tensor, count: torch.Tensor, largest: torch.Tensor) -> torch.Tensor:
+        """Log-ms predictions from each set's pooled codes: their sum, the set size, their max."""
+        clamped = count.clamp(min=1)
+        pooled = torch.cat([total / 8.0, total / clamped.unsqueeze(1), largest, torch.log(clamped).unsqueeze(1)], dim=1)
         return self.head(pooled)
 
     def forward(self, features: torch.Tensor, segments: torch.Tensor, num_sets: int) -> torch.Tensor:

@@ -60,8 +60,67 @@ class NeuralCostModel:
         out[nonempty] = torch.exp(log_ms).double().numpy()
         return out
 
+    def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Sequence[tuple[int, int | None, Table | None]],
+                      batch_size: int) -> list[float]:
+        """Total ms of edited sets without rebuilding them: edit ``(b, r, t)`` is ``base_sets[b]``
+        without its table at position ``r`` (if not None) and with table ``t`` added (if not None).
+
+        Pooling is updated incrementally (sum -/+ codes; max via leave-one-out maxima), so a local
+        search can score thousands of moves and swaps in one head call.
+        """
+        if not edits:
+            return []
+        sizes = [len(s) for s in base_sets]
+        flat = [t for s in base_sets for t in s]
+        added = [t for _, _, t in edits if t is not None]
+        with torch.inference_mode():
+            codes = self.codes(flat + added, batch_size) if flat or added else None
+            base_codes, add_codes = codes[:len(flat)], codes[len(flat):]
+            width = codes.shape[1]
+            offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+            totals = torch.stack([base_codes[offsets[b]:offsets[b + 1]].sum(0) for b in range(len(sizes))])
+            maxima = torch.stack([torch.amax(base_codes[offsets[b]:offsets[b + 1]], 0) if sizes[b]
+                                  else codes.new_full((width,), -1e9) for b in range(len(sizes))])
+            loo = _leave_one_out_max(base_codes, sizes)
+            b_idx = torch.tensor([b for b, _, _ in edits])
+            removed = torch.tensor([offsets[b] + r if r is not None else -1 for b, r, _ in edits])
+            add_pos, k = [], 0
+            for _, _, t in edits:
+                add_pos.append(k if t is not None else -1)
+                k += t is not None
+            add_idx = torch.tensor(add_pos)
+            has_rem, has_add = removed >= 0, add_idx >= 0
+            zero = codes.new_zeros(1, width)
+            rem_codes = torch.cat([zero, base_codes])[(removed + 1).clamp(min=0)]
+            new_codes = torch.cat([zero, add_codes])[add_idx + 1]
+            total = totals[b_idx] - rem_codes + new_codes
+            count = torch.tensor(sizes, dtype=codes.dtype)[b_idx] - has_rem.to(codes.dtype) + has_add.to(codes.dtype)
+            largest = torch.where(has_rem.unsqueeze(1), torch.cat([zero - 1e9, loo])[(removed + 1).clamp(min=0)],
+                                  maxima[b_idx])
+            largest = torch.where(has_add.unsqueeze(1), torch.maximum(largest, new_codes), largest)
+            cost = torch.exp(self.network.predict_pooled(total, count, largest)[:, 2])
+            cost = torch.where(count > 0, cost, torch.zeros_like(cost))
+        return cost.double().tolist()
+
     def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
         return self.predict_detail_many(table_sets, batch_size)[:, 2].tolist()
 
     def predict(self, tables: Sequence[Table], batch_size: int) -> float:
         return self.predict_many([tables], batch_size)[0]
+
+
+def _leave_one_out_max(codes: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+    """For each row of each segment, the max of the other rows of its segment (-1e9 if none)."""
+    out = torch.full_like(codes, -1e9)
+    start = 0
+    for n in sizes:
+        if n > 1:
+            seg = codes[start:start + n]
+            prefix = torch.cummax(seg, 0).values
+            suffix = torch.flip(torch.cummax(torch.flip(seg, [0]), 0).values, [0])
+            out[start] = suffix[1]
+            out[start + n - 1] = prefix[n - 2]
+            if n > 2:
+                out[start + 1:start + n - 1] = torch.maximum(prefix[:n - 2], suffix[2:])
+        start += n
+    return out

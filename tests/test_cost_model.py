@@ -127,3 +127,15 @@ def test_cli_train_then_eval(tmp_path):
     assert "unseen_tables" in json.loads(result.stdout)
     bad = runner.invoke(app, ["cost", "eval", "--model", str(tmp_path / "nope"), "--traces", str(FIXTURE)])
     assert bad.exit_code == 2 and "no cost model" in bad.output
+
+
+def test_incremental_edits_equal_rebuilt_sets():
+    model = untrained_model(3)
+    base = [list(TABLES[0:5]), list(TABLES[5:6]), [], list(TABLES[10:20])]
+    edits, rebuilt = [], []
+    for b, tables in enumerate(base):
+        for r in [None, *range(len(tables))]:
+            for add in (None, TABLES[250]):
+                edits.append((b, r, add))
+                rebuilt.append([t for i, t in enumerate(tables) if i != r] + ([add] if add else []))
+    assert model.predict_edits(base, edits, 2048) == pytest.approx(model.predict_many(rebuilt, 2048), rel=1e-5)

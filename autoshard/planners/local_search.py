@@ -10,6 +10,7 @@ from autoshard.planners.units import Unit
 from autoshard.types import CostModel, Table
 
 REL_TOL = 1e-9
+Edit = tuple[int, int | None, Table | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,28 +46,24 @@ def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, m
 
 def _best_change(states: Sequence[DeviceState], cost_model: CostModel, batch_size: int) -> Change | None:
     source = max(states, key=lambda s: (s.load, -s.index))
-    tables = [s.tables for s in states]
-    mine = tables[source.index]
-    sets: list[list[Table]] = []
-    shapes: list[tuple[int, int, int | None, int, int]] = []  # target, out, back, source set, target set
+    edits: list[Edit] = []  # (device, position removed, table added): see predict_edits
+    shapes: list[tuple[int, int, int | None, int, int]] = []  # target, out, back, source edit, target edit
     for i, unit in enumerate(source.units):
-        rest = mine[:i] + mine[i + 1:]
-        sets.append(rest)
-        rest_at = len(sets) - 1
+        edits.append((source.index, i, None))
+        rest_at = len(edits) - 1
         for target in states:
             if target is source:
                 continue
-            theirs = tables[target.index]
             if target.accepts(unit):
-                sets.append(theirs + [unit.table])
-                shapes.append((target.index, i, None, rest_at, len(sets) - 1))
+                edits.append((target.index, None, unit.table))
+                shapes.append((target.index, i, None, rest_at, len(edits) - 1))
             for j, other in enumerate(target.units):
                 if _swappable(source, unit, target, other):
-                    sets += [rest + [other.table], theirs[:j] + theirs[j + 1:] + [unit.table]]
-                    shapes.append((target.index, i, j, len(sets) - 2, len(sets) - 1))
+                    edits += [(source.index, i, other.table), (target.index, j, unit.table)]
+                    shapes.append((target.index, i, j, len(edits) - 2, len(edits) - 1))
     if not shapes:
         return None
-    costs = predict_costs(cost_model, sets, batch_size)
+    costs = predict_edits(cost_model, [s.tables for s in states], edits, batch_size)
     loads = [s.load for s in states]
     best, best_key = None, _key(loads)
     for target, out, back, at_source, at_target in shapes:
@@ -76,6 +73,19 @@ def _best_change(states: Sequence[DeviceState], cost_model: CostModel, batch_siz
         if _lower(key, best_key):
             best, best_key = Change(source.index, target, out, back, costs[at_source], costs[at_target]), key
     return best
+
+
+def predict_edits(cost_model: CostModel, base_sets: Sequence[Sequence[Table]], edits: Sequence[Edit],
+                  batch_size: int) -> list[float]:
+    """Costs of edited sets: ``(b, r, t)`` is ``base_sets[b]`` without position ``r`` (if not
+    None) and with table ``t`` (if not None). Uses the model's own incremental ``predict_edits``
+    when it has one (the neural model does), else rebuilds the sets for ``predict_many``."""
+    fast = getattr(cost_model, "predict_edits", None)
+    if fast is not None:
+        return list(fast(base_sets, edits, batch_size))
+    sets = [[t for k, t in enumerate(base_sets[b]) if k != r] + ([add] if add is not None else [])
+            for b, r, add in edits]
+    return predict_costs(cost_model, sets, batch_size)
 
 
 def _swappable(source: DeviceState, unit: Unit, target: DeviceState, other: Unit) -> bool:
