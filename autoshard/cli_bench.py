@@ -91,3 +91,30 @@ def summary_cmd(
         table.add_row(name, str(value))
     from rich.console import Console
     Console().print(table)
+
+
+@app.command("comm")
+@friendly_errors
+def comm_cmd(
+    out: Annotated[Path, typer.Option(help="Where to write the fitted model (communication.json, next to a cost model).")],
+    world_size: Annotated[int, typer.Option(min=2)] = 2,
+    device: Annotated[str, typer.Option(help="cpu (gloo) or cuda (nccl, one GPU per rank).")] = "cpu",
+    repeats: Annotated[int, typer.Option(min=1)] = 10,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Measure the all-to-all between ranks and fit latency + bytes / bandwidth."""
+    from dataclasses import asdict
+
+    from autoshard.errors import InputError
+    from cost_model.comm_bench import measure_all_to_all
+
+    if device not in ("cpu", "cuda"):
+        raise InputError("device", f"unknown device {device!r}", "use cpu or cuda")
+    model, points = measure_all_to_all(world_size, repeats=repeats, device=device)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model.save(out)
+    result = {**asdict(model), "points": [{"bytes": b, "median_ms": round(ms, 4)} for b, ms in points]}
+    if json_out:
+        print_json(result)
+    else:
+        console.print(f"all-to-all: {model.bandwidth_gbps:.3g} GB/s, latency {model.latency_ms:.3g} ms -> {out}")

@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli_support import console, ensure_malloc_settings, friendly_errors, load_cost_model_or_none, print_json
+from autoshard.cli_support import (console, ensure_malloc_settings, friendly_errors, load_communication,
+                                   load_cost_model_or_none, print_json)
 
 
 @friendly_errors
@@ -21,6 +22,7 @@ def evaluate_cmd(
     column_split: Annotated[bool, typer.Option(help="Allow column-wise splits.")] = False,
     distributed: Annotated[bool, typer.Option(help="Also run every plan with TorchRec DMP, one process per device.")] = False,
     distributed_steps: Annotated[int, typer.Option(min=1)] = 10,
+    communication: Annotated[bool, typer.Option(help="Add each device's all-to-all to its predicted cost.")] = True,
     seed: Annotated[int, typer.Option()] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -33,6 +35,7 @@ def evaluate_cmd(
     cost_model, why = load_cost_model_or_none(model)
     if why:
         console.print(f"[yellow]note:[/yellow] {why}: predicted costs are proxies", highlight=False)
+    comm = load_communication(model) if communication and cost_model is not None else None
     measurer = None
     if measure:
         from cost_model.bench import BenchConfig
@@ -51,7 +54,7 @@ def evaluate_cmd(
     for task in tasks:
         console.print(f"[bold]{task.name}[/bold]: {len(task.workload.tables)} tables, "
                       f"{task.topology.num_devices} devices", highlight=False)
-        result = evaluate_task(task, names, cost_model, measurer, seed, column_split, run_distributed)
+        result = evaluate_task(task, names, cost_model, measurer, seed, column_split, run_distributed, comm)
         files = write_task_outputs(result, out / name)
         report["tasks"].append({"task": task.name, "tables": len(task.workload.tables),
                                 "num_devices": task.topology.num_devices,

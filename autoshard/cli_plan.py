@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli_support import DEFAULT_MODEL, console, friendly_errors, load_cost_model_or_none, print_json
+from autoshard.cli_support import (DEFAULT_MODEL, console, friendly_errors, load_communication,
+                                   load_cost_model_or_none, print_json)
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 
@@ -23,6 +24,7 @@ def plan_cmd(
     model: Annotated[Optional[Path], typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL} if it exists).")] = None,
     column_split: Annotated[bool, typer.Option(help="Split costly or large tables column-wise.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the random planner.")] = 0,
+    communication: Annotated[bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) to its cost.")] = True,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Place a workload's tables on devices; with --planner all, compare every available planner."""
@@ -37,7 +39,8 @@ def plan_cmd(
         console.print(f"[yellow]note:[/yellow] {why_no_model}; cost_greedy needs a model, and costs "
                       "below are a proxy (dim x pooling), not milliseconds", highlight=False)
     names = None if planner == "all" else [planner]
-    result = compare_planners(loaded, topology, names, cost_model, seed, column_split)
+    comm = load_communication(model) if communication and cost_model is not None else None
+    result = compare_planners(loaded, topology, names, cost_model, seed, column_split, comm)
     skipped = [(n, f"{r} ({why_no_model})" if n == "cost_greedy" and why_no_model else r)
                for n, r in result.skipped]
     if not result.plans:

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from autoshard.errors import AutoShardError
+from autoshard.communication import CommunicationModel
 from autoshard.types import CostModel
 
 console = Console(stderr=True)
@@ -72,3 +73,12 @@ def load_cost_model_or_none(path: Path | None) -> tuple[CostModel | None, str | 
     except ImportError as error:
         return None, f"cannot load cost models ({error})"
     return load_cost_model(path), None
+
+
+def load_communication(model_dir: Path | None) -> CommunicationModel | None:
+    """The all-to-all model measured next to a cost model (``communication.json``), if any."""
+    from autoshard.communication import COMMUNICATION_FILE
+
+    folder = model_dir if model_dir is not None else DEFAULT_MODEL
+    path = (folder if folder.is_dir() else folder.parent) / COMMUNICATION_FILE
+    return CommunicationModel.load(path) if path.exists() else None

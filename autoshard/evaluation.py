@@ -15,6 +15,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
+from autoshard.communication import CommunicationModel
 from autoshard.errors import InputError
 from autoshard.planners.compare import Comparison, compare_planners
 from autoshard.presets import load_workload_or_preset
@@ -107,8 +108,10 @@ class TaskResult:
 
 def evaluate_task(task: Task, names: Sequence[str] | None, cost_model: CostModel | None,
                   measurer: PlanMeasurer | None = None, seed: int = 0, allow_column_split: bool = False,
-                  distributed: DistributedMeasurer | None = None) -> TaskResult:
-    comparison = compare_planners(task.workload, task.topology, names, cost_model, seed, allow_column_split)
+                  distributed: DistributedMeasurer | None = None,
+                  communication: CommunicationModel | None = None) -> TaskResult:
+    comparison = compare_planners(task.workload, task.topology, names, cost_model, seed, allow_column_split,
+                                  communication)
     plans = comparison.plans
     ref = next((i for i, p in enumerate(plans) if p.planner == "cost_greedy"), 0)
     measured = tuple(measurer(plans, task.workload.batch_size, ref)) if measurer and plans else ()

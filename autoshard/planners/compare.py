@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from autoshard.communication import CommunicationModel, WithCommunication
 from autoshard.errors import PlannerError
 from autoshard.planners.proxies import ProxyCostModel
 from autoshard.planners.registry import available_planners, make_planner
@@ -19,13 +20,16 @@ class Comparison:
 
 
 def compare_planners(workload: Workload, topology: Topology, names: Sequence[str] | None,
-                     cost_model: CostModel | None, seed: int = 0,
-                     allow_column_split: bool = False) -> Comparison:
+                     cost_model: CostModel | None, seed: int = 0, allow_column_split: bool = False,
+                     communication: CommunicationModel | None = None) -> Comparison:
     """Plans of every named planner (``None``: every available one), all scored by one cost model.
 
-    Without a cost model, every plan is scored by ``ProxyCostModel`` so that plans still compare
-    like with like; planners that need a model are skipped with the reason.
+    With ``communication``, a device's cost is its compute plus its all-to-all. Without a cost
+    model, every plan is scored by ``ProxyCostModel`` so that plans still compare like with
+    like; planners that need a model are skipped with the reason.
     """
+    if cost_model is not None and communication is not None:
+        cost_model = WithCommunication(cost_model, communication, topology.num_devices)
     evaluator = cost_model or ProxyCostModel()
     skipped: list[tuple[str, str]] = []
     if names is None:

@@ -1,0 +1,92 @@
+"""The all-to-all of pooled embeddings, added to each device's compute cost.
+
+With table-wise (or column-wise) sharding, the device holding a table computes its pooled
+output for the whole batch and sends it to the ranks that own the samples; backward sends the
+gradients back. Per device and iteration, with batch B, the device's (shard) dims d_t, 4-byte
+outputs and D devices::
+
+    bytes  = 2 * B * sum(d_t) * 4 * (D - 1) / D          (forward outputs + backward gradients)
+    comm_ms = 2 * latency_ms + bytes / (bandwidth_gbps * 1e6)
+
+``bandwidth_gbps`` is the measured all-to-all bandwidth per device in GB/s (1e9 bytes/s) and
+``latency_ms`` the cost of one all-to-all of no data; `autoshard bench comm` measures both on
+this machine's ranks and writes them next to the cost model (``communication.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+from autoshard.errors import InputError
+from autoshard.types import CostModel, Table
+
+COMMUNICATION_FILE = "communication.json"
+
+
+@dataclass(frozen=True, slots=True)
+class CommunicationModel:
+    bandwidth_gbps: float
+    latency_ms: float
+    measured_on: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth_gbps > 0:
+            raise InputError("bandwidth_gbps", f"must be > 0, got {self.bandwidth_gbps}")
+        if not self.latency_ms >= 0:
+            raise InputError("latency_ms", f"must be >= 0, got {self.latency_ms}")
+
+    def bytes(self, dims: int, batch_size: int, num_devices: int) -> float:
+        return 2.0 * batch_size * dims * 4 * (num_devices - 1) / num_devices
+
+    def cost_ms(self, tables: Sequence[Table], batch_size: int, num_devices: int) -> float:
+        return self.cost_ms_of(sum(t.embedding_dim for t in tables), len(tables), batch_size, num_devices)
+
+    def cost_ms_of(self, dims: int, count: int, batch_size: int, num_devices: int) -> float:
+        """The cost of a device holding ``count`` tables (shards) of ``dims`` columns in all."""
+        if num_devices <= 1 or count == 0:
+            return 0.0
+        return 2 * self.latency_ms + self.bytes(dims, batch_size, num_devices) / (self.bandwidth_gbps * 1e6)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> "CommunicationModel":
+        try:
+            data = json.loads(path.read_text())
+            return cls(float(data["bandwidth_gbps"]), float(data["latency_ms"]), str(data.get("measured_on", "")))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise InputError("communication", f"{path} is not a communication model ({error})",
+                             "re-measure it with `autoshard bench comm`") from None
+
+
+class WithCommunication:
+    """A cost model plus the all-to-all cost of each device's set, for ``num_devices`` devices."""
+
+    def __init__(self, compute: CostModel, communication: CommunicationModel, num_devices: int) -> None:
+        self.compute, self.communication, self.num_devices = compute, communication, num_devices
+
+    def _comm(self, tables: Sequence[Table], batch_size: int) -> float:
+        return self.communication.cost_ms(tables, batch_size, self.num_devices)
+
+    def predict(self, tables: Sequence[Table], batch_size: int) -> float:
+        return self.compute.predict(tables, batch_size) + self._comm(tables, batch_size)
+
+    def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
+        compute = self.compute.predict_many(table_sets, batch_size)
+        return [c + self._comm(s, batch_size) for c, s in zip(compute, table_sets)]
+
+    def predict_edits(self, base_sets: Sequence[Sequence[Table]],
+                      edits: Sequence[tuple[int, int | None, Table | None]], batch_size: int) -> list[float]:
+        from autoshard.planners.local_search import predict_edits
+        compute = predict_edits(self.compute, base_sets, edits, batch_size)
+        dims = [sum(t.embedding_dim for t in s) for s in base_sets]
+        out = []
+        for cost, (b, r, add) in zip(compute, edits):
+            d = dims[b] - (base_sets[b][r].embedding_dim if r is not None else 0) + (add.embedding_dim if add else 0)
+            n = len(base_sets[b]) - (r is not None) + (add is not None)
+            out.append(cost + self.communication.cost_ms_of(d, n, batch_size, self.num_devices))
+        return out

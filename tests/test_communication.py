@@ -1,0 +1,54 @@
+"""The all-to-all cost: the formula by hand, the wrapper, and a real measurement on 2 ranks."""
+
+import pytest
+
+from autoshard.communication import CommunicationModel, WithCommunication
+from autoshard.errors import InputError
+from autoshard.planners import make_planner
+from autoshard.types import Table, Topology, Workload
+from tests.cost_models import AnalyticalTestCostModel
+
+A, B = Table("a", 10, 16), Table("b", 10, 48)
+
+
+def test_formula_by_hand():
+    comm = CommunicationModel(bandwidth_gbps=2.0, latency_ms=0.1)
+    # 2 * 1024 * (16 + 48) * 4 bytes * (4 - 1) / 4 = 393,216 bytes; / (2 GB/s = 2e6 bytes/ms) = 0.196608 ms
+    assert comm.cost_ms([A, B], 1024, 4) == pytest.approx(0.2 + 0.196608)
+    assert comm.cost_ms([A, B], 1024, 1) == 0.0 and comm.cost_ms([], 1024, 4) == 0.0
+    with pytest.raises(InputError, match="bandwidth_gbps"):
+        CommunicationModel(0.0, 0.1)
+
+
+def test_wrapper_adds_comm_everywhere(tmp_path):
+    compute = AnalyticalTestCostModel()
+    comm = CommunicationModel(1.0, 0.05)
+    model = WithCommunication(compute, comm, 4)
+    assert model.predict([A], 512) == pytest.approx(compute.predict([A], 512) + comm.cost_ms([A], 512, 4))
+    edits = [(0, None, B), (0, 0, None), (1, None, None), (0, 0, B)]
+    rebuilt = [[A, B], [], [B], [B]]
+    assert model.predict_edits([[A], [B]], edits, 512) == pytest.approx(model.predict_many(rebuilt, 512))
+    comm.save(tmp_path / "c.json")
+    assert CommunicationModel.load(tmp_path / "c.json") == comm
+
+
+def test_communication_changes_what_cost_greedy_balances():
+    """A wide table is cheap to compute but costly to send; with communication it gets its own device."""
+    tables = (Table("wide", 10, 256, 1.0), Table("n1", 1000, 8, 60.0), Table("n2", 1000, 8, 60.0))
+    workload, topology = Workload(tables, 2048), Topology(2, 1.0)
+    compute = AnalyticalTestCostModel()
+
+    def device_of_wide(model):
+        plan = make_planner("cost_greedy", model).plan(workload, topology)
+        return sorted(s.table.name for d in plan.devices if "wide" in [s.table.name for s in d.shards]
+                      for s in d.shards)
+
+    assert device_of_wide(compute) != ["wide"]  # compute alone: the wide table shares a device
+    assert device_of_wide(WithCommunication(compute, CommunicationModel(0.05, 0.0), 2)) == ["wide"]
+
+
+def test_all_to_all_is_measured_on_two_ranks():
+    from cost_model.comm_bench import measure_all_to_all
+    model, points = measure_all_to_all(2, sizes_mb=(0.0625, 1.0), repeats=3)
+    assert model.bandwidth_gbps > 0 and model.latency_ms >= 0
+    assert [b for b, _ in points] == [65536, 1048576] and all(ms > 0 for _, ms in points)
