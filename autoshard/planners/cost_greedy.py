@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from autoshard.planners.local_search import improve
+from autoshard.errors import PlannerError
+from autoshard.planners.local_search import improve, predict_edits
 from autoshard.planners.placement import DeviceState, build_plan, place_workload
 from autoshard.planners.units import Unit, model_costs
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
@@ -18,7 +19,9 @@ class CostGreedyPlanner:
     devices with room that leave the remaining tables packable (ties: lowest index; one batched
     call per table). Then ``improve``: moves
     and swaps off the max-cost device for at most ``max_rounds`` rounds (0 turns it off).
-    Column splitting, if allowed, splits tables predicted above the average device load.
+    Column splitting, if allowed, splits tables predicted above the average device load into
+    at most 2, 4, ... D shards (a shard still pays every lookup, so more shards are not always
+    cheaper): no split and each cap are planned, and the lowest predicted max is kept.
     Device ``cost_ms`` is the cost model's prediction."""
 
     cost_model: CostModel
@@ -29,12 +32,27 @@ class CostGreedyPlanner:
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
         batch_size = workload.batch_size
+
         def cheapest_after(position: int, unit: Unit, candidates: list[DeviceState]) -> tuple[DeviceState, float]:
-            costs = self.cost_model.predict_many([s.tables + [unit.table] for s in candidates], batch_size)
+            costs = predict_edits(self.cost_model, [s.tables for s in candidates],
+                                  [(i, None, unit.table) for i in range(len(candidates))], batch_size)
             cost, state = min(zip(costs, candidates), key=lambda p: (p[0], p[1].index))
             return state, float(cost)
 
-        states = place_workload(workload, topology, model_costs(self.cost_model, batch_size),
-                                self.allow_column_split, cheapest_after, lookahead=True)
-        improve(states, self.cost_model, batch_size, self.max_rounds)
-        return build_plan(self.name, states, started, batch_size)
+        best: list[DeviceState] | None = None
+        error: PlannerError | None = None
+        caps = [2**k for k in range(1, topology.num_devices.bit_length())] if self.allow_column_split else []
+        for cap in [None, *caps]:  # None: no split at all
+            try:
+                states = place_workload(workload, topology, model_costs(self.cost_model, batch_size),
+                                        cap is not None, cheapest_after, lookahead=True, max_ways=cap)
+            except PlannerError as failed:  # too few shards for memory at this cap: try the next
+                error = failed
+                continue
+            improve(states, self.cost_model, batch_size, self.max_rounds)
+            if best is None or max(s.load for s in states) < max(s.load for s in best):
+                best = states
+        if best is None:
+            assert error is not None
+            raise error
+        return build_plan(self.name, best, started, batch_size)

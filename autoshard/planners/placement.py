@@ -57,26 +57,27 @@ Chooser = Callable[[int, Unit, list[DeviceState]], tuple[DeviceState, float]]
 
 
 def prepare_units(workload: Workload, topology: Topology, cost_fn: CostFn, allow_split: bool,
-                  shard_memory_limit: int | None = None) -> list[Unit]:
+                  shard_memory_limit: int | None = None, max_ways: int | None = None) -> list[Unit]:
     """The workload's tables as units with their costs alone, split column-wise if allowed
     (shards at most ``shard_memory_limit`` bytes if they can be, default the device memory);
     raises ``PlannerError`` if they cannot fit."""
     tables = workload.tables
     units = [Unit.of(TableShard(t), c) for t, c in zip(tables, cost_fn(tables))]
     if allow_split and topology.num_devices > 1:
-        units = split_units(units, cost_fn, topology, shard_memory_limit)
+        units = split_units(units, cost_fn, topology, shard_memory_limit, max_ways)
     check_feasible(units, topology, allow_split)
     return units
 
 
 def place_workload(workload: Workload, topology: Topology, cost_fn: CostFn, allow_split: bool,
-                   choose: Chooser, order_by_cost: bool = True, lookahead: bool = False) -> list[DeviceState]:
+                   choose: Chooser, order_by_cost: bool = True, lookahead: bool = False,
+                   max_ways: int | None = None) -> list[DeviceState]:
     """``prepare_units`` then ``place`` (heaviest first, or in the given order). When splitting
     is allowed and placement runs into a dead end, retry with shards of at most half, a quarter,
     ... of a device's memory, until the split stops changing."""
     limit, count = topology.device_memory_bytes, -1
     while True:
-        units = prepare_units(workload, topology, cost_fn, allow_split, limit)
+        units = prepare_units(workload, topology, cost_fn, allow_split, limit, max_ways)
         try:
             return place(by_cost(units) if order_by_cost else units, topology, choose, lookahead)
         except PlannerError:

@@ -21,18 +21,19 @@ def split_ways(dim: int, max_ways: int) -> list[int]:
 
 
 def split_units(units: Sequence[Unit], cost_fn: CostFn, topology: Topology,
-                memory_limit: int | None = None) -> list[Unit]:
+                memory_limit: int | None = None, max_ways: int | None = None) -> list[Unit]:
     """Split each whole-table unit whose cost exceeds the average device load (total / D), or
     whose memory exceeds ``memory_limit`` (default: a device's memory), into the fewest shards
-    at or under both; if none qualify, into as many as allowed. Shard costs come from one
-    ``cost_fn`` call."""
+    at or under both; if none qualify, into as many as allowed (at most ``max_ways``, default
+    D). Shard costs come from one ``cost_fn`` call."""
     average = sum(u.cost for u in units) / topology.num_devices
+    max_ways = topology.num_devices if max_ways is None else min(max_ways, topology.num_devices)
     capacity = topology.device_memory_bytes if memory_limit is None else memory_limit
     options: dict[int, list[tuple[int, Table]]] = {}
     for i, unit in enumerate(units):
         if unit.cost > average or unit.memory_bytes > capacity:
             dim = unit.table.embedding_dim
-            ways = split_ways(dim, topology.num_devices)
+            ways = split_ways(dim, max_ways)
             if ways:
                 options[i] = [(k, TableShard(unit.table, 0, dim // k).as_table) for k in ways]
     if not options:
