@@ -26,8 +26,13 @@ def plan_cmd(
     seed: Annotated[int, typer.Option(help="Seed of the random planner.")] = 0,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) to its cost.")] = True,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    format: Annotated[str, typer.Option(help="'table' (default) or 'torchrec': the best plan as TorchRec "
+                                             "sharding (types, ranks, column shards) for DistributedModelParallel.")] = "table",
+    out: Annotated[Optional[Path], typer.Option(help="With --format torchrec: write it to this file.")] = None,
 ) -> None:
     """Place a workload's tables on devices; with --planner all, compare every available planner."""
+    if format not in ("table", "torchrec"):
+        raise InputError("format", f"unknown format {format!r}", "use table or torchrec")
     from autoshard.planners import plans_report
     from autoshard.planners.compare import compare_planners
     from autoshard.presets import load_workload_or_preset
@@ -48,7 +53,9 @@ def plan_cmd(
             PlannerErrorKind.UNAVAILABLE, "no planner could run", ("see the skipped planners",))
     plans = list(result.plans)
     report = plans_report(loaded, topology, plans, skipped, "ms" if cost_model else PROXY_UNIT)
-    if json_out:
+    if format == "torchrec":
+        _write_torchrec(loaded, topology, plans, report, out)
+    elif json_out:
         print_json(report)
     else:
         _print_table(loaded, topology, report)
@@ -78,3 +85,23 @@ def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
     Console().print(table)
     for skipped in report["skipped"]:
         console.print(f"[yellow]skipped[/yellow] {skipped['planner']}: {skipped['reason']}", highlight=False)
+
+
+def _write_torchrec(workload: Workload, topology: Topology, plans: list[ShardingPlan], report: dict,
+                    out: Path | None) -> None:
+    """The best plan as TorchRec sharding: ``autoshard.torchrec_bridge.plan_from_export`` and
+    ``to_torchrec_plan`` turn it into the ``ShardingPlan`` DistributedModelParallel applies."""
+    try:
+        from autoshard.torchrec_bridge import export_torchrec
+    except ImportError as error:
+        raise InputError("format", f"torchrec is not installed ({error})",
+                         "install the torchrec extra (scripts/setup.sh does)") from None
+    best = next(p for p, r in zip(plans, report["plans"]) if r["best"])
+    data = {"planner": best.planner, "world_size": topology.num_devices, "workload": workload.name,
+            "max_cost_ms": best.max_cost_ms, "tables": export_torchrec(best, workload)}
+    if out is None:
+        print_json(data)
+    else:
+        import json
+        out.write_text(json.dumps(data, indent=1) + "\n")
+        console.print(f"wrote the {best.planner} plan as TorchRec sharding to {out}")

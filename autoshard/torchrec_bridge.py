@@ -93,6 +93,24 @@ def export_torchrec(plan: ShardingPlan, workload: Workload) -> dict[str, dict[st
             for name, shards in table_placements(plan, workload).items()}
 
 
+def plan_from_export(export: dict[str, dict[str, Any]], workload: Workload, world_size: int,
+                     planner: str = "export") -> ShardingPlan:
+    """Our plan back from an ``export_torchrec`` dict (device costs 0): with ``to_torchrec_plan``
+    it gives the ``ShardingPlan`` that ``DistributedModelParallel`` applies."""
+    tables = {t.name: t for t in workload.tables}
+    _check_same_tables(set(export), workload, "the export")
+    devices: list[list[TableShard]] = [[] for _ in range(world_size)]
+    for name, entry in export.items():
+        for shard in entry["shards"]:
+            if not 0 <= shard["rank"] < world_size:
+                raise InputError("rank", f"table {name!r} has a shard on rank {shard['rank']}",
+                                 f"use a world size above {shard['rank']}")
+            devices[shard["rank"]].append(TableShard(tables[name], shard["column_offset"], shard["columns"]))
+    plan = ShardingPlan(planner, tuple(DevicePlan(tuple(d), 0.0) for d in devices))
+    table_placements(plan, workload)  # columns tiled exactly once
+    return plan
+
+
 def parameter_constraints_from_export(export: dict[str, dict[str, Any]]
                                       ) -> dict[str, ParameterConstraints]:
     """ParameterConstraints from an ``export_torchrec`` dict.

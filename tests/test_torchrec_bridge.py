@@ -5,6 +5,7 @@ import json
 import os
 import socket
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,7 @@ from torchrec.distributed.types import ShardingPlan as TorchRecShardingPlan  # n
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind  # noqa: E402
 from autoshard.planners.torchrec_planner import TorchRecPlanner  # noqa: E402
 from autoshard.planners.validate import validate_plan  # noqa: E402
-from autoshard.torchrec_bridge import (MODULE_PATH, embedding_bag_collection,  # noqa: E402
+from autoshard.torchrec_bridge import (MODULE_PATH, embedding_bag_collection, plan_from_export,  # noqa: E402
                                        export_torchrec, from_torchrec_plan,
                                        parameter_constraints_from_export, table_placements,
                                        to_embedding_bag_configs, to_parameter_constraints,
@@ -168,8 +169,9 @@ def test_row_wise_torchrec_plans_are_refused():
         from_torchrec_plan(TorchRecShardingPlan({MODULE_PATH: row_plan}), workload, 2)
 
 
-def _dmp_worker(rank: int, world_size: int, port: int) -> None:
-    """One process of the DMP test: shard our plan, copy the reference weights in, compare."""
+def _dmp_worker(rank: int, world_size: int, port: int, export_file: str | None = None) -> None:
+    """One process of the DMP test: shard our plan (or the plan a CLI export holds), copy the
+    reference weights in, compare."""
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
@@ -178,6 +180,9 @@ def _dmp_worker(rank: int, world_size: int, port: int) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
         workload, plan = hand_plan()
+        if export_file is not None:
+            import json
+            plan = plan_from_export(json.loads(Path(export_file).read_text())["tables"], workload, world_size)
         torch.manual_seed(0)
         reference = embedding_bag_collection(workload, "cpu")
         sharded = DistributedModelParallel(
@@ -214,3 +219,26 @@ def test_distributed_model_parallel_runs_our_plan_like_the_unsharded_model():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     mp.spawn(_dmp_worker, args=(2, port), nprocs=2, join=True)
+
+
+
+@pytest.mark.timeout(240)
+def test_cli_torchrec_export_runs_in_dmp_like_the_unsharded_model(tmp_path):
+    from typer.testing import CliRunner
+
+    from autoshard.cli import app
+    from autoshard.workload_file import save_workload
+
+    workload, _ = hand_plan()
+    save_workload(tmp_path / "w.json", workload)
+    export = tmp_path / "export.json"
+    result = CliRunner().invoke(app, ["plan", str(tmp_path / "w.json"), "--devices", "2", "--memory-gb", "1",
+                                      "--planner", "lookup_greedy", "--column-split", "--format", "torchrec",
+                                      "--out", str(export)])
+    assert result.exit_code == 0, result.output
+    placed = plan_from_export(json.loads(export.read_text())["tables"], workload, 2)
+    assert all(d.shards for d in placed.devices)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_dmp_worker, args=(2, port, str(export)), nprocs=2, join=True)
