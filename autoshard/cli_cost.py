@@ -23,7 +23,7 @@ def train_cmd(
     out: Annotated[Path, typer.Option(help="Folder for cost_model.pt, metrics.json and train_log.csv.")],
     seed: Annotated[int, typer.Option()] = 0,
     max_epochs: Annotated[int, typer.Option(min=1)] = 300,
-    patience: Annotated[int, typer.Option(min=1)] = 40,
+    patience: Annotated[int, typer.Option(min=1)] = 60,
 ) -> None:
     """Train on traces (seeded, early stopping on validation) and save the checkpoint and metrics."""
     import torch

@@ -20,10 +20,10 @@ OUTPUTS = ("forward", "backward", "total")
 @dataclass(frozen=True, slots=True)
 class NetworkConfig:
     num_features: int = NUM_FEATURES
-    table_hidden: int = 128
-    table_code: int = 64
-    head_hidden: int = 128
-    dropout: float = 0.0
+    table_hidden: int = 256
+    table_code: int = 96
+    head_hidden: int = 256
+    dropout: float = 0.1
 
 
 def _mlp(sizes: list[int], dropout: float) -> nn.Sequential:

@@ -91,7 +91,7 @@ class DeviceProfile:
 
 def detect_profile(device: str, mode: ExecutionMode, threads: int) -> DeviceProfile:
     kind = "cuda" if device.startswith("cuda") else "cpu"
-    return DeviceProfile(kind, device_name(device), mode, threads, torch.__version__,
+    return DeviceProfile(kind, device_name(device), mode, threads, str(torch.__version__),
                          fbgemm_version() if mode is ExecutionMode.FBGEMM_TBE else None)
 
 

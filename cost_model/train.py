@@ -27,7 +27,7 @@ class TrainConfig:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     seed: int = 0
     max_epochs: int = 300
-    patience: int = 40
+    patience: int = 60
     batch_sets: int = 64
     learning_rate: float = 2e-3
     weight_decay: float = 1e-5
@@ -110,7 +110,7 @@ def train_cost_model(splits: Splits, profile: DeviceProfile, batch_size: int, ro
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
         scheduler.step()
         val_loss, val_mape = val_scores()
         if writer:

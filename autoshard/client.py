@@ -1,0 +1,187 @@
+"""A small client of the planning service, for training launchers.
+
+```python
+from autoshard.client import AutoShardClient
+from autoshard.types import Table, Topology
+
+client = AutoShardClient("http://autoshard:8000", token=os.environ.get("AUTOSHARD_TOKEN"))
+result = client.plan([Table("user", 4_000_000, 128, pooling_factor=1.0), ...], Topology(8, 16))
+result.best_plan                 # our ShardingPlan (every planner's: result.plans)
+result.torchrec_plan()           # TorchRec ShardingPlan for DistributedModelParallel(plan=...)
+result.parameter_constraints()   # TorchRec ParameterConstraints, for TorchRec's own planner
+```
+
+The service's errors come back as the same typed errors the library raises in process:
+``InputError`` (a bad field: ``where`` is its path in the request), ``PlannerError`` (the
+tables do not fit; a planner unavailable), ``ModelError``; anything else (401, 413, 504) is a
+``ServiceError`` with the status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import httpx
+
+from autoshard.errors import AutoShardError, InputError, ModelError, PlannerError, PlannerErrorKind
+from autoshard.types import DevicePlan, ShardingPlan, Table, TableShard, Topology, Workload
+from autoshard.workload_file import table_to_dict
+
+if TYPE_CHECKING:
+    from torchrec.distributed.planner.types import ParameterConstraints
+    from torchrec.distributed.types import ShardingPlan as TorchRecShardingPlan
+
+
+class ServiceError(AutoShardError):
+    """The service refused the request for a reason that is not the input's fault (401, 413,
+    504, 5xx), or could not be reached."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status, self.message = status, message
+        super().__init__(f"HTTP {status}: {message}" if status else message)
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The service's answer, as our frozen types."""
+
+    workload: Workload
+    topology: Topology
+    plans: dict[str, ShardingPlan]
+    best: str
+    improvement_over: dict[str, float]
+    skipped: dict[str, str]
+    partial: bool
+    cost_unit: str
+    profile: str | None
+    torchrec_exports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def best_plan(self) -> ShardingPlan:
+        return self.plans[self.best]
+
+    def torchrec_plan(self, planner: str | None = None, compute_device: str = "cuda") -> TorchRecShardingPlan:
+        """The plan (default: the best) as a TorchRec ShardingPlan over the workload's
+        EmbeddingBagCollection (module path ``""``). Needs torchrec."""
+        from autoshard.torchrec_bridge import to_torchrec_plan
+
+        return to_torchrec_plan(self.plans[planner or self.best], self.workload,
+                                self.topology.num_devices, compute_device)
+
+    def parameter_constraints(self, planner: str | None = None) -> dict[str, ParameterConstraints]:
+        """TorchRec ParameterConstraints of the plan (default: the best). Needs torchrec."""
+        from autoshard.torchrec_bridge import to_parameter_constraints
+
+        return to_parameter_constraints(self.plans[planner or self.best])
+
+
+class AutoShardClient:
+    """HTTP client of the planning service (httpx). ``transport`` lets tests pass an in-process app."""
+
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 60.0,
+                 retries: int = 2, transport: httpx.BaseTransport | None = None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
+                                  transport=transport or httpx.HTTPTransport(retries=retries))
+
+    def __enter__(self) -> AutoShardClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def plan(self, tables: Workload | Sequence[Table], topology: Topology,
+             planners: Sequence[str] | None = None, *, batch_size: int = 2048, name: str = "workload",
+             profile: str | None = None, allow_column_split: bool = False, seed: int = 0,
+             time_budget_s: float | None = None, torchrec_export: bool = False) -> PlanResult:
+        """Plan ``tables`` (a Workload, or tables with ``batch_size``) on ``topology`` with the
+        named planners (default: every planner the service runs by default)."""
+        workload = tables if isinstance(tables, Workload) else Workload(tuple(tables), batch_size, name)
+        body: dict[str, Any] = {
+            "workload": {"name": workload.name, "batch_size": workload.batch_size,
+                         "tables": [table_to_dict(t) for t in workload.tables]},
+            "topology": {"num_devices": topology.num_devices, "device_memory_gb": topology.device_memory_gb},
+            "planners": list(planners) if planners is not None else None,
+            "profile": profile, "allow_column_split": allow_column_split, "seed": seed,
+            "time_budget_s": time_budget_s}
+        params = {"format": "torchrec"} if torchrec_export else None
+        report = self._request("POST", "/v1/plans", json=body, params=params)
+        return _result(workload, topology, report)
+
+    def torchrec_sharding_plan(self, tables: Workload | Sequence[Table], topology: Topology,
+                               planners: Sequence[str] | None = None, compute_device: str = "cuda",
+                               **options: Any) -> TorchRecShardingPlan:
+        """The best plan as a TorchRec ShardingPlan, ready for ``DistributedModelParallel(plan=...)``."""
+        return self.plan(tables, topology, planners, **options).torchrec_plan(compute_device=compute_device)
+
+    def planners(self) -> dict[str, Any]:
+        return self._request("GET", "/v1/planners")
+
+    def profiles(self) -> dict[str, Any]:
+        return self._request("GET", "/v1/profiles")
+
+    def ready(self) -> dict[str, Any]:
+        return self._request("GET", "/readyz")
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise ServiceError(0, f"cannot reach the AutoShard service at {self._http.base_url} "
+                                  f"({type(error).__name__}: {error})") from None
+        if response.is_success:
+            return response.json()
+        raise _error(response)
+
+
+def _error(response: httpx.Response) -> AutoShardError:
+    try:
+        detail = response.json()["detail"][0]
+        loc, msg, kind = detail.get("loc", []), detail.get("msg", ""), detail.get("type", "")
+        ctx: Mapping[str, Any] = detail.get("ctx") or {}
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return ServiceError(response.status_code, response.text[:500])
+    status = response.status_code
+    if status == 422 and kind.startswith("infeasible."):
+        return PlannerError(_kind(ctx.get("kind")), msg, tuple(ctx.get("fixes", ())))
+    if status == 422:  # msg already names the table and the fix; field is the path in the request
+        return InputError(".".join(str(p) for p in loc) or "request", msg)
+    if status == 503 and kind == "unavailable":
+        return PlannerError(PlannerErrorKind.UNAVAILABLE, msg, tuple(ctx.get("fixes", ())))
+    if status == 503 and kind == "model_unavailable":
+        return ModelError(msg)
+    return ServiceError(status, msg)
+
+
+def _kind(value: Any) -> PlannerErrorKind:
+    try:
+        return PlannerErrorKind(value)
+    except ValueError:
+        return PlannerErrorKind.INSUFFICIENT_MEMORY
+
+
+def _result(workload: Workload, topology: Topology, report: dict[str, Any]) -> PlanResult:
+    tables = {t.name: t for t in workload.tables}
+    plans = {}
+    for entry in report["plans"]:
+        devices = []
+        for device in entry["devices"]:
+            shards = []
+            for s in device["shards"]:
+                table = tables[s["table"]]
+                whole = s["column_offset"] == 0 and s["columns"] == table.embedding_dim
+                shards.append(TableShard(table) if whole else TableShard(table, s["column_offset"], s["columns"]))
+            devices.append(DevicePlan(tuple(shards), float(device["cost_ms"])))
+        plans[entry["planner"]] = ShardingPlan(entry["planner"], tuple(devices), float(entry["plan_time_s"]))
+    return PlanResult(workload, topology, plans, report["best"], dict(report["improvement_over"]),
+                      {s["planner"]: s["reason"] for s in report["skipped"]}, bool(report["partial"]),
+                      report["cost_unit"], report.get("profile"),
+                      {e["planner"]: e["torchrec"] for e in report["plans"] if e.get("torchrec")}, report)
+
+
+__all__ = ["AutoShardClient", "PlanResult", "ServiceError"]

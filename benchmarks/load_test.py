@@ -1,0 +1,305 @@
+"""Load test of the planning service on 127.0.0.1: a bounded async httpx loop.
+
+Starts ``autoshard serve`` itself on a free port, then sends ``--requests`` POST /v1/plans
+(80 synthetic tables on 8 devices, every default planner) at ``--concurrency``, while a probe in
+its own process times GET /healthz every 50 ms. Reports throughput, latency percentiles, errors, the server's RSS
+before and after (from /proc), per-planner server-side time (from /metrics) and the machine's
+load, then writes them to docs/figures/load_test.json.
+
+    python benchmarks/load_test.py                      # the issue's setting: 2,000 requests, 16 at once
+    python benchmarks/load_test.py --requests 500 --planners random,round_robin,size_greedy \
+        --out docs/figures/load_test_heuristics.json          # the service without cost_greedy
+
+The cost model: data/models when it holds one, else an untrained network of the same shape
+(the same planning work; its predictions are meaningless, which a load test does not mind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import multiprocessing.synchronize
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from autoshard.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
+from autoshard.workload_file import workload_to_dict  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Config:
+    requests: int = 2000
+    concurrency: int = 16
+    tables: int = 80
+    devices: int = 8
+    device_memory_gb: float = 16.0
+    warmup: int = 50
+    workers: int = 1
+    out: Path = ROOT / "docs" / "figures" / "load_test.json"
+    note: str = ""
+    profile: Path | None = None
+    planners: tuple[str, ...] | None = None  # None: the service's defaults
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and its children (uvicorn workers), from /proc."""
+    total = 0
+    pids = [pid]
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        pids += [int(c) for c in children]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
+
+
+def model_dir() -> tuple[Path, str]:
+    shipped = ROOT / "data" / "models"
+    if any(shipped.glob("*/cost_model.pt")):
+        return shipped, "shipped (data/models)"
+    import torch
+
+    from cost_model.checkpoint import save_checkpoint
+    from cost_model.features import NUM_FEATURES
+    from cost_model.network import NetworkConfig, SetCostNetwork
+    from cost_model.predictor import NeuralCostModel
+    from cost_model.profile import ExecutionMode, detect_profile
+
+    torch.manual_seed(0)
+    profile = detect_profile("cpu", ExecutionMode.EMBEDDING_BAG, 1)
+    # str(): detect_profile keeps torch's TorchVersion, which torch.load(weights_only=True) refuses
+    profile = replace(profile, torch_version=str(profile.torch_version))
+    model = NeuralCostModel(SetCostNetwork(NetworkConfig()), torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES),
+                            profile, 128 * 2**20, 2048)
+    folder = Path(tempfile.mkdtemp(prefix="autoshard-load-models-"))
+    save_checkpoint(model, folder / model.profile.id)
+    return folder, "untrained network of the shipped shape (no model in data/models)"
+
+
+def request_body(config: Config) -> dict:
+    pool = generate_pool(PoolConfig(size=500, seed=0, max_log10_rows=7.0))
+    workload = sample_task(pool.train, config.tables, np.random.default_rng(0), name=f"load{config.tables}")
+    body = {"workload": workload_to_dict(workload),
+            "topology": {"num_devices": config.devices, "device_memory_gb": config.device_memory_gb}}
+    if config.planners:
+        body["planners"] = list(config.planners)
+    return body
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+async def run_load(url: str, body: dict, config: Config) -> dict:
+    limits = httpx.Limits(max_connections=config.concurrency + 2, max_keepalive_connections=config.concurrency + 2)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+        for _ in range(config.warmup):
+            (await client.post("/v1/plans", json=body)).raise_for_status()
+        latencies: list[float] = []
+        statuses: dict[int, int] = {}
+        errors: list[str] = []
+        partial = 0
+        planners: set[str] = set()
+        remaining = config.requests
+
+        async def worker() -> None:
+            nonlocal remaining, partial
+            while remaining > 0:
+                remaining -= 1
+                started = time.perf_counter()
+                try:
+                    response = await client.post("/v1/plans", json=body)
+                    latencies.append(time.perf_counter() - started)
+                    statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+                    if response.status_code == 200:
+                        report = response.json()
+                        partial += bool(report["partial"])
+                        planners.update(p["planner"] for p in report["plans"])
+                    else:
+                        errors.append(response.text[:200])
+                except httpx.HTTPError as error:
+                    errors.append(f"{type(error).__name__}: {error}")
+
+        probe_results: multiprocessing.Queue = multiprocessing.Queue()
+        stop_probe = multiprocessing.Event()
+        prober = multiprocessing.Process(target=probe_health, args=(url, stop_probe, probe_results))
+        prober.start()
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(config.concurrency)))
+        elapsed = time.perf_counter() - started
+        stop_probe.set()
+        health = probe_results.get(timeout=30)
+        prober.join(10)
+        metrics = (await client.get("/metrics")).text
+    return {"elapsed_s": elapsed, "latencies": latencies, "statuses": statuses, "errors": errors,
+            "partial": partial, "planners": sorted(planners), "health": health, "metrics": metrics}
+
+
+def probe_health(url: str, stop: multiprocessing.synchronize.Event, out: multiprocessing.Queue) -> None:
+    """GET /healthz every 50 ms until ``stop``, in its own process (so the load generator's own
+    event loop does not delay it); puts the latencies (s) on ``out``."""
+    latencies = []
+    with httpx.Client(base_url=url, timeout=10) as client:
+        while not stop.is_set():
+            started = time.perf_counter()
+            client.get("/healthz").raise_for_status()
+            latencies.append(time.perf_counter() - started)
+            time.sleep(0.05)
+    out.put(latencies)
+
+
+def planner_times(metrics: str) -> dict[str, float]:
+    """Mean server-side seconds per planner per request, from the Prometheus histograms."""
+    sums = dict(re.findall(r'autoshard_planner_duration_seconds_sum\{planner="([^"]+)"\} (\S+)', metrics))
+    counts = dict(re.findall(r'autoshard_planner_duration_seconds_count\{planner="([^"]+)"\} (\S+)', metrics))
+    return {p: float(sums[p]) / float(counts[p]) for p in sums if float(counts.get(p, 0)) > 0}
+
+
+def start_profiler(pid: int, out: Path) -> subprocess.Popen:
+    """py-spy sampling the server (and its workers) until SIGINT; collapsed stacks to ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--subprocesses", "--rate", "200",
+                             "--format", "raw", "--nonblocking", "--output", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def busy_processes(own: set[int]) -> list[str]:
+    """Other processes using the CPU (so a reader knows what shared the machine)."""
+    try:
+        out = subprocess.run(["ps", "-eo", "pid,pcpu,args", "--sort=-pcpu"], capture_output=True, text=True).stdout
+    except OSError:
+        return []
+    rows = []
+    for line in out.splitlines()[1:8]:
+        pid, cpu, args = line.strip().split(None, 2)
+        if int(pid) not in own and float(cpu) >= 10:
+            rows.append(f"{cpu}% {args[:120]}")
+    return rows
+
+
+def main(config: Config) -> dict:
+    folder, model_note = model_dir()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "AUTOSHARD_NO_REEXEC": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "autoshard", "serve", "--port", str(port),
+                               "--model-dir", str(folder), "--workers", str(config.workers),
+                               "--no-access-log", "--log-level", "warning"],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None, server.stdout.read() if server.stdout else ""
+            try:
+                ready = httpx.get(f"{url}/readyz", timeout=2)
+                if ready.status_code == 200:
+                    assert ready.json()["status"] == "ready", f"the server is degraded: {ready.json()}"
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.2)
+        body = request_body(config)
+        rss_before = rss_bytes(server.pid)
+        load_before = os.getloadavg()
+        profiler = start_profiler(server.pid, config.profile) if config.profile else None
+        result = asyncio.run(run_load(url, body, config))
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(60)
+        rss_after = rss_bytes(server.pid)
+        load_after = os.getloadavg()
+        others = busy_processes({os.getpid(), server.pid})
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            exit_code = server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            exit_code = None
+
+    latencies = result["latencies"]
+    ms = [x * 1000 for x in latencies]
+    health_ms = [x * 1000 for x in result["health"]]
+    errors = sum(n for s, n in result["statuses"].items() if s != 200) + (len(result["errors"]) - sum(
+        n for s, n in result["statuses"].items() if s != 200))
+    report = {
+        "setting": {"requests": config.requests, "concurrency": config.concurrency, "tables": config.tables,
+                    "devices": config.devices, "device_memory_gb": config.device_memory_gb,
+                    "planners": result["planners"], "workers": config.workers, "cost_model": model_note,
+                    "client": "httpx.AsyncClient on the same machine", "cpus": os.cpu_count()},
+        "throughput_rps": len(latencies) / result["elapsed_s"],
+        "elapsed_s": result["elapsed_s"],
+        "latency_ms": {"p50": percentile(ms, 50), "p90": percentile(ms, 90), "p99": percentile(ms, 99),
+                       "max": max(ms) if ms else None, "mean": statistics.fmean(ms) if ms else None},
+        "errors": errors, "statuses": {str(k): v for k, v in sorted(result["statuses"].items())},
+        "partial_answers": result["partial"],
+        "healthz_under_load_ms": {"probes": len(health_ms), "p50": percentile(health_ms, 50),
+                                  "p99": percentile(health_ms, 99), "max": max(health_ms) if health_ms else None},
+        "server_rss_mb": {"before": rss_before / 2**20, "after": rss_after / 2**20},
+        "server_planner_ms_per_request": {p: 1000 * t for p, t in planner_times(result["metrics"]).items()},
+        "server_exit_code_after_sigterm": exit_code,
+        "machine": {"loadavg_before": load_before, "loadavg_after": load_after, "other_busy_processes": others},
+        "target": {"p99_ms": 150, "throughput_rps": 100},
+        "note": config.note,
+        "error_samples": result["errors"][:5],
+    }
+    report["meets_target"] = (report["latency_ms"]["p99"] <= 150 and report["throughput_rps"] >= 100
+                              and errors == 0)
+    config.out.parent.mkdir(parents=True, exist_ok=True)
+    config.out.write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def parse() -> Config:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    defaults = Config()
+    parser.add_argument("--requests", type=int, default=defaults.requests)
+    parser.add_argument("--concurrency", type=int, default=defaults.concurrency)
+    parser.add_argument("--tables", type=int, default=defaults.tables)
+    parser.add_argument("--devices", type=int, default=defaults.devices)
+    parser.add_argument("--workers", type=int, default=defaults.workers)
+    parser.add_argument("--warmup", type=int, default=defaults.warmup)
+    parser.add_argument("--out", type=Path, default=defaults.out)
+    parser.add_argument("--note", default="", help="Free text stored with the figures (e.g. what else ran).")
+    parser.add_argument("--profile", type=Path, help="Also record the server with py-spy (collapsed stacks).")
+    parser.add_argument("--planners", help="Comma-separated planners (default: the service's defaults).")
+    args = parser.parse_args()
+    return Config(args.requests, args.concurrency, args.tables, args.devices, defaults.device_memory_gb,
+                  args.warmup, args.workers, args.out, args.note, args.profile,
+                  tuple(args.planners.split(",")) if args.planners else None)
+
+
+if __name__ == "__main__":
+    figures = main(parse())
+    print(json.dumps({k: v for k, v in figures.items() if k not in ("error_samples",)}, indent=1))

@@ -1,0 +1,128 @@
+"""The models the service loaded at start-up, and what they make available.
+
+Every ``<model_dir>/<profile>/cost_model.pt`` is loaded (the profile is the folder's name);
+``<model_dir>/default`` names the default profile, as a symlink to a profile folder or a text
+file holding its name. A missing or corrupt file does not stop the service: it starts with the
+heuristics and says why it is degraded (unless ``fail_fast``). Request fields only ever select
+a profile by name in the loaded dict: none becomes a file-system path.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autoshard.errors import InputError, ModelError
+from autoshard.types import CostModel
+
+log = logging.getLogger("autoshard.service")
+CHECKPOINT = "cost_model.pt"
+METRICS = "metrics.json"
+DEFAULT_LINK = "default"
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """One profile's cost model and what /v1/profiles tells about it."""
+
+    profile: str
+    model: Any  # cost_model.predictor.NeuralCostModel (a CostModel)
+    device: dict[str, Any]
+    sha256: str
+    metrics: dict[str, Any]
+
+
+@dataclass
+class ModelStore:
+    """Cost models by profile. Planning threads use their own copy of each model
+    (``for_thread``): the model's per-table caches are plain dicts, not safe to share."""
+
+    models: dict[str, LoadedModel] = field(default_factory=dict)
+    default_profile: str | None = None
+    problems: list[str] = field(default_factory=list)
+    _local: threading.local = field(default_factory=threading.local, repr=False)
+
+    def resolve(self, profile: str | None) -> LoadedModel | None:
+        """The model of ``profile`` (default: the default profile; ``None`` when none is loaded).
+        An unknown profile name is an ``InputError``."""
+        if profile is None:
+            return self.models.get(self.default_profile) if self.default_profile else None
+        if profile not in self.models:
+            known = ", ".join(sorted(self.models)) or "none loaded"
+            raise InputError("profile", f"no cost model profile {profile!r}",
+                             f"use one of: {known} (GET /v1/profiles)")
+        return self.models[profile]
+
+    def for_thread(self, profile: str) -> CostModel:
+        copies: dict[str, CostModel] = self._local.__dict__.setdefault("models", {})
+        if profile not in copies:
+            copies[profile] = copy.deepcopy(self.models[profile].model)
+        return copies[profile]
+
+
+def _metrics(folder: Path, stored: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    metrics = dict(stored)
+    path = folder / METRICS
+    if path.is_file():
+        try:
+            extra = json.loads(path.read_text())
+            metrics.update(extra if isinstance(extra, dict) else {"metrics.json": extra})
+        except (OSError, ValueError) as error:
+            problems.append(f"{path}: unreadable ({error})")
+    return metrics
+
+
+def _default_name(model_dir: Path) -> str | None:
+    link = model_dir / DEFAULT_LINK
+    try:
+        if link.is_symlink() or link.is_dir():
+            return link.resolve().name
+        if link.is_file():
+            return link.read_text().strip() or None
+    except OSError:
+        return None
+    return None
+
+
+def load_models(model_dir: Path, default_profile: str | None = None) -> ModelStore:
+    """Load every profile's cost model; problems are recorded, not raised."""
+    store = ModelStore()
+    try:
+        from cost_model.checkpoint import file_sha256, load_cost_model
+    except ImportError as error:  # torch missing or broken: heuristics only
+        store.problems.append(f"cost models cannot load here ({error}); cost_greedy is unavailable")
+        return store
+    if not model_dir.is_dir():
+        store.problems.append(f"no model directory {model_dir}; cost_greedy is unavailable "
+                              "(train one with `autoshard cost train`, or set AUTOSHARD_MODEL_DIR)")
+        return store
+    for folder in sorted(p for p in model_dir.iterdir()
+                         if p.is_dir() and not (p.name == DEFAULT_LINK and p.is_symlink())):
+        file = folder / CHECKPOINT
+        if not file.exists():
+            continue
+        try:
+            model = load_cost_model(file)
+            sha = file_sha256(file)
+        except (ModelError, OSError) as error:
+            store.problems.append(f"profile {folder.name!r}: {error}")
+            log.warning("cost model %s not loaded: %s", file, error)
+            continue
+        store.models[folder.name] = LoadedModel(folder.name, model, model.profile.to_dict(), sha,
+                                                _metrics(folder, model.metrics, store.problems))
+    wanted = default_profile or _default_name(model_dir)
+    if wanted and wanted in store.models:
+        store.default_profile = wanted
+    elif wanted:
+        store.problems.append(f"default profile {wanted!r} has no loadable cost model in {model_dir}")
+    if store.default_profile is None and store.models:
+        store.default_profile = sorted(store.models)[0]
+    if not store.models:
+        store.problems.append(f"no cost model in {model_dir} (expected <profile>/{CHECKPOINT}); "
+                              "cost_greedy is unavailable")
+    return store

@@ -1,0 +1,213 @@
+"""Planning off the event loop, with a time budget per request.
+
+A request's planners run as tasks (``service.tasks``) in a pool sized to the cores: by default a
+pool of processes (the planners are CPU-bound Python, so threads would share one core through
+the GIL and slow the event loop down; processes plan in parallel and leave /healthz alone), or
+a pool of threads (``AUTOSHARD_POOL=thread``, e.g. for tests that register planners at run time).
+Every worker loads the models once, at its start. Worker processes run at a lower CPU priority
+(``AUTOSHARD_PLANNER_NICENESS``), so that the server's event loop answers at once even when every
+core plans.
+
+The budget counts from the request's arrival, queueing included. When it runs out, the request
+answers with the planners that finished (flagged ``partial``), or 504 when none did. Tasks not
+started are cancelled (or skip themselves when they start late); a planner already running
+cannot be interrupted: it finishes and its result is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import multiprocessing
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from autoshard.errors import AutoShardError, PlannerErrorKind
+from autoshard.types import ShardingPlan
+from service.models import ModelStore, load_models
+from service.tasks import ErrorInfo, PlannerResult, PlannerTask, run_task
+
+log = logging.getLogger("autoshard.service")
+TaskFunction = Callable[[PlannerTask], list[PlannerResult]]
+
+
+@dataclass
+class PlanningOutcome:
+    plans: list[ShardingPlan] = field(default_factory=list)
+    exports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    errors: list[Exception] = field(default_factory=list)
+    timed_out: list[str] = field(default_factory=list)
+    seconds: dict[str, tuple[float, str]] = field(default_factory=dict)  # planner: (s, outcome)
+    elapsed_s: float = 0.0
+
+
+class PlanningUnavailable(AutoShardError):
+    """The planning workers failed (a worker process died); the pool has been restarted."""
+
+
+class PlanningPool:
+    """Runs a request's tasks in an executor; subclasses choose threads or processes."""
+
+    kind = "base"
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._executor = self._new_executor()
+
+    def _new_executor(self) -> Executor:
+        raise NotImplementedError
+
+    def _function(self) -> TaskFunction:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        """Start every worker now (loading the models), not on the first request."""
+
+    async def run(self, tasks: Sequence[PlannerTask], budget_s: float, started: float) -> PlanningOutcome:
+        if not tasks:
+            return PlanningOutcome(elapsed_s=time.monotonic() - started)
+        try:
+            futures = self._submit(tasks)
+        except BrokenProcessPool:  # a worker died since the last request: start afresh
+            self._restart()
+            futures = self._submit(tasks)
+        done, pending = await asyncio.wait(futures, timeout=max(budget_s, 0.0))
+        for future in pending:
+            future.cancel()
+        outcome = PlanningOutcome()
+        broken = False
+        for task, future in zip(tasks, futures):
+            if future not in done or future.cancelled():
+                outcome.timed_out.extend(task.names)
+            elif future.exception() is not None:
+                broken = broken or isinstance(future.exception(), BrokenProcessPool)
+                log.error("planners %s: %r", ", ".join(task.names), future.exception())
+                outcome.skipped.extend((name, "the planning worker failed") for name in task.names)
+            else:
+                for result in future.result():
+                    self._collect(task, result, outcome)
+        outcome.elapsed_s = time.monotonic() - started
+        if broken:
+            self._restart()
+            if not outcome.plans:
+                raise PlanningUnavailable("a planning worker process died (out of memory?); the pool "
+                                          "has been restarted: retry the request")
+        return outcome
+
+    @staticmethod
+    def _collect(task: PlannerTask, result: PlannerResult, outcome: PlanningOutcome) -> None:
+        if result.outcome == "late":
+            outcome.timed_out.append(result.name)
+            return
+        outcome.seconds[result.name] = (result.seconds, result.outcome)
+        if result.plan is not None:
+            outcome.plans.append(result.plan.plan(task.workload))
+            if result.export is not None:
+                outcome.exports[result.name] = result.export
+            return
+        outcome.skipped.append((result.name, result.reason or "no plan"))
+        if result.error is not None:
+            outcome.errors.append(result.error.exception())
+
+    def _submit(self, tasks: Sequence[PlannerTask]) -> list[asyncio.Future]:
+        loop = asyncio.get_running_loop()
+        function = self._function()
+        return [loop.run_in_executor(self._executor, function, task) for task in tasks]
+
+    def _restart(self) -> None:
+        log.error("restarting the %s planning pool", self.kind)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor = self._new_executor()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class ThreadPlanningPool(PlanningPool):
+    """Threads of this process; each uses its own copy of each model."""
+
+    kind = "thread"
+
+    def __init__(self, size: int, store: ModelStore) -> None:
+        self.store = store
+        super().__init__(size)
+
+    def _new_executor(self) -> Executor:
+        return ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="autoshard-plan")
+
+    def _function(self) -> TaskFunction:
+        return self._call
+
+    def _call(self, task: PlannerTask) -> list[PlannerResult]:
+        return run_task(task, self.store.for_thread(task.profile) if task.profile else None)
+
+
+_WORKER: dict[str, ModelStore] = {}
+
+
+def _init_worker(model_dir: str, default_profile: str | None, niceness: int) -> None:
+    import os
+
+    import torch
+
+    if niceness:  # the server process (its event loop, /healthz) gets the CPU first
+        os.nice(niceness)
+    torch.set_num_threads(1)
+    _WORKER["store"] = load_models(Path(model_dir), default_profile)
+    gc.freeze()  # see service.main: the collector need not walk torch and the models
+
+
+def _worker_call(task: PlannerTask) -> list[PlannerResult]:
+    store = _WORKER["store"]
+    model = store.models.get(task.profile) if task.profile else None
+    if task.profile and model is None:  # the file changed since the service started
+        error = ErrorInfo("planner", f"profile {task.profile!r} did not load in the planning worker",
+                          PlannerErrorKind.UNAVAILABLE.value)
+        return [PlannerResult(name, "skipped", reason=error.message, error=error) for name in task.names]
+    return run_task(task, model.model if model else None)
+
+
+def _worker_ready(seconds: float) -> int:
+    time.sleep(seconds)  # hold this worker so that the next warm-up call starts another
+    return len(_WORKER["store"].models)
+
+
+class ProcessPlanningPool(PlanningPool):
+    """Worker processes (spawned: no threads or torch state forked), each loading the models."""
+
+    kind = "process"
+
+    def __init__(self, size: int, model_dir: Path, default_profile: str | None, niceness: int = 0) -> None:
+        self.model_dir, self.default_profile, self.niceness = model_dir, default_profile, niceness
+        super().__init__(size)
+
+    def _new_executor(self) -> Executor:
+        return ProcessPoolExecutor(max_workers=self.size, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_init_worker,
+                                   initargs=(str(self.model_dir), self.default_profile, self.niceness))
+
+    def _function(self) -> TaskFunction:
+        return _worker_call  # module-level: the executor pickles it by name
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(self._executor, partial(_worker_ready, 0.3))
+                               for _ in range(self.size)))
+
+
+def make_pool(kind: str, size: int, store: ModelStore, model_dir: Path, default_profile: str | None,
+              niceness: int = 0) -> PlanningPool:
+    if kind == "thread":
+        return ThreadPlanningPool(size, store)
+    return ProcessPlanningPool(size, model_dir, default_profile, niceness)
+
+
+__all__ = ["PlanningOutcome", "PlanningPool", "PlanningUnavailable", "ProcessPlanningPool",
+           "ThreadPlanningPool", "make_pool"]

@@ -1,0 +1,162 @@
+"""POST /v1/plans: every planner side by side on one workload and topology."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+
+from autoshard.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.planners.placement import prepare_units
+from autoshard.planners.proxies import size_proxy
+from autoshard.planners.registry import HEURISTICS
+from autoshard.planners.report import plans_report
+from autoshard.planners.units import proxy_costs
+from autoshard.types import Topology, Workload
+from autoshard.workload_file import topology_from_dict, workload_from_dict
+from service.deps import StateDep
+from service.errors import FieldError, PlanningTimeout, infeasible_error, input_error_at
+from service.models import LoadedModel
+from service.planning import PlanningOutcome, PlanningUnavailable
+from service.tasks import PlannerTask
+from service.schemas.requests import Format, PlanRequest
+from service.schemas.responses import ErrorResponse, PlanResponse
+from service.settings import Settings
+
+PROXY_UNIT = "proxy: dim x pooling summed per device (no cost model)"
+
+router = APIRouter(tags=["plans"])
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "Missing or wrong bearer token (when the service has one)."},
+    413: {"model": ErrorResponse, "description": "Body larger than AUTOSHARD_MAX_BODY_BYTES."},
+    422: {"model": ErrorResponse, "description": "A bad field (its path in `loc`), a service limit, or a "
+                                                 "workload that does not fit the topology (the table and the shortfall)."},
+    503: {"model": ErrorResponse, "description": "A planner asked for cannot run here (its model is missing)."},
+    504: {"model": ErrorResponse, "description": "No planner finished within the time budget."},
+}
+
+
+@router.post("/plans", response_model=PlanResponse, responses=ERRORS,
+             summary="Plan a workload with several planners side by side")
+async def create_plans(
+    body: PlanRequest,
+    state: StateDep,
+    format: Annotated[Format, Query(description="`torchrec` adds each plan's TorchRec sharding export.")] = "json",
+) -> JSONResponse:
+    """Place the workload's tables on the topology's devices with each planner asked for (default:
+    every planner loaded, cheap heuristics first), score every plan with one cost model, and say
+    which is best and by how much it beats each heuristic. When the time budget runs out, the
+    plans that finished come back flagged `partial` (504 if none did)."""
+    settings = state.settings
+    budget = min(body.time_budget_s or settings.plan_timeout_s, settings.plan_timeout_s)
+    arrived = time.monotonic()
+    deadline = arrived + budget
+    workload, topology = _parse(body, settings)
+    model = _resolve_profile(state, body.profile)
+    names = state.planners_for(body.planners, model)
+    try:
+        prepare_units(workload, topology, proxy_costs(size_proxy), body.allow_column_split)
+    except PlannerError as error:  # it cannot fit, whatever the planner
+        raise infeasible_error(error, workload, topology) from None
+    if format == "torchrec":
+        _check_torchrec()
+    # the heuristics take a millisecond or two each: one task for all of them, one for each other planner
+    heuristics = tuple(n for n in names if state.planners[n].kind == "heuristic")
+    groups = ([heuristics] if heuristics else []) + [(n,) for n in names if n not in heuristics]
+    tasks = [PlannerTask(group, workload, topology, model.profile if model else None, deadline, body.seed,
+                         body.allow_column_split, format == "torchrec") for group in groups]
+    try:
+        outcome = await state.pool.run(tasks, deadline - time.monotonic(), arrived)
+    except PlanningUnavailable as error:
+        raise PlannerError(PlannerErrorKind.UNAVAILABLE, str(error), ("retry the request",)) from None
+    for name, (seconds, result) in outcome.seconds.items():
+        state.metrics.observe_planner(name, seconds, result)
+    for name in outcome.timed_out:
+        state.metrics.planner_runs.labels(name, "timeout").inc()
+    if not outcome.plans:
+        _raise_no_plan(outcome, budget, workload, topology)
+    return JSONResponse(_response(workload, topology, outcome, model))
+
+
+def _parse(body: PlanRequest, settings: Settings) -> tuple[Workload, Topology]:
+    """Our frozen types from the body; every rule is ``autoshard.workload_file``'s, located by
+    its path in the body. Then the service's limits."""
+    count = len(body.workload.tables)
+    if count > settings.max_tables:
+        raise FieldError(("body", "workload", "tables"),
+                         f"{count} tables, more than this service's limit of {settings.max_tables} "
+                         "(AUTOSHARD_MAX_TABLES); plan fewer tables per request", "limit.max_tables",
+                         {"limit": settings.max_tables, "given": count})
+    try:
+        workload, file_topology = workload_from_dict(body.workload.to_file_dict())
+    except InputError as error:
+        raise input_error_at(error, ("body", "workload")) from None
+    if body.topology is not None:
+        try:
+            topology = topology_from_dict(body.topology.model_dump())
+        except InputError as error:
+            raise input_error_at(error, ("body", "topology")) from None
+    elif file_topology is not None:
+        topology = file_topology
+    else:
+        raise FieldError(("body", "topology"), "a topology is required: give 'topology' "
+                         "{num_devices, device_memory_gb} (or put one in the workload)", "missing")
+    if topology.num_devices > settings.max_devices:
+        loc = ("body", "topology", "num_devices") if body.topology is not None else (
+            "body", "workload", "topology", "num_devices")
+        raise FieldError(loc, f"{topology.num_devices} devices, more than this service's limit of "
+                         f"{settings.max_devices} (AUTOSHARD_MAX_DEVICES)", "limit.max_devices",
+                         {"limit": settings.max_devices, "given": topology.num_devices})
+    return workload, topology
+
+
+def _resolve_profile(state: StateDep, profile: str | None) -> LoadedModel | None:
+    try:
+        return state.store.resolve(profile)
+    except InputError as error:
+        raise input_error_at(error, ("body",)) from None
+
+
+def _check_torchrec() -> None:
+    try:
+        import autoshard.torchrec_bridge  # noqa: F401
+    except (ImportError, OSError) as error:
+        raise PlannerError(PlannerErrorKind.UNAVAILABLE,
+                           f"format=torchrec needs torchrec, which this service cannot import ({error})",
+                           ("ask for format=json", "install the torchrec extra in the service's image")) from None
+
+
+def _raise_no_plan(outcome: PlanningOutcome, budget: float, workload: Workload, topology: Topology) -> None:
+    if outcome.timed_out:
+        raise PlanningTimeout(budget, outcome.timed_out)
+    for error in outcome.errors:
+        if isinstance(error, PlannerError):
+            if error.kind is PlannerErrorKind.UNAVAILABLE:
+                raise error
+            raise infeasible_error(error, workload, topology)
+        if isinstance(error, InputError):
+            raise input_error_at(error, ("body", "workload"))
+    raise RuntimeError("no planner returned a plan: " + "; ".join(f"{n}: {r}" for n, r in outcome.skipped))
+
+
+def _response(workload: Workload, topology: Topology, outcome: PlanningOutcome,
+              model: LoadedModel | None) -> dict[str, Any]:
+    """``plans_report`` (shared with the CLI), plus structured shards, the TorchRec exports, the
+    best planner and its improvement over each heuristic, and the time-budget flags."""
+    plans = outcome.plans
+    report = plans_report(workload, topology, plans, outcome.skipped, "ms" if model else PROXY_UNIT)
+    for plan, entry in zip(plans, report["plans"]):
+        for device, out in zip(plan.devices, entry["devices"]):
+            out["shards"] = [{"table": s.table.name, "column_offset": s.column_offset, "columns": s.width}
+                             for s in device.shards]
+        entry["torchrec"] = outcome.exports.get(plan.planner)
+    best = next(p for p in plans if p.planner == next(e["planner"] for e in report["plans"] if e["best"]))
+    report.update(
+        profile=model.profile if model else None, best=best.planner,
+        improvement_over={p.planner: (1.0 - best.max_cost_ms / p.max_cost_ms) if p.max_cost_ms > 0 else 0.0
+                          for p in plans if p.planner in HEURISTICS},
+        partial=bool(outcome.timed_out), timed_out=outcome.timed_out, elapsed_s=outcome.elapsed_s)
+    return report

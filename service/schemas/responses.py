@@ -1,0 +1,158 @@
+"""What the service answers. Plans are built by ``autoshard.planners.report`` (shared with the
+CLI); these models document that JSON in the OpenAPI schema and let clients validate it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ShardOut(BaseModel):
+    table: str
+    column_offset: int
+    columns: int
+
+
+class DeviceOut(BaseModel):
+    tables: list[str] = Field(description="Table names; a column shard reads 'name[a:b]'.")
+    shards: list[ShardOut] = Field(description="The same, structured: table and column range.")
+    cost_ms: float = Field(description="Predicted cost of the device (see cost_unit).")
+    memory_bytes: int
+
+
+class TorchRecShardOut(BaseModel):
+    rank: int
+    column_offset: int
+    columns: int
+
+
+class TorchRecTableOut(BaseModel):
+    sharding_type: str
+    ranks: list[int]
+    compute_kernel: str
+    pooling_factor: float
+    shards: list[TorchRecShardOut]
+
+
+class PlanOut(BaseModel):
+    planner: str
+    max_cost_ms: float = Field(description="The plan's cost: the max over devices.")
+    imbalance: float = Field(description="max / mean device cost - 1 (0 = balanced).")
+    plan_time_s: float
+    best: bool
+    devices: list[DeviceOut]
+    torchrec: dict[str, TorchRecTableOut] | None = Field(
+        None, description="With ?format=torchrec: per table, its TorchRec sharding (ParameterConstraints / plan).")
+
+
+class WorkloadSummary(BaseModel):
+    name: str
+    tables: int
+    batch_size: int
+    memory_bytes: int
+
+
+class TopologyOut(BaseModel):
+    num_devices: int
+    device_memory_gb: float
+
+
+class SkippedOut(BaseModel):
+    planner: str
+    reason: str
+
+
+PLAN_EXAMPLE: dict[str, Any] = {
+    "workload": {"name": "example", "tables": 2, "batch_size": 2048, "memory_bytes": 2_052_000_000},
+    "topology": {"num_devices": 2, "device_memory_gb": 4.0},
+    "cost_unit": "ms", "profile": "cpu-example-fbgemm_tbe-t1",
+    "plans": [{"planner": "cost_greedy", "max_cost_ms": 3.1, "imbalance": 0.02, "plan_time_s": 0.004,
+               "best": True, "torchrec": None,
+               "devices": [{"tables": ["user_id"], "cost_ms": 3.1, "memory_bytes": 2_048_000_000,
+                            "shards": [{"table": "user_id", "column_offset": 0, "columns": 128}]},
+                           {"tables": ["category"], "cost_ms": 3.0, "memory_bytes": 4_000_000,
+                            "shards": [{"table": "category", "column_offset": 0, "columns": 16}]}]}],
+    "best": "cost_greedy", "improvement_over": {"size_greedy": 0.12},
+    "skipped": [], "partial": False, "timed_out": [], "elapsed_s": 0.01,
+}
+
+
+class PlanResponse(BaseModel):
+    """Every planner's plan side by side, the best one, and how much it beats each heuristic."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [PLAN_EXAMPLE]})
+
+    workload: WorkloadSummary
+    topology: TopologyOut
+    cost_unit: str = Field(description="'ms' with a cost model; otherwise a proxy unit.")
+    profile: str | None = Field(description="The cost model profile that scored every plan.")
+    plans: list[PlanOut]
+    best: str = Field(description="The planner with the lowest max cost.")
+    improvement_over: dict[str, float] = Field(
+        description="Per heuristic that planned: 1 - best / heuristic max cost (0.12 = 12% faster).")
+    skipped: list[SkippedOut] = Field(description="Planners that did not plan, and why.")
+    partial: bool = Field(description="True when the time budget ran out: plans holds those that finished.")
+    timed_out: list[str] = Field(description="Planners that did not run within the time budget.")
+    elapsed_s: float = Field(description="Time spent on the request's planning, queueing included.")
+
+
+class ArtifactOut(BaseModel):
+    """A loaded model file: a cost model (later also an RL policy)."""
+
+    kind: Literal["cost_model", "policy"]
+    file: str
+    sha256: str
+    metrics: dict[str, Any] = Field(description="Training metrics stored with it (and metrics.json).")
+
+
+class ProfileOut(BaseModel):
+    profile: str = Field(description="The profile name (its folder under the model directory).")
+    default: bool
+    device: dict[str, Any] = Field(description="Where the traces were measured: device, mode, threads, versions.")
+    artifacts: list[ArtifactOut]
+
+
+class ProfilesResponse(BaseModel):
+    profiles: list[ProfileOut]
+    problems: list[str] = Field(description="Model files that could not be loaded, and why.")
+
+
+class PlannerOut(BaseModel):
+    name: str
+    kind: Literal["heuristic", "cost_model", "torchrec", "other"]
+    available: bool
+    default: bool = Field(description="Runs when a request names no planners.")
+    reason: str | None = Field(None, description="Why it is unavailable.")
+
+
+class PlannersResponse(BaseModel):
+    planners: list[PlannerOut]
+    default_profile: str | None
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"]
+
+
+class ReadyResponse(BaseModel):
+    status: Literal["ready", "degraded"]
+    reasons: list[str] = Field(description="Why the service is degraded (empty when ready).")
+    default_planners: list[str]
+    profiles: list[str]
+
+
+class ErrorItem(BaseModel):
+    loc: list[str | int] = Field(description="Where: e.g. ['body', 'workload', 'tables', 3, 'embedding_dim'].")
+    msg: str = Field(description="What is wrong and how to fix it.")
+    type: str
+    ctx: dict[str, Any] | None = None
+
+
+class ErrorResponse(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"detail": [{
+        "loc": ["body", "workload", "tables", 3, "embedding_dim"],
+        "msg": "tables[3] 'history': embedding_dim: must be an integer >= 1, got 0 "
+               "(fix: set the embedding dimension)", "type": "value_error"}]}]})
+
+    detail: list[ErrorItem]

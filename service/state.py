@@ -1,0 +1,127 @@
+"""What the service holds between requests: settings, the loaded models, which planners can run,
+the planning pool and the metrics. Built once in the app's lifespan; nothing else is kept between
+requests, so several workers can run behind a load balancer."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from autoshard.errors import InputError, ModelError, PlannerError, PlannerErrorKind
+from autoshard.planners.registry import HEURISTICS, make_planner, planner_names
+from service.metrics import Metrics
+from service.models import LoadedModel, ModelStore, load_models
+from service.planning import PlanningPool, make_pool
+from service.settings import Settings
+
+log = logging.getLogger("autoshard.service")
+Kind = Literal["heuristic", "cost_model", "torchrec", "other"]
+ASK_ONLY = ("torchrec",)
+"""Planners that run only when a request names them (TorchRec's planner is a reference point)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerInfo:
+    name: str
+    kind: Kind
+    available: bool
+    default: bool
+    reason: str | None = None
+
+
+def _kind(name: str) -> Kind:
+    if name in HEURISTICS:
+        return "heuristic"
+    return {"cost_greedy": "cost_model", "torchrec": "torchrec"}.get(name, "other")  # type: ignore[return-value]
+
+
+def planner_catalog(store: ModelStore) -> dict[str, PlannerInfo]:
+    """Every registered planner, and whether it can run with the default profile's model.
+    Planners registered later (the RL planner) appear here without any change to the service."""
+    default = store.resolve(None)
+    catalog = {}
+    for name in planner_names():
+        try:
+            make_planner(name, default.model if default else None)
+            available, reason = True, None
+        except PlannerError as error:
+            available, reason = False, error.message
+        catalog[name] = PlannerInfo(name, _kind(name), available, available and name not in ASK_ONLY, reason)
+    # cheap ones first: a request whose budget runs out still gets the heuristics
+    order = {"heuristic": 0, "cost_model": 1, "other": 2, "torchrec": 3}
+    return dict(sorted(catalog.items(), key=lambda item: order[item[1].kind]))
+
+
+@dataclass
+class ServiceState:
+    settings: Settings
+    store: ModelStore
+    planners: dict[str, PlannerInfo]
+    pool: PlanningPool
+    metrics: Metrics
+
+    @property
+    def default_planners(self) -> list[str]:
+        return [p.name for p in self.planners.values() if p.default]
+
+    @property
+    def degraded_reasons(self) -> list[str]:
+        return self.reasons_for(self.store, self.planners)
+
+    @staticmethod
+    def reasons_for(store: ModelStore, planners: dict[str, PlannerInfo]) -> list[str]:
+        """Why the service runs without some model (torchrec is optional: not a reason)."""
+        reasons = list(store.problems)
+        reasons += [f"planner {p.name!r} is unavailable: {p.reason}" for p in planners.values()
+                    if not p.available and p.kind != "torchrec"]
+        return reasons
+
+    def planners_for(self, requested: Sequence[str] | None, model: LoadedModel | None) -> list[str]:
+        """The planners to run, in catalog order (cheap first). Unknown names are an
+        ``InputError`` (422); a planner that cannot run here a ``PlannerError(UNAVAILABLE)`` (503)."""
+        if requested is None:
+            names = self.default_planners
+            if model is None:
+                names = [n for n in names if self.planners[n].kind != "cost_model"]
+            return names
+        if not requested:
+            raise InputError("planners", "is an empty list",
+                             "name at least one planner, or leave planners out for the defaults")
+        for i, name in enumerate(requested):
+            if name not in self.planners:
+                raise InputError("planners", f"unknown planner {name!r}",
+                                 f"use one of {', '.join(self.planners)} (GET /v1/planners)",
+                                 where=f"planners[{i}]")
+        wanted = set(requested)
+        for name in (n for n in self.planners if n in wanted):
+            info = self.planners[name]
+            needs_model = info.kind == "cost_model"
+            if not info.available or (needs_model and model is None):
+                reason = info.reason or "it needs a cost model and none is loaded"
+                raise PlannerError(PlannerErrorKind.UNAVAILABLE,
+                                   f"planner {name!r} is unavailable on this service: {reason}",
+                                   (f"ship a model for it in {self.settings.model_dir} and restart"
+                                    if info.kind != "torchrec" else "install the torchrec extra in the image",
+                                    f"or ask for other planners: {', '.join(self.default_planners)}"))
+        return [n for n in self.planners if n in wanted]
+
+
+def build_state(settings: Settings, metrics: Metrics) -> ServiceState:
+    """Load the models and work out what can run; with ``fail_fast``, raise ``ModelError``
+    instead of starting degraded."""
+    store = load_models(settings.model_dir, settings.default_profile)
+    catalog = planner_catalog(store)
+    reasons = ServiceState.reasons_for(store, catalog)
+    if reasons and settings.fail_fast:
+        raise ModelError("refusing to start (AUTOSHARD_FAIL_FAST): " + "; ".join(reasons))
+    pool = make_pool(settings.pool, settings.planning_workers, store, settings.model_dir, store.default_profile,
+                     settings.planner_niceness)
+    state = ServiceState(settings, store, catalog, pool, metrics)
+    metrics.degraded.set(1 if reasons else 0)
+    metrics.models.set(len(store.models))
+    if reasons:
+        log.warning("starting degraded: %s", "; ".join(reasons))
+    log.info("profiles: %s (default %s); default planners: %s", ", ".join(store.models) or "none",
+             store.default_profile, ", ".join(state.default_planners))
+    return state

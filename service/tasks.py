@@ -1,0 +1,147 @@
+"""What a planning worker receives and sends back: compact, picklable, and never an exception.
+
+A task runs one or several planners (the cheap heuristics travel together, so a request pickles
+its workload twice, not once per planner). Plans come back as table indices, not table objects:
+rebuilding them in the server takes a tenth of the time of unpickling frozen tables.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from autoshard.errors import AutoShardError, InputError, PlannerError, PlannerErrorKind
+from autoshard.planners.compare import compare_planners
+from autoshard.types import CostModel, DevicePlan, ShardingPlan, TableShard, Topology, Workload
+
+log = logging.getLogger("autoshard.service")
+
+Shard = tuple[int, int, int]
+"""(table index in the workload, first column, columns)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerTask:
+    """Planners to run one after another on one request's workload."""
+
+    names: tuple[str, ...]
+    workload: Workload
+    topology: Topology
+    profile: str | None
+    deadline: float  # time.monotonic(): one clock for every process on Linux
+    seed: int = 0
+    allow_column_split: bool = False
+    export: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CompactPlan:
+    planner: str
+    plan_time_s: float
+    costs: tuple[float, ...]
+    devices: tuple[tuple[Shard, ...], ...]
+
+    @classmethod
+    def of(cls, plan: ShardingPlan, index: dict[str, int]) -> CompactPlan:
+        return cls(plan.planner, plan.plan_time_s, tuple(d.cost_ms for d in plan.devices),
+                   tuple(tuple((index[s.table.name], s.column_offset, s.width) for s in d.shards)
+                         for d in plan.devices))
+
+    def plan(self, workload: Workload) -> ShardingPlan:
+        tables = workload.tables
+        devices = []
+        for cost, shards in zip(self.costs, self.devices):
+            devices.append(DevicePlan(tuple(
+                TableShard(tables[i]) if offset == 0 and columns == tables[i].embedding_dim
+                else TableShard(tables[i], offset, columns) for i, offset, columns in shards), cost))
+        return ShardingPlan(self.planner, tuple(devices), self.plan_time_s)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """A typed error as plain data (the library's exceptions do not pickle with their fields)."""
+
+    kind: str  # "planner", "input" or "internal"
+    message: str
+    planner_kind: str = ""
+    fixes: tuple[str, ...] = ()
+    field: str = ""
+    fix: str = ""
+    where: str = ""
+
+    @classmethod
+    def of(cls, error: Exception) -> ErrorInfo:
+        if isinstance(error, PlannerError):
+            return cls("planner", error.message, error.kind.value, tuple(error.fixes))
+        if isinstance(error, InputError):
+            return cls("input", error.message, field=error.field, fix=error.fix, where=error.where)
+        return cls("internal", f"{type(error).__name__}: {error}")
+
+    def exception(self) -> Exception:
+        if self.kind == "planner":
+            return PlannerError(PlannerErrorKind(self.planner_kind), self.message, self.fixes)
+        if self.kind == "input":
+            return InputError(self.field, self.message, self.fix, self.where)
+        return RuntimeError(self.message)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerResult:
+    name: str
+    outcome: str  # ok, skipped, error, late (its task started after the deadline)
+    seconds: float = 0.0
+    plan: CompactPlan | None = None
+    export: dict[str, Any] | None = None
+    reason: str | None = None
+    error: ErrorInfo | None = None
+
+
+def run_task(task: PlannerTask, cost_model: CostModel | None) -> list[PlannerResult]:
+    """Each planner of the task, until the deadline passes."""
+    index = {t.name: i for i, t in enumerate(task.workload.tables)}
+    results = []
+    for name in task.names:
+        if time.monotonic() >= task.deadline:
+            results.append(PlannerResult(name, "late"))
+        else:
+            results.append(_run_planner(name, task, cost_model, index))
+    return results
+
+
+def _run_planner(name: str, task: PlannerTask, cost_model: CostModel | None,
+                 index: dict[str, int]) -> PlannerResult:
+    """One planner, through ``compare_planners`` like the CLI; never raises."""
+    started = time.perf_counter()
+
+    def done(outcome: str, **kwargs: Any) -> PlannerResult:
+        return PlannerResult(name, outcome, time.perf_counter() - started, **kwargs)
+
+    try:
+        result = compare_planners(task.workload, task.topology, [name], cost_model, task.seed,
+                                  task.allow_column_split)
+        if not result.plans:
+            reason = result.skipped[0][1] if result.skipped else "no plan"
+            return done("skipped", reason=reason,
+                        error=ErrorInfo.of(result.errors[0]) if result.errors else None)
+        plan = result.plans[0]
+        if not all(math.isfinite(d.cost_ms) for d in plan.devices):
+            return done("error", reason="the cost model predicted a non-finite cost: the tables are far "
+                                        "outside what it was trained on")
+        export = None
+        if task.export:
+            from autoshard.torchrec_bridge import export_torchrec
+
+            export = export_torchrec(plan, task.workload)
+        return done("ok", plan=CompactPlan.of(plan, index), export=export)
+    except AutoShardError as error:  # e.g. a table TorchRec cannot represent
+        return done("skipped", reason=str(error), error=ErrorInfo.of(error))
+    except Exception as error:  # noqa: BLE001 - one broken planner must not fail the others
+        log.exception("planner %s failed", name)
+        return done("error", reason=f"internal error in planner {name!r} ({type(error).__name__}; logged)",
+                    error=ErrorInfo.of(error))
+
+
+__all__ = ["CompactPlan", "ErrorInfo", "PlannerResult", "PlannerTask", "run_task"]

@@ -1,0 +1,91 @@
+"""Shared by the service, client and container tests: a cost model folder and request bodies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoshard.synthetic import PoolConfig, generate_pool, sample_task
+from autoshard.types import Workload
+from autoshard.workload_file import workload_to_dict
+
+EIGHT_DEVICES = {"num_devices": 8, "device_memory_gb": 16}
+
+
+def save_test_model(folder: Path, metrics: dict[str, Any] | None = None) -> Path:
+    """An untrained cost model saved as ``folder/<profile id>/cost_model.pt``; returns ``folder``."""
+    from cost_model.checkpoint import save_checkpoint
+    from tests.test_cost_model import untrained_model
+
+    model = untrained_model()
+    save_checkpoint(model, folder / model.profile.id, metrics)
+    return folder
+
+
+def synthetic_workload(num_tables: int = 80, seed: int = 0) -> Workload:
+    pool = generate_pool(PoolConfig(size=500, seed=seed, max_log10_rows=7.0))  # every table < 10 GiB
+    return sample_task(pool.train, num_tables, np.random.default_rng(seed), name=f"synthetic{num_tables}")
+
+
+def plan_body(num_tables: int = 80, topology: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """A POST /v1/plans body: ``num_tables`` synthetic tables (80 fit 8 x 16 GiB)."""
+    workload = workload_to_dict(synthetic_workload(num_tables))
+    return {"workload": workload, "topology": topology or EIGHT_DEVICES, **extra}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServedProcess:
+    """``autoshard serve`` in a subprocess on a free 127.0.0.1 port, ready when /readyz answers."""
+
+    def __init__(self, model_dir: Path, env: dict[str, str] | None = None, timeout_s: float = 120) -> None:
+        import os
+        import subprocess
+        import time
+
+        import httpx
+
+        from tests.conftest import autoshard_cmd
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        full_env = {**os.environ, "AUTOSHARD_NO_REEXEC": "1", **(env or {})}
+        self.process = subprocess.Popen(
+            [*autoshard_cmd(), "serve", "--port", str(self.port), "--model-dir", str(model_dir),
+             "--no-access-log", "--log-level", "warning"],
+            env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"autoshard serve exited {self.process.returncode}: {self.process.stdout.read()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.process.kill()
+                raise RuntimeError(f"autoshard serve did not become ready in {timeout_s} s")
+            time.sleep(0.2)
+
+    def stop(self, timeout_s: float = 20) -> int:
+        """SIGTERM, then the exit code (0 for a graceful stop)."""
+        import signal
+
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout_s)
+        except Exception:
+            self.process.kill()
+            raise
+
+    def output(self) -> str:
+        return self.process.stdout.read() if self.process.stdout else ""

@@ -1,0 +1,190 @@
+"""The Python client and the TorchRec-native planner against a live `autoshard serve` (real HTTP on
+127.0.0.1, with a bearer token), including DistributedModelParallel on 2 gloo processes sharded
+by a plan that rank 0 asked the service for. The server must stop on SIGTERM with exit code 0."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from autoshard.client import AutoShardClient, ServiceError
+from autoshard.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.planners import HEURISTICS, validate_plan
+from autoshard.types import Table, Topology
+from tests.service_support import ServedProcess, free_port, save_test_model, synthetic_workload
+
+TOKEN = "launcher-token"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    served = ServedProcess(save_test_model(tmp_path_factory.mktemp("models")),
+                           env={"AUTOSHARD_API_TOKEN": TOKEN})
+    yield served
+    code = served.stop()
+    assert code == 0, f"autoshard serve did not stop cleanly on SIGTERM ({code}): {served.output()}"
+
+
+@pytest.fixture
+def client(server):
+    with AutoShardClient(server.url, token=TOKEN) as c:
+        yield c
+
+
+def test_plan_returns_every_planners_plan_as_our_types(client):
+    workload = synthetic_workload(80)
+    topology = Topology(8, 16)
+    result = client.plan(workload, topology)
+    assert set(result.plans) == {*HEURISTICS, "cost_greedy"} and result.cost_unit == "ms"
+    for plan in result.plans.values():
+        validate_plan(plan, workload, topology)  # rebuilt shards are exactly the workload's tables
+    assert result.best_plan.max_cost_ms == min(p.max_cost_ms for p in result.plans.values())
+    assert set(result.improvement_over) == set(HEURISTICS) and not result.partial
+
+
+def test_a_list_of_tables_and_a_planner_subset(client):
+    tables = [Table("user", 100_000, 64, 1.0), Table("item", 50_000, 32, 20.0), Table("ctx", 100, 8)]
+    result = client.plan(tables, Topology(2, 1), ["size_greedy", "cost_greedy"], batch_size=512)
+    assert list(result.plans) == ["size_greedy", "cost_greedy"] and result.workload.batch_size == 512
+
+
+def test_service_errors_come_back_as_the_librarys_errors(client, server):
+    with pytest.raises(InputError, match="embedding_dim"):
+        client._request("POST", "/v1/plans", json={"workload": {"tables": [{"name": "t", "num_embeddings": 5,
+                                                                               "embedding_dim": 0}]},
+                                                      "topology": {"num_devices": 1, "device_memory_gb": 1}})
+    with pytest.raises(PlannerError) as info:
+        client.plan([Table("huge", 40 * 2**20, 128), Table("small", 10, 4)], Topology(2, 16))  # 20 GiB
+    assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT and "huge" in info.value.message
+    with pytest.raises(InputError, match="unknown planner"):
+        client.plan([Table("t", 10, 4)], Topology(1, 1), ["magic"])
+    with AutoShardClient(server.url) as anonymous:
+        with pytest.raises(ServiceError) as denied:
+            anonymous.planners()
+        assert denied.value.status == 401
+        assert anonymous.ready()["status"] == "ready"  # health needs no token
+    with AutoShardClient(f"http://127.0.0.1:{free_port()}", retries=0) as nowhere, pytest.raises(ServiceError):
+        nowhere.ready()
+
+
+def test_torchrec_plan_and_constraints_from_the_answer(client):
+    pytest.importorskip("torchrec")
+    from autoshard.torchrec_bridge import MODULE_PATH, table_placements
+
+    workload = synthetic_workload(12)
+    result = client.plan(workload, Topology(4, 16), ["cost_greedy"], torchrec_export=True)
+    torchrec_plan = result.torchrec_plan(compute_device="cpu")
+    module_plan = torchrec_plan.plan[MODULE_PATH]
+    placements = table_placements(result.best_plan, workload)
+    for table in workload.tables:
+        assert module_plan[table.name].ranks == [p.rank for p in placements[table.name]]
+    constraints = result.parameter_constraints()
+    assert set(constraints) == {t.name for t in workload.tables}
+    assert set(result.torchrec_exports["cost_greedy"]) == {t.name for t in workload.tables}
+    assert client.torchrec_sharding_plan(workload, Topology(4, 16), ["size_greedy"],
+                                         compute_device="cpu").plan[MODULE_PATH]
+
+
+def test_the_native_planner_plans_nested_collections_in_process():
+    pytest.importorskip("torchrec")
+    import torch
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    from autoshard.planners import make_planner
+    from autoshard.torchrec_native import AutoShardShardingPlanner
+
+    def collection(*specs):
+        return EmbeddingBagCollection(tables=[EmbeddingBagConfig(name=n, num_embeddings=r, embedding_dim=d,
+                                                                 feature_names=[n]) for n, r, d in specs],
+                                      device=torch.device("meta"))
+
+    model = torch.nn.Module()
+    model.user = collection(("u1", 1000, 16), ("u2", 500, 32))
+    model.tower = torch.nn.Sequential(collection(("i1", 2000, 64)))
+    planner = AutoShardShardingPlanner(1, world_size=2, planner=make_planner("lookup_greedy"),
+                                       pooling_factors={"i1": 30.0}, compute_device="cpu")
+    plan = planner.plan(model, [EmbeddingBagCollectionSharder()])
+    assert set(plan.plan) == {"user", "tower.0"}
+    assert set(plan.plan["user"]) == {"u1", "u2"} and set(plan.plan["tower.0"]) == {"i1"}
+    i1 = next(s.table for d in planner.last_plan.devices for s in d.shards if s.table.name == "i1")
+    assert i1.pooling_factor == 30.0
+    with pytest.raises(InputError, match="EmbeddingBagCollection"):
+        planner.plan(torch.nn.Linear(2, 2), [])
+
+
+def _dmp_worker(rank: int, world_size: int, port: int, url: str) -> None:
+    """One rank: plan through the service with the native planner (rank 0 asks, then broadcasts),
+    shard with DMP, copy the reference weights in, and compare the pooled embeddings."""
+    import torch
+    import torch.distributed as dist
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    from autoshard.torchrec_bridge import embedding_bag_collection
+    from autoshard.torchrec_native import AutoShardShardingPlanner
+    from tests.test_torchrec_bridge import hand_plan
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        workload, _ = hand_plan()
+        torch.manual_seed(0)
+        reference = embedding_bag_collection(workload, "cpu")
+        sharders = [EmbeddingBagCollectionSharder()]
+        planner = AutoShardShardingPlanner(
+            0.001, client=AutoShardClient(url, token=TOKEN) if rank == 0 else None,
+            planner=None if rank == 0 else _NeverCalled(), planners=["cost_greedy"],
+            pooling_factors={t.name: t.pooling_factor for t in workload.tables},
+            batch_size=workload.batch_size, compute_device="cpu", allow_column_split=True)
+        plan = planner.collective_plan(embedding_bag_collection(workload), sharders, dist.GroupMember.WORLD)
+        sharded = DistributedModelParallel(embedding_bag_collection(workload), device=torch.device("cpu"),
+                                           plan=plan, sharders=sharders, init_data_parallel=False)
+        ranks = {name: sharding.ranks for name, sharding in plan.plan[""].items()}
+        assert sorted(ranks) == sorted(t.name for t in workload.tables)
+        gathered = [None] * world_size
+        dist.all_gather_object(gathered, ranks)
+        assert gathered[0] == gathered[1]  # every rank shards the same way
+
+        weights = reference.state_dict()
+        with torch.no_grad():
+            for name, tensor in sharded.state_dict().items():
+                for shard in tensor.local_shards():
+                    (row, col), (rows, cols) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
+                    shard.tensor.copy_(weights[name][row:row + rows, col:col + cols])
+        generator = torch.Generator().manual_seed(1)
+        batch = 4
+        lengths = torch.randint(0, 4, (len(workload.tables) * batch,), generator=generator)
+        counts = lengths.view(len(workload.tables), batch).sum(dim=1).tolist()
+        values = torch.cat([torch.randint(0, t.num_embeddings, (n,), generator=generator)
+                            for t, n in zip(workload.tables, counts)])
+        features = KeyedJaggedTensor.from_lengths_sync(keys=[t.name for t in workload.tables],
+                                                       values=values, lengths=lengths)
+        out = sharded(features)
+        out = out.wait() if hasattr(out, "wait") else out
+        expected = reference(features)
+        for table in workload.tables:
+            assert torch.allclose(out[table.name], expected[table.name], atol=1e-6), table.name
+    finally:
+        dist.destroy_process_group()
+
+
+class _NeverCalled:
+    """Ranks other than 0 must not plan: they receive rank 0's plan."""
+
+    name = "never"
+
+    def plan(self, workload, topology):
+        raise AssertionError("only rank 0 plans")
+
+
+@pytest.mark.timeout(240)
+def test_dmp_on_two_gloo_processes_with_the_native_planner_over_http(server):
+    pytest.importorskip("torchrec")
+    import torch.multiprocessing as mp
+
+    mp.spawn(_dmp_worker, args=(2, free_port(), server.url), nprocs=2, join=True)

@@ -1,0 +1,357 @@
+"""The planning service in process (TestClient): plans side by side, every error path (401, 413,
+422 with the field path or the table that does not fit, 503 degraded, 504), the catalog
+endpoints, metrics, the TorchRec export, and the event loop staying free while planners run."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from autoshard.planners import HEURISTICS
+from autoshard.planners.registry import PLANNERS
+from autoshard.types import DevicePlan, ShardingPlan, TableShard
+from cost_model.checkpoint import file_sha256
+from service.main import create_app
+from service.schemas.responses import ErrorResponse, PlanResponse, PlannersResponse, ProfilesResponse
+from service.settings import Settings
+from tests.service_support import EIGHT_DEVICES, plan_body, save_test_model
+
+GIB = 1024**3
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    folder = save_test_model(tmp_path_factory.mktemp("models"), metrics={"val_mape": 0.12})
+    (next(folder.iterdir()) / "metrics.json").write_text(json.dumps({"test_mape": 0.15}))
+    return folder
+
+
+def serve(**settings) -> TestClient:
+    """An app with planning threads (quick to start); ``client`` uses the default process pool."""
+    return TestClient(create_app(Settings(**{"pool": "thread", **settings})))
+
+
+@pytest.fixture(scope="module")
+def client(model_dir):
+    with serve(model_dir=model_dir, pool="process", pool_size=2) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def degraded(tmp_path_factory):
+    with serve(model_dir=tmp_path_factory.mktemp("empty")) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def body():
+    return plan_body(80)
+
+
+def only_error(response, status):
+    assert response.status_code == status, response.text
+    detail = ErrorResponse.model_validate(response.json()).detail
+    assert len(detail) >= 1
+    return detail[0]
+
+
+def test_every_default_planner_side_by_side(client, body):
+    response = client.post("/v1/plans", json=body)
+    assert response.status_code == 200, response.text
+    report = PlanResponse.model_validate(response.json())
+    assert [p.planner for p in report.plans] == [*HEURISTICS, "cost_greedy"]
+    assert report.cost_unit == "ms" and report.profile and not report.partial and report.timed_out == []
+    names = sorted(t["name"] for t in body["workload"]["tables"])
+    for plan in report.plans:
+        assert len(plan.devices) == 8
+        assert sorted(t for d in plan.devices for t in d.tables) == names
+        assert sorted(s.table for d in plan.devices for s in d.shards) == names
+        assert all(d.memory_bytes <= 16 * GIB for d in plan.devices)
+        assert plan.max_cost_ms == max(d.cost_ms for d in plan.devices) and plan.torchrec is None
+    best = min(report.plans, key=lambda p: p.max_cost_ms)
+    assert [p.planner for p in report.plans if p.best] == [report.best] == [best.planner]
+    assert set(report.improvement_over) == set(HEURISTICS)
+    for plan in report.plans:
+        if plan.planner in HEURISTICS:
+            assert report.improvement_over[plan.planner] == pytest.approx(1 - best.max_cost_ms / plan.max_cost_ms)
+
+
+def test_a_dead_planning_process_is_replaced(client, body):
+    import os
+    import signal
+
+    pool = client.app.state.service.pool
+    assert pool.kind == "process"
+    os.kill(next(iter(pool._executor._processes)), signal.SIGKILL)
+    time.sleep(0.5)
+    first = client.post("/v1/plans", json=body)
+    assert first.status_code in (200, 503), first.text  # 503 only if it died mid-request
+    assert client.post("/v1/plans", json=body).status_code == 200
+
+
+def test_column_split_shards_come_back_structured(client):
+    body = plan_body(10, {"num_devices": 4, "device_memory_gb": 16}, planners=["lookup_greedy"],
+                     allow_column_split=True)
+    body["workload"]["tables"][0].update(embedding_dim=256, pooling_factor=400.0)  # far above average
+    plan = client.post("/v1/plans", json=body).json()["plans"][0]
+    shards = [s for d in plan["devices"] for s in d["shards"] if s["table"] == body["workload"]["tables"][0]["name"]]
+    assert len(shards) > 1 and sum(s["columns"] for s in shards) == 256
+
+
+def test_torchrec_format_adds_each_plans_export(client, body):
+    pytest.importorskip("torchrec")
+    from autoshard.client import _result
+    from autoshard.torchrec_bridge import export_torchrec
+    from autoshard.workload_file import workload_from_dict
+
+    response = client.post("/v1/plans?format=torchrec", json={**body, "planners": ["size_greedy", "cost_greedy"]})
+    assert response.status_code == 200, response.text
+    report = response.json()
+    workload, _ = workload_from_dict(body["workload"])
+    result = _result(workload, None, report)
+    for entry in report["plans"]:
+        assert entry["torchrec"] == json.loads(json.dumps(export_torchrec(result.plans[entry["planner"]], workload)))
+        assert {e["sharding_type"] for e in entry["torchrec"].values()} == {"table_wise"}
+    assert client.post("/v1/plans?format=xml", json=body).status_code == 422
+
+
+def test_a_bad_field_is_422_with_its_path_and_a_fix(client, body):
+    bad = copy.deepcopy(body)
+    bad["workload"]["tables"][3]["embedding_dim"] = 0
+    error = only_error(client.post("/v1/plans", json=bad), 422)
+    assert error.loc == ["body", "workload", "tables", 3, "embedding_dim"]
+    assert "must be an integer >= 1" in error.msg and "fix:" in error.msg
+    assert bad["workload"]["tables"][3]["name"] in error.msg
+
+    cases = [
+        (lambda b: b["workload"]["tables"][5].update(name=b["workload"]["tables"][0]["name"]),
+         ["body", "workload", "tables", 5, "name"], "duplicate"),
+        (lambda b: b["workload"]["tables"][2].update(zipf_alpha=7), ["body", "workload", "tables", 2, "zipf_alpha"], "[0, 3"),
+        (lambda b: b["workload"]["tables"][1].update(bytes_per_element=3), ["body", "workload", "tables", 1, "bytes_per_element"], "1, 2, 4 or 8"),
+        (lambda b: b["workload"].update(batch_size=0), ["body", "workload", "batch_size"], ">= 1"),
+        (lambda b: b["workload"].update(tables=[]), ["body", "workload", "tables"], "non-empty"),
+        (lambda b: b["topology"].update(num_devices=0), ["body", "topology", "num_devices"], ">= 1"),
+        (lambda b: b["topology"].update(device_memory_gb=-1), ["body", "topology", "device_memory_gb"], "> 0"),
+        (lambda b: b["workload"]["tables"][4].update(optimizer="adam"), ["body", "workload", "tables", 4, "optimizer"], "sgd"),
+        (lambda b: b["workload"]["tables"][4].update(rows=3), ["body", "workload", "tables", 4, "rows"], "not permitted"),
+        (lambda b: b["workload"]["tables"][4].update(num_embeddings="many"), ["body", "workload", "tables", 4, "num_embeddings"], "integer"),
+        (lambda b: b.pop("topology"), ["body", "topology"], "topology is required"),
+        (lambda b: b.update(planners=["size_greedy", "best_fit"]), ["body", "planners", 1], "unknown planner"),
+        (lambda b: b.update(planners=[]), ["body", "planners"], "empty"),
+        (lambda b: b.update(profile="../../etc"), ["body", "profile"], "no cost model profile"),
+    ]
+    for mutate, loc, words in cases:
+        bad = copy.deepcopy(body)
+        mutate(bad)
+        error = only_error(client.post("/v1/plans", json=bad), 422)
+        assert error.loc == loc and words in error.msg, (loc, error)
+    assert client.post("/v1/plans", content=b"{not json", headers={"content-type": "application/json"}).status_code == 422
+
+
+def test_the_topology_may_come_from_the_workload(client):
+    body = plan_body(20, planners=["dim_greedy"])
+    body["workload"]["topology"] = body.pop("topology")
+    assert client.post("/v1/plans", json=body).status_code == 200
+
+
+def test_an_infeasible_topology_is_422_naming_the_table_and_the_shortfall(client, body):
+    big = copy.deepcopy(body)
+    tables = big["workload"]["tables"]
+    tables[7].update(num_embeddings=40 * 2**20, embedding_dim=128)  # 20 GiB > one 16 GiB device
+    error = only_error(client.post("/v1/plans", json=big), 422)
+    assert error.type == "infeasible.table_does_not_fit" and error.loc == ["body", "workload", "tables", 7]
+    assert tables[7]["name"] in error.msg and error.ctx["table"] == tables[7]["name"]
+    assert error.ctx["shortfall_bytes"] == 20 * GIB - 16 * GIB and error.ctx["fixes"]
+
+    small = {**body, "topology": {"num_devices": 2, "device_memory_gb": 4}}  # 11 GiB of tables
+    error = only_error(client.post("/v1/plans", json=small), 422)
+    assert error.type == "infeasible.insufficient_memory" and error.loc == ["body", "topology"]
+    need = error.ctx["need_bytes"]
+    assert error.ctx["shortfall_bytes"] == need - 8 * GIB and "short by" in error.msg and error.ctx["table"] in error.msg
+
+
+def test_service_limits_are_422(model_dir):
+    with serve(model_dir=model_dir, max_tables=10, max_devices=4) as c:
+        error = only_error(c.post("/v1/plans", json=plan_body(11)), 422)
+        assert error.loc == ["body", "workload", "tables"] and "limit of 10" in error.msg
+        error = only_error(c.post("/v1/plans", json=plan_body(5, {"num_devices": 5, "device_memory_gb": 64})), 422)
+        assert error.loc == ["body", "topology", "num_devices"] and "AUTOSHARD_MAX_DEVICES" in error.msg
+
+
+def test_a_large_body_is_413(model_dir):
+    with serve(model_dir=model_dir, max_body_bytes=4096) as c:
+        body = json.dumps(plan_body(80)).encode()
+        error = only_error(c.post("/v1/plans", content=body, headers={"content-type": "application/json"}), 413)
+        assert "4,096 bytes" in error.msg
+
+        def chunks():  # no Content-Length: the limit applies while reading
+            for i in range(0, len(body), 1000):
+                yield body[i:i + 1000]
+
+        response = c.post("/v1/plans", content=chunks(), headers={"content-type": "application/json"})
+        assert only_error(response, 413).type == "body_too_large"
+        assert c.post("/v1/plans", json=plan_body(3, planners=["size_greedy"])).status_code == 200
+
+
+def test_with_a_token_every_v1_route_is_401_without_it(model_dir):
+    with serve(model_dir=model_dir, api_token="s3cret") as c:
+        body = plan_body(10, planners=["size_greedy"])
+        for method, path in (("POST", "/v1/plans"), ("GET", "/v1/planners"), ("GET", "/v1/profiles")):
+            kwargs = {"json": body} if method == "POST" else {}
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+                response = c.request(method, path, headers=headers, **kwargs)
+                assert only_error(response, 401).type == "unauthorized", (path, headers)
+                assert response.headers["www-authenticate"] == "Bearer"
+            ok = c.request(method, path, headers={"Authorization": "Bearer s3cret"}, **kwargs)
+            assert ok.status_code == 200, ok.text
+        for path in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
+            assert c.get(path).status_code == 200
+
+
+def test_degraded_without_a_model_serves_heuristics_and_503s_cost_greedy(degraded, body):
+    ready = degraded.get("/readyz").json()
+    assert ready["status"] == "degraded" and any("no cost model" in r for r in ready["reasons"])
+    assert ready["default_planners"] == list(HEURISTICS)
+
+    report = degraded.post("/v1/plans", json=body).json()
+    assert [p["planner"] for p in report["plans"]] == list(HEURISTICS)
+    assert report["cost_unit"].startswith("proxy") and report["profile"] is None
+
+    error = only_error(degraded.post("/v1/plans", json={**body, "planners": ["size_greedy", "cost_greedy"]}), 503)
+    assert "'cost_greedy'" in error.msg and error.type == "unavailable" and error.ctx["fixes"]
+    planners = PlannersResponse.model_validate(degraded.get("/v1/planners").json())
+    cost_greedy = next(p for p in planners.planners if p.name == "cost_greedy")
+    assert not cost_greedy.available and "cost model" in cost_greedy.reason
+
+
+def test_a_corrupt_model_degrades_and_fail_fast_refuses_to_start(tmp_path, model_dir):
+    from autoshard.errors import ModelError
+
+    (tmp_path / "cpu-broken").mkdir()
+    (tmp_path / "cpu-broken" / "cost_model.pt").write_bytes(b"not a checkpoint")
+    with serve(model_dir=tmp_path) as c:
+        ready = c.get("/readyz").json()
+        assert ready["status"] == "degraded" and any("cpu-broken" in r for r in ready["reasons"])
+        assert c.get("/healthz").json() == {"status": "ok"}
+        assert c.get("/v1/profiles").json()["problems"]
+    with pytest.raises(ModelError, match="cpu-broken"):
+        with serve(model_dir=tmp_path, fail_fast=True):
+            pass
+    with serve(model_dir=model_dir, fail_fast=True) as c:
+        assert c.get("/readyz").json()["status"] == "ready"
+
+
+def test_planners_and_profiles_describe_what_is_loaded(client, model_dir):
+    planners = PlannersResponse.model_validate(client.get("/v1/planners").json())
+    by_name = {p.name: p for p in planners.planners}
+    assert set(HEURISTICS) | {"cost_greedy"} <= {n for n, p in by_name.items() if p.default and p.available}
+    assert by_name["cost_greedy"].kind == "cost_model" and by_name["size_greedy"].kind == "heuristic"
+    assert not by_name["torchrec"].default  # runs only when asked
+
+    profiles = ProfilesResponse.model_validate(client.get("/v1/profiles").json())
+    folder = next(model_dir.iterdir())
+    [profile] = profiles.profiles
+    assert profile.profile == folder.name == planners.default_profile and profile.default
+    assert profile.device["device_type"] == "cpu" and profile.device["id"] == folder.name
+    [artifact] = profile.artifacts
+    assert artifact.sha256 == file_sha256(folder / "cost_model.pt")
+    assert artifact.metrics == {"val_mape": 0.12, "test_mape": 0.15}
+
+
+def test_default_symlink_picks_the_default_profile(tmp_path):
+    save_test_model(tmp_path)
+    first = next(tmp_path.iterdir()).name
+    (tmp_path / "zzz-second").mkdir()
+    (tmp_path / "zzz-second" / "cost_model.pt").write_bytes((tmp_path / first / "cost_model.pt").read_bytes())
+    (tmp_path / "default").symlink_to("zzz-second")
+    with serve(model_dir=tmp_path) as c:
+        assert c.get("/v1/planners").json()["default_profile"] == "zzz-second"
+        assert len(c.get("/v1/profiles").json()["profiles"]) == 2
+        report = c.post("/v1/plans", json=plan_body(10, planners=["cost_greedy"], profile=first)).json()
+        assert report["profile"] == first
+
+
+def test_metrics_count_requests_and_time_each_planner(client, body):
+    client.post("/v1/plans", json=body)
+    client.post("/v1/plans", json={**body, "topology": {"num_devices": 0, "device_memory_gb": 1}})
+    text = client.get("/metrics").text
+    for planner in (*HEURISTICS, "cost_greedy"):
+        assert f'autoshard_planner_duration_seconds_bucket{{le="0.1",planner="{planner}"}}' in text
+    assert 'autoshard_http_requests_total{method="POST",route="/v1/plans",status="200"}' in text
+    assert 'autoshard_http_requests_total{method="POST",route="/v1/plans",status="422"}' in text
+    assert 'autoshard_http_errors_total{status="422"}' in text
+    assert 'autoshard_http_request_duration_seconds_bucket{le="0.15",method="POST",route="/v1/plans"}' in text
+
+
+class SlowPlanner:
+    """Stands in for a slow planner registered later (e.g. the RL planner): sleeps, then plans."""
+
+    name = "slow"
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def plan(self, workload, topology):
+        time.sleep(self.seconds)
+        devices = [DevicePlan((), 0.0) for _ in range(topology.num_devices)]
+        devices[0] = DevicePlan(tuple(TableShard(t) for t in workload.tables), 1.0)
+        return ShardingPlan(self.name, tuple(devices))
+
+
+@pytest.fixture
+def with_slow_planner(monkeypatch, model_dir):
+    monkeypatch.setitem(PLANNERS, "slow", lambda **kwargs: SlowPlanner(1.5))
+    with serve(model_dir=model_dir, pool_size=1) as c:
+        yield c
+
+
+def test_a_new_registered_planner_joins_the_api_and_the_budget_returns_what_finished(with_slow_planner):
+    c = with_slow_planner
+    slow = next(p for p in c.get("/v1/planners").json()["planners"] if p["name"] == "slow")
+    assert slow["available"] and slow["kind"] == "other"
+    body = plan_body(20, planners=["slow", "size_greedy"], time_budget_s=0.5)
+    report = PlanResponse.model_validate(c.post("/v1/plans", json=body).json())
+    assert report.partial and report.timed_out == ["slow"] and [p.planner for p in report.plans] == ["size_greedy"]
+    error = only_error(c.post("/v1/plans", json={**body, "planners": ["slow"]}), 504)
+    assert error.type == "timeout" and "slow" in error.msg
+    assert 'autoshard_planner_runs_total{outcome="timeout",planner="slow"}' in c.get("/metrics").text
+
+
+def test_a_tiny_time_budget_is_504(client, body):
+    error = only_error(client.post("/v1/plans", json={**body, "time_budget_s": 1e-6}), 504)
+    assert "time budget" in error.msg and error.ctx["planners"]
+
+
+def test_healthz_answers_while_the_planning_pool_is_busy(with_slow_planner):
+    c = with_slow_planner
+    results = {}
+
+    def plan():
+        results["plan"] = c.post("/v1/plans", json=plan_body(5, planners=["slow"], time_budget_s=5))
+
+    worker = threading.Thread(target=plan)
+    worker.start()
+    time.sleep(0.3)  # the only planning thread now sleeps inside the slow planner
+    started = time.perf_counter()
+    health = c.get("/healthz")
+    waited = time.perf_counter() - started
+    assert health.status_code == 200 and worker.is_alive()  # answered before the plan finished
+    worker.join()
+    assert results["plan"].status_code == 200
+    assert waited < 1.0  # generous: the plan holds the pool for 1.5 s
+
+
+def test_openapi_has_examples_for_the_request_and_the_answer(client):
+    schema = client.get("/openapi.json").json()
+    components = schema["components"]["schemas"]
+    assert components["PlanRequest"]["examples"] and components["PlanResponse"]["examples"]
+    responses = schema["paths"]["/v1/plans"]["post"]["responses"]
+    assert {"200", "401", "413", "422", "503", "504"} <= set(responses)
+    example = components["PlanRequest"]["examples"][0]
+    assert client.post("/v1/plans", json=example).status_code == 200
+    assert EIGHT_DEVICES == {"num_devices": 8, "device_memory_gb": 16}

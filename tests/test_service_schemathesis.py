@@ -1,0 +1,55 @@
+"""Schemathesis against the live service's OpenAPI schema: at least 500 generated requests,
+valid and invalid, over every operation; none may get a 5xx answer, and every answer must match
+the schema documented for its status."""
+
+from __future__ import annotations
+
+import pytest
+
+schemathesis = pytest.importorskip("schemathesis")
+
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from schemathesis.checks import not_a_server_error  # noqa: E402
+from schemathesis.specs.openapi.checks import response_schema_conformance  # noqa: E402
+
+from tests.service_support import ServedProcess, save_test_model  # noqa: E402
+
+PLAN_CASES = {"positive": 300, "negative": 250}  # POST /v1/plans: where the input space is
+OTHER_CASES = 25  # per GET operation: they take no input (no negative cases exist)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    server = ServedProcess(save_test_model(tmp_path_factory.mktemp("models")),
+                           env={"AUTOSHARD_PLAN_TIMEOUT_S": "5", "AUTOSHARD_MAX_TABLES": "500"})
+    yield server
+    code = server.stop()
+    assert code == 0, server.output()
+
+
+@pytest.mark.timeout(600)
+def test_no_generated_request_gets_a_server_error(live):
+    schema = schemathesis.openapi.from_url(f"{live.url}/openapi.json")
+    counts: dict[str, int] = {}
+    statuses: dict[int, int] = {}
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        label = operation.label
+        modes = PLAN_CASES if label == "POST /v1/plans" else {"positive": OTHER_CASES}
+        for mode, examples in modes.items():
+            strategy = operation.as_strategy(generation_mode=schemathesis.GenerationMode(mode))
+
+            @given(case=strategy)
+            @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
+                      phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+            def call(case):
+                counts[label] = counts.get(label, 0) + 1  # noqa: B023 - called in this iteration
+                response = case.call(base_url=live.url, timeout=30)
+                statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+                case.validate_response(response, checks=[not_a_server_error, response_schema_conformance])
+
+            call()
+    total = sum(counts.values())
+    print(f"schemathesis: {total} generated requests, 0 server errors: {counts}; statuses {statuses}")
+    assert total >= 500, counts
+    assert counts.get("POST /v1/plans", 0) >= 400, counts
