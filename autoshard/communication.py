@@ -79,6 +79,10 @@ class WithCommunication:
         compute = self.compute.predict_many(table_sets, batch_size)
         return [c + self._comm(s, batch_size) for c, s in zip(compute, table_sets)]
 
+    def accumulator(self, num_sets: int, batch_size: int) -> "_CommAccumulator":
+        from autoshard.planners.accumulator import make_accumulator
+        return _CommAccumulator(make_accumulator(self.compute, num_sets, batch_size), self, num_sets, batch_size)
+
     def predict_edits(self, base_sets: Sequence[Sequence[Table]],
                       edits: Sequence[tuple[int, int | None, Table | None]], batch_size: int) -> list[float]:
         from autoshard.planners.local_search import predict_edits
@@ -90,3 +94,21 @@ class WithCommunication:
             n = len(base_sets[b]) - (r is not None) + (add is not None)
             out.append(cost + self.communication.cost_ms_of(d, n, batch_size, self.num_devices))
         return out
+
+
+class _CommAccumulator:
+    """The compute model's accumulator plus each set's all-to-all (additive in its dims)."""
+
+    def __init__(self, compute, model: WithCommunication, num_sets: int, batch_size: int) -> None:
+        self.compute, self.model, self.batch_size = compute, model, batch_size
+        self.dims, self.count = [0] * num_sets, [0] * num_sets
+
+    def costs_if_added(self, table: Table) -> list[float]:
+        c, n, b = self.model.communication, self.model.num_devices, self.batch_size
+        return [cost + c.cost_ms_of(d + table.embedding_dim, k + 1, b, n)
+                for cost, d, k in zip(self.compute.costs_if_added(table), self.dims, self.count)]
+
+    def add(self, set_index: int, table: Table) -> None:
+        self.compute.add(set_index, table)
+        self.dims[set_index] += table.embedding_dim
+        self.count[set_index] += 1

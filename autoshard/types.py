@@ -72,6 +72,12 @@ class Table:
                  f"must be one of {[o.value for o in Optimizer]}, got {self.optimizer!r}",
                  "pick a supported optimizer")
 
+    def __hash__(self) -> int:
+        # Names are unique within a workload, and Python caches a string's hash: hot loops
+        # (cost-model caches keyed by table) hash tables millions of times. Equality still
+        # compares every field.
+        return hash(self.name)
+
     @property
     def weight_bytes(self) -> int:
         return self.num_embeddings * self.embedding_dim * self.bytes_per_element

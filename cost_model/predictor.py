@@ -30,6 +30,8 @@ class NeuralCostModel:
         self.trained_batch_size, self.metrics = trained_batch_size, metrics or {}
         self.features = FeatureCache(row_cap_bytes)
         self._codes: dict[tuple[Table, int], torch.Tensor] = {}
+        self._code_arrays: dict[tuple[Table, int], np.ndarray] = {}
+        self._numpy_head = None
         self._max_cached = max_cached
 
     def normalise(self, raw: np.ndarray) -> torch.Tensor:
@@ -60,6 +62,29 @@ class NeuralCostModel:
         out[nonempty] = torch.exp(log_ms).double().numpy()
         return out
 
+    @property
+    def numpy_head(self):
+        """The head as numpy (built once; see ``cost_model.accumulator``)."""
+        if self._numpy_head is None:
+            from cost_model.accumulator import NumpyHead
+            self._numpy_head = NumpyHead(self.network.head)
+        return self._numpy_head
+
+    def code_array(self, table: Table, batch_size: int) -> np.ndarray:
+        """One table's code as a float64 numpy vector (cached)."""
+        key = (table, batch_size)
+        code = self._code_arrays.get(key)
+        if code is None:
+            if len(self._code_arrays) >= self._max_cached:
+                self._code_arrays.clear()
+            code = self._code_arrays[key] = self.codes([table], batch_size)[0].double().numpy()
+        return code
+
+    def accumulator(self, num_sets: int, batch_size: int):
+        """Running sets that grow one table at a time (``cost_model.accumulator.SetAccumulator``)."""
+        from cost_model.accumulator import SetAccumulator
+        return SetAccumulator(self, num_sets, batch_size)
+
     def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Sequence[tuple[int, int | None, Table | None]],
                       batch_size: int) -> list[float]:
         """Total ms of edited sets without rebuilding them: edit ``(b, r, t)`` is ``base_sets[b]``
@@ -81,7 +106,8 @@ class NeuralCostModel:
             totals = torch.stack([base_codes[offsets[b]:offsets[b + 1]].sum(0) for b in range(len(sizes))])
             maxima = torch.stack([torch.amax(base_codes[offsets[b]:offsets[b + 1]], 0) if sizes[b]
                                   else codes.new_full((width,), -1e9) for b in range(len(sizes))])
-            loo = _leave_one_out_max(base_codes, sizes)
+            any_removed = any(r is not None for _, r, _ in edits)
+            loo = _leave_one_out_max(base_codes, sizes) if any_removed else None
             b_idx = torch.tensor([b for b, _, _ in edits])
             removed = torch.tensor([offsets[b] + r if r is not None else -1 for b, r, _ in edits])
             add_pos, k = [], 0
@@ -95,8 +121,10 @@ class NeuralCostModel:
             new_codes = torch.cat([zero, add_codes])[add_idx + 1]
             total = totals[b_idx] - rem_codes + new_codes
             count = torch.tensor(sizes, dtype=codes.dtype)[b_idx] - has_rem.to(codes.dtype) + has_add.to(codes.dtype)
-            largest = torch.where(has_rem.unsqueeze(1), torch.cat([zero - 1e9, loo])[(removed + 1).clamp(min=0)],
-                                  maxima[b_idx])
+            largest = maxima[b_idx]
+            if loo is not None:
+                largest = torch.where(has_rem.unsqueeze(1), torch.cat([zero - 1e9, loo])[(removed + 1).clamp(min=0)],
+                                      largest)
             largest = torch.where(has_add.unsqueeze(1), torch.maximum(largest, new_codes), largest)
             cost = torch.exp(self.network.predict_pooled(total, count, largest)[:, 2])
             cost = torch.where(count > 0, cost, torch.zeros_like(cost))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autoshard.communication import COMMUNICATION_FILE, CommunicationModel
 from autoshard.errors import InputError, ModelError
 from autoshard.types import CostModel
 
@@ -35,6 +36,7 @@ class LoadedModel:
     device: dict[str, Any]
     sha256: str
     metrics: dict[str, Any]
+    communication: CommunicationModel | None = None  # the profile's all-to-all, added to device costs
 
 
 @dataclass
@@ -113,8 +115,15 @@ def load_models(model_dir: Path, default_profile: str | None = None) -> ModelSto
             store.problems.append(f"profile {folder.name!r}: {error}")
             log.warning("cost model %s not loaded: %s", file, error)
             continue
+        communication = None
+        if (folder / COMMUNICATION_FILE).is_file():
+            try:
+                communication = CommunicationModel.load(folder / COMMUNICATION_FILE)
+            except InputError as error:
+                store.problems.append(f"profile {folder.name!r}: {error}")
         store.models[folder.name] = LoadedModel(folder.name, model, model.profile.to_dict(), sha,
-                                                _metrics(folder, model.metrics, store.problems))
+                                                _metrics(folder, model.metrics, store.problems),
+                                                communication)
     wanted = default_profile or _default_name(model_dir)
     if wanted and wanted in store.models:
         store.default_profile = wanted

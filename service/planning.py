@@ -146,7 +146,9 @@ class ThreadPlanningPool(PlanningPool):
         return self._call
 
     def _call(self, task: PlannerTask) -> list[PlannerResult]:
-        return run_task(task, self.store.for_thread(task.profile) if task.profile else None)
+        if not task.profile:
+            return run_task(task, None)
+        return run_task(task, self.store.for_thread(task.profile), self.store.models[task.profile].communication)
 
 
 _WORKER: dict[str, ModelStore] = {}
@@ -171,7 +173,7 @@ def _worker_call(task: PlannerTask) -> list[PlannerResult]:
         error = ErrorInfo("planner", f"profile {task.profile!r} did not load in the planning worker",
                           PlannerErrorKind.UNAVAILABLE.value)
         return [PlannerResult(name, "skipped", reason=error.message, error=error) for name in task.names]
-    return run_task(task, model.model if model else None)
+    return run_task(task, model.model if model else None, model.communication if model else None)
 
 
 def _worker_ready(seconds: float) -> int:

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from autoshard.communication import CommunicationModel
 from autoshard.errors import AutoShardError, InputError, PlannerError, PlannerErrorKind
 from autoshard.planners.compare import compare_planners
 from autoshard.types import CostModel, DevicePlan, ShardingPlan, TableShard, Topology, Workload
@@ -99,20 +100,22 @@ class PlannerResult:
     error: ErrorInfo | None = None
 
 
-def run_task(task: PlannerTask, cost_model: CostModel | None) -> list[PlannerResult]:
-    """Each planner of the task, until the deadline passes."""
+def run_task(task: PlannerTask, cost_model: CostModel | None,
+             communication: CommunicationModel | None = None) -> list[PlannerResult]:
+    """Each planner of the task, until the deadline passes; device costs include the profile's
+    all-to-all when it has a communication model."""
     index = {t.name: i for i, t in enumerate(task.workload.tables)}
     results = []
     for name in task.names:
         if time.monotonic() >= task.deadline:
             results.append(PlannerResult(name, "late"))
         else:
-            results.append(_run_planner(name, task, cost_model, index))
+            results.append(_run_planner(name, task, cost_model, communication, index))
     return results
 
 
 def _run_planner(name: str, task: PlannerTask, cost_model: CostModel | None,
-                 index: dict[str, int]) -> PlannerResult:
+                 communication: CommunicationModel | None, index: dict[str, int]) -> PlannerResult:
     """One planner, through ``compare_planners`` like the CLI; never raises."""
     started = time.perf_counter()
 
@@ -121,7 +124,7 @@ def _run_planner(name: str, task: PlannerTask, cost_model: CostModel | None,
 
     try:
         result = compare_planners(task.workload, task.topology, [name], cost_model, task.seed,
-                                  task.allow_column_split)
+                                  task.allow_column_split, communication)
         if not result.plans:
             reason = result.skipped[0][1] if result.skipped else "no plan"
             return done("skipped", reason=reason,

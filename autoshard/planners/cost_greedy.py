@@ -6,7 +6,8 @@ import time
 from dataclasses import dataclass
 
 from autoshard.errors import PlannerError
-from autoshard.planners.local_search import improve, predict_edits
+from autoshard.planners.accumulator import Accumulator, make_accumulator
+from autoshard.planners.local_search import improve
 from autoshard.planners.placement import DeviceState, build_plan, place_workload
 from autoshard.planners.units import Unit, model_costs
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
@@ -33,11 +34,17 @@ class CostGreedyPlanner:
         started = time.perf_counter()
         batch_size = workload.batch_size
 
+        accumulator: Accumulator | None = None
+
         def cheapest_after(position: int, unit: Unit, candidates: list[DeviceState]) -> tuple[DeviceState, float]:
-            costs = predict_edits(self.cost_model, [s.tables for s in candidates],
-                                  [(i, None, unit.table) for i in range(len(candidates))], batch_size)
-            cost, state = min(zip(costs, candidates), key=lambda p: (p[0], p[1].index))
-            return state, float(cost)
+            nonlocal accumulator
+            if position == 0:  # a placement (re)starts: its devices are empty
+                accumulator = make_accumulator(self.cost_model, topology.num_devices, batch_size)
+            assert accumulator is not None
+            costs = accumulator.costs_if_added(unit.table)
+            state = min(candidates, key=lambda s: (costs[s.index], s.index))
+            accumulator.add(state.index, unit.table)  # ``place`` adds the unit to this device
+            return state, float(costs[state.index])
 
         best: list[DeviceState] | None = None
         error: PlannerError | None = None
