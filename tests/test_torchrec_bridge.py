@@ -18,6 +18,7 @@ from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # n
 from torchrec.distributed.sharding_plan import construct_module_sharding_plan, row_wise  # noqa: E402
 from torchrec.distributed.types import ShardingPlan as TorchRecShardingPlan  # noqa: E402
 
+from tests.dmp_support import assert_sharded_matches_reference  # noqa: E402
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind  # noqa: E402
 from autoshard.planners.torchrec_planner import TorchRecPlanner  # noqa: E402
 from autoshard.planners.validate import validate_plan  # noqa: E402
@@ -173,7 +174,6 @@ def _dmp_worker(rank: int, world_size: int, port: int, export_file: str | None =
     """One process of the DMP test: shard our plan (or the plan a CLI export holds), copy the
     reference weights in, compare."""
     from torchrec.distributed.model_parallel import DistributedModelParallel
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -189,26 +189,7 @@ def _dmp_worker(rank: int, world_size: int, port: int, export_file: str | None =
             embedding_bag_collection(workload), device=torch.device("cpu"),
             plan=to_torchrec_plan(plan, workload, world_size, compute_device="cpu"),
             sharders=[EmbeddingBagCollectionSharder()], init_data_parallel=False)
-        weights = reference.state_dict()
-        with torch.no_grad():
-            for name, tensor in sharded.state_dict().items():
-                for shard in tensor.local_shards():
-                    (row, col), (rows, cols) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
-                    shard.tensor.copy_(weights[name][row:row + rows, col:col + cols])
-
-        generator = torch.Generator().manual_seed(1)
-        batch = 4
-        lengths = torch.randint(0, 4, (len(workload.tables) * batch,), generator=generator)
-        counts = lengths.view(len(workload.tables), batch).sum(dim=1).tolist()
-        values = torch.cat([torch.randint(0, t.num_embeddings, (n,), generator=generator)
-                            for t, n in zip(workload.tables, counts)])
-        features = KeyedJaggedTensor.from_lengths_sync(
-            keys=[t.name for t in workload.tables], values=values, lengths=lengths)
-        out = sharded(features)
-        out = out.wait() if hasattr(out, "wait") else out
-        expected = reference(features)
-        for table in workload.tables:
-            assert torch.equal(out[table.name], expected[table.name]), table.name
+        assert_sharded_matches_reference(sharded, reference, workload)
     finally:
         dist.destroy_process_group()
 
