@@ -128,6 +128,7 @@ def task_rows(result: TaskResult) -> list[dict[str, Any]]:
         rows.append({
             "planner": plan.planner, "predicted_max_ms": round(plan.max_cost_ms, 4),
             "predicted_imbalance": round(plan.imbalance, 4), "plan_time_s": round(plan.plan_time_s, 4),
+            "own_estimate_max_ms": round(max(plan.own_estimate_ms), 4) if plan.own_estimate_ms else None,
             "measured_max_ms": round(m.max_ms, 4) if m else None,
             "measured_max_iqr_ms": round(m.max_iqr_ms, 4) if m else None,
             "measured_imbalance": round(max(m.device_ms) / float(np.mean(m.device_ms)) - 1, 4) if m else None,

@@ -176,6 +176,7 @@ class ShardingPlan:
     planner: str
     devices: tuple[DevicePlan, ...]
     plan_time_s: float = 0.0
+    own_estimate_ms: tuple[float, ...] = ()  # the planner's own per-device estimate, if it has one
 
     @property
     def max_cost_ms(self) -> float:

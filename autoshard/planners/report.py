@@ -15,10 +15,13 @@ def shard_label(shard: TableShard) -> str:
 
 
 def plan_to_dict(plan: ShardingPlan, best: bool = False) -> dict[str, Any]:
-    return {"planner": plan.planner, "max_cost_ms": plan.max_cost_ms, "imbalance": plan.imbalance,
-            "plan_time_s": plan.plan_time_s, "best": best,
-            "devices": [{"tables": [shard_label(s) for s in d.shards], "cost_ms": d.cost_ms,
-                         "memory_bytes": d.memory_bytes} for d in plan.devices]}
+    out = {"planner": plan.planner, "max_cost_ms": plan.max_cost_ms, "imbalance": plan.imbalance,
+           "plan_time_s": plan.plan_time_s, "best": best,
+           "devices": [{"tables": [shard_label(s) for s in d.shards], "cost_ms": d.cost_ms,
+                        "memory_bytes": d.memory_bytes} for d in plan.devices]}
+    if plan.own_estimate_ms:  # e.g. TorchRec's perf model, next to ours
+        out["own_estimate_max_ms"] = max(plan.own_estimate_ms)
+    return out
 
 
 def plans_report(workload: Workload, topology: Topology, plans: Sequence[ShardingPlan],

@@ -66,7 +66,9 @@ class TorchRecPlanner:
         self.storage_reservation = storage_reservation
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
-        return self.plan_with_estimates(workload, topology).plan
+        """Our plan, carrying TorchRec's own per-device estimate in ``own_estimate_ms``."""
+        result = self.plan_with_estimates(workload, topology)
+        return replace(result.plan, own_estimate_ms=result.torchrec_estimates_ms)
 
     def plan_with_estimates(self, workload: Workload, topology: Topology) -> TorchRecPlanResult:
         """Plan, and keep TorchRec's per-device perf estimates."""
