@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from cost_model.distributed_run import exit_finished_rank  # noqa: E402
 from tests.dmp_support import assert_sharded_matches_reference  # noqa: E402
 from autoshard.client import AutoShardClient, ServiceError
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
@@ -153,6 +154,7 @@ def _dmp_worker(rank: int, world_size: int, port: int, url: str) -> None:
         assert_sharded_matches_reference(sharded, reference, workload, exact=False)
     finally:
         dist.destroy_process_group()
+    exit_finished_rank()
 
 
 class _NeverCalled:

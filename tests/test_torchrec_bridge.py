@@ -18,6 +18,7 @@ from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # n
 from torchrec.distributed.sharding_plan import construct_module_sharding_plan, row_wise  # noqa: E402
 from torchrec.distributed.types import ShardingPlan as TorchRecShardingPlan  # noqa: E402
 
+from cost_model.distributed_run import exit_finished_rank  # noqa: E402
 from tests.dmp_support import assert_sharded_matches_reference  # noqa: E402
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind  # noqa: E402
 from autoshard.planners.torchrec_planner import TorchRecPlanner  # noqa: E402
@@ -192,6 +193,7 @@ def _dmp_worker(rank: int, world_size: int, port: int, export_file: str | None =
         assert_sharded_matches_reference(sharded, reference, workload)
     finally:
         dist.destroy_process_group()
+    exit_finished_rank()
 
 
 @pytest.mark.timeout(180)
