@@ -28,8 +28,7 @@ class Change:
 
 def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, max_rounds: int = 50) -> int:
     """Apply the best move off the max-cost device, or when no move helps the best swap, while
-    it lowers the costs sorted descending (the max first, then the next; so ties at the max
-    still make progress).
+    it lowers the max by more than 0.1% (the best: the lowest costs sorted descending).
     ``states[*].load`` must hold predicted costs; they are kept up to date. Memory and the
     one-shard-per-device rule hold throughout. One batched model call per round; returns the
     number of changes applied."""
@@ -69,12 +68,13 @@ def _best_change(states: Sequence[DeviceState], cost_model: CostModel, batch_siz
         return None
     costs = predict_edits(cost_model, [s.tables for s in states], edits, batch_size)
     loads = [s.load for s in states]
-    best, best_key = None, _key(loads)
+    bar = max(loads) * (1 - REL_TOL)  # a change must lower the max by more than the tolerance
+    best, best_key = None, None
     for target, out, back, at_source, at_target in shapes:
         after = list(loads)
         after[source.index], after[target] = costs[at_source], costs[at_target]
         key = _key(after)
-        if _lower(key, best_key):
+        if key[0] < bar and (best_key is None or key < best_key):
             best, best_key = Change(source.index, target, out, back, costs[at_source], costs[at_target]), key
     return best
 
@@ -103,14 +103,3 @@ def _swappable(source: DeviceState, unit: Unit, target: DeviceState, other: Unit
 
 def _key(loads: list[float]) -> list[float]:
     return sorted(loads, reverse=True)
-
-
-def _lower(a: list[float], b: list[float]) -> bool:
-    """``a`` < ``b`` lexicographically, ignoring differences under a relative tolerance."""
-    tol = REL_TOL * max(1.0, abs(b[0]))
-    for x, y in zip(a, b):
-        if x < y - tol:
-            return True
-        if x > y + tol:
-            return False
-    return False
