@@ -20,6 +20,7 @@ import asyncio
 import gc
 import logging
 import multiprocessing
+import os
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -191,6 +192,11 @@ class ProcessPlanningPool(PlanningPool):
         super().__init__(size)
 
     def _new_executor(self) -> Executor:
+        # Each worker plans on one core: BLAS / OpenMP thread pools (numpy's matmul in the cost
+        # model's head) would otherwise spin one thread per core in every worker and fight each
+        # other (4x slower plans under load). Spawned workers read these at their numpy import.
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, "1")
         return ProcessPoolExecutor(max_workers=self.size, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_init_worker,
                                    initargs=(str(self.model_dir), self.default_profile, self.niceness))
