@@ -88,11 +88,12 @@ class WithCommunication:
         from autoshard.planners.local_search import predict_edits
         compute = predict_edits(self.compute, base_sets, edits, batch_size)
         dims = [sum(t.embedding_dim for t in s) for s in base_sets]
+        sizes = [len(s) for s in base_sets]
         out = []
         for cost, (b, r, add) in zip(compute, edits):
             d = dims[b] - (base_sets[b][r].embedding_dim if r is not None else 0) + (add.embedding_dim if add else 0)
-            n = len(base_sets[b]) - (r is not None) + (add is not None)
-            out.append(cost + self.communication.cost_ms_of(d, n, batch_size, self.num_devices))
+            k = sizes[b] - (r is not None) + (add is not None)
+            out.append(cost + self.communication.cost_ms_of(d, k, batch_size, self.num_devices))
         return out
 
 

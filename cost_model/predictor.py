@@ -97,34 +97,34 @@ class NeuralCostModel:
             return []
         sizes = [len(s) for s in base_sets]
         flat = [t for s in base_sets for t in s]
-        added = [t for _, _, t in edits if t is not None]
+        bases, positions, tables = zip(*edits)
+        distinct: dict[Table, int] = {}  # the added tables are few (a workload's), the edits many
+        for t in tables:
+            if t is not None and t not in distinct:
+                distinct[t] = len(distinct)
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        b_idx = np.asarray(bases, dtype=np.int64)
+        removed = np.array([-1 if r is None else r for r in positions], dtype=np.int64)
+        removed = np.where(removed >= 0, offsets[b_idx] + removed, -1)
+        add_idx = np.array([-1 if t is None else distinct[t] for t in tables], dtype=np.int64)
         with torch.inference_mode():
-            codes = self.codes(flat + added, batch_size) if flat or added else None
+            codes = self.codes(flat + list(distinct), batch_size)
             base_codes, add_codes = codes[:len(flat)], codes[len(flat):]
             width = codes.shape[1]
-            offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
             totals = torch.stack([base_codes[offsets[b]:offsets[b + 1]].sum(0) for b in range(len(sizes))])
             maxima = torch.stack([torch.amax(base_codes[offsets[b]:offsets[b + 1]], 0) if sizes[b]
                                   else codes.new_full((width,), -1e9) for b in range(len(sizes))])
-            any_removed = any(r is not None for _, r, _ in edits)
-            loo = _leave_one_out_max(base_codes, sizes) if any_removed else None
-            b_idx = torch.tensor([b for b, _, _ in edits])
-            removed = torch.tensor([offsets[b] + r if r is not None else -1 for b, r, _ in edits])
-            add_pos, k = [], 0
-            for _, _, t in edits:
-                add_pos.append(k if t is not None else -1)
-                k += t is not None
-            add_idx = torch.tensor(add_pos)
-            has_rem, has_add = removed >= 0, add_idx >= 0
+            b_t, rem_t, add_t = (torch.from_numpy(a) for a in (b_idx, removed, add_idx))
+            has_rem, has_add = rem_t >= 0, add_t >= 0
             zero = codes.new_zeros(1, width)
-            rem_codes = torch.cat([zero, base_codes])[(removed + 1).clamp(min=0)]
-            new_codes = torch.cat([zero, add_codes])[add_idx + 1]
-            total = totals[b_idx] - rem_codes + new_codes
-            count = torch.tensor(sizes, dtype=codes.dtype)[b_idx] - has_rem.to(codes.dtype) + has_add.to(codes.dtype)
-            largest = maxima[b_idx]
-            if loo is not None:
-                largest = torch.where(has_rem.unsqueeze(1), torch.cat([zero - 1e9, loo])[(removed + 1).clamp(min=0)],
-                                      largest)
+            rem_codes = torch.cat([zero, base_codes])[rem_t + 1]
+            new_codes = torch.cat([zero, add_codes])[add_t + 1]
+            total = totals[b_t] - rem_codes + new_codes
+            count = torch.tensor(sizes, dtype=codes.dtype)[b_t] - has_rem.to(codes.dtype) + has_add.to(codes.dtype)
+            largest = maxima[b_t]
+            if bool(has_rem.any()):
+                loo = _leave_one_out_max(base_codes, sizes)
+                largest = torch.where(has_rem.unsqueeze(1), torch.cat([zero - 1e9, loo])[rem_t + 1], largest)
             largest = torch.where(has_add.unsqueeze(1), torch.maximum(largest, new_codes), largest)
             cost = torch.exp(self.network.predict_pooled(total, count, largest)[:, 2])
             cost = torch.where(count > 0, cost, torch.zeros_like(cost))
