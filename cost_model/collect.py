@@ -23,7 +23,7 @@ from autoshard.synthetic import PoolConfig, TablePool, generate_pool
 from autoshard.types import Table
 from cost_model.bench import BenchConfig, measure, physical_rows
 from cost_model.profile import detect_profile, malloc_settings_active
-from cost_model.traces import TraceWriter, iter_lines, make_header, read_header
+from cost_model.traces import TraceWriter, has_header, iter_lines, make_header
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +115,9 @@ def collect(config: CollectConfig, out: Path,
     header = make_header(profile, bench_dict, config.plan_dict,
                          [(t, "train") for t in pool.train] + [(t, "test") for t in pool.test])
     out.parent.mkdir(parents=True, exist_ok=True)
-    existing = read_header(out)
-    if existing is not None and existing != header:
-        raise InputError("out", f"{out} was collected with other settings or on another device",
-                         "use a new --out file, or the same options as before to resume")
-    gathered = {(l["id"], l["pass"]) for l in iter_lines(out) if l.get("type") == "sample"} if existing else set()
     target = out if world == 1 else out.with_name(f"{out.name}.rank{rank}.part")
+    gathered = ({(l["id"], l["pass"]) for l in iter_lines(out) if l.get("type") == "sample"}
+                if world > 1 and has_header(out, header) else set())  # samples earlier runs gathered
     writer = TraceWriter(target, header)
     done = writer.done() | gathered
     specs = [s for s in sample_specs(config, pool) if s.id % world == rank]

@@ -73,7 +73,7 @@ def _open(path: Path, mode: str):
 def iter_lines(path: Path) -> Iterator[dict[str, Any]]:
     """Parsed lines; a last line cut short by a kill is skipped."""
     with _open(path, "r") as f:
-        for number, line in enumerate(f, 1):
+        for line in f:
             if not line.strip():
                 continue
             try:
@@ -91,6 +91,16 @@ def read_header(path: Path) -> dict[str, Any] | None:
         break
     raise InputError("traces", f"{path} does not start with a trace header",
                      "pass a file written by `autoshard bench collect`")
+
+
+def has_header(path: Path, header: dict[str, Any]) -> bool:
+    """Whether ``path`` already holds traces with this header (False: missing or empty);
+    traces with another header are an error, so that a resume never mixes settings."""
+    existing = read_header(path)
+    if existing is not None and existing != header:
+        raise InputError("out", f"{path} was collected with other settings or on another device",
+                         "use a new --out file, or the same options as before to resume")
+    return existing is not None
 
 
 def measurement_to_dict(m: Measurement) -> dict[str, Any]:
@@ -143,15 +153,11 @@ class TraceWriter:
 
     def __init__(self, path: Path, header: dict[str, Any]) -> None:
         self.path = path
-        existing = read_header(path)
-        if existing is None:
+        if has_header(path, header):
             _drop_torn_tail(path)
+        else:
             with open(path, "w") as f:
                 f.write(json.dumps(header) + "\n")
-        elif existing != header:
-            raise InputError("out", f"{path} was collected with other settings or on another device",
-                             "use a new --out file, or the same options as before to resume")
-        _drop_torn_tail(path)
         self._file = open(path, "a")
 
     def done(self) -> set[tuple[int, int]]:
