@@ -52,7 +52,8 @@ def _run(*args: str, timeout: float = 120, check: bool = True) -> subprocess.Com
     return result
 
 
-PODMAN_ENV = ROOT.parent / "shared" / "tools" / "podman-env.sh"
+# This workplace's podman set-up script (scripts/test.sh sources it when it finds it).
+PODMAN_ENVS = (ROOT.parent / "shared" / "tools" / "podman-env.sh", Path("/work/shared/tools/podman-env.sh"))
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,7 @@ def engine():
     if found is None:
         message = ("no container tool: install podman (on this kind of machine: source "
                    "../shared/tools/podman-env.sh) or run a Docker engine")
-    elif found[0] == "podman" and PODMAN_ENV.exists() and not os.environ.get("CONTAINERS_CONF"):
+    elif found[0] == "podman" and any(p.exists() for p in PODMAN_ENVS) and not os.environ.get("CONTAINERS_CONF"):
         message = "podman here needs its settings first: source ../shared/tools/podman-env.sh"
     if message:
         if os.environ.get("CI") == "true":
