@@ -20,8 +20,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
+from autoshard.costing import Accumulator, SetCostModel
 from autoshard.errors import InputError
-from autoshard.types import CostModel, Table
+from autoshard.types import CostModel, Table, Workload
 
 COMMUNICATION_FILE = "communication.json"
 
@@ -63,30 +66,29 @@ class CommunicationModel:
                              "re-measure it with `autoshard bench comm`") from None
 
 
-class WithCommunication:
+class WithCommunication(SetCostModel):
     """A cost model plus the all-to-all cost of each device's set, for ``num_devices`` devices."""
 
     def __init__(self, compute: CostModel, communication: CommunicationModel, num_devices: int) -> None:
         self.compute, self.communication, self.num_devices = compute, communication, num_devices
+        self.max_set_size = compute.max_set_size
 
     def _comm(self, tables: Sequence[Table], batch_size: int) -> float:
         return self.communication.cost_ms(tables, batch_size, self.num_devices)
 
-    def predict(self, tables: Sequence[Table], batch_size: int) -> float:
-        return self.compute.predict(tables, batch_size) + self._comm(tables, batch_size)
+    def check_workload(self, workload: Workload, max_tables_per_device: int | None = None) -> tuple[str, ...]:
+        return self.compute.check_workload(workload, max_tables_per_device)
 
     def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
         compute = self.compute.predict_many(table_sets, batch_size)
         return [c + self._comm(s, batch_size) for c, s in zip(compute, table_sets)]
 
     def accumulator(self, num_sets: int, batch_size: int) -> "_CommAccumulator":
-        from autoshard.planners.accumulator import make_accumulator
-        return _CommAccumulator(make_accumulator(self.compute, num_sets, batch_size), self, num_sets, batch_size)
+        return _CommAccumulator(self.compute.accumulator(num_sets, batch_size), self, num_sets, batch_size)
 
     def predict_edits(self, base_sets: Sequence[Sequence[Table]],
                       edits: Sequence[tuple[int, int | None, Table | None]], batch_size: int) -> list[float]:
-        from autoshard.planners.local_search import predict_edits
-        compute = predict_edits(self.compute, base_sets, edits, batch_size)
+        compute = self.compute.predict_edits(base_sets, edits, batch_size)
         dims = [sum(t.embedding_dim for t in s) for s in base_sets]
         sizes = [len(s) for s in base_sets]
         out = []
@@ -100,14 +102,23 @@ class WithCommunication:
 class _CommAccumulator:
     """The compute model's accumulator plus each set's all-to-all (additive in its dims)."""
 
-    def __init__(self, compute, model: WithCommunication, num_sets: int, batch_size: int) -> None:
+    def __init__(self, compute: Accumulator, model: WithCommunication, num_sets: int, batch_size: int) -> None:
         self.compute, self.model, self.batch_size = compute, model, batch_size
-        self.dims, self.count = [0] * num_sets, [0] * num_sets
+        self.dims, self.count = np.zeros(num_sets), np.zeros(num_sets)
 
-    def costs_if_added(self, table: Table) -> list[float]:
-        c, n, b = self.model.communication, self.model.num_devices, self.batch_size
-        return [cost + c.cost_ms_of(d + table.embedding_dim, k + 1, b, n)
-                for cost, d, k in zip(self.compute.costs_if_added(table), self.dims, self.count)]
+    def _comm(self, dims: np.ndarray, count: np.ndarray) -> np.ndarray:
+        """Vectorised ``CommunicationModel.cost_ms_of``."""
+        c, n = self.model.communication, self.model.num_devices
+        if n <= 1:
+            return np.zeros_like(dims)
+        cost = 2 * c.latency_ms + c.bytes(1, self.batch_size, n) * dims / (c.bandwidth_gbps * 1e6)
+        return np.where(count > 0, cost, 0.0)
+
+    def costs(self) -> np.ndarray:
+        return self.compute.costs() + self._comm(self.dims, self.count)
+
+    def costs_if_added(self, table: Table) -> np.ndarray:
+        return self.compute.costs_if_added(table) + self._comm(self.dims + table.embedding_dim, self.count + 1)
 
     def add(self, set_index: int, table: Table) -> None:
         self.compute.add(set_index, table)

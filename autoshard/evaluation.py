@@ -18,9 +18,11 @@ import numpy as np
 from autoshard.communication import CommunicationModel
 from autoshard.errors import InputError
 from autoshard.planners.compare import Comparison, compare_planners
+from autoshard.planners.context import PlannerContext, PlannerKind
+from autoshard.planners.registry import planner_spec
 from autoshard.presets import load_workload_or_preset
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task
-from autoshard.types import GIB, CostModel, ShardingPlan, Topology, Workload
+from autoshard.types import GIB, ShardingPlan, Topology, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,14 +108,14 @@ class TaskResult:
     distributed: tuple[DistributedMeasured, ...] = ()  # empty when not run distributed
 
 
-def evaluate_task(task: Task, names: Sequence[str] | None, cost_model: CostModel | None,
-                  measurer: PlanMeasurer | None = None, seed: int = 0, allow_column_split: bool = False,
-                  distributed: DistributedMeasurer | None = None,
+def evaluate_task(task: Task, names: Sequence[str] | None, context: PlannerContext,
+                  measurer: PlanMeasurer | None = None, distributed: DistributedMeasurer | None = None,
                   communication: CommunicationModel | None = None) -> TaskResult:
-    comparison = compare_planners(task.workload, task.topology, names, cost_model, seed, allow_column_split,
-                                  communication)
+    """Every planner on the task; measured ratios are to the first cost-model planner's plan
+    (cost_greedy), or the first plan without one."""
+    comparison = compare_planners(task.workload, task.topology, names, context, communication)
     plans = comparison.plans
-    ref = next((i for i, p in enumerate(plans) if p.planner == "cost_greedy"), 0)
+    ref = next((i for i, p in enumerate(plans) if planner_spec(p.planner).kind is PlannerKind.COST_MODEL), 0)
     measured = tuple(measurer(plans, task.workload.batch_size, ref)) if measurer and plans else ()
     ran = tuple(distributed(plans, task.workload)) if distributed and plans else ()
     return TaskResult(task, comparison, measured, plans[ref].planner if plans else "", ran)

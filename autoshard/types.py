@@ -8,9 +8,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 
 from autoshard.errors import InputError
+
+if TYPE_CHECKING:
+    from autoshard.costing import Accumulator, Edit
 
 MAX_ZIPF_ALPHA = 3.0
 GIB = 1024**3
@@ -177,6 +180,7 @@ class ShardingPlan:
     devices: tuple[DevicePlan, ...]
     plan_time_s: float = 0.0
     own_estimate_ms: tuple[float, ...] = ()  # the planner's own per-device estimate, if it has one
+    partial: bool = False  # its time budget ran out: the best plan found by then, not its full search
 
     @property
     def max_cost_ms(self) -> float:
@@ -191,11 +195,22 @@ class ShardingPlan:
 
 @runtime_checkable
 class CostModel(Protocol):
-    """Predicts one device's cost (ms per iteration) for the set of tables it holds."""
+    """Predicts one device's cost (ms per iteration) for the set of tables it holds, and answers
+    the incremental questions planners ask (``autoshard.costing.SetCostModel`` gives every model
+    a fallback for them). ``max_set_size``: the largest set it was fitted on, if known."""
+
+    max_set_size: int | None
 
     def predict(self, tables: Sequence[Table], batch_size: int) -> float: ...
 
     def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]: ...
+
+    def accumulator(self, num_sets: int, batch_size: int) -> Accumulator: ...
+
+    def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Sequence[Edit],
+                      batch_size: int) -> list[float]: ...
+
+    def check_workload(self, workload: Workload, max_tables_per_device: int | None = None) -> tuple[str, ...]: ...
 
 
 @runtime_checkable

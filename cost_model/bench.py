@@ -1,8 +1,10 @@
 """The microbenchmark: real forward + backward + update of a set of tables on one device.
 
-A set runs as one fused FBGEMM table-batched op (``SplitTableBatchedEmbeddingBagsCodegen``,
-EXACT_SGD: the sparse update is fused into backward) where fbgemm-gpu(-cpu) is installed, else as
-one torch ``EmbeddingBag`` per table with sparse gradients and SGD. CPU steps are timed with
+Where fbgemm-gpu(-cpu) is installed, a set runs as FBGEMM table-batched ops
+(``SplitTableBatchedEmbeddingBagsCodegen``, the sparse update fused into backward): one op per
+(precision, optimizer) group of its tables, as TorchRec groups them; fp32 or fp16 weights, exact
+SGD, row-wise Adagrad or Adagrad. Else one torch ``EmbeddingBag`` per table with sparse gradients
+and SGD (fp32 only). ``check_benchable`` refuses what a mode's kernels cannot train. CPU steps are timed with
 ``time.thread_time`` (CPU time of this thread, robust to other tenants) at a pinned thread count;
 CUDA steps with CUDA events. Each measurement is ``warmups`` untimed steps and the median of
 ``repeats`` timed ones.
@@ -21,11 +23,18 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from autoshard.types import Table
+from autoshard.errors import InputError
+from autoshard.types import Optimizer, Table
 from cost_model.indices import bag_lengths, zipf_rows
 from cost_model.profile import ExecutionMode
 
 DEFAULT_ROW_CAP_BYTES = 128 * 1024**2
+# What FBGEMM TBE trains (fbgemm-gpu(-cpu) 1.8.0; CPU kernels probed in docs/traces.md): weights
+# bytes -> SparseType name, and optimizer -> EmbOptimType name. INT8/FP8 weights have no CPU
+# backward kernel, BF16 no CPU forward kernel, and there is no fp64 SparseType.
+TBE_PRECISIONS = {4: "FP32", 2: "FP16"}
+TBE_OPTIMIZERS = {Optimizer.SGD: "EXACT_SGD", Optimizer.ROWWISE_ADAGRAD: "EXACT_ROWWISE_ADAGRAD",
+                  Optimizer.ADAGRAD: "EXACT_ADAGRAD"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +85,30 @@ def physical_rows(table: Table, row_cap_bytes: int) -> int:
     return max(1, min(table.num_embeddings, row_cap_bytes // (table.embedding_dim * 4)))
 
 
+def check_benchable(tables: Sequence[Table], mode: ExecutionMode) -> None:
+    """Raise ``InputError`` (naming the table) for a precision or optimizer ``mode`` cannot train."""
+    tbe = mode is ExecutionMode.FBGEMM_TBE
+    precisions = TBE_PRECISIONS if tbe else {4: "FP32"}
+    optimizers = TBE_OPTIMIZERS if tbe else {Optimizer.SGD: "SGD"}
+    hint = "" if tbe else ", or benchmark with --mode fbgemm_tbe (fp16, rowwise_adagrad and adagrad)"
+    for i, t in enumerate(tables):
+        if t.bytes_per_element not in precisions:
+            raise InputError("bytes_per_element", f"table {t.name!r}: {mode.value} cannot train "
+                             f"{t.bytes_per_element}-byte weights", f"use bytes_per_element "
+                             f"{' or '.join(map(str, precisions))}{hint}", where=f"tables[{i}]")
+        if t.optimizer not in optimizers:
+            raise InputError("optimizer", f"table {t.name!r}: {mode.value} cannot run {t.optimizer.value}",
+                             f"use {' or '.join(o.value for o in optimizers)}{hint}", where=f"tables[{i}]")
+
+
+def groups(tables: Sequence[Table]) -> list[tuple[Table, ...]]:
+    """Tables grouped by (precision, optimizer), groups in order of first appearance: one TBE op each."""
+    out: dict[tuple[int, Optimizer], list[Table]] = {}
+    for t in tables:
+        out.setdefault((t.bytes_per_element, t.optimizer), []).append(t)
+    return [tuple(g) for g in out.values()]
+
+
 def make_batch(tables: Sequence[Table], config: BenchConfig,
                rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Indices and offsets in TBE layout (table-major bags), drawn from each table's distribution."""
@@ -95,7 +128,8 @@ Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _build_tbe(tables: Sequence[Table], config: BenchConfig) -> tuple[Step, Callable[[torch.Tensor], None]]:
-    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    """One TBE op per (precision, optimizer) group; ``tables`` must list each group contiguously."""
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
     from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
         ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen)
@@ -103,11 +137,26 @@ def _build_tbe(tables: Sequence[Table], config: BenchConfig) -> tuple[Step, Call
     cuda = config.device.startswith("cuda")
     location = EmbeddingLocation.DEVICE if cuda else EmbeddingLocation.HOST
     compute = ComputeDevice.CUDA if cuda else ComputeDevice.CPU
-    specs = [(physical_rows(t, config.row_cap_bytes), t.embedding_dim, location, compute) for t in tables]
-    op = SplitTableBatchedEmbeddingBagsCodegen(specs, optimizer=EmbOptimType.EXACT_SGD,
-                                               learning_rate=config.learning_rate,
-                                               device=torch.device(config.device))
-    return (lambda indices, offsets: op(indices, offsets)), (lambda out: out.backward(torch.ones_like(out)))
+    ops, bounds, start = [], [], 0
+    for group in groups(tables):
+        specs = [(physical_rows(t, config.row_cap_bytes), t.embedding_dim, location, compute) for t in group]
+        ops.append(SplitTableBatchedEmbeddingBagsCodegen(
+            specs, optimizer=EmbOptimType[TBE_OPTIMIZERS[group[0].optimizer]],
+            weights_precision=SparseType[TBE_PRECISIONS[group[0].bytes_per_element]],
+            learning_rate=config.learning_rate, device=torch.device(config.device)))
+        bounds.append((start * config.batch_size, (start + len(group)) * config.batch_size))
+        start += len(group)
+
+    def forward(indices: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        if len(ops) == 1:
+            return ops[0](indices, offsets)
+        outs = []
+        for op, (first, last) in zip(ops, bounds):  # the group's bags: offsets[first : last + 1]
+            begin = offsets[first]
+            outs.append(op(indices[begin:offsets[last]], offsets[first:last + 1] - begin))
+        return torch.cat(outs, dim=1)
+
+    return forward, (lambda out: out.backward(torch.ones_like(out)))
 
 
 def _build_embedding_bags(tables: Sequence[Table], config: BenchConfig) -> tuple[Step, Callable[[torch.Tensor], None]]:
@@ -151,9 +200,13 @@ class _Timer:
 
 
 def measure(tables: Sequence[Table], config: BenchConfig, seed: int = 0) -> Measurement:
-    """Build the set's execution, then time warm-ups + repeats of forward and backward+update."""
+    """Build the set's execution, then time warm-ups + repeats of forward and backward+update.
+
+    Raises ``InputError`` for a table ``config.mode`` cannot train (``check_benchable``)."""
     if not tables:
         raise ValueError("measure() needs at least one table")
+    check_benchable(tables, config.mode)
+    tables = [t for group in groups(tables) for t in group]  # each group's tables contiguous
     torch.set_num_threads(config.threads)
     rng = np.random.default_rng(seed)
     build = _build_tbe if config.mode is ExecutionMode.FBGEMM_TBE else _build_embedding_bags

@@ -1,5 +1,6 @@
-"""Saving and loading the cost model: weights, constructor config, feature normalisation and the
-device profile, in one file that loads with ``torch.load(..., weights_only=True)``."""
+"""Saving and loading the cost model: weights, constructor config, feature normalisation, the
+device profile and the trained input ranges, in one file that loads with
+``torch.load(..., weights_only=True)``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from autoshard.errors import ModelError
 from cost_model.network import NetworkConfig, SetCostNetwork
 from cost_model.predictor import NeuralCostModel
 from cost_model.profile import DeviceProfile
+from cost_model.ranges import TrainedRanges
+from cost_model.train import feature_scale
 
 FORMAT_VERSION = 1
 CHECKPOINT_NAME = "cost_model.pt"
@@ -30,8 +33,26 @@ def save_checkpoint(model: NeuralCostModel, directory: Path, metrics: dict[str, 
         "profile": model.profile.to_dict(), "row_cap_bytes": model.row_cap_bytes,
         "trained_batch_size": model.trained_batch_size,
         "metrics": metrics or {},
+        "trained_ranges": None if model.ranges is None else model.ranges.to_dict(),
     }, path)
     return path
+
+
+def add_trained_ranges(directory: Path, traces_path: Path, seed: int = 0) -> TrainedRanges:
+    """Re-save the checkpoint in ``directory`` with the ranges of its training split of
+    ``traces_path`` (the split ``autoshard cost train --seed`` used), and with constant features'
+    divisors fixed (``train.feature_scale``); weights and predictions on in-range tables unchanged."""
+    from cost_model.dataset import make_splits
+    from cost_model.traces import read_traces
+
+    model = load_cost_model(directory)
+    traces = read_traces(traces_path)
+    if traces.profile.id != model.profile.id:
+        raise ModelError(f"{traces_path} is from device profile {traces.profile.id!r}, the model from "
+                         f"{model.profile.id!r}; pass the traces the model was trained on")
+    model.ranges = TrainedRanges.of([s.tables for s in make_splits(traces, seed).train], [traces.batch_size])
+    save_checkpoint(model, directory, model.metrics)
+    return model.ranges
 
 
 def file_sha256(path: Path) -> str:
@@ -64,8 +85,10 @@ def load_cost_model(path: str | Path, expected_profile: str | None = None) -> Ne
     try:
         network = SetCostNetwork(NetworkConfig(**data["network_config"]))
         network.load_state_dict(data["state_dict"])
+        ranges = data.get("trained_ranges")  # absent in checkpoints saved before ranges existed
+        ranges = None if ranges is None else TrainedRanges.from_dict(ranges)
     except (TypeError, RuntimeError, KeyError) as error:
         raise ModelError(f"{file} does not match the cost-model network: {error}") from None
-    return NeuralCostModel(network, data["feature_mean"], data["feature_std"], profile,
-                           int(data["row_cap_bytes"]), int(data["trained_batch_size"]),
-                           metrics=data.get("metrics", {}))
+    return NeuralCostModel(network, data["feature_mean"], feature_scale(torch.as_tensor(data["feature_std"])),
+                           profile, int(data["row_cap_bytes"]), int(data["trained_batch_size"]),
+                           metrics=data.get("metrics", {}), ranges=ranges)

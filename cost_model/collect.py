@@ -5,6 +5,10 @@ additivity studies and the sum-of-singles baseline), then ``samples`` sets of 1.
 tables, then ``large_samples`` sets of ``max_tables+1``..``large_max_tables`` tables. Every pass
 measures every sample once; a rerun with the same options resumes where the last one stopped.
 
+By default every pool table is fp32 with SGD (the shipped traces). ``precisions`` and
+``optimizers`` give each pool table a seeded draw of its bytes per element and optimizer instead;
+the header's table rows record them, so every sample's tables carry them.
+
 Under ``torchrun`` (``WORLD_SIZE`` > 1) rank r measures the ids with ``id % world == r`` on its
 own device into ``OUT.rank<r>.part``; rank 0 then gathers all parts into ``OUT``.
 """
@@ -12,7 +16,7 @@ own device into ``OUT.rank<r>.part``; rank 0 then gathers all parts into ``OUT``
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable
 
@@ -20,10 +24,10 @@ import numpy as np
 
 from autoshard.errors import InputError
 from autoshard.synthetic import PoolConfig, TablePool, generate_pool
-from autoshard.types import Table
-from cost_model.bench import BenchConfig, measure, physical_rows
+from autoshard.types import Optimizer, Table
+from cost_model.bench import BenchConfig, check_benchable, measure, physical_rows
 from cost_model.profile import detect_profile, malloc_settings_active
-from cost_model.traces import TraceWriter, has_header, iter_lines, make_header
+from cost_model.traces import TraceWriter, has_header, iter_lines, make_header, write_trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +43,14 @@ class CollectConfig:
     set_memory_gb: float = 3.0  # benchmarked bytes (after the row cap) of one set, at most
     singles: bool = True
     seed: int = 0
+    precisions: tuple[int, ...] = (4,)  # bytes per element drawn for each pool table
+    optimizers: tuple[str, ...] = ("sgd",)  # Optimizer values drawn for each pool table
 
     def __post_init__(self) -> None:
-        checks = [("samples", self.samples >= 0), ("max_tables", self.max_tables >= 1),
+        valid_optimizers = {o.value for o in Optimizer}
+        checks = [("precisions", bool(self.precisions) and set(self.precisions) <= {1, 2, 4, 8}),
+                  ("optimizers", bool(self.optimizers) and set(self.optimizers) <= valid_optimizers),
+                  ("samples", self.samples >= 0), ("max_tables", self.max_tables >= 1),
                   ("large_samples", self.large_samples >= 0),
                   ("large_max_tables", self.large_samples == 0 or self.large_max_tables > self.max_tables),
                   ("passes", self.passes >= 1), ("test_fraction", 0 <= self.test_fraction <= 1),
@@ -57,6 +66,10 @@ class CollectConfig:
         out = asdict(self)
         out.pop("bench")
         out.pop("passes")
+        defaults = {f.name: f.default for f in fields(self)}
+        for name in ("precisions", "optimizers"):  # absent at the default: older trace headers still match
+            if out[name] == defaults[name]:
+                out.pop(name)
         return out
 
 
@@ -66,6 +79,19 @@ class SampleSpec:
     kind: str
     split: str
     tables: tuple[Table, ...]
+
+
+def collection_pool(config: CollectConfig) -> TablePool:
+    """The synthetic pool, each table with a seeded draw from ``precisions`` and ``optimizers``."""
+    pool = generate_pool(config.pool)
+
+    def vary(table: Table, index: int) -> Table:
+        rng = np.random.default_rng([config.seed, 1_000_003, index])
+        return replace(table, bytes_per_element=int(rng.choice(config.precisions)),
+                       optimizer=Optimizer(str(rng.choice(config.optimizers))))
+
+    varied = [vary(t, i) for i, t in enumerate(pool.all)]
+    return TablePool(tuple(varied[:len(pool.train)]), tuple(varied[len(pool.train):]))
 
 
 def sample_specs(config: CollectConfig, pool: TablePool) -> list[SampleSpec]:
@@ -84,7 +110,7 @@ def sample_specs(config: CollectConfig, pool: TablePool) -> list[SampleSpec]:
         chosen, used = [], 0
         for index in rng.permutation(len(source)):
             table = source[index]
-            cost = physical_rows(table, config.bench.row_cap_bytes) * table.embedding_dim * 4
+            cost = physical_rows(table, config.bench.row_cap_bytes) * table.embedding_dim * table.bytes_per_element
             if used + cost <= budget:
                 chosen.append(table)
                 used += cost
@@ -108,7 +134,8 @@ def collect(config: CollectConfig, out: Path,
     bench = config.bench
     if bench.device.startswith("cuda") and world > 1:
         bench = BenchConfig(**{**asdict(bench), "device": f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"})
-    pool = generate_pool(config.pool)
+    pool = collection_pool(config)
+    check_benchable(pool.all, bench.mode)
     profile = detect_profile(bench.device, bench.mode, bench.threads)
     bench_dict = {**asdict(bench), "mode": bench.mode.value, "device": bench.device.split(":")[0],
                   "malloc_settings": malloc_settings_active()}
@@ -142,20 +169,13 @@ def collect(config: CollectConfig, out: Path,
 
 def _gather(out: Path, header: dict, world: int, rank: int) -> None:
     """Rank 0 merges every rank's part into ``out`` (after a barrier), then removes the parts."""
-    import json
-
     import torch.distributed as dist
     dist.barrier()
     if rank == 0:
         parts = [out.with_name(f"{out.name}.rank{r}.part") for r in range(world)]
         lines = [l for p in [out, *parts] if p.exists() for l in iter_lines(p) if l.get("type") == "sample"]
         unique = {(l["id"], l["pass"]): l for l in lines}
-        tmp = out.with_name(out.name + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(json.dumps(header) + "\n")
-            for key in sorted(unique, key=lambda k: (k[1], k[0])):
-                f.write(json.dumps(unique[key], separators=(",", ":")) + "\n")
-        tmp.replace(out)
+        write_trace(out, header, [unique[k] for k in sorted(unique, key=lambda k: (k[1], k[0]))])
         for p in parts:
             p.unlink(missing_ok=True)
     dist.barrier()

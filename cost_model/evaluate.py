@@ -2,9 +2,9 @@
 
 Metrics, per split: MAPE, Spearman correlation, and pairwise ranking accuracy (of two table sets,
 is the costlier one predicted costlier: what a planner needs), over up to 20,000 random pairs.
-The noise floor is the MAPE between two measurements (passes) of the same table sets: no model
-can be expected to beat it on single-pass labels; labels are medians over passes, so their own
-noise is lower (about the floor / sqrt(passes)).
+The noise floor is the MAPE between two measurements (passes) of the same table sets, averaged
+over every pair of passes: no model can be expected to beat it on single-pass labels; labels are
+medians over passes, so their own noise is lower (about the floor / sqrt(passes)).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from scipy.stats import spearmanr
 from cost_model.dataset import Labelled, Splits
 from cost_model.estimators import BandwidthEstimator, LinearAggregate, SumOfSingles
 from cost_model.predictor import NeuralCostModel
+from cost_model.summary import pairwise_pass_mape
 from cost_model.traces import TraceSet
 
 MAX_PAIRS = 20_000
@@ -43,11 +44,12 @@ def scores(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
 
 
 def noise_floor(samples: Sequence[Labelled]) -> dict[str, Any]:
-    pairs = [(s.passes_total_ms[0], s.passes_total_ms[1]) for s in samples if len(s.passes_total_ms) >= 2]
-    if not pairs:
+    """Pass-to-pass MAPE over every pair of passes (``summary.pairwise_pass_mape``), and the median
+    number of passes per sample."""
+    floor = pairwise_pass_mape(s.passes_total_ms for s in samples)
+    if floor is None:
         return {"pass_to_pass_mape": None, "passes": 1}
-    a, b = np.array(pairs).T
-    return {"pass_to_pass_mape": round(mape(a, b), 4),
+    return {"pass_to_pass_mape": round(floor, 4),
             "passes": int(np.median([len(s.passes_total_ms) for s in samples]))}
 
 

@@ -7,14 +7,19 @@ batch: ``segments[i]`` says which set table ``i`` belongs to (no padding).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
 from cost_model.features import NUM_FEATURES
 
 OUTPUTS = ("forward", "backward", "total")
+# Predictions are clamped to [0.1 us, 10^7 ms] in log space: far outside anything measurable, so
+# in-range answers never touch it, and an extrapolation is never inf, 0 or nan.
+LOG_MS_MIN, LOG_MS_MAX = math.log(1e-4), math.log(1e7)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +40,15 @@ def _mlp(sizes: list[int], dropout: float) -> nn.Sequential:
             if dropout:
                 layers.append(nn.Dropout(dropout))
     return nn.Sequential(*layers)
+
+
+def pooled_input(total, count, largest):
+    """The head's input per set, from the sum, count and max of its table codes:
+    ``[sum / 8, mean, max, log n]``. Takes torch tensors or numpy arrays (the numpy head of
+    ``cost_model.accumulator``), ``total``/``largest`` ``[sets, width]``, ``count`` ``[sets]``."""
+    clamped = count.clip(1)[:, None]
+    parts = [total / 8.0, total / clamped, largest, clamped.log() if isinstance(clamped, torch.Tensor) else np.log(clamped)]
+    return torch.cat(parts, dim=1) if isinstance(total, torch.Tensor) else np.concatenate(parts, axis=1)
 
 
 class SetCostNetwork(nn.Module):
@@ -60,9 +74,7 @@ class SetCostNetwork(nn.Module):
 
     def predict_pooled(self, total: torch.Tensor, count: torch.Tensor, largest: torch.Tensor) -> torch.Tensor:
         """Log-ms predictions from each set's pooled codes: their sum, the set size, their max."""
-        clamped = count.clamp(min=1)
-        pooled = torch.cat([total / 8.0, total / clamped.unsqueeze(1), largest, torch.log(clamped).unsqueeze(1)], dim=1)
-        return self.head(pooled)
+        return self.head(pooled_input(total, count, largest)).clamp(LOG_MS_MIN, LOG_MS_MAX)
 
     def forward(self, features: torch.Tensor, segments: torch.Tensor, num_sets: int) -> torch.Tensor:
         return self.pool_and_predict(self.encode(features), segments, num_sets)

@@ -11,18 +11,21 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from autoshard.types import Table
+from autoshard.costing import SetCostModel
+from autoshard.types import Table, Workload
 from cost_model.features import FeatureCache
 from cost_model.network import SetCostNetwork
 from cost_model.profile import DeviceProfile
+from cost_model.ranges import TrainedRanges
 
 
-class NeuralCostModel:
+class NeuralCostModel(SetCostModel):
     """Predicts a device's milliseconds per iteration for the set of tables it holds."""
 
     def __init__(self, network: SetCostNetwork, feature_mean: Any, feature_std: Any,
                  profile: DeviceProfile, row_cap_bytes: int, trained_batch_size: int,
-                 metrics: dict[str, Any] | None = None, max_cached: int = 200_000) -> None:
+                 metrics: dict[str, Any] | None = None, max_cached: int = 200_000,
+                 ranges: TrainedRanges | None = None) -> None:
         self.network = network.eval()
         self.feature_mean = torch.as_tensor(feature_mean, dtype=torch.float32)
         self.feature_std = torch.as_tensor(feature_std, dtype=torch.float32)
@@ -33,6 +36,20 @@ class NeuralCostModel:
         self._code_arrays: dict[tuple[Table, int], np.ndarray] = {}
         self._numpy_head = None
         self._max_cached = max_cached
+        self.ranges = ranges  # what the training data covered (None: an older checkpoint)
+
+    @property
+    def max_set_size(self) -> int | None:  # type: ignore[override]
+        """The largest table set of the training traces (planners' extrapolation guard)."""
+        return self.ranges.tables_per_set[1] if self.ranges is not None else None
+
+    def check_workload(self, workload: Workload, max_tables_per_device: int | None = None) -> tuple[str, ...]:
+        """Raise ``InputError`` for tables this model cannot answer (a precision or optimizer it
+        never saw); return warnings for mild extrapolation (see ``cost_model.ranges``)."""
+        if self.ranges is None:
+            return ("this cost model records no trained ranges, so inputs outside its training data are not "
+                    "detected; re-save it with cost_model.checkpoint.add_trained_ranges",)
+        return self.ranges.check(workload, max_tables_per_device)
 
     def normalise(self, raw: np.ndarray) -> torch.Tensor:
         return (torch.from_numpy(raw) - self.feature_mean) / self.feature_std
@@ -67,7 +84,7 @@ class NeuralCostModel:
         """The head as numpy (built once; see ``cost_model.accumulator``)."""
         if self._numpy_head is None:
             from cost_model.accumulator import NumpyHead
-            self._numpy_head = NumpyHead(self.network.head)
+            self._numpy_head = NumpyHead(self.network.head, self.network.config.table_code)
         return self._numpy_head
 
     def code_array(self, table: Table, batch_size: int) -> np.ndarray:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from itertools import combinations
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -31,11 +32,16 @@ def non_additivity(traces: TraceSet) -> tuple[list[float], list[int]]:
     return ratios, sizes
 
 
-def pass_to_pass_mape(traces: TraceSet) -> float | None:
-    """Mean |pass0 - pass1| / pass1 over samples measured in two passes: the label noise floor."""
-    errors = [abs(s.passes[0].total.median - s.passes[1].total.median) / s.passes[1].total.median
-              for s in traces.samples if len(s.passes) >= 2]
+def pairwise_pass_mape(per_sample: Iterable[Sequence[float]]) -> float | None:
+    """Mean of |p_i - p_j| / p_j over every pair of passes i < j of every sample (each sample's
+    per-pass total ms): the single-pass noise floor. None if no sample has two passes."""
+    errors = [abs(a - b) / b for passes in per_sample for a, b in combinations(passes, 2)]
     return statistics.fmean(errors) if errors else None
+
+
+def pass_to_pass_mape(traces: TraceSet) -> float | None:
+    """``pairwise_pass_mape`` over every sample of the traces."""
+    return pairwise_pass_mape([m.total.median for m in s.passes] for s in traces.samples)
 
 
 def summarize(traces: TraceSet) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Trace files: append-only JSON lines, plain (``.jsonl``) or gzip-compressed (``.jsonl.gz``).
+"""Trace files: append-only JSON lines, plain (``.jsonl``) or gzip-compressed (``.jsonl.gz``; each
+line is sync-flushed, so a killed writer leaves every finished line readable).
 
 Line 1 is the header: the device profile, the benchmark settings, the collection plan and every
 pool table. Each further line is one measurement of one table set in one pass::
@@ -15,6 +16,7 @@ from __future__ import annotations
 import gzip
 import json
 import statistics
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -70,16 +72,22 @@ def _open(path: Path, mode: str):
     return gzip.open(path, mode + "t") if path.suffix == ".gz" else open(path, mode)
 
 
+_TORN_GZIP = (EOFError, gzip.BadGzipFile, zlib.error)  # a gzip stream cut short by a kill
+
+
 def iter_lines(path: Path) -> Iterator[dict[str, Any]]:
     """Parsed lines; a last line cut short by a kill is skipped."""
     with _open(path, "r") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn write: at most the sample in flight is lost
+        try:
+            for line in f:
+                if not line.strip():
+                    continue
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a torn write: at most the sample in flight is lost
+        except _TORN_GZIP:
+            return
 
 
 def read_header(path: Path) -> dict[str, Any] | None:
@@ -148,6 +156,21 @@ def read_traces(path: str | Path) -> TraceSet:
                     samples)
 
 
+def _temporary(path: Path) -> Path:
+    """A sibling to write before an atomic rename; keeps the suffix, so ``.gz`` stays compressed."""
+    return path.with_name(f".{path.stem}.tmp{path.suffix}")
+
+
+def write_trace(path: Path, header: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """Write a whole trace file at once (through a temporary file, so a kill leaves the old one)."""
+    tmp = _temporary(path)
+    with _open(tmp, "w") as f:
+        f.write(json.dumps(header) + "\n")
+        for record in records:
+            f.write(json.dumps(record, separators=(",", ":")) + "\n")
+    tmp.replace(path)
+
+
 class TraceWriter:
     """Appends sample lines, flushed one by one, so a kill loses at most the sample in flight."""
 
@@ -156,9 +179,8 @@ class TraceWriter:
         if has_header(path, header):
             _drop_torn_tail(path)
         else:
-            with open(path, "w") as f:
-                f.write(json.dumps(header) + "\n")
-        self._file = open(path, "a")
+            write_trace(path, header, [])
+        self._file = _open(path, "a")
 
     def done(self) -> set[tuple[int, int]]:
         return {(l["id"], l["pass"]) for l in iter_lines(self.path) if l.get("type") == "sample"}
@@ -172,9 +194,25 @@ class TraceWriter:
 
 
 def _drop_torn_tail(path: Path) -> None:
-    """Cut a last line that a kill left without its newline."""
+    """Cut a last line that a kill left without its newline (and, in a ``.gz`` file, a gzip
+    stream left without its end)."""
     if not path.exists() or path.stat().st_size == 0:
         return
-    data = path.read_bytes()
-    if not data.endswith(b"\n"):
-        path.write_bytes(data[: data.rfind(b"\n") + 1])
+    if path.suffix != ".gz":
+        data = path.read_bytes()
+        if not data.endswith(b"\n"):
+            path.write_bytes(data[: data.rfind(b"\n") + 1])
+        return
+    chunks, whole = [], True
+    try:
+        with gzip.open(path, "rb") as f:
+            while chunk := f.read1(1 << 16):
+                chunks.append(chunk)
+    except _TORN_GZIP:
+        whole = False
+    data = b"".join(chunks)
+    if not whole or not data.endswith(b"\n"):
+        tmp = _temporary(path)
+        with gzip.open(tmp, "wb") as f:
+            f.write(data[: data.rfind(b"\n") + 1])
+        tmp.replace(path)

@@ -18,8 +18,17 @@ from cost_model.features import NUM_FEATURES, table_features
 from cost_model.network import NetworkConfig, SetCostNetwork
 from cost_model.predictor import NeuralCostModel
 from cost_model.profile import DeviceProfile
+from cost_model.ranges import TrainedRanges
 
 LOSS_WEIGHTS = (0.25, 0.25, 0.5)  # forward, backward+update, total (log ms)
+CONSTANT_FEATURE_STD = 1e-4  # a feature whose training std is below this did not vary in training
+
+
+def feature_scale(std: torch.Tensor) -> torch.Tensor:
+    """Standardisation divisors: 1 for a feature constant in training (e.g. bytes per element when
+    every table was fp32), so that an unseen value shifts its input by a unit, not by ~1e6.
+    Training inputs are unaffected: a constant feature minus its mean is 0 whatever the divisor."""
+    return torch.where(std < CONSTANT_FEATURE_STD, torch.ones_like(std), std)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +83,7 @@ def train_cost_model(splits: Splits, profile: DeviceProfile, batch_size: int, ro
     rng = np.random.default_rng(config.seed)
     train = _Packed(splits.train, batch_size, row_cap_bytes)
     val = _Packed(splits.validation, batch_size, row_cap_bytes)
-    mean, std = train.features.mean(0), train.features.std(0).clamp(min=1e-6)
+    mean, std = train.features.mean(0), feature_scale(train.features.std(0))
     norm = lambda x: (x - mean) / std  # noqa: E731
     network = SetCostNetwork(config.network)
     optimizer = torch.optim.AdamW(network.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
@@ -124,5 +133,6 @@ def train_cost_model(splits: Splits, profile: DeviceProfile, batch_size: int, ro
     if writer:
         handle.close()
     network.load_state_dict(best[3])
-    model = NeuralCostModel(network, mean, std, profile, row_cap_bytes, batch_size)
+    ranges = TrainedRanges.of([s.tables for s in splits.train], [batch_size])
+    model = NeuralCostModel(network, mean, std, profile, row_cap_bytes, batch_size, ranges=ranges)
     return TrainResult(model, best[2], epoch, best[1], first_loss, best[0], time.perf_counter() - start)

@@ -1,6 +1,7 @@
 """The models the service loaded at start-up, and what they make available.
 
-Every ``<model_dir>/<profile>/cost_model.pt`` is loaded (the profile is the folder's name);
+Every ``<model_dir>/<profile>/cost_model.pt`` is loaded (the profile is the folder's name), with
+the profile's all-to-all (``communication.json``) and RL policy (``policy.pt``) when present;
 ``<model_dir>/default`` names the default profile, as a symlink to a profile folder or a text
 file holding its name. A missing or corrupt file does not stop the service: it starts with the
 heuristics and says why it is degraded (unless ``fail_fast``). Request fields only ever select
@@ -23,13 +24,14 @@ from autoshard.types import CostModel
 
 log = logging.getLogger("autoshard.service")
 CHECKPOINT = "cost_model.pt"
+POLICY_FILE = "policy.pt"  # autoshard.rl.policy.POLICY_FILE, named here so that loading it is lazy
 METRICS = "metrics.json"
 DEFAULT_LINK = "default"
 
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """One profile's cost model and what /v1/profiles tells about it."""
+    """One profile's artifacts (cost model, all-to-all, policy) and what /v1/profiles tells about them."""
 
     profile: str
     model: Any  # cost_model.predictor.NeuralCostModel (a CostModel)
@@ -37,6 +39,8 @@ class LoadedModel:
     sha256: str
     metrics: dict[str, Any]
     communication: CommunicationModel | None = None  # the profile's all-to-all, added to device costs
+    policy: Any = None  # autoshard.rl.policy.DevicePolicy: the rl planners' policy, when one loaded
+    policy_sha256: str | None = None
 
 
 @dataclass
@@ -91,11 +95,48 @@ def _default_name(model_dir: Path) -> str | None:
     return None
 
 
+def load_profile(folder: Path, problems: list[str]) -> LoadedModel | None:
+    """One profile folder's artifacts: the cost model (``None`` if it cannot load), and its
+    all-to-all and policy when present. What cannot load is appended to ``problems``; a missing
+    or corrupt policy leaves the rl planners unavailable, not the profile. The CLI and the
+    service both load profiles here."""
+    from cost_model.checkpoint import file_sha256, load_cost_model
+
+    file = folder / CHECKPOINT
+    try:
+        model = load_cost_model(file)
+        sha = file_sha256(file)
+    except (ModelError, OSError) as error:
+        problems.append(f"profile {folder.name!r}: {error}")
+        log.warning("cost model %s not loaded: %s", file, error)
+        return None
+    communication = None
+    if (folder / COMMUNICATION_FILE).is_file():
+        try:
+            communication = CommunicationModel.load(folder / COMMUNICATION_FILE)
+        except InputError as error:
+            problems.append(f"profile {folder.name!r}: {error}")
+    policy, policy_sha = None, None
+    policy_file = folder / POLICY_FILE
+    if policy_file.exists():
+        try:
+            from autoshard.rl.policy import DevicePolicy
+
+            policy, policy_sha = DevicePolicy.load(policy_file), file_sha256(policy_file)
+        except (ModelError, ImportError, OSError) as error:
+            problems.append(f"profile {folder.name!r}: {error}; the rl planners are unavailable")
+    else:
+        problems.append(f"profile {folder.name!r} has no {POLICY_FILE}: the rl planners are unavailable "
+                        "(train one with `autoshard policy train`)")
+    return LoadedModel(folder.name, model, model.profile.to_dict(), sha, _metrics(folder, model.metrics, problems),
+                       communication, policy, policy_sha)
+
+
 def load_models(model_dir: Path, default_profile: str | None = None) -> ModelStore:
     """Load every profile's cost model; problems are recorded, not raised."""
     store = ModelStore()
     try:
-        from cost_model.checkpoint import file_sha256, load_cost_model
+        import cost_model.checkpoint  # noqa: F401
     except ImportError as error:  # torch missing or broken: heuristics only
         store.problems.append(f"cost models cannot load here ({error}); cost_greedy is unavailable")
         return store
@@ -105,25 +146,11 @@ def load_models(model_dir: Path, default_profile: str | None = None) -> ModelSto
         return store
     for folder in sorted(p for p in model_dir.iterdir()
                          if p.is_dir() and not (p.name == DEFAULT_LINK and p.is_symlink())):
-        file = folder / CHECKPOINT
-        if not file.exists():
+        if not (folder / CHECKPOINT).exists():
             continue
-        try:
-            model = load_cost_model(file)
-            sha = file_sha256(file)
-        except (ModelError, OSError) as error:
-            store.problems.append(f"profile {folder.name!r}: {error}")
-            log.warning("cost model %s not loaded: %s", file, error)
-            continue
-        communication = None
-        if (folder / COMMUNICATION_FILE).is_file():
-            try:
-                communication = CommunicationModel.load(folder / COMMUNICATION_FILE)
-            except InputError as error:
-                store.problems.append(f"profile {folder.name!r}: {error}")
-        store.models[folder.name] = LoadedModel(folder.name, model, model.profile.to_dict(), sha,
-                                                _metrics(folder, model.metrics, store.problems),
-                                                communication)
+        loaded = load_profile(folder, store.problems)
+        if loaded is not None:
+            store.models[folder.name] = loaded
     wanted = default_profile or _default_name(model_dir)
     if wanted and wanted in store.models:
         store.default_profile = wanted

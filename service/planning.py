@@ -149,7 +149,8 @@ class ThreadPlanningPool(PlanningPool):
     def _call(self, task: PlannerTask) -> list[PlannerResult]:
         if not task.profile:
             return run_task(task, None)
-        return run_task(task, self.store.for_thread(task.profile), self.store.models[task.profile].communication)
+        loaded = self.store.models[task.profile]
+        return run_task(task, self.store.for_thread(task.profile), loaded.communication, loaded.policy)
 
 
 _WORKER: dict[str, ModelStore] = {}
@@ -174,7 +175,9 @@ def _worker_call(task: PlannerTask) -> list[PlannerResult]:
         error = ErrorInfo("planner", f"profile {task.profile!r} did not load in the planning worker",
                           PlannerErrorKind.UNAVAILABLE.value)
         return [PlannerResult(name, "skipped", reason=error.message, error=error) for name in task.names]
-    return run_task(task, model.model if model else None, model.communication if model else None)
+    if model is None:
+        return run_task(task, None)
+    return run_task(task, model.model, model.communication, model.policy)
 
 
 def _worker_ready(seconds: float) -> int:

@@ -6,51 +6,48 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Sequence
 
 from autoshard.errors import InputError, ModelError, PlannerError, PlannerErrorKind
-from autoshard.planners.registry import HEURISTICS, make_planner, planner_names
+from autoshard.planners.context import PlannerContext, PlannerKind
+from autoshard.planners.registry import PLANNERS
 from service.metrics import Metrics
 from service.models import LoadedModel, ModelStore, load_models
 from service.planning import PlanningPool, make_pool
 from service.settings import Settings
 
 log = logging.getLogger("autoshard.service")
-Kind = Literal["heuristic", "cost_model", "torchrec", "other"]
-ASK_ONLY = ("torchrec",)
-"""Planners that run only when a request names them (TorchRec's planner is a reference point)."""
 
 
 @dataclass(frozen=True, slots=True)
 class PlannerInfo:
     name: str
-    kind: Kind
+    kind: PlannerKind
     available: bool
     default: bool
     reason: str | None = None
-
-
-def _kind(name: str) -> Kind:
-    if name in HEURISTICS:
-        return "heuristic"
-    return {"cost_greedy": "cost_model", "torchrec": "torchrec"}.get(name, "other")  # type: ignore[return-value]
+    policy: str | None = None  # the policy it plans with (policy planners)
 
 
 def planner_catalog(store: ModelStore) -> dict[str, PlannerInfo]:
-    """Every registered planner, and whether it can run with the default profile's model.
-    Planners registered later (the RL planner) appear here without any change to the service."""
+    """Every registered planner, and whether it can run with the default profile's artifacts.
+    Planners registered later appear here without any change to the service."""
     default = store.resolve(None)
+    context = PlannerContext(default.model if default else None, default.policy if default else None)
     catalog = {}
-    for name in planner_names():
-        try:
-            make_planner(name, default.model if default else None)
-            available, reason = True, None
-        except PlannerError as error:
-            available, reason = False, error.message
-        catalog[name] = PlannerInfo(name, _kind(name), available, available and name not in ASK_ONLY, reason)
+    for name, spec in PLANNERS.items():
+        unmet = spec.unmet(context)
+        if unmet is None:
+            try:
+                spec.build(context)  # TorchRec's planner: raises when torchrec is not installed
+            except PlannerError as error:
+                unmet = error
+        available, reason = unmet is None, unmet.message if unmet else None
+        policy = context.policy.name if spec.needs_policy and context.policy is not None else None
+        catalog[name] = PlannerInfo(name, spec.kind, available, available and spec.default, reason, policy)
     # cheap ones first: a request whose budget runs out still gets the heuristics
-    order = {"heuristic": 0, "cost_model": 1, "other": 2, "torchrec": 3}
-    return dict(sorted(catalog.items(), key=lambda item: order[item[1].kind]))
+    order = list(PlannerKind)
+    return dict(sorted(catalog.items(), key=lambda item: order.index(item[1].kind)))
 
 
 @dataclass
@@ -74,7 +71,7 @@ class ServiceState:
         """Why the service runs without some model (torchrec is optional: not a reason)."""
         reasons = list(store.problems)
         reasons += [f"planner {p.name!r} is unavailable: {p.reason}" for p in planners.values()
-                    if not p.available and p.kind != "torchrec"]
+                    if not p.available and p.kind is not PlannerKind.REFERENCE]
         return reasons
 
     def planners_for(self, requested: Sequence[str] | None, model: LoadedModel | None) -> list[str]:
@@ -83,7 +80,7 @@ class ServiceState:
         if requested is None:
             names = self.default_planners
             if model is None:
-                names = [n for n in names if self.planners[n].kind != "cost_model"]
+                names = [n for n in names if not PLANNERS[n].needs_cost_model]
             return names
         if not requested:
             raise InputError("planners", "is an empty list",
@@ -96,13 +93,12 @@ class ServiceState:
         wanted = set(requested)
         for name in (n for n in self.planners if n in wanted):
             info = self.planners[name]
-            needs_model = info.kind == "cost_model"
-            if not info.available or (needs_model and model is None):
+            if not info.available or (PLANNERS[name].needs_cost_model and model is None):
                 reason = info.reason or "it needs a cost model and none is loaded"
                 raise PlannerError(PlannerErrorKind.UNAVAILABLE,
                                    f"planner {name!r} is unavailable on this service: {reason}",
                                    (f"ship a model for it in {self.settings.model_dir} and restart"
-                                    if info.kind != "torchrec" else "install the torchrec extra in the image",
+                                    if info.kind is not PlannerKind.REFERENCE else "install the torchrec extra in the image",
                                     f"or ask for other planners: {', '.join(self.default_planners)}"))
         return [n for n in self.planners if n in wanted]
 

@@ -11,12 +11,16 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoshard.communication import CommunicationModel
 from autoshard.errors import AutoShardError, InputError, PlannerError, PlannerErrorKind
 from autoshard.planners.compare import compare_planners
+from autoshard.planners.context import PlannerContext
 from autoshard.types import CostModel, DevicePlan, ShardingPlan, TableShard, Topology, Workload
+
+if TYPE_CHECKING:
+    from autoshard.rl.policy import DevicePolicy
 
 log = logging.getLogger("autoshard.service")
 
@@ -44,12 +48,13 @@ class CompactPlan:
     plan_time_s: float
     costs: tuple[float, ...]
     devices: tuple[tuple[Shard, ...], ...]
+    partial: bool = False
 
     @classmethod
     def of(cls, plan: ShardingPlan, index: dict[str, int]) -> CompactPlan:
         return cls(plan.planner, plan.plan_time_s, tuple(d.cost_ms for d in plan.devices),
                    tuple(tuple((index[s.table.name], s.column_offset, s.width) for s in d.shards)
-                         for d in plan.devices))
+                         for d in plan.devices), plan.partial)
 
     def plan(self, workload: Workload) -> ShardingPlan:
         tables = workload.tables
@@ -58,7 +63,7 @@ class CompactPlan:
             devices.append(DevicePlan(tuple(
                 TableShard(tables[i]) if offset == 0 and columns == tables[i].embedding_dim
                 else TableShard(tables[i], offset, columns) for i, offset, columns in shards), cost))
-        return ShardingPlan(self.planner, tuple(devices), self.plan_time_s)
+        return ShardingPlan(self.planner, tuple(devices), self.plan_time_s, partial=self.partial)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,21 +105,24 @@ class PlannerResult:
     error: ErrorInfo | None = None
 
 
-def run_task(task: PlannerTask, cost_model: CostModel | None,
-             communication: CommunicationModel | None = None) -> list[PlannerResult]:
+def run_task(task: PlannerTask, cost_model: CostModel | None, communication: CommunicationModel | None = None,
+             policy: DevicePolicy | None = None) -> list[PlannerResult]:
     """Each planner of the task, until the deadline passes; device costs include the profile's
-    all-to-all when it has a communication model."""
+    all-to-all when it has a communication model. Searching planners get the time left as their
+    budget, and return their best plan so far (``partial``) when it runs out."""
     index = {t.name: i for i, t in enumerate(task.workload.tables)}
     results = []
     for name in task.names:
-        if time.monotonic() >= task.deadline:
+        left = task.deadline - time.monotonic()
+        if left <= 0:
             results.append(PlannerResult(name, "late"))
         else:
-            results.append(_run_planner(name, task, cost_model, communication, index))
+            context = PlannerContext(cost_model, policy, task.seed, task.allow_column_split, left)
+            results.append(_run_planner(name, task, context, communication, index))
     return results
 
 
-def _run_planner(name: str, task: PlannerTask, cost_model: CostModel | None,
+def _run_planner(name: str, task: PlannerTask, context: PlannerContext,
                  communication: CommunicationModel | None, index: dict[str, int]) -> PlannerResult:
     """One planner, through ``compare_planners`` like the CLI; never raises."""
     started = time.perf_counter()
@@ -123,8 +131,7 @@ def _run_planner(name: str, task: PlannerTask, cost_model: CostModel | None,
         return PlannerResult(name, outcome, time.perf_counter() - started, **kwargs)
 
     try:
-        result = compare_planners(task.workload, task.topology, [name], cost_model, task.seed,
-                                  task.allow_column_split, communication)
+        result = compare_planners(task.workload, task.topology, [name], context, communication)
         if not result.plans:
             reason = result.skipped[0][1] if result.skipped else "no plan"
             return done("skipped", reason=reason,

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from autoshard.costing import SetCostModel
 from autoshard.types import Table
 
 
 @dataclass
-class AnalyticalTestCostModel:
+class AnalyticalTestCostModel(SetCostModel):
     """ms = (sum of lookup bytes / 1e7) x (1 + 0.05 (n - 1)) + 0.1 n for n tables: co-located
     tables slow each other down, so a set costs more than the sum of its singles.
     ``calls`` counts ``predict_many`` calls."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import sys
-import types
+import shutil
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -12,10 +12,10 @@ from autoshard.cli import app
 from autoshard.planners import HEURISTICS
 from autoshard.types import Table, Topology, Workload
 from autoshard.workload_file import save_workload
-from tests.cost_models import AnalyticalTestCostModel
 
 runner = CliRunner()
 NO_MODEL = ["--model", "/nonexistent/model"]
+SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "default"
 
 
 def plan(*args: str):
@@ -43,10 +43,8 @@ def test_preset_plan_json_with_every_heuristic_and_cost_greedy_skipped():
     assert report["cost_unit"] != "ms"
 
 
-def test_a_cost_model_enables_cost_greedy(tmp_path, monkeypatch):
-    checkpoint = types.ModuleType("cost_model.checkpoint")
-    checkpoint.load_cost_model = lambda path: AnalyticalTestCostModel()  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "cost_model.checkpoint", checkpoint)
+def test_a_cost_model_enables_cost_greedy_and_a_policy_the_rl_planners(tmp_path):
+    shutil.copy(SHIPPED / "cost_model.pt", tmp_path)  # a profile with a cost model and no policy
     for name in ("cost_greedy", "size_greedy"):
         result = plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--planner", name,
                       "--model", str(tmp_path), "--json", "--column-split")
@@ -54,6 +52,14 @@ def test_a_cost_model_enables_cost_greedy(tmp_path, monkeypatch):
         report = json.loads(result.stdout)
         assert report["cost_unit"] == "ms" and report["skipped"] == []
         assert [p["planner"] for p in report["plans"]] == [name] and report["plans"][0]["best"]
+    everything = json.loads(plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--model", str(tmp_path),
+                                 "--json").stdout)
+    skipped = {s["planner"]: s["reason"] for s in everything["skipped"]}
+    assert "policy" in skipped["rl"] and "policy" in skipped["rl+refine"]
+    shutil.copy(SHIPPED / "policy.pt", tmp_path)
+    everything = json.loads(plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--model", str(tmp_path),
+                                 "--json").stdout)
+    assert {"cost_greedy", "rl", "rl+refine"} <= {p["planner"] for p in everything["plans"]}
 
 
 def test_topology_from_the_file_and_a_rich_table(tmp_path):

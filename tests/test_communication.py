@@ -4,7 +4,7 @@ import pytest
 
 from autoshard.communication import CommunicationModel, WithCommunication
 from autoshard.errors import InputError
-from autoshard.planners import make_planner
+from autoshard.planners import PlannerContext, make_planner
 from autoshard.types import Table, Topology, Workload
 from tests.cost_models import AnalyticalTestCostModel
 
@@ -39,7 +39,7 @@ def test_communication_changes_what_cost_greedy_balances():
     compute = AnalyticalTestCostModel()
 
     def device_of_wide(model):
-        plan = make_planner("cost_greedy", model).plan(workload, topology)
+        plan = make_planner("cost_greedy", PlannerContext(model)).plan(workload, topology)
         return sorted(s.table.name for d in plan.devices if "wide" in [s.table.name for s in d.shards]
                       for s in d.shards)
 

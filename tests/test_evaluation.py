@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from autoshard.cli import app
 from autoshard.errors import InputError
 from autoshard.evaluation import Task, evaluate_task, load_suite, memory_for, task_rows, write_task_outputs
-from autoshard.planners import make_planner
+from autoshard.planners import PlannerContext, make_planner
 from autoshard.types import Table, Topology, Workload
 from cost_model.bench import BenchConfig
 from cost_model.measure_plan import measure_plans
@@ -36,7 +36,7 @@ def test_two_tiny_plans_measure_finite_costs_and_a_ci():
 def test_evaluate_task_writes_table_csv_and_chart(tmp_path):
     task = Task("tiny", TINY, Topology(2, 1.0))
     measurer = lambda plans, batch, ref: measure_plans(plans, batch, CONFIG, 2, ref)  # noqa: E731
-    result = evaluate_task(task, ["round_robin", "cost_greedy"], AnalyticalTestCostModel(), measurer)
+    result = evaluate_task(task, ["round_robin", "cost_greedy"], PlannerContext(AnalyticalTestCostModel()), measurer)
     assert result.reference == "cost_greedy"
     files = write_task_outputs(result, tmp_path)
     md = (tmp_path / "tiny.md").read_text()
@@ -83,7 +83,7 @@ def test_evaluate_task_runs_plans_distributed(tmp_path):
     from cost_model.distributed_run import DistributedConfig, compare_distributed
     task = Task("tiny", TINY, Topology(2, 1.0))
     config = DistributedConfig(world_size=2, steps=2, warmups=1, batch_size=32)
-    result = evaluate_task(task, ["round_robin", "size_greedy"], None,
+    result = evaluate_task(task, ["round_robin", "size_greedy"], PlannerContext(),
                            distributed=lambda plans, w: compare_distributed(plans, w, config, rounds=1))
     rows = {r["planner"]: r for r in task_rows(result)}
     for name in ("round_robin", "size_greedy"):

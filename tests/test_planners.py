@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
-from autoshard.planners import (HEURISTICS, PLANNERS, CostGreedyPlanner, ProxyCostModel, make_planner,
+from autoshard.planners import (HEURISTICS, PLANNERS, CostGreedyPlanner, PlannerContext, ProxyCostModel, make_planner,
                                 plan_to_dict, plans_report, validate_plan)
 from autoshard.planners.local_search import improve
 from autoshard.planners.placement import DeviceState
@@ -80,11 +80,11 @@ def test_random_is_seeded_uniform_and_memory_aware():
     tables = tuple(Table(f"t{i}", 1000, 16) for i in range(3))  # 64,000 bytes each
     workload, topology = Workload(tables), topo(3, 100_000)
     for seed in range(5):
-        plan = make_planner("random", seed=seed).plan(workload, topology)
+        plan = make_planner("random", PlannerContext(seed=seed)).plan(workload, topology)
         assert sorted(len(d.shards) for d in plan.devices) == [1, 1, 1]
     many = Workload(tuple(Table(f"t{i:02d}", 10, 4) for i in range(40)))
-    plans = [names(make_planner("random", seed=s).plan(many, topo(4, AMPLE))) for s in range(4)]
-    assert plans[0] == names(make_planner("random", seed=0).plan(many, topo(4, AMPLE)))
+    plans = [names(make_planner("random", PlannerContext(seed=s)).plan(many, topo(4, AMPLE))) for s in range(4)]
+    assert plans[0] == names(make_planner("random", PlannerContext(seed=0)).plan(many, topo(4, AMPLE)))
     assert len({str(p) for p in plans}) == 4
     counts = [len(d) for d in plans[0]]
     assert min(counts) >= 4 and sum(counts) == 40  # uniform, not all on one device
@@ -113,7 +113,7 @@ def test_without_cost_model_device_cost_is_the_proxy_sum():
 
 def test_with_cost_model_device_costs_are_predictions_in_one_batched_call():
     model = AnalyticalTestCostModel()
-    plan = make_planner("lookup_greedy", model).plan(TINY, topo(6, AMPLE))
+    plan = make_planner("lookup_greedy", PlannerContext(model)).plan(TINY, topo(6, AMPLE))
     assert model.calls == 1
     for device in plan.devices:
         tables = [s.table for s in device.shards]
@@ -158,7 +158,7 @@ def test_every_planner_places_every_table_once_within_memory_or_raises_when_infe
     total, largest = workload.memory_bytes, max(t.memory_bytes for t in workload.tables)
     easy = total <= 0.5 * topology.num_devices * capacity and largest <= 0.5 * capacity
     try:
-        plan = make_planner(planner, AnalyticalTestCostModel()).plan(workload, topology)
+        plan = make_planner(planner, PlannerContext(AnalyticalTestCostModel())).plan(workload, topology)
     except PlannerError as error:
         assert not easy, f"raised on an easy task: {error}"
         if total > topology.num_devices * capacity:
@@ -176,7 +176,7 @@ def test_every_planner_places_every_table_once_within_memory_or_raises_when_infe
 def test_column_split_plans_are_valid_or_raise_planner_errors(task, planner):
     workload, topology = task
     try:
-        plan = make_planner(planner, AnalyticalTestCostModel(), allow_column_split=True).plan(workload, topology)
+        plan = make_planner(planner, PlannerContext(AnalyticalTestCostModel(), allow_column_split=True)).plan(workload, topology)
     except PlannerError as error:
         assert error.kind in (PlannerErrorKind.INSUFFICIENT_MEMORY, PlannerErrorKind.TABLE_DOES_NOT_FIT)
         return
@@ -199,7 +199,7 @@ def heuristic_plans(workload: Workload, topology: Topology, model: AnalyticalTes
     plans = []
     for name in HEURISTICS:
         try:
-            plans.append(make_planner(name, model).plan(workload, topology))
+            plans.append(make_planner(name, PlannerContext(model)).plan(workload, topology))
         except PlannerError:  # a packing dead end: no plan to compare with
             pass
     assert len(plans) >= 4
@@ -213,7 +213,7 @@ def test_cost_greedy_never_worse_than_the_best_heuristic(index):
     heuristic = min(plan.max_cost_ms for plan in heuristic_plans(workload, topology, model))
     greedy_only = CostGreedyPlanner(model, max_rounds=0).plan(workload, topology)
     model.calls = 0
-    plan = make_planner("cost_greedy", model).plan(workload, topology)
+    plan = make_planner("cost_greedy", PlannerContext(model)).plan(workload, topology)
     check_valid(plan, workload, topology)
     assert plan.max_cost_ms <= heuristic * (1 + 1e-9)
     assert plan.max_cost_ms <= greedy_only.max_cost_ms * (1 + 1e-9)  # local search never hurts
@@ -225,7 +225,7 @@ def test_cost_greedy_never_worse_than_the_best_heuristic(index):
 
 def test_local_search_lowers_the_max_on_some_tasks():
     model = AnalyticalTestCostModel()
-    gains = [CostGreedyPlanner(model, max_rounds=0).plan(w, t).max_cost_ms - make_planner("cost_greedy", model)
+    gains = [CostGreedyPlanner(model, max_rounds=0).plan(w, t).max_cost_ms - make_planner("cost_greedy", PlannerContext(model))
              .plan(w, t).max_cost_ms for w, t in suite()]
     assert all(g >= -1e-9 for g in gains) and sum(g > 1e-6 for g in gains) >= 2
 
@@ -269,8 +269,8 @@ def test_split_ways_need_widths_multiple_of_four_and_at_most_one_shard_per_devic
 def test_column_split_lowers_the_max_and_places_shards_on_distinct_devices(planner):
     model = AnalyticalTestCostModel()
     topology = topo(4, AMPLE)
-    whole = make_planner(planner, model).plan(SKEWED, topology)
-    split = make_planner(planner, model, allow_column_split=True).plan(SKEWED, topology)
+    whole = make_planner(planner, PlannerContext(model)).plan(SKEWED, topology)
+    split = make_planner(planner, PlannerContext(model, allow_column_split=True)).plan(SKEWED, topology)
     validate_plan(split, SKEWED, topology)
     shards = [(d, s) for d, device in enumerate(split.devices) for s in device.shards if s.table.name == "huge"]
     assert len(shards) == 4  # 50 x 128 lookups is far over the average: 4 shards of 32 columns
@@ -291,7 +291,7 @@ def test_a_table_larger_than_a_device_fits_only_when_split():
     assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT
     assert "'wide_and_long'" in str(info.value) and "2,560,000 bytes" in str(info.value)
     assert any("column-wise" in fix for fix in info.value.fixes)
-    plan = make_planner("size_greedy", allow_column_split=True).plan(workload, topology)
+    plan = make_planner("size_greedy", PlannerContext(allow_column_split=True)).plan(workload, topology)
     validate_plan(plan, workload, topology)
     assert max(d.memory_bytes for d in plan.devices) <= 1_000_000
 
@@ -301,7 +301,7 @@ def test_split_retries_finer_shards_after_a_packing_dead_end():
     tables = tuple(Table(f"t{i}", 1200, 128) for i in range(3))  # 614,400 bytes each
     workload, topology = Workload(tables), topo(4, 512_000)
     for planner in ALL:
-        plan = make_planner(planner, AnalyticalTestCostModel(), allow_column_split=True).plan(workload, topology)
+        plan = make_planner(planner, PlannerContext(AnalyticalTestCostModel(), allow_column_split=True)).plan(workload, topology)
         validate_plan(plan, workload, topology)
         assert all(len(d.shards) == 3 for d in plan.devices)
 
@@ -309,7 +309,7 @@ def test_split_retries_finer_shards_after_a_packing_dead_end():
 def test_a_table_that_cannot_split_small_enough_names_its_smallest_shard():
     workload = Workload((Table("fat", 100_000, 8),))  # 3,200,000 bytes; at most 2 shards of 4
     with pytest.raises(PlannerError) as info:
-        make_planner("dim_greedy", allow_column_split=True).plan(workload, topo(4, 1_000_000))
+        make_planner("dim_greedy", PlannerContext(allow_column_split=True)).plan(workload, topo(4, 1_000_000))
     assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT
     assert "'fat'" in str(info.value) and "fat[0:4]" in str(info.value) and "1,600,000 bytes" in str(info.value)
 
@@ -374,7 +374,7 @@ def test_validate_plan_accepts_split_tables_covering_every_column_once():
 
 def test_plans_report_flags_the_lowest_max_cost_as_best():
     topology = topo(2, AMPLE)
-    plans = [make_planner(n, ProxyCostModel()).plan(TINY, topology) for n in ("size_greedy", "lookup_greedy")]
+    plans = [make_planner(n, PlannerContext(ProxyCostModel())).plan(TINY, topology) for n in ("size_greedy", "lookup_greedy")]
     report = plans_report(TINY, topology, plans, [("cost_greedy", "needs a model")])
     assert [p["best"] for p in report["plans"]] == [False, True]
     assert report["plans"][1]["max_cost_ms"] == pytest.approx(max(32 + 8, 20 + 12 + 2))

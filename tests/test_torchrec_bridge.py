@@ -20,6 +20,7 @@ from torchrec.distributed.types import ShardingPlan as TorchRecShardingPlan  # n
 
 from cost_model.distributed_run import exit_finished_rank  # noqa: E402
 from tests.dmp_support import assert_sharded_matches_reference  # noqa: E402
+from autoshard.costing import SetCostModel  # noqa: E402
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind  # noqa: E402
 from autoshard.planners.torchrec_planner import TorchRecPlanner  # noqa: E402
 from autoshard.planners.validate import validate_plan  # noqa: E402
@@ -50,14 +51,11 @@ def hand_plan() -> tuple[Workload, ShardingPlan]:
     return Workload((a, b, c, d), batch_size=4), plan
 
 
-class FixedCost:
+class FixedCost(SetCostModel):
     """A stand-in cost model: 1 ms per table."""
 
-    def predict(self, tables, batch_size):
-        return float(len(tables))
-
     def predict_many(self, table_sets, batch_size):
-        return [self.predict(s, batch_size) for s in table_sets]
+        return [float(len(s)) for s in table_sets]
 
 
 @pytest.mark.parametrize("allow_column_split", [False, True])

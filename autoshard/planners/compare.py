@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from autoshard.communication import CommunicationModel, WithCommunication
 from autoshard.errors import PlannerError
+from autoshard.planners.context import PlannerContext
 from autoshard.planners.proxies import ProxyCostModel
 from autoshard.planners.registry import available_planners, make_planner
-from autoshard.types import CostModel, ShardingPlan, Topology, Workload
+from autoshard.types import ShardingPlan, Topology, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,27 +21,25 @@ class Comparison:
 
 
 def compare_planners(workload: Workload, topology: Topology, names: Sequence[str] | None,
-                     cost_model: CostModel | None, seed: int = 0, allow_column_split: bool = False,
-                     communication: CommunicationModel | None = None) -> Comparison:
-    """Plans of every named planner (``None``: every available one), all scored by one cost model.
-
-    With ``communication``, a device's cost is its compute plus its all-to-all. Without a cost
-    model, every plan is scored by ``ProxyCostModel`` so that plans still compare like with
-    like; planners that need a model are skipped with the reason.
-    """
-    if cost_model is not None and communication is not None:
-        cost_model = WithCommunication(cost_model, communication, topology.num_devices)
-    evaluator = cost_model or ProxyCostModel()
+                     context: PlannerContext, communication: CommunicationModel | None = None) -> Comparison:
+    """Plans of every named planner (``None``: every default one that can run here), all scored
+    by ``context.cost_model`` (with ``communication``: compute plus each device's all-to-all),
+    or without one by ``ProxyCostModel`` so that plans still compare like with like; planners
+    whose needs are not met are skipped with the reason."""
+    if context.cost_model is not None and communication is not None:
+        context = replace(context, cost_model=WithCommunication(context.cost_model, communication,
+                                                                topology.num_devices))
     skipped: list[tuple[str, str]] = []
     if names is None:
-        names, unavailable = available_planners(cost_model)
+        names, unavailable = available_planners(context)
         skipped.extend(unavailable)
+    # without a trained model, every plan is scored by one proxy, so that plans compare like with like
+    scored = context if context.cost_model is not None else replace(context, cost_model=ProxyCostModel())
     plans, errors = [], []
     for name in names:
         try:
-            planner = make_planner(name, cost_model if name == "cost_greedy" else evaluator, seed,
-                                   allow_column_split)
-            plans.append(planner.plan(workload, topology))
+            make_planner(name, context)  # its needs, checked against what the caller really has
+            plans.append(make_planner(name, scored).plan(workload, topology))
         except PlannerError as error:
             errors.append(error)
             skipped.append((name, str(error)))

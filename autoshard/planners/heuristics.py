@@ -11,21 +11,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from autoshard.planners.placement import Chooser, DeviceState, build_plan, least_loaded, place_workload
+from autoshard.planners.placement import Chooser, PlacementState, build_plan, least_loaded, place_workload
 from autoshard.planners.proxies import Proxy, lookup_proxy
-from autoshard.planners.units import Unit, proxy_costs
+from autoshard.planners.units import proxy_costs
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 
 
 def _plan(name: str, workload: Workload, topology: Topology, proxy: Proxy, allow_split: bool,
           cost_model: CostModel | None, order_by_cost: bool, choose: Chooser) -> ShardingPlan:
     started = time.perf_counter()
-    states = place_workload(workload, topology, proxy_costs(proxy), allow_split, choose, order_by_cost)
-    return build_plan(name, states, started, workload.batch_size, cost_model)
+    state = place_workload(workload, topology, proxy_costs(proxy), allow_split, choose,
+                           lambda units: PlacementState(units, topology), order_by_cost)
+    return build_plan(name, state.devices, started, workload.batch_size, cost_model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +57,8 @@ class RandomPlanner:
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         rng = np.random.default_rng(self.seed)
 
-        def choose(position: int, unit: Unit, candidates: list[DeviceState]) -> tuple[DeviceState, float]:
-            state = candidates[int(rng.integers(len(candidates)))]
-            return state, state.load + unit.cost
+        def choose(state: PlacementState, allowed: np.ndarray) -> int:
+            return int(allowed[rng.integers(len(allowed))])
 
         return _plan(self.name, workload, topology, lookup_proxy, self.allow_column_split,
                      self.cost_model, False, choose)
@@ -76,9 +75,8 @@ class RoundRobinPlanner:
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         devices = topology.num_devices
 
-        def choose(position: int, unit: Unit, candidates: Sequence[DeviceState]) -> tuple[DeviceState, float]:
-            state = min(candidates, key=lambda s: (s.index - position) % devices)
-            return state, state.load + unit.cost
+        def choose(state: PlacementState, allowed: np.ndarray) -> int:
+            return int(min(allowed, key=lambda d: (d - state.position) % devices))
 
         return _plan(self.name, workload, topology, lookup_proxy, self.allow_column_split,
                      self.cost_model, False, choose)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from autoshard.planners.placement import DeviceState, predict_costs
+from autoshard.costing import Edit
+from autoshard.planners.placement import Deadline, DeviceState
 from autoshard.planners.units import Unit
-from autoshard.types import CostModel, Table
+from autoshard.types import CostModel
 
 REL_TOL = 1e-3  # changes under 0.1% of the max are noise next to the cost model's error
-Edit = tuple[int, int | None, Table | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,13 +26,16 @@ class Change:
     target_cost: float
 
 
-def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, max_rounds: int = 50) -> int:
+def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, max_rounds: int = 50,
+            deadline: Deadline | None = None) -> int:
     """Apply the best move off the max-cost device, or when no move helps the best swap, while
     it lowers the max by more than 0.1% (the best: the lowest costs sorted descending).
     ``states[*].load`` must hold predicted costs; they are kept up to date. Memory and the
     one-shard-per-device rule hold throughout. One batched model call per round; returns the
-    number of changes applied."""
+    number of changes applied. Stops early once ``deadline`` expires."""
     for done in range(max_rounds):
+        if deadline is not None and deadline.expired:
+            return done
         # moves are ~10x fewer than swaps: try swaps only when no move helps
         change = (_best_change(states, cost_model, batch_size, swaps=False)
                   or _best_change(states, cost_model, batch_size, swaps=True))
@@ -50,7 +53,7 @@ def _best_change(states: Sequence[DeviceState], cost_model: CostModel, batch_siz
                  swaps: bool) -> Change | None:
     source = max(states, key=lambda s: (s.load, -s.index))
     targets = [s for s in states if s is not source]
-    edits: list[Edit] = []  # (device, position removed, table added): see predict_edits
+    edits: list[Edit] = []  # (device, position removed, table added): see autoshard.costing.Edit
     shapes: list[tuple[int, int, int | None, int, int]] = []  # target, out, back, source edit, target edit
     for i, unit in enumerate(source.units):
         if not swaps:
@@ -66,7 +69,7 @@ def _best_change(states: Sequence[DeviceState], cost_model: CostModel, batch_siz
                     shapes.append((target.index, i, j, len(edits) - 2, len(edits) - 1))
     if not shapes:
         return None
-    costs = predict_edits(cost_model, [s.tables for s in states], edits, batch_size)
+    costs = cost_model.predict_edits([s.tables for s in states], edits, batch_size)
     loads = [s.load for s in states]
     bar = max(loads) * (1 - REL_TOL)  # a change must lower the max by more than the tolerance
     best, best_key = None, None
@@ -77,19 +80,6 @@ def _best_change(states: Sequence[DeviceState], cost_model: CostModel, batch_siz
         if key[0] < bar and (best_key is None or key < best_key):
             best, best_key = Change(source.index, target, out, back, costs[at_source], costs[at_target]), key
     return best
-
-
-def predict_edits(cost_model: CostModel, base_sets: Sequence[Sequence[Table]], edits: Sequence[Edit],
-                  batch_size: int) -> list[float]:
-    """Costs of edited sets: ``(b, r, t)`` is ``base_sets[b]`` without position ``r`` (if not
-    None) and with table ``t`` (if not None). Uses the model's own incremental ``predict_edits``
-    when it has one (the neural model does), else rebuilds the sets for ``predict_many``."""
-    fast = getattr(cost_model, "predict_edits", None)
-    if fast is not None:
-        return list(fast(base_sets, edits, batch_size))
-    sets = [[t for k, t in enumerate(base_sets[b]) if k != r] + ([add] if add is not None else [])
-            for b, r, add in edits]
-    return predict_costs(cost_model, sets, batch_size)
 
 
 def _swappable(source: DeviceState, unit: Unit, target: DeviceState, other: Unit) -> bool:

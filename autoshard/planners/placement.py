@@ -1,12 +1,17 @@
-"""Memory-aware placement shared by every planner: mutable per-device state while planning, the
-greedy placement loop, and the final frozen ``ShardingPlan``."""
+"""Memory-aware placement shared by every planner: the steppable ``PlacementState`` (devices,
+running costs, memory, the feasibility mask), the greedy placement loop over it, and the final
+frozen ``ShardingPlan``. Greedy planners, local search and the RL environment all use it."""
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import numpy as np
+
+from autoshard.costing import Accumulator, predict_nonempty
 from autoshard.errors import PlannerError
 from autoshard.planners.feasibility import check_feasible, no_room_error
 from autoshard.planners.splitting import split_units
@@ -52,8 +57,102 @@ class DeviceState:
         return unit
 
 
-Chooser = Callable[[int, Unit, list[DeviceState]], tuple[DeviceState, float]]
-"""(position in placement order, unit, devices that accept it) -> (device, its load after adding)."""
+class PlacementState:
+    """A placement in progress: units are placed in the given order, one ``apply(device)`` each.
+
+    ``mask()`` says which devices may take the current unit: those with room and no other shard
+    of its table; then, where it leaves a choice, those holding fewer than ``max_units_per_device``
+    units; then, with ``lookahead``, those that leave the remaining units packable (first-fit
+    decreasing; FFD is not exact, so if no device passes, every device left stays allowed).
+    With an ``accumulator`` a device's load is the cost model's prediction for its whole set;
+    without, the sum of its units' own costs (proxy planners).
+    """
+
+    def __init__(self, units: Sequence[Unit], topology: Topology, accumulator: Accumulator | None = None,
+                 lookahead: bool = False, max_units_per_device: int | None = None) -> None:
+        self.units, self.topology = list(units), topology
+        self.devices = [DeviceState(d, topology.device_memory_bytes) for d in range(topology.num_devices)]
+        self.accumulator, self.lookahead, self.max_units_per_device = accumulator, lookahead, max_units_per_device
+        self.position = 0
+        self.free = np.full(topology.num_devices, topology.device_memory_bytes, dtype=np.int64)
+        self.count = np.zeros(topology.num_devices, dtype=np.int64)
+        self.loads = np.zeros(topology.num_devices)
+        self._rest = sorted(u.memory_bytes for u in self.units)  # ascending: units not yet placed
+        self._if_added: np.ndarray | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.position >= len(self.units)
+
+    @property
+    def current(self) -> Unit:
+        return self.units[self.position]
+
+    def room(self) -> np.ndarray:
+        """Devices with room for the current unit and no other shard of its table."""
+        unit = self.current
+        ok = self.free >= unit.memory_bytes
+        for d in np.flatnonzero(ok):
+            if unit.parent in self.devices[d].parents:
+                ok[d] = False
+        return ok
+
+    def mask(self) -> np.ndarray:
+        """Devices the current unit may go to (see the class docstring)."""
+        ok = self.room()
+        if self.max_units_per_device is not None and ok.sum() > 1:
+            capped = ok & (self.count < self.max_units_per_device)
+            ok = capped if capped.any() else ok
+        if self.lookahead and ok.sum() > 1:
+            safe = ok & self._packable_after()
+            ok = safe if safe.any() else ok
+        return ok
+
+    def _packable_after(self) -> np.ndarray:
+        """For each device: would the units after the current one still pack if it took it?"""
+        size = self.current.memory_bytes
+        rest = list(self._rest)
+        del rest[bisect.bisect_left(rest, size)]
+        if not rest:
+            return np.ones(len(self.devices), dtype=bool)
+        largest, total = rest[-1], sum(rest)
+        # FFD's first check, for every device at once: room beyond the largest item covers the total
+        spare = np.maximum(self.free - largest, 0)
+        after = spare.sum() - spare + np.maximum(self.free - size - largest, 0)
+        ok = after >= total
+        desc = rest[::-1]
+        for d in np.flatnonzero(~ok):
+            free = self.free.copy()
+            free[d] -= size
+            ok[d] = free[d] >= 0 and packable(desc, free.tolist())
+        return ok
+
+    def costs_if_added(self) -> np.ndarray:
+        """Every device's predicted cost with the current unit added (needs an accumulator)."""
+        if self._if_added is None:
+            assert self.accumulator is not None, "costs_if_added needs a cost model's accumulator"
+            self._if_added = np.asarray(self.accumulator.costs_if_added(self.current.table), dtype=np.float64)
+        return self._if_added
+
+    def apply(self, device: int) -> None:
+        """Place the current unit on ``device`` (which must have room) and move to the next."""
+        unit, state = self.current, self.devices[device]
+        if not state.accepts(unit):
+            raise ValueError(f"device {device} cannot take {unit.name!r}")
+        load = float(self.costs_if_added()[device]) if self.accumulator is not None else state.load + unit.cost
+        if self.accumulator is not None:
+            self.accumulator.add(device, unit.table)
+        state.add(unit, load)
+        self.free[device] -= unit.memory_bytes
+        self.count[device] += 1
+        self.loads[device] = load
+        del self._rest[bisect.bisect_left(self._rest, unit.memory_bytes)]
+        self.position += 1
+        self._if_added = None
+
+
+Chooser = Callable[[PlacementState, np.ndarray], int]
+"""(the placement, indices of the devices allowed for its current unit) -> the device to take it."""
 
 
 def prepare_units(workload: Workload, topology: Topology, cost_fn: CostFn, allow_split: bool,
@@ -70,20 +169,46 @@ def prepare_units(workload: Workload, topology: Topology, cost_fn: CostFn, allow
 
 
 def place_workload(workload: Workload, topology: Topology, cost_fn: CostFn, allow_split: bool,
-                   choose: Chooser, order_by_cost: bool = True, lookahead: bool = False,
-                   max_ways: int | None = None) -> list[DeviceState]:
-    """``prepare_units`` then ``place`` (heaviest first, or in the given order). When splitting
-    is allowed and placement runs into a dead end, retry with shards of at most half, a quarter,
-    ... of a device's memory, until the split stops changing."""
+                   choose: Chooser, start: Callable[[list[Unit]], PlacementState],
+                   order_by_cost: bool = True, max_ways: int | None = None) -> PlacementState:
+    """``prepare_units``, then ``place`` them (heaviest first, or in the given order) on the
+    fresh state ``start`` makes for them. When splitting is allowed and placement runs into a
+    dead end, retry with shards of at most half, a quarter, ... of a device's memory, until the
+    split stops changing."""
     limit, count = topology.device_memory_bytes, -1
     while True:
         units = prepare_units(workload, topology, cost_fn, allow_split, limit, max_ways)
         try:
-            return place(by_cost(units) if order_by_cost else units, topology, choose, lookahead)
+            return place(start(by_cost(units) if order_by_cost else units), choose)
         except PlannerError:
             if not allow_split or len(units) == count:
                 raise
             limit, count = limit // 2, len(units)
+
+
+def best_over_split_caps(topology: Topology, allow_split: bool, plan_at: Callable[[int | None], list[DeviceState]],
+                         deadline: Deadline | None = None) -> list[DeviceState]:
+    """Without splitting, ``plan_at(None)``. With it, also ``plan_at(k)`` for shard caps k = 2,
+    4, ... D, keeping the placement whose max load is lowest; a cap that leaves too few shards
+    for memory is skipped (its ``PlannerError`` is raised only if every cap fails). Past the
+    ``deadline``, no further cap is tried once one placement exists."""
+    best: list[DeviceState] | None = None
+    error: PlannerError | None = None
+    caps = [2**k for k in range(1, topology.num_devices.bit_length())] if allow_split else []
+    for cap in [None, *caps]:  # None: no split at all
+        if best is not None and deadline is not None and deadline.expired:
+            break
+        try:
+            states = plan_at(cap)
+        except PlannerError as failed:
+            error = failed
+            continue
+        if best is None or max(s.load for s in states) < max(s.load for s in best):
+            best = states
+    if best is None:
+        assert error is not None
+        raise error
+    return best
 
 
 def by_cost(units: Sequence[Unit]) -> list[Unit]:
@@ -108,50 +233,51 @@ def packable(sizes_desc: Sequence[int], free: list[int]) -> bool:
     return True
 
 
-def place(units: Sequence[Unit], topology: Topology, choose: Chooser, lookahead: bool = False) -> list[DeviceState]:
-    """Place units in order, each on the device ``choose`` picks among those that accept it.
-
-    With ``lookahead``, a device is a candidate only if the units still to place can still be
-    packed afterwards (first-fit decreasing), which avoids packing dead ends when memory is
-    tight; if no device passes (FFD is not exact), every device with room stays a candidate.
-    """
-    states = [DeviceState(d, topology.device_memory_bytes) for d in range(topology.num_devices)]
-    for position, unit in enumerate(units):
-        candidates = [s for s in states if s.accepts(unit)]
-        if not candidates:
-            raise no_room_error(unit, states)
-        if lookahead and len(candidates) > 1:
-            rest = sorted((u.memory_bytes for u in units[position + 1:]), reverse=True)
-            safe = [c for c in candidates if packable(rest, [s.free_bytes - (unit.memory_bytes if s is c else 0)
-                                                              for s in states])]
-            candidates = safe or candidates
-        state, load = choose(position, unit, candidates)
-        state.add(unit, load)
-    return states
+def place(state: PlacementState, choose: Chooser) -> PlacementState:
+    """Step ``state`` to the end, each unit on the device ``choose`` picks among the allowed
+    ones; ``PlannerError`` naming the unit when no device has room."""
+    while not state.done:
+        allowed = np.flatnonzero(state.mask())
+        if not len(allowed):
+            raise no_room_error(state.current, state.devices)
+        state.apply(choose(state, allowed))
+    return state
 
 
-def least_loaded(position: int, unit: Unit, candidates: list[DeviceState]) -> tuple[DeviceState, float]:
+def least_loaded(state: PlacementState, allowed: np.ndarray) -> int:
     """The device with the lowest load; ties to the one with less memory used, then the lowest
     index (as DreamShard's greedy sharders); load is a running sum of unit costs."""
-    state = min(candidates, key=lambda s: (s.load, s.memory_bytes, s.index))
-    return state, state.load + unit.cost
+    devices = state.devices
+    return min((devices[d] for d in allowed), key=lambda s: (s.load, s.memory_bytes, s.index)).index
 
 
-def predict_costs(cost_model: CostModel, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
-    """One batched ``predict_many`` call; an empty set costs 0.0 without asking the model."""
-    out = [0.0] * len(table_sets)
-    asked = [i for i, tables in enumerate(table_sets) if tables]
-    if asked:
-        for i, cost in zip(asked, cost_model.predict_many([list(table_sets[i]) for i in asked], batch_size)):
-            out[i] = float(cost)
-    return out
+def cheapest_after(state: PlacementState, allowed: np.ndarray) -> int:
+    """The device whose predicted cost with the unit added is lowest (ties: lowest index)."""
+    costs = state.costs_if_added()
+    return int(allowed[np.argmin(costs[allowed])])
 
 
 def build_plan(name: str, states: Sequence[DeviceState], started: float, batch_size: int,
-               cost_model: CostModel | None = None) -> ShardingPlan:
+               cost_model: CostModel | None = None, partial: bool = False) -> ShardingPlan:
     """The frozen plan. Device costs come from ``cost_model`` (one batched call), or, without
     one, are the states' loads; ``plan_time_s`` runs from ``started`` (``time.perf_counter``)."""
     costs = ([s.load for s in states] if cost_model is None
-             else predict_costs(cost_model, [s.tables for s in states], batch_size))
+             else predict_nonempty(cost_model, [s.tables for s in states], batch_size))
     devices = tuple(DevicePlan(tuple(u.shard for u in s.units), float(c)) for s, c in zip(states, costs))
-    return ShardingPlan(name, devices, time.perf_counter() - started)
+    return ShardingPlan(name, devices, time.perf_counter() - started, partial=partial)
+
+
+@dataclass(slots=True)
+class Deadline:
+    """A searching planner's time budget: ``expired`` once ``budget_s`` has passed since
+    ``started`` (never, without a budget); ``hit`` records that the search was cut short."""
+
+    started: float
+    budget_s: float | None = None
+    hit: bool = False
+
+    @property
+    def expired(self) -> bool:
+        if self.budget_s is not None and time.perf_counter() - self.started > self.budget_s:
+            self.hit = True
+        return self.hit

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from autoshard.costing import SetCostModel
 from autoshard.types import Table
 
 Proxy = Callable[[Table], float]
@@ -35,15 +36,12 @@ PROXIES: dict[str, Proxy] = {"size_greedy": size_proxy, "dim_greedy": dim_proxy,
                              "lookup_greedy": lookup_proxy, "size_lookup_greedy": size_lookup_proxy}
 
 
-@dataclass(frozen=True, slots=True)
-class ProxyCostModel:
+@dataclass(frozen=True)
+class ProxyCostModel(SetCostModel):
     """A CostModel whose device cost is the sum of a proxy over its tables (units of the proxy,
     not milliseconds): the yardstick when no trained cost model is available."""
 
     proxy: Proxy = lookup_proxy
 
-    def predict(self, tables: Sequence[Table], batch_size: int) -> float:
-        return float(sum(self.proxy(t) for t in tables))
-
     def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
-        return [self.predict(tables, batch_size) for tables in table_sets]
+        return [float(sum(self.proxy(t) for t in tables)) for tables in table_sets]

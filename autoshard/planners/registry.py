@@ -1,66 +1,96 @@
-"""Planners by name.
+"""Planners by name, each with its kind and what it needs.
 
-``PLANNERS`` maps a name to a factory taking ``cost_model``, ``seed`` and ``allow_column_split``
-by keyword; ``register_planner`` adds one. A factory raises ``PlannerError(UNAVAILABLE)`` when its
-planner cannot run here (cost_greedy without a cost model, torchrec without torchrec); planners
-with heavy dependencies import them inside their factory.
+``PLANNERS`` maps a name to a ``PlannerSpec``; ``register_planner`` adds one. ``make_planner``
+checks the spec's needs against the ``PlannerContext`` and raises ``PlannerError(UNAVAILABLE)``
+with fixes when they are not met; planners with heavy dependencies import them in ``build``.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Callable
 
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.cost_greedy import CostGreedyPlanner
 from autoshard.planners.heuristics import GreedyProxyPlanner, RandomPlanner, RoundRobinPlanner
 from autoshard.planners.proxies import PROXIES
-from autoshard.types import CostModel, Planner
+from autoshard.types import Planner
 
-HEURISTICS = ("random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
-
-
-class PlannerFactory(Protocol):
-    def __call__(self, *, cost_model: CostModel | None, seed: int, allow_column_split: bool) -> Planner: ...
+REFINE_SAMPLES = 8
 
 
-def _random(*, cost_model: CostModel | None, seed: int, allow_column_split: bool) -> Planner:
-    return RandomPlanner(cost_model, seed, allow_column_split)
+@dataclass(frozen=True)
+class PlannerSpec:
+    """A planner's name, kind and builder. It needs a cost model if its kind is COST_MODEL or
+    POLICY, and a policy if POLICY; ``default``: it runs when a caller names no planners."""
+
+    name: str
+    kind: PlannerKind
+    build: Callable[[PlannerContext], Planner]
+    default: bool = True
+
+    @property
+    def needs_cost_model(self) -> bool:
+        return self.kind in (PlannerKind.COST_MODEL, PlannerKind.POLICY)
+
+    @property
+    def needs_policy(self) -> bool:
+        return self.kind is PlannerKind.POLICY
+
+    def unmet(self, context: PlannerContext) -> PlannerError | None:
+        """Why this planner cannot run with ``context`` (``None``: it can)."""
+        heuristics = ", ".join(HEURISTICS)
+        if self.needs_cost_model and context.cost_model is None:
+            return PlannerError(PlannerErrorKind.UNAVAILABLE, f"{self.name} needs a trained cost model",
+                                ("pass a cost model (CLI: --model DIR)", f"or use a heuristic: {heuristics}"))
+        if self.needs_policy and context.policy is None:
+            return PlannerError(PlannerErrorKind.UNAVAILABLE, f"{self.name} needs a trained policy",
+                                ("train one with `autoshard policy train --profile DIR` (it writes DIR/policy.pt)",
+                                 "or use cost_greedy or a heuristic"))
+        return None
 
 
-def _round_robin(*, cost_model: CostModel | None, seed: int, allow_column_split: bool) -> Planner:
-    return RoundRobinPlanner(cost_model, allow_column_split)
+def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
+    def build(context: PlannerContext) -> Planner:
+        from autoshard.planners.rl import RLPlanner
+
+        assert context.cost_model is not None and context.policy is not None
+        return RLPlanner(context.cost_model, context.policy, context.allow_column_split, samples,
+                         seed=context.seed, time_budget_s=context.time_budget_s, name=name)
+    return build
 
 
-def _greedy(name: str) -> PlannerFactory:
-    def factory(*, cost_model: CostModel | None, seed: int, allow_column_split: bool) -> Planner:
-        return GreedyProxyPlanner(name, PROXIES[name], cost_model, allow_column_split)
-    return factory
-
-
-def _cost_greedy(*, cost_model: CostModel | None, seed: int, allow_column_split: bool) -> Planner:
-    if cost_model is None:
-        raise PlannerError(PlannerErrorKind.UNAVAILABLE, "cost_greedy needs a trained cost model",
-                           ("pass a cost model (CLI: --model DIR)",
-                            f"or use a heuristic: {', '.join(HEURISTICS)}"))
-    return CostGreedyPlanner(cost_model, allow_column_split)
-
-
-def _torchrec(*, cost_model: CostModel | None, seed: int, allow_column_split: bool) -> Planner:
+def _torchrec(context: PlannerContext) -> Planner:
     try:
         from autoshard.planners.torchrec_planner import TorchRecPlanner
     except ImportError as error:
         raise PlannerError(PlannerErrorKind.UNAVAILABLE, f"TorchRec's planner cannot load ({error})",
                            ("install the torchrec extra",)) from None
-    return TorchRecPlanner(allow_column_split=allow_column_split, cost_model=cost_model)
+    return TorchRecPlanner(allow_column_split=context.allow_column_split, cost_model=context.cost_model)
 
 
-PLANNERS: dict[str, PlannerFactory] = {"random": _random, "round_robin": _round_robin,
-                                       **{name: _greedy(name) for name in PROXIES},
-                                       "cost_greedy": _cost_greedy, "torchrec": _torchrec}
+def _greedy(name: str) -> Callable[[PlannerContext], Planner]:
+    return lambda c: GreedyProxyPlanner(name, PROXIES[name], c.cost_model, c.allow_column_split)
 
 
-def register_planner(name: str, factory: PlannerFactory) -> None:
-    PLANNERS[name] = factory
+_SPECS = (
+    PlannerSpec("random", PlannerKind.HEURISTIC, lambda c: RandomPlanner(c.cost_model, c.seed, c.allow_column_split)),
+    PlannerSpec("round_robin", PlannerKind.HEURISTIC, lambda c: RoundRobinPlanner(c.cost_model, c.allow_column_split)),
+    *(PlannerSpec(name, PlannerKind.HEURISTIC, _greedy(name)) for name in PROXIES),
+    PlannerSpec("cost_greedy", PlannerKind.COST_MODEL,
+                lambda c: CostGreedyPlanner(c.cost_model, c.allow_column_split,  # type: ignore[arg-type]
+                                            time_budget_s=c.time_budget_s)),
+    PlannerSpec("rl", PlannerKind.POLICY, _rl(0, "rl")),
+    PlannerSpec("rl+refine", PlannerKind.POLICY, _rl(REFINE_SAMPLES, "rl+refine")),
+    PlannerSpec("torchrec", PlannerKind.REFERENCE, _torchrec, default=False),
+)
+PLANNERS: dict[str, PlannerSpec] = {spec.name: spec for spec in _SPECS}
+HEURISTICS = tuple(n for n, s in PLANNERS.items() if s.kind is PlannerKind.HEURISTIC)
+
+
+def register_planner(spec: PlannerSpec) -> None:
+    PLANNERS[spec.name] = spec
 
 
 def planner_names() -> tuple[str, ...]:
@@ -68,23 +98,34 @@ def planner_names() -> tuple[str, ...]:
     return tuple(PLANNERS)
 
 
-def make_planner(name: str, cost_model: CostModel | None = None, seed: int = 0,
-                 allow_column_split: bool = False) -> Planner:
-    """A planner by name; ``PlannerError(UNAVAILABLE)`` if it cannot run (no cost model for
-    cost_greedy, torchrec not installed), ``InputError`` if unknown."""
+def planner_spec(name: str) -> PlannerSpec:
+    """The spec of ``name``; ``InputError`` if unknown."""
     if name not in PLANNERS:
         raise InputError("planner", f"unknown planner {name!r}", f"use one of {', '.join(planner_names())}")
-    return PLANNERS[name](cost_model=cost_model, seed=seed, allow_column_split=allow_column_split)
+    return PLANNERS[name]
 
 
-def available_planners(cost_model: CostModel | None) -> tuple[list[str], list[tuple[str, str]]]:
-    """(planners that can run, [(planner, reason) for the others])."""
+def make_planner(name: str, context: PlannerContext = PlannerContext()) -> Planner:
+    """A planner by name; ``PlannerError(UNAVAILABLE)`` if its needs are not met here (no cost
+    model, no policy, torchrec not installed), ``InputError`` if unknown."""
+    spec = planner_spec(name)
+    unmet = spec.unmet(context)
+    if unmet is not None:
+        raise unmet
+    return spec.build(context)
+
+
+def available_planners(context: PlannerContext, defaults_only: bool = True
+                       ) -> tuple[list[str], list[tuple[str, str]]]:
+    """(planners that can run, [(planner, reason) for the others]); with ``defaults_only``,
+    planners that run only when asked (torchrec) are left out of both."""
     names, skipped = [], []
-    for name in planner_names():
+    for spec in PLANNERS.values():
+        if defaults_only and not spec.default:
+            continue
         try:
-            make_planner(name, cost_model)
-            names.append(name)
+            make_planner(spec.name, context)
+            names.append(spec.name)
         except PlannerError as error:
-            skipped.append((name, error.message))
+            skipped.append((spec.name, error.message))
     return names, skipped
-

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.planners.placement import prepare_units
 from autoshard.planners.proxies import size_proxy
+from autoshard.planners.context import PlannerKind
 from autoshard.planners.registry import HEURISTICS
 from autoshard.planners.report import plans_report
 from autoshard.planners.units import proxy_costs
@@ -64,7 +65,7 @@ async def create_plans(
     if format == "torchrec":
         _check_torchrec()
     # the heuristics take a millisecond or two each: one task for all of them, one for each other planner
-    heuristics = tuple(n for n in names if state.planners[n].kind == "heuristic")
+    heuristics = tuple(n for n in names if state.planners[n].kind is PlannerKind.HEURISTIC)
     groups = ([heuristics] if heuristics else []) + [(n,) for n in names if n not in heuristics]
     tasks = [PlannerTask(group, workload, topology, model.profile if model else None, deadline, body.seed,
                          body.allow_column_split, format == "torchrec") for group in groups]
@@ -158,5 +159,6 @@ def _response(workload: Workload, topology: Topology, outcome: PlanningOutcome,
         profile=model.profile if model else None, best=best.planner,
         improvement_over={p.planner: (1.0 - best.max_cost_ms / p.max_cost_ms) if p.max_cost_ms > 0 else 0.0
                           for p in plans if p.planner in HEURISTICS},
-        partial=bool(outcome.timed_out), timed_out=outcome.timed_out, elapsed_s=outcome.elapsed_s)
+        partial=bool(outcome.timed_out) or any(p.partial for p in plans), timed_out=outcome.timed_out,
+        elapsed_s=outcome.elapsed_s)
     return report

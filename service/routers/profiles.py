@@ -1,12 +1,14 @@
-"""GET /v1/profiles: the loaded cost models (later also RL policies) per device profile, with
+"""GET /v1/profiles: the loaded cost models and RL policies per device profile, with
 their training metrics and file hashes."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fastapi import APIRouter
 
 from service.deps import StateDep
-from service.models import CHECKPOINT
+from service.models import CHECKPOINT, POLICY_FILE
 from service.schemas.responses import ArtifactOut, ErrorResponse, ProfileOut, ProfilesResponse
 
 router = APIRouter(tags=["profiles"])
@@ -20,6 +22,9 @@ async def list_profiles(state: StateDep) -> ProfilesResponse:
     return ProfilesResponse(
         profiles=[ProfileOut(profile=m.profile, default=m.profile == store.default_profile, device=m.device,
                              artifacts=[ArtifactOut(kind="cost_model", file=f"{m.profile}/{CHECKPOINT}",
-                                                    sha256=m.sha256, metrics=m.metrics)])
+                                                    sha256=m.sha256, metrics=m.metrics),
+                                        *([ArtifactOut(kind="policy", file=f"{m.profile}/{POLICY_FILE}",
+                                                       sha256=m.policy_sha256, metrics=asdict(m.policy.info))]
+                                          if m.policy is not None and m.policy_sha256 else [])])
                   for m in store.models.values()],
         problems=list(store.problems))

@@ -98,7 +98,7 @@ class PlanResponse(BaseModel):
 
 
 class ArtifactOut(BaseModel):
-    """A loaded model file: a cost model (later also an RL policy)."""
+    """A loaded model file: a cost model or an RL policy."""
 
     kind: Literal["cost_model", "policy"]
     file: str
@@ -120,10 +120,11 @@ class ProfilesResponse(BaseModel):
 
 class PlannerOut(BaseModel):
     name: str
-    kind: Literal["heuristic", "cost_model", "torchrec", "other"]
+    kind: Literal["heuristic", "cost_model", "policy", "reference"]
     available: bool
     default: bool = Field(description="Runs when a request names no planners.")
     reason: str | None = Field(None, description="Why it is unavailable.")
+    policy: str | None = Field(None, description="The trained policy it plans with (policy planners).")
 
 
 class PlannersResponse(BaseModel):

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from autoshard.cli_support import console, ensure_malloc_settings, friendly_errors, print_json
+from autoshard.cli.support import console, ensure_malloc_settings, friendly_errors, print_json
 
 app = typer.Typer(help="Microbenchmarks: measure table sets on a device and record traces.",
                   no_args_is_help=True)

@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli_support import friendly_errors
+from autoshard.cli.support import friendly_errors
 from autoshard.errors import InputError
 
 GRACEFUL_SHUTDOWN_S = 8  # under the 10 s a container engine waits after SIGTERM

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from autoshard.cli_support import console, friendly_errors, print_json
+from autoshard.cli.support import console, friendly_errors, print_json
 
 app = typer.Typer(help="The neural multi-table cost model: train and evaluate.", no_args_is_help=True)
 

@@ -7,18 +7,19 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
 
 from autoshard.errors import AutoShardError
-from autoshard.communication import CommunicationModel
-from autoshard.types import CostModel
+
+if TYPE_CHECKING:
+    from service.models import LoadedModel
 
 console = Console(stderr=True)
 # The shipped cost model: data/models/default points at the folder of the default device profile.
-DEFAULT_MODEL = Path(os.environ.get("AUTOSHARD_MODEL", Path(__file__).resolve().parents[1] / "data" / "models" / "default"))
+DEFAULT_MODEL = Path(os.environ.get("AUTOSHARD_MODEL", Path(__file__).resolve().parents[2] / "data" / "models" / "default"))
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -60,25 +61,34 @@ def ensure_malloc_settings() -> None:
     os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
-def load_cost_model_or_none(path: Path | None) -> tuple[CostModel | None, str | None]:
-    """(the cost model, None), or (None, why there is none) when no model is there.
+def load_profile_or_none(path: Path | None) -> tuple[LoadedModel | None, str | None]:
+    """(the profile's artifacts, None), or (None, why there are none) when no model is there.
+    ``path``: a profile folder (or its cost_model.pt), default the shipped profile. Artifacts
+    load through the store the service uses (``service.models.load_profile``).
 
     A model that is there but unreadable raises ``ModelError``: that is an error, not an absence.
     """
+    from autoshard.errors import ModelError
+
     path = path if path is not None else DEFAULT_MODEL
     if not path.exists():
         return None, f"no cost model at {path}"
     try:
-        from cost_model.checkpoint import load_cost_model
+        from service.models import load_profile
     except ImportError as error:
         return None, f"cannot load cost models ({error})"
-    return load_cost_model(path), None
+    problems: list[str] = []
+    loaded = load_profile(path if path.is_dir() else path.parent, problems)
+    if loaded is None:
+        raise ModelError("; ".join(problems))
+    return loaded, None
 
 
-def load_communication(model_dir: Path | None) -> CommunicationModel | None:
-    """The all-to-all model measured next to a cost model (``communication.json``), if any."""
-    from autoshard.communication import COMMUNICATION_FILE
+def one_thread() -> None:
+    """Plan on one core: torch's and BLAS's thread pools would otherwise spin a thread per core
+    on tiny matrices (planning is many small calls), several times slower on a shared machine."""
+    import torch
+    from threadpoolctl import threadpool_limits
 
-    folder = model_dir if model_dir is not None else DEFAULT_MODEL
-    path = (folder if folder.is_dir() else folder.parent) / COMMUNICATION_FILE
-    return CommunicationModel.load(path) if path.exists() else None
+    torch.set_num_threads(1)
+    threadpool_limits(1)

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli_support import (console, ensure_malloc_settings, friendly_errors, load_communication,
-                                   load_cost_model_or_none, print_json)
+from autoshard.cli.support import (console, ensure_malloc_settings, friendly_errors, load_profile_or_none,
+                                   one_thread, print_json)
 
 
 @friendly_errors
@@ -31,11 +31,16 @@ def evaluate_cmd(
         ensure_malloc_settings()
     from autoshard.evaluation import evaluate_task, load_suite, task_rows, write_task_outputs
 
+    from autoshard.planners import PlannerContext
+
     name, tasks = load_suite(suite)
-    cost_model, why = load_cost_model_or_none(model)
+    one_thread()
+    profile, why = load_profile_or_none(model)
+    cost_model = profile.model if profile else None
     if why:
         console.print(f"[yellow]note:[/yellow] {why}: predicted costs are proxies", highlight=False)
-    comm = load_communication(model) if communication and cost_model is not None else None
+    comm = profile.communication if communication and profile else None
+    context = PlannerContext(cost_model, profile.policy if profile else None, seed, column_split)
     measurer = None
     if measure:
         from cost_model.bench import BenchConfig
@@ -54,12 +59,16 @@ def evaluate_cmd(
     for task in tasks:
         console.print(f"[bold]{task.name}[/bold]: {len(task.workload.tables)} tables, "
                       f"{task.topology.num_devices} devices", highlight=False)
-        result = evaluate_task(task, names, cost_model, measurer, seed, column_split, run_distributed, comm)
+        warnings = cost_model.check_workload(task.workload) if cost_model is not None else ()
+        for warning in warnings:
+            console.print(f"[yellow]warning:[/yellow] {task.name}: {warning}", highlight=False)
+        result = evaluate_task(task, names, context, measurer, run_distributed, comm)
         files = write_task_outputs(result, out / name)
         report["tasks"].append({"task": task.name, "tables": len(task.workload.tables),
                                 "num_devices": task.topology.num_devices,
                                 "device_memory_gb": task.topology.device_memory_gb,
                                 "reference": result.reference, "planners": task_rows(result),
+                                "warnings": list(warnings),
                                 "skipped": [{"planner": p, "reason": r} for p, r in result.comparison.skipped],
                                 "files": files})
         if not json_out:

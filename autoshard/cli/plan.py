@@ -7,10 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli_support import (DEFAULT_MODEL, console, friendly_errors, load_communication,
-                                   load_cost_model_or_none, print_json)
+from autoshard.cli.support import DEFAULT_MODEL, console, friendly_errors, load_profile_or_none, one_thread, print_json
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
-from autoshard.types import CostModel, ShardingPlan, Topology, Workload
+from autoshard.types import ShardingPlan, Topology, Workload
 
 PROXY_UNIT = "proxy: dim x pooling summed per device (no cost model)"
 
@@ -23,7 +22,8 @@ def plan_cmd(
     planner: Annotated[str, typer.Option(help="A planner name, or 'all'.")] = "all",
     model: Annotated[Optional[Path], typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL} if it exists).")] = None,
     column_split: Annotated[bool, typer.Option(help="Split costly or large tables column-wise.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the random planner.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the random planner and of rl+refine's sampling.")] = 0,
+    time_budget: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds each searching planner (cost_greedy, rl+refine) may search; past it, its best plan so far, marked partial.")] = None,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) to its cost.")] = True,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     format: Annotated[str, typer.Option(help="'table' (default) or 'torchrec': the best plan as TorchRec "
@@ -33,26 +33,34 @@ def plan_cmd(
     """Place a workload's tables on devices; with --planner all, compare every available planner."""
     if format not in ("table", "torchrec"):
         raise InputError("format", f"unknown format {format!r}", "use table or torchrec")
-    from autoshard.planners import plans_report
+    from autoshard.planners import PLANNERS, PlannerContext, plans_report
     from autoshard.planners.compare import compare_planners
     from autoshard.presets import load_workload_or_preset
 
     loaded, file_topology = load_workload_or_preset(workload)
     topology = _topology(devices, memory_gb, file_topology)
-    cost_model, why_no_model = load_cost_model_or_none(model)
+    one_thread()
+    profile, why_no_model = load_profile_or_none(model)
+    cost_model = profile.model if profile else None
     if why_no_model and not json_out:
-        console.print(f"[yellow]note:[/yellow] {why_no_model}; cost_greedy needs a model, and costs "
-                      "below are a proxy (dim x pooling), not milliseconds", highlight=False)
+        console.print(f"[yellow]note:[/yellow] {why_no_model}; cost_greedy needs a model (so do rl and rl+refine), "
+                      "and costs below are a proxy (dim x pooling), not milliseconds", highlight=False)
+    warnings = cost_model.check_workload(loaded, None) if cost_model is not None else ()
+    if not json_out:
+        for warning in warnings:
+            console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     names = None if planner == "all" else [planner]
-    comm = load_communication(model) if communication and cost_model is not None else None
-    result = compare_planners(loaded, topology, names, cost_model, seed, column_split, comm)
-    skipped = [(n, f"{r} ({why_no_model})" if n == "cost_greedy" and why_no_model else r)
+    comm = profile.communication if communication and profile else None
+    context = PlannerContext(cost_model, profile.policy if profile else None, seed, column_split, time_budget)
+    result = compare_planners(loaded, topology, names, context, comm)
+    skipped = [(n, f"{r} ({why_no_model})" if PLANNERS[n].needs_cost_model and why_no_model else r)
                for n, r in result.skipped]
     if not result.plans:
         raise result.errors[0] if result.errors else PlannerError(
             PlannerErrorKind.UNAVAILABLE, "no planner could run", ("see the skipped planners",))
     plans = list(result.plans)
     report = plans_report(loaded, topology, plans, skipped, "ms" if cost_model else PROXY_UNIT)
+    report["warnings"] = list(warnings)
     if format == "torchrec":
         _write_torchrec(loaded, topology, plans, report, out)
     elif json_out:

@@ -1,0 +1,21 @@
+"""The `autoshard` command. It is the composition root: it loads a profile's artifacts (cost
+model, all-to-all, policy) and hands them to planners, the trainer and the service."""
+
+from __future__ import annotations
+
+import typer
+
+from autoshard.cli import bench, cost, evaluate, plan, policy, serve
+
+app = typer.Typer(help="AutoShard: learned sharding of embedding tables across devices.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+app.add_typer(bench.app, name="bench")
+app.command("plan")(plan.plan_cmd)
+app.add_typer(cost.app, name="cost")
+app.command("evaluate")(evaluate.evaluate_cmd)
+app.command("serve")(serve.serve)
+app.add_typer(policy.app, name="policy")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,115 @@
+"""`autoshard policy ...`: train the placement policy for a profile, and evaluate it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from autoshard.cli.support import DEFAULT_MODEL, console, friendly_errors, load_profile_or_none, one_thread, print_json
+from autoshard.errors import InputError, ModelError
+
+app = typer.Typer(help="The RL placement policy: train it against a profile's cost model, evaluate it.",
+                  no_args_is_help=True)
+TRAINING_DIR = "policy_training"
+
+
+def _profile(path: Path):
+    profile, why = load_profile_or_none(path)
+    if profile is None:
+        raise ModelError(f"{why}: train a cost model first (`autoshard cost train --out {path}`)")
+    return profile
+
+
+@app.command("train")
+@friendly_errors
+def train_cmd(
+    profile: Annotated[Path, typer.Option(help="Profile folder: its cost model is the simulator; policy.pt goes here.")] = DEFAULT_MODEL,
+    steps: Annotated[int, typer.Option(min=1, help="Environment steps in all.")] = 600_000,
+    seed: Annotated[int, typer.Option()] = 0,
+    envs: Annotated[int, typer.Option(min=1, help="Environments stepped together.")] = 2,
+    subprocess: Annotated[bool, typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).")] = False,
+    reward: Annotated[str, typer.Option(help="'greedy_relative' or 'step' (see ShardingEnv).")] = "greedy_relative",
+    slots: Annotated[int, typer.Option(min=2, help="Device slots while training (the largest training device count).")] = 16,
+    work_dir: Annotated[Optional[Path], typer.Option(help=f"Checkpoints, TensorBoard logs, eval log (default PROFILE/{TRAINING_DIR}).")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue from the latest checkpoint in the work dir.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Train MaskablePPO against the profile's cost model; the best policy on held-out tasks
+    becomes PROFILE/policy.pt."""
+    from autoshard.rl.env import EnvConfig, Reward
+    from autoshard.rl.policy import POLICY_FILE
+    from autoshard.rl.tasks import TaskDistribution
+    from autoshard.rl.train import TrainConfig, train_policy
+
+    try:
+        reward_kind = Reward(reward)
+    except ValueError:
+        raise InputError("reward", f"unknown reward {reward!r}", "use greedy_relative or step") from None
+    loaded = _profile(profile)
+    one_thread()
+    folder = profile if profile.is_dir() else profile.parent
+    work = work_dir if work_dir is not None else folder / TRAINING_DIR
+    devices = tuple(d for d in TaskDistribution().num_devices if d <= slots)
+    config = TrainConfig(steps=steps, seed=seed, envs=envs, subprocess=subprocess,
+                         env=EnvConfig(slots=slots, reward=reward_kind), tasks=TaskDistribution(num_devices=devices))
+    command = "autoshard policy " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    policy = train_policy(loaded.model, work, config, loaded.profile, loaded.communication, resume, command,
+                          progress_bar=progress, log=lambda m: console.print(m, highlight=False))
+    policy.save(folder / POLICY_FILE)
+    console.print(f"wrote {folder / POLICY_FILE}: best at {policy.info.steps:,} steps, placement "
+                  f"{policy.info.eval_ratio_to_greedy:.4f}x greedy's predicted max on held-out tasks", highlight=False)
+
+
+@app.command("eval")
+@friendly_errors
+def eval_cmd(
+    profile: Annotated[Path, typer.Option(help="Profile folder with cost_model.pt and policy.pt.")] = DEFAULT_MODEL,
+    tables: Annotated[str, typer.Option(help="Comma-separated table counts.")] = "20,80,200,400",
+    devices: Annotated[str, typer.Option(help="Comma-separated device counts.")] = "4,8,16,32,64",
+    seed: Annotated[int, typer.Option()] = 0,
+    communication: Annotated[bool, typer.Option(help="Add each device's all-to-all to its cost.")] = True,
+    out: Annotated[Optional[Path], typer.Option(help="Folder for grid.json, grid.md and grid.png.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Every default planner on held-out tasks (tables x devices, binding memory; tables from a
+    pool no training saw), predicted: rl and rl+refine against cost_greedy and the heuristics."""
+    from autoshard.planners import PlannerContext, available_planners
+    from autoshard.rl.grid import GridConfig, chart, evaluate_grid, grid_tasks, markdown, summarise
+
+    loaded = _profile(profile)
+    if loaded.policy is None:
+        raise ModelError(f"no loadable policy in {profile}: train one with `autoshard policy train --profile {profile}`")
+    one_thread()
+    config = GridConfig(_counts(tables, "tables"), _counts(devices, "devices"), seed=seed)
+    context = PlannerContext(loaded.model, loaded.policy, seed)
+    names, _ = available_planners(context)
+    rows = evaluate_grid(grid_tasks(config), context, loaded.communication if communication else None, names)
+    summary = summarise(rows)
+    report = {"policy": loaded.policy.name, "config": {"tables": config.tables, "devices": config.devices,
+                                                       "seed": seed, "slack": config.slack},
+              "summary": summary, "tasks": rows}
+    shown = [n for n in ("cost_greedy", "rl", "rl+refine") if n in names]
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "grid.json").write_text(json.dumps(report, indent=1) + "\n")
+        (out / "grid.md").write_text(markdown(rows, summary, shown))
+        chart(rows, shown, out / "grid.png")
+    if json_out:
+        print_json(report)
+    else:
+        console.print(markdown(rows, summary, shown), highlight=False, markup=False)
+
+
+def _counts(text: str, field: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InputError(field, f"must be comma-separated integers, got {text!r}", "e.g. 20,80,200") from None
+    if not counts or min(counts) < 1:
+        raise InputError(field, f"must be integers >= 1, got {text!r}", "e.g. 20,80,200")
+    return counts

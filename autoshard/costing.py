@@ -1,0 +1,93 @@
+"""Cost models, declared: what every cost model answers, and the fallbacks for the incremental parts.
+
+Planners ask a cost model three kinds of question:
+
+- ``predict_many(sets, batch)``: each set's milliseconds (the one method a model must write);
+- ``accumulator(num_sets, batch)``: sets that grow one table at a time, scored before each
+  addition (greedy placement and the RL environment ask "what would each device cost with this
+  table added?" once per table);
+- ``predict_edits(base_sets, edits, batch)``: sets with one table removed and/or one added
+  (local search scores whole neighbourhoods of moves and swaps at once).
+
+``SetCostModel`` answers the last two by rebuilding the sets and calling ``predict_many``; a
+model with a faster way (the neural model pools running codes) overrides them. Every cost model
+in the project derives from it, so nothing has to be discovered at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from autoshard.types import Table, Workload
+
+Edit = tuple[int, int | None, Table | None]
+"""``(b, r, t)``: set ``b`` without its table at position ``r`` (if not None), with ``t`` added (if not None)."""
+
+
+class Accumulator(Protocol):
+    """``num_sets`` sets, initially empty, that grow one table at a time."""
+
+    def costs(self) -> np.ndarray: ...
+
+    def costs_if_added(self, table: Table) -> np.ndarray: ...
+
+    def add(self, set_index: int, table: Table) -> None: ...
+
+
+class SetCostModel:
+    """Base of every cost model: ``predict`` and the incremental questions, from ``predict_many``.
+
+    ``max_set_size`` is the largest set the model was fitted on (``None``: no known limit);
+    planners that could exploit extrapolation (the RL agent) keep devices within it."""
+
+    max_set_size: int | None = None
+
+    def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
+        raise NotImplementedError
+
+    def predict(self, tables: Sequence[Table], batch_size: int) -> float:
+        return self.predict_many([tables], batch_size)[0]
+
+    def check_workload(self, workload: Workload, max_tables_per_device: int | None = None) -> tuple[str, ...]:
+        """Warnings for inputs the model extrapolates to; ``InputError`` for inputs it cannot
+        answer. A model that records no training ranges has nothing to say."""
+        return ()
+
+    def accumulator(self, num_sets: int, batch_size: int) -> Accumulator:
+        return RebuildingAccumulator(self, num_sets, batch_size)
+
+    def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Sequence[Edit],
+                      batch_size: int) -> list[float]:
+        sets = [[t for k, t in enumerate(base_sets[b]) if k != r] + ([add] if add is not None else [])
+                for b, r, add in edits]
+        return predict_nonempty(self, sets, batch_size)
+
+
+def predict_nonempty(cost_model: "SetCostModel", table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
+    """One batched ``predict_many`` call; an empty set costs 0.0 without asking the model."""
+    out = [0.0] * len(table_sets)
+    asked = [i for i, tables in enumerate(table_sets) if tables]
+    if asked:
+        for i, cost in zip(asked, cost_model.predict_many([list(table_sets[i]) for i in asked], batch_size)):
+            out[i] = float(cost)
+    return out
+
+
+class RebuildingAccumulator:
+    """The fallback accumulator: keeps the sets and asks ``predict_edits`` for every device."""
+
+    def __init__(self, cost_model: SetCostModel, num_sets: int, batch_size: int) -> None:
+        self.cost_model, self.batch_size = cost_model, batch_size
+        self.sets: list[list[Table]] = [[] for _ in range(num_sets)]
+
+    def costs(self) -> np.ndarray:
+        return np.asarray(predict_nonempty(self.cost_model, self.sets, self.batch_size))
+
+    def costs_if_added(self, table: Table) -> np.ndarray:
+        edits = [(i, None, table) for i in range(len(self.sets))]
+        return np.asarray(self.cost_model.predict_edits(self.sets, edits, self.batch_size))
+
+    def add(self, set_index: int, table: Table) -> None:
+        self.sets[set_index].append(table)

@@ -1,0 +1,84 @@
+"""Planners driven by the trained policy: ``rl`` (argmax) and ``rl+refine`` (policy-guided search)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from autoshard.errors import PlannerError
+from autoshard.planners.local_search import improve
+from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, best_over_split_caps,
+                                          build_plan, place_workload)
+from autoshard.planners.units import Unit, model_costs
+from autoshard.rl.env import unit_cap
+from autoshard.rl.rollout import PolicyChooser
+from autoshard.types import CostModel, ShardingPlan, Topology, Workload
+
+if TYPE_CHECKING:
+    from autoshard.rl.policy import DevicePolicy
+
+
+@dataclass(frozen=True)
+class RLPlanner:
+    """The policy places units largest predicted cost first, each on its best-scored device
+    among those the mask allows (room, the extrapolation guard, the packing lookahead: as in
+    ``ShardingEnv``); deterministic. With column splitting, the policy places the shards of
+    every split cap (none, 2, 4, ... D ways) and the lowest predicted max is kept.
+
+    ``samples`` > 0 makes it ``rl+refine``: besides the argmax rollout, ``samples`` rollouts
+    drawn from the policy's softmax (seeded), and local search (moves and swaps, as cost_greedy)
+    on the ``refine_top`` best; the lowest predicted max wins, so it is never worse than ``rl``.
+    Past ``time_budget_s`` the search stops and the best plan so far comes back ``partial``
+    (the argmax rollout always completes).
+    """
+
+    cost_model: CostModel
+    policy: DevicePolicy
+    allow_column_split: bool = False
+    samples: int = 0
+    refine_top: int = 2
+    seed: int = 0
+    set_size_headroom: float = 1.25
+    max_rounds: int = 50
+    time_budget_s: float | None = None
+    name: str = "rl"
+
+    def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
+        started = time.perf_counter()
+        batch, devices = workload.batch_size, topology.num_devices
+        cost_fn = model_costs(self.cost_model, batch)
+        rng = np.random.default_rng(self.seed)
+
+        def start(units: list[Unit]) -> PlacementState:
+            return PlacementState(units, topology, self.cost_model.accumulator(devices, batch), lookahead=True,
+                                  max_units_per_device=unit_cap(self.cost_model, len(units), devices,
+                                                                self.set_size_headroom))
+
+        def rollout(cap: int | None, choose: Chooser) -> list[DeviceState]:
+            return place_workload(workload, topology, cost_fn, cap is not None, choose, start, max_ways=cap).devices
+
+        def plan_at(cap: int | None) -> list[DeviceState]:
+            found = [rollout(cap, PolicyChooser(self.policy))]
+            for _ in range(self.samples):
+                if deadline.expired:
+                    break
+                try:
+                    found.append(rollout(cap, PolicyChooser(self.policy, rng)))
+                except PlannerError:  # a sampled rollout into a dead end: the others stand
+                    continue
+            if self.samples:
+                found.sort(key=_max_load)
+                for states in found[:self.refine_top]:
+                    improve(states, self.cost_model, batch, self.max_rounds, deadline)
+            return min(found, key=_max_load)
+
+        deadline = Deadline(started, self.time_budget_s)
+        best = best_over_split_caps(topology, self.allow_column_split, plan_at, deadline)
+        return build_plan(self.name, best, started, batch, partial=deadline.hit)
+
+
+def _max_load(states: list[DeviceState]) -> float:
+    return max(s.load for s in states)

@@ -1,0 +1,170 @@
+"""The placement problem as a Gymnasium environment."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from autoshard.communication import CommunicationModel, WithCommunication
+from autoshard.errors import InputError, PlannerError
+from autoshard.evaluation import Task
+from autoshard.planners.placement import PlacementState, by_cost, cheapest_after, place, prepare_units
+from autoshard.planners.units import model_costs
+from autoshard.rl.observation import OBS_BOUND, observation_size, observe, task_scale
+from autoshard.rl.tasks import TaskDistribution, TaskSource
+from autoshard.types import CostModel
+
+DEAD_END_PENALTY = 2.0  # in units of the task's lower bound: worse than any finished plan's return
+
+
+class Reward(str, Enum):
+    STEP = "step"
+    GREEDY_RELATIVE = "greedy_relative"
+
+
+@dataclass(frozen=True, slots=True)
+class EnvConfig:
+    """``slots``: device rows in the observation (the largest device count of a training task);
+    ``set_size_headroom``: see ``unit_cap``."""
+
+    slots: int = 16
+    reward: Reward = Reward.GREEDY_RELATIVE
+    set_size_headroom: float = 1.25
+
+    def __post_init__(self) -> None:
+        if self.slots < 1:
+            raise InputError("slots", f"must be >= 1, got {self.slots}")
+        if self.set_size_headroom < 1:
+            raise InputError("set_size_headroom", f"must be >= 1, got {self.set_size_headroom}")
+
+
+def unit_cap(cost_model: CostModel, num_units: int, num_devices: int, headroom: float) -> int | None:
+    """The extrapolation guard: at most this many units on a device. The cost model's largest
+    fitted set, unless the task needs more for an even spread (then ``headroom`` x the even share:
+    every planner must extrapolate there, so the agent may not concentrate units further)."""
+    if cost_model.max_set_size is None:
+        return None
+    return max(cost_model.max_set_size, math.ceil(headroom * num_units / num_devices))
+
+
+def start(task: Task, cost_model: CostModel, communication: CommunicationModel | None,
+          config: EnvConfig) -> PlacementState:
+    """A fresh placement of the task's tables (largest predicted cost first), scored by the cost
+    model plus, if given, the all-to-all for the task's device count."""
+    model = cost_model if communication is None else WithCommunication(cost_model, communication,
+                                                                      task.topology.num_devices)
+    batch, devices = task.workload.batch_size, task.topology.num_devices
+    units = by_cost(prepare_units(task.workload, task.topology, model_costs(model, batch), False))
+    return PlacementState(units, task.topology, model.accumulator(devices, batch), lookahead=True,
+                          max_units_per_device=unit_cap(model, len(units), devices, config.set_size_headroom))
+
+
+class ShardingEnv(gym.Env):
+    """Place a task's tables on devices, one per step, scored by a cost model.
+
+    **Task.** Each ``reset`` draws a workload and a topology with binding memory from ``tasks``
+    (``self.np_random``), or takes ``options["task"]`` (an ``autoshard.evaluation.Task``); a
+    task of more devices than ``config.slots`` is an ``InputError``.
+
+    **Order.** Units go largest predicted cost first (as cost_greedy places them): the big
+    decisions come while every device is still open.
+
+    **Observation.** ``Box(G + U + slots x F)`` (``autoshard.rl.observation``): global context
+    (progress, remaining cost and memory, current max and mean cost, log device count), the unit
+    (its cost alone, memory, log rows, dim, pooling, skew), and per device: cost now and with the
+    unit, the increase, the excess over the current max, memory used and free after, unit count,
+    cost rank, and whether it is greedy's choice. Costs are relative to the task's lower bound.
+    Device rows beyond the task's count are zero.
+
+    **Action.** ``Discrete(slots)``: the device for the unit. ``action_masks()`` allows devices
+    with room and no shard of the same table, that hold fewer units than the extrapolation guard
+    allows (``unit_cap``), and that leave the remaining units packable (first-fit decreasing
+    lookahead); padding slots are never allowed.
+
+    **Reward** (``config.reward``), in units of the task's lower bound:
+    ``step``: minus the increase of the max device cost at each step (the return is minus the
+    final max); ``greedy_relative`` (default): the same, plus the greedy plan's max at the last
+    step, so the return is (greedy max - agent max) / lower bound: zero for matching greedy on
+    every task, which removes the task-to-task spread of returns that the critic must otherwise
+    learn. A dead end (no device allowed), or an action the mask forbids (possible only when the
+    mask is ignored), ends the episode with -2.
+
+    **Episode end.** Terminated when every unit is placed, or at a dead end. Never truncated.
+
+    **Arguments.** ``cost_model`` (the simulator), ``tasks``, ``config``, ``communication``
+    (the profile's all-to-all, added to device costs).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, cost_model: CostModel, tasks: TaskSource = TaskDistribution(),
+                 config: EnvConfig = EnvConfig(), communication: CommunicationModel | None = None) -> None:
+        super().__init__()
+        self.cost_model, self.tasks, self.config, self.communication = cost_model, tasks, config, communication
+        self.observation_space = gym.spaces.Box(-OBS_BOUND, OBS_BOUND, (observation_size(config.slots),), np.float32)
+        self.action_space = gym.spaces.Discrete(config.slots)
+        self.state: PlacementState | None = None
+        self.actions: list[int] = []
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        task = (options or {}).get("task")
+        if task is None:
+            task = self.tasks.sample(self.np_random)
+        if task.topology.num_devices > self.config.slots:
+            raise InputError("task", f"{task.topology.num_devices} devices exceed the env's {self.config.slots} slots",
+                             "plan larger topologies with the rl planner, which scores any device count")
+        self.task = task
+        self.state = start(task, self.cost_model, self.communication, self.config)
+        self.scale = task_scale(self.state)
+        self.greedy_max = self._greedy_max() if self.config.reward is Reward.GREEDY_RELATIVE else 0.0
+        self.actions = []
+        self._allowed = self.state.mask()
+        return self._get_obs(), self._get_info()
+
+    def _greedy_max(self) -> float:
+        greedy = start(self.task, self.cost_model, self.communication, self.config)
+        try:
+            return float(place(greedy, cheapest_after).loads.max())
+        except PlannerError:
+            return 0.0
+
+    def _get_obs(self) -> np.ndarray:
+        assert self.state is not None
+        return observe(self.state, self.scale, self._allowed).padded(self.config.slots)
+
+    def _get_info(self) -> dict[str, Any]:
+        assert self.state is not None
+        return {"max_cost": float(self.state.loads.max()), "greedy_max": self.greedy_max,
+                "placed": self.state.position, "units": len(self.state.units)}
+
+    def action_masks(self) -> np.ndarray:
+        mask = np.zeros(self.config.slots, dtype=bool)
+        if self.state is not None and not self.state.done:
+            mask[:len(self._allowed)] = self._allowed
+        return mask
+
+    def step(self, action: int):
+        assert self.state is not None, "call reset() first"
+        action = int(action)
+        if not (0 <= action < len(self._allowed) and self._allowed[action]):  # only without the mask
+            info = {**self._get_info(), "invalid_action": True}
+            return self._get_obs(), -DEAD_END_PENALTY, True, False, info
+        before = float(self.state.loads.max())
+        self.state.apply(action)
+        self.actions.append(action)
+        reward = -(float(self.state.loads.max()) - before) / self.scale
+        terminated = self.state.done
+        if not terminated:
+            self._allowed = self.state.mask()
+            if not self._allowed.any():  # a packing dead end the lookahead could not avoid
+                terminated, reward = True, reward - DEAD_END_PENALTY
+        if terminated and self.state.done:
+            reward += self.greedy_max / self.scale
+        obs = self._get_obs() if not self.state.done else np.zeros(self.observation_space.shape, np.float32)
+        return obs, float(reward), terminated, False, self._get_info()

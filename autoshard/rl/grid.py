@@ -1,0 +1,131 @@
+"""Predicted evaluation of the planners on a grid of held-out tasks (tables x devices): what
+``autoshard policy eval`` reports, as rows, a summary and a log-scale chart."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from autoshard.communication import CommunicationModel
+from autoshard.evaluation import Task, memory_for
+from autoshard.planners.compare import compare_planners
+from autoshard.planners.context import PlannerContext, PlannerKind
+from autoshard.planners.registry import planner_spec
+from autoshard.synthetic import PoolConfig, generate_pool, sample_task
+from autoshard.types import Topology
+
+# A pool no training run draws from (training uses seed 0): every table here is unseen.
+EVAL_POOL = PoolConfig(size=2000, seed=7, test_fraction=0.25)
+
+
+@dataclass(frozen=True, slots=True)
+class GridConfig:
+    tables: tuple[int, ...] = (20, 80, 200, 400)
+    devices: tuple[int, ...] = (4, 8, 16, 32, 64)
+    slack: float = 1.3
+    seed: int = 0
+    batch_size: int = 2048
+
+
+def grid_tasks(config: GridConfig) -> list[Task]:
+    tables = generate_pool(EVAL_POOL).test
+    rng = np.random.default_rng(config.seed)
+    tasks = []
+    for count in config.tables:
+        for devices in config.devices:
+            workload = sample_task(tables, count, rng, config.batch_size, f"grid{count}x{devices}")
+            tasks.append(Task(workload.name, workload, Topology(devices, memory_for(workload, devices, config.slack))))
+    return tasks
+
+
+def evaluate_grid(tasks: Sequence[Task], context: PlannerContext, communication: CommunicationModel | None,
+                  names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """One row per task: every planner's predicted max and plan time."""
+    rows = []
+    for task in tasks:
+        result = compare_planners(task.workload, task.topology, names, context, communication)
+        rows.append({"task": task.name, "tables": len(task.workload.tables), "devices": task.topology.num_devices,
+                     "max_ms": {p.planner: p.max_cost_ms for p in result.plans},
+                     "plan_time_s": {p.planner: p.plan_time_s for p in result.plans},
+                     "skipped": dict(result.skipped)})
+    return rows
+
+
+def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per planner, over tasks: geometric mean of its max over the best heuristic's and over
+    cost_greedy's, how often it is <= the best heuristic, < cost_greedy, and its worst ratio."""
+    planners = sorted({p for r in rows for p in r["max_ms"]})
+    out: dict[str, Any] = {}
+    for planner in planners:
+        vs_heuristic, vs_greedy = [], []
+        for r in rows:
+            costs = r["max_ms"]
+            if planner not in costs:
+                continue
+            heuristic = min(c for p, c in costs.items() if planner_spec(p).kind is PlannerKind.HEURISTIC)
+            vs_heuristic.append(costs[planner] / heuristic)
+            if "cost_greedy" in costs:
+                vs_greedy.append(costs[planner] / costs["cost_greedy"])
+        out[planner] = {
+            "tasks": len(vs_heuristic),
+            "geomean_vs_best_heuristic": _geomean(vs_heuristic),
+            "worst_vs_best_heuristic": max(vs_heuristic, default=math.nan),
+            "share_at_most_best_heuristic": float(np.mean([v <= 1 + 1e-9 for v in vs_heuristic])) if vs_heuristic else math.nan,
+            "geomean_vs_cost_greedy": _geomean(vs_greedy),
+            "share_below_cost_greedy": float(np.mean([v < 1 - 1e-9 for v in vs_greedy])) if vs_greedy else math.nan,
+            "median_plan_time_s": float(np.median([r["plan_time_s"][planner] for r in rows
+                                                   if planner in r["plan_time_s"]])),
+        }
+    return out
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(float(np.mean(np.log(values)))) if values else math.nan
+
+
+def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], planners: Sequence[str]) -> str:
+    lines = ["| task | best heuristic (ms) | " + " | ".join(f"{p} / best heur." for p in planners) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in planners) + " |"]
+    for r in rows:
+        costs = r["max_ms"]
+        heuristic = min(c for p, c in costs.items() if planner_spec(p).kind is PlannerKind.HEURISTIC)
+        cells = [f"{costs[p] / heuristic:.3f}" if p in costs else "-" for p in planners]
+        lines.append(f"| {r['task']} | {heuristic:.3f} | " + " | ".join(cells) + " |")
+    lines += ["", "| planner | geomean vs best heuristic | worst | share <= best heuristic | geomean vs cost_greedy "
+                  "| share < cost_greedy | median plan time (s) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for p in planners:
+        s = summary[p]
+        lines.append(f"| {p} | {s['geomean_vs_best_heuristic']:.3f} | {s['worst_vs_best_heuristic']:.3f} | "
+                     f"{s['share_at_most_best_heuristic']:.0%} | {s['geomean_vs_cost_greedy']:.3f} | "
+                     f"{s['share_below_cost_greedy']:.0%} | {s['median_plan_time_s']:.3g} |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(rows: Sequence[dict[str, Any]], planners: Sequence[str], path: Path) -> None:
+    """Each planner's predicted max over the best heuristic's, per task."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(8, 0.45 * len(rows)), 4))
+    width = 0.8 / len(planners)
+    for k, planner in enumerate(planners):
+        values = []
+        for r in rows:
+            costs = r["max_ms"]
+            heuristic = min(c for p, c in costs.items() if planner_spec(p).kind is PlannerKind.HEURISTIC)
+            values.append(costs.get(planner, math.nan) / heuristic)
+        ax.bar([i + k * width for i in range(len(rows))], values, width, label=planner)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))])
+    ax.set_xticklabels([r["task"] for r in rows], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("predicted max / best heuristic's")
+    ax.set_title("held-out tasks (tables x devices): predicted plan cost relative to the best heuristic")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

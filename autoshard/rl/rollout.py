@@ -1,0 +1,36 @@
+"""The policy placing a task: argmax or sampled, over the same ``PlacementState`` the env steps."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from autoshard.planners.placement import PlacementState
+from autoshard.rl.observation import observe, task_scale
+
+if TYPE_CHECKING:
+    from autoshard.rl.policy import DevicePolicy
+
+
+class PolicyChooser:
+    """A ``Chooser`` that asks the policy: the best-scored allowed device, or, with ``rng``, one
+    drawn from the softmax of the scores over the allowed devices (``temperature`` scales it)."""
+
+    def __init__(self, policy: DevicePolicy, rng: np.random.Generator | None = None,
+                 temperature: float = 1.0) -> None:
+        self.policy, self.rng, self.temperature = policy, rng, temperature
+        self._state: PlacementState | None = None
+        self._scale = 1.0
+
+    def __call__(self, state: PlacementState, allowed: np.ndarray) -> int:
+        if state is not self._state:  # a new placement: its scale is fixed for its duration
+            self._state, self._scale = state, task_scale(state)
+        mask = np.zeros(len(state.devices), dtype=bool)
+        mask[allowed] = True
+        scores = self.policy.scores(observe(state, self._scale, mask))[allowed]
+        if self.rng is None:
+            return int(allowed[np.argmax(scores)])
+        logits = scores / self.temperature
+        p = np.exp(logits - logits.max())
+        return int(allowed[self.rng.choice(len(allowed), p=p / p.sum())])

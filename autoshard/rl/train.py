@@ -1,0 +1,168 @@
+"""Training the placement policy with sb3-contrib's MaskablePPO against a cost model.
+
+Seeded; vectorised envs (``DummyVecEnv``, or ``SubprocVecEnv`` on request); TensorBoard logs;
+a checkpoint every ``checkpoint_every`` steps that ``resume`` continues from; and an evaluation
+on fixed test-pool tasks (tables never seen in training) that keeps the best policy as
+``policy.pt``: the geometric mean of its plans' predicted max over greedy placement's.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from autoshard.communication import CommunicationModel
+from autoshard.errors import InputError, PlannerError
+from autoshard.evaluation import Task
+from autoshard.planners.placement import cheapest_after, place
+from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, start
+from autoshard.rl.policy import POLICY_FILE, DevicePolicy, DeviceScoringPolicy, PolicyInfo
+from autoshard.rl.rollout import PolicyChooser
+from autoshard.rl.tasks import TaskDistribution
+from autoshard.types import CostModel
+
+CHECKPOINTS = "checkpoints"
+EVAL_LOG = "eval_log.csv"
+STATE_FILE = "training.json"
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    steps: int = 600_000
+    seed: int = 0
+    envs: int = 2
+    subprocess: bool = False
+    hidden: int = 64
+    learning_rate: float = 3e-4
+    n_steps: int = 1024  # per env, per update
+    batch_size: int = 512
+    epochs: int = 5
+    gamma: float = 1.0  # episodic, and the return is the plan's quality: no discounting
+    gae_lambda: float = 0.95
+    ent_coef: float = 0.01
+    eval_every: int = 25_000
+    eval_tasks: int = 24
+    checkpoint_every: int = 50_000
+    env: EnvConfig = EnvConfig()
+    tasks: TaskDistribution = TaskDistribution()
+    eval_distribution: TaskDistribution = field(default_factory=lambda: TaskDistribution(
+        split="test", num_tables=(40, 80, 160), num_devices=(4, 8, 16)))
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "envs", "hidden", "n_steps", "batch_size", "epochs", "eval_every", "eval_tasks",
+                     "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise InputError(name, f"must be >= 1, got {getattr(self, name)}")
+
+
+def eval_tasks(distribution: TaskDistribution, count: int, seed: int) -> list[Task]:
+    rng = np.random.default_rng(seed)
+    return [distribution.sample(rng) for _ in range(count)]
+
+
+def ratio_to_greedy(policy: DevicePolicy, tasks: list[Task], cost_model: CostModel,
+                    communication: CommunicationModel | None, config: EnvConfig) -> float:
+    """Geometric mean over tasks of the policy's predicted max / greedy placement's (no local
+    search on either): below 1 means the policy places better than greedy."""
+    logs = []
+    for task in tasks:
+        try:
+            agent = place(start(task, cost_model, communication, config), PolicyChooser(policy)).loads.max()
+        except PlannerError:
+            return math.inf
+        greedy = place(start(task, cost_model, communication, config), cheapest_after).loads.max()
+        logs.append(math.log(agent / greedy))
+    return math.exp(float(np.mean(logs)))
+
+
+def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile: str,
+                 communication: CommunicationModel | None = None, resume: bool = False, command: str = "",
+                 progress_bar: bool = True, log: Callable[[str], None] = print) -> DevicePolicy:
+    """Train (or, with ``resume``, continue from the latest checkpoint in ``out``) and return the
+    best policy found, saved as ``out/policy.pt``."""
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.callbacks import BaseCallback, CallbackList, CheckpointCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    if config.tasks.max_devices > config.env.slots:
+        raise InputError("slots", f"{config.env.slots} slots cannot hold training tasks of {config.tasks.max_devices} "
+                         "devices", "raise slots to the largest training device count")
+    out.mkdir(parents=True, exist_ok=True)
+    env = make_vec_env(lambda: ShardingEnv(cost_model, config.tasks, config.env, communication),
+                       n_envs=config.envs, seed=config.seed,
+                       vec_env_cls=SubprocVecEnv if config.subprocess else DummyVecEnv)
+    checkpoints = sorted((out / CHECKPOINTS).glob("ppo_*_steps.zip"), key=lambda p: int(p.stem.split("_")[1]))
+    if resume and checkpoints:
+        model = MaskablePPO.load(checkpoints[-1], env=env, device="cpu")
+        log(f"resuming from {checkpoints[-1]} at {model.num_timesteps:,} steps")
+    else:
+        if resume:
+            log("no checkpoint to resume from: starting afresh")
+        model = MaskablePPO(DeviceScoringPolicy, env, learning_rate=config.learning_rate, n_steps=config.n_steps,
+                            batch_size=config.batch_size, n_epochs=config.epochs, gamma=config.gamma,
+                            gae_lambda=config.gae_lambda, ent_coef=config.ent_coef, seed=config.seed,
+                            policy_kwargs={"hidden": config.hidden}, tensorboard_log=str(out / "tensorboard"),
+                            device="cpu", verbose=0)
+    tasks = eval_tasks(config.eval_distribution, config.eval_tasks, config.seed + 1)
+    state_path = out / STATE_FILE
+    best = json.loads(state_path.read_text())["best_ratio"] if resume and state_path.exists() else math.inf
+
+    def info(steps: int, ratio: float | None) -> PolicyInfo:
+        return PolicyInfo(profile, config.hidden, config.env.slots, config.env.reward.value,
+                          config.env.set_size_headroom, steps, command, ratio)
+
+    class KeepBest(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next_eval = model.num_timesteps + config.eval_every
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next_eval:
+                self.next_eval += config.eval_every
+                self.evaluate()
+            return True
+
+        def evaluate(self) -> None:
+            nonlocal best
+            steps = self.num_timesteps
+            policy = DevicePolicy.from_net(model.policy.mlp_extractor, info(steps, None))
+            ratio = ratio_to_greedy(policy, tasks, cost_model, communication, config.env)
+            self.logger.record("eval/ratio_to_greedy", ratio)
+            new_log = not (out / EVAL_LOG).exists()
+            with open(out / EVAL_LOG, "a", newline="") as handle:
+                writer = csv.writer(handle)
+                if new_log:
+                    writer.writerow(["steps", "ratio_to_greedy", "best"])
+                writer.writerow([steps, f"{ratio:.5f}", int(ratio < best)])
+            if ratio < best:
+                best = ratio
+                DevicePolicy(policy.layers, info(steps, ratio)).save(out / POLICY_FILE)
+                state_path.write_text(json.dumps({"best_ratio": best, "best_steps": steps,
+                                                  "config": _plain(asdict(config))}, indent=1) + "\n")
+
+    keep_best = KeepBest()
+    callbacks = CallbackList([CheckpointCallback(max(config.checkpoint_every // config.envs, 1),
+                                                 str(out / CHECKPOINTS), name_prefix="ppo"), keep_best])
+    remaining = config.steps - model.num_timesteps
+    if remaining > 0:
+        model.learn(remaining, callback=callbacks, reset_num_timesteps=not resume, progress_bar=progress_bar,
+                    tb_log_name="ppo")
+        keep_best.evaluate()
+    env.close()
+    return DevicePolicy.load(out / POLICY_FILE)
+
+
+def _plain(value):
+    """Enums to their values, tuples to lists: JSON for the training record."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value.value if isinstance(value, Reward) else value

@@ -1,0 +1,118 @@
+"""What a cost model was trained on, and what it will and will not answer.
+
+``TrainedRanges`` records the span of every input the training traces covered. The policy
+(docs/cost_model.md, "Inputs outside the training data"):
+
+- **refused** (``InputError``): a ``bytes_per_element`` or an ``optimizer`` that no training
+  table had. The model has no signal for them (a precision seen at one value only is a constant
+  feature; the optimizer is no feature at all), so any answer would be a guess;
+- **warned**: batch size, rows, dim or pooling factor more than ``LOG_MARGIN`` times beyond the
+  trained span, Zipf skew more than ``ZIPF_MARGIN`` beyond it, or more tables on one device than
+  the largest trained set. These enter through log-scaled, physically meaningful features
+  (lookups, bytes, distinct rows), so the model extrapolates along trends it learnt; the planner
+  still answers, with one warning per field. The margins keep the sample extremes of a densely
+  sampled range (rows 104..39.6M drawn from 100..39.8M) from warning about their neighbours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Iterable, Sequence
+
+from autoshard.errors import InputError
+from autoshard.types import Table, Workload
+
+PRECISION_NAMES = {1: "int8/fp8", 2: "fp16", 4: "fp32", 8: "fp64"}
+LOG_MARGIN = 1.5  # batch, rows, dim, pooling: warn outside [min / 1.5, max * 1.5]
+ZIPF_MARGIN = 0.1  # zipf_alpha: warn outside [min - 0.1, max + 0.1]
+
+# (field of TrainedRanges, Table attribute, how to print a value, log-scaled)
+_TABLE_SPANS = (("rows", "num_embeddings", "{:,}", True), ("dim", "embedding_dim", "{}", True),
+                ("pooling", "pooling_factor", "{:g}", True), ("zipf", "zipf_alpha", "{:g}", False))
+
+
+def _tolerated(span: tuple[float, float], log_scaled: bool) -> tuple[float, float]:
+    low, high = span
+    return (low / LOG_MARGIN, high * LOG_MARGIN) if log_scaled else (low - ZIPF_MARGIN, high + ZIPF_MARGIN)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainedRanges:
+    """Min/max of each numeric input over the training sets, and the categorical values seen."""
+
+    batch_size: tuple[int, int]
+    tables_per_set: tuple[int, int]
+    rows: tuple[int, int]
+    dim: tuple[int, int]
+    pooling: tuple[float, float]
+    zipf: tuple[float, float]
+    bytes_per_element: tuple[int, ...]  # sorted
+    optimizers: tuple[str, ...]  # sorted Optimizer values
+
+    @classmethod
+    def of(cls, table_sets: Iterable[Sequence[Table]], batch_sizes: Iterable[int]) -> "TrainedRanges":
+        """The ranges of these training sets, measured at these batch sizes."""
+        sets = [tuple(s) for s in table_sets if len(s)]
+        if not sets:
+            raise ValueError("TrainedRanges.of needs at least one non-empty set")
+        tables = {t for s in sets for t in s}
+        span = lambda values: (min(values), max(values))  # noqa: E731
+        return cls(span(list(batch_sizes)), span([len(s) for s in sets]),
+                   span([t.num_embeddings for t in tables]), span([t.embedding_dim for t in tables]),
+                   span([float(t.pooling_factor) for t in tables]), span([float(t.zipf_alpha) for t in tables]),
+                   tuple(sorted({t.bytes_per_element for t in tables})),
+                   tuple(sorted({t.optimizer.value for t in tables})))
+
+    def to_dict(self) -> dict[str, list]:
+        """Plain lists of ints, floats and strings (``torch.load(weights_only=True)`` reads them)."""
+        return {f.name: list(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainedRanges":
+        return cls(**{f.name: tuple(data[f.name]) for f in fields(cls)})
+
+    def check(self, workload: Workload, max_tables_per_device: int | None = None) -> tuple[str, ...]:
+        """Raise ``InputError`` for an input the model cannot answer; else warnings (one per field)."""
+        self._refuse_unseen(workload.tables)
+        warnings = []
+        low, high = _tolerated(self.batch_size, True)
+        if not low <= workload.batch_size <= high:
+            warnings.append(f"batch_size {workload.batch_size} is outside the trained range {_span(*self.batch_size)}; "
+                            "predictions extrapolate through the lookups-per-batch features")
+        for field, attr, fmt, log_scaled in _TABLE_SPANS:
+            low, high = _tolerated(getattr(self, field), log_scaled)
+            for side, bound, out in (("below the trained min", getattr(self, field)[0], lambda v: v < low),
+                                     ("above the trained max", getattr(self, field)[1], lambda v: v > high)):
+                hits = [t for t in workload.tables if out(getattr(t, attr))]
+                if hits:
+                    worst = (min if side.startswith("below") else max)(hits, key=lambda t: getattr(t, attr))
+                    count = f"{len(hits)} table{'s have' if len(hits) > 1 else ' has'}"
+                    warnings.append(f"{count} {attr} {side} {fmt.format(bound)} "
+                                    f"(e.g. {worst.name!r}: {fmt.format(getattr(worst, attr))})")
+        if max_tables_per_device is not None and max_tables_per_device > self.tables_per_set[1]:
+            warnings.append(f"a device may hold {max_tables_per_device} tables, beyond the largest trained set "
+                            f"of {self.tables_per_set[1]}; costs of larger sets extrapolate")
+        return tuple(warnings)
+
+    def _refuse_unseen(self, tables: Sequence[Table]) -> None:
+        checks = (("bytes_per_element", lambda t: t.bytes_per_element, self.bytes_per_element, _precision),
+                  ("optimizer", lambda t: t.optimizer.value, self.optimizers, str))
+        for field, value, seen, show in checks:
+            bad = [(i, t) for i, t in enumerate(tables) if value(t) not in seen]
+            if not bad:
+                continue
+            i, table = bad[0]
+            others = f" (and {len(bad) - 1} more table{'s' if len(bad) > 2 else ''})" if len(bad) > 1 else ""
+            trained = " or ".join(show(v) for v in seen)
+            fix = (f"use {field} {trained}, or train a model on traces that include {show(value(table))} "
+                   "(docs/traces.md, 'Other precisions and optimizers')")
+            raise InputError(field, f"table {table.name!r} has {field} {show(value(table))}{others}, but this cost "
+                             f"model was trained on {trained} only and cannot predict it", fix, where=f"tables[{i}]")
+
+
+def _precision(bytes_per_element: int) -> str:
+    return f"{bytes_per_element} ({PRECISION_NAMES.get(bytes_per_element, '?')})"
+
+
+def _span(low: float, high: float) -> str:
+    return str(low) if low == high else f"{low}-{high}"

@@ -1,0 +1,149 @@
+"""The RL agent: the environment's contract, a policy that must learn, and the shipped policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env as gym_check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+from autoshard.errors import ModelError
+from autoshard.evaluation import Task, memory_for
+from autoshard.planners import PlannerContext, ProxyCostModel, make_planner, validate_plan
+from autoshard.rl.env import EnvConfig, Reward, ShardingEnv
+from autoshard.rl.policy import DevicePolicy, DeviceScoringPolicy
+from autoshard.rl.tasks import FixedTasks, TaskDistribution
+from autoshard.synthetic import PoolConfig, generate_pool, sample_task
+from autoshard.types import GIB, Table, Topology, Workload
+from cost_model.checkpoint import load_cost_model
+
+SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "default"
+SMALL = TaskDistribution(num_tables=(6, 12), num_devices=(2, 3, 4))
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.set_num_threads(1)
+    return load_cost_model(SHIPPED)
+
+
+def rollout(env: ShardingEnv, seed: int, actions_seed: int):
+    """Random allowed actions from a seeded generator: (observations, rewards, actions)."""
+    rng = np.random.default_rng(actions_seed)
+    obs, _ = env.reset(seed=seed)
+    observations, rewards, actions, done = [obs], [], [], False
+    while not done:
+        action = int(rng.choice(np.flatnonzero(env.action_masks())))
+        obs, reward, done, truncated, _ = env.step(action)
+        observations.append(obs), rewards.append(reward), actions.append(action)
+        assert not truncated
+    return observations, rewards, actions
+
+
+def test_both_env_checkers_pass(model):
+    gym_check_env(ShardingEnv(model, SMALL), skip_render_check=True)
+    sb3_check_env(ShardingEnv(model, SMALL))
+
+
+def test_same_seed_same_rollout_and_other_seeds_differ(model):
+    a = rollout(ShardingEnv(model, SMALL), seed=3, actions_seed=9)
+    b = rollout(ShardingEnv(model, SMALL), seed=3, actions_seed=9)
+    assert a[2] == b[2] and a[1] == b[1]
+    assert all(np.array_equal(x, y) for x, y in zip(a[0], b[0]))
+    c = rollout(ShardingEnv(model, SMALL), seed=4, actions_seed=9)
+    assert len(c[0]) != len(a[0]) or not all(np.array_equal(x, y) for x, y in zip(a[0], c[0]))
+
+
+def test_the_plan_is_the_actions_taken_and_the_return_is_greedy_minus_agent(model):
+    env = ShardingEnv(model, SMALL, EnvConfig(reward=Reward.GREEDY_RELATIVE))
+    _, rewards, actions = rollout(env, seed=1, actions_seed=2)
+    state = env.state
+    placed = {u.name: d.index for d in state.devices for u in d.units}
+    assert [placed[u.name] for u in state.units] == actions
+    assert sum(rewards) == pytest.approx((env.greedy_max - state.loads.max()) / env.scale)
+    costs = model.predict_many([d.tables for d in state.devices], env.task.workload.batch_size)
+    assert np.allclose(state.loads, costs, rtol=1e-3)  # the env's running costs are the model's
+
+
+def test_masks_forbid_exactly_the_devices_without_room(model):
+    big, small = Table("big", 1_000_000, 64), Table("small", 1000, 8)
+    room = big.memory_bytes + small.memory_bytes  # one device takes big and small, no more
+    task = Task("t", Workload((big, Table("big2", 1_000_000, 64), small)),
+                Topology(3, room / GIB))
+    env = ShardingEnv(model, FixedTasks((task,)), EnvConfig(slots=4))
+    env.reset(seed=0)
+    first = env.state.current  # the costliest big table: every device has room; slot 3 is padding
+    assert list(env.action_masks()) == [True, True, True, False] and first.name.startswith("big")
+    env.step(0)
+    assert list(env.action_masks()) == [False, True, True, False]  # device 0 is full for a big table
+    env.step(1)
+    assert env.state.current.name == "small"
+    assert list(env.action_masks()) == [True, True, True, False]
+
+
+def test_an_out_of_range_task_is_refused_by_name(model):
+    task = Task("wide", Workload(tuple(Table(f"t{i}", 100, 8) for i in range(4))), Topology(32, 1.0))
+    env = ShardingEnv(model, SMALL)
+    with pytest.raises(Exception, match="slots"):
+        env.reset(options={"task": task})
+
+
+def test_a_policy_must_learn_the_plan_greedy_misses():
+    """Costs add up (cost = pooling factor); tables 3, 3, 2, 2, 2 on two devices. Largest-first
+    greedy puts the 3s apart, then the 2s on 3, 3, 5: max 7. The optimum is {3, 3} | {2, 2, 2}: 6."""
+    from sb3_contrib import MaskablePPO
+
+    torch.set_num_threads(1)
+    tables = tuple(Table(f"t{i}", 100, 8, pooling) for i, pooling in enumerate((3.0, 3.0, 2.0, 2.0, 2.0)))
+    task = Task("lpt", Workload(tables), Topology(2, 1.0))
+    cost_model = ProxyCostModel(lambda t: t.pooling_factor)
+    greedy = make_planner("cost_greedy", PlannerContext(cost_model)).plan(task.workload, task.topology)
+    env = ShardingEnv(cost_model, FixedTasks((task,)), EnvConfig(slots=2))
+    env.reset(seed=0)
+    assert env.greedy_max == 7.0 and greedy.max_cost_ms == 6.0  # local search finds it; placement does not
+    agent = MaskablePPO(DeviceScoringPolicy, env, n_steps=256, batch_size=64, learning_rate=3e-3, gamma=1.0,
+                        ent_coef=0.01, seed=0, policy_kwargs={"hidden": 32}, device="cpu")
+    agent.learn(6000)
+    obs, _ = env.reset()
+    done = False
+    while not done:
+        action, _ = agent.predict(obs, action_masks=env.action_masks(), deterministic=True)
+        obs, _, done, _, info = env.step(int(action))
+    assert info["max_cost"] == 6.0
+
+
+def test_the_shipped_policy_plans_unseen_workloads_on_more_devices_than_it_trained_on(model):
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    tables = generate_pool(PoolConfig(size=600, seed=11)).test  # a pool no training drew from
+    workload = sample_task(tables, 100, np.random.default_rng(0))
+    assert policy.info.slots < 24
+    for devices in (16, 24):
+        topology = Topology(devices, memory_for(workload, devices, 1.3))
+        context = PlannerContext(model, policy)
+        rl = make_planner("rl", context).plan(workload, topology)
+        refined = make_planner("rl+refine", context).plan(workload, topology)
+        for plan in (rl, refined):
+            validate_plan(plan, workload, topology)
+            assert np.isfinite(plan.max_cost_ms)
+        assert refined.max_cost_ms <= rl.max_cost_ms + 1e-9  # the search keeps the argmax rollout
+
+
+def test_rl_is_deterministic_and_keeps_devices_within_the_trained_set_sizes(model):
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(1))
+    topology = Topology(4, memory_for(workload, 4, 1.5))
+    planner = make_planner("rl", PlannerContext(model, policy))
+    first, second = planner.plan(workload, topology), planner.plan(workload, topology)
+    assert [d.shards for d in first.devices] == [d.shards for d in second.devices]
+    assert max(len(d.shards) for d in first.devices) <= model.max_set_size  # 40 / 4 = 10 <= 20
+
+
+def test_a_corrupt_or_missing_policy_is_a_model_error(tmp_path):
+    with pytest.raises(ModelError, match="no policy"):
+        DevicePolicy.load(tmp_path / "policy.pt")
+    (tmp_path / "policy.pt").write_bytes(b"not a policy")
+    with pytest.raises(ModelError, match="cannot load"):
+        DevicePolicy.load(tmp_path / "policy.pt")
