@@ -9,11 +9,13 @@ result = client.plan([Table("user", 4_000_000, 128, pooling_factor=1.0), ...], T
 result.best_plan                 # our ShardingPlan (every planner's: result.plans)
 result.torchrec_plan()           # TorchRec ShardingPlan for DistributedModelParallel(plan=...)
 result.parameter_constraints()   # TorchRec ParameterConstraints, for TorchRec's own planner
+result.warnings                  # inputs the service's cost model extrapolates to
 ```
 
 The service's errors come back as the same typed errors the library raises in process:
-``InputError`` (a bad field: ``where`` is its path in the request), ``PlannerError`` (the
-tables do not fit; a planner unavailable), ``ModelError``; anything else (401, 413, 504) is a
+``InputError`` (a bad field, or a table the cost model cannot answer such as an fp16 table for
+a model trained on fp32: ``field`` is its path in the request), ``PlannerError`` (the tables do
+not fit; a planner unavailable, e.g. ``rl`` without a policy), ``ModelError``; anything else (401, 413, 504) is a
 ``ServiceError`` with the status.
 """
 
@@ -57,6 +59,7 @@ class PlanResult:
     profile: str | None
     torchrec_exports: dict[str, dict[str, Any]] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict, repr=False)
+    warnings: tuple[str, ...] = ()  # inputs the service's cost model extrapolates to
 
     @property
     def best_plan(self) -> ShardingPlan:
@@ -181,7 +184,8 @@ def _result(workload: Workload, topology: Topology, report: dict[str, Any]) -> P
     return PlanResult(workload, topology, plans, report["best"], dict(report["improvement_over"]),
                       {s["planner"]: s["reason"] for s in report["skipped"]}, bool(report["partial"]),
                       report["cost_unit"], report.get("profile"),
-                      {e["planner"]: e["torchrec"] for e in report["plans"] if e.get("torchrec")}, report)
+                      {e["planner"]: e["torchrec"] for e in report["plans"] if e.get("torchrec")}, report,
+                      tuple(report.get("warnings", ())))
 
 
 __all__ = ["AutoShardClient", "PlanResult", "ServiceError"]

@@ -34,7 +34,7 @@ class NeuralCostModel(SetCostModel):
         self.features = FeatureCache(row_cap_bytes)
         self._codes: dict[tuple[Table, int], torch.Tensor] = {}
         self._code_arrays: dict[tuple[Table, int], np.ndarray] = {}
-        self._numpy_head = None
+        self._split_head = None
         self._max_cached = max_cached
         self.ranges = ranges  # what the training data covered (None: an older checkpoint)
 
@@ -80,12 +80,12 @@ class NeuralCostModel(SetCostModel):
         return out
 
     @property
-    def numpy_head(self):
-        """The head as numpy (built once; see ``cost_model.accumulator``)."""
-        if self._numpy_head is None:
-            from cost_model.accumulator import NumpyHead
-            self._numpy_head = NumpyHead(self.network.head, self.network.config.table_code)
-        return self._numpy_head
+    def split_head(self):
+        """The head for running sets (built once; see ``cost_model.accumulator``)."""
+        if self._split_head is None:
+            from cost_model.accumulator import SplitHead
+            self._split_head = SplitHead(self.network.head, self.network.config.table_code)
+        return self._split_head
 
     def code_array(self, table: Table, batch_size: int) -> np.ndarray:
         """One table's code as a float64 numpy vector (cached)."""

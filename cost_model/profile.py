@@ -11,7 +11,7 @@ from importlib import metadata
 
 import torch
 
-# Allocator settings that make CPU timings of embedding steps stable (notes/measurement.md).
+# Allocator settings that make CPU timings of embedding steps stable (docs/traces.md, "Timing on the CPU").
 MALLOC_SETTINGS = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "1000000000000",
                    "MALLOC_TOP_PAD_": "1073741824"}
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up, then plan a bundled workload (Criteo Terabyte, MLPerf DLRM-DCNv2) on 8 devices with
-# every planner (column-wise splits allowed) and the shipped cost model.
+# every planner (column-wise splits allowed), the shipped cost model and the shipped RL policy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

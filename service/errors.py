@@ -3,8 +3,9 @@
 | cause | status |
 | --- | --- |
 | a bad field (schema or ``autoshard.types`` rules), a service limit, an unknown planner or profile | 422 |
+| a table the profile's cost model cannot answer (``check_workload``: e.g. fp16 for an fp32 model) | 422, at the table's field |
 | an infeasible topology (``PlannerError``: not enough memory) | 422, naming the table and the shortfall |
-| a planner that cannot run here (its model is missing, torchrec not installed) | 503 |
+| a planner that cannot run here (its cost model or policy is missing or corrupt, torchrec not installed) | 503 |
 | a model file that cannot be used (``ModelError``) | 503 |
 | no plan within the time budget | 504 |
 | a body over the size limit | 413 |

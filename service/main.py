@@ -23,11 +23,13 @@ from service.state import build_state
 log = logging.getLogger("autoshard.service")
 
 DESCRIPTION = """Shard DLRM embedding tables across devices: every planner side by side (heuristics,
-the cost-model greedy, TorchRec's planner on request; the RL planner when a policy ships), scored
-by one learned cost model per device profile.
+the cost-model greedy, the RL planners `rl` and `rl+refine` when the profile has a policy,
+TorchRec's planner on request), scored by one learned cost model per device profile. Inputs the
+cost model extrapolates to come back as `warnings`.
 
-Errors answer `{"detail": [{"loc", "msg", "type"}]}`: 422 names the field (or the table that does
-not fit, and by how much), 503 the planner or model that is missing, 504 a spent time budget.
+Errors answer `{"detail": [{"loc", "msg", "type"}]}`: 422 names the field (a table the cost model
+cannot answer, such as fp16 for a model trained on fp32, or the table that does not fit, and by
+how much), 503 the planner or model that is missing, 504 a spent time budget.
 """
 
 

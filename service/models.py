@@ -41,6 +41,7 @@ class LoadedModel:
     communication: CommunicationModel | None = None  # the profile's all-to-all, added to device costs
     policy: Any = None  # autoshard.rl.policy.DevicePolicy: the rl planners' policy, when one loaded
     policy_sha256: str | None = None
+    policy_problem: str | None = None  # why the profile has no policy (missing or corrupt policy.pt)
 
 
 @dataclass
@@ -116,7 +117,7 @@ def load_profile(folder: Path, problems: list[str]) -> LoadedModel | None:
             communication = CommunicationModel.load(folder / COMMUNICATION_FILE)
         except InputError as error:
             problems.append(f"profile {folder.name!r}: {error}")
-    policy, policy_sha = None, None
+    policy, policy_sha, policy_problem = None, None, None
     policy_file = folder / POLICY_FILE
     if policy_file.exists():
         try:
@@ -124,12 +125,14 @@ def load_profile(folder: Path, problems: list[str]) -> LoadedModel | None:
 
             policy, policy_sha = DevicePolicy.load(policy_file), file_sha256(policy_file)
         except (ModelError, ImportError, OSError) as error:
+            policy_problem = str(error)
             problems.append(f"profile {folder.name!r}: {error}; the rl planners are unavailable")
     else:
+        policy_problem = f"{folder.name}/{POLICY_FILE} is missing"
         problems.append(f"profile {folder.name!r} has no {POLICY_FILE}: the rl planners are unavailable "
                         "(train one with `autoshard policy train`)")
     return LoadedModel(folder.name, model, model.profile.to_dict(), sha, _metrics(folder, model.metrics, problems),
-                       communication, policy, policy_sha)
+                       communication, policy, policy_sha, policy_problem)
 
 
 def load_models(model_dir: Path, default_profile: str | None = None) -> ModelStore:

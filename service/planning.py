@@ -181,6 +181,13 @@ def _worker_call(task: PlannerTask) -> list[PlannerResult]:
 
 
 def _worker_ready(seconds: float) -> int:
+    # ?format=torchrec exports with torchrec: import it at start (seconds on a busy machine), not
+    # within the first such request's budget. Not in _init_worker: a pool restarted after a worker
+    # died would then make the next request wait for it too.
+    try:
+        import autoshard.torchrec_bridge  # noqa: F401
+    except (ImportError, OSError):
+        pass
     time.sleep(seconds)  # hold this worker so that the next warm-up call starts another
     return len(_WORKER["store"].models)
 

@@ -10,7 +10,7 @@ from typing import Sequence
 
 from autoshard.errors import InputError, ModelError, PlannerError, PlannerErrorKind
 from autoshard.planners.context import PlannerContext, PlannerKind
-from autoshard.planners.registry import PLANNERS
+from autoshard.planners.registry import PLANNERS, PlannerSpec
 from service.metrics import Metrics
 from service.models import LoadedModel, ModelStore, load_models
 from service.planning import PlanningPool, make_pool
@@ -29,25 +29,50 @@ class PlannerInfo:
     policy: str | None = None  # the policy it plans with (policy planners)
 
 
+def _context(model: LoadedModel | None) -> PlannerContext:
+    return PlannerContext(model.model if model else None, model.policy if model else None)
+
+
+def _unmet_reason(spec: PlannerSpec, model: LoadedModel | None) -> str | None:
+    """Why ``spec`` cannot run with ``model``'s artifacts (``None``: it can); for a policy
+    planner, also why the profile has no policy (missing or corrupt file)."""
+    unmet = spec.unmet(_context(model))
+    if unmet is None:
+        return None
+    if spec.needs_policy and model is not None and model.policy is None and model.policy_problem:
+        return f"{unmet.message} ({model.policy_problem})"
+    return unmet.message
+
+
 def planner_catalog(store: ModelStore) -> dict[str, PlannerInfo]:
     """Every registered planner, and whether it can run with the default profile's artifacts.
     Planners registered later appear here without any change to the service."""
     default = store.resolve(None)
-    context = PlannerContext(default.model if default else None, default.policy if default else None)
+    context = _context(default)
     catalog = {}
     for name, spec in PLANNERS.items():
-        unmet = spec.unmet(context)
-        if unmet is None:
+        reason = _unmet_reason(spec, default)
+        if reason is None:
             try:
                 spec.build(context)  # TorchRec's planner: raises when torchrec is not installed
             except PlannerError as error:
-                unmet = error
-        available, reason = unmet is None, unmet.message if unmet else None
+                reason = error.message
+        available = reason is None
         policy = context.policy.name if spec.needs_policy and context.policy is not None else None
         catalog[name] = PlannerInfo(name, spec.kind, available, available and spec.default, reason, policy)
     # cheap ones first: a request whose budget runs out still gets the heuristics
     order = list(PlannerKind)
     return dict(sorted(catalog.items(), key=lambda item: order.index(item[1].kind)))
+
+
+def _fix(kind: PlannerKind, settings: Settings, profile: str | None) -> str:
+    folder = f"{settings.model_dir}/{profile or '<profile>'}"
+    if kind is PlannerKind.REFERENCE:
+        return "install the torchrec extra in the image"
+    if kind is PlannerKind.POLICY and profile is not None:  # without a profile, the cost model comes first
+        return (f"train a policy with `autoshard policy train` (it writes {folder}/policy.pt), "
+                "then restart the service")
+    return f"ship a cost model in {folder}/cost_model.pt (`autoshard cost train`), then restart the service"
 
 
 @dataclass
@@ -74,14 +99,23 @@ class ServiceState:
                     if not p.available and p.kind is not PlannerKind.REFERENCE]
         return reasons
 
+    def unavailable_reason(self, name: str, model: LoadedModel | None) -> str | None:
+        """Why planner ``name`` cannot run with the request's profile (``None``: it can). The
+        catalog speaks for the default profile; a request may have chosen another, with or
+        without the cost model and policy the planner needs."""
+        reason = _unmet_reason(PLANNERS[name], model)
+        if reason is not None or self.planners[name].available:
+            return reason
+        if _unmet_reason(PLANNERS[name], self.store.resolve(None)) is not None:
+            return None  # the default profile lacks what it needs, the request's profile has it
+        return self.planners[name].reason  # not the profile's doing (e.g. torchrec not installed)
+
     def planners_for(self, requested: Sequence[str] | None, model: LoadedModel | None) -> list[str]:
-        """The planners to run, in catalog order (cheap first). Unknown names are an
-        ``InputError`` (422); a planner that cannot run here a ``PlannerError(UNAVAILABLE)`` (503)."""
+        """The planners to run, in catalog order (cheap first), given the request's profile
+        (``model``; ``None``: no cost model). Unknown names are an ``InputError`` (422); a planner
+        that cannot run here a ``PlannerError(UNAVAILABLE)`` (503)."""
         if requested is None:
-            names = self.default_planners
-            if model is None:
-                names = [n for n in names if not PLANNERS[n].needs_cost_model]
-            return names
+            return [n for n in self.planners if PLANNERS[n].default and self.unavailable_reason(n, model) is None]
         if not requested:
             raise InputError("planners", "is an empty list",
                              "name at least one planner, or leave planners out for the defaults")
@@ -93,13 +127,13 @@ class ServiceState:
         wanted = set(requested)
         for name in (n for n in self.planners if n in wanted):
             info = self.planners[name]
-            if not info.available or (PLANNERS[name].needs_cost_model and model is None):
-                reason = info.reason or "it needs a cost model and none is loaded"
+            reason = self.unavailable_reason(name, model)
+            if reason is not None:
+                others = self.planners_for(None, model)
                 raise PlannerError(PlannerErrorKind.UNAVAILABLE,
                                    f"planner {name!r} is unavailable on this service: {reason}",
-                                   (f"ship a model for it in {self.settings.model_dir} and restart"
-                                    if info.kind is not PlannerKind.REFERENCE else "install the torchrec extra in the image",
-                                    f"or ask for other planners: {', '.join(self.default_planners)}"))
+                                   (_fix(info.kind, self.settings, model.profile if model else None),
+                                    f"or ask for other planners: {', '.join(others) or 'none can run'}"))
         return [n for n in self.planners if n in wanted]
 
 

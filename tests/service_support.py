@@ -12,6 +12,7 @@ from autoshard.types import Workload
 from autoshard.workload_file import workload_to_dict
 
 EIGHT_DEVICES = {"num_devices": 8, "device_memory_gb": 16}
+SHIPPED_PROFILE = Path(__file__).resolve().parents[1] / "data" / "models" / "cpu-amd-epyc-fbgemm_tbe-t1"
 
 
 def save_test_model(folder: Path, metrics: dict[str, Any] | None = None) -> Path:
@@ -21,6 +22,23 @@ def save_test_model(folder: Path, metrics: dict[str, Any] | None = None) -> Path
 
     model = untrained_model()
     save_checkpoint(model, folder / model.profile.id, metrics)
+    return folder
+
+
+def copy_shipped_profile(folder: Path, policy: bool | bytes = True) -> Path:
+    """The shipped profile's cost model (trained ranges: fp32, SGD) and all-to-all copied to
+    ``folder/<profile>/``, with its trained policy (``policy=True``), without one (``False``), or
+    with these bytes as ``policy.pt`` (a corrupt policy); returns ``folder``."""
+    import shutil
+
+    target = folder / SHIPPED_PROFILE.name
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("cost_model.pt", "communication.json"):
+        shutil.copyfile(SHIPPED_PROFILE / name, target / name)
+    if policy is True:
+        shutil.copyfile(SHIPPED_PROFILE / "policy.pt", target / "policy.pt")
+    elif policy:
+        (target / "policy.pt").write_bytes(policy)
     return folder
 
 

@@ -14,14 +14,14 @@ from autoshard.client import AutoShardClient, ServiceError
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.planners import HEURISTICS, validate_plan
 from autoshard.types import Table, Topology
-from tests.service_support import ServedProcess, free_port, save_test_model, synthetic_workload
+from tests.service_support import ServedProcess, copy_shipped_profile, free_port, synthetic_workload
 
 TOKEN = "launcher-token"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    served = ServedProcess(save_test_model(tmp_path_factory.mktemp("models")),
+    served = ServedProcess(copy_shipped_profile(tmp_path_factory.mktemp("models")),  # cost model, all-to-all, policy
                            env={"AUTOSHARD_API_TOKEN": TOKEN})
     yield served
     code = served.stop()
@@ -38,7 +38,8 @@ def test_plan_returns_every_planners_plan_as_our_types(client):
     workload = synthetic_workload(80)
     topology = Topology(8, 16)
     result = client.plan(workload, topology)
-    assert set(result.plans) == {*HEURISTICS, "cost_greedy"} and result.cost_unit == "ms"
+    assert set(result.plans) == {*HEURISTICS, "cost_greedy", "rl", "rl+refine"} and result.cost_unit == "ms"
+    assert result.warnings == ()
     for plan in result.plans.values():
         validate_plan(plan, workload, topology)  # rebuilt shards are exactly the workload's tables
     assert result.best_plan.max_cost_ms == min(p.max_cost_ms for p in result.plans.values())
@@ -51,6 +52,18 @@ def test_a_list_of_tables_and_a_planner_subset(client):
     assert list(result.plans) == ["size_greedy", "cost_greedy"] and result.workload.batch_size == 512
 
 
+def test_the_rl_planners_and_the_extrapolation_warnings(client):
+    planners = {p["name"]: p for p in client.planners()["planners"]}
+    assert planners["rl"]["kind"] == planners["rl+refine"]["kind"] == "policy"
+    assert planners["rl"]["default"] and "policy.pt" in planners["rl"]["policy"]
+    assert {a["kind"] for a in client.profiles()["profiles"][0]["artifacts"]} == {"cost_model", "policy"}
+    tables = [Table("user", 100_000, 64, 1.0), Table("deep", 300_000_000, 4, 1.0), Table("ctx", 100, 8)]
+    result = client.plan(tables, Topology(2, 16), ["rl", "rl+refine"])
+    assert list(result.plans) == ["rl", "rl+refine"]
+    assert len(result.warnings) == 1 and "'deep'" in result.warnings[0]
+    assert result.plans["rl+refine"].max_cost_ms <= result.plans["rl"].max_cost_ms + 1e-9
+
+
 def test_service_errors_come_back_as_the_librarys_errors(client, server):
     with pytest.raises(InputError, match="embedding_dim"):
         client._request("POST", "/v1/plans", json={"workload": {"tables": [{"name": "t", "num_embeddings": 5,
@@ -61,6 +74,9 @@ def test_service_errors_come_back_as_the_librarys_errors(client, server):
     assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT and "huge" in info.value.message
     with pytest.raises(InputError, match="unknown planner"):
         client.plan([Table("t", 10, 4)], Topology(1, 1), ["magic"])
+    with pytest.raises(InputError, match="fp16") as refused:  # the shipped model knows fp32 only
+        client.plan([Table("t", 10, 4), Table("half", 1000, 16, bytes_per_element=2)], Topology(1, 1))
+    assert refused.value.field == "body.workload.tables.1.bytes_per_element" and "'half'" in str(refused.value)
     with AutoShardClient(server.url) as anonymous:
         with pytest.raises(ServiceError) as denied:
             anonymous.planners()

@@ -1,32 +1,40 @@
-"""The planning service in process (TestClient): plans side by side, every error path (401, 413,
-422 with the field path or the table that does not fit, 503 degraded, 504), the catalog
+"""The planning service in process (TestClient): plans side by side (heuristics, cost_greedy, rl and
+rl+refine with a copy of the shipped profile), every error path (401, 413, 422 with the field path,
+the table the cost model cannot answer or the table that does not fit, 503 degraded, 504), the
+extrapolation warnings, degraded modes (no model, no policy, a corrupt policy), the catalog
 endpoints, metrics, the TorchRec export, and the event loop staying free while planners run."""
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import threading
 import time
 
 import pytest
 from fastapi.testclient import TestClient
 
+from autoshard.errors import ModelError
 from autoshard.planners import HEURISTICS
-from autoshard.planners.registry import PLANNERS
+from autoshard.planners.context import PlannerKind
+from autoshard.planners.registry import PLANNERS, PlannerSpec
 from autoshard.types import DevicePlan, ShardingPlan, TableShard
 from cost_model.checkpoint import file_sha256
 from service.main import create_app
 from service.schemas.responses import ErrorResponse, PlanResponse, PlannersResponse, ProfilesResponse
 from service.settings import Settings
-from tests.service_support import EIGHT_DEVICES, plan_body, save_test_model
+from tests.service_support import EIGHT_DEVICES, SHIPPED_PROFILE, copy_shipped_profile, plan_body, save_test_model
 
 GIB = 1024**3
+DEFAULT_PLANNERS = [*HEURISTICS, "cost_greedy", "rl", "rl+refine"]
+WITHOUT_POLICY = [*HEURISTICS, "cost_greedy"]
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    folder = save_test_model(tmp_path_factory.mktemp("models"), metrics={"val_mape": 0.12})
+    """The shipped profile: cost model (trained ranges: fp32, SGD), all-to-all and policy."""
+    folder = copy_shipped_profile(tmp_path_factory.mktemp("models"))
     (next(folder.iterdir()) / "metrics.json").write_text(json.dumps({"test_mape": 0.15}))
     return folder
 
@@ -53,6 +61,18 @@ def body():
     return plan_body(80)
 
 
+def assert_finite(value, path="answer"):
+    """Every number in a JSON answer is finite (no NaN or infinity slipped through)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            assert_finite(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            assert_finite(item, f"{path}[{i}]")
+    elif isinstance(value, float):
+        assert math.isfinite(value), path
+
+
 def only_error(response, status):
     assert response.status_code == status, response.text
     detail = ErrorResponse.model_validate(response.json()).detail
@@ -64,8 +84,10 @@ def test_every_default_planner_side_by_side(client, body):
     response = client.post("/v1/plans", json=body)
     assert response.status_code == 200, response.text
     report = PlanResponse.model_validate(response.json())
-    assert [p.planner for p in report.plans] == [*HEURISTICS, "cost_greedy"]
+    assert [p.planner for p in report.plans] == DEFAULT_PLANNERS
     assert report.cost_unit == "ms" and report.profile and not report.partial and report.timed_out == []
+    assert report.warnings == [] and report.skipped == []  # every table within the trained ranges
+    assert_finite(response.json())
     names = sorted(t["name"] for t in body["workload"]["tables"])
     for plan in report.plans:
         assert len(plan.devices) == 8
@@ -220,18 +242,82 @@ def test_degraded_without_a_model_serves_heuristics_and_503s_cost_greedy(degrade
 
     report = degraded.post("/v1/plans", json=body).json()
     assert [p["planner"] for p in report["plans"]] == list(HEURISTICS)
-    assert report["cost_unit"].startswith("proxy") and report["profile"] is None
+    assert report["cost_unit"].startswith("proxy") and report["profile"] is None and report["warnings"] == []
 
-    error = only_error(degraded.post("/v1/plans", json={**body, "planners": ["size_greedy", "cost_greedy"]}), 503)
-    assert "'cost_greedy'" in error.msg and error.type == "unavailable" and error.ctx["fixes"]
+    for planner, words in (("cost_greedy", "cost model"), ("rl", "cost model")):
+        error = only_error(degraded.post("/v1/plans", json={**body, "planners": ["size_greedy", planner]}), 503)
+        assert f"'{planner}'" in error.msg and words in error.msg and error.type == "unavailable"
+        assert error.ctx["fixes"]
     planners = PlannersResponse.model_validate(degraded.get("/v1/planners").json())
-    cost_greedy = next(p for p in planners.planners if p.name == "cost_greedy")
-    assert not cost_greedy.available and "cost model" in cost_greedy.reason
+    by_name = {p.name: p for p in planners.planners}
+    assert not by_name["cost_greedy"].available and "cost model" in by_name["cost_greedy"].reason
+    assert not by_name["rl"].available and by_name["rl"].kind == "policy" and by_name["rl"].policy is None
+    # no cost model scores the plans, so no model refuses an fp16 table: the heuristics plan it
+    fp16 = copy.deepcopy(body)
+    fp16["workload"]["tables"][0]["bytes_per_element"] = 2
+    assert degraded.post("/v1/plans", json=fp16).status_code == 200
+
+
+@pytest.mark.parametrize("policy", [False, b"\x00garbage, not a policy\xff" * 10], ids=["missing", "corrupt"])
+def test_without_a_usable_policy_rl_is_503_and_everything_else_serves(tmp_path, policy, body):
+    copy_shipped_profile(tmp_path, policy=policy)
+    with serve(model_dir=tmp_path) as c:
+        ready = c.get("/readyz").json()
+        assert ready["status"] == "degraded" and ready["default_planners"] == WITHOUT_POLICY
+        assert any("policy" in r and "rl" in r for r in ready["reasons"]), ready["reasons"]
+        assert c.get("/healthz").json() == {"status": "ok"}
+
+        planners = {p["name"]: p for p in c.get("/v1/planners").json()["planners"]}
+        for name in ("rl", "rl+refine"):
+            assert planners[name]["kind"] == "policy" and not planners[name]["available"]
+            assert not planners[name]["default"] and planners[name]["policy"] is None
+            assert "policy" in planners[name]["reason"]
+        assert planners["cost_greedy"]["available"]
+        [profile] = c.get("/v1/profiles").json()["profiles"]
+        assert [a["kind"] for a in profile["artifacts"]] == ["cost_model"]
+
+        report = c.post("/v1/plans", json=body)
+        assert report.status_code == 200, report.text
+        assert [p["planner"] for p in report.json()["plans"]] == WITHOUT_POLICY
+        error = only_error(c.post("/v1/plans", json={**body, "planners": ["rl", "size_greedy"]}), 503)
+        assert error.type == "unavailable" and "'rl'" in error.msg and "policy" in error.msg
+        assert any("autoshard policy train" in fix for fix in error.ctx["fixes"])
+        assert any("cost_greedy" in fix for fix in error.ctx["fixes"])  # what else can run
+        ok = c.post("/v1/plans", json={**body, "planners": ["cost_greedy", "size_greedy"]})
+        assert ok.status_code == 200 and [p["planner"] for p in ok.json()["plans"]] == ["size_greedy", "cost_greedy"]
+    with pytest.raises(ModelError, match="policy"):
+        with serve(model_dir=tmp_path, fail_fast=True):
+            pass
+
+
+def test_a_profile_without_a_policy_next_to_one_with_it(tmp_path):
+    """The catalog speaks for the default profile; a request for another profile gets only
+    the planners that profile can run."""
+    copy_shipped_profile(tmp_path)
+    copy_shipped_profile(tmp_path / "other", policy=False)
+    (tmp_path / "other" / SHIPPED_PROFILE.name).rename(tmp_path / "zzz-no-policy")
+    (tmp_path / "other").rmdir()
+    (tmp_path / "default").symlink_to(SHIPPED_PROFILE.name)
+    body = plan_body(12, {"num_devices": 2, "device_memory_gb": 16})
+    with serve(model_dir=tmp_path) as c:
+        assert [p["planner"] for p in c.post("/v1/plans", json=body).json()["plans"]] == DEFAULT_PLANNERS
+        other = c.post("/v1/plans", json={**body, "profile": "zzz-no-policy"})
+        assert other.status_code == 200, other.text
+        assert [p["planner"] for p in other.json()["plans"]] == WITHOUT_POLICY
+        error = only_error(c.post("/v1/plans", json={**body, "profile": "zzz-no-policy", "planners": ["rl+refine"]}), 503)
+        assert "'rl+refine'" in error.msg and "zzz-no-policy/policy.pt" in error.msg
+    (tmp_path / "default").unlink()  # the other way round: the default profile has no policy
+    (tmp_path / "default").symlink_to("zzz-no-policy")
+    with serve(model_dir=tmp_path) as c:
+        assert c.get("/readyz").json()["default_planners"] == WITHOUT_POLICY
+        assert [p["planner"] for p in c.post("/v1/plans", json=body).json()["plans"]] == WITHOUT_POLICY
+        shipped = {**body, "profile": SHIPPED_PROFILE.name}
+        assert [p["planner"] for p in c.post("/v1/plans", json=shipped).json()["plans"]] == DEFAULT_PLANNERS
+        response = c.post("/v1/plans", json={**shipped, "planners": ["rl"]})
+        assert response.status_code == 200 and response.json()["plans"][0]["planner"] == "rl"
 
 
 def test_a_corrupt_model_degrades_and_fail_fast_refuses_to_start(tmp_path, model_dir):
-    from autoshard.errors import ModelError
-
     (tmp_path / "cpu-broken").mkdir()
     (tmp_path / "cpu-broken" / "cost_model.pt").write_bytes(b"not a checkpoint")
     with serve(model_dir=tmp_path) as c:
@@ -243,24 +329,67 @@ def test_a_corrupt_model_degrades_and_fail_fast_refuses_to_start(tmp_path, model
         with serve(model_dir=tmp_path, fail_fast=True):
             pass
     with serve(model_dir=model_dir, fail_fast=True) as c:
-        assert c.get("/readyz").json()["status"] == "ready"
+        ready = c.get("/readyz").json()
+        assert ready["status"] == "ready" and ready["reasons"] == [] and ready["default_planners"] == DEFAULT_PLANNERS
+
+
+def test_a_table_the_cost_model_cannot_answer_is_422_at_its_field(client, body):
+    """The shipped model was trained on fp32 SGD tables only: fp16 or row-wise Adagrad would be
+    guesses, so the service refuses them, naming the table and the field; never a 500."""
+    cases = [(3, "bytes_per_element", 2, "fp16"), (5, "optimizer", "rowwise_adagrad", "rowwise_adagrad")]
+    for index, field, value, words in cases:
+        for planners in (None, ["size_greedy"]):  # the model scores the heuristics' plans too
+            bad = copy.deepcopy(body)
+            bad["workload"]["tables"][index][field] = value
+            bad["planners"] = planners
+            error = only_error(client.post("/v1/plans", json=bad), 422)
+            assert error.loc == ["body", "workload", "tables", index, field], error
+            name = bad["workload"]["tables"][index]["name"]
+            assert repr(name) in error.msg and words in error.msg and "trained on" in error.msg
+            assert error.ctx and "train a model" in error.ctx["fix"]
+
+
+def test_inputs_beyond_the_trained_ranges_plan_with_warnings(client):
+    body = plan_body(20, planners=["size_greedy", "cost_greedy", "rl"])
+    tables = body["workload"]["tables"]
+    tables[2].update(num_embeddings=300_000_000, embedding_dim=4)  # trained up to 39.6M rows (4.5 GiB here)
+    tables[4].update(pooling_factor=900.0)  # trained up to 98.3
+    response = client.post("/v1/plans", json=body)
+    assert response.status_code == 200, response.text
+    report = PlanResponse.model_validate(response.json())
+    assert [p.planner for p in report.plans] == ["size_greedy", "cost_greedy", "rl"]
+    assert len(report.warnings) == 2
+    rows, pooling = report.warnings
+    assert "num_embeddings above the trained max" in rows and repr(tables[2]["name"]) in rows
+    assert "pooling_factor above the trained max" in pooling and repr(tables[4]["name"]) in pooling
+    assert_finite(response.json())
+    assert all(p.max_cost_ms > 0 for p in report.plans)
 
 
 def test_planners_and_profiles_describe_what_is_loaded(client, model_dir):
     planners = PlannersResponse.model_validate(client.get("/v1/planners").json())
     by_name = {p.name: p for p in planners.planners}
-    assert set(HEURISTICS) | {"cost_greedy"} <= {n for n, p in by_name.items() if p.default and p.available}
+    assert [n for n, p in by_name.items() if p.default] == DEFAULT_PLANNERS
+    assert all(by_name[n].available and by_name[n].reason is None for n in DEFAULT_PLANNERS)
     assert by_name["cost_greedy"].kind == "cost_model" and by_name["size_greedy"].kind == "heuristic"
-    assert not by_name["torchrec"].default  # runs only when asked
+    assert by_name["torchrec"].kind == "reference" and not by_name["torchrec"].default  # runs only when asked
+    folder = next(model_dir.iterdir())
+    for name in ("rl", "rl+refine"):
+        assert by_name[name].kind == "policy"
+        assert by_name[name].policy and f"{folder.name}/policy.pt" in by_name[name].policy
+    assert all(p.policy is None for n, p in by_name.items() if p.kind != "policy")
 
     profiles = ProfilesResponse.model_validate(client.get("/v1/profiles").json())
-    folder = next(model_dir.iterdir())
     [profile] = profiles.profiles
     assert profile.profile == folder.name == planners.default_profile and profile.default
     assert profile.device["device_type"] == "cpu" and profile.device["id"] == folder.name
-    [artifact] = profile.artifacts
-    assert artifact.sha256 == file_sha256(folder / "cost_model.pt")
-    assert artifact.metrics == {"val_mape": 0.12, "test_mape": 0.15}
+    model, policy = profile.artifacts
+    assert (model.kind, model.file) == ("cost_model", f"{folder.name}/cost_model.pt")
+    assert model.sha256 == file_sha256(folder / "cost_model.pt")
+    assert model.metrics["test_mape"] == 0.15 and "evaluation" in model.metrics  # metrics.json + the checkpoint's
+    assert (policy.kind, policy.file) == ("policy", f"{folder.name}/policy.pt")
+    assert policy.sha256 == file_sha256(folder / "policy.pt") and policy.metrics["steps"] > 0
+    assert profiles.problems == []
 
 
 def test_default_symlink_picks_the_default_profile(tmp_path):
@@ -274,14 +403,16 @@ def test_default_symlink_picks_the_default_profile(tmp_path):
         assert len(c.get("/v1/profiles").json()["profiles"]) == 2
         report = c.post("/v1/plans", json=plan_body(10, planners=["cost_greedy"], profile=first)).json()
         assert report["profile"] == first
+        # an untrained test model records no trained ranges: the answer says so
+        assert any("no trained ranges" in w for w in report["warnings"])
 
 
 def test_metrics_count_requests_and_time_each_planner(client, body):
     client.post("/v1/plans", json=body)
     client.post("/v1/plans", json={**body, "topology": {"num_devices": 0, "device_memory_gb": 1}})
     text = client.get("/metrics").text
-    for planner in (*HEURISTICS, "cost_greedy"):
-        assert f'autoshard_planner_duration_seconds_bucket{{le="0.1",planner="{planner}"}}' in text
+    for planner in DEFAULT_PLANNERS:
+        assert f'autoshard_planner_duration_seconds_count{{planner="{planner}"}}' in text
     assert 'autoshard_http_requests_total{method="POST",route="/v1/plans",status="200"}' in text
     assert 'autoshard_http_requests_total{method="POST",route="/v1/plans",status="422"}' in text
     assert 'autoshard_http_errors_total{status="422"}' in text
@@ -305,7 +436,8 @@ class SlowPlanner:
 
 @pytest.fixture
 def with_slow_planner(monkeypatch, model_dir):
-    monkeypatch.setitem(PLANNERS, "slow", lambda **kwargs: SlowPlanner(1.5))
+    monkeypatch.setitem(PLANNERS, "slow", PlannerSpec("slow", PlannerKind.COST_MODEL, lambda context: SlowPlanner(1.5),
+                                                      default=False))
     with serve(model_dir=model_dir, pool_size=1) as c:
         yield c
 
@@ -313,7 +445,7 @@ def with_slow_planner(monkeypatch, model_dir):
 def test_a_new_registered_planner_joins_the_api_and_the_budget_returns_what_finished(with_slow_planner):
     c = with_slow_planner
     slow = next(p for p in c.get("/v1/planners").json()["planners"] if p["name"] == "slow")
-    assert slow["available"] and slow["kind"] == "other"
+    assert slow["available"] and slow["kind"] == "cost_model" and not slow["default"]
     body = plan_body(20, planners=["slow", "size_greedy"], time_budget_s=0.5)
     report = PlanResponse.model_validate(c.post("/v1/plans", json=body).json())
     assert report.partial and report.timed_out == ["slow"] and [p.planner for p in report.plans] == ["size_greedy"]

@@ -9,6 +9,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from autoshard.cli.support import console, ensure_malloc_settings, friendly_errors, print_json
+from autoshard.errors import InputError
 
 app = typer.Typer(help="Microbenchmarks: measure table sets on a device and record traces.",
                   no_args_is_help=True)
@@ -34,10 +35,16 @@ def collect_cmd(
     mode: Annotated[Optional[str], typer.Option(help="fbgemm_tbe or embedding_bag (default: fbgemm_tbe if installed).")] = None,
     row_cap_mb: Annotated[int, typer.Option(min=1, help="Benchmark at most this many MiB of rows per table.")] = 128,
     singles: Annotated[bool, typer.Option(help="Also measure every pool table alone.")] = True,
+    precisions: Annotated[str, typer.Option(help="Bytes per element drawn for each pool table, comma-separated "
+                                                  "from 1, 2, 4, 8 (e.g. 4,2 for fp32 and fp16; fbgemm_tbe only "
+                                                  "beyond 4).")] = "4",
+    optimizers: Annotated[str, typer.Option(help="Optimizers drawn for each pool table, comma-separated from sgd, "
+                                                  "rowwise_adagrad, adagrad (fbgemm_tbe only beyond sgd).")] = "sgd",
 ) -> None:
     """Sample random table sets from a synthetic pool, measure them, and append traces."""
+    precision_values = _precisions(precisions)  # before re-exec and the heavy imports: a typo fails at once
+    optimizer_values = _optimizers(optimizers)
     ensure_malloc_settings()
-    from autoshard.errors import InputError
     from autoshard.synthetic import PoolConfig
     from cost_model.bench import BenchConfig
     from cost_model.collect import CollectConfig, collect
@@ -56,12 +63,45 @@ def collect_cmd(
         bench=BenchConfig(batch_size, warmups, repeats, device, chosen, threads, row_cap_mb * 1024**2),
         pool=PoolConfig(size=pool_size, seed=pool_seed), samples=samples, max_tables=max_tables,
         large_samples=large_samples, large_max_tables=large_max_tables, passes=passes, singles=singles,
-        seed=seed)
+        seed=seed, precisions=precision_values, optimizers=optimizer_values)
     with Progress(TextColumn("[bold]collect"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=console, transient=False) as progress:
         task = progress.add_task("collect", total=None)
         measured = collect(config, out, lambda done, total: progress.update(task, completed=done, total=total))
     console.print(f"measured {measured} samples into {out}")
+
+
+def _items(option: str, value: str) -> list[str]:
+    items = [item.strip() for item in value.split(",")]
+    if not value.strip() or any(not item for item in items):
+        raise InputError(option, f"{value!r} is not a comma-separated list",
+                         f"pass values separated by commas, e.g. {'4,2' if option == '--precisions' else 'sgd,rowwise_adagrad'}")
+    if len(set(items)) != len(items):
+        raise InputError(option, f"{value!r} names a value twice", "name each value once")
+    return items
+
+
+def _precisions(value: str) -> tuple[int, ...]:
+    """``--precisions 4,2`` as bytes per element; ``InputError`` naming the option otherwise."""
+    allowed = {"1": 1, "2": 2, "4": 4, "8": 8}
+    items = _items("--precisions", value)
+    bad = [item for item in items if item not in allowed]
+    if bad:
+        raise InputError("--precisions", f"unknown bytes per element {bad[0]!r}",
+                         "use bytes per element from 1, 2, 4 (fp32), 8, e.g. --precisions 4,2")
+    return tuple(allowed[item] for item in items)
+
+
+def _optimizers(value: str) -> tuple[str, ...]:
+    """``--optimizers sgd,rowwise_adagrad`` as Optimizer values; ``InputError`` naming the option otherwise."""
+    from autoshard.types import Optimizer
+
+    known = [o.value for o in Optimizer]
+    items = _items("--optimizers", value)
+    bad = [item for item in items if item not in known]
+    if bad:
+        raise InputError("--optimizers", f"unknown optimizer {bad[0]!r}", f"use {', '.join(known)}")
+    return tuple(items)
 
 
 @app.command("summary")
@@ -105,7 +145,6 @@ def comm_cmd(
     """Measure the all-to-all between ranks and fit latency + bytes / bandwidth."""
     from dataclasses import asdict
 
-    from autoshard.errors import InputError
     from cost_model.comm_bench import measure_all_to_all
 
     if device not in ("cpu", "cuda"):

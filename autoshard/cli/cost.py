@@ -13,7 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from autoshard.cli.support import console, friendly_errors, print_json
 
-app = typer.Typer(help="The neural multi-table cost model: train and evaluate.", no_args_is_help=True)
+app = typer.Typer(help="The neural multi-table cost model: train, evaluate, record its trained ranges.",
+                  no_args_is_help=True)
 
 
 @app.command("train")
@@ -88,3 +89,34 @@ def eval_cmd(
         for name, s in body["estimators"].items():
             table.add_row(name, f"{s['mape']:.3f}", f"{s['spearman']:.3f}", f"{s['ranking_accuracy']:.3f}", str(s["samples"]))
         Console().print(table)
+
+
+@app.command("add-ranges")
+@friendly_errors
+def add_ranges_cmd(
+    model: Annotated[Path, typer.Option(help="A model folder (holding cost_model.pt); its checkpoint is re-saved in place.")],
+    traces: Annotated[Path, typer.Option(help="The trace file (.jsonl or .jsonl.gz) the model was trained on.")],
+    seed: Annotated[int, typer.Option(help="The split seed used in training (`autoshard cost train --seed`).")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the ranges as JSON.")] = False,
+) -> None:
+    """Record what a model was trained on (the ranges of its training split), so that it refuses
+    inputs it cannot answer and warns on extrapolation; weights and predictions are unchanged."""
+    from autoshard.errors import InputError
+    from cost_model.checkpoint import CHECKPOINT_NAME, add_trained_ranges
+
+    folder = model.parent if model.name == CHECKPOINT_NAME else model
+    if not (folder / CHECKPOINT_NAME).is_file():
+        raise InputError("--model", f"no {CHECKPOINT_NAME} in {folder}",
+                         "pass the folder `autoshard cost train --out` wrote")
+    if not traces.is_file():
+        raise InputError("--traces", f"no trace file at {traces}", "pass the traces the model was trained on")
+    ranges = add_trained_ranges(folder, traces, seed)
+    if json_out:
+        print_json(ranges.to_dict())
+        return
+    console.print(f"saved {folder / CHECKPOINT_NAME} with the trained ranges of {traces} (seed {seed}): "
+                  f"{ranges.tables_per_set[0]}-{ranges.tables_per_set[1]} tables per set, rows "
+                  f"{ranges.rows[0]:,}-{ranges.rows[1]:,}, dim {ranges.dim[0]}-{ranges.dim[1]}, pooling "
+                  f"{ranges.pooling[0]:g}-{ranges.pooling[1]:g}, bytes per element "
+                  f"{', '.join(map(str, ranges.bytes_per_element))}, optimizers {', '.join(ranges.optimizers)}",
+                  highlight=False)

@@ -78,6 +78,9 @@ class PlacementState:
         self.count = np.zeros(topology.num_devices, dtype=np.int64)
         self.loads = np.zeros(topology.num_devices)
         self._rest = sorted(u.memory_bytes for u in self.units)  # ascending: units not yet placed
+        self.remaining_cost = float(sum(u.cost for u in self.units))  # of the units not yet placed
+        self.remaining_bytes = int(sum(u.memory_bytes for u in self.units))
+        self._placed_parents: set[str] = set()
         self._if_added: np.ndarray | None = None
 
     @property
@@ -92,9 +95,10 @@ class PlacementState:
         """Devices with room for the current unit and no other shard of its table."""
         unit = self.current
         ok = self.free >= unit.memory_bytes
-        for d in np.flatnonzero(ok):
-            if unit.parent in self.devices[d].parents:
-                ok[d] = False
+        if unit.parent in self._placed_parents:  # another shard of its table is placed: not there
+            for d in np.flatnonzero(ok):
+                if unit.parent in self.devices[d].parents:
+                    ok[d] = False
         return ok
 
     def mask(self) -> np.ndarray:
@@ -147,6 +151,9 @@ class PlacementState:
         self.count[device] += 1
         self.loads[device] = load
         del self._rest[bisect.bisect_left(self._rest, unit.memory_bytes)]
+        self.remaining_cost -= unit.cost
+        self.remaining_bytes -= unit.memory_bytes
+        self._placed_parents.add(unit.parent)
         self.position += 1
         self._if_added = None
 

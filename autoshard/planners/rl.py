@@ -11,7 +11,7 @@ import numpy as np
 from autoshard.errors import PlannerError
 from autoshard.planners.local_search import improve
 from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, best_over_split_caps,
-                                          build_plan, place_workload)
+                                          build_plan, cheapest_after, place_workload)
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.env import unit_cap
 from autoshard.rl.rollout import PolicyChooser
@@ -28,9 +28,11 @@ class RLPlanner:
     ``ShardingEnv``); deterministic. With column splitting, the policy places the shards of
     every split cap (none, 2, 4, ... D ways) and the lowest predicted max is kept.
 
-    ``samples`` > 0 makes it ``rl+refine``: besides the argmax rollout, ``samples`` rollouts
-    drawn from the policy's softmax (seeded), and local search (moves and swaps, as cost_greedy)
-    on the ``refine_top`` best; the lowest predicted max wins, so it is never worse than ``rl``.
+    ``samples`` > 0 makes it ``rl+refine``, a policy-guided search: besides the argmax rollout,
+    ``samples`` rollouts drawn from the policy's softmax at ``temperature`` (seeded); local search
+    (moves and swaps, as cost_greedy) on the ``refine_top`` best of them and on greedy placement's
+    plan, the search's baseline seed (so it is never worse than cost_greedy's search either); the
+    lowest predicted max wins, so it is never worse than ``rl``.
     Past ``time_budget_s`` the search stops and the best plan so far comes back ``partial``
     (the argmax rollout always completes).
     """
@@ -40,6 +42,7 @@ class RLPlanner:
     allow_column_split: bool = False
     samples: int = 0
     refine_top: int = 2
+    temperature: float = 1.0
     seed: int = 0
     set_size_headroom: float = 1.25
     max_rounds: int = 50
@@ -62,18 +65,20 @@ class RLPlanner:
 
         def plan_at(cap: int | None) -> list[DeviceState]:
             found = [rollout(cap, PolicyChooser(self.policy))]
+            if not self.samples:
+                return found[0]
+            seeds = [rollout(cap, cheapest_after)]  # greedy's placement: the search starts no worse than it
             for _ in range(self.samples):
                 if deadline.expired:
                     break
                 try:
-                    found.append(rollout(cap, PolicyChooser(self.policy, rng)))
+                    found.append(rollout(cap, PolicyChooser(self.policy, rng, self.temperature)))
                 except PlannerError:  # a sampled rollout into a dead end: the others stand
                     continue
-            if self.samples:
-                found.sort(key=_max_load)
-                for states in found[:self.refine_top]:
-                    improve(states, self.cost_model, batch, self.max_rounds, deadline)
-            return min(found, key=_max_load)
+            found.sort(key=_max_load)
+            for states in seeds + found[:self.refine_top]:
+                improve(states, self.cost_model, batch, self.max_rounds, deadline)
+            return min(seeds + found, key=_max_load)
 
         deadline = Deadline(started, self.time_budget_s)
         best = best_over_split_caps(topology, self.allow_column_split, plan_at, deadline)

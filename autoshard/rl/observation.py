@@ -52,13 +52,12 @@ def observe(state: PlacementState, scale: float, allowed: np.ndarray) -> Observa
     unit, topology = state.current, state.topology
     n, capacity = topology.num_devices, float(topology.device_memory_bytes)
     loads, if_added = state.loads, state.costs_if_added()
-    remaining = state.units[state.position:]
     current_max = float(loads.max())
     table = unit.table
     context = np.array([
         state.position / len(state.units),
-        sum(u.cost for u in remaining) / (scale * n),
-        sum(u.memory_bytes for u in remaining) / max(float(state.free.sum()), 1.0),
+        state.remaining_cost / (scale * n),
+        state.remaining_bytes / max(float(state.free.sum()), 1.0),
         current_max / scale,
         float(loads.mean()) / scale,
         math.log2(n) / 7.0,

@@ -120,12 +120,13 @@ class DevicePolicy:
         return cls(layers, info)
 
     def scores(self, observation: Observation) -> np.ndarray:
-        """One score per device (higher is better); mask before taking the argmax."""
-        context = np.broadcast_to(observation.context, (len(observation.devices), CONTEXT))
-        x = np.concatenate([context, observation.devices], axis=1)
-        for i, (w, b) in enumerate(self.layers):
+        """One score per device (higher is better); mask before taking the argmax. The shared
+        context enters the first layer once, not once per device."""
+        (w, b), rest = self.layers[0], self.layers[1:]
+        x = np.tanh(observation.devices @ w[CONTEXT:] + (observation.context @ w[:CONTEXT] + b))
+        for i, (w, b) in enumerate(rest):
             x = x @ w + b
-            if i < len(self.layers) - 1:
+            if i < len(rest) - 1:
                 x = np.tanh(x)
         return x[:, 0]
 

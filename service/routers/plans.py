@@ -33,9 +33,12 @@ router = APIRouter(tags=["plans"])
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "Missing or wrong bearer token (when the service has one)."},
     413: {"model": ErrorResponse, "description": "Body larger than AUTOSHARD_MAX_BODY_BYTES."},
-    422: {"model": ErrorResponse, "description": "A bad field (its path in `loc`), a service limit, or a "
-                                                 "workload that does not fit the topology (the table and the shortfall)."},
-    503: {"model": ErrorResponse, "description": "A planner asked for cannot run here (its model is missing)."},
+    422: {"model": ErrorResponse, "description": "A bad field (its path in `loc`), a service limit, a table "
+                                                 "the profile's cost model cannot answer (e.g. a precision it was "
+                                                 "not trained on), or a workload that does not fit the topology "
+                                                 "(the table and the shortfall)."},
+    503: {"model": ErrorResponse, "description": "A planner asked for cannot run here (its cost model or "
+                                                 "policy is missing or corrupt, or torchrec is not installed)."},
     504: {"model": ErrorResponse, "description": "No planner finished within the time budget."},
 }
 
@@ -49,14 +52,17 @@ async def create_plans(
 ) -> JSONResponse:
     """Place the workload's tables on the topology's devices with each planner asked for (default:
     every planner loaded, cheap heuristics first), score every plan with one cost model, and say
-    which is best and by how much it beats each heuristic. When the time budget runs out, the
-    plans that finished come back flagged `partial` (504 if none did)."""
+    which is best and by how much it beats each heuristic. Tables the cost model cannot answer
+    are a 422 naming the table and the field; inputs it extrapolates to come back in `warnings`.
+    When the time budget runs out, the plans that finished come back flagged `partial` (504 if
+    none did)."""
     settings = state.settings
     budget = min(body.time_budget_s or settings.plan_timeout_s, settings.plan_timeout_s)
     arrived = time.monotonic()
     deadline = arrived + budget
     workload, topology = _parse(body, settings)
     model = _resolve_profile(state, body.profile)
+    warnings = _check_inputs(model, workload)
     names = state.planners_for(body.planners, model)
     try:
         prepare_units(workload, topology, proxy_costs(size_proxy), body.allow_column_split)
@@ -79,7 +85,7 @@ async def create_plans(
         state.metrics.planner_runs.labels(name, "timeout").inc()
     if not outcome.plans:
         _raise_no_plan(outcome, budget, workload, topology)
-    return JSONResponse(_response(workload, topology, outcome, model))
+    return JSONResponse(_response(workload, topology, outcome, model, warnings))
 
 
 def _parse(body: PlanRequest, settings: Settings) -> tuple[Workload, Topology]:
@@ -121,6 +127,18 @@ def _resolve_profile(state: StateDep, profile: str | None) -> LoadedModel | None
         raise input_error_at(error, ("body",)) from None
 
 
+def _check_inputs(model: LoadedModel | None, workload: Workload) -> list[str]:
+    """The profile's cost model scores every plan: inputs it cannot answer (a precision or an
+    optimizer it never saw) are a 422 at the table's field; mild extrapolation comes back as
+    warnings in the answer."""
+    if model is None:
+        return []
+    try:
+        return list(model.model.check_workload(workload))
+    except InputError as error:
+        raise input_error_at(error, ("body", "workload")) from None
+
+
 def _check_torchrec() -> None:
     try:
         import autoshard.torchrec_bridge  # noqa: F401
@@ -144,7 +162,7 @@ def _raise_no_plan(outcome: PlanningOutcome, budget: float, workload: Workload, 
 
 
 def _response(workload: Workload, topology: Topology, outcome: PlanningOutcome,
-              model: LoadedModel | None) -> dict[str, Any]:
+              model: LoadedModel | None, warnings: list[str]) -> dict[str, Any]:
     """``plans_report`` (shared with the CLI), plus structured shards, the TorchRec exports, the
     best planner and its improvement over each heuristic, and the time-budget flags."""
     plans = outcome.plans
@@ -160,5 +178,5 @@ def _response(workload: Workload, topology: Topology, outcome: PlanningOutcome,
         improvement_over={p.planner: (1.0 - best.max_cost_ms / p.max_cost_ms) if p.max_cost_ms > 0 else 0.0
                           for p in plans if p.planner in HEURISTICS},
         partial=bool(outcome.timed_out) or any(p.partial for p in plans), timed_out=outcome.timed_out,
-        elapsed_s=outcome.elapsed_s)
+        elapsed_s=outcome.elapsed_s, warnings=warnings)
     return report

@@ -39,11 +39,11 @@ EXAMPLE_TABLES = [
     {"name": "user_id", "num_embeddings": 4_000_000, "embedding_dim": 128, "pooling_factor": 1.0,
      "zipf_alpha": 1.1},
     {"name": "item_id", "num_embeddings": 1_000_000, "embedding_dim": 64, "pooling_factor": 20.0,
-     "zipf_alpha": 0.9, "optimizer": "rowwise_adagrad"},
+     "zipf_alpha": 0.9, "optimizer": "sgd"},
     {"name": "category", "num_embeddings": 1_000, "embedding_dim": 16},
     {"name": "history", "num_embeddings": 200_000, "embedding_dim": 64, "pooling_factor": 50.0,
-     "bytes_per_element": 2},
-]
+     "bytes_per_element": 4},
+]  # fp32 and SGD: what the shipped cost model was trained on (others are a 422 with it)
 EXAMPLE_REQUEST: dict[str, Any] = {
     "workload": {"name": "example", "batch_size": 2048, "tables": EXAMPLE_TABLES},
     "topology": {"num_devices": 2, "device_memory_gb": 4},
@@ -67,9 +67,13 @@ class TableIn(BaseModel):
                               description="Access skew: 0 uniform, about 1 production-like, at most 3.",
                               **_doc(minimum=0, maximum=MAX_ZIPF_ALPHA))
     bytes_per_element: int = Field(_TABLE_DEFAULTS["bytes_per_element"],
-                                   description="1, 2, 4 (fp32) or 8.", **_doc(enum=[1, 2, 4, 8]))
+                                   description="1, 2, 4 (fp32) or 8. The profile's cost model must have been "
+                                               "trained on it (the shipped one: 4 only), else 422.",
+                                   **_doc(enum=[1, 2, 4, 8]))
     optimizer: Optimizer = Field(_TABLE_DEFAULTS["optimizer"],
-                                 description="sgd, rowwise_adagrad (+4 B/row state) or adagrad (+dim x 4 B/row).")
+                                 description="sgd, rowwise_adagrad (+4 B/row state) or adagrad (+dim x 4 B/row). "
+                                             "The profile's cost model must have been trained on it (the "
+                                             "shipped one: sgd only), else 422.")
 
 
 class TopologyIn(BaseModel):

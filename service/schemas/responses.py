@@ -74,7 +74,7 @@ PLAN_EXAMPLE: dict[str, Any] = {
                            {"tables": ["category"], "cost_ms": 3.0, "memory_bytes": 4_000_000,
                             "shards": [{"table": "category", "column_offset": 0, "columns": 16}]}]}],
     "best": "cost_greedy", "improvement_over": {"size_greedy": 0.12},
-    "skipped": [], "partial": False, "timed_out": [], "elapsed_s": 0.01,
+    "skipped": [], "partial": False, "timed_out": [], "elapsed_s": 0.01, "warnings": [],
 }
 
 
@@ -95,6 +95,11 @@ class PlanResponse(BaseModel):
     partial: bool = Field(description="True when the time budget ran out: plans holds those that finished.")
     timed_out: list[str] = Field(description="Planners that did not run within the time budget.")
     elapsed_s: float = Field(description="Time spent on the request's planning, queueing included.")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="Inputs the profile's cost model extrapolates to (rows, dim, pooling, skew or batch size "
+                    "beyond its trained ranges): the plans are still made, their costs less certain. Inputs it "
+                    "cannot answer at all (a precision or optimizer it was not trained on) are a 422 instead.")
 
 
 class ArtifactOut(BaseModel):

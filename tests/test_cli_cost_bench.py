@@ -1,0 +1,108 @@
+"""`autoshard cost add-ranges` (record a model's trained ranges) and `autoshard bench collect
+--precisions / --optimizers` (traces over other precisions and optimizers), cheaply: add-ranges on
+a copy of the shipped model with the shipped traces, collect with a tiny FBGEMM TBE config."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from autoshard.cli import app
+from tests.conftest import ROOT, autoshard_cmd
+
+SHIPPED = ROOT / "data" / "models" / "cpu-amd-epyc-fbgemm_tbe-t1"
+TRACES = ROOT / "data" / "traces" / "cpu-amd-epyc-fbgemm_tbe-t1.jsonl.gz"
+SMALL_TRACES = ROOT / "tests" / "fixtures" / "cpu_traces_small.jsonl.gz"
+
+
+def _stripped_copy(folder):
+    """The shipped model as an older checkpoint: same weights, no trained ranges."""
+    from cost_model.checkpoint import load_cost_model, save_checkpoint
+
+    model = load_cost_model(SHIPPED)
+    shipped_ranges, model.ranges = model.ranges, None
+    save_checkpoint(model, folder, model.metrics)
+    return shipped_ranges
+
+
+def test_add_ranges_records_the_training_split_and_keeps_predictions(tmp_path):
+    from cost_model.checkpoint import load_cost_model
+    from tests.service_support import synthetic_workload
+
+    shipped_ranges = _stripped_copy(tmp_path)
+    before = load_cost_model(tmp_path)
+    assert before.ranges is None and before.check_workload(synthetic_workload(5))  # "records no trained ranges"
+    result = CliRunner().invoke(app, ["cost", "add-ranges", "--model", str(tmp_path), "--traces", str(TRACES),
+                                      "--seed", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    after = load_cost_model(tmp_path)
+    assert after.ranges == shipped_ranges  # the shipped checkpoint's ranges: training split of seed 0
+    assert after.ranges.bytes_per_element == (4,) and after.ranges.optimizers == ("sgd",)
+    workload = synthetic_workload(12)
+    assert after.check_workload(workload) == ()
+    assert after.predict_many([workload.tables[:4], workload.tables[4:]], 2048) == pytest.approx(
+        before.predict_many([workload.tables[:4], workload.tables[4:]], 2048), rel=1e-6)
+
+
+def test_add_ranges_errors_name_the_option(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["cost", "add-ranges", "--model", str(tmp_path), "--traces", str(TRACES)])
+    assert result.exit_code == 2 and "--model" in result.output and "cost_model.pt" in result.output
+    shutil.copyfile(SHIPPED / "cost_model.pt", tmp_path / "cost_model.pt")
+    result = runner.invoke(app, ["cost", "add-ranges", "--model", str(tmp_path), "--traces", str(tmp_path / "none.jsonl")])
+    assert result.exit_code == 2 and "--traces" in result.output
+    other = tmp_path / "other.jsonl.gz"  # the small fixture, as if measured on another device
+    lines = gzip.decompress(SMALL_TRACES.read_bytes()).decode().splitlines()
+    header = json.loads(lines[0])
+    header["profile"].update(device_name="Other CPU", id="cpu-other-cpu-fbgemm_tbe-t1")
+    other.write_bytes(gzip.compress("\n".join([json.dumps(header), *lines[1:]]).encode() + b"\n"))
+    result = runner.invoke(app, ["cost", "add-ranges", "--model", str(tmp_path), "--traces", str(other)])
+    assert result.exit_code == 2 and "device profile" in result.output, result.output
+    assert (tmp_path / "cost_model.pt").read_bytes() == (SHIPPED / "cost_model.pt").read_bytes()  # untouched
+
+
+TINY_TBE = ["--device", "cpu", "--mode", "fbgemm_tbe", "--pool-size", "8", "--max-tables", "3", "--batch-size", "64",
+            "--warmups", "1", "--repeats", "3", "--row-cap-mb", "1", "--samples", "2", "--passes", "1"]
+
+
+def _collect(out, *extra):
+    return subprocess.run([*autoshard_cmd(), "bench", "collect", "--out", str(out), *extra],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_collect_draws_precisions_and_optimizers(tmp_path):
+    pytest.importorskip("fbgemm_gpu")
+    from cost_model.traces import read_traces
+
+    out = tmp_path / "mixed.jsonl"
+    # seed 2: this 8-table pool draws both of each (seed 0 draws fp16 for all 8)
+    result = _collect(out, *TINY_TBE, "--seed", "2", "--precisions", "4,2", "--optimizers", "sgd,rowwise_adagrad")
+    assert result.returncode == 0, result.stderr
+    traces = read_traces(out)
+    tables = {t for s in traces.samples for t in s.tables}
+    assert {t.bytes_per_element for t in tables} == {4, 2}
+    assert {t.optimizer.value for t in tables} == {"sgd", "rowwise_adagrad"}
+    assert traces.header["plan"]["precisions"] == [4, 2]
+    assert traces.header["plan"]["optimizers"] == ["sgd", "rowwise_adagrad"]
+    assert len(traces.samples) == 8 + 2 and all(s.cost_ms > 0 for s in traces.samples)
+
+
+@pytest.mark.parametrize("option, value, words", [
+    ("--precisions", "4,3", "'3'"), ("--precisions", "fp16", "'fp16'"), ("--precisions", "4,,2", "comma"),
+    ("--precisions", "4,4", "twice"), ("--optimizers", "sgd,adam", "'adam'"), ("--optimizers", "", "comma")])
+def test_collect_refuses_bad_precisions_and_optimizers(tmp_path, option, value, words):
+    result = CliRunner().invoke(app, ["bench", "collect", "--out", str(tmp_path / "t.jsonl"), option, value])
+    assert result.exit_code == 2, result.output
+    assert option in result.output and words in result.output
+    assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_collect_says_which_mode_can_measure_fp16(tmp_path):
+    result = _collect(tmp_path / "t.jsonl", *[a if a != "fbgemm_tbe" else "embedding_bag" for a in TINY_TBE],
+                      "--precisions", "2")
+    assert result.returncode == 2 and "bytes_per_element" in result.stderr and "fbgemm_tbe" in result.stderr
