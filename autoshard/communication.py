@@ -117,8 +117,9 @@ class _CommAccumulator:
     def costs(self) -> np.ndarray:
         return self.compute.costs() + self._comm(self.dims, self.count)
 
-    def costs_if_added(self, table: Table) -> np.ndarray:
-        return self.compute.costs_if_added(table) + self._comm(self.dims + table.embedding_dim, self.count + 1)
+    def costs_if_added(self, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
+        dims, count = (self.dims, self.count) if rows is None else (self.dims[rows], self.count[rows])
+        return self.compute.costs_if_added(table, rows) + self._comm(dims + table.embedding_dim, count + 1)
 
     def add(self, set_index: int, table: Table) -> None:
         self.compute.add(set_index, table)

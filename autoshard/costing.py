@@ -31,7 +31,9 @@ class Accumulator(Protocol):
 
     def costs(self) -> np.ndarray: ...
 
-    def costs_if_added(self, table: Table) -> np.ndarray: ...
+    def costs_if_added(self, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
+        """Each set's cost with ``table`` added (only the sets ``rows``, in that order, if given)."""
+        ...
 
     def add(self, set_index: int, table: Table) -> None: ...
 
@@ -85,8 +87,8 @@ class RebuildingAccumulator:
     def costs(self) -> np.ndarray:
         return np.asarray(predict_nonempty(self.cost_model, self.sets, self.batch_size))
 
-    def costs_if_added(self, table: Table) -> np.ndarray:
-        edits = [(i, None, table) for i in range(len(self.sets))]
+    def costs_if_added(self, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
+        edits = [(int(i), None, table) for i in (range(len(self.sets)) if rows is None else rows)]
         return np.asarray(self.cost_model.predict_edits(self.sets, edits, self.batch_size))
 
     def add(self, set_index: int, table: Table) -> None:

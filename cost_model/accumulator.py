@@ -43,14 +43,19 @@ class SplitHead:
         return code @ self.w_sum, code @ self.w_mean
 
     def log_total(self, sum_part: torch.Tensor, mean_total: torch.Tensor, largest: torch.Tensor,
-                  count: torch.Tensor) -> torch.Tensor:
+                  count: torch.Tensor, added: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Log-ms totals from running projections: ``sum_part`` = sum of projected sums,
-        ``mean_total`` = sum of projected means (divided by the count here)."""
-        clamped = count.clamp(min=1.0).unsqueeze(1)
-        x = torch.addmm(sum_part + mean_total / clamped + clamped.log() * self.w_log + self.first_bias,
-                        largest, self.w_max)
+        ``mean_total`` = sum of projected means (divided by the count here); ``added``: one more
+        table's (sum, mean) projections added to every set (its code is already in ``largest``)."""
+        clamped = count.clamp(min=1.0)
+        x = mean_total + added[1] if added is not None else mean_total.clone()
+        x.div_(clamped.unsqueeze(1)).add_(sum_part)
+        if added is not None:
+            x.add_(added[0])
+        x.addr_(clamped.log(), self.w_log).add_(self.first_bias)
+        x = torch.addmm(x, largest, self.w_max)
         for w, b in self.rest:
-            x = torch.addmm(b, functional.silu(x), w)
+            x = torch.addmm(b, functional.silu(x, inplace=True), w)
         return x[:, 0]
 
 
@@ -74,20 +79,25 @@ class SetAccumulator:
             found = self._projected[table] = (code, *self.head.project(code))
         return found
 
-    def _cost(self, sum_part: torch.Tensor, mean_total: torch.Tensor, largest: torch.Tensor,
-              count: torch.Tensor) -> np.ndarray:
+    def _cost(self, sum_part: torch.Tensor, mean_total: torch.Tensor, largest: torch.Tensor, count: torch.Tensor,
+              added: tuple[torch.Tensor, torch.Tensor] | None = None) -> np.ndarray:
         with torch.inference_mode():
-            log_ms = self.head.log_total(sum_part, mean_total, largest, count).double().numpy()
-        cost = np.exp(np.clip(log_ms, LOG_MS_MIN, LOG_MS_MAX))
+            log_ms = self.head.log_total(sum_part, mean_total, largest, count, added).numpy()
+        cost = np.exp(np.clip(log_ms.astype(np.float64), LOG_MS_MIN, LOG_MS_MAX))
         return np.where(count.numpy() > 0, cost, 0.0)
 
     def costs(self) -> np.ndarray:
         return self._cost(self.sum_part, self.mean_total, self.largest, self.count)
 
-    def costs_if_added(self, table: Table) -> np.ndarray:
-        """Each set's total ms with ``table`` added."""
+    def costs_if_added(self, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
+        """Each set's total ms with ``table`` added (only the sets ``rows``, if given)."""
         code, s, m = self._code(table)
-        return self._cost(self.sum_part + s, self.mean_total + m, torch.maximum(self.largest, code), self.count + 1)
+        if rows is None:
+            return self._cost(self.sum_part, self.mean_total, torch.maximum(self.largest, code), self.count + 1, (s, m))
+        index = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+        pick = lambda t: t.index_select(0, index)  # noqa: E731
+        return self._cost(pick(self.sum_part), pick(self.mean_total), torch.maximum(pick(self.largest), code),
+                          pick(self.count) + 1, (s, m))
 
     def add(self, set_index: int, table: Table) -> None:
         code, s, m = self._code(table)

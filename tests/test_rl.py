@@ -147,3 +147,32 @@ def test_a_corrupt_or_missing_policy_is_a_model_error(tmp_path):
     (tmp_path / "policy.pt").write_bytes(b"not a policy")
     with pytest.raises(ModelError, match="cannot load"):
         DevicePolicy.load(tmp_path / "policy.pt")
+
+
+def test_policy_train_cli_writes_a_policy_that_plans_and_resumes(tmp_path):
+    """`autoshard policy train` end to end on a tiny budget: checkpoints, eval log, TensorBoard
+    logs, policy.pt in the profile; --resume continues the same run to a larger step count."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from autoshard.cli import app
+
+    shutil.copy(SHIPPED / "cost_model.pt", tmp_path)
+    shutil.copy(SHIPPED / "communication.json", tmp_path)
+    args = ["policy", "train", "--profile", str(tmp_path), "--envs", "1", "--no-progress", "--slots", "4",
+            "--checkpoint-every", "256", "--eval-every", "512", "--eval-tasks", "2"]
+    first = CliRunner().invoke(app, [*args, "--steps", "512"])
+    assert first.exit_code == 0, first.output
+    work = tmp_path / "policy_training"
+    assert (tmp_path / "policy.pt").exists() and (work / "eval_log.csv").exists()
+    assert list((work / "checkpoints").glob("ppo_*_steps.zip")) and list((work / "tensorboard").rglob("events.*"))
+    policy = DevicePolicy.load(tmp_path / "policy.pt")
+    assert policy.info.slots == 4 and "policy train" in policy.info.command
+    resumed = CliRunner().invoke(app, [*args, "--steps", "1024", "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "resuming from" in resumed.output
+    steps = [int(line.split(",")[0]) for line in (work / "eval_log.csv").read_text().splitlines()[1:]]
+    assert max(steps) >= 1024
+    bad = CliRunner().invoke(app, ["policy", "train", "--profile", str(tmp_path), "--reward", "nope"])
+    assert bad.exit_code == 2 and "reward" in bad.output

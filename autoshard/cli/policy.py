@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -37,6 +38,9 @@ def train_cmd(
     slots: Annotated[int, typer.Option(min=2, help="Device slots while training (the largest training device count).")] = 16,
     work_dir: Annotated[Optional[Path], typer.Option(help=f"Checkpoints, TensorBoard logs, eval log (default PROFILE/{TRAINING_DIR}).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue from the latest checkpoint in the work dir.")] = False,
+    checkpoint_every: Annotated[int, typer.Option(min=1, help="Steps between checkpoints.")] = 50_000,
+    eval_every: Annotated[int, typer.Option(min=1, help="Steps between evaluations on held-out tasks.")] = 25_000,
+    eval_tasks: Annotated[int, typer.Option(min=1, help="Held-out tasks per evaluation.")] = 24,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Train MaskablePPO against the profile's cost model; the best policy on held-out tasks
@@ -55,10 +59,15 @@ def train_cmd(
     folder = profile if profile.is_dir() else profile.parent
     work = work_dir if work_dir is not None else folder / TRAINING_DIR
     devices = tuple(d for d in TaskDistribution().num_devices if d <= slots)
-    config = TrainConfig(steps=steps, seed=seed, envs=envs, subprocess=subprocess,
-                         env=EnvConfig(slots=slots, reward=reward_kind), tasks=TaskDistribution(num_devices=devices))
-    command = "autoshard policy " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-    policy = train_policy(loaded.model, work, config, loaded.profile, loaded.communication, resume, command,
+    eval_devices = tuple(d for d in (4, 8, 16) if d <= slots) or (slots,)
+    config = TrainConfig(steps=steps, seed=seed, envs=envs, subprocess=subprocess, checkpoint_every=checkpoint_every,
+                         eval_every=eval_every, eval_tasks=eval_tasks, env=EnvConfig(slots=slots, reward=reward_kind),
+                         tasks=TaskDistribution(num_devices=devices),
+                         eval_distribution=replace(TrainConfig().eval_distribution, num_devices=eval_devices))
+    command = (f"autoshard policy train --profile {shlex.quote(str(profile))} --steps {steps} --seed {seed} "
+               f"--envs {envs} --reward {reward} --slots {slots}" + (" --subprocess" if subprocess else ""))
+    policy = train_policy(loaded.model, work, config, loaded.device.get("id", loaded.profile), loaded.communication,
+                          resume, command,
                           progress_bar=progress, log=lambda m: console.print(m, highlight=False))
     policy.save(folder / POLICY_FILE)
     console.print(f"wrote {folder / POLICY_FILE}: best at {policy.info.steps:,} steps, placement "

@@ -22,7 +22,7 @@ class Comparison:
 
 def compare_planners(workload: Workload, topology: Topology, names: Sequence[str] | None,
                      context: PlannerContext, communication: CommunicationModel | None = None) -> Comparison:
-    """Plans of every named planner (``None``: every default one that can run here), all scored
+    """Plans of every named planner (``None``: every one that can run here, TorchRec's included), all scored
     by ``context.cost_model`` (with ``communication``: compute plus each device's all-to-all),
     or without one by ``ProxyCostModel`` so that plans still compare like with like; planners
     whose needs are not met are skipped with the reason."""
@@ -31,7 +31,7 @@ def compare_planners(workload: Workload, topology: Topology, names: Sequence[str
                                                                 topology.num_devices))
     skipped: list[tuple[str, str]] = []
     if names is None:
-        names, unavailable = available_planners(context)
+        names, unavailable = available_planners(context, defaults_only=False)
         skipped.extend(unavailable)
     # without a trained model, every plan is scored by one proxy, so that plans compare like with like
     scored = context if context.cost_model is not None else replace(context, cost_model=ProxyCostModel())

@@ -82,6 +82,7 @@ class PlacementState:
         self.remaining_bytes = int(sum(u.memory_bytes for u in self.units))
         self._placed_parents: set[str] = set()
         self._if_added: np.ndarray | None = None
+        self._partial: dict[int, float] = {}  # costs if added, of the devices asked for one by one
 
     @property
     def done(self) -> bool:
@@ -131,19 +132,28 @@ class PlacementState:
             ok[d] = free[d] >= 0 and packable(desc, free.tolist())
         return ok
 
-    def costs_if_added(self) -> np.ndarray:
-        """Every device's predicted cost with the current unit added (needs an accumulator)."""
+    def costs_if_added(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """The predicted cost of every device (or of the devices ``rows``, in that order) with
+        the current unit added (needs an accumulator)."""
+        assert self.accumulator is not None, "costs_if_added needs a cost model's accumulator"
         if self._if_added is None:
-            assert self.accumulator is not None, "costs_if_added needs a cost model's accumulator"
+            if rows is not None and len(rows) < len(self.devices):
+                known = self._partial.get(int(rows[0])) if len(rows) == 1 else None
+                if known is not None:
+                    return np.array([known])
+                costs = np.asarray(self.accumulator.costs_if_added(self.current.table, rows), dtype=np.float64)
+                self._partial.update(zip(rows.tolist(), costs.tolist()))
+                return costs
             self._if_added = np.asarray(self.accumulator.costs_if_added(self.current.table), dtype=np.float64)
-        return self._if_added
+        return self._if_added if rows is None else self._if_added[rows]
 
     def apply(self, device: int) -> None:
         """Place the current unit on ``device`` (which must have room) and move to the next."""
         unit, state = self.current, self.devices[device]
         if not state.accepts(unit):
             raise ValueError(f"device {device} cannot take {unit.name!r}")
-        load = float(self.costs_if_added()[device]) if self.accumulator is not None else state.load + unit.cost
+        load = (float(self.costs_if_added(np.array([device]))[0]) if self.accumulator is not None
+                else state.load + unit.cost)
         if self.accumulator is not None:
             self.accumulator.add(device, unit.table)
         state.add(unit, load)
@@ -156,6 +166,7 @@ class PlacementState:
         self._placed_parents.add(unit.parent)
         self.position += 1
         self._if_added = None
+        self._partial = {}
 
 
 Chooser = Callable[[PlacementState, np.ndarray], int]

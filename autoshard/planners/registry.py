@@ -17,7 +17,7 @@ from autoshard.planners.heuristics import GreedyProxyPlanner, RandomPlanner, Rou
 from autoshard.planners.proxies import PROXIES
 from autoshard.types import Planner
 
-REFINE_SAMPLES = 8
+REFINE_SAMPLES = 16
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ class RLPlanner:
     policy: DevicePolicy
     allow_column_split: bool = False
     samples: int = 0
-    refine_top: int = 2
+    refine_top: int = 4
     temperature: float = 1.0
     seed: int = 0
     set_size_headroom: float = 1.25

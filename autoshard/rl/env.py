@@ -136,7 +136,9 @@ class ShardingEnv(gym.Env):
 
     def _get_obs(self) -> np.ndarray:
         assert self.state is not None
-        return observe(self.state, self.scale, self._allowed).padded(self.config.slots)
+        state = self.state
+        rows = np.arange(len(state.devices))
+        return observe(state, self.scale, rows, state.costs_if_added(), self._allowed).padded(self.config.slots)
 
     def _get_info(self) -> dict[str, Any]:
         assert self.state is not None

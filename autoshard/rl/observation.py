@@ -47,19 +47,23 @@ def task_scale(state: PlacementState) -> float:
     return max(sum(costs) / state.topology.num_devices, max(costs), 1e-9)
 
 
-def observe(state: PlacementState, scale: float, allowed: np.ndarray) -> Observation:
-    """The observation for the state's current unit (``allowed``: its device mask)."""
+def observe(state: PlacementState, scale: float, rows: np.ndarray, if_added: np.ndarray,
+            allowed: np.ndarray) -> Observation:
+    """The observation for the state's current unit, describing the devices ``rows`` (all of
+    them in the environment; the candidates when planning on many devices), with their costs if
+    the unit is added and whether the mask allows them (both aligned with ``rows``)."""
     unit, topology = state.current, state.topology
     n, capacity = topology.num_devices, float(topology.device_memory_bytes)
-    loads, if_added = state.loads, state.costs_if_added()
-    current_max = float(loads.max())
+    all_loads = state.loads
+    loads, free = all_loads[rows], state.free[rows]
+    current_max = float(all_loads.max())
     table = unit.table
     context = np.array([
         state.position / len(state.units),
         state.remaining_cost / (scale * n),
         state.remaining_bytes / max(float(state.free.sum()), 1.0),
         current_max / scale,
-        float(loads.mean()) / scale,
+        float(all_loads.mean()) / scale,
         math.log2(n) / 7.0,
         unit.cost / scale,
         unit.memory_bytes / capacity,
@@ -68,21 +72,20 @@ def observe(state: PlacementState, scale: float, allowed: np.ndarray) -> Observa
         math.log10(table.pooling_factor) / 3.0,
         table.zipf_alpha,
     ], dtype=np.float32)
-    order = np.argsort(np.argsort(loads, kind="stable"), kind="stable")
-    greedy = np.zeros(n)
+    order = np.argsort(np.argsort(all_loads, kind="stable"), kind="stable")[rows]
+    greedy = np.zeros(len(rows))
     if allowed.any():
         candidates = np.flatnonzero(allowed)
         greedy[candidates[np.argmin(if_added[candidates])]] = 1.0
-    devices = np.stack([
-        np.ones(n),
-        loads / scale,
-        if_added / scale,
-        (if_added - loads) / scale,
-        (if_added - current_max) / scale,
-        (capacity - state.free) / capacity,
-        np.clip((state.free - unit.memory_bytes) / capacity, -1.0, 1.0),
-        state.count / (len(state.units) / n),
-        order / max(n - 1, 1),
-        greedy,
-    ], axis=1).astype(np.float32)
+    devices = np.empty((len(rows), F), dtype=np.float32)
+    devices[:, 0] = 1.0
+    devices[:, 1] = loads / scale
+    devices[:, 2] = if_added / scale
+    devices[:, 3] = devices[:, 2] - devices[:, 1]
+    devices[:, 4] = (if_added - current_max) / scale
+    devices[:, 5] = (capacity - free) / capacity
+    devices[:, 6] = np.clip((free - unit.memory_bytes) / capacity, -1.0, 1.0)
+    devices[:, 7] = state.count[rows] / (len(state.units) / n)
+    devices[:, 8] = order / max(n - 1, 1)
+    devices[:, 9] = greedy
     return Observation(context, devices)

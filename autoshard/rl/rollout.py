@@ -13,22 +13,31 @@ if TYPE_CHECKING:
     from autoshard.rl.policy import DevicePolicy
 
 
+CANDIDATES = 32
+"""On more devices than this, the policy scores the 32 least-loaded allowed ones: a min-max
+placement almost never wants a unit on a device with 97 others below it, and scoring every
+device of a 128-device task costs 4x the time (the cost model's head runs once per device)."""
+
+
 class PolicyChooser:
     """A ``Chooser`` that asks the policy: the best-scored allowed device, or, with ``rng``, one
-    drawn from the softmax of the scores over the allowed devices (``temperature`` scales it)."""
+    drawn from the softmax of the scores over the allowed devices (``temperature`` scales it).
+    Only the ``candidates`` least-loaded allowed devices are scored (all of them in training,
+    where tasks have at most 16 devices)."""
 
     def __init__(self, policy: DevicePolicy, rng: np.random.Generator | None = None,
-                 temperature: float = 1.0) -> None:
-        self.policy, self.rng, self.temperature = policy, rng, temperature
+                 temperature: float = 1.0, candidates: int = CANDIDATES) -> None:
+        self.policy, self.rng, self.temperature, self.candidates = policy, rng, temperature, candidates
         self._state: PlacementState | None = None
         self._scale = 1.0
 
     def __call__(self, state: PlacementState, allowed: np.ndarray) -> int:
         if state is not self._state:  # a new placement: its scale is fixed for its duration
             self._state, self._scale = state, task_scale(state)
-        mask = np.zeros(len(state.devices), dtype=bool)
-        mask[allowed] = True
-        scores = self.policy.scores(observe(state, self._scale, mask))[allowed]
+        if len(allowed) > self.candidates:
+            allowed = np.sort(allowed[np.argpartition(state.loads[allowed], self.candidates - 1)[:self.candidates]])
+        if_added = state.costs_if_added(allowed)
+        scores = self.policy.scores(observe(state, self._scale, allowed, if_added, np.ones(len(allowed), bool)))
         if self.rng is None:
             return int(allowed[np.argmax(scores)])
         logits = scores / self.temperature

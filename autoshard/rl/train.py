@@ -108,7 +108,7 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
         model = MaskablePPO(DeviceScoringPolicy, env, learning_rate=config.learning_rate, n_steps=config.n_steps,
                             batch_size=config.batch_size, n_epochs=config.epochs, gamma=config.gamma,
                             gae_lambda=config.gae_lambda, ent_coef=config.ent_coef, seed=config.seed,
-                            policy_kwargs={"hidden": config.hidden}, tensorboard_log=str(out / "tensorboard"),
+                            policy_kwargs={"hidden": config.hidden}, tensorboard_log=_tensorboard_dir(out, log),
                             device="cpu", verbose=0)
     tasks = eval_tasks(config.eval_distribution, config.eval_tasks, config.seed + 1)
     state_path = out / STATE_FILE
@@ -157,6 +157,15 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
         keep_best.evaluate()
     env.close()
     return DevicePolicy.load(out / POLICY_FILE)
+
+
+def _tensorboard_dir(out: Path, log: Callable[[str], None]) -> str | None:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        log("tensorboard is not installed (pip install 'autoshard[train]'): training without its logs")
+        return None
+    return str(out / "tensorboard")
 
 
 def _plain(value):
