@@ -176,3 +176,15 @@ def test_policy_train_cli_writes_a_policy_that_plans_and_resumes(tmp_path):
     assert max(steps) >= 1024
     bad = CliRunner().invoke(app, ["policy", "train", "--profile", str(tmp_path), "--reward", "nope"])
     assert bad.exit_code == 2 and "reward" in bad.output
+
+
+def test_past_its_time_budget_a_search_returns_its_best_plan_so_far_marked_partial(model):
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 60, np.random.default_rng(2))
+    topology = Topology(8, memory_for(workload, 8, 1.3))
+    for name in ("cost_greedy", "rl+refine"):
+        unbounded = make_planner(name, PlannerContext(model, policy)).plan(workload, topology)
+        bounded = make_planner(name, PlannerContext(model, policy, time_budget_s=1e-9)).plan(workload, topology)
+        assert not unbounded.partial and bounded.partial
+        validate_plan(bounded, workload, topology)
+        assert bounded.max_cost_ms >= unbounded.max_cost_ms - 1e-9  # the full search is never worse

@@ -20,6 +20,8 @@ from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 if TYPE_CHECKING:
     from autoshard.rl.policy import DevicePolicy
 
+SAMPLED_CANDIDATES = 32  # sampled rollouts score more devices than the argmax one: diversity for the search
+
 
 @dataclass(frozen=True)
 class RLPlanner:
@@ -72,7 +74,7 @@ class RLPlanner:
                 if deadline.expired:
                     break
                 try:
-                    found.append(rollout(cap, PolicyChooser(self.policy, rng, self.temperature)))
+                    found.append(rollout(cap, PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES)))
                 except PlannerError:  # a sampled rollout into a dead end: the others stand
                     continue
             found.sort(key=_max_load)
