@@ -117,7 +117,7 @@ def test_the_image_serves_plans_as_a_non_root_user_and_stops_cleanly(engine, ima
         assert response.status_code == 200, response.text
         report = response.json()
         planners = [p["planner"] for p in report["plans"]]
-        assert planners == [*HEURISTICS, *(["cost_greedy"] if shipped else [])]
+        assert planners == [*HEURISTICS, *(["cost_greedy", "rl", "rl+refine"] if shipped else [])]  # the shipped profile has a policy
         for plan in report["plans"]:
             assert len(plan["devices"]) == 8 and sum(len(d["tables"]) for d in plan["devices"]) == 80
         assert report["best"] in planners and not report["partial"]
