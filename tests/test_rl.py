@@ -13,7 +13,8 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 from autoshard.errors import ModelError
 from autoshard.evaluation import Task, memory_for
 from autoshard.planners import PlannerContext, ProxyCostModel, make_planner, validate_plan
-from autoshard.rl.env import EnvConfig, Reward, ShardingEnv
+from autoshard.planners.placement import cheapest_after, place
+from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, start
 from autoshard.rl.policy import DevicePolicy, DeviceScoringPolicy
 from autoshard.rl.tasks import FixedTasks, TaskDistribution
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task
@@ -101,9 +102,11 @@ def test_a_policy_must_learn_the_plan_greedy_misses():
     task = Task("lpt", Workload(tables), Topology(2, 1.0))
     cost_model = ProxyCostModel(lambda t: t.pooling_factor)
     greedy = make_planner("cost_greedy", PlannerContext(cost_model)).plan(task.workload, task.topology)
-    env = ShardingEnv(cost_model, FixedTasks((task,)), EnvConfig(slots=2))
+    config = EnvConfig(slots=2, reward=Reward.STEP)
+    placed = place(start(task, cost_model, None, config), cheapest_after)
+    assert placed.loads.max() == 7.0 and greedy.max_cost_ms == 6.0  # local search finds it; placement does not
+    env = ShardingEnv(cost_model, FixedTasks((task,)), config)
     env.reset(seed=0)
-    assert env.greedy_max == 7.0 and greedy.max_cost_ms == 6.0  # local search finds it; placement does not
     agent = MaskablePPO(DeviceScoringPolicy, env, n_steps=256, batch_size=64, learning_rate=3e-3, gamma=1.0,
                         ent_coef=0.01, seed=0, policy_kwargs={"hidden": 32}, device="cpu")
     agent.learn(6000)

@@ -34,7 +34,7 @@ def train_cmd(
     seed: Annotated[int, typer.Option()] = 0,
     envs: Annotated[int, typer.Option(min=1, help="Environments stepped together.")] = 2,
     subprocess: Annotated[bool, typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).")] = False,
-    reward: Annotated[str, typer.Option(help="'greedy_relative' or 'step' (see ShardingEnv).")] = "greedy_relative",
+    reward: Annotated[str, typer.Option(help="'step' or 'greedy_relative' (see ShardingEnv).")] = "step",
     slots: Annotated[int, typer.Option(min=2, help="Device slots while training (the largest training device count).")] = 16,
     work_dir: Annotated[Optional[Path], typer.Option(help=f"Checkpoints, TensorBoard logs, eval log (default PROFILE/{TRAINING_DIR}).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue from the latest checkpoint in the work dir.")] = False,

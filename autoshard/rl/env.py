@@ -33,7 +33,7 @@ class EnvConfig:
     ``set_size_headroom``: see ``unit_cap``."""
 
     slots: int = 16
-    reward: Reward = Reward.GREEDY_RELATIVE
+    reward: Reward = Reward.STEP
     set_size_headroom: float = 1.25
 
     def __post_init__(self) -> None:
@@ -87,11 +87,12 @@ class ShardingEnv(gym.Env):
     lookahead); padding slots are never allowed.
 
     **Reward** (``config.reward``), in units of the task's lower bound:
-    ``step``: minus the increase of the max device cost at each step (the return is minus the
-    final max); ``greedy_relative`` (default): the same, plus the greedy plan's max at the last
-    step, so the return is (greedy max - agent max) / lower bound: zero for matching greedy on
-    every task, which removes the task-to-task spread of returns that the critic must otherwise
-    learn. A dead end (no device allowed), or an action the mask forbids (possible only when the
+    ``step`` (default): minus the increase of the max device cost at each step (the return is
+    minus the final max: dense, and exactly the objective); ``greedy_relative``: the same, plus the
+    greedy plan's max at the last step, so the return is (greedy max - agent max) / lower bound:
+    zero for matching greedy on every task, which removes the task-to-task spread of returns that
+    the critic must otherwise learn. An ablation (docs/rl.md) found no real difference; ``step``
+    was at most 0.5% ahead and needs no greedy rollout per episode. A dead end (no device allowed), or an action the mask forbids (possible only when the
     mask is ignored), ends the episode with -2.
 
     **Episode end.** Terminated when every unit is placed, or at a dead end. Never truncated.
