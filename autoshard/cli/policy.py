@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import replace
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 

@@ -9,7 +9,7 @@ from autoshard.communication import CommunicationModel, WithCommunication
 from autoshard.errors import PlannerError
 from autoshard.planners.context import PlannerContext
 from autoshard.planners.proxies import ProxyCostModel
-from autoshard.planners.registry import available_planners, make_planner
+from autoshard.planners.registry import available_planners, make_planner, planner_spec
 from autoshard.types import ShardingPlan, Topology, Workload
 
 
@@ -38,7 +38,9 @@ def compare_planners(workload: Workload, topology: Topology, names: Sequence[str
     plans, errors = [], []
     for name in names:
         try:
-            make_planner(name, context)  # its needs, checked against what the caller really has
+            unmet = planner_spec(name).unmet(context)  # its needs, against what the caller really has
+            if unmet is not None:
+                raise unmet
             plans.append(make_planner(name, scored).plan(workload, topology))
         except PlannerError as error:
             errors.append(error)

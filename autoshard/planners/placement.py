@@ -82,7 +82,7 @@ class PlacementState:
         self.remaining_bytes = int(sum(u.memory_bytes for u in self.units))
         self._placed_parents: set[str] = set()
         self._if_added: np.ndarray | None = None
-        self._partial: dict[int, float] = {}  # costs if added, of the devices asked for one by one
+        self._partial: dict[int, float] = {}  # costs if added, of devices scored as a subset
 
     @property
     def done(self) -> bool:
@@ -138,9 +138,6 @@ class PlacementState:
         assert self.accumulator is not None, "costs_if_added needs a cost model's accumulator"
         if self._if_added is None:
             if rows is not None and len(rows) < len(self.devices):
-                known = self._partial.get(int(rows[0])) if len(rows) == 1 else None
-                if known is not None:
-                    return np.array([known])
                 costs = np.asarray(self.accumulator.costs_if_added(self.current.table, rows), dtype=np.float64)
                 self._partial.update(zip(rows.tolist(), costs.tolist()))
                 return costs
@@ -152,8 +149,12 @@ class PlacementState:
         unit, state = self.current, self.devices[device]
         if not state.accepts(unit):
             raise ValueError(f"device {device} cannot take {unit.name!r}")
-        load = (float(self.costs_if_added(np.array([device]))[0]) if self.accumulator is not None
-                else state.load + unit.cost)
+        if self.accumulator is None:
+            load = state.load + unit.cost
+        elif self._if_added is None and device in self._partial:  # scored among a few candidates
+            load = self._partial[device]
+        else:
+            load = float(self.costs_if_added(np.array([device]))[0])
         if self.accumulator is not None:
             self.accumulator.add(device, unit.table)
         state.add(unit, load)

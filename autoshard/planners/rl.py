@@ -13,7 +13,7 @@ from autoshard.planners.local_search import improve
 from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, best_over_split_caps,
                                           build_plan, cheapest_after, place_workload)
 from autoshard.planners.units import Unit, model_costs
-from autoshard.rl.env import unit_cap
+from autoshard.rl.env import guarded_state
 from autoshard.rl.rollout import PolicyChooser
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 
@@ -53,14 +53,12 @@ class RLPlanner:
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
-        batch, devices = workload.batch_size, topology.num_devices
+        batch = workload.batch_size
         cost_fn = model_costs(self.cost_model, batch)
         rng = np.random.default_rng(self.seed)
 
         def start(units: list[Unit]) -> PlacementState:
-            return PlacementState(units, topology, self.cost_model.accumulator(devices, batch), lookahead=True,
-                                  max_units_per_device=unit_cap(self.cost_model, len(units), devices,
-                                                                self.set_size_headroom))
+            return guarded_state(units, topology, self.cost_model, batch, self.set_size_headroom)
 
         def rollout(cap: int | None, choose: Chooser) -> list[DeviceState]:
             return place_workload(workload, topology, cost_fn, cap is not None, choose, start, max_ways=cap).devices

@@ -14,10 +14,10 @@ from autoshard.communication import CommunicationModel, WithCommunication
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
 from autoshard.planners.placement import PlacementState, by_cost, cheapest_after, place, prepare_units
-from autoshard.planners.units import model_costs
+from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.observation import OBS_BOUND, observation_size, observe, task_scale
 from autoshard.rl.tasks import TaskDistribution, TaskSource
-from autoshard.types import CostModel
+from autoshard.types import CostModel, Topology
 
 DEAD_END_PENALTY = 2.0  # in units of the task's lower bound: worse than any finished plan's return
 
@@ -52,16 +52,25 @@ def unit_cap(cost_model: CostModel, num_units: int, num_devices: int, headroom: 
     return max(cost_model.max_set_size, math.ceil(headroom * num_units / num_devices))
 
 
+def guarded_state(units: list[Unit], topology: Topology, cost_model: CostModel, batch_size: int,
+                  headroom: float) -> PlacementState:
+    """A fresh placement of ``units`` (in this order) as the agent sees it: running predicted
+    costs, the packing lookahead and the extrapolation guard. The env and the rl planners share it."""
+    devices = topology.num_devices
+    return PlacementState(units, topology, cost_model.accumulator(devices, batch_size), lookahead=True,
+                          max_units_per_device=unit_cap(cost_model, len(units), devices, headroom))
+
+
 def start(task: Task, cost_model: CostModel, communication: CommunicationModel | None,
-          config: EnvConfig) -> PlacementState:
-    """A fresh placement of the task's tables (largest predicted cost first), scored by the cost
-    model plus, if given, the all-to-all for the task's device count."""
+          config: EnvConfig, units: list[Unit] | None = None) -> PlacementState:
+    """A fresh placement of the task's tables (largest predicted cost first, or ``units`` if
+    given), scored by the cost model plus, if given, the all-to-all for the task's device count."""
     model = cost_model if communication is None else WithCommunication(cost_model, communication,
                                                                       task.topology.num_devices)
-    batch, devices = task.workload.batch_size, task.topology.num_devices
-    units = by_cost(prepare_units(task.workload, task.topology, model_costs(model, batch), False))
-    return PlacementState(units, task.topology, model.accumulator(devices, batch), lookahead=True,
-                          max_units_per_device=unit_cap(model, len(units), devices, config.set_size_headroom))
+    batch = task.workload.batch_size
+    if units is None:
+        units = by_cost(prepare_units(task.workload, task.topology, model_costs(model, batch), False))
+    return guarded_state(units, task.topology, model, batch, config.set_size_headroom)
 
 
 class ShardingEnv(gym.Env):
@@ -129,7 +138,8 @@ class ShardingEnv(gym.Env):
         return self._get_obs(), self._get_info()
 
     def _greedy_max(self) -> float:
-        greedy = start(self.task, self.cost_model, self.communication, self.config)
+        assert self.state is not None
+        greedy = start(self.task, self.cost_model, self.communication, self.config, self.state.units)
         try:
             return float(place(greedy, cheapest_after).loads.max())
         except PlannerError:

@@ -66,7 +66,7 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             costs = r["max_ms"]
             if planner not in costs:
                 continue
-            heuristic = min(c for p, c in costs.items() if planner_spec(p).kind is PlannerKind.HEURISTIC)
+            heuristic = best_heuristic(costs)
             vs_heuristic.append(costs[planner] / heuristic)
             if "cost_greedy" in costs:
                 vs_greedy.append(costs[planner] / costs["cost_greedy"])
@@ -83,6 +83,11 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def best_heuristic(costs: dict[str, float]) -> float:
+    """The lowest predicted max among the heuristics' plans."""
+    return min(c for p, c in costs.items() if planner_spec(p).kind is PlannerKind.HEURISTIC)
+
+
 def _geomean(values: Sequence[float]) -> float:
     return math.exp(float(np.mean(np.log(values)))) if values else math.nan
 
@@ -92,7 +97,7 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], planners: 
              "| --- | --- | " + " | ".join("---" for _ in planners) + " |"]
     for r in rows:
         costs = r["max_ms"]
-        heuristic = min(c for p, c in costs.items() if planner_spec(p).kind is PlannerKind.HEURISTIC)
+        heuristic = best_heuristic(costs)
         cells = [f"{costs[p] / heuristic:.3f}" if p in costs else "-" for p in planners]
         lines.append(f"| {r['task']} | {heuristic:.3f} | " + " | ".join(cells) + " |")
     lines += ["", "| planner | geomean vs best heuristic | worst | share <= best heuristic | geomean vs cost_greedy "
@@ -116,9 +121,7 @@ def chart(rows: Sequence[dict[str, Any]], planners: Sequence[str], path: Path) -
     for k, planner in enumerate(planners):
         values = []
         for r in rows:
-            costs = r["max_ms"]
-            heuristic = min(c for p, c in costs.items() if planner_spec(p).kind is PlannerKind.HEURISTIC)
-            values.append(costs.get(planner, math.nan) / heuristic)
+            values.append(r["max_ms"].get(planner, math.nan) / best_heuristic(r["max_ms"]))
         ax.bar([i + k * width for i in range(len(rows))], values, width, label=planner)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))])

@@ -66,18 +66,25 @@ def eval_tasks(distribution: TaskDistribution, count: int, seed: int) -> list[Ta
     return [distribution.sample(rng) for _ in range(count)]
 
 
-def ratio_to_greedy(policy: DevicePolicy, tasks: list[Task], cost_model: CostModel,
+def greedy_maxima(tasks: list[Task], cost_model: CostModel, communication: CommunicationModel | None,
+                  config: EnvConfig) -> list[float]:
+    """Greedy placement's predicted max on each task (no local search): the evaluation's yardstick,
+    computed once per training run."""
+    return [float(place(start(task, cost_model, communication, config), cheapest_after).loads.max())
+            for task in tasks]
+
+
+def ratio_to_greedy(policy: DevicePolicy, tasks: list[Task], greedy: list[float], cost_model: CostModel,
                     communication: CommunicationModel | None, config: EnvConfig) -> float:
-    """Geometric mean over tasks of the policy's predicted max / greedy placement's (no local
-    search on either): below 1 means the policy places better than greedy."""
+    """Geometric mean over tasks of the policy's predicted max / greedy placement's (``greedy``,
+    from ``greedy_maxima``): below 1 means the policy places better than greedy."""
     logs = []
-    for task in tasks:
+    for task, greedy_max in zip(tasks, greedy):
         try:
             agent = place(start(task, cost_model, communication, config), PolicyChooser(policy)).loads.max()
         except PlannerError:
             return math.inf
-        greedy = place(start(task, cost_model, communication, config), cheapest_after).loads.max()
-        logs.append(math.log(agent / greedy))
+        logs.append(math.log(agent / greedy_max))
     return math.exp(float(np.mean(logs)))
 
 
@@ -111,6 +118,7 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
                             policy_kwargs={"hidden": config.hidden}, tensorboard_log=_tensorboard_dir(out, log),
                             device="cpu", verbose=0)
     tasks = eval_tasks(config.eval_distribution, config.eval_tasks, config.seed + 1)
+    greedy = greedy_maxima(tasks, cost_model, communication, config.env)
     state_path = out / STATE_FILE
     best = json.loads(state_path.read_text())["best_ratio"] if resume and state_path.exists() else math.inf
 
@@ -133,7 +141,7 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
             nonlocal best
             steps = self.num_timesteps
             policy = DevicePolicy.from_net(model.policy.mlp_extractor, info(steps, None))
-            ratio = ratio_to_greedy(policy, tasks, cost_model, communication, config.env)
+            ratio = ratio_to_greedy(policy, tasks, greedy, cost_model, communication, config.env)
             self.logger.record("eval/ratio_to_greedy", ratio)
             new_log = not (out / EVAL_LOG).exists()
             with open(out / EVAL_LOG, "a", newline="") as handle:
