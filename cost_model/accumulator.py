@@ -69,6 +69,7 @@ class SetAccumulator:
         self.mean_total = torch.zeros(num_sets, hidden)
         self.largest = torch.full((num_sets, width), -1e9)
         self.count = torch.zeros(num_sets)
+        self.floor = np.zeros(num_sets)  # each set's costliest table alone (``cost_model.predictor``'s floor)
         self._projected: dict[Table, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
     def _code(self, table: Table) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -87,17 +88,23 @@ class SetAccumulator:
         return np.where(count.numpy() > 0, cost, 0.0)
 
     def costs(self) -> np.ndarray:
-        return self._cost(self.sum_part, self.mean_total, self.largest, self.count)
+        return np.maximum(self._cost(self.sum_part, self.mean_total, self.largest, self.count), self.floor)
 
     def costs_if_added(self, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
         """Each set's total ms with ``table`` added (only the sets ``rows``, if given)."""
         code, s, m = self._code(table)
+        alone = self._alone(table)
         if rows is None:
-            return self._cost(self.sum_part, self.mean_total, torch.maximum(self.largest, code), self.count + 1, (s, m))
+            cost = self._cost(self.sum_part, self.mean_total, torch.maximum(self.largest, code), self.count + 1, (s, m))
+            return np.maximum(cost, np.maximum(self.floor, alone))
         index = torch.from_numpy(np.asarray(rows, dtype=np.int64))
         pick = lambda t: t.index_select(0, index)  # noqa: E731
-        return self._cost(pick(self.sum_part), pick(self.mean_total), torch.maximum(pick(self.largest), code),
+        cost = self._cost(pick(self.sum_part), pick(self.mean_total), torch.maximum(pick(self.largest), code),
                           pick(self.count) + 1, (s, m))
+        return np.maximum(cost, np.maximum(self.floor[rows], alone))
+
+    def _alone(self, table: Table) -> float:
+        return float(self.model.alone_ms([table], self.batch_size)[0])
 
     def add(self, set_index: int, table: Table) -> None:
         code, s, m = self._code(table)
@@ -105,3 +112,4 @@ class SetAccumulator:
         self.mean_total[set_index] += m
         torch.maximum(self.largest[set_index], code, out=self.largest[set_index])
         self.count[set_index] += 1
+        self.floor[set_index] = max(self.floor[set_index], self._alone(table))

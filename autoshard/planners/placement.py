@@ -129,19 +129,21 @@ class PlacementState:
         for d in np.flatnonzero(~ok):
             free = self.free.copy()
             free[d] -= size
-            ok[d] = free[d] >= 0 and packable(desc, free.tolist())
+            ok[d] = free[d] >= 0 and packable(desc, free)
         return ok
 
     def costs_if_added(self, rows: np.ndarray | None = None) -> np.ndarray:
         """The predicted cost of every device (or of the devices ``rows``, in that order) with
-        the current unit added (needs an accumulator)."""
+        the current unit added (needs an accumulator); never below the device's cost now, since
+        a unit only adds work (a cost model that says otherwise is wrong there, and a search
+        would seek those places out)."""
         assert self.accumulator is not None, "costs_if_added needs a cost model's accumulator"
         if self._if_added is None:
             if rows is not None and len(rows) < len(self.devices):
-                costs = np.asarray(self.accumulator.costs_if_added(self.current.table, rows), dtype=np.float64)
+                costs = np.maximum(self.accumulator.costs_if_added(self.current.table, rows), self.loads[rows])
                 self._partial.update(zip(rows.tolist(), costs.tolist()))
                 return costs
-            self._if_added = np.asarray(self.accumulator.costs_if_added(self.current.table), dtype=np.float64)
+            self._if_added = np.maximum(self.accumulator.costs_if_added(self.current.table), self.loads)
         return self._if_added if rows is None else self._if_added[rows]
 
     def apply(self, device: int) -> None:
@@ -235,19 +237,19 @@ def by_cost(units: Sequence[Unit]) -> list[Unit]:
     return sorted(units, key=lambda u: (-u.cost, u.name))
 
 
-def packable(sizes_desc: Sequence[int], free: list[int]) -> bool:
+def packable(sizes_desc: Sequence[int], free: Sequence[int]) -> bool:
     """Whether items (sizes, largest first) fit into bins with ``free`` bytes, by first-fit
     decreasing; stops early once the rest provably fits (every bin's room beyond the current
     item adds up to the remaining total, so any-fit cannot fail)."""
-    free = sorted(free, reverse=True)
-    remaining = sum(sizes_desc)
+    bins = np.sort(np.asarray(free, dtype=np.int64))[::-1].copy()
+    remaining = int(sum(sizes_desc))
     for size in sizes_desc:
-        if sum(max(0, f - size) for f in free) >= remaining:
+        if int(np.maximum(bins - size, 0).sum()) >= remaining:
             return True
-        slot = next((j for j, f in enumerate(free) if f >= size), None)
-        if slot is None:
+        slot = int(np.argmax(bins >= size))
+        if bins[slot] < size:
             return False
-        free[slot] -= size
+        bins[slot] -= size
         remaining -= size
     return True
 
@@ -270,10 +272,30 @@ def least_loaded(state: PlacementState, allowed: np.ndarray) -> int:
     return min((devices[d] for d in allowed), key=lambda s: (s.load, s.memory_bytes, s.index)).index
 
 
+CANDIDATES = 16
+"""Scoring planners (cost_greedy, rl) score at most this many devices per unit: the least
+loaded of those allowed. A min-max placement almost never wants a unit on a device with many
+others below it, and the cost model's head runs once per scored device, so scoring all 128 of a
+128-device task costs 8x the time. On 200-1,000 tables over 16-128 devices, scoring 8, 16, 32 or
+every device gave placements of the same predicted max (``docs/planners.md``)."""
+
+
+def candidates(state: PlacementState, allowed: np.ndarray, limit: int = CANDIDATES) -> np.ndarray:
+    """The ``limit`` least-loaded of the ``allowed`` devices, in index order; of several empty
+    devices (all alike) only the first."""
+    empty = allowed[state.count[allowed] == 0]
+    if len(empty) > 1:
+        allowed = np.setdiff1d(allowed, empty[1:], assume_unique=True)
+    if len(allowed) > limit:
+        allowed = np.sort(allowed[np.argpartition(state.loads[allowed], limit - 1)[:limit]])
+    return allowed
+
+
 def cheapest_after(state: PlacementState, allowed: np.ndarray) -> int:
-    """The device whose predicted cost with the unit added is lowest (ties: lowest index)."""
-    costs = state.costs_if_added()
-    return int(allowed[np.argmin(costs[allowed])])
+    """Of the ``candidates``, the device whose predicted cost with the unit added is lowest
+    (ties: lowest index)."""
+    allowed = candidates(state, allowed)
+    return int(allowed[np.argmin(state.costs_if_added(allowed))])
 
 
 def build_plan(name: str, states: Sequence[DeviceState], started: float, batch_size: int,

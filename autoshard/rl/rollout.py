@@ -6,19 +6,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autoshard.planners.placement import PlacementState
+from autoshard.planners.placement import CANDIDATES, PlacementState, candidates
 from autoshard.rl.observation import observe, task_scale
 
 if TYPE_CHECKING:
     from autoshard.rl.policy import DevicePolicy
-
-
-CANDIDATES = 16
-"""On more devices than this, the policy scores the 16 least-loaded allowed ones: a min-max
-placement almost never wants a unit on a device with many others below it, the policy trained on
-at most 16 devices, and scoring every device of a 128-device task costs 8x the time (the cost
-model's head runs once per device). On the held-out grid's 32- and 64-device tasks, 16, 32 and
-all devices gave the same plans."""
 
 
 class PolicyChooser:
@@ -36,8 +28,7 @@ class PolicyChooser:
     def __call__(self, state: PlacementState, allowed: np.ndarray) -> int:
         if state is not self._state:  # a new placement: its scale is fixed for its duration
             self._state, self._scale = state, task_scale(state)
-        if len(allowed) > self.candidates:
-            allowed = np.sort(allowed[np.argpartition(state.loads[allowed], self.candidates - 1)[:self.candidates]])
+        allowed = candidates(state, allowed, self.candidates)
         if_added = state.costs_if_added(allowed)
         scores = self.policy.scores(observe(state, self._scale, allowed, if_added, np.ones(len(allowed), bool)))
         if self.rng is None:
