@@ -36,9 +36,12 @@ def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, m
     ``states[*].load`` must hold predicted costs; they are kept up to date. Memory and the
     one-shard-per-device rule hold throughout. One batched model call per round; returns the
     number of changes applied. Stops early once ``deadline`` expires."""
+    bound = lower_bound(states)
     for done in range(max_rounds):
         if deadline is not None and deadline.expired:
             return done
+        if max(s.load for s in states) <= bound * (1 + REL_TOL):
+            return done  # at the lower bound: nothing can lower the max
         # moves are ~10x fewer than swaps: try swaps only when no move helps
         change = (_best_change(states, cost_model, batch_size, swaps=False)
                   or _best_change(states, cost_model, batch_size, swaps=True))
@@ -109,6 +112,12 @@ def _best_change(states: Sequence[DeviceState], cost_model: CostModel, batch_siz
     best = helps[np.lexsort((source_after[helps] + target_after[helps], pair_max[helps], new_max[helps]))[0]]
     k, out, back = shapes[best]
     return Change(source.index, involved[k].index, out, back, float(source_after[best]), float(target_after[best]))
+
+
+def lower_bound(states: Sequence[DeviceState]) -> float:
+    """No placement of these units has a lower max: a device costs at least its costliest unit
+    alone (the cost model's floor, ``cost_model.predictor``), and every unit is on some device."""
+    return max((u.cost for s in states for u in s.units), default=0.0)
 
 
 def _swappable(source: DeviceState, unit: Unit, target: DeviceState, other: Unit) -> bool:

@@ -114,22 +114,24 @@ class PlacementState:
         return ok
 
     def _packable_after(self) -> np.ndarray:
-        """For each device: would the units after the current one still pack if it took it?"""
-        size = self.current.memory_bytes
-        rest = list(self._rest)
-        del rest[bisect.bisect_left(rest, size)]
-        if not rest:
+        """For each device: would the units after the current one still pack if it took it?
+        O(D) per step from running totals; the full first-fit check runs only for devices the
+        quick test cannot clear."""
+        size, rest = self.current.memory_bytes, self._rest
+        at = bisect.bisect_left(rest, size)  # the current unit's own entry, removed below
+        if len(rest) <= 1:
             return np.ones(len(self.devices), dtype=bool)
-        largest, total = rest[-1], sum(rest)
+        largest, total = (rest[-1] if at != len(rest) - 1 else rest[-2]), self.remaining_bytes - size
         # FFD's first check, for every device at once: room beyond the largest item covers the total
         spare = np.maximum(self.free - largest, 0)
         after = spare.sum() - spare + np.maximum(self.free - size - largest, 0)
         ok = after >= total
-        desc = rest[::-1]
-        for d in np.flatnonzero(~ok):
-            free = self.free.copy()
-            free[d] -= size
-            ok[d] = free[d] >= 0 and packable(desc, free)
+        failing = np.flatnonzero(~ok & (self.free >= size))
+        ok[self.free < size] = False
+        if len(failing):  # first-fit decreasing for each, all at once
+            free = np.tile(self.free, (len(failing), 1))
+            free[np.arange(len(failing)), failing] -= size
+            ok[failing] = packable_many((rest[:at] + rest[at + 1:])[::-1], free)
         return ok
 
     def costs_if_added(self, rows: np.ndarray | None = None) -> np.ndarray:
@@ -239,19 +241,33 @@ def by_cost(units: Sequence[Unit]) -> list[Unit]:
 
 def packable(sizes_desc: Sequence[int], free: Sequence[int]) -> bool:
     """Whether items (sizes, largest first) fit into bins with ``free`` bytes, by first-fit
-    decreasing; stops early once the rest provably fits (every bin's room beyond the current
-    item adds up to the remaining total, so any-fit cannot fail)."""
-    bins = np.sort(np.asarray(free, dtype=np.int64))[::-1].copy()
+    decreasing (``packable_many`` on one set of bins)."""
+    return bool(packable_many(sizes_desc, np.asarray(free, dtype=np.int64)[None, :])[0])
+
+
+def packable_many(sizes_desc: Sequence[int], free: np.ndarray) -> np.ndarray:
+    """For each row of ``free`` (``[n, bins]`` bytes), whether the items (sizes, largest first)
+    fit by first-fit decreasing, all rows at once; a row stops early once the rest provably
+    fits (every bin's room beyond the current item adds up to the remaining total, so any-fit
+    cannot fail)."""
+    bins = -np.sort(-np.asarray(free, dtype=np.int64), axis=1)  # each row's bins, largest first
+    fits_all = np.ones(len(bins), dtype=bool)
+    open_rows = np.arange(len(bins))
     remaining = int(sum(sizes_desc))
     for size in sizes_desc:
-        if int(np.maximum(bins - size, 0).sum()) >= remaining:
-            return True
-        slot = int(np.argmax(bins >= size))
-        if bins[slot] < size:
-            return False
-        bins[slot] -= size
+        if not len(open_rows):
+            break
+        rows = bins[open_rows]
+        settled = np.maximum(rows - size, 0).sum(axis=1) >= remaining
+        open_rows, rows = open_rows[~settled], rows[~settled]
+        room = rows >= size
+        slot = room.argmax(axis=1)
+        placed = room[np.arange(len(open_rows)), slot]
+        fits_all[open_rows[~placed]] = False
+        open_rows, slot = open_rows[placed], slot[placed]
+        bins[open_rows, slot] -= size
         remaining -= size
-    return True
+    return fits_all
 
 
 def place(state: PlacementState, choose: Chooser) -> PlacementState:

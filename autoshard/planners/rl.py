@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autoshard.errors import PlannerError
-from autoshard.planners.local_search import improve
+from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, best_over_split_caps,
                                           build_plan, cheapest_after, place_workload)
 from autoshard.planners.units import Unit, model_costs
@@ -43,7 +43,7 @@ class RLPlanner:
     policy: DevicePolicy
     allow_column_split: bool = False
     samples: int = 0
-    refine_top: int = 4
+    refine_top: int = 2
     temperature: float = 1.0
     seed: int = 0
     set_size_headroom: float = 1.25
@@ -68,9 +68,10 @@ class RLPlanner:
             if not self.samples:
                 return found[0]
             seeds = [rollout(cap, cheapest_after)]  # greedy's placement: the search starts no worse than it
+            bound = lower_bound(found[0]) * (1 + REL_TOL)
             for _ in range(self.samples):
-                if deadline.expired:
-                    break
+                if deadline.expired or min(_max_load(s) for s in seeds + found) <= bound:
+                    break  # out of time, or at the lower bound: no plan can be better
                 try:
                     found.append(rollout(cap, PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES)))
                 except PlannerError:  # a sampled rollout into a dead end: the others stand
