@@ -4,7 +4,9 @@ A request's planners run as tasks (``service.tasks``) in a pool sized to the cor
 pool of processes (the planners are CPU-bound Python, so threads would share one core through
 the GIL and slow the event loop down; processes plan in parallel and leave /healthz alone), or
 a pool of threads (``AUTOSHARD_POOL=thread``, e.g. for tests that register planners at run time).
-Every worker loads the models once, at its start. Worker processes run at a lower CPU priority
+Every worker starts from the models the server loaded at its start-up (handed over in memory,
+not re-read from disk), so a worker restarted after a crash plans exactly as before, even if a
+model file has since changed or vanished. Worker processes run at a lower CPU priority
 (``AUTOSHARD_PLANNER_NICENESS``), so that the server's event loop answers at once even when every
 core plans.
 
@@ -26,12 +28,11 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from autoshard.errors import AutoShardError, PlannerErrorKind
 from autoshard.types import ShardingPlan
-from service.models import ModelStore, load_models
+from service.models import LoadedModel, ModelStore
 from service.tasks import ErrorInfo, PlannerResult, PlannerTask, run_task
 
 log = logging.getLogger("autoshard.service")
@@ -156,7 +157,7 @@ class ThreadPlanningPool(PlanningPool):
 _WORKER: dict[str, ModelStore] = {}
 
 
-def _init_worker(model_dir: str, default_profile: str | None, niceness: int) -> None:
+def _init_worker(models: dict[str, LoadedModel], default_profile: str | None, niceness: int) -> None:
     import os
 
     import torch
@@ -164,14 +165,14 @@ def _init_worker(model_dir: str, default_profile: str | None, niceness: int) -> 
     if niceness:  # the server process (its event loop, /healthz) gets the CPU first
         os.nice(niceness)
     torch.set_num_threads(1)
-    _WORKER["store"] = load_models(Path(model_dir), default_profile)
+    _WORKER["store"] = ModelStore(models, default_profile)
     gc.freeze()  # see service.main: the collector need not walk torch and the models
 
 
 def _worker_call(task: PlannerTask) -> list[PlannerResult]:
     store = _WORKER["store"]
     model = store.models.get(task.profile) if task.profile else None
-    if task.profile and model is None:  # the file changed since the service started
+    if task.profile and model is None:  # not a profile the server loaded (a guard: the router resolves it first)
         error = ErrorInfo("planner", f"profile {task.profile!r} did not load in the planning worker",
                           PlannerErrorKind.UNAVAILABLE.value)
         return [PlannerResult(name, "skipped", reason=error.message, error=error) for name in task.names]
@@ -193,12 +194,13 @@ def _worker_ready(seconds: float) -> int:
 
 
 class ProcessPlanningPool(PlanningPool):
-    """Worker processes (spawned: no threads or torch state forked), each loading the models."""
+    """Worker processes (spawned: no threads or torch state forked), each with a copy of the
+    server's models (pickled once per worker start, under 1 MB for the shipped profile)."""
 
     kind = "process"
 
-    def __init__(self, size: int, model_dir: Path, default_profile: str | None, niceness: int = 0) -> None:
-        self.model_dir, self.default_profile, self.niceness = model_dir, default_profile, niceness
+    def __init__(self, size: int, store: ModelStore, niceness: int = 0) -> None:
+        self.store, self.niceness = store, niceness
         super().__init__(size)
 
     def _new_executor(self) -> Executor:
@@ -209,7 +211,7 @@ class ProcessPlanningPool(PlanningPool):
             os.environ.setdefault(name, "1")
         return ProcessPoolExecutor(max_workers=self.size, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_init_worker,
-                                   initargs=(str(self.model_dir), self.default_profile, self.niceness))
+                                   initargs=(self.store.models, self.store.default_profile, self.niceness))
 
     def _function(self) -> TaskFunction:
         return _worker_call  # module-level: the executor pickles it by name
@@ -220,11 +222,10 @@ class ProcessPlanningPool(PlanningPool):
                                for _ in range(self.size)))
 
 
-def make_pool(kind: str, size: int, store: ModelStore, model_dir: Path, default_profile: str | None,
-              niceness: int = 0) -> PlanningPool:
+def make_pool(kind: str, size: int, store: ModelStore, niceness: int = 0) -> PlanningPool:
     if kind == "thread":
         return ThreadPlanningPool(size, store)
-    return ProcessPlanningPool(size, model_dir, default_profile, niceness)
+    return ProcessPlanningPool(size, store, niceness)
 
 
 __all__ = ["PlanningOutcome", "PlanningPool", "PlanningUnavailable", "ProcessPlanningPool",

@@ -145,8 +145,7 @@ def build_state(settings: Settings, metrics: Metrics) -> ServiceState:
     reasons = ServiceState.reasons_for(store, catalog)
     if reasons and settings.fail_fast:
         raise ModelError("refusing to start (AUTOSHARD_FAIL_FAST): " + "; ".join(reasons))
-    pool = make_pool(settings.pool, settings.planning_workers, store, settings.model_dir, store.default_profile,
-                     settings.planner_niceness)
+    pool = make_pool(settings.pool, settings.planning_workers, store, settings.planner_niceness)
     state = ServiceState(settings, store, catalog, pool, metrics)
     metrics.degraded.set(1 if reasons else 0)
     metrics.models.set(len(store.models))

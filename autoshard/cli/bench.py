@@ -133,6 +133,40 @@ def summary_cmd(
     Console().print(table)
 
 
+@app.command("drift")
+@friendly_errors
+def drift_cmd(
+    traces: Annotated[Path, typer.Option(help="The profile's trace file (.jsonl or .jsonl.gz).")],
+    samples: Annotated[int, typer.Option(min=1, help="Sets to re-measure (seeded).")] = 12,
+    rounds: Annotated[int, typer.Option(min=1, help="Interleaved rounds; the median is kept.")] = 3,
+    seed: Annotated[int, typer.Option()] = 0,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Re-measure some of the traces' sets here: does this machine still measure like the traces?
+    Exits 1 when the median ratio of now to then is outside 0.8-1.25 (re-collect the traces)."""
+    if not traces.is_file():
+        raise InputError("--traces", f"no trace file at {traces}", "pass the profile's traces, e.g. data/traces/<profile>.jsonl.gz")
+    ensure_malloc_settings()
+    from cost_model.drift import TOLERANCE, check_drift
+    from cost_model.traces import read_traces
+
+    with console.status(f"re-measuring {samples} sets x {rounds} rounds"):
+        drift = check_drift(read_traces(traces), samples, rounds, seed)
+    if json_out:
+        print_json(drift.to_dict())
+    else:
+        for s in drift.sets:
+            console.print(f"set {s.sample_id} ({s.tables} tables): then {s.then_ms:.2f} ms, now {s.now_ms:.2f} ms, "
+                          f"x{s.ratio:.2f}")
+        low, high = drift.ratio_range
+        console.print(f"median ratio now / then: {drift.median_ratio:.2f} (range {low:.2f}-{high:.2f}); "
+                      + ("the traces still describe this machine" if drift.holds else
+                         f"outside {TOLERANCE[0]}-{TOLERANCE[1]}: this machine no longer measures like the traces; "
+                         "re-collect them (`autoshard bench collect`) and retrain before trusting predictions here"))
+    if not drift.holds:
+        raise typer.Exit(1)
+
+
 @app.command("comm")
 @friendly_errors
 def comm_cmd(

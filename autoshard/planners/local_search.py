@@ -62,33 +62,51 @@ neighbourhood holds that many (moves, one per unit and device, are always all sc
 time for the same plans; a device with one giant table still tries it with every partner."""
 
 
+Neighbourhood = tuple[list[Edit], list[tuple[int, int]], list[tuple[int, int, int | None]]]
+"""The edits to score (set ``k`` is ``[source, *targets][k]``; see ``autoshard.costing.Edit``),
+per change the positions of its source and target edits, and per change (target k, unit out,
+unit back or None)."""
+
+
+def _moves(source: DeviceState, targets: Sequence[DeviceState]) -> Neighbourhood:
+    edits: list[Edit] = []
+    pairs: list[tuple[int, int]] = []
+    shapes: list[tuple[int, int, int | None]] = []
+    for i, unit in enumerate(source.units):
+        edits.append((0, i, None))  # the source without the unit: shared by its moves
+        rest_at = len(edits) - 1
+        for k, target in enumerate(targets, start=1):
+            if target.accepts(unit):
+                edits.append((k, None, unit.table))
+                pairs.append((rest_at, len(edits) - 1))
+                shapes.append((k, i, None))
+    return edits, pairs, shapes
+
+
+def _swaps(source: DeviceState, targets: Sequence[DeviceState]) -> Neighbourhood:
+    edits: list[Edit] = []
+    pairs: list[tuple[int, int]] = []
+    shapes: list[tuple[int, int, int | None]] = []
+    for i, unit in enumerate(source.units):
+        share = SWAPS * (i + 1) / len(source.units)  # each unit gets its share of the budget
+        for k, target in enumerate(targets, start=1):
+            if len(shapes) >= share:
+                break
+            for j, other in enumerate(target.units):
+                if _swappable(source, unit, target, other):
+                    edits += [(0, i, other.table), (k, j, unit.table)]
+                    pairs.append((len(edits) - 2, len(edits) - 1))
+                    shapes.append((k, i, j))
+    return edits, pairs, shapes
+
+
 def _best_change(states: Sequence[DeviceState], cost_model: CostModel, batch_size: int,
                  swaps: bool) -> Change | None:
     source = max(states, key=lambda s: (s.load, -s.index))
     others = [s for s in states if s is not source]
-    targets = sorted(others, key=lambda s: (s.load, s.index))
-    involved = [source, *targets]  # the model sees only these sets: position k is involved[k]
-    edits: list[Edit] = []  # (set, position removed, table added): see autoshard.costing.Edit
-    edits_at: list[tuple[int, int]] = []  # per change: its source edit, its target edit
-    shapes: list[tuple[int, int, int | None]] = []  # (target's position in involved, out, back)
-    for i, unit in enumerate(source.units):
-        if not swaps:
-            edits.append((0, i, None))
-            rest_at = len(edits) - 1
-        for k, target in enumerate(targets, start=1):
-            if swaps and len(shapes) >= SWAPS * (i + 1) / len(source.units):
-                break  # this unit's share of the swaps is scored: on to the next unit
-            if not swaps:
-                if target.accepts(unit):
-                    edits.append((k, None, unit.table))
-                    shapes.append((k, i, None))
-                    edits_at.append((rest_at, len(edits) - 1))
-                continue
-            for j, other in enumerate(target.units):
-                if _swappable(source, unit, target, other):
-                    edits += [(0, i, other.table), (k, j, unit.table)]
-                    shapes.append((k, i, j))
-                    edits_at.append((len(edits) - 2, len(edits) - 1))
+    targets = sorted(others, key=lambda s: (s.load, s.index))  # partners: least loaded first
+    involved = [source, *targets]  # set k of the edits is involved[k]
+    edits, edits_at, shapes = (_swaps if swaps else _moves)(source, targets)
     if not shapes:
         return None
     costs = np.asarray(cost_model.predict_edits([s.tables for s in involved], edits, batch_size))

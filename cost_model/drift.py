@@ -1,0 +1,82 @@
+"""Is a profile's trace data still this machine? Re-measure some of its sets and compare.
+
+A cost model is trained on one device's traces. The same machine type can measure differently
+later (another host, another VM, a noisy neighbour): this session's "AMD EPYC" measured the
+shipped traces' sets 2.6-6.6x slower than when they were recorded (``docs/traces.md``). Planners
+rank plans by relative costs, so a uniform factor would not matter, but a factor that depends on
+the set (small sets slowed down most) changes which plan is best. ``check_drift`` re-measures a
+seeded sample of the traces' sets in interleaved rounds with the traces' own benchmark settings
+and reports the ratio of now to then, per set and overall.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_model.bench import BenchConfig, measure
+from cost_model.profile import ExecutionMode
+from cost_model.traces import TraceSet
+
+TOLERANCE = (0.8, 1.25)
+"""A median ratio outside this range means the traces no longer describe this machine."""
+
+
+@dataclass(frozen=True, slots=True)
+class SetDrift:
+    sample_id: int
+    tables: int
+    then_ms: float
+    now_ms: float
+
+    @property
+    def ratio(self) -> float:
+        return self.now_ms / self.then_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    sets: tuple[SetDrift, ...]
+
+    @property
+    def median_ratio(self) -> float:
+        return statistics.median(s.ratio for s in self.sets)
+
+    @property
+    def ratio_range(self) -> tuple[float, float]:
+        ratios = [s.ratio for s in self.sets]
+        return min(ratios), max(ratios)
+
+    @property
+    def holds(self) -> bool:
+        low, high = TOLERANCE
+        return low <= self.median_ratio <= high
+
+    def to_dict(self) -> dict:
+        return {"median_ratio": self.median_ratio, "ratio_range": list(self.ratio_range), "holds": self.holds,
+                "tolerance": list(TOLERANCE),
+                "sets": [{"id": s.sample_id, "tables": s.tables, "then_ms": s.then_ms, "now_ms": s.now_ms,
+                          "ratio": s.ratio} for s in self.sets]}
+
+
+def bench_config_of(traces: TraceSet) -> BenchConfig:
+    """The benchmark settings the traces were measured with (on this machine's CPU)."""
+    b = traces.header["bench"]
+    return BenchConfig(int(b["batch_size"]), int(b["warmups"]), int(b["repeats"]), "cpu",
+                       ExecutionMode(b["mode"]), int(b["threads"]), int(b["row_cap_bytes"]))
+
+
+def check_drift(traces: TraceSet, samples: int = 12, rounds: int = 3, seed: int = 0) -> Drift:
+    """Re-measure ``samples`` seeded sets of ``traces`` in ``rounds`` interleaved rounds."""
+    sets = traces.sets()
+    if not sets:
+        raise ValueError("the traces hold no table sets")
+    chosen = [sets[i] for i in np.random.default_rng(seed).choice(len(sets), min(samples, len(sets)), replace=False)]
+    config = bench_config_of(traces)
+    now: dict[int, list[float]] = {s.id: [] for s in chosen}
+    for round_ in range(rounds):
+        for sample in chosen:
+            now[sample.id].append(measure(sample.tables, config, seed=round_).total.median)
+    return Drift(tuple(SetDrift(s.id, len(s.tables), s.cost_ms, statistics.median(now[s.id])) for s in chosen))

@@ -1,0 +1,54 @@
+"""`autoshard bench drift`: traces whose labels this machine no longer reproduces are reported, and
+the command fails; the re-measured sets are the traces' own, with their benchmark settings."""
+
+import json
+
+from typer.testing import CliRunner
+
+from autoshard.cli import app
+from autoshard.synthetic import PoolConfig
+from cost_model.bench import BenchConfig
+from cost_model.collect import CollectConfig, collect
+from cost_model.drift import bench_config_of, check_drift
+from cost_model.profile import ExecutionMode
+from cost_model.traces import iter_lines, read_traces, write_trace
+
+BENCH = BenchConfig(batch_size=32, warmups=1, repeats=3, mode=ExecutionMode.EMBEDDING_BAG, row_cap_bytes=2**20)
+
+
+def _traces(tmp_path, scale: float):
+    """Real traces of a few small sets, their labels multiplied by ``scale`` (as if measured on
+    a machine ``scale`` times slower)."""
+    out = tmp_path / "t.jsonl"
+    collect(CollectConfig(bench=BENCH, pool=PoolConfig(size=6), samples=4, max_tables=3, singles=False), out)
+    lines = list(iter_lines(out))
+    for line in lines[1:]:
+        for part in ("fwd", "bwd", "total"):
+            line[part]["median"] *= scale
+    write_trace(out, lines[0], lines[1:])
+    return out
+
+
+def test_drift_remeasures_the_traces_sets_with_their_settings(tmp_path):
+    traces = read_traces(_traces(tmp_path, 1.0))
+    assert bench_config_of(traces) == BENCH
+    drift = check_drift(traces, samples=2, rounds=1)
+    assert len(drift.sets) == 2 and {s.sample_id for s in drift.sets} <= {s.id for s in traces.sets()}
+    assert all(s.now_ms > 0 and s.then_ms > 0 for s in drift.sets)
+
+
+def test_traces_100x_slower_than_this_machine_fail_the_check(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOSHARD_NO_REEXEC", "1")  # in process: no re-exec with the allocator settings
+    path = _traces(tmp_path, 100.0)
+    result = CliRunner().invoke(app, ["bench", "drift", "--traces", str(path), "--samples", "2", "--rounds", "1",
+                                      "--json"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.output)
+    assert report["holds"] is False and report["median_ratio"] < 0.1
+    result = CliRunner().invoke(app, ["bench", "drift", "--traces", str(path), "--samples", "2", "--rounds", "1"])
+    assert result.exit_code == 1 and "re-collect" in result.output
+
+
+def test_a_missing_trace_file_names_the_option(tmp_path):
+    result = CliRunner().invoke(app, ["bench", "drift", "--traces", str(tmp_path / "none.jsonl")])
+    assert result.exit_code == 2 and "--traces" in result.output
