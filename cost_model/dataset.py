@@ -3,7 +3,9 @@
 Splits (seeded): sets whose tables all come from the **test pool** form split (b), ``unseen_tables``,
 never trained on. The rest (train-pool sets and every train-pool table alone) are shuffled into
 train / validation / split (a) ``unseen_sets`` (sets of training tables not trained on) at 80/10/10;
-single-table samples always go to training.
+single-table samples always go to training. **Plan sets** (the device sets of plans, from
+``autoshard bench plans``): those of training-pool tasks go to training, those of test-pool tasks
+form split (c), ``plan_sets``.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ class Labelled:
     backward_ms: float
     total_ms: float
     passes_total_ms: tuple[float, ...]
+    plans: tuple[tuple[str, str, int], ...] = ()  # a plan set's (task, planner, device) memberships
 
     @classmethod
     def of(cls, sample: Sample) -> "Labelled":
         med = lambda pick: statistics.median(pick(m) for m in sample.passes)  # noqa: E731
         return cls(sample.tables, med(lambda m: m.forward.median), med(lambda m: m.backward.median),
-                   sample.cost_ms, tuple(m.total.median for m in sample.passes))
+                   sample.cost_ms, tuple(m.total.median for m in sample.passes), sample.plans)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,9 +43,10 @@ class Splits:
     validation: tuple[Labelled, ...]
     unseen_sets: tuple[Labelled, ...]  # split (a)
     unseen_tables: tuple[Labelled, ...]  # split (b)
+    plan_sets: tuple[Labelled, ...] = ()  # split (c)
 
     def sizes(self) -> dict[str, int]:
-        return {k: len(getattr(self, k)) for k in ("train", "validation", "unseen_sets", "unseen_tables")}
+        return {k: len(getattr(self, k)) for k in ("train", "validation", "unseen_sets", "unseen_tables", "plan_sets")}
 
 
 def make_splits(traces: TraceSet, seed: int = 0, validation: float = 0.1, unseen_sets: float = 0.1) -> Splits:
@@ -52,5 +56,7 @@ def make_splits(traces: TraceSet, seed: int = 0, validation: float = 0.1, unseen
     order = np.random.default_rng(seed).permutation(len(sets))
     n_val, n_test = int(len(sets) * validation), int(len(sets) * unseen_sets)
     pick = lambda idx: tuple(sets[i] for i in idx)  # noqa: E731
-    return Splits(tuple(singles) + pick(order[n_val + n_test:]), pick(order[:n_val]),
-                  pick(order[n_val:n_val + n_test]), test_pool)
+    plans = {split: tuple(Labelled.of(s) for s in traces.samples if s.kind == "plan" and s.split == split)
+             for split in ("train", "test")}
+    return Splits(tuple(singles) + pick(order[n_val + n_test:]) + plans["train"], pick(order[:n_val]),
+                  pick(order[n_val:n_val + n_test]), test_pool, plans["test"])

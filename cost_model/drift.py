@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_model.bench import BenchConfig, measure
-from cost_model.profile import ExecutionMode
+from cost_model.bench import measure
 from cost_model.traces import TraceSet
 
 TOLERANCE = (0.8, 1.25)
@@ -61,20 +60,13 @@ class Drift:
                           "ratio": s.ratio} for s in self.sets]}
 
 
-def bench_config_of(traces: TraceSet) -> BenchConfig:
-    """The benchmark settings the traces were measured with (on this machine's CPU)."""
-    b = traces.header["bench"]
-    return BenchConfig(int(b["batch_size"]), int(b["warmups"]), int(b["repeats"]), "cpu",
-                       ExecutionMode(b["mode"]), int(b["threads"]), int(b["row_cap_bytes"]))
-
-
 def check_drift(traces: TraceSet, samples: int = 12, rounds: int = 3, seed: int = 0) -> Drift:
     """Re-measure ``samples`` seeded sets of ``traces`` in ``rounds`` interleaved rounds."""
     sets = traces.sets()
     if not sets:
         raise ValueError("the traces hold no table sets")
     chosen = [sets[i] for i in np.random.default_rng(seed).choice(len(sets), min(samples, len(sets)), replace=False)]
-    config = bench_config_of(traces)
+    config = traces.bench_config()
     now: dict[int, list[float]] = {s.id: [] for s in chosen}
     for round_ in range(rounds):
         for sample in chosen:

@@ -53,21 +53,50 @@ def noise_floor(samples: Sequence[Labelled]) -> dict[str, Any]:
             "passes": int(np.median([len(s.passes_total_ms) for s in samples]))}
 
 
+def plan_choices(samples: Sequence[Labelled], predicted: np.ndarray, margin: float = 0.05) -> dict[str, Any]:
+    """Of pairs of plans for the same task whose measured max differs by more than ``margin``,
+    the share where the prediction names the faster one. A plan's measured (predicted) max is the
+    largest measured (predicted) cost of its device sets; compute only, as the sets were measured."""
+    measured: dict[tuple[str, str], float] = {}
+    guessed: dict[tuple[str, str], float] = {}
+    for sample, cost in zip(samples, predicted):
+        for task, planner, _ in sample.plans:
+            key = (task, planner)
+            measured[key] = max(measured.get(key, 0.0), sample.total_ms)
+            guessed[key] = max(guessed.get(key, 0.0), float(cost))
+    right = pairs = 0
+    plans = sorted(measured)
+    for i, a in enumerate(plans):
+        for b in plans[i + 1:]:
+            if a[0] != b[0] or abs(measured[a] - measured[b]) <= margin * min(measured[a], measured[b]):
+                continue
+            pairs += 1
+            right += (measured[a] < measured[b]) == (guessed[a] < guessed[b])
+    return {"pairs": pairs, "named_the_faster": round(right / pairs, 4) if pairs else None,
+            "margin": margin, "plans": len(plans), "tasks": len({t for t, _ in plans})}
+
+
 def evaluate_all(model: NeuralCostModel, splits: Splits, traces: TraceSet) -> dict[str, Any]:
-    """Every estimator on both held-out splits, side by side, plus the noise floor of each split."""
+    """Every estimator on the held-out splits, side by side, plus the noise floor of each split;
+    on split (c), plan sets, also how often the model picks the faster of two plans."""
     batch, cap = traces.batch_size, model.row_cap_bytes
     estimators = [SumOfSingles(traces.singles), LinearAggregate(batch, cap).fit(splits.train),
                   BandwidthEstimator(batch, cap).fit(splits.train)]
     report: dict[str, Any] = {}
-    for split_name in ("unseen_sets", "unseen_tables"):
+    for split_name in ("unseen_sets", "unseen_tables", "plan_sets"):
         samples = getattr(splits, split_name)
+        if not samples:
+            continue
         true = np.array([s.total_ms for s in samples])
         sets = [s.tables for s in samples]
         results = {e.name: scores(e.predict(sets), true) for e in estimators}
-        results["neural"] = scores(np.array(model.predict_many(sets, batch)), true)
+        predicted = np.array(model.predict_many(sets, batch))
+        results["neural"] = scores(predicted, true)
         floor = noise_floor(samples)
         report[split_name] = {"estimators": results, "noise_floor": floor,
                               "neural_beats_all": all(results["neural"]["mape"] < r["mape"] and
                                                       results["neural"]["ranking_accuracy"] > r["ranking_accuracy"]
                                                       for k, r in results.items() if k != "neural")}
+        if split_name == "plan_sets":
+            report[split_name]["plan_choices"] = plan_choices(samples, predicted)
     return report

@@ -24,8 +24,8 @@ from typing import Any, Iterator
 from autoshard.errors import InputError
 from autoshard.types import Table
 from autoshard.workload_file import table_from_dict, table_to_dict
-from cost_model.bench import Measurement, Stats
-from cost_model.profile import DeviceProfile
+from cost_model.bench import BenchConfig, Measurement, Stats
+from cost_model.profile import DeviceProfile, ExecutionMode
 
 TRACE_VERSION = 1
 
@@ -35,10 +35,11 @@ class Sample:
     """One table set, with its measurement in every pass collected so far."""
 
     id: int
-    kind: str  # "single" (one pool table alone) or "set"
+    kind: str  # "single" (one pool table alone), "set" (random) or "plan" (a device set of a plan)
     split: str  # "train" or "test": which pool its tables come from
     tables: tuple[Table, ...]
     passes: tuple[Measurement, ...]
+    plans: tuple[tuple[str, str, int], ...] = ()  # for "plan": every (task, planner, device) that holds it
 
     @property
     def cost_ms(self) -> float:
@@ -66,6 +67,12 @@ class TraceSet:
 
     def sets(self, split: str | None = None) -> list[Sample]:
         return [s for s in self.samples if s.kind == "set" and (split is None or s.split == split)]
+
+    def bench_config(self) -> BenchConfig:
+        """The benchmark settings these traces were measured with (on this machine's CPU)."""
+        b = self.header["bench"]
+        return BenchConfig(int(b["batch_size"]), int(b["warmups"]), int(b["repeats"]), "cpu",
+                           ExecutionMode(b["mode"]), int(b["threads"]), int(b["row_cap_bytes"]))
 
 
 def _open(path: Path, mode: str):
@@ -150,10 +157,25 @@ def read_traces(path: str | Path) -> TraceSet:
         first, passes = grouped.setdefault(line["id"], (line, []))
         passes.append(measurement_from_dict(line))
     samples = tuple(
-        Sample(i, first["kind"], first["split"], tuple(tables[n] for n in first["tables"]), tuple(ms))
+        Sample(i, first["kind"], first["split"], tuple(tables[n] for n in first["tables"]), tuple(ms),
+               tuple((str(t), str(p), int(d)) for t, p, d in first.get("plans", ())))
         for i, (first, ms) in sorted(grouped.items()))
     return TraceSet(header, DeviceProfile.from_dict(header["profile"]), int(header["bench"]["batch_size"]),
                     samples)
+
+
+def merge_traces(parts: list[TraceSet]) -> TraceSet:
+    """Several trace files of one profile and batch size as one (the first one's header; sample
+    ids renumbered in order): random sets plus plan sets, for training and evaluation."""
+    first = parts[0]
+    for part in parts[1:]:
+        if part.profile.id != first.profile.id or part.batch_size != first.batch_size:
+            raise InputError("traces", f"traces of profile {part.profile.id} at batch {part.batch_size} cannot join "
+                             f"traces of {first.profile.id} at batch {first.batch_size}",
+                             "pass trace files of one device profile and one batch size")
+    samples = [s for part in parts for s in part.samples]
+    return TraceSet(first.header, first.profile, first.batch_size,
+                    tuple(Sample(i, s.kind, s.split, s.tables, s.passes, s.plans) for i, s in enumerate(samples)))
 
 
 def _temporary(path: Path) -> Path:

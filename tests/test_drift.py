@@ -9,7 +9,7 @@ from autoshard.cli import app
 from autoshard.synthetic import PoolConfig
 from cost_model.bench import BenchConfig
 from cost_model.collect import CollectConfig, collect
-from cost_model.drift import bench_config_of, check_drift
+from cost_model.drift import check_drift
 from cost_model.profile import ExecutionMode
 from cost_model.traces import iter_lines, read_traces, write_trace
 
@@ -31,7 +31,7 @@ def _traces(tmp_path, scale: float):
 
 def test_drift_remeasures_the_traces_sets_with_their_settings(tmp_path):
     traces = read_traces(_traces(tmp_path, 1.0))
-    assert bench_config_of(traces) == BENCH
+    assert traces.bench_config() == BENCH
     drift = check_drift(traces, samples=2, rounds=1)
     assert len(drift.sets) == 2 and {s.sample_id for s in drift.sets} <= {s.id for s in traces.sets()}
     assert all(s.now_ms > 0 and s.then_ms > 0 for s in drift.sets)

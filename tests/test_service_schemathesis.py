@@ -4,6 +4,8 @@ the schema documented for its status (which also rules out NaN and infinity: JSO
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 schemathesis = pytest.importorskip("schemathesis")
@@ -14,8 +16,11 @@ from schemathesis.specs.openapi.checks import response_schema_conformance  # noq
 
 from tests.service_support import ServedProcess, copy_shipped_profile  # noqa: E402
 
-PLAN_CASES = {"positive": 300, "negative": 250}  # POST /v1/plans: where the input space is
-OTHER_CASES = 25  # per GET operation: they take no input (no negative cases exist)
+# AUTOSHARD_SCHEMATHESIS_SCALE multiplies every count: CI runs 1x (~600 requests); the figure in
+# docs/service.md is a 2x run (`AUTOSHARD_SCHEMATHESIS_SCALE=2 pytest tests/test_service_schemathesis.py -s`)
+SCALE = float(os.environ.get("AUTOSHARD_SCHEMATHESIS_SCALE", "1"))
+PLAN_CASES = {"positive": round(300 * SCALE), "negative": round(250 * SCALE)}  # POST /v1/plans: the input space
+OTHER_CASES = round(25 * SCALE)  # per GET operation: they take no input (no negative cases exist)
 
 
 @pytest.fixture(scope="module")
@@ -53,5 +58,5 @@ def test_no_generated_request_gets_a_server_error(live):
             call()
     total = sum(counts.values())
     print(f"schemathesis: {total} generated requests, 0 server errors: {counts}; statuses {statuses}")
-    assert total >= 500, counts
-    assert counts.get("POST /v1/plans", 0) >= 400, counts
+    assert total >= 500 * SCALE, counts
+    assert counts.get("POST /v1/plans", 0) >= 400 * SCALE, counts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -133,6 +134,119 @@ def summary_cmd(
     Console().print(table)
 
 
+def _require_traces(path: Path) -> None:
+    if not path.is_file():
+        raise InputError("--traces", f"no trace file at {path}", "pass the profile's traces, e.g. data/traces/<profile>.jsonl.gz")
+
+
+@app.command("plans")
+@friendly_errors
+def plans_cmd(
+    traces: Annotated[Path, typer.Option(help="The profile's anchor traces: their table pool and benchmark settings.")],
+    out: Annotated[Path, typer.Option(help="Plan-set trace file to write (.jsonl or .jsonl.gz); resumed if it exists.")],
+    model: Annotated[Optional[Path], typer.Option(help="Profile folder whose planners make the plans (default: the shipped one).")] = None,
+    split: Annotated[str, typer.Option(help="'test': tasks of test-pool tables, split (c) of `cost eval`; "
+                                            "'train': tasks of training tables, to train on.")] = "test",
+    tasks: Annotated[int, typer.Option(min=1, help="Tasks to plan.")] = 12,
+    passes: Annotated[int, typer.Option(min=1, help="Measure every distinct set this many times, pass by pass.")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of the tasks.")] = 0,
+    planners: Annotated[Optional[str], typer.Option(help="Comma-separated planners (default: every default planner the profile can run).")] = None,
+) -> None:
+    """Plan tasks with every planner and measure the device sets the plans create (plan-aware traces)."""
+    if split not in ("train", "test"):
+        raise InputError("--split", f"unknown split {split!r}", "use test (held-out tasks) or train")
+    _require_traces(traces)
+    ensure_malloc_settings()
+    from autoshard.cli.support import load_profile_or_none, one_thread
+    from autoshard.plan_sets import PlanTaskConfig
+    from cost_model.traces import read_traces
+
+    one_thread()
+    anchors = read_traces(traces)
+    profile, why = load_profile_or_none(model)
+    if profile is None:
+        raise InputError("--model", why or "no cost model", "pass a profile folder with a cost_model.pt")
+    measured, sets = _plan_and_measure(anchors, profile, split, PlanTaskConfig(tasks=tasks, seed=seed), passes, out,
+                                       planners.split(",") if planners else None, f"{split}{seed}-")
+    console.print(f"measured {measured} set passes into {out} ({sets} distinct device sets)")
+
+
+def _plan_and_measure(anchors, profile, split: str, config, passes: int, out: Path, planners: list[str] | None,
+                      prefix: str) -> tuple[int, int]:
+    """Plan ``config``'s tasks (from ``anchors``' ``split`` pool tables) with ``profile``'s
+    planners, and measure their device sets into ``out``; (measured now, distinct sets)."""
+    from dataclasses import asdict
+
+    from autoshard.plan_sets import plan_memberships, plan_tasks
+    from autoshard.planners import PlannerContext, available_planners
+    from cost_model.plan_traces import collect_plan_sets, distinct_sets
+    from cost_model.traces import header_tables
+
+    pool = [t for t, d in zip(header_tables(anchors.header).values(), anchors.header["tables"]) if d["split"] == split]
+    task_list = plan_tasks(pool, config, anchors.batch_size, prefix)
+    context = PlannerContext(profile.model, profile.policy)
+    names = planners or available_planners(context)[0]
+    with console.status(f"planning {len(task_list)} tasks with {', '.join(names)}"):
+        memberships = plan_memberships(task_list, names, context, profile.communication)
+    plan = {"plan_sets": {**asdict(config), "split": split, "planners": list(names), "prefix": prefix,
+                          "model_sha256": profile.sha256}}
+    with Progress(TextColumn("[bold]measure"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=False) as progress:
+        task = progress.add_task("measure", total=None)
+        measured = collect_plan_sets(memberships, anchors, split, out, passes, plan,
+                                     lambda done, total: progress.update(task, completed=done, total=total))
+    return measured, len(distinct_sets(memberships))
+
+
+@app.command("refine")
+@friendly_errors
+def refine_cmd(
+    traces: Annotated[Path, typer.Option(help="The profile's anchor traces (random sets), which the model was trained on.")],
+    out: Annotated[Path, typer.Option(help="Folder for each round's plan-set traces and model (round1/, round2/, ...).")],
+    model: Annotated[Optional[Path], typer.Option(help="The profile folder to start from (default: the shipped one).")] = None,
+    rounds: Annotated[int, typer.Option(min=1, help="Rounds of plan, measure, retrain.")] = 1,
+    tasks: Annotated[int, typer.Option(min=1, help="Training-pool tasks planned per round.")] = 12,
+    passes: Annotated[int, typer.Option(min=1)] = 3,
+    seed: Annotated[int, typer.Option()] = 0,
+    max_epochs: Annotated[int, typer.Option(min=1)] = 300,
+) -> None:
+    """Close the loop: plan training-pool tasks with every planner of the current model, measure
+    the device sets the plans create, retrain on the anchors plus every round's plan sets; repeat.
+    Each round's model goes to OUT/roundK/ (with the profile's all-to-all and policy); a rerun
+    resumes (measured sets are kept, trained rounds are not retrained)."""
+    _require_traces(traces)
+    ensure_malloc_settings()
+    import shutil
+
+    from autoshard.cli.cost import read_all, train_and_save
+    from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread
+    from autoshard.plan_sets import PlanTaskConfig
+    from cost_model.traces import read_traces
+
+    one_thread()
+    anchors = read_traces(traces)
+    current = model if model is not None else DEFAULT_MODEL
+    plan_files: list[Path] = []
+    for round_ in range(1, rounds + 1):
+        profile, why = load_profile_or_none(current)
+        if profile is None:
+            raise InputError("--model", why or "no cost model", "pass a profile folder with a cost_model.pt")
+        plan_files.append(out / f"plans.round{round_}.jsonl.gz")
+        _plan_and_measure(anchors, profile, "train", PlanTaskConfig(tasks=tasks, seed=seed * 1000 + round_), passes,
+                          plan_files[-1], None, f"r{round_}-")
+        folder = out / f"round{round_}"
+        if not (folder / "cost_model.pt").exists():
+            command = "autoshard bench refine " + " ".join(sys.argv[3:])
+            train_and_save(read_all([traces, *plan_files]), folder, seed, max_epochs, 60, command,
+                           [str(traces), *map(str, plan_files)])
+            source = current if current.is_dir() else current.parent
+            for name in ("communication.json", "policy.pt"):
+                if (source / name).exists():
+                    shutil.copy2(source / name, folder / name)
+        current = folder
+    console.print(f"refined over {rounds} round(s): the last model is {current}")
+
+
 @app.command("drift")
 @friendly_errors
 def drift_cmd(
@@ -144,8 +258,7 @@ def drift_cmd(
 ) -> None:
     """Re-measure some of the traces' sets here: does this machine still measure like the traces?
     Exits 1 when the median ratio of now to then is outside 0.8-1.25 (re-collect the traces)."""
-    if not traces.is_file():
-        raise InputError("--traces", f"no trace file at {traces}", "pass the profile's traces, e.g. data/traces/<profile>.jsonl.gz")
+    _require_traces(traces)
     ensure_malloc_settings()
     from cost_model.drift import TOLERANCE, check_drift
     from cost_model.traces import read_traces

@@ -20,23 +20,37 @@ app = typer.Typer(help="The neural multi-table cost model: train, evaluate, reco
 @app.command("train")
 @friendly_errors
 def train_cmd(
-    traces: Annotated[Path, typer.Option(help="Trace file (.jsonl or .jsonl.gz).")],
+    traces: Annotated[list[Path], typer.Option(help="Trace file (.jsonl or .jsonl.gz); repeat it to add plan-set "
+                                                    "traces (`autoshard bench plans`) of the same profile.")],
     out: Annotated[Path, typer.Option(help="Folder for cost_model.pt, metrics.json and train_log.csv.")],
     seed: Annotated[int, typer.Option()] = 0,
     max_epochs: Annotated[int, typer.Option(min=1)] = 300,
     patience: Annotated[int, typer.Option(min=1)] = 60,
 ) -> None:
     """Train on traces (seeded, early stopping on validation) and save the checkpoint and metrics."""
+    command = "autoshard cost train " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    train_and_save(read_all(traces), out, seed, max_epochs, patience, command, [str(t) for t in traces])
+
+
+def read_all(paths: list[Path]):
+    """The trace files as one ``TraceSet`` (one profile, one batch size)."""
+    from cost_model.traces import merge_traces, read_traces
+
+    return merge_traces([read_traces(p) for p in paths])
+
+
+def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, command: str,
+                   sources: list[str]) -> dict:
+    """Train on ``data`` (a ``TraceSet``) and save the checkpoint, metrics.json and train_log.csv in
+    ``out``; returns the metrics. ``autoshard cost train`` and ``autoshard bench refine`` share it."""
     import torch
 
     from cost_model.checkpoint import save_checkpoint
     from cost_model.dataset import make_splits
     from cost_model.evaluate import evaluate_all
-    from cost_model.traces import read_traces
     from cost_model.train import TrainConfig, train_cost_model
 
     torch.set_num_threads(1)
-    data = read_traces(traces)
     splits = make_splits(data, seed)
     config = TrainConfig(seed=seed, max_epochs=max_epochs, patience=patience)
     with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
@@ -46,8 +60,8 @@ def train_cmd(
                                   config, out / "train_log.csv",
                                   lambda epoch, m: progress.update(task, completed=epoch, mape=m))
     metrics = {
-        "command": "autoshard cost train " + " ".join(shlex.quote(a) for a in sys.argv[3:]),
-        "traces": str(traces), "profile": data.profile.to_dict(), "splits": splits.sizes(),
+        "command": command, "traces": sources[0] if len(sources) == 1 else sources,
+        "profile": data.profile.to_dict(), "splits": splits.sizes(),
         "train_seconds": round(result.seconds, 1), "best_epoch": result.best_epoch,
         "epochs_run": result.epochs_run, "validation_mape": round(result.best_validation_mape, 4),
         "validation_loss": {"first": round(result.first_validation_loss, 5), "best": round(result.best_validation_loss, 5)},
@@ -55,26 +69,31 @@ def train_cmd(
     }
     save_checkpoint(result.model, out, metrics)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
-    b = metrics["evaluation"]["unseen_tables"]["estimators"]["neural"]
-    console.print(f"saved {out}/cost_model.pt in {result.seconds:.0f} s; unseen tables: MAPE {b['mape']:.3f}, "
-                  f"ranking accuracy {b['ranking_accuracy']:.3f}")
+    summary = [f"saved {out}/cost_model.pt in {result.seconds:.0f} s"]
+    for split, body in metrics["evaluation"].items():
+        n = body["estimators"]["neural"]
+        summary.append(f"{split}: MAPE {n['mape']:.3f}, ranking accuracy {n['ranking_accuracy']:.3f}")
+    console.print("; ".join(summary))
+    return metrics
 
 
 @app.command("eval")
 @friendly_errors
 def eval_cmd(
     model: Annotated[Path, typer.Option(help="A model folder (or cost_model.pt).")],
-    traces: Annotated[Path, typer.Option(help="Trace file with the held-out samples.")],
+    traces: Annotated[list[Path], typer.Option(help="Trace file with the held-out samples; repeat it to add "
+                                                    "plan-set traces (split c: `autoshard bench plans --split test`).")],
     seed: Annotated[int, typer.Option(help="The split seed used in training.")] = 0,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """MAPE, Spearman and ranking accuracy of every estimator on both held-out splits."""
+    """MAPE, Spearman and ranking accuracy of every estimator on the held-out splits: (a) unseen
+    sets, (b) unseen tables and, with plan-set traces, (c) the device sets of plans, with how often
+    the model names the faster of two plans."""
     from cost_model.checkpoint import load_cost_model
     from cost_model.dataset import make_splits
     from cost_model.evaluate import evaluate_all
-    from cost_model.traces import read_traces
 
-    data = read_traces(traces)
+    data = read_all(traces)
     cost_model = load_cost_model(model, expected_profile=data.profile.id)
     report = evaluate_all(cost_model, make_splits(data, seed), data)
     if json_out:
@@ -89,6 +108,11 @@ def eval_cmd(
         for name, s in body["estimators"].items():
             table.add_row(name, f"{s['mape']:.3f}", f"{s['spearman']:.3f}", f"{s['ranking_accuracy']:.3f}", str(s["samples"]))
         Console().print(table)
+        if "plan_choices" in body:
+            c = body["plan_choices"]
+            Console().print(f"plans of one task whose measured max differs by > {c['margin']:.0%}: the model names the "
+                            f"faster one in {c['named_the_faster']} of {c['pairs']} pairs ({c['plans']} plans, "
+                            f"{c['tasks']} tasks)")
 
 
 @app.command("add-ranges")

@@ -1,0 +1,96 @@
+"""Plan-aware traces end to end, on a tiny real profile (EmbeddingBag on this CPU): anchors ->
+a model -> `bench plans` (device sets of plans, measured, resumable) -> `cost eval` with split (c)
+-> `bench refine` (plan, measure, retrain on anchors + plan sets)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autoshard.cli import app
+from autoshard.synthetic import PoolConfig
+from cost_model.bench import BenchConfig
+from cost_model.collect import CollectConfig, collect
+from cost_model.plan_traces import distinct_sets
+from cost_model.profile import ExecutionMode
+from cost_model.traces import merge_traces, read_traces
+from autoshard.types import Table
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    """Anchor traces of a 40-table pool and a model trained on them (a few epochs)."""
+    folder = tmp_path_factory.mktemp("profile")
+    anchors = folder / "anchors.jsonl"
+    bench = BenchConfig(batch_size=32, warmups=1, repeats=3, mode=ExecutionMode.EMBEDDING_BAG, row_cap_bytes=2**20)
+    collect(CollectConfig(bench=bench, pool=PoolConfig(size=40), samples=60, max_tables=6, passes=2), anchors)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTOSHARD_NO_REEXEC", "1")
+        result = CliRunner().invoke(app, ["cost", "train", "--traces", str(anchors), "--out", str(folder / "model"),
+                                          "--max-epochs", "3"])
+    assert result.exit_code == 0, result.output
+    return anchors, folder / "model"
+
+
+@pytest.fixture(autouse=True)
+def no_reexec(monkeypatch):
+    monkeypatch.setenv("AUTOSHARD_NO_REEXEC", "1")
+
+
+def test_distinct_sets_are_measured_once_with_every_plan_that_holds_them():
+    a, b, c = Table("a", 10, 4), Table("b", 10, 4), Table("c", 10, 4)
+    found = distinct_sets([(("t", "p", 0), (a, b)), (("t", "q", 1), (b, a)), (("t", "q", 0), (c,))])
+    assert found == [((a, b), [("t", "p", 0), ("t", "q", 1)]), ((c,), [("t", "q", 0)])]
+
+
+def test_plan_sets_become_split_c_and_resume(profile, tmp_path):
+    anchors, model = profile
+    plans = tmp_path / "plans.jsonl"
+    args = ["bench", "plans", "--traces", str(anchors), "--model", str(model), "--out", str(plans), "--tasks", "3",
+            "--passes", "2", "--planners", "round_robin,size_greedy,lookup_greedy,cost_greedy"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    traces = read_traces(plans)
+    assert traces.samples and all(s.kind == "plan" and s.split == "test" and len(s.passes) == 2 for s in traces.samples)
+    held = {p for s in traces.samples for p in s.plans}
+    assert {planner for _, planner, _ in held} == {"round_robin", "size_greedy", "lookup_greedy", "cost_greedy"}
+    test_tables = {d["name"] for d in read_traces(anchors).header["tables"] if d["split"] == "test"}
+    assert all(t.name in test_tables for s in traces.samples for t in s.tables)  # unseen tables only
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "measured 0 set passes" in again.output
+    result = CliRunner().invoke(app, ["cost", "eval", "--model", str(model), "--traces", str(anchors),
+                                      "--traces", str(plans), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["plan_sets"]["estimators"]["neural"]["samples"] == len(traces.samples)
+    choices = report["plan_sets"]["plan_choices"]
+    assert choices["tasks"] == 3 and choices["plans"] == 12 and choices["pairs"] >= 0
+
+
+def test_refine_plans_measures_and_retrains_on_anchors_plus_plan_sets(profile, tmp_path):
+    anchors, model = profile
+    out = tmp_path / "refine"
+    args = ["bench", "refine", "--traces", str(anchors), "--model", str(model), "--out", str(out), "--rounds", "1",
+            "--tasks", "2", "--passes", "1", "--max-epochs", "3"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    plan_sets = read_traces(out / "plans.round1.jsonl.gz")
+    assert plan_sets.samples and all(s.kind == "plan" and s.split == "train" for s in plan_sets.samples)
+    before = json.loads((model / "metrics.json").read_text())["splits"]["train"]
+    after = json.loads((out / "round1" / "metrics.json").read_text())["splits"]["train"]
+    assert after == before + len(plan_sets.samples)
+    assert (out / "round1" / "cost_model.pt").exists()
+    again = CliRunner().invoke(app, args)  # resumes: nothing to measure, nothing to retrain
+    assert again.exit_code == 0, again.output
+    assert len(merge_traces([read_traces(anchors), plan_sets]).samples) == len(read_traces(anchors).samples) + len(plan_sets.samples)
+
+
+def test_traces_of_another_profile_do_not_merge(profile, tmp_path):
+    from dataclasses import replace
+
+    from autoshard.errors import InputError
+
+    anchors = read_traces(profile[0])
+    other = replace(anchors, batch_size=anchors.batch_size * 2)
+    with pytest.raises(InputError, match="cannot join"):
+        merge_traces([anchors, other])
