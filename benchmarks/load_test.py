@@ -32,6 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import httpx
 import numpy as np
@@ -120,7 +121,7 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-async def run_load(url: str, body: dict, config: Config) -> dict:
+async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int]) -> dict:
     limits = httpx.Limits(max_connections=config.concurrency + 2, max_keepalive_connections=config.concurrency + 2)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
         for _ in range(config.warmup):
@@ -130,6 +131,7 @@ async def run_load(url: str, body: dict, config: Config) -> dict:
         errors: list[str] = []
         partial = 0
         planners: set[str] = set()
+        rss_every_1000: list[float] = []  # the server's RSS (MB) after each 1,000 answers: a soak's memory curve
         remaining = config.requests
 
         async def worker() -> None:
@@ -149,6 +151,8 @@ async def run_load(url: str, body: dict, config: Config) -> dict:
                         errors.append(response.text[:200])
                 except httpx.HTTPError as error:
                     errors.append(f"{type(error).__name__}: {error}")
+                if (len(latencies) + len(errors)) % 1000 == 0:
+                    rss_every_1000.append(rss() / 2**20)
 
         probe_results: multiprocessing.Queue = multiprocessing.Queue()
         stop_probe = multiprocessing.Event()
@@ -162,7 +166,8 @@ async def run_load(url: str, body: dict, config: Config) -> dict:
         prober.join(10)
         metrics = (await client.get("/metrics")).text
     return {"elapsed_s": elapsed, "latencies": latencies, "statuses": statuses, "errors": errors,
-            "partial": partial, "planners": sorted(planners), "health": health, "metrics": metrics}
+            "partial": partial, "planners": sorted(planners), "health": health, "metrics": metrics,
+            "rss_every_1000": rss_every_1000}
 
 
 def probe_health(url: str, stop: multiprocessing.synchronize.Event, out: multiprocessing.Queue) -> None:
@@ -233,7 +238,7 @@ def main(config: Config) -> dict:
         rss_before = rss_bytes(server.pid)
         load_before = os.getloadavg()
         profiler = start_profiler(server.pid, config.profile) if config.profile else None
-        result = asyncio.run(run_load(url, body, config))
+        result = asyncio.run(run_load(url, body, config, lambda: rss_bytes(server.pid)))
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(60)
@@ -266,7 +271,10 @@ def main(config: Config) -> dict:
         "partial_answers": result["partial"],
         "healthz_under_load_ms": {"probes": len(health_ms), "p50": percentile(health_ms, 50),
                                   "p99": percentile(health_ms, 99), "max": max(health_ms) if health_ms else None},
-        "server_rss_mb": {"before": rss_before / 2**20, "after": rss_after / 2**20},
+        "server_rss_mb": {"before": rss_before / 2**20, "after": rss_after / 2**20,
+                          "every_1000_requests": result["rss_every_1000"],
+                          "last_over_first_1000": (result["rss_every_1000"][-1] / result["rss_every_1000"][0]
+                                                   if len(result["rss_every_1000"]) > 1 else None)},
         "server_planner_ms_per_request": {p: 1000 * t for p, t in planner_times(result["metrics"]).items()},
         "server_exit_code_after_sigterm": exit_code,
         "machine": {"loadavg_before": load_before, "loadavg_after": load_after, "other_busy_processes": others},

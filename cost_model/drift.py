@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoshard.errors import InputError
 from cost_model.bench import measure
 from cost_model.traces import TraceSet
 
@@ -64,7 +65,8 @@ def check_drift(traces: TraceSet, samples: int = 12, rounds: int = 3, seed: int 
     """Re-measure ``samples`` seeded sets of ``traces`` in ``rounds`` interleaved rounds."""
     sets = traces.sets()
     if not sets:
-        raise ValueError("the traces hold no table sets")
+        raise InputError("traces", "the traces hold no table sets (only single tables)",
+                         "pass a trace file from `autoshard bench collect` with --samples > 0")
     chosen = [sets[i] for i in np.random.default_rng(seed).choice(len(sets), min(samples, len(sets)), replace=False)]
     config = traces.bench_config()
     now: dict[int, list[float]] = {s.id: [] for s in chosen}

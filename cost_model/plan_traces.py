@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
+from autoshard.errors import InputError
 from autoshard.types import Table
 from cost_model.bench import check_benchable, measure
 from cost_model.profile import detect_profile, malloc_settings_active
@@ -45,7 +46,8 @@ def collect_plan_sets(memberships: Sequence[tuple[PlanMembership, Sequence[Table
     check_benchable([t for tables, _ in sets for t in tables], bench.mode)
     profile = detect_profile(bench.device, bench.mode, bench.threads)
     if profile.id != anchors.profile.id:
-        raise ValueError(f"this machine is profile {profile.id}, the anchor traces {anchors.profile.id}")
+        raise InputError("traces", f"this machine is profile {profile.id}, the anchor traces are {anchors.profile.id}",
+                         "measure plan sets on the machine (and with the mode) the anchor traces came from")
     bench_dict = {**asdict(bench), "mode": bench.mode.value, "malloc_settings": malloc_settings_active()}
     header = make_header(profile, bench_dict, plan, [(t, split) for t in
                                                      sorted({t for tables, _ in sets for t in tables}, key=lambda t: t.name)])

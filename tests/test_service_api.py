@@ -2,7 +2,8 @@
 rl+refine with a copy of the shipped profile), every error path (401, 413, 422 with the field path,
 the table the cost model cannot answer or the table that does not fit, 503 degraded, 504), the
 extrapolation warnings, degraded modes (no model, no policy, a corrupt policy), the catalog
-endpoints, metrics, the TorchRec export, and the event loop staying free while planners run."""
+endpoints, metrics, the TorchRec export, the event loop staying free while planners run, and
+faults (a worker killed mid-request, the model files deleted after start-up)."""
 
 from __future__ import annotations
 
