@@ -46,7 +46,10 @@ class Splits:
     plan_sets: tuple[Labelled, ...] = ()  # split (c)
 
     def sizes(self) -> dict[str, int]:
-        return {k: len(getattr(self, k)) for k in ("train", "validation", "unseen_sets", "unseen_tables", "plan_sets")}
+        """Samples per split; ``plan_sets`` only when there are some (traces without plan sets
+        report as they always did)."""
+        names = ("train", "validation", "unseen_sets", "unseen_tables") + (("plan_sets",) if self.plan_sets else ())
+        return {k: len(getattr(self, k)) for k in names}
 
 
 def make_splits(traces: TraceSet, seed: int = 0, validation: float = 0.1, unseen_sets: float = 0.1) -> Splits:
