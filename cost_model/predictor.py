@@ -6,7 +6,7 @@ cached; a prediction for many sets is then one pooling + one head call over a fl
 **The floor.** A set costs at least its costliest table alone: a device that also runs other
 tables does all of that table's work and more. The network does not know this, and on a few
 sets it predicts less for a giant table with company than for the giant alone (e.g. 11.1 ms
-against 11.7 ms; measured, the company made it 5-13% slower). A search that minimises the
+against 11.7 ms; measured, the company made it 7-17% slower). A search that minimises the
 predicted max finds exactly those sets, so every prediction here is floored at the largest
 single-table prediction of its set (``docs/cost_model.md``).
 """
@@ -77,9 +77,11 @@ class NeuralCostModel(SetCostModel):
         """``[len(table_sets), 3]`` milliseconds: forward, backward+update, total (0 for an empty
         set); the total is floored at the set's costliest table alone (see the module docstring)."""
         out = self._network_detail(table_sets, batch_size)
-        for i, tables in enumerate(table_sets):
-            if len(tables) > 1:
-                out[i, 2] = max(out[i, 2], float(self.alone_ms(tables, batch_size).max()))
+        nonempty = [i for i, tables in enumerate(table_sets) if len(tables)]
+        if nonempty:  # one cached lookup for every table, one segmented max
+            alone = self.alone_ms([t for i in nonempty for t in table_sets[i]], batch_size)
+            starts = np.cumsum([0] + [len(table_sets[i]) for i in nonempty[:-1]])
+            out[nonempty, 2] = np.maximum(out[nonempty, 2], np.maximum.reduceat(alone, starts))
         return out
 
     def alone_ms(self, tables: Sequence[Table], batch_size: int) -> np.ndarray:
