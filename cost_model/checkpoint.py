@@ -50,7 +50,8 @@ def add_trained_ranges(directory: Path, traces_path: Path, seed: int = 0) -> Tra
     if traces.profile.id != model.profile.id:
         raise ModelError(f"{traces_path} is from device profile {traces.profile.id!r}, the model from "
                          f"{model.profile.id!r}; pass the traces the model was trained on")
-    model.ranges = TrainedRanges.of([s.tables for s in make_splits(traces, seed).train], [traces.batch_size])
+    train = make_splits(traces, seed).train
+    model.ranges = TrainedRanges.of([s.tables for s in train], [s.batch_size for s in train])
     save_checkpoint(model, directory, model.metrics)
     return model.ranges
 

@@ -7,7 +7,9 @@ measures every sample once; a rerun with the same options resumes where the last
 
 By default every pool table is fp32 with SGD (the shipped traces). ``precisions`` and
 ``optimizers`` give each pool table a seeded draw of its bytes per element and optimizer instead;
-the header's table rows record them, so every sample's tables carry them.
+the header's table rows record them, so every sample's tables carry them. ``batch_sizes`` gives
+each sample a seeded draw of its batch size (recorded in its lines as ``batch``); by default every
+sample runs at the benchmark's one batch size.
 
 Under ``torchrun`` (``WORLD_SIZE`` > 1) rank r measures the ids with ``id % world == r`` on its
 own device into ``OUT.rank<r>.part``; rank 0 then gathers all parts into ``OUT``.
@@ -45,6 +47,7 @@ class CollectConfig:
     seed: int = 0
     precisions: tuple[int, ...] = (4,)  # bytes per element drawn for each pool table
     optimizers: tuple[str, ...] = ("sgd",)  # Optimizer values drawn for each pool table
+    batch_sizes: tuple[int, ...] = ()  # drawn for each sample; () = the benchmark's batch size
 
     def __post_init__(self) -> None:
         valid_optimizers = {o.value for o in Optimizer}
@@ -54,7 +57,8 @@ class CollectConfig:
                   ("large_samples", self.large_samples >= 0),
                   ("large_max_tables", self.large_samples == 0 or self.large_max_tables > self.max_tables),
                   ("passes", self.passes >= 1), ("test_fraction", 0 <= self.test_fraction <= 1),
-                  ("set_memory_gb", self.set_memory_gb > 0)]
+                  ("set_memory_gb", self.set_memory_gb > 0),
+                  ("batch_sizes", all(b >= 1 for b in self.batch_sizes))]
         for name, ok in checks:
             if not ok:
                 raise InputError(name, f"invalid value {getattr(self, name)!r}",
@@ -67,7 +71,7 @@ class CollectConfig:
         out.pop("bench")
         out.pop("passes")
         defaults = {f.name: f.default for f in fields(self)}
-        for name in ("precisions", "optimizers"):  # absent at the default: older trace headers still match
+        for name in ("precisions", "optimizers", "batch_sizes"):  # absent at the default: older trace headers still match
             if out[name] == defaults[name]:
                 out.pop(name)
         return out
@@ -79,6 +83,7 @@ class SampleSpec:
     kind: str
     split: str
     tables: tuple[Table, ...]
+    batch_size: int | None = None  # None: the benchmark's batch size
 
 
 def collection_pool(config: CollectConfig) -> TablePool:
@@ -96,7 +101,7 @@ def collection_pool(config: CollectConfig) -> TablePool:
 
 def sample_specs(config: CollectConfig, pool: TablePool) -> list[SampleSpec]:
     """Every sample of the collection plan, in id order."""
-    specs = [SampleSpec(i, "single", pool.split_of(t.name), (t,)) for i, t in
+    specs = [SampleSpec(i, "single", pool.split_of(t.name), (t,), _batch_of(config, i)) for i, t in
              enumerate(pool.all)] if config.singles else []
     budget = config.set_memory_gb * 1024**3
     ranges = [(1, config.max_tables)] * config.samples
@@ -116,8 +121,16 @@ def sample_specs(config: CollectConfig, pool: TablePool) -> list[SampleSpec]:
                 used += cost
             if len(chosen) == size:
                 break
-        specs.append(SampleSpec(sample_id, "set", split, tuple(chosen)))
+        specs.append(SampleSpec(sample_id, "set", split, tuple(chosen), _batch_of(config, sample_id)))
     return specs
+
+
+def _batch_of(config: CollectConfig, sample_id: int) -> int | None:
+    """A sample's batch size: a seeded draw from ``batch_sizes`` (its own stream, so the sets
+    drawn do not depend on it), or None for the benchmark's batch size."""
+    if not config.batch_sizes:
+        return None
+    return int(np.random.default_rng([config.seed, sample_id, 2_000_003]).choice(config.batch_sizes))
 
 
 def _world() -> tuple[int, int]:
@@ -153,9 +166,11 @@ def collect(config: CollectConfig, out: Path,
     on_progress(total - len(todo), total)
     try:
         for pass_index, spec in todo:
-            m = measure(spec.tables, bench, seed=config.seed * 1_000_003 + spec.id * 101 + pass_index)
+            at = bench if spec.batch_size is None else replace(bench, batch_size=spec.batch_size)
+            m = measure(spec.tables, at, seed=config.seed * 1_000_003 + spec.id * 101 + pass_index)
+            batch = {} if spec.batch_size is None else {"batch": spec.batch_size}
             writer.append({"type": "sample", "id": spec.id, "pass": pass_index, "kind": spec.kind,
-                           "split": spec.split, "tables": [t.name for t in spec.tables],
+                           "split": spec.split, "tables": [t.name for t in spec.tables], **batch,
                            "fwd": m.forward.to_dict(), "bwd": m.backward.to_dict(),
                            "total": m.total.to_dict()})
             measured += 1

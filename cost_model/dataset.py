@@ -21,20 +21,22 @@ from cost_model.traces import Sample, TraceSet
 
 @dataclass(frozen=True, slots=True)
 class Labelled:
-    """A table set and its label: the median over passes of forward, backward and total ms."""
+    """A table set at a batch size and its label: the median over passes of forward, backward and
+    total ms."""
 
     tables: tuple[Table, ...]
     forward_ms: float
     backward_ms: float
     total_ms: float
     passes_total_ms: tuple[float, ...]
+    batch_size: int
     plans: tuple[tuple[str, str, int], ...] = ()  # a plan set's (task, planner, device) memberships
 
     @classmethod
     def of(cls, sample: Sample) -> "Labelled":
         med = lambda pick: statistics.median(pick(m) for m in sample.passes)  # noqa: E731
         return cls(sample.tables, med(lambda m: m.forward.median), med(lambda m: m.backward.median),
-                   sample.cost_ms, tuple(m.total.median for m in sample.passes), sample.plans)
+                   sample.cost_ms, tuple(m.total.median for m in sample.passes), sample.batch_size, sample.plans)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """The simpler cost estimators the neural model must beat, fitted on the same training traces.
 
-1. ``SumOfSingles``: the sum of the tables' measured single-table costs (additivity).
+1. ``SumOfSingles``: the sum of the tables' measured single-table costs (additivity), each scaled
+   linearly from the batch size it was measured at to the set's.
 2. ``LinearAggregate``: least squares on aggregate features of the set (sums of lookups, bytes
    read, distinct rows' bytes, table count).
 3. ``BandwidthEstimator``: TorchRec ``EmbeddingPerfEstimator`` style: forward = bytes read and
@@ -17,6 +18,7 @@ import numpy as np
 from autoshard.types import Table
 from cost_model.dataset import Labelled
 from cost_model.features import expected_unique_rows
+from cost_model.traces import Sample
 
 
 class Estimator(Protocol):
@@ -24,13 +26,13 @@ class Estimator(Protocol):
 
     def fit(self, train: Sequence[Labelled]) -> "Estimator": ...
 
-    def predict(self, sets: Sequence[Sequence[Table]]) -> np.ndarray: ...
+    def predict(self, sets: Sequence[Sequence[Table]], batch_sizes: Sequence[int]) -> np.ndarray: ...
 
 
 class SumOfSingles:
     name = "sum_of_singles"
 
-    def __init__(self, singles: dict[str, float]) -> None:
+    def __init__(self, singles: dict[str, Sample]) -> None:
         self.singles = singles
 
     def fit(self, train: Sequence[Labelled]) -> "SumOfSingles":
@@ -39,8 +41,9 @@ class SumOfSingles:
     def covers(self, tables: Sequence[Table]) -> bool:
         return all(t.name in self.singles for t in tables)
 
-    def predict(self, sets: Sequence[Sequence[Table]]) -> np.ndarray:
-        return np.array([sum(self.singles[t.name] for t in s) for s in sets])
+    def predict(self, sets: Sequence[Sequence[Table]], batch_sizes: Sequence[int]) -> np.ndarray:
+        alone = lambda t, batch: self.singles[t.name].cost_ms * batch / self.singles[t.name].batch_size  # noqa: E731
+        return np.array([sum(alone(t, batch) for t in s) for s, batch in zip(sets, batch_sizes)])
 
 
 def _table_terms(t: Table, batch_size: int, row_cap_bytes: int) -> tuple[float, float, float, float]:
@@ -57,31 +60,34 @@ class _LeastSquares:
 
     name = "least_squares"
 
-    def __init__(self, batch_size: int, row_cap_bytes: int) -> None:
-        self.batch_size, self.row_cap_bytes = batch_size, row_cap_bytes
+    def __init__(self, row_cap_bytes: int) -> None:
+        self.row_cap_bytes = row_cap_bytes
         self.coef: np.ndarray | None = None
 
-    def design(self, tables: Sequence[Table]) -> np.ndarray:
+    def design(self, tables: Sequence[Table], batch_size: int) -> np.ndarray:
         raise NotImplementedError
+
+    def terms(self, tables: Sequence[Table], batch_size: int) -> np.ndarray:
+        return np.array([_table_terms(t, batch_size, self.row_cap_bytes) for t in tables]).sum(0)
 
     def fit(self, train: Sequence[Labelled]) -> "_LeastSquares":
         from scipy.optimize import nnls
-        X = np.stack([self.design(s.tables) for s in train])
+        X = np.stack([self.design(s.tables, s.batch_size) for s in train])
         y = np.array([s.total_ms for s in train])
         scale = 1.0 / y  # fit relative error, the quantity reported (MAPE)
         self.coef, _ = nnls(X * scale[:, None], y * scale)
         return self
 
-    def predict(self, sets: Sequence[Sequence[Table]]) -> np.ndarray:
+    def predict(self, sets: Sequence[Sequence[Table]], batch_sizes: Sequence[int]) -> np.ndarray:
         assert self.coef is not None, "fit() first"
-        return np.stack([self.design(s) for s in sets]) @ self.coef
+        return np.stack([self.design(s, b) for s, b in zip(sets, batch_sizes)]) @ self.coef
 
 
 class LinearAggregate(_LeastSquares):
     name = "linear_aggregate"
 
-    def design(self, tables: Sequence[Table]) -> np.ndarray:
-        terms = np.array([_table_terms(t, self.batch_size, self.row_cap_bytes) for t in tables]).sum(0)
+    def design(self, tables: Sequence[Table], batch_size: int) -> np.ndarray:
+        terms = self.terms(tables, batch_size)
         return np.array([1.0, len(tables), terms[0] / 1e6, terms[1] / 1e6, terms[2] / 1e6, terms[3] / 1e4])
 
 
@@ -90,8 +96,8 @@ class BandwidthEstimator(_LeastSquares):
 
     name = "bandwidth_analytical"
 
-    def design(self, tables: Sequence[Table]) -> np.ndarray:
-        terms = np.array([_table_terms(t, self.batch_size, self.row_cap_bytes) for t in tables]).sum(0)
+    def design(self, tables: Sequence[Table], batch_size: int) -> np.ndarray:
+        terms = self.terms(tables, batch_size)
         # coefficients are 1/bandwidth for forward+backward traffic, 1/bandwidth of the update,
         # one kernel launch per set (fused) and a per-table overhead
         return np.array([(terms[0] + terms[1]) / 1e6, terms[2] / 1e6, 1.0, len(tables)])

@@ -76,21 +76,30 @@ def plan_choices(samples: Sequence[Labelled], predicted: np.ndarray, margin: flo
             "margin": margin, "plans": len(plans), "tasks": len({t for t, _ in plans})}
 
 
+def predict_labelled(model: NeuralCostModel, samples: Sequence[Labelled]) -> np.ndarray:
+    """The model's total ms for each sample at its own batch size (one call per batch size)."""
+    out = np.zeros(len(samples))
+    for batch in {s.batch_size for s in samples}:
+        index = [i for i, s in enumerate(samples) if s.batch_size == batch]
+        out[index] = model.predict_many([samples[i].tables for i in index], batch)
+    return out
+
+
 def evaluate_all(model: NeuralCostModel, splits: Splits, traces: TraceSet) -> dict[str, Any]:
     """Every estimator on the held-out splits, side by side, plus the noise floor of each split;
     on split (c), plan sets, also how often the model picks the faster of two plans."""
-    batch, cap = traces.batch_size, model.row_cap_bytes
-    estimators = [SumOfSingles(traces.singles), LinearAggregate(batch, cap).fit(splits.train),
-                  BandwidthEstimator(batch, cap).fit(splits.train)]
+    cap = model.row_cap_bytes
+    estimators = [SumOfSingles(traces.singles), LinearAggregate(cap).fit(splits.train),
+                  BandwidthEstimator(cap).fit(splits.train)]
     report: dict[str, Any] = {}
     for split_name in ("unseen_sets", "unseen_tables", "plan_sets"):
         samples = getattr(splits, split_name)
         if not samples:
             continue
         true = np.array([s.total_ms for s in samples])
-        sets = [s.tables for s in samples]
-        results = {e.name: scores(e.predict(sets), true) for e in estimators}
-        predicted = np.array(model.predict_many(sets, batch))
+        sets, batches = [s.tables for s in samples], [s.batch_size for s in samples]
+        results = {e.name: scores(e.predict(sets, batches), true) for e in estimators}
+        predicted = predict_labelled(model, samples)
         results["neural"] = scores(predicted, true)
         floor = noise_floor(samples)
         report[split_name] = {"estimators": results, "noise_floor": floor,

@@ -16,9 +16,13 @@ b bytes per element, pooling factor L and Zipf skew a, the features are:
 10 U / R'             share of the table touched per batch
 11 log10 (R' d b)     benchmarked table bytes (vs the cache)
 12 log10 (B d)        pooled output elements
+13 [row-wise Adagrad] 1 if the table trains with EXACT_ROWWISE_ADAGRAD (one fp32 state per row)
+14 [Adagrad]          1 if the table trains with EXACT_ADAGRAD (a state per element); both 0: SGD
 
 U = sum_i 1 - exp(-B L p_i) with p_i ~ i^-a over R' ranks, summed over log-spaced rank buckets.
-Features are standardised with statistics stored in the checkpoint.
+Features are standardised with statistics stored in the checkpoint. New features are appended,
+never inserted: a network records how many it reads (``NetworkConfig.num_features``) and takes
+the first that many, so a checkpoint trained before a feature existed still loads and predicts.
 """
 
 from __future__ import annotations
@@ -27,9 +31,9 @@ from typing import Sequence
 
 import numpy as np
 
-from autoshard.types import Table
+from autoshard.types import Optimizer, Table
 
-NUM_FEATURES = 13
+NUM_FEATURES = 15
 _BUCKETS = 48
 
 
@@ -48,7 +52,7 @@ def expected_unique_rows(rows: int, alpha: float, draws: float) -> float:
 
 
 def table_features(table: Table, batch_size: int, row_cap_bytes: int) -> np.ndarray:
-    """The 13 raw (unstandardised) features of one table."""
+    """The raw (unstandardised) features of one table."""
     rows = table.num_embeddings
     phys = max(1, min(rows, row_cap_bytes // (table.embedding_dim * 4)))
     d, b, L = table.embedding_dim, table.bytes_per_element, table.pooling_factor
@@ -58,6 +62,7 @@ def table_features(table: Table, batch_size: int, row_cap_bytes: int) -> np.ndar
         np.log10(rows), np.log10(phys), np.log2(d), b / 4.0, np.log10(L), table.zipf_alpha,
         np.log10(lookups), np.log10(lookups * d * b), np.log10(unique), np.log10(unique * d * b),
         unique / phys, np.log10(phys * d * b), np.log10(batch_size * d),
+        float(table.optimizer is Optimizer.ROWWISE_ADAGRAD), float(table.optimizer is Optimizer.ADAGRAD),
     ], dtype=np.float32)
 
 

@@ -60,7 +60,9 @@ class NeuralCostModel(SetCostModel):
         return self.ranges.check(workload, max_tables_per_device)
 
     def normalise(self, raw: np.ndarray) -> torch.Tensor:
-        return (torch.from_numpy(raw) - self.feature_mean) / self.feature_std
+        """Standardised features, the first ``num_features`` (what this network was trained on)."""
+        raw = raw[:, :self.network.config.num_features]
+        return (torch.from_numpy(np.ascontiguousarray(raw)) - self.feature_mean) / self.feature_std
 
     def codes(self, tables: Sequence[Table], batch_size: int) -> torch.Tensor:
         missing = list({t for t in tables if (t, batch_size) not in self._codes})

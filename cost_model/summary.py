@@ -22,12 +22,14 @@ def _dist(values: list[float]) -> dict[str, float]:
 
 
 def non_additivity(traces: TraceSet) -> tuple[list[float], list[int]]:
-    """Per set of 2+ tables: measured set cost / sum of its tables' single costs, and set sizes."""
+    """Per set of 2+ tables whose tables were each measured alone at its batch size: measured set
+    cost / sum of its tables' single costs, and set sizes."""
     singles = traces.singles
     ratios, sizes = [], []
     for s in traces.sets():
-        if len(s.tables) >= 2 and all(t.name in singles for t in s.tables):
-            ratios.append(s.cost_ms / sum(singles[t.name] for t in s.tables))
+        alone = [singles.get(t.name) for t in s.tables]
+        if len(s.tables) >= 2 and all(a is not None and a.batch_size == s.batch_size for a in alone):
+            ratios.append(s.cost_ms / sum(a.cost_ms for a in alone))
             sizes.append(len(s.tables))
     return ratios, sizes
 
@@ -63,6 +65,7 @@ def summarize(traces: TraceSet) -> dict[str, Any]:
         "passes": _dist([len(s.passes) for s in traces.samples]),
         "set_size": _dist([len(s.tables) for s in sets]),
         "batch_size": traces.batch_size,
+        "batch_sizes": {str(b): sum(s.batch_size == b for s in traces.samples) for b in traces.batch_sizes},
         "profile": traces.profile.to_dict(),
         "bench": traces.header["bench"],
         "cost_ms": _dist([s.cost_ms for s in sets]),

@@ -7,6 +7,9 @@ pool table. Each further line is one measurement of one table set in one pass::
   {"type": "sample", "id": 17, "pass": 0, "kind": "set", "split": "train",
    "tables": ["syn0_0012", ...], "fwd": {"median": .., "iqr": .., "n": ..}, "bwd": {..}, "total": {..}}
 
+A line may carry ``"batch": 8192``, the batch size it ran at (collections that draw a batch size
+per sample); without it, the header's benchmark batch size.
+
 A sample is measured once per pass; passes are minutes apart, so the median over passes is a
 label robust to the machine's drift. A line cut short by a kill is dropped on reading.
 """
@@ -39,6 +42,7 @@ class Sample:
     split: str  # "train" or "test": which pool its tables come from
     tables: tuple[Table, ...]
     passes: tuple[Measurement, ...]
+    batch_size: int  # what it ran at
     plans: tuple[tuple[str, str, int], ...] = ()  # for "plan": every (task, planner, device) that holds it
 
     @property
@@ -57,13 +61,18 @@ class Sample:
 class TraceSet:
     header: dict[str, Any]
     profile: DeviceProfile
-    batch_size: int
+    batch_size: int  # the header's benchmark batch size; each sample records its own
     samples: tuple[Sample, ...]
 
     @property
-    def singles(self) -> dict[str, float]:
-        """Each pool table's measured cost alone."""
-        return {s.tables[0].name: s.cost_ms for s in self.samples if s.kind == "single"}
+    def singles(self) -> dict[str, Sample]:
+        """Each pool table alone: its single-table sample."""
+        return {s.tables[0].name: s for s in self.samples if s.kind == "single"}
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        """The distinct batch sizes the samples ran at, sorted."""
+        return tuple(sorted({s.batch_size for s in self.samples})) or (self.batch_size,)
 
     def sets(self, split: str | None = None) -> list[Sample]:
         return [s for s in self.samples if s.kind == "set" and (split is None or s.split == split)]
@@ -150,6 +159,7 @@ def read_traces(path: str | Path) -> TraceSet:
         raise InputError("traces", f"trace version {header.get('version')} is not {TRACE_VERSION}",
                          "re-collect the traces with this version of autoshard")
     tables = header_tables(header)
+    default_batch = int(header["bench"]["batch_size"])
     grouped: dict[int, tuple[dict[str, Any], list[Measurement]]] = {}
     for line in iter_lines(path):
         if line.get("type") != "sample":
@@ -158,24 +168,24 @@ def read_traces(path: str | Path) -> TraceSet:
         passes.append(measurement_from_dict(line))
     samples = tuple(
         Sample(i, first["kind"], first["split"], tuple(tables[n] for n in first["tables"]), tuple(ms),
+               int(first.get("batch", default_batch)),
                tuple((str(t), str(p), int(d)) for t, p, d in first.get("plans", ())))
         for i, (first, ms) in sorted(grouped.items()))
-    return TraceSet(header, DeviceProfile.from_dict(header["profile"]), int(header["bench"]["batch_size"]),
-                    samples)
+    return TraceSet(header, DeviceProfile.from_dict(header["profile"]), default_batch, samples)
 
 
 def merge_traces(parts: list[TraceSet]) -> TraceSet:
-    """Several trace files of one profile and batch size as one (the first one's header; sample
-    ids renumbered in order): random sets plus plan sets, for training and evaluation."""
+    """Several trace files of one profile as one (the first one's header; sample ids renumbered in
+    order; every sample keeps its batch size): random sets plus plan sets, for training and evaluation."""
     first = parts[0]
     for part in parts[1:]:
-        if part.profile.id != first.profile.id or part.batch_size != first.batch_size:
-            raise InputError("traces", f"traces of profile {part.profile.id} at batch {part.batch_size} cannot join "
-                             f"traces of {first.profile.id} at batch {first.batch_size}",
-                             "pass trace files of one device profile and one batch size")
+        if part.profile.id != first.profile.id:
+            raise InputError("traces", f"traces of profile {part.profile.id} cannot join traces of {first.profile.id}",
+                             "pass trace files of one device profile")
     samples = [s for part in parts for s in part.samples]
     return TraceSet(first.header, first.profile, first.batch_size,
-                    tuple(Sample(i, s.kind, s.split, s.tables, s.passes, s.plans) for i, s in enumerate(samples)))
+                    tuple(Sample(i, s.kind, s.split, s.tables, s.passes, s.batch_size, s.plans)
+                          for i, s in enumerate(samples)))
 
 
 def _temporary(path: Path) -> Path:

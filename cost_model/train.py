@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from autoshard.errors import InputError
 from autoshard.types import Table
 from cost_model.dataset import Labelled, Splits
 from cost_model.features import NUM_FEATURES, table_features
@@ -54,14 +55,15 @@ class TrainResult:
 
 
 class _Packed:
-    """Sets as one flat feature matrix plus offsets, for fast minibatching."""
+    """Sets as one flat feature matrix plus offsets, for fast minibatching; each table's features
+    at its sample's batch size, the first ``num_features`` of them."""
 
-    def __init__(self, samples: Sequence[Labelled], batch_size: int, row_cap_bytes: int) -> None:
-        cache: dict[Table, np.ndarray] = {}
-        for t in {t for s in samples for t in s.tables}:
-            cache[t] = table_features(t, batch_size, row_cap_bytes)
-        rows = [cache[t] for s in samples for t in s.tables]
-        self.features = torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, NUM_FEATURES)
+    def __init__(self, samples: Sequence[Labelled], row_cap_bytes: int, num_features: int = NUM_FEATURES) -> None:
+        cache: dict[tuple[Table, int], np.ndarray] = {}
+        for key in {(t, s.batch_size) for s in samples for t in s.tables}:
+            cache[key] = table_features(*key, row_cap_bytes)[:num_features]
+        rows = [cache[(t, s.batch_size)] for s in samples for t in s.tables]
+        self.features = torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, num_features)
         self.sizes = torch.tensor([len(s.tables) for s in samples])
         self.starts = torch.cumsum(self.sizes, 0) - self.sizes
         self.targets = torch.log(torch.tensor([[s.forward_ms, s.backward_ms, s.total_ms] for s in samples],
@@ -75,14 +77,17 @@ class _Packed:
         return self.features[rows], segments, self.targets[ids]
 
 
-def train_cost_model(splits: Splits, profile: DeviceProfile, batch_size: int, row_cap_bytes: int,
+def train_cost_model(splits: Splits, profile: DeviceProfile, row_cap_bytes: int,
                      config: TrainConfig = TrainConfig(), log_csv: Path | None = None,
                      on_epoch: Callable[[int, float], None] = lambda epoch, mape: None) -> TrainResult:
+    if not splits.train or not splits.validation:
+        raise InputError("traces", f"{len(splits.train)} training and {len(splits.validation)} validation sets: "
+                         "too few to train and stop early", "collect more samples (`autoshard bench collect --samples`)")
     start = time.perf_counter()
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
-    train = _Packed(splits.train, batch_size, row_cap_bytes)
-    val = _Packed(splits.validation, batch_size, row_cap_bytes)
+    train = _Packed(splits.train, row_cap_bytes, config.network.num_features)
+    val = _Packed(splits.validation, row_cap_bytes, config.network.num_features)
     mean, std = train.features.mean(0), feature_scale(train.features.std(0))
     norm = lambda x: (x - mean) / std  # noqa: E731
     network = SetCostNetwork(config.network)
@@ -133,6 +138,7 @@ def train_cost_model(splits: Splits, profile: DeviceProfile, batch_size: int, ro
     if writer:
         handle.close()
     network.load_state_dict(best[3])
-    ranges = TrainedRanges.of([s.tables for s in splits.train], [batch_size])
-    model = NeuralCostModel(network, mean, std, profile, row_cap_bytes, batch_size, ranges=ranges)
+    batches = [s.batch_size for s in splits.train]
+    ranges = TrainedRanges.of([s.tables for s in splits.train], batches)
+    model = NeuralCostModel(network, mean, std, profile, row_cap_bytes, int(np.median(batches)), ranges=ranges)
     return TrainResult(model, best[2], epoch, best[1], first_loss, best[0], time.perf_counter() - start)

@@ -178,8 +178,8 @@ def test_collection_can_sample_precisions_and_optimizers_and_records_them(tmp_pa
 def test_noise_floor_is_the_mean_over_every_pair_of_passes():
     """Hand-computed: passes (10, 11, 12.5) give 1/11, 2.5/12.5, 1.5/12.5; passes (4, 5) give 1/5.
     Mean of the four: 0.152727 (passes 0 and 1 only would give 0.145455)."""
-    samples = [Labelled((), 0, 0, 11.0, (10.0, 11.0, 12.5)), Labelled((), 0, 0, 4.5, (4.0, 5.0)),
-               Labelled((), 0, 0, 3.0, (3.0,))]
+    samples = [Labelled((), 0, 0, 11.0, (10.0, 11.0, 12.5), 2048), Labelled((), 0, 0, 4.5, (4.0, 5.0), 2048),
+               Labelled((), 0, 0, 3.0, (3.0,), 2048)]
     expected = (1 / 11 + 2.5 / 12.5 + 1.5 / 12.5 + 1 / 5) / 4
     assert pairwise_pass_mape(s.passes_total_ms for s in samples) == pytest.approx(expected)
     assert noise_floor(samples) == {"pass_to_pass_mape": round(expected, 4), "passes": 2}

@@ -92,7 +92,29 @@ def test_collect_draws_precisions_and_optimizers(tmp_path):
     assert len(traces.samples) == 8 + 2 and all(s.cost_ms > 0 for s in traces.samples)
 
 
+def test_collect_draws_a_batch_size_per_sample_and_the_model_trains_on_them(tmp_path):
+    pytest.importorskip("fbgemm_gpu")
+    from cost_model.dataset import make_splits
+    from cost_model.train import TrainConfig, train_cost_model
+    from cost_model.traces import read_traces
+
+    out = tmp_path / "batches.jsonl"
+    result = _collect(out, *TINY_TBE, "--samples", "20", "--batch-sizes", "64,512")
+    assert result.returncode == 0, result.stderr
+    traces = read_traces(out)
+    assert traces.header["plan"]["batch_sizes"] == [64, 512]
+    assert {s.batch_size for s in traces.samples} == {64, 512}
+    lines = [json.loads(l) for l in out.read_text().splitlines()[1:]]
+    assert all(l["batch"] in (64, 512) for l in lines)
+    again = _collect(out, *TINY_TBE, "--samples", "20", "--batch-sizes", "64,512")  # resumes: nothing left to measure
+    assert again.returncode == 0 and "measured 0 samples" in again.stdout + again.stderr
+    model = train_cost_model(make_splits(traces), traces.profile, traces.header["bench"]["row_cap_bytes"],
+                             TrainConfig(max_epochs=2)).model
+    assert model.ranges.batch_size == (64, 512)
+
+
 @pytest.mark.parametrize("option, value, words", [
+    ("--batch-sizes", "512,0", "'0'"), ("--batch-sizes", "512,x", "'x'"), ("--batch-sizes", "512,512", "twice"),
     ("--precisions", "4,3", "'3'"), ("--precisions", "fp16", "'fp16'"), ("--precisions", "4,,2", "comma"),
     ("--precisions", "4,4", "twice"), ("--optimizers", "sgd,adam", "'adam'"), ("--optimizers", "", "comma")])
 def test_collect_refuses_bad_precisions_and_optimizers(tmp_path, option, value, words):

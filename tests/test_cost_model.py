@@ -38,7 +38,7 @@ def untrained_model(seed: int = 0) -> NeuralCostModel:
 def trained():
     traces = read_traces(FIXTURE)
     splits = make_splits(traces, seed=0)
-    result = train_cost_model(splits, traces.profile, traces.batch_size,
+    result = train_cost_model(splits, traces.profile,
                               traces.header["bench"]["row_cap_bytes"], TrainConfig(max_epochs=60, patience=20))
     return traces, splits, result
 
@@ -70,7 +70,7 @@ def test_training_on_real_traces_learns_and_beats_sum_of_singles(trained):
     held_out = splits.unseen_sets + splits.unseen_tables
     true = np.array([s.total_ms for s in held_out])
     neural = mape(np.array(result.model.predict_many([s.tables for s in held_out], traces.batch_size)), true)
-    additive = mape(SumOfSingles(traces.singles).predict([s.tables for s in held_out]), true)
+    additive = mape(SumOfSingles(traces.singles).predict([s.tables for s in held_out], [s.batch_size for s in held_out]), true)
     assert neural < additive
 
 

@@ -101,7 +101,7 @@ def test_training_records_the_ranges_of_its_training_split():
     from cost_model.train import TrainConfig, train_cost_model
     traces = read_traces(ROOT / "tests" / "fixtures" / "cpu_traces_small.jsonl.gz")
     splits = make_splits(traces)
-    result = train_cost_model(splits, traces.profile, traces.batch_size, traces.header["bench"]["row_cap_bytes"],
+    result = train_cost_model(splits, traces.profile, traces.header["bench"]["row_cap_bytes"],
                               TrainConfig(max_epochs=1))
     assert result.model.ranges == TrainedRanges.of([s.tables for s in splits.train], [traces.batch_size])
 

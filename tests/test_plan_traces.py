@@ -91,6 +91,18 @@ def test_traces_of_another_profile_do_not_merge(profile, tmp_path):
     from autoshard.errors import InputError
 
     anchors = read_traces(profile[0])
-    other = replace(anchors, batch_size=anchors.batch_size * 2)
+    other = replace(anchors, profile=replace(anchors.profile, device_name="Other CPU"))
     with pytest.raises(InputError, match="cannot join"):
         merge_traces([anchors, other])
+
+
+def test_traces_at_other_batch_sizes_merge_and_keep_each_samples_batch(profile):
+    from dataclasses import replace
+
+    anchors = read_traces(profile[0])
+    doubled = replace(anchors, batch_size=anchors.batch_size * 2,
+                      samples=tuple(replace(s, batch_size=s.batch_size * 2) for s in anchors.samples))
+    merged = merge_traces([anchors, doubled])
+    assert [s.batch_size for s in merged.samples] == ([anchors.batch_size] * len(anchors.samples)
+                                                      + [anchors.batch_size * 2] * len(anchors.samples))
+    assert merged.batch_sizes == (anchors.batch_size, anchors.batch_size * 2)

@@ -41,10 +41,14 @@ def collect_cmd(
                                                   "beyond 4).")] = "4",
     optimizers: Annotated[str, typer.Option(help="Optimizers drawn for each pool table, comma-separated from sgd, "
                                                   "rowwise_adagrad, adagrad (fbgemm_tbe only beyond sgd).")] = "sgd",
+    batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes drawn for each sample, comma-separated "
+                                                            "(e.g. 512,1024,2048,4096,8192,16384); default: "
+                                                            "--batch-size for every sample.")] = None,
 ) -> None:
     """Sample random table sets from a synthetic pool, measure them, and append traces."""
     precision_values = _precisions(precisions)  # before re-exec and the heavy imports: a typo fails at once
     optimizer_values = _optimizers(optimizers)
+    batch_values = _batch_sizes(batch_sizes) if batch_sizes is not None else ()
     ensure_malloc_settings()
     from autoshard.synthetic import PoolConfig
     from cost_model.bench import BenchConfig
@@ -64,7 +68,7 @@ def collect_cmd(
         bench=BenchConfig(batch_size, warmups, repeats, device, chosen, threads, row_cap_mb * 1024**2),
         pool=PoolConfig(size=pool_size, seed=pool_seed), samples=samples, max_tables=max_tables,
         large_samples=large_samples, large_max_tables=large_max_tables, passes=passes, singles=singles,
-        seed=seed, precisions=precision_values, optimizers=optimizer_values)
+        seed=seed, precisions=precision_values, optimizers=optimizer_values, batch_sizes=batch_values)
     with Progress(TextColumn("[bold]collect"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=console, transient=False) as progress:
         task = progress.add_task("collect", total=None)
@@ -72,11 +76,14 @@ def collect_cmd(
     console.print(f"measured {measured} samples into {out}")
 
 
+_EXAMPLES = {"--precisions": "4,2", "--optimizers": "sgd,rowwise_adagrad", "--batch-sizes": "512,2048,16384"}
+
+
 def _items(option: str, value: str) -> list[str]:
     items = [item.strip() for item in value.split(",")]
     if not value.strip() or any(not item for item in items):
         raise InputError(option, f"{value!r} is not a comma-separated list",
-                         f"pass values separated by commas, e.g. {'4,2' if option == '--precisions' else 'sgd,rowwise_adagrad'}")
+                         f"pass values separated by commas, e.g. {_EXAMPLES[option]}")
     if len(set(items)) != len(items):
         raise InputError(option, f"{value!r} names a value twice", "name each value once")
     return items
@@ -91,6 +98,16 @@ def _precisions(value: str) -> tuple[int, ...]:
         raise InputError("--precisions", f"unknown bytes per element {bad[0]!r}",
                          "use bytes per element from 1, 2, 4 (fp32), 8, e.g. --precisions 4,2")
     return tuple(allowed[item] for item in items)
+
+
+def _batch_sizes(value: str) -> tuple[int, ...]:
+    """``--batch-sizes 512,2048`` as positive ints; ``InputError`` naming the option otherwise."""
+    items = _items("--batch-sizes", value)
+    bad = [item for item in items if not item.isdigit() or int(item) < 1]
+    if bad:
+        raise InputError("--batch-sizes", f"{bad[0]!r} is not a positive whole number",
+                         "pass batch sizes such as --batch-sizes 512,2048,16384")
+    return tuple(int(item) for item in items)
 
 
 def _optimizers(value: str) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ def train_cmd(
 
 
 def read_all(paths: list[Path]):
-    """The trace files as one ``TraceSet`` (one profile, one batch size)."""
+    """The trace files as one ``TraceSet`` (one device profile)."""
     from cost_model.traces import merge_traces, read_traces
 
     return merge_traces([read_traces(p) for p in paths])
@@ -56,7 +56,7 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
     with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("val MAPE {task.fields[mape]:.3f}"), console=console) as progress:
         task = progress.add_task("train", total=max_epochs, mape=float("nan"))
-        result = train_cost_model(splits, data.profile, data.batch_size, int(data.header["bench"]["row_cap_bytes"]),
+        result = train_cost_model(splits, data.profile, int(data.header["bench"]["row_cap_bytes"]),
                                   config, out / "train_log.csv",
                                   lambda epoch, m: progress.update(task, completed=epoch, mape=m))
     metrics = {
