@@ -1,13 +1,14 @@
 """The device sets that planners create: tasks to plan, and each plan's device sets.
 
 A cost model must be right where plans go. ``plan_tasks`` draws tasks (tables x devices, memory
-binding) from a table pool; ``plan_memberships`` plans each with every planner and returns, for
-each device of each plan, its tables: the sets to measure (``cost_model.plan_traces``).
+binding, a batch size) from a table pool; ``plan_memberships`` plans each with every planner and
+returns, for each device of each plan, its tables at the task's batch size: the sets to measure
+(``cost_model.plan_traces``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import numpy as np
@@ -17,37 +18,47 @@ from autoshard.evaluation import Task, memory_for
 from autoshard.planners.compare import compare_planners
 from autoshard.planners.context import PlannerContext
 from autoshard.synthetic import sample_task
-from autoshard.types import Table, Topology
+from autoshard.types import DeviceSet, Table, Topology
 
 
 @dataclass(frozen=True, slots=True)
 class PlanTaskConfig:
-    """How tasks are drawn: table counts and device counts (uniform over the choices), memory
-    ``slack`` x an even share (binding), seeded."""
+    """How tasks are drawn: table counts, device counts and batch sizes (uniform over the choices;
+    no batch sizes: the caller's one), memory ``slack`` x an even share (binding), seeded."""
 
     tasks: int = 12
     tables: tuple[int, ...] = (20, 40, 80, 160)
     devices: tuple[int, ...] = (4, 8, 16)
     slack: float = 1.3
     seed: int = 0
+    batch_sizes: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict:
+        """As recorded in a plan-set trace header (``batch_sizes`` only when drawn, so that files
+        written before it existed still resume)."""
+        out = asdict(self)
+        if not self.batch_sizes:
+            out.pop("batch_sizes")
+        return out
 
 
 def plan_tasks(pool: Sequence[Table], config: PlanTaskConfig, batch_size: int, prefix: str) -> list[Task]:
-    """``config.tasks`` tasks of distinct pool tables, named ``{prefix}{i}``."""
+    """``config.tasks`` tasks of distinct pool tables, named ``{prefix}{i}``, each at a batch size
+    drawn from ``config.batch_sizes`` (or at ``batch_size``)."""
     rng = np.random.default_rng(config.seed)
     tasks = []
     for i in range(config.tasks):
         count = min(int(rng.choice(config.tables)), len(pool))
         devices = int(rng.choice(config.devices))
-        workload = sample_task(tuple(pool), count, rng, batch_size, f"{prefix}{i}")
+        batch = int(rng.choice(config.batch_sizes)) if config.batch_sizes else batch_size
+        workload = sample_task(tuple(pool), count, rng, batch, f"{prefix}{i}")
         tasks.append(Task(workload.name, workload, Topology(devices, memory_for(workload, devices, config.slack))))
     return tasks
 
 
 def plan_memberships(tasks: Sequence[Task], planners: Sequence[str], context: PlannerContext,
-                     communication: CommunicationModel | None) -> list[tuple[tuple[str, str, int], tuple[Table, ...]]]:
-    """((task, planner, device), the device's tables) for every non-empty device of every plan;
-    planners that cannot plan a task are left out of it."""
+                     communication: CommunicationModel | None) -> list[DeviceSet]:
+    """Every non-empty device of every plan; planners that cannot plan a task are left out of it."""
     out = []
     for task in tasks:
         result = compare_planners(task.workload, task.topology, planners, context, communication)
@@ -55,5 +66,5 @@ def plan_memberships(tasks: Sequence[Task], planners: Sequence[str], context: Pl
             for device, placed in enumerate(plan.devices):
                 tables = tuple(shard.as_table for shard in placed.shards)
                 if tables:
-                    out.append(((task.name, plan.planner, device), tables))
+                    out.append(DeviceSet((task.name, plan.planner, device), tables, task.workload.batch_size))
     return out

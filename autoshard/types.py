@@ -193,6 +193,16 @@ class ShardingPlan:
         return self.max_cost_ms / mean - 1.0 if mean > 0 else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceSet:
+    """One device of one plan, as a set to measure: which (task, planner, device) it is, its
+    tables (shards as tables), the batch size it runs at."""
+
+    member: tuple[str, str, int]
+    tables: tuple[Table, ...]
+    batch_size: int
+
+
 @runtime_checkable
 class CostModel(Protocol):
     """Predicts one device's cost (ms per iteration) for the set of tables it holds, and answers
@@ -230,5 +240,5 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-__all__ = ["CostModel", "DevicePlan", "GIB", "Optimizer", "Planner", "ShardingPlan", "Table",
+__all__ = ["CostModel", "DevicePlan", "DeviceSet", "GIB", "Optimizer", "Planner", "ShardingPlan", "Table",
            "TableShard", "Topology", "Workload"]

@@ -65,3 +65,9 @@ def make_splits(traces: TraceSet, seed: int = 0, validation: float = 0.1, unseen
              for split in ("train", "test")}
     return Splits(tuple(singles) + pick(order[n_val + n_test:]) + plans["train"], pick(order[:n_val]),
                   pick(order[n_val:n_val + n_test]), test_pool, plans["test"])
+
+
+def every_set(traces: TraceSet) -> tuple[Labelled, ...]:
+    """Every random set of the traces, whatever its pool split: a held-out split of its own when
+    the traces come from a pool no model was trained or tuned on (``cost eval --fresh-pool``)."""
+    return tuple(Labelled.of(s) for s in traces.samples if s.kind == "set")

@@ -85,19 +85,23 @@ def predict_labelled(model: NeuralCostModel, samples: Sequence[Labelled]) -> np.
     return out
 
 
-def evaluate_all(model: NeuralCostModel, splits: Splits, traces: TraceSet) -> dict[str, Any]:
+def evaluate_all(model: NeuralCostModel, splits: Splits, traces: TraceSet,
+                 extra: dict[str, Sequence[Labelled]] | None = None) -> dict[str, Any]:
     """Every estimator on the held-out splits, side by side, plus the noise floor of each split;
-    on split (c), plan sets, also how often the model picks the faster of two plans."""
+    on split (c), plan sets, also how often the model picks the faster of two plans. ``extra``:
+    more named held-out splits (e.g. ``fresh_pool``, sets of a pool drawn with a fresh seed),
+    scored the same way; the sum of singles only where every table was measured alone."""
     cap = model.row_cap_bytes
-    estimators = [SumOfSingles(traces.singles), LinearAggregate(cap).fit(splits.train),
-                  BandwidthEstimator(cap).fit(splits.train)]
+    singles = SumOfSingles(traces.singles)
+    fitted = [LinearAggregate(cap).fit(splits.train), BandwidthEstimator(cap).fit(splits.train)]
     report: dict[str, Any] = {}
-    for split_name in ("unseen_sets", "unseen_tables", "plan_sets"):
-        samples = getattr(splits, split_name)
+    named = {name: getattr(splits, name) for name in ("unseen_sets", "unseen_tables", "plan_sets")} | (extra or {})
+    for split_name, samples in named.items():
         if not samples:
             continue
         true = np.array([s.total_ms for s in samples])
         sets, batches = [s.tables for s in samples], [s.batch_size for s in samples]
+        estimators = fitted if not all(singles.covers(t) for t in sets) else [singles, *fitted]
         results = {e.name: scores(e.predict(sets, batches), true) for e in estimators}
         predicted = predict_labelled(model, samples)
         results["neural"] = scores(predicted, true)

@@ -3,20 +3,20 @@
 A cost model trained on random sets is accurate on random sets; planners build other sets (a
 giant with small company, many similar tables) and a search goes exactly where the model is
 wrong. This module measures the sets it is given (which come from planning tasks: see
-``autoshard bench plans``), each distinct set once per pass, with the anchor traces' own
-benchmark settings, so that the two files train and evaluate one model together
-(``cost_model.traces.merge_traces``). Every sample is ``kind: "plan"`` and lists the
-``(task, planner, device)`` that hold it; a rerun with the same sets resumes.
+``autoshard bench plans``), each distinct set once per pass at its task's batch size, with the
+anchor traces' other benchmark settings, so that the two files train and evaluate one model
+together (``cost_model.traces.merge_traces``). Every sample is ``kind: "plan"``, records its
+``batch`` and lists the ``(task, planner, device)`` that hold it; a rerun with the same sets resumes.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 from autoshard.errors import InputError
-from autoshard.types import Table
+from autoshard.types import DeviceSet, Table
 from cost_model.bench import check_benchable, measure
 from cost_model.profile import detect_profile, malloc_settings_active
 from cost_model.traces import TraceSet, TraceWriter, make_header
@@ -25,17 +25,17 @@ PlanMembership = tuple[str, str, int]
 """(task, planner, device)"""
 
 
-def distinct_sets(memberships: Sequence[tuple[PlanMembership, Sequence[Table]]]
-                  ) -> list[tuple[tuple[Table, ...], list[PlanMembership]]]:
-    """Each distinct table set once (order of first appearance), with every plan device holding it."""
-    found: dict[frozenset[str], tuple[tuple[Table, ...], list[PlanMembership]]] = {}
-    for member, tables in memberships:
-        key = frozenset(t.name for t in tables)
-        found.setdefault(key, (tuple(sorted(tables, key=lambda t: t.name)), []))[1].append(member)
+def distinct_sets(device_sets: Sequence[DeviceSet]) -> list[tuple[tuple[Table, ...], int, list[PlanMembership]]]:
+    """Each distinct (table set, batch size) once (order of first appearance), with every plan
+    device holding it."""
+    found: dict[tuple[frozenset[str], int], tuple[tuple[Table, ...], int, list[PlanMembership]]] = {}
+    for d in device_sets:
+        key = (frozenset(t.name for t in d.tables), d.batch_size)
+        found.setdefault(key, (tuple(sorted(d.tables, key=lambda t: t.name)), d.batch_size, []))[2].append(d.member)
     return list(found.values())
 
 
-def collect_plan_sets(memberships: Sequence[tuple[PlanMembership, Sequence[Table]]], anchors: TraceSet,
+def collect_plan_sets(memberships: Sequence[DeviceSet], anchors: TraceSet,
                       split: str, out: Path, passes: int, plan: dict,
                       on_progress: Callable[[int, int], None] = lambda done, total: None) -> int:
     """Measure every distinct set of ``memberships`` (``passes`` times, pass by pass) into ``out``
@@ -43,14 +43,14 @@ def collect_plan_sets(memberships: Sequence[tuple[PlanMembership, Sequence[Table
     header, so that a resume with other settings is refused. Returns how many were measured now."""
     bench = anchors.bench_config()
     sets = distinct_sets(memberships)
-    check_benchable([t for tables, _ in sets for t in tables], bench.mode)
+    check_benchable([t for tables, _, _ in sets for t in tables], bench.mode)
     profile = detect_profile(bench.device, bench.mode, bench.threads)
     if profile.id != anchors.profile.id:
         raise InputError("traces", f"this machine is profile {profile.id}, the anchor traces are {anchors.profile.id}",
                          "measure plan sets on the machine (and with the mode) the anchor traces came from")
     bench_dict = {**asdict(bench), "mode": bench.mode.value, "malloc_settings": malloc_settings_active()}
     header = make_header(profile, bench_dict, plan, [(t, split) for t in
-                                                     sorted({t for tables, _ in sets for t in tables}, key=lambda t: t.name)])
+                                                     sorted({t for tables, _, _ in sets for t in tables}, key=lambda t: t.name)])
     out.parent.mkdir(parents=True, exist_ok=True)
     writer = TraceWriter(out, header)
     done = writer.done()
@@ -59,10 +59,10 @@ def collect_plan_sets(memberships: Sequence[tuple[PlanMembership, Sequence[Table
     on_progress(total - len(todo), total)
     try:
         for pass_index, i in todo:
-            tables, members = sets[i]
-            m = measure(tables, bench, seed=1_000_003 * (pass_index + 1) + i)
+            tables, batch, members = sets[i]
+            m = measure(tables, replace(bench, batch_size=batch), seed=1_000_003 * (pass_index + 1) + i)
             writer.append({"type": "sample", "id": i, "pass": pass_index, "kind": "plan", "split": split,
-                           "tables": [t.name for t in tables], "plans": [list(p) for p in members],
+                           "tables": [t.name for t in tables], "batch": batch, "plans": [list(p) for p in members],
                            "fwd": m.forward.to_dict(), "bwd": m.backward.to_dict(), "total": m.total.to_dict()})
             measured += 1
             on_progress(total - len(todo) + measured, total)

@@ -129,6 +129,30 @@ def test_cli_train_then_eval(tmp_path):
     assert bad.exit_code == 2 and "no cost model" in bad.output
 
 
+def test_cli_tune_chooses_on_validation_and_eval_scores_a_fresh_pool(tmp_path):
+    from cost_model.checkpoint import load_cost_model
+    from cost_model.tune import GRID
+
+    runner = CliRunner()
+    out = tmp_path / "tuned"
+    result = runner.invoke(app, ["cost", "train", "--traces", str(FIXTURE), "--out", str(out), "--max-epochs", "3",
+                                 "--tune"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    rows = metrics["tuning"]["candidates"]
+    assert [r["name"] for r in rows] == [c.name for c in GRID]
+    best = min(rows, key=lambda r: r["validation_mape"])
+    assert metrics["tuning"]["chosen"] == best["name"] and metrics["validation_mape"] == best["validation_mape"]
+    assert metrics["network"] == best["network"] and metrics["learning_rate"] == best["learning_rate"]
+    assert load_cost_model(out).network.config.table_code == best["network"]["table_code"]
+    assert (out / "train_log.csv").read_text() == (out / "tuning" / f"{best['name']}.csv").read_text()
+    result = runner.invoke(app, ["cost", "eval", "--model", str(out), "--traces", str(FIXTURE),
+                                 "--fresh-pool", str(FIXTURE), "--json"])
+    assert result.exit_code == 0, result.output
+    sets = sum(s.kind == "set" for s in read_traces(FIXTURE).samples)
+    assert json.loads(result.stdout)["fresh_pool"]["estimators"]["neural"]["samples"] == sets
+
+
 def test_incremental_edits_equal_rebuilt_sets():
     model = untrained_model(3)
     base = [list(TABLES[0:5]), list(TABLES[5:6]), [], list(TABLES[10:20])]

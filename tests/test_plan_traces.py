@@ -14,7 +14,7 @@ from cost_model.collect import CollectConfig, collect
 from cost_model.plan_traces import distinct_sets
 from cost_model.profile import ExecutionMode
 from cost_model.traces import merge_traces, read_traces
-from autoshard.types import Table
+from autoshard.types import DeviceSet, Table
 
 
 @pytest.fixture(scope="module")
@@ -39,19 +39,23 @@ def no_reexec(monkeypatch):
 
 def test_distinct_sets_are_measured_once_with_every_plan_that_holds_them():
     a, b, c = Table("a", 10, 4), Table("b", 10, 4), Table("c", 10, 4)
-    found = distinct_sets([(("t", "p", 0), (a, b)), (("t", "q", 1), (b, a)), (("t", "q", 0), (c,))])
-    assert found == [((a, b), [("t", "p", 0), ("t", "q", 1)]), ((c,), [("t", "q", 0)])]
+    found = distinct_sets([DeviceSet(("t", "p", 0), (a, b), 64), DeviceSet(("t", "q", 1), (b, a), 64),
+                           DeviceSet(("t", "q", 0), (c,), 64), DeviceSet(("u", "p", 0), (a, b), 128)])
+    assert found == [((a, b), 64, [("t", "p", 0), ("t", "q", 1)]), ((c,), 64, [("t", "q", 0)]),
+                     ((a, b), 128, [("u", "p", 0)])]
 
 
 def test_plan_sets_become_split_c_and_resume(profile, tmp_path):
     anchors, model = profile
     plans = tmp_path / "plans.jsonl"
     args = ["bench", "plans", "--traces", str(anchors), "--model", str(model), "--out", str(plans), "--tasks", "3",
-            "--passes", "2", "--planners", "round_robin,size_greedy,lookup_greedy,cost_greedy"]
+            "--passes", "2", "--planners", "round_robin,size_greedy,lookup_greedy,cost_greedy",
+            "--devices", "2,4", "--batch-sizes", "16,32"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     traces = read_traces(plans)
     assert traces.samples and all(s.kind == "plan" and s.split == "test" and len(s.passes) == 2 for s in traces.samples)
+    assert {s.batch_size for s in traces.samples} <= {16, 32}  # each set at its task's batch size
     held = {p for s in traces.samples for p in s.plans}
     assert {planner for _, planner, _ in held} == {"round_robin", "size_greedy", "lookup_greedy", "cost_greedy"}
     test_tables = {d["name"] for d in read_traces(anchors).header["tables"] if d["split"] == "test"}

@@ -76,7 +76,8 @@ def collect_cmd(
     console.print(f"measured {measured} samples into {out}")
 
 
-_EXAMPLES = {"--precisions": "4,2", "--optimizers": "sgd,rowwise_adagrad", "--batch-sizes": "512,2048,16384"}
+_EXAMPLES = {"--precisions": "4,2", "--optimizers": "sgd,rowwise_adagrad", "--batch-sizes": "512,2048,16384",
+             "--devices": "4,8,16,32,64"}
 
 
 def _items(option: str, value: str) -> list[str]:
@@ -102,11 +103,16 @@ def _precisions(value: str) -> tuple[int, ...]:
 
 def _batch_sizes(value: str) -> tuple[int, ...]:
     """``--batch-sizes 512,2048`` as positive ints; ``InputError`` naming the option otherwise."""
-    items = _items("--batch-sizes", value)
+    return _positive_ints("--batch-sizes", value)
+
+
+def _positive_ints(option: str, value: str) -> tuple[int, ...]:
+    """``--devices 4,8`` / ``--batch-sizes 512,2048`` as positive ints; ``InputError`` naming the option otherwise."""
+    items = _items(option, value)
     bad = [item for item in items if not item.isdigit() or int(item) < 1]
     if bad:
-        raise InputError("--batch-sizes", f"{bad[0]!r} is not a positive whole number",
-                         "pass batch sizes such as --batch-sizes 512,2048,16384")
+        raise InputError(option, f"{bad[0]!r} is not a positive whole number",
+                         f"pass values such as {option} {_EXAMPLES[option]}")
     return tuple(int(item) for item in items)
 
 
@@ -168,10 +174,14 @@ def plans_cmd(
     passes: Annotated[int, typer.Option(min=1, help="Measure every distinct set this many times, pass by pass.")] = 5,
     seed: Annotated[int, typer.Option(help="Seed of the tasks.")] = 0,
     planners: Annotated[Optional[str], typer.Option(help="Comma-separated planners (default: every default planner the profile can run).")] = None,
+    devices: Annotated[str, typer.Option(help="Device counts drawn for each task, comma-separated.")] = "4,8,16",
+    batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes drawn for each task, comma-separated "
+                                                            "(default: the anchor traces' batch size).")] = None,
 ) -> None:
     """Plan tasks with every planner and measure the device sets the plans create (plan-aware traces)."""
     if split not in ("train", "test"):
         raise InputError("--split", f"unknown split {split!r}", "use test (held-out tasks) or train")
+    device_counts, batches = _positive_ints("--devices", devices), _batch_sizes(batch_sizes) if batch_sizes else ()
     _require_traces(traces)
     ensure_malloc_settings()
     from autoshard.cli.support import load_profile_or_none, one_thread
@@ -183,7 +193,8 @@ def plans_cmd(
     profile, why = load_profile_or_none(model)
     if profile is None:
         raise InputError("--model", why or "no cost model", "pass a profile folder with a cost_model.pt")
-    measured, sets = _plan_and_measure(anchors, profile, split, PlanTaskConfig(tasks=tasks, seed=seed), passes, out,
+    config = PlanTaskConfig(tasks=tasks, devices=device_counts, seed=seed, batch_sizes=batches)
+    measured, sets = _plan_and_measure(anchors, profile, split, config, passes, out,
                                        planners.split(",") if planners else None, f"{split}{seed}-")
     console.print(f"measured {measured} set passes into {out} ({sets} distinct device sets)")
 
@@ -192,8 +203,6 @@ def _plan_and_measure(anchors, profile, split: str, config, passes: int, out: Pa
                       prefix: str) -> tuple[int, int]:
     """Plan ``config``'s tasks (from ``anchors``' ``split`` pool tables) with ``profile``'s
     planners, and measure their device sets into ``out``; (measured now, distinct sets)."""
-    from dataclasses import asdict
-
     from autoshard.plan_sets import plan_memberships, plan_tasks
     from autoshard.planners import PlannerContext, available_planners
     from cost_model.plan_traces import collect_plan_sets, distinct_sets
@@ -205,7 +214,7 @@ def _plan_and_measure(anchors, profile, split: str, config, passes: int, out: Pa
     names = planners or available_planners(context)[0]
     with console.status(f"planning {len(task_list)} tasks with {', '.join(names)}"):
         memberships = plan_memberships(task_list, names, context, profile.communication)
-    plan = {"plan_sets": {**asdict(config), "split": split, "planners": list(names), "prefix": prefix,
+    plan = {"plan_sets": {**config.to_dict(), "split": split, "planners": list(names), "prefix": prefix,
                           "model_sha256": profile.sha256}}
     with Progress(TextColumn("[bold]measure"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=console, transient=False) as progress:
@@ -226,11 +235,15 @@ def refine_cmd(
     passes: Annotated[int, typer.Option(min=1)] = 3,
     seed: Annotated[int, typer.Option()] = 0,
     max_epochs: Annotated[int, typer.Option(min=1)] = 300,
+    devices: Annotated[str, typer.Option(help="Device counts drawn for each task, comma-separated.")] = "4,8,16",
+    batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes drawn for each task, comma-separated "
+                                                            "(default: the anchor traces' batch size).")] = None,
 ) -> None:
     """Close the loop: plan training-pool tasks with every planner of the current model, measure
     the device sets the plans create, retrain on the anchors plus every round's plan sets; repeat.
     Each round's model goes to OUT/roundK/ (with the profile's all-to-all and policy); a rerun
     resumes (measured sets are kept, trained rounds are not retrained)."""
+    device_counts, batches = _positive_ints("--devices", devices), _batch_sizes(batch_sizes) if batch_sizes else ()
     _require_traces(traces)
     ensure_malloc_settings()
     import shutil
@@ -249,13 +262,15 @@ def refine_cmd(
         if profile is None:
             raise InputError("--model", why or "no cost model", "pass a profile folder with a cost_model.pt")
         plan_files.append(out / f"plans.round{round_}.jsonl.gz")
-        _plan_and_measure(anchors, profile, "train", PlanTaskConfig(tasks=tasks, seed=seed * 1000 + round_), passes,
+        config = PlanTaskConfig(tasks=tasks, devices=device_counts, seed=seed * 1000 + round_, batch_sizes=batches)
+        _plan_and_measure(anchors, profile, "train", config, passes,
                           plan_files[-1], None, f"r{round_}-")
         folder = out / f"round{round_}"
         if not (folder / "cost_model.pt").exists():
             command = "autoshard bench refine " + " ".join(sys.argv[3:])
             train_and_save(read_all([traces, *plan_files]), folder, seed, max_epochs, 60, command,
-                           [str(traces), *map(str, plan_files)])
+                           [str(traces), *map(str, plan_files)], network=profile.model.network.config,
+                           learning_rate=profile.model.metrics.get("learning_rate"))
             source = current if current.is_dir() else current.parent
             for name in ("communication.json", "policy.pt"):
                 if (source / name).exists():

@@ -6,12 +6,13 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from autoshard.cli.support import console, friendly_errors, print_json
+from autoshard.errors import InputError
 
 app = typer.Typer(help="The neural multi-table cost model: train, evaluate, record its trained ranges.",
                   no_args_is_help=True)
@@ -26,10 +27,12 @@ def train_cmd(
     seed: Annotated[int, typer.Option()] = 0,
     max_epochs: Annotated[int, typer.Option(min=1)] = 300,
     patience: Annotated[int, typer.Option(min=1)] = 60,
+    tune: Annotated[bool, typer.Option("--tune", help="Choose the network and learning rate on the validation "
+                                                      "split (a small grid, cost_model/tune.py) before saving the best.")] = False,
 ) -> None:
     """Train on traces (seeded, early stopping on validation) and save the checkpoint and metrics."""
     command = "autoshard cost train " + " ".join(shlex.quote(a) for a in sys.argv[3:])
-    train_and_save(read_all(traces), out, seed, max_epochs, patience, command, [str(t) for t in traces])
+    train_and_save(read_all(traces), out, seed, max_epochs, patience, command, [str(t) for t in traces], tune=tune)
 
 
 def read_all(paths: list[Path]):
@@ -40,31 +43,53 @@ def read_all(paths: list[Path]):
 
 
 def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, command: str,
-                   sources: list[str]) -> dict:
+                   sources: list[str], tune: bool = False, network=None, learning_rate: float | None = None) -> dict:
     """Train on ``data`` (a ``TraceSet``) and save the checkpoint, metrics.json and train_log.csv in
-    ``out``; returns the metrics. ``autoshard cost train`` and ``autoshard bench refine`` share it."""
+    ``out``; returns the metrics. ``tune``: choose the network and learning rate on the validation
+    split first (``cost_model.tune``); else ``network`` / ``learning_rate`` (default: the
+    defaults). ``autoshard cost train`` and ``autoshard bench refine`` share it."""
+    import shutil
+    from dataclasses import asdict
+
     import torch
 
     from cost_model.checkpoint import save_checkpoint
     from cost_model.dataset import make_splits
     from cost_model.evaluate import evaluate_all
+    from cost_model.network import NetworkConfig
     from cost_model.train import TrainConfig, train_cost_model
 
     torch.set_num_threads(1)
     splits = make_splits(data, seed)
-    config = TrainConfig(seed=seed, max_epochs=max_epochs, patience=patience)
-    with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("val MAPE {task.fields[mape]:.3f}"), console=console) as progress:
-        task = progress.add_task("train", total=max_epochs, mape=float("nan"))
-        result = train_cost_model(splits, data.profile, int(data.header["bench"]["row_cap_bytes"]),
-                                  config, out / "train_log.csv",
-                                  lambda epoch, m: progress.update(task, completed=epoch, mape=m))
+    config = TrainConfig(network=network or NetworkConfig(), seed=seed, max_epochs=max_epochs, patience=patience,
+                         learning_rate=learning_rate or TrainConfig().learning_rate)
+    row_cap = int(data.header["bench"]["row_cap_bytes"])
+    tuning = None
+    if tune:
+        from cost_model.tune import GRID, tune as tune_grid
+
+        with console.status(f"tuning: {len(GRID)} candidates on the validation split") as status:
+            result, chosen, rows = tune_grid(splits, data.profile, row_cap, config, log_dir=out / "tuning",
+                                             on_candidate=lambda c, r: status.update(
+                                                 f"tuning: {c.name} validation MAPE {r.best_validation_mape:.4f}"))
+        shutil.copy2(out / "tuning" / f"{chosen.name}.csv", out / "train_log.csv")
+        config = TrainConfig(network=chosen.network, seed=seed, max_epochs=max_epochs, patience=patience,
+                             learning_rate=chosen.learning_rate)
+        tuning = {"chosen": chosen.name, "by": "validation MAPE", "candidates": rows}
+    else:
+        with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("val MAPE {task.fields[mape]:.3f}"), console=console) as progress:
+            task = progress.add_task("train", total=max_epochs, mape=float("nan"))
+            result = train_cost_model(splits, data.profile, row_cap, config, out / "train_log.csv",
+                                      lambda epoch, m: progress.update(task, completed=epoch, mape=m))
     metrics = {
         "command": command, "traces": sources[0] if len(sources) == 1 else sources,
         "profile": data.profile.to_dict(), "splits": splits.sizes(),
         "train_seconds": round(result.seconds, 1), "best_epoch": result.best_epoch,
         "epochs_run": result.epochs_run, "validation_mape": round(result.best_validation_mape, 4),
         "validation_loss": {"first": round(result.first_validation_loss, 5), "best": round(result.best_validation_loss, 5)},
+        "network": asdict(config.network), "learning_rate": config.learning_rate,
+        **({"tuning": tuning} if tuning else {}),
         "evaluation": evaluate_all(result.model, splits, data),
     }
     save_checkpoint(result.model, out, metrics)
@@ -84,18 +109,27 @@ def eval_cmd(
     traces: Annotated[list[Path], typer.Option(help="Trace file with the held-out samples; repeat it to add "
                                                     "plan-set traces (split c: `autoshard bench plans --split test`).")],
     seed: Annotated[int, typer.Option(help="The split seed used in training.")] = 0,
+    fresh_pool: Annotated[Optional[Path], typer.Option(help="Traces of a pool drawn with a fresh seed (no model trained "
+                                                            "or tuned on it): every set is scored as split `fresh_pool`.")] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """MAPE, Spearman and ranking accuracy of every estimator on the held-out splits: (a) unseen
     sets, (b) unseen tables and, with plan-set traces, (c) the device sets of plans, with how often
     the model names the faster of two plans."""
     from cost_model.checkpoint import load_cost_model
-    from cost_model.dataset import make_splits
+    from cost_model.dataset import every_set, make_splits
     from cost_model.evaluate import evaluate_all
 
     data = read_all(traces)
     cost_model = load_cost_model(model, expected_profile=data.profile.id)
-    report = evaluate_all(cost_model, make_splits(data, seed), data)
+    extra = None
+    if fresh_pool is not None:
+        fresh = read_all([fresh_pool])
+        if fresh.profile.id != data.profile.id:
+            raise InputError("--fresh-pool", f"traces of profile {fresh.profile.id}, the model is {data.profile.id}",
+                             "pass a fresh pool measured on the model's device profile")
+        extra = {"fresh_pool": every_set(fresh)}
+    report = evaluate_all(cost_model, make_splits(data, seed), data, extra)
     if json_out:
         print_json(report)
         return
@@ -125,7 +159,6 @@ def add_ranges_cmd(
 ) -> None:
     """Record what a model was trained on (the ranges of its training split), so that it refuses
     inputs it cannot answer and warns on extrapolation; weights and predictions are unchanged."""
-    from autoshard.errors import InputError
     from cost_model.checkpoint import CHECKPOINT_NAME, add_trained_ranges
 
     folder = model.parent if model.name == CHECKPOINT_NAME else model

@@ -8,7 +8,7 @@ from autoshard.errors import InputError
 from autoshard.types import Topology, Workload
 from autoshard.workload_file import load_workload
 
-PRESETS = ("criteo_terabyte", "criteo_kaggle")
+PRESETS = ("criteo_terabyte", "criteo_terabyte_fp16_rowwise", "criteo_kaggle")
 
 
 def load_preset(name: str) -> tuple[Workload, Topology | None]:
