@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
@@ -72,6 +72,8 @@ def _task(raw: dict[str, Any]) -> Task:
                                s.get("batch_size", 2048), name)
     elif "workload" in raw:
         workload, _ = load_workload_or_preset(raw["workload"])
+        if "batch_size" in raw:  # the same tables at another per-device batch
+            workload = replace(workload, batch_size=raw["batch_size"], name=name)
     else:
         raise InputError("workload", "a task needs 'workload' (a file or preset) or 'synthetic'")
     devices = raw.get("num_devices")

@@ -107,11 +107,15 @@ def test_training_records_the_ranges_of_its_training_split():
 
 
 def test_shipped_model_carries_the_ranges_of_its_training_traces():
+    import json
+
     from cost_model.dataset import make_splits
-    from cost_model.traces import read_traces
+    from cost_model.traces import merge_traces, read_traces
     shipped = load_cost_model(ROOT / "data" / "models" / "default")
     assert (ROOT / "data" / "models" / "default").resolve() == SHIPPED.resolve()
-    traces = read_traces(TRACES)
-    assert shipped.ranges == TrainedRanges.of([s.tables for s in make_splits(traces).train], [traces.batch_size])
-    assert shipped.ranges.bytes_per_element == (4,) and shipped.ranges.optimizers == ("sgd",)
-    assert shipped.ranges.tables_per_set == (1, 20) and shipped.ranges.batch_size == (2048, 2048)
+    sources = json.loads((SHIPPED / "metrics.json").read_text())["traces"]
+    traces = merge_traces([read_traces(ROOT / s) for s in (sources if isinstance(sources, list) else [sources])])
+    train = make_splits(traces).train
+    assert shipped.ranges == TrainedRanges.of([s.tables for s in train], [s.batch_size for s in train])
+    assert shipped.ranges.bytes_per_element == (2, 4) and shipped.ranges.optimizers == ("rowwise_adagrad", "sgd")
+    assert shipped.ranges.tables_per_set[1] == 64 and shipped.ranges.batch_size == (512, 16384)

@@ -49,12 +49,16 @@ def test_evaluate_task_writes_table_csv_and_chart(tmp_path):
 def test_bundled_suite_and_memory_rule():
     name, tasks = load_suite("default")
     assert name == "default" and len(tasks) >= 5
-    synthetic = [t for t in tasks if t.name.startswith("syn80")]
+    synthetic = [t for t in tasks if t.name.startswith("syn80_")]
     assert len(synthetic) >= 3 and all(len(t.workload.tables) == 80 for t in synthetic)
     for t in synthetic:
         largest = max(x.memory_bytes for x in t.workload.tables)
         assert t.topology.device_memory_bytes >= largest
         assert t.topology.device_memory_gb == memory_for(t.workload, 8, 1.5)
+    by_name = {t.name: t for t in tasks}
+    assert by_name["criteo_kaggle_b8192"].workload.batch_size == 8192  # a preset at another batch size
+    assert by_name["criteo_kaggle_b8192"].workload.tables == by_name["criteo_kaggle"].workload.tables
+    assert by_name["syn80x4"].topology.num_devices == 4
 
 
 def test_bad_suite_is_a_clear_error(tmp_path):

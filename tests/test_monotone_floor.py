@@ -31,8 +31,9 @@ def sets():
             for k in range(60)]
 
 
-# The set local search found on 1,000 tables x 128 devices: the network predicted 11.08 ms for the
-# giant with these 7 tables and 11.69 ms for the giant alone; measured, 32.3 ms against 30.1 ms.
+# The set local search found on 1,000 tables x 128 devices with an earlier model: its network
+# predicted 11.08 ms for the giant with these 7 tables and 11.69 ms for the giant alone; measured,
+# 32.3 ms against 30.1 ms. Whatever a network predicts for it, the floor must hold.
 GIANT = Table("syn7_12022", 3566702, 128, 53.8, 0.29)
 COMPANY = [Table("syn7_6213", 1851, 64, 1.0, 0.83), Table("syn7_0604", 80186, 32, 2.1, 0.99),
            Table("syn7_11381", 218, 16, 8.4, 1.15), Table("syn7_2312", 22091, 32, 1.0, 0.12),
@@ -42,7 +43,6 @@ COMPANY = [Table("syn7_6213", 1851, 64, 1.0, 0.83), Table("syn7_0604", 80186, 32
 
 def test_the_measured_giant_with_company_costs_at_least_the_giant_alone(model):
     alone = model.predict([GIANT], 2048)
-    assert model._network_detail([[GIANT, *COMPANY]], 2048)[0, 2] < alone  # the network's error
     assert model.predict([GIANT, *COMPANY], 2048) >= alone * (1 - 1e-6)  # float32: batches round apart
     assert model.predict_edits([[GIANT, *COMPANY]], [(0, 1, None)], 2048)[0] >= alone * (1 - 1e-6)
     accumulator = model.accumulator(1, 2048)

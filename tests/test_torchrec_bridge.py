@@ -74,6 +74,20 @@ def test_torchrec_planner_places_every_table_once_within_memory(allow_column_spl
         assert all(len(shards) == 1 for shards in placements.values())
 
 
+def test_torchrec_plans_for_the_cpu_with_its_cpu_perf_model_and_ddr_memory():
+    from autoshard.planners import PlannerContext, make_planner
+
+    workload, topology = small_workload(), Topology(3, 0.03)
+    gpu = TorchRecPlanner().plan_with_estimates(workload, topology)
+    cpu_planner = make_planner("torchrec_cpu", PlannerContext())
+    cpu = cpu_planner.plan_with_estimates(workload, topology)
+    validate_plan(cpu.plan, workload, topology)
+    assert cpu.plan.planner == "torchrec_cpu" and all(e > 0 for e in cpu.torchrec_estimates_ms)
+    assert sum(cpu.torchrec_estimates_ms) > 2 * sum(gpu.torchrec_estimates_ms)  # CPU kernels are slower
+    with pytest.raises(ValueError, match="cuda or cpu"):
+        TorchRecPlanner(compute_device="mtia")
+
+
 def test_torchrec_planner_costs_come_from_the_cost_model_when_given():
     workload = small_workload()
     plan = TorchRecPlanner(cost_model=FixedCost()).plan(workload, Topology(3, 0.03))

@@ -64,13 +64,16 @@ def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
     return build
 
 
-def _torchrec(context: PlannerContext) -> Planner:
-    try:
-        from autoshard.planners.torchrec_planner import TorchRecPlanner
-    except ImportError as error:
-        raise PlannerError(PlannerErrorKind.UNAVAILABLE, f"TorchRec's planner cannot load ({error})",
-                           ("install the torchrec extra",)) from None
-    return TorchRecPlanner(allow_column_split=context.allow_column_split, cost_model=context.cost_model)
+def _torchrec(compute_device: str) -> Callable[[PlannerContext], Planner]:
+    def build(context: PlannerContext) -> Planner:
+        try:
+            from autoshard.planners.torchrec_planner import TorchRecPlanner
+        except ImportError as error:
+            raise PlannerError(PlannerErrorKind.UNAVAILABLE, f"TorchRec's planner cannot load ({error})",
+                               ("install the torchrec extra",)) from None
+        return TorchRecPlanner(allow_column_split=context.allow_column_split, cost_model=context.cost_model,
+                               compute_device=compute_device)
+    return build
 
 
 def _greedy(name: str) -> Callable[[PlannerContext], Planner]:
@@ -86,7 +89,8 @@ _SPECS = (
                                             time_budget_s=c.time_budget_s)),
     PlannerSpec("rl", PlannerKind.POLICY, _rl(0, "rl")),
     PlannerSpec("rl+refine", PlannerKind.POLICY, _rl(REFINE_SAMPLES, "rl+refine")),
-    PlannerSpec("torchrec", PlannerKind.REFERENCE, _torchrec, default=False),
+    PlannerSpec("torchrec", PlannerKind.REFERENCE, _torchrec("cuda"), default=False),
+    PlannerSpec("torchrec_cpu", PlannerKind.REFERENCE, _torchrec("cpu"), default=False),
 )
 PLANNERS: dict[str, PlannerSpec] = {spec.name: spec for spec in _SPECS}
 HEURISTICS = tuple(n for n, s in PLANNERS.items() if s.kind is PlannerKind.HEURISTIC)

@@ -46,14 +46,19 @@ class TorchRecPlanner:
         cost_model: fills the plan's device costs; without one they are TorchRec's estimates.
         storage_reservation: the fraction of each device's memory TorchRec keeps back (its
             default 0.15); it also reserves room for each device's input and output buffers.
+        compute_device: what TorchRec plans for: ``"cuda"`` (its GPU perf model, memory as HBM;
+            the planner ``torchrec``) or ``"cpu"`` (its CPU perf model, memory as DDR; the planner
+            ``torchrec_cpu``, the fair reference when plans are measured on a CPU).
 
     Raises ``PlannerError(UNAVAILABLE)`` when constructed without torchrec installed.
     """
 
-    name = "torchrec"
-
     def __init__(self, allow_column_split: bool = False, cost_model: CostModel | None = None,
-                 storage_reservation: float = 0.15) -> None:
+                 storage_reservation: float = 0.15, compute_device: str = "cuda") -> None:
+        if compute_device not in ("cuda", "cpu"):
+            raise ValueError(f"compute_device must be cuda or cpu, not {compute_device!r}")
+        self.compute_device = compute_device
+        self.name = "torchrec" if compute_device == "cuda" else "torchrec_cpu"
         try:
             from autoshard import torchrec_bridge
         except (ImportError, OSError) as error:
@@ -85,8 +90,9 @@ class TorchRecPlanner:
         world_size = topology.num_devices
         with _quiet_torchrec():
             planner = EmbeddingShardingPlanner(
-                topology=TorchRecTopology(world_size=world_size, compute_device="cuda",
-                                          hbm_cap=topology.device_memory_bytes),
+                topology=TorchRecTopology(world_size=world_size, compute_device=self.compute_device,
+                                          **{"hbm_cap" if self.compute_device == "cuda" else "ddr_cap":
+                                             topology.device_memory_bytes}),
                 batch_size=workload.batch_size,
                 storage_reservation=HeuristicalStorageReservation(
                     percentage=self.storage_reservation, dense_tensor_estimate=0),
