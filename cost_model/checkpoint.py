@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -38,18 +38,19 @@ def save_checkpoint(model: NeuralCostModel, directory: Path, metrics: dict[str, 
     return path
 
 
-def add_trained_ranges(directory: Path, traces_path: Path, seed: int = 0) -> TrainedRanges:
-    """Re-save the checkpoint in ``directory`` with the ranges of its training split of
-    ``traces_path`` (the split ``autoshard cost train --seed`` used), and with constant features'
-    divisors fixed (``train.feature_scale``); weights and predictions on in-range tables unchanged."""
+def add_trained_ranges(directory: Path, traces_paths: Sequence[Path], seed: int = 0) -> TrainedRanges:
+    """Re-save the checkpoint in ``directory`` with the ranges of its training split of the trace
+    files it was trained on (``traces_paths``, merged as ``autoshard cost train`` merges them; the
+    split of ``--seed``), and with constant features' divisors fixed (``train.feature_scale``);
+    weights and predictions on in-range tables unchanged."""
     from cost_model.dataset import make_splits
-    from cost_model.traces import read_traces
+    from cost_model.traces import merge_traces, read_traces
 
     model = load_cost_model(directory)
-    traces = read_traces(traces_path)
+    traces = merge_traces([read_traces(p) for p in traces_paths])
     if traces.profile.id != model.profile.id:
-        raise ModelError(f"{traces_path} is from device profile {traces.profile.id!r}, the model from "
-                         f"{model.profile.id!r}; pass the traces the model was trained on")
+        raise ModelError(f"{', '.join(map(str, traces_paths))} are from device profile {traces.profile.id!r}, the model "
+                         f"from {model.profile.id!r}; pass the traces the model was trained on")
     train = make_splits(traces, seed).train
     model.ranges = TrainedRanges.of([s.tables for s in train], [s.batch_size for s in train])
     save_checkpoint(model, directory, model.metrics)

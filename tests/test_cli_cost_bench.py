@@ -37,12 +37,14 @@ def test_add_ranges_records_the_training_split_and_keeps_predictions(tmp_path):
     shipped_ranges = _stripped_copy(tmp_path)
     before = load_cost_model(tmp_path)
     assert before.ranges is None and before.check_workload(synthetic_workload(5))  # "records no trained ranges"
-    result = CliRunner().invoke(app, ["cost", "add-ranges", "--model", str(tmp_path), "--traces", str(TRACES),
-                                      "--seed", "0", "--json"])
+    sources = json.loads((SHIPPED / "metrics.json").read_text())["traces"]
+    files = [arg for source in (sources if isinstance(sources, list) else [sources])
+             for arg in ("--traces", str(ROOT / source))]
+    result = CliRunner().invoke(app, ["cost", "add-ranges", "--model", str(tmp_path), *files, "--seed", "0", "--json"])
     assert result.exit_code == 0, result.output
     after = load_cost_model(tmp_path)
     assert after.ranges == shipped_ranges  # the shipped checkpoint's ranges: training split of seed 0
-    assert after.ranges.bytes_per_element == (4,) and after.ranges.optimizers == ("sgd",)
+    assert after.ranges.bytes_per_element == (2, 4) and after.ranges.optimizers == ("rowwise_adagrad", "sgd")
     workload = synthetic_workload(12)
     assert after.check_workload(workload) == ()
     assert after.predict_many([workload.tables[:4], workload.tables[4:]], 2048) == pytest.approx(

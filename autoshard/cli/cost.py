@@ -28,7 +28,7 @@ def train_cmd(
     max_epochs: Annotated[int, typer.Option(min=1)] = 300,
     patience: Annotated[int, typer.Option(min=1)] = 60,
     tune: Annotated[bool, typer.Option("--tune", help="Choose the network and learning rate on the validation "
-                                                      "split (a small grid, cost_model/tune.py) before saving the best.")] = False,
+                                                      "split (a small grid, cost_model/tune.py) before saving the chosen one.")] = False,
 ) -> None:
     """Train on traces (seeded, early stopping on validation) and save the checkpoint and metrics."""
     command = "autoshard cost train " + " ".join(shlex.quote(a) for a in sys.argv[3:])
@@ -75,7 +75,8 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
         shutil.copy2(out / "tuning" / f"{chosen.name}.csv", out / "train_log.csv")
         config = TrainConfig(network=chosen.network, seed=seed, max_epochs=max_epochs, patience=patience,
                              learning_rate=chosen.learning_rate)
-        tuning = {"chosen": chosen.name, "by": "validation MAPE", "candidates": rows}
+        tuning = {"chosen": chosen.name, "by": "validation MAPE, one-standard-error rule (fewest parameters)",
+                  "candidates": rows}
     else:
         with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("val MAPE {task.fields[mape]:.3f}"), console=console) as progress:
@@ -153,7 +154,8 @@ def eval_cmd(
 @friendly_errors
 def add_ranges_cmd(
     model: Annotated[Path, typer.Option(help="A model folder (holding cost_model.pt); its checkpoint is re-saved in place.")],
-    traces: Annotated[Path, typer.Option(help="The trace file (.jsonl or .jsonl.gz) the model was trained on.")],
+    traces: Annotated[list[Path], typer.Option(help="The trace file (.jsonl or .jsonl.gz) the model was trained on; "
+                                                    "repeat it for every file it was trained on.")],
     seed: Annotated[int, typer.Option(help="The split seed used in training (`autoshard cost train --seed`).")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the ranges as JSON.")] = False,
 ) -> None:
@@ -165,13 +167,14 @@ def add_ranges_cmd(
     if not (folder / CHECKPOINT_NAME).is_file():
         raise InputError("--model", f"no {CHECKPOINT_NAME} in {folder}",
                          "pass the folder `autoshard cost train --out` wrote")
-    if not traces.is_file():
-        raise InputError("--traces", f"no trace file at {traces}", "pass the traces the model was trained on")
+    for path in traces:
+        if not path.is_file():
+            raise InputError("--traces", f"no trace file at {path}", "pass the traces the model was trained on")
     ranges = add_trained_ranges(folder, traces, seed)
     if json_out:
         print_json(ranges.to_dict())
         return
-    console.print(f"saved {folder / CHECKPOINT_NAME} with the trained ranges of {traces} (seed {seed}): "
+    console.print(f"saved {folder / CHECKPOINT_NAME} with the trained ranges of {', '.join(map(str, traces))} (seed {seed}): "
                   f"{ranges.tables_per_set[0]}-{ranges.tables_per_set[1]} tables per set, rows "
                   f"{ranges.rows[0]:,}-{ranges.rows[1]:,}, dim {ranges.dim[0]}-{ranges.dim[1]}, pooling "
                   f"{ranges.pooling[0]:g}-{ranges.pooling[1]:g}, bytes per element "
