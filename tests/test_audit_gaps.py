@@ -123,9 +123,10 @@ def test_unmeasured_precisions_get_a_clear_error_and_never_inf_or_nan(shipped, b
     assert np.isfinite(costs).all() and (costs > 0).all()
 
 
-def test_fp16_and_rowwise_adagrad_are_trained_inputs_and_cost_more_than_fp32_sgd(shipped):
+def test_fp16_and_rowwise_adagrad_are_trained_inputs_and_change_the_cost(shipped):
     """The shipped traces hold fp16 and row-wise Adagrad tables: such workloads are answered
-    without a refusal, and (as measured, docs/traces.md) each costs more than fp32 + SGD on the CPU."""
+    without a refusal; fp16 costs more than fp32 on the CPU (as measured, docs/traces.md), and
+    the optimizer moves the prediction (its direction is the machine's: docs/traces.md)."""
     base = tuple(Table(f"t{i}", 10**(3 + i % 4), 64, 8.0, 0.5) for i in range(8))
     variants = {(b, o): tuple(replace(t, bytes_per_element=b, optimizer=o) for t in base)
                 for b in (4, 2) for o in (Optimizer.SGD, Optimizer.ROWWISE_ADAGRAD)}
@@ -133,7 +134,9 @@ def test_fp16_and_rowwise_adagrad_are_trained_inputs_and_cost_more_than_fp32_sgd
         assert not [w for w in shipped.check_workload(Workload(tables)) if "bytes" in w or "optimizer" in w]
     cost = {k: shipped.predict(list(v), 4096) for k, v in variants.items()}
     assert all(np.isfinite(c) and c > 0 for c in cost.values())
-    assert cost[(2, Optimizer.SGD)] > cost[(4, Optimizer.SGD)] and cost[(4, Optimizer.ROWWISE_ADAGRAD)] > cost[(4, Optimizer.SGD)]
+    assert cost[(2, Optimizer.SGD)] > cost[(4, Optimizer.SGD)]
+    assert cost[(2, Optimizer.ROWWISE_ADAGRAD)] > cost[(4, Optimizer.ROWWISE_ADAGRAD)]
+    assert abs(cost[(4, Optimizer.ROWWISE_ADAGRAD)] / cost[(4, Optimizer.SGD)] - 1) > 0.02
 
 
 def test_prediction_is_finite_for_extreme_single_tables(shipped):

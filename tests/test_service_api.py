@@ -335,9 +335,10 @@ def test_a_corrupt_model_degrades_and_fail_fast_refuses_to_start(tmp_path, model
 
 
 def test_a_table_the_cost_model_cannot_answer_is_422_at_its_field(client, body):
-    """The shipped model was trained on fp32 SGD tables only: fp16 or row-wise Adagrad would be
-    guesses, so the service refuses them, naming the table and the field; never a 500."""
-    cases = [(3, "bytes_per_element", 2, "fp16"), (5, "optimizer", "rowwise_adagrad", "rowwise_adagrad")]
+    """The shipped model was trained on fp32 and fp16 tables with SGD or row-wise Adagrad: 8-byte
+    weights or full Adagrad would be guesses, so the service refuses them, naming the table and
+    the field; never a 500."""
+    cases = [(3, "bytes_per_element", 8, "8 (fp64)"), (5, "optimizer", "adagrad", "adagrad")]
     for index, field, value, words in cases:
         for planners in (None, ["size_greedy"]):  # the model scores the heuristics' plans too
             bad = copy.deepcopy(body)
@@ -348,6 +349,18 @@ def test_a_table_the_cost_model_cannot_answer_is_422_at_its_field(client, body):
             name = bad["workload"]["tables"][index]["name"]
             assert repr(name) in error.msg and words in error.msg and "trained on" in error.msg
             assert error.ctx and "train a model" in error.ctx["fix"]
+
+
+def test_fp16_and_rowwise_adagrad_tables_plan_with_finite_costs(client, body):
+    mixed = copy.deepcopy(body)
+    for i, table in enumerate(mixed["workload"]["tables"]):
+        table.update(bytes_per_element=2 if i % 2 else 4, optimizer="rowwise_adagrad" if i % 3 else "sgd")
+    response = client.post("/v1/plans", json=mixed)
+    assert response.status_code == 200, response.text
+    report = PlanResponse.model_validate(response.json())
+    assert [p.planner for p in report.plans] == DEFAULT_PLANNERS and not report.warnings
+    assert_finite(response.json())
+    assert all(p.max_cost_ms > 0 for p in report.plans)
 
 
 def test_inputs_beyond_the_trained_ranges_plan_with_warnings(client):
