@@ -74,9 +74,9 @@ def test_service_errors_come_back_as_the_librarys_errors(client, server):
     assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT and "huge" in info.value.message
     with pytest.raises(InputError, match="unknown planner"):
         client.plan([Table("t", 10, 4)], Topology(1, 1), ["magic"])
-    with pytest.raises(InputError, match="fp16") as refused:  # the shipped model knows fp32 only
-        client.plan([Table("t", 10, 4), Table("half", 1000, 16, bytes_per_element=2)], Topology(1, 1))
-    assert refused.value.field == "body.workload.tables.1.bytes_per_element" and "'half'" in str(refused.value)
+    with pytest.raises(InputError, match="fp64") as refused:  # the shipped model knows fp32 and fp16 only
+        client.plan([Table("t", 10, 4), Table("wide", 1000, 16, bytes_per_element=8)], Topology(1, 1))
+    assert refused.value.field == "body.workload.tables.1.bytes_per_element" and "'wide'" in str(refused.value)
     with AutoShardClient(server.url) as anonymous:
         with pytest.raises(ServiceError) as denied:
             anonymous.planners()
