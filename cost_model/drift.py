@@ -5,14 +5,15 @@ later (another host, another VM, a noisy neighbour): this session's "AMD EPYC" m
 shipped traces' sets 2.6-6.6x slower than when they were recorded (``docs/traces.md``). Planners
 rank plans by relative costs, so a uniform factor would not matter, but a factor that depends on
 the set (small sets slowed down most) changes which plan is best. ``check_drift`` re-measures a
-seeded sample of the traces' sets in interleaved rounds with the traces' own benchmark settings
-and reports the ratio of now to then, per set and overall.
+seeded sample of the traces' sets in interleaved rounds with the traces' own benchmark settings,
+each set at the batch size it was measured at, and reports the ratio of now to then, per set
+and overall.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -72,5 +73,6 @@ def check_drift(traces: TraceSet, samples: int = 12, rounds: int = 3, seed: int 
     now: dict[int, list[float]] = {s.id: [] for s in chosen}
     for round_ in range(rounds):
         for sample in chosen:
-            now[sample.id].append(measure(sample.tables, config, seed=round_).total.median)
+            at = replace(config, batch_size=sample.batch_size)
+            now[sample.id].append(measure(sample.tables, at, seed=round_).total.median)
     return Drift(tuple(SetDrift(s.id, len(s.tables), s.cost_ms, statistics.median(now[s.id])) for s in chosen))

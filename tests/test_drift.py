@@ -37,6 +37,27 @@ def test_drift_remeasures_the_traces_sets_with_their_settings(tmp_path):
     assert all(s.now_ms > 0 and s.then_ms > 0 for s in drift.sets)
 
 
+def test_each_set_is_remeasured_at_the_batch_size_it_was_measured_at(tmp_path, monkeypatch):
+    import cost_model.drift as drift_module
+
+    out = tmp_path / "batches.jsonl"
+    collect(CollectConfig(bench=BENCH, pool=PoolConfig(size=6), samples=6, max_tables=3, singles=False,
+                          batch_sizes=(16, 64)), out)
+    traces = read_traces(out)
+    seen: dict[tuple[str, ...], int] = {}
+    real = drift_module.measure
+
+    def recording(tables, config, seed=0):  # the real benchmark, noting the batch size it ran at
+        seen[tuple(t.name for t in tables)] = config.batch_size
+        return real(tables, config, seed=seed)
+
+    monkeypatch.setattr(drift_module, "measure", recording)
+    drift = check_drift(traces, samples=6, rounds=1)
+    batches = {tuple(t.name for t in s.tables): s.batch_size for s in traces.sets()}
+    assert {batches[k] for k in seen} == {16, 64} and all(seen[k] == batches[k] for k in seen)
+    assert len(drift.sets) == 6
+
+
 def test_traces_100x_slower_than_this_machine_fail_the_check(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOSHARD_NO_REEXEC", "1")  # in process: no re-exec with the allocator settings
     path = _traces(tmp_path, 100.0)
