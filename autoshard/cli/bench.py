@@ -48,7 +48,7 @@ def collect_cmd(
     """Sample random table sets from a synthetic pool, measure them, and append traces."""
     precision_values = _precisions(precisions)  # before re-exec and the heavy imports: a typo fails at once
     optimizer_values = _optimizers(optimizers)
-    batch_values = _batch_sizes(batch_sizes) if batch_sizes is not None else ()
+    batch_values = _positive_ints("--batch-sizes", batch_sizes) if batch_sizes is not None else ()
     ensure_malloc_settings()
     from autoshard.synthetic import PoolConfig
     from cost_model.bench import BenchConfig
@@ -101,11 +101,6 @@ def _precisions(value: str) -> tuple[int, ...]:
     return tuple(allowed[item] for item in items)
 
 
-def _batch_sizes(value: str) -> tuple[int, ...]:
-    """``--batch-sizes 512,2048`` as positive ints; ``InputError`` naming the option otherwise."""
-    return _positive_ints("--batch-sizes", value)
-
-
 def _positive_ints(option: str, value: str) -> tuple[int, ...]:
     """``--devices 4,8`` / ``--batch-sizes 512,2048`` as positive ints; ``InputError`` naming the option otherwise."""
     items = _items(option, value)
@@ -114,6 +109,11 @@ def _positive_ints(option: str, value: str) -> tuple[int, ...]:
         raise InputError(option, f"{bad[0]!r} is not a positive whole number",
                          f"pass values such as {option} {_EXAMPLES[option]}")
     return tuple(int(item) for item in items)
+
+
+def _task_choices(devices: str, batch_sizes: str | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``bench plans`` / ``bench refine``: the device counts and batch sizes tasks draw from."""
+    return _positive_ints("--devices", devices), _positive_ints("--batch-sizes", batch_sizes) if batch_sizes else ()
 
 
 def _optimizers(value: str) -> tuple[str, ...]:
@@ -181,7 +181,7 @@ def plans_cmd(
     """Plan tasks with every planner and measure the device sets the plans create (plan-aware traces)."""
     if split not in ("train", "test"):
         raise InputError("--split", f"unknown split {split!r}", "use test (held-out tasks) or train")
-    device_counts, batches = _positive_ints("--devices", devices), _batch_sizes(batch_sizes) if batch_sizes else ()
+    device_counts, batches = _task_choices(devices, batch_sizes)
     _require_traces(traces)
     ensure_malloc_settings()
     from autoshard.cli.support import load_profile_or_none, one_thread
@@ -243,7 +243,7 @@ def refine_cmd(
     the device sets the plans create, retrain on the anchors plus every round's plan sets; repeat.
     Each round's model goes to OUT/roundK/ (with the profile's all-to-all and policy); a rerun
     resumes (measured sets are kept, trained rounds are not retrained)."""
-    device_counts, batches = _positive_ints("--devices", devices), _batch_sizes(batch_sizes) if batch_sizes else ()
+    device_counts, batches = _task_choices(devices, batch_sizes)
     _require_traces(traces)
     ensure_malloc_settings()
     import shutil

@@ -49,7 +49,7 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
     split first (``cost_model.tune``); else ``network`` / ``learning_rate`` (default: the
     defaults). ``autoshard cost train`` and ``autoshard bench refine`` share it."""
     import shutil
-    from dataclasses import asdict
+    from dataclasses import asdict, replace
 
     import torch
 
@@ -73,8 +73,7 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
                                              on_candidate=lambda c, r: status.update(
                                                  f"tuning: {c.name} validation MAPE {r.best_validation_mape:.4f}"))
         shutil.copy2(out / "tuning" / f"{chosen.name}.csv", out / "train_log.csv")
-        config = TrainConfig(network=chosen.network, seed=seed, max_epochs=max_epochs, patience=patience,
-                             learning_rate=chosen.learning_rate)
+        config = replace(config, network=chosen.network, learning_rate=chosen.learning_rate)
         tuning = {"chosen": chosen.name, "by": "validation MAPE, one-standard-error rule (fewest parameters)",
                   "candidates": rows}
     else:
