@@ -8,8 +8,8 @@ measures every sample once; a rerun with the same options resumes where the last
 By default every pool table is fp32 with SGD (the shipped traces). ``precisions`` and
 ``optimizers`` give each pool table a seeded draw of its bytes per element and optimizer instead;
 the header's table rows record them, so every sample's tables carry them. ``batch_sizes`` gives
-each sample a seeded draw of its batch size (recorded in its lines as ``batch``); by default every
-sample runs at the benchmark's one batch size.
+each sample a seeded draw of its batch size; by default every sample runs at the benchmark's one
+batch size. Every line records its ``batch``.
 
 Under ``torchrun`` (``WORLD_SIZE`` > 1) rank r measures the ids with ``id % world == r`` on its
 own device into ``OUT.rank<r>.part``; rank 0 then gathers all parts into ``OUT``.
@@ -83,7 +83,7 @@ class SampleSpec:
     kind: str
     split: str
     tables: tuple[Table, ...]
-    batch_size: int | None = None  # None: the benchmark's batch size
+    batch_size: int
 
 
 def collection_pool(config: CollectConfig) -> TablePool:
@@ -125,11 +125,11 @@ def sample_specs(config: CollectConfig, pool: TablePool) -> list[SampleSpec]:
     return specs
 
 
-def _batch_of(config: CollectConfig, sample_id: int) -> int | None:
+def _batch_of(config: CollectConfig, sample_id: int) -> int:
     """A sample's batch size: a seeded draw from ``batch_sizes`` (its own stream, so the sets
-    drawn do not depend on it), or None for the benchmark's batch size."""
+    drawn do not depend on it), or the benchmark's batch size."""
     if not config.batch_sizes:
-        return None
+        return config.bench.batch_size
     return int(np.random.default_rng([config.seed, sample_id, 2_000_003]).choice(config.batch_sizes))
 
 
@@ -166,11 +166,10 @@ def collect(config: CollectConfig, out: Path,
     on_progress(total - len(todo), total)
     try:
         for pass_index, spec in todo:
-            at = bench if spec.batch_size is None else replace(bench, batch_size=spec.batch_size)
-            m = measure(spec.tables, at, seed=config.seed * 1_000_003 + spec.id * 101 + pass_index)
-            batch = {} if spec.batch_size is None else {"batch": spec.batch_size}
+            m = measure(spec.tables, replace(bench, batch_size=spec.batch_size),
+                        seed=config.seed * 1_000_003 + spec.id * 101 + pass_index)
             writer.append({"type": "sample", "id": spec.id, "pass": pass_index, "kind": spec.kind,
-                           "split": spec.split, "tables": [t.name for t in spec.tables], **batch,
+                           "split": spec.split, "tables": [t.name for t in spec.tables], "batch": spec.batch_size,
                            "fwd": m.forward.to_dict(), "bwd": m.backward.to_dict(),
                            "total": m.total.to_dict()})
             measured += 1
