@@ -9,6 +9,12 @@ load, then writes them to docs/figures/load_test.json.
     python benchmarks/load_test.py                      # the issue's setting: 2,000 requests, 16 at once
     python benchmarks/load_test.py --requests 500 --planners random,round_robin,size_greedy \
         --out docs/figures/load_test_heuristics.json          # the service without cost_greedy
+    python benchmarks/load_test.py --fresh --requests 200 --out docs/figures/load_test_fresh.json
+                                                              # every request planned (no plan cache)
+
+One body, sent again and again, is what launch scripts and CI send: after the first, the plan
+cache answers it (``service/plan_cache.py``). ``--fresh`` gives each request its own seed, so
+every planner plans every request: the service's planning throughput.
 
 The cost model: data/models when it holds one, else an untrained network of the same shape
 (the same planning work; its predictions are meaningless, which a load test does not mind).
@@ -57,6 +63,7 @@ class Config:
     note: str = ""
     profile: Path | None = None
     planners: tuple[str, ...] | None = None  # None: the service's defaults
+    fresh: bool = False  # every request its own seed: none is answered from the plan cache
 
 
 def free_port() -> int:
@@ -124,8 +131,13 @@ def percentile(values: list[float], q: float) -> float:
 async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int]) -> dict:
     limits = httpx.Limits(max_connections=config.concurrency + 2, max_keepalive_connections=config.concurrency + 2)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+        seeds = iter(range(1_000_000))  # --fresh: a seed no request used before, so every planner runs
+
+        def next_body() -> dict:
+            return {**body, "seed": next(seeds)} if config.fresh else body
+
         for _ in range(config.warmup):
-            (await client.post("/v1/plans", json=body)).raise_for_status()
+            (await client.post("/v1/plans", json=next_body())).raise_for_status()
         latencies: list[float] = []
         statuses: dict[int, int] = {}
         errors: list[str] = []
@@ -140,7 +152,7 @@ async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int])
                 remaining -= 1
                 started = time.perf_counter()
                 try:
-                    response = await client.post("/v1/plans", json=body)
+                    response = await client.post("/v1/plans", json=next_body())
                     latencies.append(time.perf_counter() - started)
                     statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
                     if response.status_code == 200:
@@ -261,6 +273,8 @@ def main(config: Config) -> dict:
     report = {
         "setting": {"requests": config.requests, "concurrency": config.concurrency, "tables": config.tables,
                     "devices": config.devices, "device_memory_gb": config.device_memory_gb,
+                    "requests_alike": "no: each its own seed, every planner runs" if config.fresh else
+                    "yes: one body, answered from the plan cache after the first",
                     "planners": result["planners"], "workers": config.workers, "cost_model": model_note,
                     "client": "httpx.AsyncClient on the same machine", "cpus": os.cpu_count()},
         "throughput_rps": len(latencies) / result["elapsed_s"],
@@ -276,6 +290,8 @@ def main(config: Config) -> dict:
                           "last_over_first_1000": (result["rss_every_1000"][-1] / result["rss_every_1000"][0]
                                                    if len(result["rss_every_1000"]) > 1 else None)},
         "server_planner_ms_per_request": {p: 1000 * t for p, t in planner_times(result["metrics"]).items()},
+        "plan_cache": {k: float(v) for k, v in re.findall(r'autoshard_plan_cache_total\{result="([^"]+)"\} (\S+)',
+                                                          result["metrics"])},
         "server_exit_code_after_sigterm": exit_code,
         "machine": {"loadavg_before": load_before, "loadavg_after": load_after, "other_busy_processes": others},
         "target": {"p99_ms": 150, "throughput_rps": 100},
@@ -302,10 +318,12 @@ def parse() -> Config:
     parser.add_argument("--note", default="", help="Free text stored with the figures (e.g. what else ran).")
     parser.add_argument("--profile", type=Path, help="Also record the server with py-spy (collapsed stacks).")
     parser.add_argument("--planners", help="Comma-separated planners (default: the service's defaults).")
+    parser.add_argument("--fresh", action="store_true",
+                        help="Give every request its own seed, so that none is answered from the plan cache.")
     args = parser.parse_args()
     return Config(args.requests, args.concurrency, args.tables, args.devices, defaults.device_memory_gb,
                   args.warmup, args.workers, args.out, args.note, args.profile,
-                  tuple(args.planners.split(",")) if args.planners else None)
+                  tuple(args.planners.split(",")) if args.planners else None, args.fresh)
 
 
 if __name__ == "__main__":

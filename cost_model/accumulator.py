@@ -18,7 +18,7 @@ import torch
 from torch.nn import functional
 
 from autoshard.types import Table
-from cost_model.network import LOG_MS_MAX, LOG_MS_MIN, OUTPUTS
+from cost_model.network import LOG_MS_MAX, LOG_MS_MIN, OUTPUTS, linear_scale
 
 if TYPE_CHECKING:
     from cost_model.predictor import NeuralCostModel
@@ -54,15 +54,16 @@ class SplitHead:
             found = self._projected[key] = (code, code @ self.w_sum, code @ self.w_mean)
         return found
 
-    def ms(self, first: np.ndarray, largest: np.ndarray) -> np.ndarray:
+    def ms(self, first: np.ndarray, largest: np.ndarray, scale: np.ndarray) -> np.ndarray:
         """Total milliseconds from the first layer's input without its max part (``first``,
-        ``[n, hidden]``) and the max-pooled codes (``largest``, ``[n, width]``)."""
+        ``[n, hidden]``), the max-pooled codes (``largest``, ``[n, width]``) and each set's
+        ``linear_scale`` (``[n]``)."""
         with torch.inference_mode():
             x = torch.addmm(torch.from_numpy(first), torch.from_numpy(largest), self.w_max)
             for w, b in self.rest:
                 x = torch.addmm(b, functional.silu(x, inplace=True), w)
             log_ms = x[:, 0].numpy().astype(np.float64)
-        return np.exp(np.clip(log_ms, LOG_MS_MIN, LOG_MS_MAX))
+        return np.exp(np.clip(log_ms + np.log(scale), LOG_MS_MIN, LOG_MS_MAX))
 
 
 class SetAccumulator:
@@ -72,29 +73,35 @@ class SetAccumulator:
     def __init__(self, model: NeuralCostModel, num_sets: int, batch_size: int) -> None:
         self.model, self.batch_size, self.head = model, batch_size, model.split_head
         width, hidden = model.network.config.table_code, self.head.hidden
-        self.sums = np.tile(self.head.first_bias, (num_sets, 1))  # projected sums + the first layer's bias
+        self.limit = model.size_limit
+        self.sums = np.zeros((num_sets, hidden), dtype=np.float32)  # projected sums of the sum part
         self.means = np.zeros((num_sets, hidden), dtype=np.float32)  # projected sums of the mean part
         self.largest = np.full((num_sets, width), -1e9, dtype=np.float32)
         self.count = np.zeros(num_sets)
         self.floor = np.zeros(num_sets)
 
-    def _first(self, rows: np.ndarray | slice, count: np.ndarray, added: tuple[np.ndarray, np.ndarray] | None = None
-               ) -> np.ndarray:
-        """The first layer's input without the max part, for sets ``rows`` holding ``count`` tables."""
-        n = np.maximum(count, 1.0)[:, None].astype(np.float32)
-        if added is None:
-            return self.sums[rows] + self.means[rows] / n + np.log(n) * self.head.w_log
-        return self.sums[rows] + added[0] + (self.means[rows] + added[1]) / n + np.log(n) * self.head.w_log
+    def _ms(self, rows: np.ndarray | slice, count: np.ndarray, largest: np.ndarray,
+            added: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        """The head's total ms for sets ``rows`` holding ``count`` tables (with ``added``'s
+        projections, if given), priced linearly past the size limit as ``predict_pooled`` does."""
+        n = np.maximum(count, 1.0).astype(np.float32)
+        scale = np.ones_like(n) if self.limit is None else linear_scale(n, self.limit)
+        sums, means = self.sums[rows], self.means[rows]
+        if added is not None:
+            sums, means = sums + added[0], means + added[1]
+        first = (self.head.first_bias + sums / scale[:, None] + means / n[:, None]
+                 + np.log(n / scale)[:, None] * self.head.w_log)
+        return self.head.ms(first, largest, scale)
 
     def costs(self) -> np.ndarray:
-        cost = self.head.ms(self._first(slice(None), self.count), self.largest)
+        cost = self._ms(slice(None), self.count, self.largest)
         return np.where(self.count > 0, np.maximum(cost, self.floor), 0.0)
 
     def costs_if_added(self, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
         """Each set's total ms with ``table`` added (only the sets ``rows``, if given)."""
         code, s, m = self.head.projected(self.model, table, self.batch_size)
         at = slice(None) if rows is None else np.asarray(rows, dtype=np.int64)
-        cost = self.head.ms(self._first(at, self.count[at] + 1, (s, m)), np.maximum(self.largest[at], code))
+        cost = self._ms(at, self.count[at] + 1, np.maximum(self.largest[at], code), (s, m))
         return np.maximum(cost, np.maximum(self.floor[at], self._alone(table)))
 
     def _alone(self, table: Table) -> float:

@@ -51,6 +51,14 @@ def pooled_input(total, count, largest):
     return torch.cat(parts, dim=1) if isinstance(total, torch.Tensor) else np.concatenate(parts, axis=1)
 
 
+def linear_scale(count, size_limit: int | None):
+    """Per set, ``max(1, n / size_limit)``: how many ``size_limit``-table sets' worth it holds
+    (``None`` without a limit). Takes a torch tensor or a numpy array of set sizes."""
+    if size_limit is None:
+        return None
+    return (count / float(size_limit)).clip(1.0)
+
+
 class SetCostNetwork(nn.Module):
     def __init__(self, config: NetworkConfig = NetworkConfig()) -> None:
         super().__init__()
@@ -63,18 +71,29 @@ class SetCostNetwork(nn.Module):
         """Per-table codes; they depend on the table alone, so callers may cache them."""
         return self.encoder(features)
 
-    def pool_and_predict(self, codes: torch.Tensor, segments: torch.Tensor, num_sets: int) -> torch.Tensor:
+    def pool_and_predict(self, codes: torch.Tensor, segments: torch.Tensor, num_sets: int,
+                         size_limit: int | None = None) -> torch.Tensor:
         """Log-ms predictions ``[num_sets, 3]`` from per-table codes and their set ids."""
         width = codes.shape[1]
         index = segments.unsqueeze(1).expand(-1, width)
         total = codes.new_zeros(num_sets, width).scatter_add_(0, index, codes)
         count = codes.new_zeros(num_sets).scatter_add_(0, segments, codes.new_ones(len(segments)))
         largest = codes.new_full((num_sets, width), -1e9).scatter_reduce_(0, index, codes, "amax")
-        return self.predict_pooled(total, count, largest)
+        return self.predict_pooled(total, count, largest, size_limit)
 
-    def predict_pooled(self, total: torch.Tensor, count: torch.Tensor, largest: torch.Tensor) -> torch.Tensor:
-        """Log-ms predictions from each set's pooled codes: their sum, the set size, their max."""
-        return self.head(pooled_input(total, count, largest)).clamp(LOG_MS_MIN, LOG_MS_MAX)
+    def predict_pooled(self, total: torch.Tensor, count: torch.Tensor, largest: torch.Tensor,
+                       size_limit: int | None = None) -> torch.Tensor:
+        """Log-ms predictions from each set's pooled codes: their sum, the set size, their max.
+
+        ``size_limit`` (the largest set trained on): a larger set of n tables is priced as
+        ``n / size_limit`` times a ``size_limit``-table set with the same mean and max code
+        (``linear_scale``), so its cost grows linearly past what was measured instead of
+        following the head into a ``log n`` it never saw."""
+        scale = linear_scale(count, size_limit)
+        if scale is None:
+            return self.head(pooled_input(total, count, largest)).clamp(LOG_MS_MIN, LOG_MS_MAX)
+        log_ms = self.head(pooled_input(total / scale[:, None], count / scale, largest)) + scale.log()[:, None]
+        return log_ms.clamp(LOG_MS_MIN, LOG_MS_MAX)
 
     def forward(self, features: torch.Tensor, segments: torch.Tensor, num_sets: int) -> torch.Tensor:
         return self.pool_and_predict(self.encode(features), segments, num_sets)

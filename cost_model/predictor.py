@@ -32,7 +32,7 @@ class NeuralCostModel(SetCostModel):
     def __init__(self, network: SetCostNetwork, feature_mean: Any, feature_std: Any,
                  profile: DeviceProfile, row_cap_bytes: int, trained_batch_size: int,
                  metrics: dict[str, Any] | None = None, max_cached: int = 200_000,
-                 ranges: TrainedRanges | None = None) -> None:
+                 ranges: TrainedRanges | None = None, linear_beyond: int | None = None) -> None:
         self.network = network.eval()
         self.feature_mean = torch.as_tensor(feature_mean, dtype=torch.float32)
         self.feature_std = torch.as_tensor(feature_std, dtype=torch.float32)
@@ -45,11 +45,18 @@ class NeuralCostModel(SetCostModel):
         self._split_head = None
         self._max_cached = max_cached
         self.ranges = ranges  # what the training data covered (None: an older checkpoint)
+        self.linear_beyond = linear_beyond
 
     @property
     def max_set_size(self) -> int | None:  # type: ignore[override]
         """The largest table set of the training traces (planners' extrapolation guard)."""
         return self.ranges.tables_per_set[1] if self.ranges is not None else None
+
+    @property
+    def size_limit(self) -> int | None:
+        """Sets larger than this are priced linearly in their size (``SetCostNetwork.predict_pooled``):
+        ``linear_beyond`` if set, else the largest training set."""
+        return self.linear_beyond if self.linear_beyond is not None else self.max_set_size
 
     def check_workload(self, workload: Workload, max_tables_per_device: int | None = None) -> tuple[str, ...]:
         """Raise ``InputError`` for tables this model cannot answer (a precision or optimizer it
@@ -106,7 +113,8 @@ class NeuralCostModel(SetCostModel):
         segments = torch.repeat_interleave(torch.arange(len(nonempty)),
                                            torch.tensor([len(table_sets[i]) for i in nonempty]))
         with torch.inference_mode():
-            log_ms = self.network.pool_and_predict(self.codes(flat, batch_size), segments, len(nonempty))
+            log_ms = self.network.pool_and_predict(self.codes(flat, batch_size), segments, len(nonempty),
+                                                   self.size_limit)
         out[nonempty] = torch.exp(log_ms).double().numpy()
         return out
 
@@ -174,7 +182,7 @@ class NeuralCostModel(SetCostModel):
                 loo = _leave_one_out_max(base_codes, sizes)
                 largest = torch.where(has_rem.unsqueeze(1), torch.cat([zero - 1e9, loo])[rem_t + 1], largest)
             largest = torch.where(has_add.unsqueeze(1), torch.maximum(largest, new_codes), largest)
-            cost = torch.exp(self.network.predict_pooled(total, count, largest)[:, 2])
+            cost = torch.exp(self.network.predict_pooled(total, count, largest, self.size_limit)[:, 2])
             cost = torch.where(count > 0, cost, torch.zeros_like(cost)).double().numpy()
         # the floor: the costliest table alone among those the edited set holds
         alone = self.alone_ms(flat + list(distinct), batch_size)

@@ -34,6 +34,9 @@ class Metrics:
                                          buckets=LATENCY_BUCKETS, registry=r)
         self.planner_runs = Counter("autoshard_planner_runs", "Planner runs by outcome "
                                     "(ok, skipped, error, timeout).", ["planner", "outcome"], registry=r)
+        self.plan_cache = Counter("autoshard_plan_cache", "Plan requests by where their answer came from "
+                                  "(hit: kept; joined: an identical request in flight; miss: planned).",
+                                  ["result"], registry=r)
         self.errors = Counter("autoshard_http_errors", "Error answers (status >= 400) by status.",
                               ["status"], registry=r)
         self.degraded = Gauge("autoshard_degraded", "1 when the service runs without some model.",

@@ -14,6 +14,7 @@ Every limit the service enforces is here, so an operator tunes it without code:
 | ``AUTOSHARD_POOL`` | ``process``: planning processes (parallel, the event loop stays free); ``thread``: threads of the server process | ``process`` |
 | ``AUTOSHARD_POOL_SIZE`` | planning processes (or threads) per server process | process: the CPU count; thread: 1 |
 | ``AUTOSHARD_PLANNER_NICENESS`` | CPU niceness of planning processes: the event loop goes first | 10 |
+| ``AUTOSHARD_PLAN_CACHE_SHARDS`` | answers of identical requests kept (``service.plan_cache``), by their tables x planners; 0 keeps none | 200000 |
 | ``AUTOSHARD_FAIL_FAST`` | refuse to start when a model is missing or corrupt | false |
 | ``AUTOSHARD_HOST`` / ``_PORT`` / ``_WORKERS`` | defaults of ``autoshard serve`` | 127.0.0.1 / 8000 / 1 |
 """
@@ -49,6 +50,7 @@ class Settings(BaseSettings):
     pool: Literal["process", "thread"] = "process"
     pool_size: int | None = Field(None, ge=1)
     planner_niceness: int = Field(10, ge=0, le=19)
+    plan_cache_shards: int = Field(200_000, ge=0)
     fail_fast: bool = False
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)

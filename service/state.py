@@ -13,6 +13,7 @@ from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.registry import PLANNERS, PlannerSpec
 from service.metrics import Metrics
 from service.models import LoadedModel, ModelStore, load_models
+from service.plan_cache import PlanCache
 from service.planning import PlanningPool, make_pool
 from service.settings import Settings
 
@@ -82,6 +83,7 @@ class ServiceState:
     planners: dict[str, PlannerInfo]
     pool: PlanningPool
     metrics: Metrics
+    cache: PlanCache
 
     @property
     def default_planners(self) -> list[str]:
@@ -146,7 +148,7 @@ def build_state(settings: Settings, metrics: Metrics) -> ServiceState:
     if reasons and settings.fail_fast:
         raise ModelError("refusing to start (AUTOSHARD_FAIL_FAST): " + "; ".join(reasons))
     pool = make_pool(settings.pool, settings.planning_workers, store, settings.planner_niceness)
-    state = ServiceState(settings, store, catalog, pool, metrics)
+    state = ServiceState(settings, store, catalog, pool, metrics, PlanCache(settings.plan_cache_shards))
     metrics.degraded.set(1 if reasons else 0)
     metrics.models.set(len(store.models))
     if reasons:

@@ -1,8 +1,6 @@
 """The floor: no cost model answer lets a set cost less than its costliest table alone, on any of
 the paths planners use (whole sets, running sets, edited sets, the placement state)."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -10,15 +8,13 @@ from autoshard.planners.placement import PlacementState, candidates, packable
 from autoshard.planners.units import Unit
 from autoshard.synthetic import PoolConfig, generate_pool
 from autoshard.types import Table, TableShard, Topology
-from cost_model.checkpoint import load_cost_model
 
-SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "cpu-amd-epyc-fbgemm_tbe-t1"
 BATCH = 4096
 
 
 @pytest.fixture(scope="module")
-def model():
-    return load_cost_model(SHIPPED)
+def model(shipped_model):
+    return shipped_model
 
 
 @pytest.fixture(scope="module")

@@ -112,9 +112,10 @@ def test_a_dead_planning_process_is_replaced(client, body):
     assert pool.kind == "process"
     os.kill(next(iter(pool._executor._processes)), signal.SIGKILL)
     time.sleep(0.5)
-    first = client.post("/v1/plans", json=body)
+    first = client.post("/v1/plans", json={**body, "seed": 101})  # seeds no earlier request used: planned, not kept answers
     assert first.status_code in (200, 503), first.text  # 503 only if it died mid-request
-    assert client.post("/v1/plans", json=body).status_code == 200
+    second = client.post("/v1/plans", json={**body, "seed": 102})
+    assert second.status_code == 200 and second.headers["X-AutoShard-Cache"] == "miss"
 
 
 def test_column_split_shards_come_back_structured(client):
@@ -468,6 +469,85 @@ def test_a_new_registered_planner_joins_the_api_and_the_budget_returns_what_fini
     assert 'autoshard_planner_runs_total{outcome="timeout",planner="slow"}' in c.get("/metrics").text
 
 
+def test_an_identical_request_gets_the_kept_answer_and_a_different_one_plans(model_dir, body):
+    with serve(model_dir=model_dir, pool_size=1) as c:
+        first = c.post("/v1/plans", json=body)
+        runs = c.get("/metrics").text.count("autoshard_planner_duration_seconds_count")
+        planned = _planner_count(c, "cost_greedy")
+        again = c.post("/v1/plans", json=copy.deepcopy(body))
+        assert (first.headers["X-AutoShard-Cache"], again.headers["X-AutoShard-Cache"]) == ("miss", "hit")
+        assert {**again.json(), "elapsed_s": 0} == {**first.json(), "elapsed_s": 0}
+        assert again.json()["elapsed_s"] < first.json()["elapsed_s"]
+        assert _planner_count(c, "cost_greedy") == planned  # nothing planned again
+        other = c.post("/v1/plans", json={**body, "seed": 7})
+        assert other.headers["X-AutoShard-Cache"] == "miss" and _planner_count(c, "cost_greedy") == planned + 1
+        text = c.get("/metrics").text
+        assert 'autoshard_plan_cache_total{result="hit"} 1.0' in text
+        assert 'autoshard_plan_cache_total{result="miss"} 2.0' in text
+        assert text.count("autoshard_planner_duration_seconds_count") == runs
+
+
+def _planner_count(c, planner: str) -> float:
+    line = next(l for l in c.get("/metrics").text.splitlines()
+                if l.startswith(f'autoshard_planner_duration_seconds_count{{planner="{planner}"}}'))
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_identical_requests_in_flight_share_one_planning(with_slow_planner):
+    c = with_slow_planner
+    body = plan_body(5, planners=["slow"], time_budget_s=5)
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(c.post("/v1/plans", json=body))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(a.headers["X-AutoShard-Cache"] for a in answers) == ["joined", "joined", "miss"]
+    assert len({json.dumps({**a.json(), "elapsed_s": 0}) for a in answers}) == 1
+    assert _planner_count(c, "slow") == 1  # one planning for three requests
+
+
+def test_a_partial_answer_is_not_kept(with_slow_planner):
+    c = with_slow_planner
+    body = plan_body(20, planners=["slow", "size_greedy"], time_budget_s=0.5, seed=3)
+    first = c.post("/v1/plans", json=body)
+    time.sleep(1.2)  # the slow planner it left running finishes: the pool is free again
+    again = c.post("/v1/plans", json=body)
+    assert first.json()["partial"] and again.json()["partial"]
+    assert [first.headers["X-AutoShard-Cache"], again.headers["X-AutoShard-Cache"]] == ["miss", "miss"]
+
+
+def test_with_no_room_nothing_is_kept(model_dir):
+    body = plan_body(10, planners=["size_greedy"])
+    with serve(model_dir=model_dir, plan_cache_shards=0) as c:
+        assert [c.post("/v1/plans", json=body).headers["X-AutoShard-Cache"] for _ in range(2)] == ["miss", "miss"]
+
+
+def test_the_cache_drops_least_recently_used_answers_past_its_weight():
+    import asyncio
+
+    from service.plan_cache import PlanCache
+
+    async def run():
+        cache, planned = PlanCache(capacity=100), []
+
+        def planner(name):
+            async def plan():
+                planned.append(name)
+                return {"plan": name}
+            return plan
+
+        await cache.get_or_plan("a", planner("a"), 40)
+        await cache.get_or_plan("b", planner("b"), 40)
+        assert (await cache.get_or_plan("a", planner("a"), 40))[1] == "hit"  # a is now the most recent
+        await cache.get_or_plan("c", planner("c"), 40)  # 120 > 100: b goes
+        assert [(await cache.get_or_plan(k, planner(k), 40))[1] for k in ("a", "c", "b")] == ["hit", "hit", "miss"]
+        assert (await cache.get_or_plan("big", planner("big"), 101))[1] == "miss" and "big" not in cache._answers
+        assert cache.weight <= 100 and planned == ["a", "b", "c", "b", "big"]
+
+    asyncio.run(run())
+
+
 def test_a_tiny_time_budget_is_504(client, body):
     error = only_error(client.post("/v1/plans", json={**body, "time_budget_s": 1e-6}), 504)
     assert "time budget" in error.msg and error.ctx["planners"]
@@ -530,7 +610,7 @@ def _cpu_ticks(pid: int) -> int:
 
 
 def test_a_worker_killed_mid_request_gives_that_request_a_clear_503_and_the_next_succeed(model_dir):
-    with serve(model_dir=model_dir, pool="process", pool_size=1) as c:
+    with serve(model_dir=model_dir, pool="process", pool_size=1, plan_cache_shards=0) as c:  # every request plans
         slow = plan_body(400, {"num_devices": 64, "device_memory_gb": 16}, planners=["rl+refine"])
         error = only_error(_kill_workers_while(lambda: c.post("/v1/plans", json=slow), c.app.state.service.pool), 503)
         assert "worker" in error.msg and "retry" in error.msg
@@ -545,7 +625,7 @@ def test_a_model_file_that_vanishes_after_start_up_does_not_poison_the_pool(tmp_
 
     folder = copy_shipped_profile(tmp_path)
     body = plan_body(20, planners=["cost_greedy", "rl", "size_greedy"])
-    with serve(model_dir=folder, pool="process", pool_size=1) as c:
+    with serve(model_dir=folder, pool="process", pool_size=1, plan_cache_shards=0) as c:  # every request plans
         before = PlanResponse.model_validate(c.post("/v1/plans", json=body).json())
         for profile in [p for p in folder.iterdir() if p.is_dir()]:
             shutil.rmtree(profile)  # gone: cost model, all-to-all and policy

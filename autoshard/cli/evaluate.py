@@ -23,6 +23,8 @@ def evaluate_cmd(
     distributed: Annotated[bool, typer.Option(help="Also run every plan with TorchRec DMP, one process per device.")] = False,
     distributed_steps: Annotated[int, typer.Option(min=1)] = 10,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all to its predicted cost.")] = True,
+    row_cap_mb: Annotated[int, typer.Option(min=1, help="With --measure: benchmark at most this many MiB of rows "
+                                                        "per table (the traces' cap; raise it to measure tables uncapped).")] = 128,
     seed: Annotated[int, typer.Option()] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -46,7 +48,7 @@ def evaluate_cmd(
         from cost_model.bench import BenchConfig
         from cost_model.measure_plan import measure_plans
         from cost_model.profile import default_mode
-        config = BenchConfig(mode=default_mode())
+        config = BenchConfig(mode=default_mode(), row_cap_bytes=row_cap_mb * 1024**2)
         measurer = lambda plans, batch, ref: measure_plans(plans, batch, config, rounds, ref)  # noqa: E731
     run_distributed = None
     if distributed:
@@ -55,7 +57,8 @@ def evaluate_cmd(
             plans, workload, DistributedConfig(world_size=len(plans[0].devices), steps=distributed_steps,
                                                batch_size=workload.batch_size, seed=seed), rounds)
     names = None if planners == "all" else [p.strip() for p in planners.split(",") if p.strip()]
-    report = {"suite": name, "cost_unit": "ms" if cost_model else "proxy", "tasks": []}
+    report = {"suite": name, "cost_unit": "ms" if cost_model else "proxy", "tasks": [],
+              **({"row_cap_mb": row_cap_mb} if measure else {})}
     for task in tasks:
         console.print(f"[bold]{task.name}[/bold]: {len(task.workload.tables)} tables, "
                       f"{task.topology.num_devices} devices", highlight=False)

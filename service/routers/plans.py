@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from typing import Annotated, Any
 
@@ -70,22 +72,40 @@ async def create_plans(
         raise infeasible_error(error, workload, topology) from None
     if format == "torchrec":
         _check_torchrec()
-    # the heuristics take a millisecond or two each: one task for all of them, one for each other planner
-    heuristics = tuple(n for n in names if state.planners[n].kind is PlannerKind.HEURISTIC)
-    groups = ([heuristics] if heuristics else []) + [(n,) for n in names if n not in heuristics]
-    tasks = [PlannerTask(group, workload, topology, model.profile if model else None, deadline, body.seed,
-                         body.allow_column_split, format == "torchrec") for group in groups]
-    try:
-        outcome = await state.pool.run(tasks, deadline - time.monotonic(), arrived)
-    except PlanningUnavailable as error:
-        raise PlannerError(PlannerErrorKind.UNAVAILABLE, str(error), ("retry the request",)) from None
-    for name, (seconds, result) in outcome.seconds.items():
-        state.metrics.observe_planner(name, seconds, result)
-    for name in outcome.timed_out:
-        state.metrics.planner_runs.labels(name, "timeout").inc()
-    if not outcome.plans:
-        _raise_no_plan(outcome, budget, workload, topology)
-    return JSONResponse(_response(workload, topology, outcome, model, warnings))
+
+    async def plan() -> dict[str, Any]:
+        # the heuristics take a millisecond or two each: one task for all of them, one for each other planner
+        heuristics = tuple(n for n in names if state.planners[n].kind is PlannerKind.HEURISTIC)
+        groups = ([heuristics] if heuristics else []) + [(n,) for n in names if n not in heuristics]
+        tasks = [PlannerTask(group, workload, topology, model.profile if model else None, deadline, body.seed,
+                             body.allow_column_split, format == "torchrec") for group in groups]
+        try:
+            outcome = await state.pool.run(tasks, deadline - time.monotonic(), arrived)
+        except PlanningUnavailable as error:
+            raise PlannerError(PlannerErrorKind.UNAVAILABLE, str(error), ("retry the request",)) from None
+        for name, (seconds, result) in outcome.seconds.items():
+            state.metrics.observe_planner(name, seconds, result)
+        for name in outcome.timed_out:
+            state.metrics.planner_runs.labels(name, "timeout").inc()
+        if not outcome.plans:
+            _raise_no_plan(outcome, budget, workload, topology)
+        return _response(workload, topology, outcome, model, warnings)
+
+    key = _cache_key(body, format, model, names)
+    answer, source = await state.cache.get_or_plan(key, plan, len(workload.tables) * len(names))
+    state.metrics.plan_cache.labels(source).inc()
+    return JSONResponse({**answer, "elapsed_s": time.monotonic() - arrived}, headers={CACHE_HEADER: source})
+
+
+CACHE_HEADER = "X-AutoShard-Cache"
+
+
+def _cache_key(body: PlanRequest, format: Format, model: LoadedModel | None, names: list[str]) -> str:
+    """What fixes a request's answer: its whole body (budget and seed included), the format, the
+    profile it resolved to and the planners that run (``service.plan_cache``)."""
+    text = json.dumps([body.model_dump(mode="json"), format, model.profile if model else None, names],
+                      sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _parse(body: PlanRequest, settings: Settings) -> tuple[Workload, Topology]:
@@ -178,5 +198,5 @@ def _response(workload: Workload, topology: Topology, outcome: PlanningOutcome,
         improvement_over={p.planner: (1.0 - best.max_cost_ms / p.max_cost_ms) if p.max_cost_ms > 0 else 0.0
                           for p in plans if p.planner in HEURISTICS},
         partial=bool(outcome.timed_out) or any(p.partial for p in plans), timed_out=outcome.timed_out,
-        elapsed_s=outcome.elapsed_s, warnings=warnings)
+        warnings=warnings)  # elapsed_s: the request's own, added per answer (a kept answer serves many)
     return report
