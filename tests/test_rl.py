@@ -69,6 +69,23 @@ def test_the_plan_is_the_actions_taken_and_the_return_is_greedy_minus_agent(mode
     assert np.allclose(state.loads, costs, rtol=1e-3)  # the env's running costs are the model's
 
 
+def test_the_refined_return_is_greedy_minus_agent_after_local_search(model):
+    from autoshard.planners.local_search import improve
+    from autoshard.rl.env import REFINE_ROUNDS, refined_max
+
+    env = ShardingEnv(model, SMALL, EnvConfig(reward=Reward.REFINED))
+    _, rewards, actions = rollout(env, seed=1, actions_seed=2)
+    state = env.state
+    placed = {u.name: d.index for d in state.devices for u in d.units}
+    assert [placed[u.name] for u in state.units] == actions  # the search ran on copies
+    agent = refined_max(state, env.task, model, None)
+    assert agent <= state.loads.max() * (1 + 1e-9)
+    assert sum(rewards) == pytest.approx((env.greedy_max - agent) / env.scale)
+    devices = place(start(env.task, model, None, env.config, env.state.units), cheapest_after).devices
+    improve(devices, model, env.task.workload.batch_size, REFINE_ROUNDS)
+    assert env.greedy_max == pytest.approx(max(d.load for d in devices))
+
+
 def test_masks_forbid_exactly_the_devices_without_room(model):
     big, small = Table("big", 1_000_000, 64), Table("small", 1000, 8)
     room = big.memory_bytes + small.memory_bytes  # one device takes big and small, no more

@@ -33,7 +33,7 @@ def train_cmd(
     seed: Annotated[int, typer.Option()] = 0,
     envs: Annotated[int, typer.Option(min=1, help="Environments stepped together.")] = 2,
     subprocess: Annotated[bool, typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).")] = False,
-    reward: Annotated[str, typer.Option(help="'step' or 'greedy_relative' (see ShardingEnv).")] = "step",
+    reward: Annotated[str, typer.Option(help="'step', 'greedy_relative' or 'refined' (see ShardingEnv).")] = "step",
     slots: Annotated[int, typer.Option(min=2, help="Device slots while training (the largest training device count).")] = 16,
     work_dir: Annotated[Optional[Path], typer.Option(help=f"Checkpoints, TensorBoard logs, eval log (default PROFILE/{TRAINING_DIR}).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue from the latest checkpoint in the work dir.")] = False,
@@ -52,7 +52,7 @@ def train_cmd(
     try:
         reward_kind = Reward(reward)
     except ValueError:
-        raise InputError("reward", f"unknown reward {reward!r}", "use greedy_relative or step") from None
+        raise InputError("reward", f"unknown reward {reward!r}", f"use one of {', '.join(r.value for r in Reward)}") from None
     loaded = _profile(profile)
     one_thread()
     folder = profile if profile.is_dir() else profile.parent

@@ -13,7 +13,8 @@ import numpy as np
 from autoshard.communication import CommunicationModel, WithCommunication
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
-from autoshard.planners.placement import PlacementState, by_cost, cheapest_after, place, prepare_units
+from autoshard.planners.local_search import improve
+from autoshard.planners.placement import DeviceState, PlacementState, by_cost, cheapest_after, place, prepare_units
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.observation import OBS_BOUND, observation_size, observe, task_scale
 from autoshard.rl.tasks import TaskDistribution, TaskSource
@@ -25,6 +26,10 @@ DEAD_END_PENALTY = 2.0  # in units of the task's lower bound: worse than any fin
 class Reward(str, Enum):
     STEP = "step"
     GREEDY_RELATIVE = "greedy_relative"
+    REFINED = "refined"
+
+
+REFINE_ROUNDS = 20  # local-search rounds of the ``refined`` reward's plans (rl+refine runs up to 50)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +66,28 @@ def guarded_state(units: list[Unit], topology: Topology, cost_model: CostModel, 
                           max_units_per_device=unit_cap(cost_model, len(units), devices, headroom))
 
 
+def priced(task: Task, cost_model: CostModel, communication: CommunicationModel | None) -> CostModel:
+    """Device costs as the env scores them: the cost model plus, if given, the all-to-all for the
+    task's device count."""
+    return cost_model if communication is None else WithCommunication(cost_model, communication,
+                                                                      task.topology.num_devices)
+
+
+def refined_max(state: PlacementState, task: Task, cost_model: CostModel,
+                communication: CommunicationModel | None) -> float:
+    """The max of a finished placement's plan after ``REFINE_ROUNDS`` of local search, on copies
+    of its devices (the placement itself stays as it was)."""
+    devices = [DeviceState(d.index, d.capacity, list(d.units), d.memory_bytes, d.load, set(d.parents))
+               for d in state.devices]
+    improve(devices, priced(task, cost_model, communication), task.workload.batch_size, REFINE_ROUNDS)
+    return max(d.load for d in devices)
+
+
 def start(task: Task, cost_model: CostModel, communication: CommunicationModel | None,
           config: EnvConfig, units: list[Unit] | None = None) -> PlacementState:
     """A fresh placement of the task's tables (largest predicted cost first, or ``units`` if
     given), scored by the cost model plus, if given, the all-to-all for the task's device count."""
-    model = cost_model if communication is None else WithCommunication(cost_model, communication,
-                                                                      task.topology.num_devices)
+    model = priced(task, cost_model, communication)
     batch = task.workload.batch_size
     if units is None:
         units = by_cost(prepare_units(task.workload, task.topology, model_costs(model, batch), False))
@@ -101,7 +122,12 @@ class ShardingEnv(gym.Env):
     greedy plan's max at the last step, so the return is (greedy max - agent max) / lower bound:
     zero for matching greedy on every task, which removes the task-to-task spread of returns that
     the critic must otherwise learn. An ablation (docs/rl.md) found no real difference; ``step``
-    was at most 0.5% ahead and needs no greedy rollout per episode. A dead end (no device allowed), or an action the mask forbids (possible only when the
+    was at most 0.5% ahead and needs no greedy rollout per episode. ``refined``: the same dense
+    steps, and at the last step the return becomes (greedy's max - the agent's max) / lower bound
+    with *both plans after local search* (``REFINE_ROUNDS`` rounds of moves and swaps, as
+    cost_greedy's): the objective of ``rl+refine``, which deploys the policy as the seed of that
+    search, so the agent learns placements that the search finishes best rather than greedy's
+    own. A dead end (no device allowed), or an action the mask forbids (possible only when the
     mask is ignored), ends the episode with -2.
 
     **Episode end.** Terminated when every unit is placed, or at a dead end. Never truncated.
@@ -132,7 +158,7 @@ class ShardingEnv(gym.Env):
         self.task = task
         self.state = start(task, self.cost_model, self.communication, self.config)
         self.scale = task_scale(self.state)
-        self.greedy_max = self._greedy_max() if self.config.reward is Reward.GREEDY_RELATIVE else 0.0
+        self.greedy_max = self._greedy_max() if self.config.reward is not Reward.STEP else 0.0
         self.actions = []
         self._allowed = self.state.mask()
         return self._get_obs(), self._get_info()
@@ -141,9 +167,13 @@ class ShardingEnv(gym.Env):
         assert self.state is not None
         greedy = start(self.task, self.cost_model, self.communication, self.config, self.state.units)
         try:
-            return float(place(greedy, cheapest_after).loads.max())
+            placed = place(greedy, cheapest_after)
         except PlannerError:
             return 0.0
+        return self._refined_max(placed) if self.config.reward is Reward.REFINED else float(placed.loads.max())
+
+    def _refined_max(self, state: PlacementState) -> float:
+        return refined_max(state, self.task, self.cost_model, self.communication)
 
     def _get_obs(self) -> np.ndarray:
         assert self.state is not None
@@ -178,6 +208,8 @@ class ShardingEnv(gym.Env):
             if not self._allowed.any():  # a packing dead end the lookahead could not avoid
                 terminated, reward = True, reward - DEAD_END_PENALTY
         if terminated and self.state.done:
+            if self.config.reward is Reward.REFINED:  # the return becomes the refined plans' difference
+                reward += (float(self.state.loads.max()) - self._refined_max(self.state)) / self.scale
             reward += self.greedy_max / self.scale
         obs = self._get_obs() if not self.state.done else np.zeros(self.observation_space.shape, np.float32)
         return obs, float(reward), terminated, False, self._get_info()

@@ -21,7 +21,7 @@ from autoshard.communication import CommunicationModel
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
 from autoshard.planners.placement import cheapest_after, place
-from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, start
+from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, refined_max, start
 from autoshard.rl.policy import POLICY_FILE, DevicePolicy, DeviceScoringPolicy, PolicyInfo
 from autoshard.rl.rollout import PolicyChooser
 from autoshard.rl.tasks import TaskDistribution
@@ -66,22 +66,32 @@ def eval_tasks(distribution: TaskDistribution, count: int, seed: int) -> list[Ta
     return [distribution.sample(rng) for _ in range(count)]
 
 
+def _plan_max(task: Task, choose, cost_model: CostModel, communication: CommunicationModel | None,
+              config: EnvConfig) -> float:
+    """The predicted max of ``choose``'s placement of ``task``; after local search when the env's
+    reward is ``refined`` (the objective it trains for)."""
+    placed = place(start(task, cost_model, communication, config), choose)
+    if config.reward is Reward.REFINED:
+        return refined_max(placed, task, cost_model, communication)
+    return float(placed.loads.max())
+
+
 def greedy_maxima(tasks: list[Task], cost_model: CostModel, communication: CommunicationModel | None,
                   config: EnvConfig) -> list[float]:
-    """Greedy placement's predicted max on each task (no local search): the evaluation's yardstick,
-    computed once per training run."""
-    return [float(place(start(task, cost_model, communication, config), cheapest_after).loads.max())
-            for task in tasks]
+    """Greedy placement's predicted max on each task (after local search for the ``refined``
+    reward): the evaluation's yardstick, computed once per training run."""
+    return [_plan_max(task, cheapest_after, cost_model, communication, config) for task in tasks]
 
 
 def ratio_to_greedy(policy: DevicePolicy, tasks: list[Task], greedy: list[float], cost_model: CostModel,
                     communication: CommunicationModel | None, config: EnvConfig) -> float:
     """Geometric mean over tasks of the policy's predicted max / greedy placement's (``greedy``,
-    from ``greedy_maxima``): below 1 means the policy places better than greedy."""
+    from ``greedy_maxima``; both after local search for the ``refined`` reward): below 1 means
+    the policy places better than greedy."""
     logs = []
     for task, greedy_max in zip(tasks, greedy):
         try:
-            agent = place(start(task, cost_model, communication, config), PolicyChooser(policy)).loads.max()
+            agent = _plan_max(task, PolicyChooser(policy), cost_model, communication, config)
         except PlannerError:
             return math.inf
         logs.append(math.log(agent / greedy_max))
