@@ -91,7 +91,7 @@ class TrainedRanges:
                                     f"(e.g. {worst.name!r}: {fmt.format(getattr(worst, attr))})")
         if max_tables_per_device is not None and max_tables_per_device > self.tables_per_set[1]:
             warnings.append(f"a device may hold {max_tables_per_device} tables, beyond the largest trained set "
-                            f"of {self.tables_per_set[1]}; costs of larger sets extrapolate")
+                            f"of {self.tables_per_set[1]}; larger sets are priced linearly in their size")
         return tuple(warnings)
 
     def _refuse_unseen(self, tables: Sequence[Table]) -> None:
