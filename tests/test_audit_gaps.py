@@ -125,8 +125,9 @@ def test_unmeasured_precisions_get_a_clear_error_and_never_inf_or_nan(shipped, b
 
 def test_fp16_and_rowwise_adagrad_are_trained_inputs_and_change_the_cost(shipped):
     """The shipped traces hold fp16 and row-wise Adagrad tables: such workloads are answered
-    without a refusal; fp16 costs more than fp32 on the CPU (as measured, docs/traces.md), and
-    the optimizer moves the prediction (its direction is the machine's: docs/traces.md)."""
+    without a refusal, and the model orders the four variants of this set as this machine
+    measured them (`python benchmarks/precision_optimizer.py`, docs/figures/precision_optimizer.json:
+    fp32 SGD 22.6 ms < fp16 row-wise Adagrad 36.1 < fp16 SGD 37.7 < fp32 row-wise Adagrad 59.2)."""
     base = tuple(Table(f"t{i}", 10**(3 + i % 4), 64, 8.0, 0.5) for i in range(8))
     variants = {(b, o): tuple(replace(t, bytes_per_element=b, optimizer=o) for t in base)
                 for b in (4, 2) for o in (Optimizer.SGD, Optimizer.ROWWISE_ADAGRAD)}
@@ -134,9 +135,9 @@ def test_fp16_and_rowwise_adagrad_are_trained_inputs_and_change_the_cost(shipped
         assert not [w for w in shipped.check_workload(Workload(tables)) if "bytes" in w or "optimizer" in w]
     cost = {k: shipped.predict(list(v), 4096) for k, v in variants.items()}
     assert all(np.isfinite(c) and c > 0 for c in cost.values())
-    assert cost[(2, Optimizer.SGD)] > cost[(4, Optimizer.SGD)]
-    assert cost[(2, Optimizer.ROWWISE_ADAGRAD)] > cost[(4, Optimizer.ROWWISE_ADAGRAD)]
-    assert abs(cost[(4, Optimizer.ROWWISE_ADAGRAD)] / cost[(4, Optimizer.SGD)] - 1) > 0.02
+    measured_order = [(4, Optimizer.SGD), (2, Optimizer.ROWWISE_ADAGRAD), (2, Optimizer.SGD),
+                      (4, Optimizer.ROWWISE_ADAGRAD)]
+    assert sorted(cost, key=cost.get) == measured_order
 
 
 def test_prediction_is_finite_for_extreme_single_tables(shipped):
