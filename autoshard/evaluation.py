@@ -66,8 +66,8 @@ def _task(raw: dict[str, Any]) -> Task:
     name = raw.get("name") or "task"
     if "synthetic" in raw:
         s = raw["synthetic"]
-        pool = generate_pool(PoolConfig(size=s.get("pool_size", 500), seed=s.get("pool_seed", 0),
-                                        max_log10_rows=s.get("max_log10_rows", PoolConfig.max_log10_rows)))
+        rows = {"max_log10_rows": s["max_log10_rows"]} if "max_log10_rows" in s else {}
+        pool = generate_pool(PoolConfig(size=s.get("pool_size", 500), seed=s.get("pool_seed", 0), **rows))
         tables = pool.test if s.get("split", "test") == "test" else pool.train
         workload = sample_task(tables, s["num_tables"], np.random.default_rng(s.get("seed", 0)),
                                s.get("batch_size", 2048), name)

@@ -61,6 +61,14 @@ def test_bundled_suite_and_memory_rule():
     assert by_name["syn80x4"].topology.num_devices == 4
 
 
+def test_the_row_cap_suite_draws_from_a_pool_of_smaller_tables():
+    name, tasks = load_suite("row_cap")
+    small = {t.name: t for t in tasks}["syn40x4_small"]
+    assert name == "row_cap" and len(small.workload.tables) == 40
+    assert max(t.num_embeddings for t in small.workload.tables) <= 10**6.3
+    assert max(t.num_embeddings for t in load_suite("default")[1][0].workload.tables) > 10**6.3  # the default pool
+
+
 def test_bad_suite_is_a_clear_error(tmp_path):
     path = tmp_path / "s.json"
     path.write_text(json.dumps({"tasks": [{"name": "x", "workload": "criteo_kaggle"}]}))
