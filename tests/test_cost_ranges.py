@@ -118,4 +118,4 @@ def test_shipped_model_carries_the_ranges_of_its_training_traces():
     train = make_splits(traces).train
     assert shipped.ranges == TrainedRanges.of([s.tables for s in train], [s.batch_size for s in train])
     assert shipped.ranges.bytes_per_element == (2, 4) and shipped.ranges.optimizers == ("rowwise_adagrad", "sgd")
-    assert shipped.ranges.tables_per_set[1] == 64 and shipped.ranges.batch_size == (512, 16384)
+    assert shipped.ranges.tables_per_set[1] > 64 and shipped.ranges.batch_size == (512, 16384)  # the large sets train
