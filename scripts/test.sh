@@ -15,4 +15,4 @@ for candidate in ../shared/tools/podman-env.sh /work/shared/tools/podman-env.sh;
   fi
 done
 . .venv/bin/activate
-python -m pytest -q -W ignore::DeprecationWarning "$@"
+python -m pytest -W ignore::DeprecationWarning "$@"  # -q comes from pyproject: one -q keeps the "N passed" line

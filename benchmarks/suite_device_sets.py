@@ -1,0 +1,68 @@
+"""How well cost models predict the device sets of measured plans: re-plan every task of measured
+`autoshard evaluate` reports with the shipped model and policy (plans are deterministic), and
+score each model's prediction of every device against the device's measured median.
+
+    python benchmarks/suite_device_sets.py --model runs/final2 --model runs/final3 \\
+        --report docs/figures/evaluation_before_refine/default_report.json:default \\
+        --report docs/figures/evaluation_before_refine/rl_grid_report.json:rl_grid
+
+Reports per model: MAPE and median predicted / measured over the non-empty device sets, and the
+same for each plan's slowest device. These sets are where plans go, and no model trained on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread  # noqa: E402
+from autoshard.evaluation import load_suite  # noqa: E402
+from autoshard.planners import PlannerContext, make_planner  # noqa: E402
+from cost_model.checkpoint import load_cost_model  # noqa: E402
+
+PLANNERS = ("cost_greedy", "rl+refine", "rl", "size_lookup_greedy", "lookup_greedy", "dim_greedy", "round_robin")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, action="append", default=[], help="model folders to score (besides the shipped one)")
+    parser.add_argument("--report", action="append", required=True, help="REPORT.json:SUITE of a measured evaluate run")
+    args = parser.parse_args()
+    one_thread()
+    profile, why = load_profile_or_none(DEFAULT_MODEL)
+    if profile is None:
+        sys.exit(f"error: {why}")
+    models = {"shipped": profile.model} | {str(m): load_cost_model(m) for m in args.model}
+    sets, measured, plans = [], [], []  # (sets, batch), per-device ms, (first set index, count, measured max)
+    for ref in args.report:
+        path, suite = ref.rsplit(":", 1)
+        report = {t["task"]: {p["planner"]: p for p in t["planners"]} for t in json.loads(Path(path).read_text())["tasks"]}
+        for task in load_suite(suite)[1]:
+            for name in PLANNERS:
+                plan = make_planner(name, PlannerContext(profile.model, profile.policy)).plan(task.workload, task.topology)
+                row = report[task.name][name]
+                devices = [([s.as_table for s in d.shards], ms) for d, ms in zip(plan.devices, row["measured_device_ms"])]
+                devices = [(tables, ms) for tables, ms in devices if tables]
+                plans.append((len(sets), len(devices), row["measured_max_ms"]))
+                sets += [(tables, task.workload.batch_size) for tables, _ in devices]
+                measured += [ms for _, ms in devices]
+    true = np.array(measured)
+    for name, model in models.items():
+        pred = np.array([model.predict(tables, batch) for tables, batch in sets])
+        worst = np.array([pred[start:start + n].max() for start, n, _ in plans])
+        truth = np.array([m for _, _, m in plans])
+        print(json.dumps({"model": name, "device_sets": len(true), "mape": round(float(np.mean(abs(pred - true) / true)), 4),
+                          "median_ratio": round(float(np.median(pred / true)), 3), "plans": len(plans),
+                          "max_mape": round(float(np.mean(abs(worst - truth) / truth)), 4),
+                          "max_median_ratio": round(float(np.median(worst / truth)), 3)}))
+
+
+if __name__ == "__main__":
+    main()
