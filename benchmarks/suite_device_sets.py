@@ -1,18 +1,21 @@
 """How well cost models predict the device sets of measured plans: re-plan every task of measured
-`autoshard evaluate` reports with the shipped model and policy (plans are deterministic), and
+`autoshard evaluate` reports with the model and policy that made them (``--plan-model``; plans are deterministic), and
 score each model's prediction of every device against the device's measured median.
 
     python benchmarks/suite_device_sets.py --model runs/final2 --model runs/final3 \\
         --report docs/figures/evaluation_before_refine/default_report.json:default \\
         --report docs/figures/evaluation_before_refine/rl_grid_report.json:rl_grid
 
-Reports per model: MAPE and median predicted / measured over the non-empty device sets, and the
-same for each plan's slowest device. These sets are where plans go, and no model trained on them.
+Reports per model: MAPE and median predicted / measured over the non-empty device sets, the
+same for each plan's slowest device, and **plan choices**: over the pairs of plans of one task
+whose measured slowest devices differ by more than 5%, the share the model orders the same way
+(a tie in prediction counts a half). These sets are where plans go, and no model trained on them.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -34,12 +37,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, action="append", default=[], help="model folders to score (besides the shipped one)")
     parser.add_argument("--report", action="append", required=True, help="REPORT.json:SUITE of a measured evaluate run")
+    parser.add_argument("--plan-model", type=Path, default=DEFAULT_MODEL,
+                        help="the model folder (cost model + policy) that made the reports' plans")
     args = parser.parse_args()
     one_thread()
-    profile, why = load_profile_or_none(DEFAULT_MODEL)
+    profile, why = load_profile_or_none(args.plan_model)
     if profile is None:
         sys.exit(f"error: {why}")
-    models = {"shipped": profile.model} | {str(m): load_cost_model(m) for m in args.model}
+    models = {str(args.plan_model): profile.model} | {str(m): load_cost_model(m) for m in args.model}
     sets, measured, plans = [], [], []  # (sets, batch), per-device ms, (first set index, count, measured max)
     for ref in args.report:
         path, suite = ref.rsplit(":", 1)
@@ -50,18 +55,24 @@ def main() -> None:
                 row = report[task.name][name]
                 devices = [([s.as_table for s in d.shards], ms) for d, ms in zip(plan.devices, row["measured_device_ms"])]
                 devices = [(tables, ms) for tables, ms in devices if tables]
-                plans.append((len(sets), len(devices), row["measured_max_ms"]))
+                plans.append((len(sets), len(devices), row["measured_max_ms"], f"{suite}/{task.name}"))
                 sets += [(tables, task.workload.batch_size) for tables, _ in devices]
                 measured += [ms for _, ms in devices]
     true = np.array(measured)
     for name, model in models.items():
         pred = np.array([model.predict(tables, batch) for tables, batch in sets])
-        worst = np.array([pred[start:start + n].max() for start, n, _ in plans])
-        truth = np.array([m for _, _, m in plans])
+        worst = np.array([pred[start:start + n].max() for start, n, _, _ in plans])
+        truth = np.array([m for _, _, m, _ in plans])
+        right = pairs = 0.0
+        for (i, a), (j, b) in itertools.combinations(enumerate(plans), 2):
+            if a[3] == b[3] and abs(truth[i] - truth[j]) > 0.05 * min(truth[i], truth[j]):
+                pairs += 1
+                right += 0.5 if np.isclose(worst[i], worst[j], rtol=1e-9) else float((worst[i] < worst[j]) == (truth[i] < truth[j]))
         print(json.dumps({"model": name, "device_sets": len(true), "mape": round(float(np.mean(abs(pred - true) / true)), 4),
                           "median_ratio": round(float(np.median(pred / true)), 3), "plans": len(plans),
                           "max_mape": round(float(np.mean(abs(worst - truth) / truth)), 4),
-                          "max_median_ratio": round(float(np.median(worst / truth)), 3)}))
+                          "max_median_ratio": round(float(np.median(worst / truth)), 3),
+                          "plan_choices": round(right / pairs, 3) if pairs else None, "plan_pairs": int(pairs)}))
 
 
 if __name__ == "__main__":

@@ -5,13 +5,18 @@ this table added?". The head's input is ``[sum / 8, mean, max, log n]`` of the s
 (``cost_model.network.pooled_input``), and its first layer is linear: the sum and mean parts
 are projected through it once per table (cached on the head, across placements) and kept as
 running sums, so scoring D devices costs only the max part's projection and the rest of the head.
+
+A grouped network (``cost_model.network``) keeps such running rows per op kind (precision,
+optimizer) of every set, with each op's milliseconds cached, and one more row per set for the
+interaction head: adding a table re-prices only its own op and the interaction.
+
 The bookkeeping is numpy (a few microseconds an operation on a handful of rows); the matmuls
 are torch (float32, one thread, no autograd), which is faster at these shapes.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Hashable
 
 import numpy as np
 import torch
@@ -27,8 +32,9 @@ TOTAL = OUTPUTS.index("total")
 
 
 class SplitHead:
-    """The network's head (Linear + SiLU layers) with its first layer split by the parts of
-    ``pooled_input``: ``[sum / 8 | mean | max | log n]``, each ``width`` wide."""
+    """A head (Linear + SiLU layers) with its first layer split by the parts of its input:
+    ``[sum / 8 | mean | max | log n | extra]``, each of the first three ``width`` wide, ``extra``
+    the trailing inputs (the interaction head's log of the op count)."""
 
     def __init__(self, head: torch.nn.Sequential, width: int) -> None:
         layers = [(m.weight.detach().float().T.contiguous(), m.bias.detach().float().clone())
@@ -38,6 +44,7 @@ class SplitHead:
         self.w_sum, self.w_mean = (first[:width] / 8.0).numpy(), first[width:2 * width].numpy()
         self.w_max = first[2 * width:3 * width].contiguous()
         self.w_log, self.first_bias = first[3 * width].numpy(), first_bias.numpy()
+        self.w_extra = first[3 * width + 1:].numpy()
         w, b = self.rest[-1]
         self.rest[-1] = (w[:, TOTAL:TOTAL + 1].contiguous(), b[TOTAL:TOTAL + 1].clone())  # only the total is asked
         self._projected: dict[tuple[Table, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -54,16 +61,54 @@ class SplitHead:
             found = self._projected[key] = (code, code @ self.w_sum, code @ self.w_mean)
         return found
 
-    def ms(self, first: np.ndarray, largest: np.ndarray, scale: np.ndarray) -> np.ndarray:
-        """Total milliseconds from the first layer's input without its max part (``first``,
-        ``[n, hidden]``), the max-pooled codes (``largest``, ``[n, width]``) and each set's
-        ``linear_scale`` (``[n]``)."""
+    def log_total(self, first: np.ndarray, largest: np.ndarray) -> np.ndarray:
+        """The head's total output from its first layer's input without the max part (``first``,
+        ``[n, hidden]``) and the max-pooled codes (``largest``, ``[n, width]``), float64."""
         with torch.inference_mode():
             x = torch.addmm(torch.from_numpy(first), torch.from_numpy(largest), self.w_max)
             for w, b in self.rest:
                 x = torch.addmm(b, functional.silu(x, inplace=True), w)
-            log_ms = x[:, 0].numpy().astype(np.float64)
-        return np.exp(np.clip(log_ms + np.log(scale), LOG_MS_MIN, LOG_MS_MAX))
+            return x[:, 0].numpy().astype(np.float64)
+
+    def ms(self, first: np.ndarray, largest: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        """Total milliseconds, with each set's ``linear_scale`` (``[n]``)."""
+        return np.exp(np.clip(self.log_total(first, largest) + np.log(scale), LOG_MS_MIN, LOG_MS_MAX))
+
+
+class PooledRows:
+    """``num_rows`` running sets on one head: their projected sums, max-pooled codes and sizes."""
+
+    def __init__(self, head: SplitHead, num_rows: int, width: int, limit: int | None) -> None:
+        self.head, self.limit = head, limit
+        self.sums = np.zeros((num_rows, head.hidden), dtype=np.float32)  # projected sums of the sum part
+        self.means = np.zeros((num_rows, head.hidden), dtype=np.float32)  # projected sums of the mean part
+        self.largest = np.full((num_rows, width), -1e9, dtype=np.float32)
+        self.count = np.zeros(num_rows)
+
+    def first(self, rows: np.ndarray | slice, added: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The head's first-layer input without its max part, the max-pooled codes and the
+        ``linear_scale`` of sets ``rows`` (with ``added``'s code and projections, if given),
+        priced linearly past the size limit as ``SetCostNetwork.predict_pooled`` does."""
+        count, largest, sums, means = self.count[rows], self.largest[rows], self.sums[rows], self.means[rows]
+        if added is not None:
+            code, s, m = added
+            count, largest, sums, means = count + 1, np.maximum(largest, code), sums + s, means + m
+        n = np.maximum(count, 1.0).astype(np.float32)
+        scale = np.ones_like(n) if self.limit is None else linear_scale(n, self.limit)
+        first = (self.head.first_bias + sums / scale[:, None] + means / n[:, None]
+                 + np.log(n / scale)[:, None] * self.head.w_log)
+        return first, largest, scale
+
+    def ms(self, rows: np.ndarray | slice, added: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+        return self.head.ms(*self.first(rows, added))
+
+    def add(self, row: int, projected: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        code, s, m = projected
+        self.sums[row] += s
+        self.means[row] += m
+        np.maximum(self.largest[row], code, out=self.largest[row])
+        self.count[row] += 1
 
 
 class SetAccumulator:
@@ -71,46 +116,61 @@ class SetAccumulator:
     at each set's costliest table alone, as ``NeuralCostModel`` floors them."""
 
     def __init__(self, model: NeuralCostModel, num_sets: int, batch_size: int) -> None:
-        self.model, self.batch_size, self.head = model, batch_size, model.split_head
-        width, hidden = model.network.config.table_code, self.head.hidden
-        self.limit = model.size_limit
-        self.sums = np.zeros((num_sets, hidden), dtype=np.float32)  # projected sums of the sum part
-        self.means = np.zeros((num_sets, hidden), dtype=np.float32)  # projected sums of the mean part
-        self.largest = np.full((num_sets, width), -1e9, dtype=np.float32)
+        self.model, self.batch_size, self.num_sets = model, batch_size, num_sets
+        self.width, self.limit = model.network.config.table_code, model.size_limit
+        self.op_head = model.split_head
+        self.kinds: dict[Hashable, int] = {}
+        self.ops: list[PooledRows] = []  # per op kind: that op of every set
+        self.op_ms = np.zeros((num_sets, 0))  # each set's ops' milliseconds (0 for an op it does not run)
+        inter = model.interaction_split_head
+        self.whole = None if inter is None else PooledRows(inter, num_sets, self.width, self.limit)
         self.count = np.zeros(num_sets)
         self.floor = np.zeros(num_sets)
 
-    def _ms(self, rows: np.ndarray | slice, count: np.ndarray, largest: np.ndarray,
-            added: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-        """The head's total ms for sets ``rows`` holding ``count`` tables (with ``added``'s
-        projections, if given), priced linearly past the size limit as ``predict_pooled`` does."""
-        n = np.maximum(count, 1.0).astype(np.float32)
-        scale = np.ones_like(n) if self.limit is None else linear_scale(n, self.limit)
-        sums, means = self.sums[rows], self.means[rows]
-        if added is not None:
-            sums, means = sums + added[0], means + added[1]
-        first = (self.head.first_bias + sums / scale[:, None] + means / n[:, None]
-                 + np.log(n / scale)[:, None] * self.head.w_log)
-        return self.head.ms(first, largest, scale)
+    def _kind(self, table: Table) -> int:
+        key = self.model.op_keys([table])[0]
+        kind = self.kinds.get(key)
+        if kind is None:
+            kind = self.kinds[key] = len(self.ops)
+            self.ops.append(PooledRows(self.op_head, self.num_sets, self.width, self.limit))
+            self.op_ms = np.concatenate([self.op_ms, np.zeros((self.num_sets, 1))], axis=1)
+        return kind
+
+    def _total(self, rows: np.ndarray | slice, op_sum: np.ndarray, num_ops: np.ndarray,
+               added: Table | None = None) -> np.ndarray:
+        """The ops' summed milliseconds times the interaction factor (grouped networks)."""
+        if self.whole is None:
+            return op_sum
+        projected = None if added is None else self.whole.head.projected(self.model, added, self.batch_size)
+        first, largest, _ = self.whole.first(rows, projected)
+        ops = np.maximum(num_ops, 1.0)
+        first = first + (np.log(ops)[:, None] * self.whole.head.w_extra[0]).astype(np.float32)
+        factor = (1 - 1 / ops) * self.whole.head.log_total(first, largest)
+        return np.exp(np.clip(np.log(np.maximum(op_sum, 1e-30)) + factor, LOG_MS_MIN, LOG_MS_MAX))
 
     def costs(self) -> np.ndarray:
-        cost = self._ms(slice(None), self.count, self.largest)
+        cost = self._total(slice(None), self.op_ms.sum(1), (self.op_ms > 0).sum(1).astype(float))
         return np.where(self.count > 0, np.maximum(cost, self.floor), 0.0)
 
     def costs_if_added(self, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
         """Each set's total ms with ``table`` added (only the sets ``rows``, if given)."""
-        code, s, m = self.head.projected(self.model, table, self.batch_size)
+        kind = self._kind(table)
         at = slice(None) if rows is None else np.asarray(rows, dtype=np.int64)
-        cost = self._ms(at, self.count[at] + 1, np.maximum(self.largest[at], code), (s, m))
+        op_ms = self.op_ms[at]
+        new_op = self.ops[kind].ms(at, self.op_head.projected(self.model, table, self.batch_size))
+        op_sum = op_ms.sum(1) - op_ms[:, kind] + new_op
+        num_ops = (op_ms > 0).sum(1) + (op_ms[:, kind] == 0)
+        cost = self._total(at, op_sum, num_ops.astype(float), table)
         return np.maximum(cost, np.maximum(self.floor[at], self._alone(table)))
 
     def _alone(self, table: Table) -> float:
         return float(self.model.alone_ms([table], self.batch_size)[0])
 
     def add(self, set_index: int, table: Table) -> None:
-        code, s, m = self.head.projected(self.model, table, self.batch_size)
-        self.sums[set_index] += s
-        self.means[set_index] += m
-        np.maximum(self.largest[set_index], code, out=self.largest[set_index])
+        kind = self._kind(table)
+        self.ops[kind].add(set_index, self.op_head.projected(self.model, table, self.batch_size))
+        self.op_ms[set_index, kind] = self.ops[kind].ms(np.array([set_index]))[0]
+        if self.whole is not None:
+            self.whole.add(set_index, self.whole.head.projected(self.model, table, self.batch_size))
         self.count[set_index] += 1
         self.floor[set_index] = max(self.floor[set_index], self._alone(table))

@@ -25,6 +25,7 @@ import torch
 
 from autoshard.errors import InputError
 from autoshard.types import Optimizer, Table
+from cost_model.features import op_key
 from cost_model.indices import bag_lengths, zipf_rows
 from cost_model.profile import ExecutionMode
 
@@ -105,7 +106,7 @@ def groups(tables: Sequence[Table]) -> list[tuple[Table, ...]]:
     """Tables grouped by (precision, optimizer), groups in order of first appearance: one TBE op each."""
     out: dict[tuple[int, Optimizer], list[Table]] = {}
     for t in tables:
-        out.setdefault((t.bytes_per_element, t.optimizer), []).append(t)
+        out.setdefault(op_key(t), []).append(t)
     return [tuple(g) for g in out.values()]
 
 

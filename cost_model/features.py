@@ -37,6 +37,11 @@ NUM_FEATURES = 15
 _BUCKETS = 48
 
 
+def op_key(table: Table) -> tuple[int, Optimizer]:
+    """What one TBE op groups by on a device: (bytes per element, optimizer), as TorchRec groups."""
+    return table.bytes_per_element, table.optimizer
+
+
 def expected_unique_rows(rows: int, alpha: float, draws: float) -> float:
     """Expected distinct rows among ``draws`` bounded-Zipf(alpha) draws over ``rows`` rows."""
     if rows <= _BUCKETS:

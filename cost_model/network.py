@@ -3,12 +3,21 @@
 tables --MLP--> per-table codes --(sum | mean | max over the set) + log(set size)--> MLP head
 --> log milliseconds of forward, backward+update and total. Sets of any size share one flat
 batch: ``segments[i]`` says which set table ``i`` belongs to (no padding).
+
+**Grouped** (``NetworkConfig.grouped``): a device runs one TBE op per (precision, optimizer)
+group of its tables (``cost_model.features.op_key``), so the head prices each **op** from its
+own tables' pooled codes, the ops' milliseconds add up, and an **interaction** head multiplies
+the sum by ``exp((1 - 1/G) * interaction(pooled codes of the whole set, log G))`` for G ops. The
+factor is exactly 1 for a set of one op: a homogeneous set (every table fp32 + SGD, as most
+workloads are) is priced by the op head alone, which every group of every mixed training set
+also trained, instead of by a set head that saw homogeneous sets of a few tables only.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Hashable, Sequence
 
 import numpy as np
 import torch
@@ -29,6 +38,42 @@ class NetworkConfig:
     table_code: int = 96
     head_hidden: int = 256
     dropout: float = 0.1
+    grouped: bool = False  # price each (precision, optimizer) op, then their interaction (module docstring)
+    interaction_hidden: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class OpIndex:
+    """Which op each table of a flat batch belongs to (``table_op``), and which set each op
+    belongs to (``op_set``); for an ungrouped network every set is one op."""
+
+    table_op: torch.Tensor
+    op_set: torch.Tensor
+    num_ops: int
+
+    @classmethod
+    def of(cls, keys: Sequence[Sequence[Hashable]]) -> "OpIndex":
+        """From each set's per-table op keys, in flat order; ops numbered in order of first
+        appearance within each set."""
+        table_op, op_set = [], []
+        for set_index, set_keys in enumerate(keys):
+            local: dict[Hashable, int] = {}
+            for key in set_keys:
+                if key not in local:
+                    local[key] = len(op_set)
+                    op_set.append(set_index)
+                table_op.append(local[key])
+        return cls(torch.tensor(table_op, dtype=torch.long), torch.tensor(op_set, dtype=torch.long), len(op_set))
+
+
+def pool(codes: torch.Tensor, segments: torch.Tensor, num_sets: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per segment: the sum of its codes, its size, the max of its codes (-1e9 where empty)."""
+    width = codes.shape[1]
+    index = segments.unsqueeze(1).expand(-1, width)
+    total = codes.new_zeros(num_sets, width).scatter_add_(0, index, codes)
+    count = codes.new_zeros(num_sets).scatter_add_(0, segments, codes.new_ones(len(segments)))
+    largest = codes.new_full((num_sets, width), -1e9).scatter_reduce_(0, index, codes, "amax")
+    return total, count, largest
 
 
 def _mlp(sizes: list[int], dropout: float) -> nn.Sequential:
@@ -66,20 +111,38 @@ class SetCostNetwork(nn.Module):
         c = config
         self.encoder = _mlp([c.num_features, c.table_hidden, c.table_hidden, c.table_code], c.dropout)
         self.head = _mlp([3 * c.table_code + 1, c.head_hidden, c.head_hidden // 2, len(OUTPUTS)], c.dropout)
+        if c.grouped:  # starts at a factor of 1: ops simply add up until training says otherwise
+            self.interaction = _mlp([3 * c.table_code + 2, c.interaction_hidden, len(OUTPUTS)], c.dropout)
+            nn.init.zeros_(self.interaction[-1].weight)
+            nn.init.zeros_(self.interaction[-1].bias)
 
     def encode(self, features: torch.Tensor) -> torch.Tensor:
         """Per-table codes; they depend on the table alone, so callers may cache them."""
         return self.encoder(features)
 
     def pool_and_predict(self, codes: torch.Tensor, segments: torch.Tensor, num_sets: int,
-                         size_limit: int | None = None) -> torch.Tensor:
-        """Log-ms predictions ``[num_sets, 3]`` from per-table codes and their set ids."""
-        width = codes.shape[1]
-        index = segments.unsqueeze(1).expand(-1, width)
-        total = codes.new_zeros(num_sets, width).scatter_add_(0, index, codes)
-        count = codes.new_zeros(num_sets).scatter_add_(0, segments, codes.new_ones(len(segments)))
-        largest = codes.new_full((num_sets, width), -1e9).scatter_reduce_(0, index, codes, "amax")
-        return self.predict_pooled(total, count, largest, size_limit)
+                         size_limit: int | None = None, ops: OpIndex | None = None) -> torch.Tensor:
+        """Log-ms predictions ``[num_sets, 3]`` from per-table codes and their set ids (and, for
+        a grouped network, their ops: ``ops`` is required then)."""
+        if not self.config.grouped:
+            return self.predict_pooled(*pool(codes, segments, num_sets), size_limit)
+        if ops is None:
+            raise ValueError("a grouped network needs each table's op (OpIndex)")
+        op_ms = torch.exp(self.predict_pooled(*pool(codes, ops.table_op, ops.num_ops), size_limit))
+        ms = codes.new_zeros(num_sets, len(OUTPUTS)).index_add_(0, ops.op_set, op_ms)
+        num_ops = codes.new_zeros(num_sets).index_add_(0, ops.op_set, codes.new_ones(ops.num_ops))
+        factor = self.interaction_log(*pool(codes, segments, num_sets), num_ops, size_limit)
+        return (torch.log(ms) + factor).clamp(LOG_MS_MIN, LOG_MS_MAX)
+
+    def interaction_log(self, total: torch.Tensor, count: torch.Tensor, largest: torch.Tensor, num_ops: torch.Tensor,
+                        size_limit: int | None = None) -> torch.Tensor:
+        """The log of the factor on the ops' summed milliseconds, ``[sets, 3]``: 0 for one op."""
+        scale = linear_scale(count, size_limit)
+        if scale is not None:
+            total, count = total / scale[:, None], count / scale
+        ops = num_ops.clip(1)
+        x = torch.cat([pooled_input(total, count, largest), ops.log()[:, None]], dim=1)
+        return (1 - 1 / ops)[:, None] * self.interaction(x)
 
     def predict_pooled(self, total: torch.Tensor, count: torch.Tensor, largest: torch.Tensor,
                        size_limit: int | None = None) -> torch.Tensor:
@@ -95,5 +158,6 @@ class SetCostNetwork(nn.Module):
         log_ms = self.head(pooled_input(total / scale[:, None], count / scale, largest)) + scale.log()[:, None]
         return log_ms.clamp(LOG_MS_MIN, LOG_MS_MAX)
 
-    def forward(self, features: torch.Tensor, segments: torch.Tensor, num_sets: int) -> torch.Tensor:
-        return self.pool_and_predict(self.encode(features), segments, num_sets)
+    def forward(self, features: torch.Tensor, segments: torch.Tensor, num_sets: int,
+                ops: OpIndex | None = None) -> torch.Tensor:
+        return self.pool_and_predict(self.encode(features), segments, num_sets, ops=ops)

@@ -20,8 +20,8 @@ import torch
 
 from autoshard.costing import SetCostModel
 from autoshard.types import Table, Workload
-from cost_model.features import FeatureCache
-from cost_model.network import SetCostNetwork
+from cost_model.features import FeatureCache, op_key
+from cost_model.network import LOG_MS_MAX, LOG_MS_MIN, OpIndex, SetCostNetwork, pool
 from cost_model.profile import DeviceProfile
 from cost_model.ranges import TrainedRanges
 
@@ -42,7 +42,7 @@ class NeuralCostModel(SetCostModel):
         self._codes: dict[tuple[Table, int], torch.Tensor] = {}
         self._code_arrays: dict[tuple[Table, int], np.ndarray] = {}
         self._alone: dict[tuple[Table, int], float] = {}
-        self._split_head = None
+        self._split_head = self._interaction_split_head = None
         self._max_cached = max_cached
         self.ranges = ranges  # what the training data covered (None: an older checkpoint)
         self.linear_beyond = linear_beyond
@@ -112,9 +112,10 @@ class NeuralCostModel(SetCostModel):
         flat = [t for i in nonempty for t in table_sets[i]]
         segments = torch.repeat_interleave(torch.arange(len(nonempty)),
                                            torch.tensor([len(table_sets[i]) for i in nonempty]))
+        ops = OpIndex.of([self.op_keys(table_sets[i]) for i in nonempty]) if self.network.config.grouped else None
         with torch.inference_mode():
             log_ms = self.network.pool_and_predict(self.codes(flat, batch_size), segments, len(nonempty),
-                                                   self.size_limit)
+                                                   self.size_limit, ops)
         out[nonempty] = torch.exp(log_ms).double().numpy()
         return out
 
@@ -125,6 +126,16 @@ class NeuralCostModel(SetCostModel):
             from cost_model.accumulator import SplitHead
             self._split_head = SplitHead(self.network.head, self.network.config.table_code)
         return self._split_head
+
+    @property
+    def interaction_split_head(self):
+        """A grouped network's interaction head for running sets (``None`` when ungrouped)."""
+        if not self.network.config.grouped:
+            return None
+        if self._interaction_split_head is None:
+            from cost_model.accumulator import SplitHead
+            self._interaction_split_head = SplitHead(self.network.interaction, self.network.config.table_code)
+        return self._interaction_split_head
 
     def code_array(self, table: Table, batch_size: int) -> np.ndarray:
         """One table's code as a float64 numpy vector (cached)."""
@@ -141,13 +152,20 @@ class NeuralCostModel(SetCostModel):
         from cost_model.accumulator import SetAccumulator
         return SetAccumulator(self, num_sets, batch_size)
 
+    def op_keys(self, tables: Sequence[Table]) -> list:
+        """Each table's op (``cost_model.features.op_key``) for a grouped network; one op for all
+        tables of an ungrouped one."""
+        return [op_key(t) for t in tables] if self.network.config.grouped else [0] * len(tables)
+
     def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Sequence[tuple[int, int | None, Table | None]],
                       batch_size: int) -> list[float]:
         """Total ms of edited sets without rebuilding them: edit ``(b, r, t)`` is ``base_sets[b]``
         without its table at position ``r`` (if not None) and with table ``t`` added (if not None).
 
         Pooling is updated incrementally (sum -/+ codes; max via leave-one-out maxima), so a local
-        search can score thousands of moves and swaps in one head call.
+        search can score thousands of moves and swaps in one head call. A grouped network re-prices
+        only the ops an edit touches (the removed table's and the added table's) and adds the
+        others' cached milliseconds.
         """
         if not edits:
             return []
@@ -166,23 +184,13 @@ class NeuralCostModel(SetCostModel):
         with torch.inference_mode():
             codes = self.codes(flat + list(distinct), batch_size)
             base_codes, add_codes = codes[:len(flat)], codes[len(flat):]
-            width = codes.shape[1]
-            totals = torch.stack([base_codes[offsets[b]:offsets[b + 1]].sum(0) for b in range(len(sizes))])
-            maxima = torch.stack([torch.amax(base_codes[offsets[b]:offsets[b + 1]], 0) if sizes[b]
-                                  else codes.new_full((width,), -1e9) for b in range(len(sizes))])
-            b_t, rem_t, add_t = (torch.from_numpy(a) for a in (b_idx, removed, add_idx))
-            has_rem, has_add = rem_t >= 0, add_t >= 0
-            zero = codes.new_zeros(1, width)
-            rem_codes = torch.cat([zero, base_codes])[rem_t + 1]
-            new_codes = torch.cat([zero, add_codes])[add_t + 1]
-            total = totals[b_t] - rem_codes + new_codes
-            count = torch.tensor(sizes, dtype=codes.dtype)[b_t] - has_rem.to(codes.dtype) + has_add.to(codes.dtype)
-            largest = maxima[b_t]
-            if bool(has_rem.any()):
-                loo = _leave_one_out_max(base_codes, sizes)
-                largest = torch.where(has_rem.unsqueeze(1), torch.cat([zero - 1e9, loo])[rem_t + 1], largest)
-            largest = torch.where(has_add.unsqueeze(1), torch.maximum(largest, new_codes), largest)
-            cost = torch.exp(self.network.predict_pooled(total, count, largest, self.size_limit)[:, 2])
+            total, count, largest = _edited_pooled(base_codes, sizes, add_codes, b_idx, removed, add_idx)
+            if self.network.config.grouped:
+                log_ms = self._edited_ops_log_ms(flat, list(distinct), base_codes, add_codes, sizes, b_idx, removed,
+                                                 add_idx, (total, count, largest))
+            else:
+                log_ms = self.network.predict_pooled(total, count, largest, self.size_limit)[:, 2]
+            cost = torch.exp(log_ms)
             cost = torch.where(count > 0, cost, torch.zeros_like(cost)).double().numpy()
         # the floor: the costliest table alone among those the edited set holds
         alone = self.alone_ms(flat + list(distinct), batch_size)
@@ -191,11 +199,83 @@ class NeuralCostModel(SetCostModel):
         kept = np.where(removed >= 0, _leave_one_out_max_1d(base_alone, sizes)[np.maximum(removed, 0)], set_max[b_idx])
         return np.maximum(cost, np.maximum(kept, add_alone[add_idx + 1])).tolist()
 
+    def _edited_ops_log_ms(self, flat: list[Table], added: list[Table], base_codes: torch.Tensor,
+                           add_codes: torch.Tensor, sizes: list[int], b_idx: np.ndarray, removed: np.ndarray,
+                           add_idx: np.ndarray, pooled_sets: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """A grouped network's total log ms of edited sets: every base set split into its ops
+        (B x K op sets for K op kinds, empty ones included), each edit turned into at most two
+        op edits (the removed table's op, the added table's op, one edit if they are the same),
+        those ops re-priced, the untouched ops' milliseconds kept, then the interaction factor."""
+        kinds: dict = {}
+        flat_kind = np.array([kinds.setdefault(k, len(kinds)) for k in self.op_keys(flat)], dtype=np.int64)
+        add_kind = np.array([kinds.setdefault(k, len(kinds)) for k in self.op_keys(added)], dtype=np.int64)
+        num_kinds, num_bases = len(kinds), len(sizes)
+        set_of = np.repeat(np.arange(num_bases), sizes)
+        op_of = set_of * num_kinds + flat_kind  # each base table's op set
+        order = np.argsort(op_of, kind="stable")  # base tables regrouped op set by op set
+        op_sizes = np.bincount(op_of, minlength=num_bases * num_kinds)
+        op_start = np.concatenate([[0], np.cumsum(op_sizes)[:-1]])
+        position = np.empty(len(flat), dtype=np.int64)
+        position[order] = np.arange(len(flat))  # where each base table sits in the regrouped order
+        op_codes = base_codes[torch.from_numpy(order)]
+        base_op_ms = torch.exp(self.network.predict_pooled(*_edited_pooled(
+            op_codes, op_sizes.tolist(), add_codes, np.arange(num_bases * num_kinds), np.full(num_bases * num_kinds, -1),
+            np.full(num_bases * num_kinds, -1)), self.size_limit)[:, 2])
+        base_op_ms = torch.where(torch.from_numpy(op_sizes) > 0, base_op_ms, torch.zeros_like(base_op_ms))
+        # op edits: (edit, op set, removed position in the regrouped order or -1, added table or -1)
+        has_rem, has_add = removed >= 0, add_idx >= 0
+        rem_kind = np.where(has_rem, flat_kind[np.maximum(removed, 0)], -1)
+        new_kind = np.where(has_add, add_kind[np.maximum(add_idx, 0)], -1)
+        same = has_rem & has_add & (rem_kind == new_kind)
+        first = np.flatnonzero(has_rem)  # the removed table's op, with the added table if it joins the same op
+        second = np.flatnonzero(has_add & ~same)  # the added table's op, when it is another one
+        edit_of = np.concatenate([first, second])
+        op_edit = np.concatenate([b_idx[first] * num_kinds + rem_kind[first], b_idx[second] * num_kinds + new_kind[second]])
+        op_removed = np.concatenate([position[removed[first]], np.full(len(second), -1)])
+        op_removed = np.where(op_removed >= 0, op_removed, -1)
+        op_added = np.concatenate([np.where(same[first], add_idx[first], -1), add_idx[second]])
+        # _edited_pooled takes removed positions as flat indices into op_codes already
+        new_total, new_count, new_largest = _edited_pooled(op_codes, op_sizes.tolist(), add_codes, op_edit,
+                                                           op_removed, op_added)
+        new_op_ms = torch.exp(self.network.predict_pooled(new_total, new_count, new_largest, self.size_limit)[:, 2])
+        new_op_ms = torch.where(new_count > 0, new_op_ms, torch.zeros_like(new_op_ms))
+        base_ms = base_op_ms.view(num_bases, num_kinds).sum(1)
+        base_ops = (torch.from_numpy(op_sizes) > 0).view(num_bases, num_kinds).sum(1).to(base_ms.dtype)
+        edit_t, op_t = torch.from_numpy(edit_of), torch.from_numpy(op_edit)
+        ms = base_ms[torch.from_numpy(b_idx)].clone().index_add_(0, edit_t, new_op_ms - base_op_ms[op_t])
+        ops = base_ops[torch.from_numpy(b_idx)].clone().index_add_(
+            0, edit_t, (new_count > 0).to(ms.dtype) - (torch.from_numpy(op_sizes[op_edit]) > 0).to(ms.dtype))
+        factor = self.network.interaction_log(*pooled_sets, ops, self.size_limit)[:, 2]
+        return (torch.log(ms.clamp_min(1e-30)) + factor).clamp(LOG_MS_MIN, LOG_MS_MAX)
+
     def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
         return self.predict_detail_many(table_sets, batch_size)[:, 2].tolist()
 
     def predict(self, tables: Sequence[Table], batch_size: int) -> float:
         return self.predict_many([tables], batch_size)[0]
+
+
+def _edited_pooled(base_codes: torch.Tensor, sizes: Sequence[int], add_codes: torch.Tensor, b_idx: np.ndarray,
+                   removed: np.ndarray, add_idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pooled codes (sum, size, max) of edited sets: set ``b_idx[e]`` of the consecutive sets of
+    ``sizes`` in ``base_codes``, without its row ``removed[e]`` (a flat row index, -1: none), with
+    ``add_codes[add_idx[e]]`` (-1: none)."""
+    width = base_codes.shape[1]
+    segments = torch.from_numpy(np.repeat(np.arange(len(sizes)), sizes))
+    totals, _, maxima = pool(base_codes, segments, len(sizes))
+    b_t, rem_t, add_t = (torch.from_numpy(np.ascontiguousarray(a)) for a in (b_idx, removed, add_idx))
+    has_rem, has_add = rem_t >= 0, add_t >= 0
+    zero = base_codes.new_zeros(1, width)
+    rem_codes = torch.cat([zero, base_codes])[rem_t + 1]
+    new_codes = torch.cat([zero, add_codes])[add_t + 1]
+    total = totals[b_t] - rem_codes + new_codes
+    count = torch.tensor(sizes, dtype=base_codes.dtype)[b_t] - has_rem.to(base_codes.dtype) + has_add.to(base_codes.dtype)
+    largest = maxima[b_t]
+    if bool(has_rem.any()):
+        loo = _leave_one_out_max(base_codes, sizes)
+        largest = torch.where(has_rem.unsqueeze(1), torch.cat([zero - 1e9, loo])[rem_t + 1], largest)
+    largest = torch.where(has_add.unsqueeze(1), torch.maximum(largest, new_codes), largest)
+    return total, count, largest
 
 
 def _leave_one_out_max(codes: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:

@@ -147,8 +147,10 @@ def make_header(profile: DeviceProfile, bench: dict[str, Any], plan: dict[str, A
     return json.loads(json.dumps(header))  # as it will read back, so headers compare equal
 
 
-def read_traces(path: str | Path) -> TraceSet:
-    """Load a trace file; samples keep every pass, ordered by id."""
+def read_traces(path: str | Path, calibrated: bool = True) -> TraceSet:
+    """Load a trace file; samples keep every pass, ordered by id. A file with a ``calibration``
+    line (``cost_model.calibration``) has every timing divided by its factor, unless
+    ``calibrated`` is False (the raw measurements)."""
     path = Path(path)
     if not path.exists():
         raise InputError("traces", f"no such trace file: {path}", "run `autoshard bench collect` first")
@@ -161,17 +163,27 @@ def read_traces(path: str | Path) -> TraceSet:
     tables = header_tables(header)
     default_batch = int(header["bench"]["batch_size"])
     grouped: dict[int, tuple[dict[str, Any], list[Measurement]]] = {}
+    factor = 1.0
     for line in iter_lines(path):
+        if line.get("type") == "calibration" and calibrated:
+            factor = float(line["factor"])
         if line.get("type") != "sample":
             continue
         first, passes = grouped.setdefault(line["id"], (line, []))
         passes.append(measurement_from_dict(line))
+    if factor != 1.0:
+        grouped = {i: (first, [_scaled(m, 1 / factor) for m in ms]) for i, (first, ms) in grouped.items()}
     samples = tuple(
         Sample(i, first["kind"], first["split"], tuple(tables[n] for n in first["tables"]), tuple(ms),
                int(first.get("batch", default_batch)),
                tuple((str(t), str(p), int(d)) for t, p, d in first.get("plans", ())))
         for i, (first, ms) in sorted(grouped.items()))
     return TraceSet(header, DeviceProfile.from_dict(header["profile"]), default_batch, samples)
+
+
+def _scaled(m: Measurement, by: float) -> Measurement:
+    scale = lambda s: Stats(s.median * by, s.iqr * by, s.n)  # noqa: E731
+    return Measurement(scale(m.forward), scale(m.backward), scale(m.total))
 
 
 def merge_traces(parts: list[TraceSet]) -> TraceSet:
@@ -209,6 +221,9 @@ class TraceWriter:
     def __init__(self, path: Path, header: dict[str, Any]) -> None:
         self.path = path
         if has_header(path, header):
+            if any(line.get("type") == "calibration" for line in iter_lines(path)):
+                raise InputError("out", f"{path} is calibrated (`autoshard bench calibrate`): its factor belongs to "
+                                 "the measurements already in it", "collect into a new --out file")
             _drop_torn_tail(path)
         else:
             write_trace(path, header, [])

@@ -15,8 +15,8 @@ import torch
 from autoshard.errors import InputError
 from autoshard.types import Table
 from cost_model.dataset import Labelled, Splits
-from cost_model.features import NUM_FEATURES, table_features
-from cost_model.network import NetworkConfig, SetCostNetwork
+from cost_model.features import NUM_FEATURES, op_key, table_features
+from cost_model.network import NetworkConfig, OpIndex, SetCostNetwork
 from cost_model.predictor import NeuralCostModel
 from cost_model.profile import DeviceProfile
 from cost_model.ranges import TrainedRanges
@@ -56,7 +56,7 @@ class TrainResult:
 
 class _Packed:
     """Sets as one flat feature matrix plus offsets, for fast minibatching; each table's features
-    at its sample's batch size, the first ``num_features`` of them."""
+    at its sample's batch size, the first ``num_features`` of them, and its op within its set."""
 
     def __init__(self, samples: Sequence[Labelled], row_cap_bytes: int, num_features: int = NUM_FEATURES) -> None:
         cache: dict[tuple[Table, int], np.ndarray] = {}
@@ -68,13 +68,23 @@ class _Packed:
         self.starts = torch.cumsum(self.sizes, 0) - self.sizes
         self.targets = torch.log(torch.tensor([[s.forward_ms, s.backward_ms, s.total_ms] for s in samples],
                                               dtype=torch.float32))
+        local_op, num_ops = [], []
+        for s in samples:
+            ops: dict = {}
+            local_op += [ops.setdefault(op_key(t), len(ops)) for t in s.tables]
+            num_ops.append(len(ops))
+        self.local_op, self.num_ops = torch.tensor(local_op, dtype=torch.long), torch.tensor(num_ops)
 
-    def batch(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def batch(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, OpIndex, torch.Tensor]:
         sizes = self.sizes[ids]
         segments = torch.repeat_interleave(torch.arange(len(ids)), sizes)
         offsets = torch.cumsum(sizes, 0) - sizes
         rows = self.starts[ids][segments] + (torch.arange(int(sizes.sum())) - offsets[segments])
-        return self.features[rows], segments, self.targets[ids]
+        num_ops = self.num_ops[ids]
+        first_op = torch.cumsum(num_ops, 0) - num_ops
+        ops = OpIndex(first_op[segments] + self.local_op[rows], torch.repeat_interleave(torch.arange(len(ids)), num_ops),
+                      int(num_ops.sum()))
+        return self.features[rows], segments, ops, self.targets[ids]
 
 
 def train_cost_model(splits: Splits, profile: DeviceProfile, row_cap_bytes: int,
@@ -98,8 +108,8 @@ def train_cost_model(splits: Splits, profile: DeviceProfile, row_cap_bytes: int,
     def val_scores() -> tuple[float, float]:
         network.eval()
         with torch.no_grad():
-            feats, seg, target = val.batch(torch.arange(len(splits.validation)))
-            pred = network(norm(feats), seg, len(splits.validation))
+            feats, seg, ops, target = val.batch(torch.arange(len(splits.validation)))
+            pred = network(norm(feats), seg, len(splits.validation), ops)
         network.train()
         loss = float((((pred - target) ** 2) * weights).sum(1).mean())
         mape = float((torch.exp(pred[:, 2] - target[:, 2]) - 1).abs().mean())
@@ -118,8 +128,8 @@ def train_cost_model(splits: Splits, profile: DeviceProfile, row_cap_bytes: int,
         order = torch.from_numpy(rng.permutation(len(splits.train)))
         losses = []
         for chunk in order.split(config.batch_sets):
-            feats, seg, target = train.batch(chunk)
-            pred = network(norm(feats), seg, len(chunk))
+            feats, seg, ops, target = train.batch(chunk)
+            pred = network(norm(feats), seg, len(chunk), ops)
             loss = (((pred - target) ** 2) * weights).sum(1).mean()
             optimizer.zero_grad()
             loss.backward()

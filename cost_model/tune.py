@@ -36,6 +36,8 @@ GRID = (
     Candidate("wide", NetworkConfig(table_hidden=384, table_code=128, head_hidden=384), 2e-3),
     Candidate("no_dropout", NetworkConfig(dropout=0.0), 2e-3),
     Candidate("slow", NetworkConfig(), 1e-3),
+    Candidate("grouped", NetworkConfig(grouped=True), 2e-3),
+    Candidate("narrow_grouped", NetworkConfig(table_hidden=128, table_code=64, head_hidden=128, grouped=True), 2e-3),
 )
 
 

@@ -28,6 +28,8 @@ def collect_cmd(
     passes: Annotated[int, typer.Option(min=1, help="Measure every sample this many times, pass by pass.")] = 1,
     pool_size: Annotated[int, typer.Option(min=2, help="Synthetic pool size (train + test).")] = 500,
     pool_seed: Annotated[int, typer.Option(help="Seed of the synthetic table pool.")] = 0,
+    min_log10_rows: Annotated[float, typer.Option(min=0, help="Pool tables' rows are log-uniform from 10^this "
+                                                              "(0: tables down to 1 row, as Criteo's smallest).")] = 2.0,
     seed: Annotated[int, typer.Option(help="Seed of the sampled sets and index batches.")] = 0,
     batch_size: Annotated[int, typer.Option(min=1)] = 2048,
     warmups: Annotated[int, typer.Option(min=0)] = 2,
@@ -66,7 +68,7 @@ def collect_cmd(
         raise InputError("mode", "fbgemm_tbe needs fbgemm-gpu(-cpu)", "install the `fbgemm` extra, or use embedding_bag")
     config = CollectConfig(
         bench=BenchConfig(batch_size, warmups, repeats, device, chosen, threads, row_cap_mb * 1024**2),
-        pool=PoolConfig(size=pool_size, seed=pool_seed), samples=samples, max_tables=max_tables,
+        pool=PoolConfig(size=pool_size, seed=pool_seed, min_log10_rows=min_log10_rows), samples=samples, max_tables=max_tables,
         large_samples=large_samples, large_max_tables=large_max_tables, passes=passes, singles=singles,
         seed=seed, precisions=precision_values, optimizers=optimizer_values, batch_sizes=batch_values)
     with Progress(TextColumn("[bold]collect"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -310,6 +312,31 @@ def drift_cmd(
                          "re-collect them (`autoshard bench collect`) and retrain before trusting predictions here"))
     if not drift.holds:
         raise typer.Exit(1)
+
+
+@app.command("calibrate")
+@friendly_errors
+def calibrate_cmd(
+    traces: Annotated[Path, typer.Option(help="The trace file to calibrate (.jsonl or .jsonl.gz); rewritten in place.")],
+    model: Annotated[Path, typer.Option(help="The profile's cost model (a folder or cost_model.pt) to measure it against.")],
+    max_tables: Annotated[int, typer.Option(min=1, help="Anchor sets: those of at most this many tables.")] = 2,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Put traces collected while this machine ran slower or faster (`bench drift`) on the
+    profile's scale: the factor is the median measured / predicted over the file's small sets,
+    stored in the file; training and evaluation divide its timings by it."""
+    _require_traces(traces)
+    from cost_model.calibration import estimate_calibration, write_calibration
+    from cost_model.checkpoint import load_cost_model
+
+    calibration = estimate_calibration(traces, load_cost_model(model), str(model), max_tables)
+    write_calibration(traces, calibration)
+    if json_out:
+        print_json(calibration.to_record())
+    else:
+        low, high = calibration.quartiles
+        console.print(f"{traces}: measured / predicted = {calibration.factor:.3f} over {calibration.anchors} sets of "
+                      f"<= {max_tables} tables (quartiles {low:.3f}-{high:.3f}); its timings now read divided by it")
 
 
 @app.command("comm")

@@ -29,10 +29,21 @@ def train_cmd(
     patience: Annotated[int, typer.Option(min=1)] = 60,
     tune: Annotated[bool, typer.Option("--tune", help="Choose the network and learning rate on the validation "
                                                       "split (a small grid, cost_model/tune.py) before saving the chosen one.")] = False,
+    network: Annotated[Optional[str], typer.Option(help="Train one candidate of the tuning grid by name "
+                                                        "(cost_model/tune.py, e.g. narrow_grouped) instead of the default network.")] = None,
 ) -> None:
     """Train on traces (seeded, early stopping on validation) and save the checkpoint and metrics."""
+    from cost_model.tune import GRID
+
+    candidates = {c.name: c for c in GRID}
+    if network is not None and network not in candidates:
+        raise InputError("--network", f"unknown network {network!r}", f"use one of {', '.join(candidates)}")
+    if network is not None and tune:
+        raise InputError("--network", "--network and --tune both choose the network", "pass one of them")
+    chosen = candidates.get(network)
     command = "autoshard cost train " + " ".join(shlex.quote(a) for a in sys.argv[3:])
-    train_and_save(read_all(traces), out, seed, max_epochs, patience, command, [str(t) for t in traces], tune=tune)
+    train_and_save(read_all(traces), out, seed, max_epochs, patience, command, [str(t) for t in traces], tune=tune,
+                   network=chosen.network if chosen else None, learning_rate=chosen.learning_rate if chosen else None)
 
 
 def read_all(paths: list[Path]):
