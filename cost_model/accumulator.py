@@ -121,13 +121,15 @@ class SetAccumulator:
         self.op_head = model.split_head
         self.kinds: dict[Hashable, int] = {}
         self.ops: list[PooledRows] = []  # per op kind: that op of every set
-        self.op_ms = np.zeros((num_sets, 0))  # each set's ops' milliseconds (0 for an op it does not run)
+        self.op_ms = np.zeros((num_sets, 0))  # grouped: each set's ops' milliseconds (0 for an op it does not run)
         inter = model.interaction_split_head
         self.whole = None if inter is None else PooledRows(inter, num_sets, self.width, self.limit)
         self.count = np.zeros(num_sets)
         self.floor = np.zeros(num_sets)
 
     def _kind(self, table: Table) -> int:
+        if self.whole is None and self.ops:  # ungrouped: every table is one op's
+            return 0
         key = self.model.op_keys([table])[0]
         kind = self.kinds.get(key)
         if kind is None:
@@ -149,18 +151,21 @@ class SetAccumulator:
         return np.exp(np.clip(np.log(np.maximum(op_sum, 1e-30)) + factor, LOG_MS_MIN, LOG_MS_MAX))
 
     def costs(self) -> np.ndarray:
-        cost = self._total(slice(None), self.op_ms.sum(1), (self.op_ms > 0).sum(1).astype(float))
+        if self.whole is None:  # ungrouped: the one op is the set
+            cost = self.ops[0].ms(slice(None)) if self.ops else np.zeros(self.num_sets)
+        else:
+            cost = self._total(slice(None), self.op_ms.sum(1), (self.op_ms > 0).sum(1).astype(float))
         return np.where(self.count > 0, np.maximum(cost, self.floor), 0.0)
 
     def costs_if_added(self, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
         """Each set's total ms with ``table`` added (only the sets ``rows``, if given)."""
         kind = self._kind(table)
         at = slice(None) if rows is None else np.asarray(rows, dtype=np.int64)
-        op_ms = self.op_ms[at]
-        new_op = self.ops[kind].ms(at, self.op_head.projected(self.model, table, self.batch_size))
-        op_sum = op_ms.sum(1) - op_ms[:, kind] + new_op
-        num_ops = (op_ms > 0).sum(1) + (op_ms[:, kind] == 0)
-        cost = self._total(at, op_sum, num_ops.astype(float), table)
+        cost = self.ops[kind].ms(at, self.op_head.projected(self.model, table, self.batch_size))
+        if self.whole is not None:  # grouped: the other ops' cached milliseconds, then the interaction
+            op_ms = self.op_ms[at]
+            num_ops = (op_ms > 0).sum(1) + (op_ms[:, kind] == 0)
+            cost = self._total(at, op_ms.sum(1) - op_ms[:, kind] + cost, num_ops.astype(float), table)
         return np.maximum(cost, np.maximum(self.floor[at], self._alone(table)))
 
     def _alone(self, table: Table) -> float:
@@ -169,8 +174,8 @@ class SetAccumulator:
     def add(self, set_index: int, table: Table) -> None:
         kind = self._kind(table)
         self.ops[kind].add(set_index, self.op_head.projected(self.model, table, self.batch_size))
-        self.op_ms[set_index, kind] = self.ops[kind].ms(np.array([set_index]))[0]
-        if self.whole is not None:
+        if self.whole is not None:  # grouped: keep the op's milliseconds and the whole set's codes
+            self.op_ms[set_index, kind] = self.ops[kind].ms(np.array([set_index]))[0]
             self.whole.add(set_index, self.whole.head.projected(self.model, table, self.batch_size))
         self.count[set_index] += 1
         self.floor[set_index] = max(self.floor[set_index], self._alone(table))
