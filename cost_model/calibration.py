@@ -6,9 +6,10 @@ moment carries that factor in every label; trained beside the profile's other tr
 the model that its tables are slower than they are. Calibration measures the factor on the
 file's own **anchor sets**, the sets of at most ``max_tables`` tables, which the profile's model
 has seen densely (every pool table alone, and hundreds of 2-table sets), as the median of
-measured / predicted; a set with a table outside the model's trained rows, dims or pooling
-(``TrainedRanges``) is no anchor, since the model is not known to be right there. The factor is stored in the file as a ``calibration`` line; the raw
-measurements stay as they were, and ``read_traces`` divides every timing by the factor.
+measured / predicted; a set with a table outside the model's trained ranges
+(``TrainedRanges.covers``) is no anchor, since the model is not known to be right there. The
+factor is stored in the file as a ``calibration`` line; the raw measurements stay as they were,
+and ``read_traces`` divides every timing by the factor.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from pathlib import Path
 import numpy as np
 
 from autoshard.errors import InputError
-from autoshard.types import Table
 from cost_model.predictor import NeuralCostModel
 from cost_model.traces import iter_lines, read_header, read_traces, write_trace
 
@@ -45,7 +45,8 @@ def estimate_calibration(path: Path, model: NeuralCostModel, model_name: str, ma
     if traces.profile.id != model.profile.id:
         raise InputError("traces", f"traces of profile {traces.profile.id}, the model is {model.profile.id}",
                          "calibrate against the model of the traces' own profile")
-    anchors = [s for s in traces.samples if len(s.tables) <= max_tables and all(_trained(model, t) for t in s.tables)]
+    covered = (lambda t: True) if model.ranges is None else model.ranges.covers
+    anchors = [s for s in traces.samples if len(s.tables) <= max_tables and all(map(covered, s.tables))]
     if len(anchors) < MIN_ANCHORS:
         raise InputError("max_tables", f"{len(anchors)} sets of at most {max_tables} tables within the model's trained "
                          f"ranges in {path}: too few anchors "
@@ -53,13 +54,6 @@ def estimate_calibration(path: Path, model: NeuralCostModel, model_name: str, ma
     ratios = [s.cost_ms / model.predict(s.tables, s.batch_size) for s in anchors]
     low, high = np.quantile(ratios, [0.25, 0.75])
     return Calibration(float(statistics.median(ratios)), len(anchors), (float(low), float(high)), max_tables, model_name)
-
-
-def _trained(model: NeuralCostModel, table: Table) -> bool:
-    """Whether the model's training tables spanned this table's rows, dim and pooling."""
-    r = model.ranges
-    return r is None or (r.rows[0] <= table.num_embeddings <= r.rows[1] and r.dim[0] <= table.embedding_dim <= r.dim[1]
-                         and r.pooling[0] <= table.pooling_factor <= r.pooling[1])
 
 
 def write_calibration(path: Path, calibration: Calibration) -> None:

@@ -44,8 +44,8 @@ class NetworkConfig:
 
 @dataclass(frozen=True, slots=True)
 class OpIndex:
-    """Which op each table of a flat batch belongs to (``table_op``), and which set each op
-    belongs to (``op_set``); for an ungrouped network every set is one op."""
+    """For a grouped network: which op each table of a flat batch belongs to (``table_op``), and
+    which set each op belongs to (``op_set``)."""
 
     table_op: torch.Tensor
     op_set: torch.Tensor

@@ -214,13 +214,11 @@ class NeuralCostModel(SetCostModel):
         op_of = set_of * num_kinds + flat_kind  # each base table's op set
         order = np.argsort(op_of, kind="stable")  # base tables regrouped op set by op set
         op_sizes = np.bincount(op_of, minlength=num_bases * num_kinds)
-        op_start = np.concatenate([[0], np.cumsum(op_sizes)[:-1]])
         position = np.empty(len(flat), dtype=np.int64)
         position[order] = np.arange(len(flat))  # where each base table sits in the regrouped order
         op_codes = base_codes[torch.from_numpy(order)]
-        base_op_ms = torch.exp(self.network.predict_pooled(*_edited_pooled(
-            op_codes, op_sizes.tolist(), add_codes, np.arange(num_bases * num_kinds), np.full(num_bases * num_kinds, -1),
-            np.full(num_bases * num_kinds, -1)), self.size_limit)[:, 2])
+        base_op_ms = torch.exp(self.network.predict_pooled(
+            *pool(op_codes, torch.from_numpy(op_of[order]), num_bases * num_kinds), self.size_limit)[:, 2])
         base_op_ms = torch.where(torch.from_numpy(op_sizes) > 0, base_op_ms, torch.zeros_like(base_op_ms))
         # op edits: (edit, op set, removed position in the regrouped order or -1, added table or -1)
         has_rem, has_add = removed >= 0, add_idx >= 0
@@ -231,10 +229,8 @@ class NeuralCostModel(SetCostModel):
         second = np.flatnonzero(has_add & ~same)  # the added table's op, when it is another one
         edit_of = np.concatenate([first, second])
         op_edit = np.concatenate([b_idx[first] * num_kinds + rem_kind[first], b_idx[second] * num_kinds + new_kind[second]])
-        op_removed = np.concatenate([position[removed[first]], np.full(len(second), -1)])
-        op_removed = np.where(op_removed >= 0, op_removed, -1)
+        op_removed = np.concatenate([position[removed[first]], np.full(len(second), -1)])  # rows of op_codes
         op_added = np.concatenate([np.where(same[first], add_idx[first], -1), add_idx[second]])
-        # _edited_pooled takes removed positions as flat indices into op_codes already
         new_total, new_count, new_largest = _edited_pooled(op_codes, op_sizes.tolist(), add_codes, op_edit,
                                                            op_removed, op_added)
         new_op_ms = torch.exp(self.network.predict_pooled(new_total, new_count, new_largest, self.size_limit)[:, 2])

@@ -71,6 +71,13 @@ class TrainedRanges:
     def from_dict(cls, data: dict[str, Any]) -> "TrainedRanges":
         return cls(**{f.name: tuple(data[f.name]) for f in fields(cls)})
 
+    def covers(self, table: Table) -> bool:
+        """Whether the training tables spanned this table's rows, dim, pooling and skew (no
+        margins) and had its precision and optimizer."""
+        return (all(getattr(self, field)[0] <= getattr(table, attr) <= getattr(self, field)[1]
+                    for field, attr, _, _ in _TABLE_SPANS)
+                and table.bytes_per_element in self.bytes_per_element and table.optimizer.value in self.optimizers)
+
     def check(self, workload: Workload, max_tables_per_device: int | None = None) -> tuple[str, ...]:
         """Raise ``InputError`` for an input the model cannot answer; else warnings (one per field)."""
         self._refuse_unseen(workload.tables)
