@@ -119,3 +119,13 @@ def test_shipped_model_carries_the_ranges_of_its_training_traces():
     assert shipped.ranges == TrainedRanges.of([s.tables for s in train], [s.batch_size for s in train])
     assert shipped.ranges.bytes_per_element == (2, 4) and shipped.ranges.optimizers == ("rowwise_adagrad", "sgd")
     assert shipped.ranges.tables_per_set[1] > 64 and shipped.ranges.batch_size == (512, 16384)  # the large sets train
+
+
+def test_covers_is_the_trained_span_without_margins():
+    assert all(RANGES.covers(t) for s in SETS for t in s)
+    assert RANGES.covers(Table("mid", 2000, 32, 5.0, 0.8))
+    assert not RANGES.covers(Table("few rows", 99, 32, 5.0, 0.8))  # warned only beyond 1.5x, not covered
+    assert not RANGES.covers(Table("wide", 2000, 128, 5.0, 0.8))
+    assert not RANGES.covers(Table("skewed", 2000, 32, 5.0, 1.3))
+    assert not RANGES.covers(Table("fp16", 2000, 32, 5.0, 0.8, 2))
+    assert not RANGES.covers(Table("adagrad", 2000, 32, 5.0, 0.8, 4, Optimizer.ROWWISE_ADAGRAD))
