@@ -13,14 +13,15 @@ from service.state import ServiceState
 _bearer = HTTPBearer(auto_error=False, description="Needed when the service sets AUTOSHARD_API_TOKEN.")
 
 
-def get_state(request: Request) -> ServiceState:
+async def get_state(request: Request) -> ServiceState:
+    """(``async``, as every dependency here: a plain ``def`` would cost each request a thread hop.)"""
     return request.app.state.service
 
 
 StateDep = Annotated[ServiceState, Depends(get_state)]
 
 
-def require_token(state: StateDep,
+async def require_token(state: StateDep,
                   credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
     """401 unless the request carries ``Authorization: Bearer <AUTOSHARD_API_TOKEN>`` (when set)."""
     settings = state.settings

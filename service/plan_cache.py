@@ -13,9 +13,21 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from typing import Any, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Awaitable, Callable
 
-Answer = dict[str, Any]
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An answer as it is sent: its JSON object (rendered once, after validation against the
+    response schema) without the one field that is each request's own, ``elapsed_s``."""
+
+    json: bytes
+    partial: bool  # a time budget ran out: never kept
+
+    def body(self, elapsed_s: float) -> bytes:
+        """The JSON sent to one request: the kept object with its own ``elapsed_s`` last."""
+        return b"%s,\"elapsed_s\":%s}" % (self.json[:-1], repr(float(elapsed_s)).encode())
 
 
 class PlanCache:
@@ -28,13 +40,21 @@ class PlanCache:
     def __len__(self) -> int:
         return len(self._answers)
 
+    def peek(self, key: str) -> Answer | None:
+        """The kept answer for ``key`` (most recently used now), or None."""
+        kept = self._answers.get(key)
+        if kept is None:
+            return None
+        self._answers.move_to_end(key)
+        return kept[0]
+
     async def get_or_plan(self, key: str, plan: Callable[[], Awaitable[Answer]], weight: int) -> tuple[Answer, str]:
         """The answer for ``key`` and where it came from: ``hit`` (kept), ``joined`` (planned
         by an identical request in flight) or ``miss`` (planned now by ``plan``; kept if it is
         complete and ``weight`` fits)."""
-        if key in self._answers:
-            self._answers.move_to_end(key)
-            return self._answers[key][0], "hit"
+        kept = self.peek(key)
+        if kept is not None:
+            return kept, "hit"
         if key in self._planning:
             return await asyncio.shield(self._planning[key]), "joined"
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
@@ -51,7 +71,7 @@ class PlanCache:
         finally:
             del self._planning[key]
         future.set_result(answer)
-        if not answer.get("partial") and weight <= self.capacity:
+        if not answer.partial and weight <= self.capacity:
             self._answers[key] = (answer, weight)
             self.weight += weight
             while self.weight > self.capacity:

@@ -526,7 +526,7 @@ def test_with_no_room_nothing_is_kept(model_dir):
 def test_the_cache_drops_least_recently_used_answers_past_its_weight():
     import asyncio
 
-    from service.plan_cache import PlanCache
+    from service.plan_cache import Answer, PlanCache
 
     async def run():
         cache, planned = PlanCache(capacity=100), []
@@ -534,7 +534,7 @@ def test_the_cache_drops_least_recently_used_answers_past_its_weight():
         def planner(name):
             async def plan():
                 planned.append(name)
-                return {"plan": name}
+                return Answer(b'{"plan":"%s"}' % name.encode(), partial=False)
             return plan
 
         await cache.get_or_plan("a", planner("a"), 40)
@@ -641,3 +641,11 @@ def test_a_model_file_that_vanishes_after_start_up_does_not_poison_the_pool(tmp_
             after = PlanResponse.model_validate(response.json())
             assert [(p.planner, p.max_cost_ms) for p in after.plans] == [(p.planner, p.max_cost_ms) for p in before.plans]
         assert c.get("/healthz").status_code == 200
+
+
+def test_a_kept_answer_is_sent_with_each_requests_own_elapsed_time():
+    from service.plan_cache import Answer
+
+    answer = Answer(b'{"best":"cost_greedy","plans":[]}', partial=False)
+    assert json.loads(answer.body(0.25)) == {"best": "cost_greedy", "plans": [], "elapsed_s": 0.25}
+    assert json.loads(answer.body(1e-7))["elapsed_s"] == 1e-7

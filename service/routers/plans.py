@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Query, Request, Response
 
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.planners.placement import prepare_units
@@ -22,11 +20,13 @@ from autoshard.workload_file import topology_from_dict, workload_from_dict
 from service.deps import StateDep
 from service.errors import FieldError, PlanningTimeout, infeasible_error, input_error_at
 from service.models import LoadedModel
+from service.plan_cache import Answer
 from service.planning import PlanningOutcome, PlanningUnavailable
 from service.tasks import PlannerTask
 from service.schemas.requests import Format, PlanRequest
 from service.schemas.responses import ErrorResponse, PlanResponse
 from service.settings import Settings
+from service.state import ServiceState
 
 PROXY_UNIT = "proxy: dim x pooling summed per device (no cost model)"
 
@@ -49,18 +49,23 @@ ERRORS: dict[int | str, dict[str, Any]] = {
              summary="Plan a workload with several planners side by side")
 async def create_plans(
     body: PlanRequest,
+    request: Request,
     state: StateDep,
     format: Annotated[Format, Query(description="`torchrec` adds each plan's TorchRec sharding export.")] = "json",
-) -> JSONResponse:
+) -> Response:
     """Place the workload's tables on the topology's devices with each planner asked for (default:
     every planner loaded, cheap heuristics first), score every plan with one cost model, and say
     which is best and by how much it beats each heuristic. Tables the cost model cannot answer
     are a 422 naming the table and the field; inputs it extrapolates to come back in `warnings`.
     When the time budget runs out, the plans that finished come back flagged `partial` (504 if
     none did)."""
+    arrived = time.monotonic()
+    key = _cache_key(await request.body(), format)
+    kept = state.cache.peek(key)
+    if kept is not None:  # this very body was validated and planned by this server before
+        return _send(state, kept, "hit", arrived)
     settings = state.settings
     budget = min(body.time_budget_s or settings.plan_timeout_s, settings.plan_timeout_s)
-    arrived = time.monotonic()
     deadline = arrived + budget
     workload, topology = _parse(body, settings)
     model = _resolve_profile(state, body.profile)
@@ -73,7 +78,7 @@ async def create_plans(
     if format == "torchrec":
         _check_torchrec()
 
-    async def plan() -> dict[str, Any]:
+    async def plan() -> Answer:
         # the heuristics take a millisecond or two each: one task for all of them, one for each other planner
         heuristics = tuple(n for n in names if state.planners[n].kind is PlannerKind.HEURISTIC)
         groups = ([heuristics] if heuristics else []) + [(n,) for n in names if n not in heuristics]
@@ -89,23 +94,33 @@ async def create_plans(
             state.metrics.planner_runs.labels(name, "timeout").inc()
         if not outcome.plans:
             _raise_no_plan(outcome, budget, workload, topology)
-        return _response(workload, topology, outcome, model, warnings)
+        return _render(_response(workload, topology, outcome, model, warnings))
 
-    key = _cache_key(body, format, model, names)
     answer, source = await state.cache.get_or_plan(key, plan, len(workload.tables) * len(names))
-    state.metrics.plan_cache.labels(source).inc()
-    return JSONResponse({**answer, "elapsed_s": time.monotonic() - arrived}, headers={CACHE_HEADER: source})
+    return _send(state, answer, source, arrived)
 
 
 CACHE_HEADER = "X-AutoShard-Cache"
 
 
-def _cache_key(body: PlanRequest, format: Format, model: LoadedModel | None, names: list[str]) -> str:
-    """What fixes a request's answer: its whole body (budget and seed included), the format, the
-    profile it resolved to and the planners that run (``service.plan_cache``)."""
-    text = json.dumps([body.model_dump(mode="json"), format, model.profile if model else None, names],
-                      sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+def _cache_key(raw_body: bytes, format: Format) -> str:
+    """What fixes a request's answer on this server: its body as sent (budget and seed included)
+    and the format. The rest (the profiles, the planners that can run, the limits) is fixed when
+    the server starts (``service.plan_cache``)."""
+    return hashlib.sha256(format.encode() + b"\0" + raw_body).hexdigest()
+
+
+def _render(report: dict[str, Any]) -> Answer:
+    """The report validated against ``PlanResponse`` (the schema is enforced, not only documented)
+    and rendered once: a kept answer is sent as these bytes, with each request's ``elapsed_s``."""
+    checked = PlanResponse.model_validate({**report, "elapsed_s": 0.0})
+    return Answer(checked.model_dump_json(exclude={"elapsed_s"}).encode(), checked.partial)
+
+
+def _send(state: ServiceState, answer: Answer, source: str, arrived: float) -> Response:
+    state.metrics.plan_cache.labels(source).inc()
+    return Response(answer.body(time.monotonic() - arrived), media_type="application/json",
+                    headers={CACHE_HEADER: source})
 
 
 def _parse(body: PlanRequest, settings: Settings) -> tuple[Workload, Topology]:
