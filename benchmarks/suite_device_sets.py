@@ -64,15 +64,20 @@ def main() -> None:
         worst = np.array([pred[start:start + n].max() for start, n, _, _ in plans])
         truth = np.array([m for _, _, m, _ in plans])
         right = pairs = 0.0
+        by_task: dict[str, list[float]] = {}  # task -> [right, pairs]
         for (i, a), (j, b) in itertools.combinations(enumerate(plans), 2):
             if a[3] == b[3] and abs(truth[i] - truth[j]) > 0.05 * min(truth[i], truth[j]):
                 pairs += 1
-                right += 0.5 if np.isclose(worst[i], worst[j], rtol=1e-9) else float((worst[i] < worst[j]) == (truth[i] < truth[j]))
+                ok = 0.5 if np.isclose(worst[i], worst[j], rtol=1e-9) else float((worst[i] < worst[j]) == (truth[i] < truth[j]))
+                right += ok
+                task = by_task.setdefault(a[3], [0.0, 0.0])
+                task[0], task[1] = task[0] + ok, task[1] + 1
         print(json.dumps({"model": name, "device_sets": len(true), "mape": round(float(np.mean(abs(pred - true) / true)), 4),
                           "median_ratio": round(float(np.median(pred / true)), 3), "plans": len(plans),
                           "max_mape": round(float(np.mean(abs(worst - truth) / truth)), 4),
                           "max_median_ratio": round(float(np.median(worst / truth)), 3),
-                          "plan_choices": round(right / pairs, 3) if pairs else None, "plan_pairs": int(pairs)}))
+                          "plan_choices": round(right / pairs, 3) if pairs else None, "plan_pairs": int(pairs),
+                          "plan_choices_by_task": {t: f"{r:g}/{n:g}" for t, (r, n) in sorted(by_task.items())}}))
 
 
 if __name__ == "__main__":

@@ -129,6 +129,20 @@ def test_cli_train_then_eval(tmp_path):
     assert bad.exit_code == 2 and "no cost model" in bad.output
 
 
+def test_cli_trains_a_named_network_and_refuses_an_unknown_one(tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "grouped"
+    result = runner.invoke(app, ["cost", "train", "--traces", str(FIXTURE), "--out", str(out), "--max-epochs", "2",
+                                 "--network", "narrow_grouped"])  # not a tuning candidate, trainable by name
+    assert result.exit_code == 0, result.output
+    network = json.loads((out / "metrics.json").read_text())["network"]
+    assert network["grouped"] and network["table_code"] == 64
+    for extra, says in ((["--network", "huge"], "unknown network 'huge'"),
+                        (["--network", "narrow", "--tune"], "both choose the network")):
+        bad = runner.invoke(app, ["cost", "train", "--traces", str(FIXTURE), "--out", str(tmp_path / "x")] + extra)
+        assert bad.exit_code == 2 and says in bad.output and "--network" in bad.output
+
+
 def test_cli_tune_chooses_on_validation_and_eval_scores_a_fresh_pool(tmp_path):
     from cost_model.checkpoint import load_cost_model
     from cost_model.tune import GRID

@@ -33,9 +33,9 @@ def train_cmd(
                                                         "(cost_model/tune.py, e.g. narrow_grouped) instead of the default network.")] = None,
 ) -> None:
     """Train on traces (seeded, early stopping on validation) and save the checkpoint and metrics."""
-    from cost_model.tune import GRID
+    from cost_model.tune import GRID, SLOW_TO_PLAN
 
-    candidates = {c.name: c for c in GRID}
+    candidates = {c.name: c for c in GRID + SLOW_TO_PLAN}
     if network is not None and network not in candidates:
         raise InputError("--network", f"unknown network {network!r}", f"use one of {', '.join(candidates)}")
     if network is not None and tune:
