@@ -151,34 +151,29 @@ def run_ab(url: str, body: dict, config: Config, rss: Callable[[], int]) -> dict
         body_file.write_text(json.dumps(body))
         for _ in range(config.warmup):
             httpx.post(f"{url}/v1/plans", json=body, timeout=60).raise_for_status()
-        probe_results: multiprocessing.Queue = multiprocessing.Queue()
-        stop_probe = multiprocessing.Event()
-        prober = multiprocessing.Process(target=probe_health, args=(url, stop_probe, probe_results))
-        prober.start()
         rss_samples: list[float] = []
-        # -l: every answer has its own elapsed_s, so lengths differ (ab would count that as a failure)
-        ab = subprocess.Popen(["ab", "-q", "-l", "-s", "60", "-n", str(config.requests), "-c", str(config.concurrency),
-                               "-e", str(percentiles), "-p", str(body_file), "-T", "application/json",
-                               f"{url}/v1/plans"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        while ab.poll() is None:
-            rss_samples.append(rss() / 2**20)
-            time.sleep(0.25)
-        out = ab.stdout.read() if ab.stdout else ""
-        stop_probe.set()
-        health = probe_results.get(timeout=30)
-        prober.join(10)
+        with HealthProbe(url) as probe:
+            # -l: every answer has its own elapsed_s, so lengths differ (ab would count that as a failure)
+            ab = subprocess.Popen(["ab", "-q", "-l", "-s", "60", "-n", str(config.requests), "-c",
+                                   str(config.concurrency), "-e", str(percentiles), "-p", str(body_file),
+                                   "-T", "application/json", f"{url}/v1/plans"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            while ab.poll() is None:
+                rss_samples.append(rss() / 2**20)
+                time.sleep(0.25)
+            out = ab.stdout.read() if ab.stdout else ""
         if ab.returncode != 0 or "Complete requests" not in out:
             raise RuntimeError(f"ab failed ({ab.returncode}): {out[-2000:]}")
         at = dict(tuple(map(float, line.split(","))) for line in percentiles.read_text().splitlines()[1:])
     field = lambda name: float(re.search(rf"{name}:\s+([\d.]+)", out).group(1)) if name in out else 0.0  # noqa: E731
     answered, failed, non_2xx = field("Complete requests"), field("Failed requests"), field("Non-2xx responses")
     last = httpx.post(f"{url}/v1/plans", json=body, timeout=60).json()
-    return {"elapsed_s": field("Time taken for tests"), "answered": answered - failed - non_2xx,
+    return {"elapsed_s": field("Time taken for tests"), "answered": answered,
             "latency_ms": {"p50": at[50], "p90": at[90], "p99": at[99], "max": at[100], "mean": None},
             "statuses": {"2xx": int(answered - non_2xx), "non_2xx": int(non_2xx)},
             "errors": [out[out.index("Failed requests"):][:300]] if failed or non_2xx else [],
             "error_count": int(failed + non_2xx), "partial": None,
-            "planners": sorted(p["planner"] for p in last["plans"]), "health": health,
+            "planners": sorted(p["planner"] for p in last["plans"]), "health": probe.latencies,
             "metrics": httpx.get(f"{url}/metrics").text,
             # the RSS curve over time, in ten equal spans (a soak compares the first with the last)
             "rss_every_1000": [float(np.mean(c)) for c in np.array_split(rss_samples, 10) if len(c)]}
@@ -222,22 +217,14 @@ async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int])
                 if (len(latencies) + len(errors)) % 1000 == 0:
                     rss_every_1000.append(rss() / 2**20)
 
-        probe_results: multiprocessing.Queue = multiprocessing.Queue()
-        stop_probe = multiprocessing.Event()
-        prober = multiprocessing.Process(target=probe_health, args=(url, stop_probe, probe_results))
-        prober.start()
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(config.concurrency)))
-        elapsed = time.perf_counter() - started
-        stop_probe.set()
-        health = probe_results.get(timeout=30)
-        prober.join(10)
+        with HealthProbe(url) as probe:
+            started = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(config.concurrency)))
+            elapsed = time.perf_counter() - started
         metrics = (await client.get("/metrics")).text
-    ms = [x * 1000 for x in latencies]
-    error_count = sum(n for s, n in statuses.items() if s != 200) + (len(errors) - sum(
-        n for s, n in statuses.items() if s != 200))
-    return {"elapsed_s": elapsed, "answered": len(latencies), "error_count": error_count, "latency_ms": latency_summary(ms), "statuses": statuses, "errors": errors,
-            "partial": partial, "planners": sorted(planners), "health": health, "metrics": metrics,
+    return {"elapsed_s": elapsed, "answered": len(latencies), "error_count": len(errors),  # a non-200 or a failure each
+            "latency_ms": latency_summary([x * 1000 for x in latencies]), "statuses": statuses, "errors": errors,
+            "partial": partial, "planners": sorted(planners), "health": probe.latencies, "metrics": metrics,
             "rss_every_1000": rss_every_1000}
 
 
@@ -252,6 +239,25 @@ def probe_health(url: str, stop: multiprocessing.synchronize.Event, out: multipr
             latencies.append(time.perf_counter() - started)
             time.sleep(0.05)
     out.put(latencies)
+
+
+class HealthProbe:
+    """``probe_health`` in its own process while the ``with`` block runs; ``latencies`` after it."""
+
+    def __init__(self, url: str) -> None:
+        self._results: multiprocessing.Queue = multiprocessing.Queue()
+        self._stop = multiprocessing.Event()
+        self._process = multiprocessing.Process(target=probe_health, args=(url, self._stop, self._results))
+        self.latencies: list[float] = []
+
+    def __enter__(self) -> "HealthProbe":
+        self._process.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self.latencies = self._results.get(timeout=30)
+        self._process.join(10)
 
 
 def planner_times(metrics: str) -> dict[str, float]:
