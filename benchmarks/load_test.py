@@ -21,8 +21,9 @@ latencies are the server's. (``--fresh`` sends distinct bodies, which ab cannot:
 dominates and the Python loop's share does not matter.)
 
 One body, sent again and again, is what launch scripts and CI send: after the first, the plan
-cache answers it (``service/plan_cache.py``). ``--fresh`` gives each request its own seed, so
-every planner plans every request: the service's planning throughput.
+cache answers it (``service/plan_cache.py``). ``--fresh`` gives each request its own tables
+(another draw of 80 from the pool) and seed, so every planner plans every request, and no
+planner has seen its workload before: the service's planning throughput.
 
 The cost model: data/models when it holds one, else an untrained network of the same shape
 (the same planning work; its predictions are meaningless, which a load test does not mind).
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import multiprocessing
 import multiprocessing.synchronize
@@ -72,7 +74,7 @@ class Config:
     note: str = ""
     profile: Path | None = None
     planners: tuple[str, ...] | None = None  # None: the service's defaults
-    fresh: bool = False  # every request its own seed: none is answered from the plan cache
+    fresh: bool = False  # every request its own tables and seed: none is answered from the plan cache
     client: str = "auto"  # ab (ApacheBench, when on PATH and one body is sent), or httpx: the async Python loop
 
 
@@ -124,9 +126,15 @@ def model_dir() -> tuple[Path, str]:
     return folder, "untrained network of the shipped shape (no model in data/models)"
 
 
-def request_body(config: Config) -> dict:
-    pool = generate_pool(PoolConfig(size=500, seed=0, max_log10_rows=7.0))
-    workload = sample_task(pool.train, config.tables, np.random.default_rng(0), name=f"load{config.tables}")
+@functools.cache
+def _pool() -> tuple:
+    return generate_pool(PoolConfig(size=500, seed=0, max_log10_rows=7.0)).train
+
+
+def request_body(config: Config, draw: int = 0) -> dict:
+    """``config.tables`` tables of the pool, drawn with seed ``draw`` (``--fresh``: each request
+    its own draw, so that no planner sees a workload twice)."""
+    workload = sample_task(_pool(), config.tables, np.random.default_rng(draw), name=f"load{config.tables}")
     body = {"workload": workload_to_dict(workload),
             "topology": {"num_devices": config.devices, "device_memory_gb": config.device_memory_gb}}
     if config.planners:
@@ -182,10 +190,13 @@ def run_ab(url: str, body: dict, config: Config, rss: Callable[[], int]) -> dict
 async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int]) -> dict:
     limits = httpx.Limits(max_connections=config.concurrency + 2, max_keepalive_connections=config.concurrency + 2)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
-        seeds = iter(range(1_000_000))  # --fresh: a seed no request used before, so every planner runs
+        draws = iter(range(1, 1_000_000))  # --fresh: tables and a seed no request used before
 
         def next_body() -> dict:
-            return {**body, "seed": next(seeds)} if config.fresh else body
+            if not config.fresh:
+                return body
+            draw = next(draws)
+            return {**request_body(config, draw), "seed": draw}
 
         for _ in range(config.warmup):
             (await client.post("/v1/plans", json=next_body())).raise_for_status()
@@ -341,7 +352,7 @@ def main(config: Config) -> dict:
     report = {
         "setting": {"requests": config.requests, "concurrency": config.concurrency, "tables": config.tables,
                     "devices": config.devices, "device_memory_gb": config.device_memory_gb,
-                    "requests_alike": "no: each its own seed, every planner runs" if config.fresh else
+                    "requests_alike": "no: each its own tables and seed, every planner runs" if config.fresh else
                     "yes: one body, answered from the plan cache after the first",
                     "planners": result["planners"], "workers": config.workers, "cost_model": model_note,
                     "client": ("ApacheBench (ab, one process in C)" if client == "ab" else "httpx.AsyncClient")

@@ -15,7 +15,7 @@ from autoshard.evaluation import Task, memory_for
 from autoshard.planners import PlannerContext, ProxyCostModel, make_planner, validate_plan
 from autoshard.planners.placement import cheapest_after, place
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, start
-from autoshard.rl.policy import DevicePolicy, DeviceScoringPolicy
+from autoshard.rl.policy import DevicePolicy, DeviceScoringPolicy, PolicyInfo
 from autoshard.rl.tasks import FixedTasks, TaskDistribution
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task
 from autoshard.types import GIB, Table, Topology, Workload
@@ -208,3 +208,62 @@ def test_past_its_time_budget_a_search_returns_its_best_plan_so_far_marked_parti
         assert not unbounded.partial and bounded.partial
         validate_plan(bounded, workload, topology)
         assert bounded.max_cost_ms >= unbounded.max_cost_ms - 1e-9  # the full search is never worse
+
+
+def test_placements_stepped_side_by_side_equal_those_stepped_alone(model):
+    """rl+refine's sampled rollouts share one accumulator and one head call per step
+    (``place_together``): the same choosers make the same placements, at the same costs, as
+    when each placement is stepped on its own."""
+    from autoshard.costing import AccumulatorView
+    from autoshard.planners.placement import by_cost, place_together, prepare_units
+    from autoshard.planners.units import model_costs
+    from autoshard.rl.env import guarded_state
+    from autoshard.rl.rollout import PolicyChooser
+
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 50, np.random.default_rng(3))
+    topology = Topology(6, memory_for(workload, 6, 1.3))
+    units = by_cost(prepare_units(workload, topology, model_costs(model, workload.batch_size), False))
+
+    def choosers():
+        return [cheapest_after, PolicyChooser(policy), PolicyChooser(policy, np.random.default_rng(5), 1.0, 32),
+                PolicyChooser(policy, np.random.default_rng(6), 2.0, 32)]
+
+    def fresh(accumulator=None):
+        return guarded_state(units, topology, model, workload.batch_size, 1.25, accumulator)
+
+    alone = [place(fresh(), choose) for choose in choosers()]
+    shared = model.accumulator(4 * 6, workload.batch_size)
+    together = place_together([fresh(AccumulatorView(shared, k * 6, 6)) for k in range(4)], choosers(), shared, 32)
+    assert len({tuple(tuple(u.name for u in d.units) for d in s.devices) for s in alone}) > 1  # they differ
+    for one, side_by_side in zip(alone, together):
+        assert side_by_side is not None
+        assert [[u.name for u in d.units] for d in one.devices] == [[u.name for u in d.units] for d in side_by_side.devices]
+        np.testing.assert_allclose(one.loads, side_by_side.loads, rtol=1e-5)
+
+
+def test_cloning_greedy_makes_the_actor_place_as_greedy_does(model):
+    """The warm start of ``policy train`` (``autoshard.rl.imitation``): after cloning greedy's
+    demonstrations, the actor picks greedy's device on almost every step, and places unseen
+    tasks exactly as greedy does; before, it does not."""
+    from sb3_contrib import MaskablePPO
+
+    from autoshard.rl.imitation import clone, greedy_demonstrations
+    from autoshard.rl.train import eval_tasks, greedy_maxima, ratio_to_greedy
+
+    torch.set_num_threads(1)
+    config = EnvConfig(slots=4)
+    env = ShardingEnv(model, SMALL, config)
+    agent = MaskablePPO(DeviceScoringPolicy, env, seed=0, policy_kwargs={"hidden": 32}, device="cpu")
+    demonstrations = greedy_demonstrations(env, 30, seed=0)
+    assert len(demonstrations) == len(demonstrations.returns) > 100
+    tasks = eval_tasks(TaskDistribution(split="test", num_tables=(6, 12), num_devices=(2, 3, 4)), 8, seed=1)
+    greedy = greedy_maxima(tasks, model, None, config)
+
+    def ratio() -> float:
+        actor = DevicePolicy.from_net(agent.policy.mlp_extractor, PolicyInfo("test", 32, 4, "step", 1.25, 0))
+        return ratio_to_greedy(actor, tasks, greedy, model, None, config)
+
+    before = ratio()
+    assert clone(agent.policy, demonstrations, epochs=20) > 0.95
+    assert before > 1.001 and ratio() == pytest.approx(1.0, abs=1e-3)

@@ -40,6 +40,9 @@ def train_cmd(
     checkpoint_every: Annotated[int, typer.Option(min=1, help="Steps between checkpoints.")] = 50_000,
     eval_every: Annotated[int, typer.Option(min=1, help="Steps between evaluations on held-out tasks.")] = 25_000,
     eval_tasks: Annotated[int, typer.Option(min=1, help="Held-out tasks per evaluation.")] = 24,
+    imitation_episodes: Annotated[int, typer.Option(min=0, help="Greedy episodes cloned before PPO (0: start from a random policy).")] = 200,
+    learning_rate: Annotated[float, typer.Option(min=0.0, help="PPO's learning rate.")] = 3e-4,
+    ent_coef: Annotated[float, typer.Option(min=0.0, help="PPO's entropy bonus.")] = 0.01,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Train MaskablePPO against the profile's cost model; the best policy on held-out tasks
@@ -61,10 +64,12 @@ def train_cmd(
     eval_devices = tuple(d for d in (4, 8, 16) if d <= slots) or (slots,)
     config = TrainConfig(steps=steps, seed=seed, envs=envs, subprocess=subprocess, checkpoint_every=checkpoint_every,
                          eval_every=eval_every, eval_tasks=eval_tasks, env=EnvConfig(slots=slots, reward=reward_kind),
+                         imitation_episodes=imitation_episodes, learning_rate=learning_rate, ent_coef=ent_coef,
                          tasks=TaskDistribution(num_devices=devices),
                          eval_distribution=replace(TrainConfig().eval_distribution, num_devices=eval_devices))
     command = (f"autoshard policy train --profile {shlex.quote(str(profile))} --steps {steps} --seed {seed} "
-               f"--envs {envs} --reward {reward} --slots {slots}" + (" --subprocess" if subprocess else ""))
+               f"--envs {envs} --reward {reward} --slots {slots} --imitation-episodes {imitation_episodes} "
+               f"--learning-rate {learning_rate:g} --ent-coef {ent_coef:g}" + (" --subprocess" if subprocess else ""))
     policy = train_policy(loaded.model, work, config, loaded.device.get("id", loaded.profile), loaded.communication,
                           resume, command,
                           progress_bar=progress, log=lambda m: console.print(m, highlight=False))

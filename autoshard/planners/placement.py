@@ -141,12 +141,20 @@ class PlacementState:
         would seek those places out)."""
         assert self.accumulator is not None, "costs_if_added needs a cost model's accumulator"
         if self._if_added is None:
+            if rows is not None and self._partial and all(r in self._partial for r in rows.tolist()):
+                return np.array([self._partial[r] for r in rows.tolist()])  # primed, or scored before
             if rows is not None and len(rows) < len(self.devices):
                 costs = np.maximum(self.accumulator.costs_if_added(self.current.table, rows), self.loads[rows])
                 self._partial.update(zip(rows.tolist(), costs.tolist()))
                 return costs
             self._if_added = np.maximum(self.accumulator.costs_if_added(self.current.table), self.loads)
         return self._if_added if rows is None else self._if_added[rows]
+
+    def prime(self, rows: np.ndarray, costs: np.ndarray) -> None:
+        """Record the current unit's predicted costs on the devices ``rows``, scored elsewhere
+        (``place_together`` scores several placements in one call); ``costs_if_added`` on those
+        devices then answers from them."""
+        self._partial.update(zip(rows.tolist(), np.maximum(costs, self.loads[rows]).tolist()))
 
     def apply(self, device: int) -> None:
         """Place the current unit on ``device`` (which must have room) and move to the next."""
@@ -305,6 +313,34 @@ def candidates(state: PlacementState, allowed: np.ndarray, limit: int = CANDIDAT
     if len(allowed) > limit:
         allowed = np.sort(allowed[np.argpartition(state.loads[allowed], limit - 1)[:limit]])
     return allowed
+
+
+def place_together(states: Sequence[PlacementState], choosers: Sequence[Chooser], shared: Accumulator,
+                   limit: int = CANDIDATES, deadline: Deadline | None = None) -> list[PlacementState | None]:
+    """Step placements of the same units side by side: state k's accumulator is sets k x D ..
+    of ``shared`` (``costing.AccumulatorView``), so each step scores the current unit on every
+    placement's ``candidates`` (``limit`` of them) in one call, then ``choosers[k]`` picks state
+    k's device. A placement that runs into a dead end comes back ``None``; every one does once
+    the ``deadline`` expires."""
+    devices = states[0].topology.num_devices
+    live = list(range(len(states)))
+    while live and not states[live[0]].done:
+        if deadline is not None and deadline.expired:
+            return [None] * len(states)
+        unit = states[live[0]].current
+        allowed = {k: np.flatnonzero(states[k].mask()) for k in live}
+        live = [k for k in live if len(allowed[k])]
+        rows = {k: candidates(states[k], allowed[k], limit) for k in live}
+        if not live:
+            break
+        assert all(states[k].current is unit for k in live), "place_together needs one unit order"
+        costs = shared.costs_if_added(unit.table, np.concatenate([rows[k] + k * devices for k in live]))
+        at = 0
+        for k in live:
+            states[k].prime(rows[k], costs[at:at + len(rows[k])])
+            at += len(rows[k])
+            states[k].apply(choosers[k](states[k], allowed[k]))
+    return [states[k] if k in live else None for k in range(len(states))]
 
 
 def cheapest_after(state: PlacementState, allowed: np.ndarray) -> int:

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autoshard.errors import PlannerError
+from autoshard.costing import AccumulatorView
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, best_over_split_caps,
-                                          build_plan, cheapest_after, place_workload)
+                                          build_plan, cheapest_after, place_together, place_workload)
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.env import guarded_state
 from autoshard.rl.rollout import PolicyChooser
@@ -31,7 +31,9 @@ class RLPlanner:
     every split cap (none, 2, 4, ... D ways) and the lowest predicted max is kept.
 
     ``samples`` > 0 makes it ``rl+refine``, a policy-guided search: besides the argmax rollout,
-    ``samples`` rollouts drawn from the policy's softmax at ``temperature`` (seeded); local search
+    ``samples`` rollouts drawn from the policy's softmax at ``temperature`` (seeded; of the
+    argmax rollout's units, stepped side by side so that one head call scores a step of all of
+    them; one that runs into a dead end is dropped); local search
     (moves and swaps, as cost_greedy) on the ``refine_top`` best of them and on greedy placement's
     plan, the search's baseline seed (so it is never worse than cost_greedy's search either); the
     lowest predicted max wins, so it is never worse than ``rl``.
@@ -60,22 +62,28 @@ class RLPlanner:
         def start(units: list[Unit]) -> PlacementState:
             return guarded_state(units, topology, self.cost_model, batch, self.set_size_headroom)
 
-        def rollout(cap: int | None, choose: Chooser) -> list[DeviceState]:
-            return place_workload(workload, topology, cost_fn, cap is not None, choose, start, max_ways=cap).devices
+        def rollout(cap: int | None, choose: Chooser) -> PlacementState:
+            return place_workload(workload, topology, cost_fn, cap is not None, choose, start, max_ways=cap)
+
+        def sampled(units: list[Unit]) -> list[list[DeviceState]]:
+            """``samples`` rollouts side by side (one head call per step for all of them)."""
+            devices = topology.num_devices
+            shared = self.cost_model.accumulator(self.samples * devices, batch)
+            states = [guarded_state(units, topology, self.cost_model, batch, self.set_size_headroom,
+                                    AccumulatorView(shared, k * devices, devices)) for k in range(self.samples)]
+            choosers = [PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES) for _ in states]
+            placed = place_together(states, choosers, shared, SAMPLED_CANDIDATES, deadline)
+            return [s.devices for s in placed if s is not None]  # a rollout into a dead end: the others stand
 
         def plan_at(cap: int | None) -> list[DeviceState]:
-            found = [rollout(cap, PolicyChooser(self.policy))]
+            argmax = rollout(cap, PolicyChooser(self.policy))
+            found = [argmax.devices]
             if not self.samples:
                 return found[0]
-            seeds = [rollout(cap, cheapest_after)]  # greedy's placement: the search starts no worse than it
+            seeds = [rollout(cap, cheapest_after).devices]  # greedy's placement: the search starts no worse than it
             bound = lower_bound(found[0]) * (1 + REL_TOL)
-            for _ in range(self.samples):
-                if deadline.expired or min(_max_load(s) for s in seeds + found) <= bound:
-                    break  # out of time, or at the lower bound: no plan can be better
-                try:
-                    found.append(rollout(cap, PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES)))
-                except PlannerError:  # a sampled rollout into a dead end: the others stand
-                    continue
+            if not deadline.expired and min(_max_load(s) for s in seeds + found) > bound:
+                found += sampled(argmax.units)  # else at the lower bound: no plan can be better
             found.sort(key=_max_load)
             for states in seeds + found[:self.refine_top]:
                 improve(states, self.cost_model, batch, self.max_rounds, deadline)

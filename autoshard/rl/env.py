@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from autoshard.communication import CommunicationModel, WithCommunication
+from autoshard.costing import Accumulator
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
 from autoshard.planners.local_search import improve
@@ -58,11 +59,14 @@ def unit_cap(cost_model: CostModel, num_units: int, num_devices: int, headroom: 
 
 
 def guarded_state(units: list[Unit], topology: Topology, cost_model: CostModel, batch_size: int,
-                  headroom: float) -> PlacementState:
+                  headroom: float, accumulator: Accumulator | None = None) -> PlacementState:
     """A fresh placement of ``units`` (in this order) as the agent sees it: running predicted
-    costs, the packing lookahead and the extrapolation guard. The env and the rl planners share it."""
+    costs (on ``accumulator``, default a new one of the model's), the packing lookahead and the
+    extrapolation guard. The env and the rl planners share it."""
     devices = topology.num_devices
-    return PlacementState(units, topology, cost_model.accumulator(devices, batch_size), lookahead=True,
+    if accumulator is None:
+        accumulator = cost_model.accumulator(devices, batch_size)
+    return PlacementState(units, topology, accumulator, lookahead=True,
                           max_units_per_device=unit_cap(cost_model, len(units), devices, headroom))
 
 

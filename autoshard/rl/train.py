@@ -22,6 +22,7 @@ from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
 from autoshard.planners.placement import cheapest_after, place
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, refined_max, start
+from autoshard.rl.imitation import clone, greedy_demonstrations
 from autoshard.rl.policy import POLICY_FILE, DevicePolicy, DeviceScoringPolicy, PolicyInfo
 from autoshard.rl.rollout import PolicyChooser
 from autoshard.rl.tasks import TaskDistribution
@@ -46,6 +47,8 @@ class TrainConfig:
     gamma: float = 1.0  # episodic, and the return is the plan's quality: no discounting
     gae_lambda: float = 0.95
     ent_coef: float = 0.01
+    imitation_episodes: int = 200  # greedy episodes cloned before PPO (``autoshard.rl.imitation``); 0: none
+    imitation_epochs: int = 10
     eval_every: int = 25_000
     eval_tasks: int = 24
     checkpoint_every: int = 50_000
@@ -56,9 +59,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("steps", "envs", "hidden", "n_steps", "batch_size", "epochs", "eval_every", "eval_tasks",
-                     "checkpoint_every"):
+                     "checkpoint_every", "imitation_epochs"):
             if getattr(self, name) < 1:
                 raise InputError(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.imitation_episodes < 0:
+            raise InputError("imitation_episodes", f"must be >= 0, got {self.imitation_episodes}")
 
 
 def eval_tasks(distribution: TaskDistribution, count: int, seed: int) -> list[Task]:
@@ -116,7 +121,8 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
                        n_envs=config.envs, seed=config.seed,
                        vec_env_cls=SubprocVecEnv if config.subprocess else DummyVecEnv)
     checkpoints = sorted((out / CHECKPOINTS).glob("ppo_*_steps.zip"), key=lambda p: int(p.stem.split("_")[1]))
-    if resume and checkpoints:
+    resumed = resume and bool(checkpoints)
+    if resumed:
         model = MaskablePPO.load(checkpoints[-1], env=env, device="cpu")
         log(f"resuming from {checkpoints[-1]} at {model.num_timesteps:,} steps")
     else:
@@ -136,6 +142,24 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
         return PolicyInfo(profile, config.hidden, config.env.slots, config.env.reward.value,
                           config.env.set_size_headroom, steps, command, ratio)
 
+    def evaluate(steps: int) -> float:
+        """Score the current actor on the held-out tasks; keep it as policy.pt if it is the best."""
+        nonlocal best
+        policy = DevicePolicy.from_net(model.policy.mlp_extractor, info(steps, None))
+        ratio = ratio_to_greedy(policy, tasks, greedy, cost_model, communication, config.env)
+        new_log = not (out / EVAL_LOG).exists()
+        with open(out / EVAL_LOG, "a", newline="") as handle:
+            writer = csv.writer(handle)
+            if new_log:
+                writer.writerow(["steps", "ratio_to_greedy", "best"])
+            writer.writerow([steps, f"{ratio:.5f}", int(ratio < best)])
+        if ratio < best:
+            best = ratio
+            DevicePolicy(policy.layers, info(steps, ratio)).save(out / POLICY_FILE)
+            state_path.write_text(json.dumps({"best_ratio": best, "best_steps": steps,
+                                              "config": _plain(asdict(config))}, indent=1) + "\n")
+        return ratio
+
     class KeepBest(BaseCallback):
         def __init__(self) -> None:
             super().__init__()
@@ -148,22 +172,15 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
             return True
 
         def evaluate(self) -> None:
-            nonlocal best
-            steps = self.num_timesteps
-            policy = DevicePolicy.from_net(model.policy.mlp_extractor, info(steps, None))
-            ratio = ratio_to_greedy(policy, tasks, greedy, cost_model, communication, config.env)
-            self.logger.record("eval/ratio_to_greedy", ratio)
-            new_log = not (out / EVAL_LOG).exists()
-            with open(out / EVAL_LOG, "a", newline="") as handle:
-                writer = csv.writer(handle)
-                if new_log:
-                    writer.writerow(["steps", "ratio_to_greedy", "best"])
-                writer.writerow([steps, f"{ratio:.5f}", int(ratio < best)])
-            if ratio < best:
-                best = ratio
-                DevicePolicy(policy.layers, info(steps, ratio)).save(out / POLICY_FILE)
-                state_path.write_text(json.dumps({"best_ratio": best, "best_steps": steps,
-                                                  "config": _plain(asdict(config))}, indent=1) + "\n")
+            self.logger.record("eval/ratio_to_greedy", evaluate(self.num_timesteps))
+
+    if not resumed and config.imitation_episodes:
+        demonstrations = greedy_demonstrations(ShardingEnv(cost_model, config.tasks, config.env, communication),
+                                               config.imitation_episodes, config.seed + 2)
+        agreement = clone(model.policy, demonstrations, config.imitation_epochs, seed=config.seed)
+        ratio = evaluate(0)
+        log(f"cloned greedy placement ({len(demonstrations):,} steps of {config.imitation_episodes} episodes): "
+            f"the actor picks greedy's device on {agreement:.1%} of them; {ratio:.4f}x greedy on held-out tasks")
 
     keep_best = KeepBest()
     callbacks = CallbackList([CheckpointCallback(max(config.checkpoint_every // config.envs, 1),
