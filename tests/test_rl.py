@@ -145,10 +145,12 @@ def test_the_shipped_policy_plans_unseen_workloads_on_more_devices_than_it_train
         context = PlannerContext(model, policy)
         rl = make_planner("rl", context).plan(workload, topology)
         refined = make_planner("rl+refine", context).plan(workload, topology)
+        greedy = make_planner("cost_greedy", context).plan(workload, topology)
         for plan in (rl, refined):
             validate_plan(plan, workload, topology)
             assert np.isfinite(plan.max_cost_ms)
         assert refined.max_cost_ms <= rl.max_cost_ms + 1e-9  # the search keeps the argmax rollout
+        assert refined.max_cost_ms <= greedy.max_cost_ms + 1e-9  # and cost_greedy's own search
 
 
 def test_rl_is_deterministic_and_keeps_devices_within_the_trained_set_sizes(model):

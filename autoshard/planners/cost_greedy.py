@@ -35,16 +35,24 @@ class CostGreedyPlanner:
         started = time.perf_counter()
         batch_size = workload.batch_size
 
-        def start(units: list[Unit]) -> PlacementState:
-            return PlacementState(units, topology, self.cost_model.accumulator(topology.num_devices, batch_size),
-                                  lookahead=True)
-
         def plan_at(cap: int | None) -> list[DeviceState]:
-            states = place_workload(workload, topology, model_costs(self.cost_model, batch_size),
-                                    cap is not None, cheapest_after, start, max_ways=cap).devices
+            states = greedy_placement(workload, topology, self.cost_model, cap).devices
             improve(states, self.cost_model, batch_size, self.max_rounds, deadline)
             return states
 
         deadline = Deadline(started, self.time_budget_s)
         best = best_over_split_caps(topology, self.allow_column_split, plan_at, deadline)
         return build_plan(self.name, best, started, batch_size, partial=deadline.hit)
+
+
+def greedy_placement(workload: Workload, topology: Topology, cost_model: CostModel, cap: int | None) -> PlacementState:
+    """cost_greedy's placement before local search: largest predicted cost first, each unit to
+    the device whose predicted cost with it is lowest, with the packing lookahead (shards of at
+    most ``cap`` ways, or none without a cap)."""
+    batch_size = workload.batch_size
+
+    def start(units: list[Unit]) -> PlacementState:
+        return PlacementState(units, topology, cost_model.accumulator(topology.num_devices, batch_size), lookahead=True)
+
+    return place_workload(workload, topology, model_costs(cost_model, batch_size), cap is not None, cheapest_after,
+                          start, max_ways=cap)

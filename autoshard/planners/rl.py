@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autoshard.costing import AccumulatorView
+from autoshard.planners.cost_greedy import greedy_placement
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, best_over_split_caps,
-                                          build_plan, cheapest_after, place_together, place_workload)
+                                          build_plan, place_together, place_workload)
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.env import guarded_state
 from autoshard.rl.rollout import PolicyChooser
@@ -34,9 +35,9 @@ class RLPlanner:
     ``samples`` rollouts drawn from the policy's softmax at ``temperature`` (seeded; of the
     argmax rollout's units, stepped side by side so that one head call scores a step of all of
     them; one that runs into a dead end is dropped); local search
-    (moves and swaps, as cost_greedy) on the ``refine_top`` best of them and on greedy placement's
-    plan, the search's baseline seed (so it is never worse than cost_greedy's search either); the
-    lowest predicted max wins, so it is never worse than ``rl``.
+    (moves and swaps, as cost_greedy) on the ``refine_top`` best of them and on cost_greedy's
+    own placement (without the extrapolation guard, as cost_greedy places), so that it is never
+    worse than cost_greedy either; the lowest predicted max wins, so it is never worse than ``rl``.
     Past ``time_budget_s`` the search stops and the best plan so far comes back ``partial``
     (the argmax rollout always completes).
     """
@@ -80,7 +81,8 @@ class RLPlanner:
             found = [argmax.devices]
             if not self.samples:
                 return found[0]
-            seeds = [rollout(cap, cheapest_after).devices]  # greedy's placement: the search starts no worse than it
+            # cost_greedy's own placement (its search is the one below): rl+refine is never worse than it
+            seeds = [greedy_placement(workload, topology, self.cost_model, cap).devices]
             bound = lower_bound(found[0]) * (1 + REL_TOL)
             if not deadline.expired and min(_max_load(s) for s in seeds + found) > bound:
                 found += sampled(argmax.units)  # else at the lower bound: no plan can be better
