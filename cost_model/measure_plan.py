@@ -1,10 +1,15 @@
 """Measured truth about plans: every device's shard run with the microbenchmark, plans interleaved.
 
-For each round, every plan's devices are measured in turn (plan A's devices, then B's, ...; the
-order of plans rotates each round), so slow drifts of the machine hit all plans alike. A plan's
-measured cost in a round is the max over its devices. Reported per plan: per-device medians over
-rounds, the median measured max with its spread, and the ratio of each plan's max to the
-reference plan's, per round, with a 95% confidence interval (t-interval on log ratios).
+For each round, every plan's devices are measured in turn (plan A's devices, then B's, ...).
+Rounds go in pairs, the second of a pair in the first's order backwards, each pair rotated by
+one, so that a drift within a round (later plans measuring slower, as happened: 1-3% on
+identical plans a few places apart) falls on every plan alike rather than on the later ones; an
+even number of rounds balances it exactly. Plans that place the same tables on the same devices
+(two planners agreeing, e.g. rl+refine keeping cost_greedy's plan) are one plan: measured once
+per round, they read the same, as they are the same plan. A plan's measured cost in a round is
+the max over its devices. Reported per plan: per-device medians over rounds, the median measured
+max with its spread, and the ratio of each plan's max to the reference plan's, per round, with a
+95% confidence interval (t-interval on log ratios).
 """
 
 from __future__ import annotations
@@ -43,13 +48,18 @@ def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchC
                   rounds: int = 5, reference: int = 0) -> list[MeasuredPlan]:
     """Interleaved measurement of plans of one task; ratios are to ``plans[reference]``."""
     bench = BenchConfig(**{**{f: getattr(config, f) for f in config.__slots__}, "batch_size": batch_size})
+    first = {}  # a plan's layout -> the first plan with it: the one measured
+    same = [first.setdefault(_layout(plan), p) for p, plan in enumerate(plans)]
+    distinct = sorted(set(same))
     per_round = [[[0.0] * len(p.devices) for p in plans] for _ in range(rounds)]
     for r in range(rounds):
-        for k in range(len(plans)):
-            p = (k + r) % len(plans)
-            for d, device in enumerate(plans[p].devices):
+        for p in measuring_order(len(distinct), r):
+            plan = distinct[p]
+            for d, device in enumerate(plans[plan].devices):
                 tables = [s.as_table for s in device.shards]
-                per_round[r][p][d] = measure(tables, bench, seed=r * 7919 + d).total.median if tables else 0.0
+                per_round[r][plan][d] = measure(tables, bench, seed=r * 7919 + d).total.median if tables else 0.0
+        for p, q in enumerate(same):
+            per_round[r][p] = per_round[r][q]
     out = []
     for p, plan in enumerate(plans):
         maxima = [max(per_round[r][p]) for r in range(rounds)]
@@ -61,3 +71,16 @@ def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchC
                                       for d in range(len(plan.devices))),
                                 statistics.median(maxima), float(q[1] - q[0]), ratio, (low, high)))
     return out
+
+
+def measuring_order(count: int, round_: int) -> list[int]:
+    """The order plans are measured in, in round ``round_``: rounds go in pairs, the second of a
+    pair the first backwards (so over a pair every plan's positions add up to ``count - 1``), and
+    each pair rotated by one from the last."""
+    order = [(k + round_ // 2) % count for k in range(count)]
+    return order[::-1] if round_ % 2 else order
+
+
+def _layout(plan: ShardingPlan) -> tuple:
+    """What a plan places where: each device's shards, as a comparable key."""
+    return tuple(tuple(sorted((s.table.name, s.column_offset, s.width) for s in d.shards)) for d in plan.devices)

@@ -102,3 +102,28 @@ def test_evaluate_task_runs_plans_distributed(tmp_path):
         assert rows[name]["distributed_iteration_ms"] > 0
     write_task_outputs(result, tmp_path)
     assert "distributed iteration" in (tmp_path / "tiny.md").read_text()
+
+
+def test_measuring_order_balances_positions_over_pairs_of_rounds():
+    """Rotated each round and backwards every other round: over rounds 2k and 2k + 1 every plan's
+    positions add up to the same, so a drift within a round biases no plan."""
+    from cost_model.measure_plan import measuring_order
+
+    for count in (2, 5, 12):
+        for start in (0, 2):
+            positions = [0] * count
+            for r in (start, start + 1):
+                for position, plan in enumerate(measuring_order(count, r)):
+                    positions[plan] += position
+                assert sorted(measuring_order(count, r)) == list(range(count))
+            assert len(set(positions)) == 1
+
+
+def test_identical_plans_are_measured_once_and_read_the_same():
+    topology = Topology(2, 1.0)
+    plan = make_planner("round_robin").plan(TINY, topology)
+    twin = make_planner("round_robin").plan(TINY, topology)
+    other = make_planner("lookup_greedy").plan(TINY, topology)
+    measured = measure_plans([plan, other, twin], 64, CONFIG, rounds=2, reference=0)
+    assert measured[2].device_ms == measured[0].device_ms and measured[2].ratio_to_reference == pytest.approx(1.0)
+    assert measured[1].planner == "lookup_greedy"
