@@ -403,7 +403,11 @@ def test_planners_and_profiles_describe_what_is_loaded(client, model_dir):
     assert model.sha256 == file_sha256(folder / "cost_model.pt")
     assert model.metrics["test_mape"] == 0.15 and "evaluation" in model.metrics  # metrics.json + the checkpoint's
     assert (policy.kind, policy.file) == ("policy", f"{folder.name}/policy.pt")
-    assert policy.sha256 == file_sha256(folder / "policy.pt") and policy.metrics["steps"] > 0
+    from autoshard.rl.policy import DevicePolicy
+
+    shipped = DevicePolicy.load(folder / "policy.pt").info  # the shipped one is the clone of greedy, at step 0
+    assert policy.sha256 == file_sha256(folder / "policy.pt")
+    assert (policy.metrics["steps"], policy.metrics["command"]) == (shipped.steps, shipped.command)
     assert profiles.problems == []
 
 

@@ -16,7 +16,7 @@ def evaluate_cmd(
     suite: Annotated[str, typer.Argument(help="A suite JSON file, or 'default' (bundled).")],
     planners: Annotated[str, typer.Option(help="'all' or a comma-separated list of planner names.")] = "all",
     measure: Annotated[bool, typer.Option(help="Measure every device's shard with the microbenchmark (interleaved).")] = False,
-    rounds: Annotated[int, typer.Option(min=1, help="Measurement rounds (plans interleaved in each).")] = 3,
+    rounds: Annotated[int, typer.Option(min=1, help="Measurement rounds (plans interleaved in each; an even number balances the order).")] = 4,
     model: Annotated[Optional[Path], typer.Option(help="Cost model folder (default: the shipped one).")] = None,
     out: Annotated[Path, typer.Option(help="Folder for the per-task Markdown, CSV and PNG.")] = Path("runs/evaluate"),
     column_split: Annotated[bool, typer.Option(help="Allow column-wise splits.")] = False,
