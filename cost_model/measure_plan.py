@@ -6,8 +6,9 @@ one, so that a drift within a round (later plans measuring slower, as happened: 
 identical plans a few places apart) falls on every plan alike rather than on the later ones; an
 even number of rounds balances it exactly. Plans that place the same tables on the same devices
 (two planners agreeing, e.g. rl+refine keeping cost_greedy's plan) are one plan: measured once
-per round, they read the same, as they are the same plan. A plan's measured cost in a round is
-the max over its devices. Reported per plan: per-device medians over rounds, the median measured
+per round, they read the same, as they are the same plan. Each device is timed for at least
+``MIN_DEVICE_MS`` (more repeats for short steps). A plan's measured cost in a round is the max
+over its devices. Reported per plan: per-device medians over rounds, the median measured
 max with its spread, and the ratio of each plan's max to the reference plan's, per round, with a
 95% confidence interval (t-interval on log ratios).
 """
@@ -44,8 +45,14 @@ def _ci(log_ratios: list[float]) -> tuple[float, float, float]:
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
+MIN_DEVICE_MS = 50.0
+"""Each device of each round is timed for at least this long (``bench.measure``'s
+``min_total_ms``): at the profile's 7 repeats, a device whose step takes under a millisecond
+(Criteo Kaggle's) read 8-39% apart from one call to the next."""
+
+
 def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchConfig,
-                  rounds: int = 5, reference: int = 0) -> list[MeasuredPlan]:
+                  rounds: int = 5, reference: int = 0, min_device_ms: float = MIN_DEVICE_MS) -> list[MeasuredPlan]:
     """Interleaved measurement of plans of one task; ratios are to ``plans[reference]``."""
     bench = BenchConfig(**{**{f: getattr(config, f) for f in config.__slots__}, "batch_size": batch_size})
     first = {}  # a plan's layout -> the first plan with it: the one measured
@@ -57,7 +64,8 @@ def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchC
             plan = distinct[p]
             for d, device in enumerate(plans[plan].devices):
                 tables = [s.as_table for s in device.shards]
-                per_round[r][plan][d] = measure(tables, bench, seed=r * 7919 + d).total.median if tables else 0.0
+                per_round[r][plan][d] = (measure(tables, bench, r * 7919 + d, min_device_ms).total.median
+                                         if tables else 0.0)
         for p, q in enumerate(same):
             per_round[r][p] = per_round[r][q]
     out = []

@@ -125,3 +125,17 @@ def test_torchrun_gathers_samples_from_two_ranks(tmp_path, tiny_collect_args):
     single = tmp_path / "single.jsonl"
     assert _collect(single, tiny_collect_args, ["--samples", "6"]).returncode == 0
     assert [s.tables for s in read_traces(single).samples] == [s.tables for s in traces.samples]
+
+
+def test_min_total_ms_repeats_a_short_step_until_it_is_timed_long_enough():
+    """The measured evaluation's ``min_total_ms``: a tiny set's step is repeated beyond the
+    configured repeats, until the timed steps add up to the asked time (capped)."""
+    from cost_model.bench import MAX_REPEATS, BenchConfig, measure
+    from cost_model.profile import ExecutionMode
+
+    config = BenchConfig(batch_size=64, warmups=1, repeats=3, mode=ExecutionMode.EMBEDDING_BAG)
+    tables = [Table("tiny", 100, 8, 1.0)]
+    plain = measure(tables, config)
+    longer = measure(tables, config, min_total_ms=20 * 3 * plain.total.median)
+    assert plain.total.n == 3
+    assert min(MAX_REPEATS, 20) <= longer.total.n <= MAX_REPEATS
