@@ -89,8 +89,8 @@ def main() -> None:
         print(f"{key[0]} seed {key[1]}: base {a:.3f} s, this {b:.3f} s, ratio {b / a:.3f}; "
               f"predicted max ratio {maxima['this'][key] / maxima['base'][key]:.4f}")
     quartiles = statistics.quantiles(ratios, n=4)
-    print(f"time ratio (this / base): median {statistics.median(ratios):.3f}, IQR {quartiles[0]:.3f}-{quartiles[2]:.3f}, "
-          f"range {min(ratios):.3f}-{max(ratios):.3f}")
+    print(f"time ratio (this / base): median {statistics.median(ratios):.3f}, "
+          f"IQR {quartiles[0]:.3f}-{quartiles[2]:.3f}, range {min(ratios):.3f}-{max(ratios):.3f}")
 
 
 if __name__ == "__main__":

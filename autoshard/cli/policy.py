@@ -40,7 +40,8 @@ def train_cmd(
     checkpoint_every: Annotated[int, typer.Option(min=1, help="Steps between checkpoints.")] = 50_000,
     eval_every: Annotated[int, typer.Option(min=1, help="Steps between evaluations on held-out tasks.")] = 25_000,
     eval_tasks: Annotated[int, typer.Option(min=1, help="Held-out tasks per evaluation.")] = 24,
-    imitation_episodes: Annotated[int, typer.Option(min=0, help="Greedy episodes cloned before PPO (0: start from a random policy).")] = 200,
+    imitation_episodes: Annotated[int, typer.Option(
+        min=0, help="Greedy episodes cloned before PPO (0: start from a random policy).")] = 200,
     learning_rate: Annotated[float, typer.Option(min=0.0, help="PPO's learning rate.")] = 3e-4,
     ent_coef: Annotated[float, typer.Option(min=0.0, help="PPO's entropy bonus.")] = 0.01,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
