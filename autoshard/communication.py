@@ -53,6 +53,13 @@ class CommunicationModel:
             return 0.0
         return 2 * self.latency_ms + self.bytes(dims, batch_size, num_devices) / (self.bandwidth_gbps * 1e6)
 
+    def cost_ms_many(self, dims: np.ndarray, count: np.ndarray, batch_size: int, num_devices: int) -> np.ndarray:
+        """``cost_ms_of`` of many devices at once (arrays of their dims and table counts)."""
+        if num_devices <= 1:
+            return np.zeros(len(dims))
+        cost = 2 * self.latency_ms + self.bytes(1, batch_size, num_devices) * dims / (self.bandwidth_gbps * 1e6)
+        return np.where(count > 0, cost, 0.0)
+
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1) + "\n")
 
@@ -89,14 +96,19 @@ class WithCommunication(SetCostModel):
     def predict_edits(self, base_sets: Sequence[Sequence[Table]],
                       edits: Sequence[tuple[int, int | None, Table | None]], batch_size: int) -> list[float]:
         compute = self.compute.predict_edits(base_sets, edits, batch_size)
-        dims = [sum(t.embedding_dim for t in s) for s in base_sets]
-        sizes = [len(s) for s in base_sets]
-        out = []
-        for cost, (b, r, add) in zip(compute, edits):
-            d = dims[b] - (base_sets[b][r].embedding_dim if r is not None else 0) + (add.embedding_dim if add else 0)
-            k = sizes[b] - (r is not None) + (add is not None)
-            out.append(cost + self.communication.cost_ms_of(d, k, batch_size, self.num_devices))
-        return out
+        if not edits:
+            return compute
+        dims = np.array([sum(t.embedding_dim for t in s) for s in base_sets], dtype=np.float64)
+        sizes = np.array([len(s) for s in base_sets], dtype=np.float64)
+        bases = np.fromiter((b for b, _, _ in edits), dtype=np.int64, count=len(edits))
+        removed = np.fromiter((0 if r is None else base_sets[b][r].embedding_dim for b, r, _ in edits),
+                              dtype=np.float64, count=len(edits))
+        added = np.fromiter((0 if t is None else t.embedding_dim for _, _, t in edits), dtype=np.float64,
+                            count=len(edits))
+        count = (sizes[bases] - np.fromiter((r is not None for _, r, _ in edits), dtype=np.float64, count=len(edits))
+                 + (added > 0))
+        comm = self.communication.cost_ms_many(dims[bases] - removed + added, count, batch_size, self.num_devices)
+        return (np.asarray(compute) + comm).tolist()
 
 
 class _CommAccumulator:
@@ -107,12 +119,7 @@ class _CommAccumulator:
         self.dims, self.count = np.zeros(num_sets), np.zeros(num_sets)
 
     def _comm(self, dims: np.ndarray, count: np.ndarray) -> np.ndarray:
-        """Vectorised ``CommunicationModel.cost_ms_of``."""
-        c, n = self.model.communication, self.model.num_devices
-        if n <= 1:
-            return np.zeros_like(dims)
-        cost = 2 * c.latency_ms + c.bytes(1, self.batch_size, n) * dims / (c.bandwidth_gbps * 1e6)
-        return np.where(count > 0, cost, 0.0)
+        return self.model.communication.cost_ms_many(dims, count, self.batch_size, self.model.num_devices)
 
     def costs(self) -> np.ndarray:
         return self.compute.costs() + self._comm(self.dims, self.count)

@@ -15,12 +15,16 @@ from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.cost_greedy import CostGreedyPlanner
 from autoshard.planners.heuristics import GreedyProxyPlanner, RandomPlanner, RoundRobinPlanner
 from autoshard.planners.proxies import PROXIES
+from autoshard.planners.ruin_recreate import RuinRecreateConfig
 from autoshard.types import Planner
 
 REFINE_SAMPLES = 4
 """rl+refine's sampled rollouts. With the cost model's floor, 4, 8 and 16 samples gave the same
 predicted max on 7 held-out tasks (geometric mean 0.998 of cost_greedy's each), at 1/4 the time
 of 16 (``docs/rl.md``)."""
+
+REFINE_SEARCH = RuinRecreateConfig(iterations=32, rounds=4)
+"""rl+refine's ruin-and-recreate iterations after its rollouts' local search (``docs/rl.md``)."""
 
 
 @dataclass(frozen=True)
@@ -54,13 +58,13 @@ class PlannerSpec:
         return None
 
 
-def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
+def _rl(samples: int, name: str, search: RuinRecreateConfig = RuinRecreateConfig()) -> Callable[[PlannerContext], Planner]:
     def build(context: PlannerContext) -> Planner:
         from autoshard.planners.rl import RLPlanner
 
         assert context.cost_model is not None and context.policy is not None
         return RLPlanner(context.cost_model, context.policy, context.allow_column_split, samples,
-                         seed=context.seed, time_budget_s=context.time_budget_s, name=name)
+                         seed=context.seed, search=search, time_budget_s=context.time_budget_s, name=name)
     return build
 
 
@@ -88,7 +92,7 @@ _SPECS = (
                 lambda c: CostGreedyPlanner(c.cost_model, c.allow_column_split,  # type: ignore[arg-type]
                                             time_budget_s=c.time_budget_s)),
     PlannerSpec("rl", PlannerKind.POLICY, _rl(0, "rl")),
-    PlannerSpec("rl+refine", PlannerKind.POLICY, _rl(REFINE_SAMPLES, "rl+refine")),
+    PlannerSpec("rl+refine", PlannerKind.POLICY, _rl(REFINE_SAMPLES, "rl+refine", REFINE_SEARCH)),
     PlannerSpec("torchrec", PlannerKind.REFERENCE, _torchrec("cuda"), default=False),
     PlannerSpec("torchrec_cpu", PlannerKind.REFERENCE, _torchrec("cpu"), default=False),
 )

@@ -13,6 +13,7 @@ from autoshard.planners.cost_greedy import greedy_placement
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, best_over_split_caps,
                                           build_plan, place_together, place_workload)
+from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.env import guarded_state
 from autoshard.rl.rollout import PolicyChooser
@@ -37,7 +38,9 @@ class RLPlanner:
     them; one that runs into a dead end is dropped); local search
     (moves and swaps, as cost_greedy) on the ``refine_top`` best of them and on cost_greedy's
     own placement (without the extrapolation guard, as cost_greedy places), so that it is never
-    worse than cost_greedy either; the lowest predicted max wins, so it is never worse than ``rl``.
+    worse than cost_greedy either; then ``search`` (``ruin_recreate``) from the best of them,
+    the policy, sampling, re-placing the ruined devices' units. The lowest predicted max wins, so
+    it is never worse than ``rl``.
     Past ``time_budget_s`` the search stops and the best plan so far comes back ``partial``
     (the argmax rollout always completes).
     """
@@ -51,6 +54,7 @@ class RLPlanner:
     seed: int = 0
     set_size_headroom: float = 1.25
     max_rounds: int = 50
+    search: RuinRecreateConfig = RuinRecreateConfig()
     time_budget_s: float | None = None
     name: str = "rl"
 
@@ -89,7 +93,15 @@ class RLPlanner:
             found.sort(key=_max_load)
             for states in seeds + found[:self.refine_top]:
                 improve(states, self.cost_model, batch, self.max_rounds, deadline)
-            return min(seeds + found, key=_max_load)
+            best = min(seeds + found, key=_max_load)
+            return ruin_and_recreate(best, self.cost_model, batch, topology, recreate_start, sampler, rng, self.search,
+                                     deadline)
+
+        def recreate_start(units: list[Unit], devices: Topology) -> PlacementState:
+            return guarded_state(units, devices, self.cost_model, batch, self.set_size_headroom)
+
+        def sampler() -> PolicyChooser:
+            return PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES)
 
         deadline = Deadline(started, self.time_budget_s)
         best = best_over_split_caps(topology, self.allow_column_split, plan_at, deadline)
