@@ -16,7 +16,7 @@ are torch (float32, one thread, no autograd), which is faster at these shapes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Hashable
+from typing import TYPE_CHECKING, Hashable, Sequence
 
 import numpy as np
 import torch
@@ -61,6 +61,16 @@ class SplitHead:
             found = self._projected[key] = (code, code @ self.w_sum, code @ self.w_mean)
         return found
 
+    def projected_many(self, model: NeuralCostModel, tables: list[Table], batch_size: int,
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``projected`` of each table, stacked: (codes, sum parts, mean parts), ``[len(tables), .]``;
+        the tables not cached yet are encoded in one call."""
+        missing = [t for t in dict.fromkeys(tables) if (t, batch_size) not in self._projected]
+        if missing:
+            model.codes(missing, batch_size)  # one encoder call; code_array then reads its cache
+        rows = [self.projected(model, t, batch_size) for t in tables]
+        return tuple(np.stack([r[k] for r in rows]) for k in range(3))  # type: ignore[return-value]
+
     def log_total(self, first: np.ndarray, largest: np.ndarray) -> np.ndarray:
         """The head's total output from its first layer's input without the max part (``first``,
         ``[n, hidden]``) and the max-pooled codes (``largest``, ``[n, width]``), float64."""
@@ -73,6 +83,62 @@ class SplitHead:
     def ms(self, first: np.ndarray, largest: np.ndarray, scale: np.ndarray) -> np.ndarray:
         """Total milliseconds, with each set's ``linear_scale`` (``[n]``)."""
         return np.exp(np.clip(self.log_total(first, largest) + np.log(scale), LOG_MS_MIN, LOG_MS_MAX))
+
+
+def edited_ms(model: NeuralCostModel, flat: list[Table], sizes: list[int], added: list[Table], b_idx: np.ndarray,
+              removed: np.ndarray, add_idx: np.ndarray, batch_size: int) -> np.ndarray:
+    """An ungrouped network's total ms of edited sets (``NeuralCostModel.predict_edits``, before
+    its floor), on the split head: each table's code is projected through the sum and mean parts
+    of the head's first layer once (cached), so an edit adds and subtracts projected rows, and
+    only its max-pooled code goes through a matmul. Edit ``e`` is set ``b_idx[e]`` of the
+    consecutive sets ``sizes`` of ``flat``, without row ``removed[e]`` of ``flat`` (-1: none),
+    with ``added[add_idx[e]]`` (-1: none). 0 for an empty set."""
+    head = model.split_head
+    width = head.w_max.shape[0]
+    codes, sums, means = _after_a_none_row(head, model, flat, batch_size)
+    new_codes, new_sums, new_means = _after_a_none_row(head, model, added, batch_size)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    set_sums = np.stack([sums[1 + a:1 + b].sum(0) for a, b in zip(starts[:-1], starts[1:])])
+    set_means = np.stack([means[1 + a:1 + b].sum(0) for a, b in zip(starts[:-1], starts[1:])])
+    set_max = np.stack([codes[1 + a:1 + b].max(0, initial=-1e9) for a, b in zip(starts[:-1], starts[1:])])
+    rem, add = removed + 1, add_idx + 1  # row 0 of each table block: nothing
+    has_rem, has_add = removed >= 0, add_idx >= 0
+    count = np.asarray(sizes, dtype=np.float64)[b_idx] - has_rem + has_add
+    largest = set_max[b_idx]
+    if has_rem.any():
+        others = np.concatenate([np.full((1, width), -1e9, np.float32), leave_one_out_max(codes[1:], sizes, -1e9)])
+        largest = np.where(has_rem[:, None], others[rem], largest)
+    largest = np.where(has_add[:, None], np.maximum(largest, new_codes[add]), largest).astype(np.float32)
+    n = np.maximum(count, 1.0).astype(np.float32)
+    scale = np.ones_like(n) if model.size_limit is None else linear_scale(n, model.size_limit)
+    first = (head.first_bias + (set_sums[b_idx] - sums[rem] + new_sums[add]) / scale[:, None]
+             + (set_means[b_idx] - means[rem] + new_means[add]) / n[:, None] + np.log(n / scale)[:, None] * head.w_log)
+    return np.where(count > 0, head.ms(first.astype(np.float32), np.ascontiguousarray(largest), scale), 0.0)
+
+
+def _after_a_none_row(head: SplitHead, model: NeuralCostModel, tables: list[Table], batch_size: int,
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``SplitHead.projected_many`` of ``tables`` after a row of zeros: row k + 1 is table k."""
+    widths = (head.w_max.shape[0], head.hidden, head.hidden)
+    parts = (head.projected_many(model, tables, batch_size) if tables
+             else tuple(np.zeros((0, w), np.float32) for w in widths))
+    return tuple(np.concatenate([np.zeros((1, w), np.float32), p]) for p, w in zip(parts, widths))  # type: ignore[return-value]
+
+
+def leave_one_out_max(values: np.ndarray, sizes: Sequence[int], empty: float) -> np.ndarray:
+    """For each row of each consecutive segment of ``values`` (``sizes`` rows each), the max of
+    the segment's other rows (``empty`` for a row alone); 1-D or 2-D (rows along axis 0)."""
+    out = np.full_like(values, empty)
+    start = 0
+    for n in sizes:
+        if n > 1:
+            seg = values[start:start + n]
+            prefix, suffix = np.maximum.accumulate(seg), np.maximum.accumulate(seg[::-1])[::-1]
+            out[start] = suffix[1]
+            out[start + n - 1] = prefix[n - 2]
+            out[start + 1:start + n - 1] = np.maximum(prefix[:n - 2], suffix[2:])
+        start += n
+    return out
 
 
 class PooledRows:

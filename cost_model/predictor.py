@@ -20,6 +20,7 @@ import torch
 
 from autoshard.costing import SetCostModel
 from autoshard.types import Table, Workload
+from cost_model.accumulator import edited_ms, leave_one_out_max
 from cost_model.features import FeatureCache, op_key
 from cost_model.network import LOG_MS_MAX, LOG_MS_MIN, OpIndex, SetCostNetwork, pool
 from cost_model.profile import DeviceProfile
@@ -181,22 +182,21 @@ class NeuralCostModel(SetCostModel):
         removed = np.array([-1 if r is None else r for r in positions], dtype=np.int64)
         removed = np.where(removed >= 0, offsets[b_idx] + removed, -1)
         add_idx = np.array([-1 if t is None else distinct[t] for t in tables], dtype=np.int64)
-        with torch.inference_mode():
-            codes = self.codes(flat + list(distinct), batch_size)
-            base_codes, add_codes = codes[:len(flat)], codes[len(flat):]
-            total, count, largest = _edited_pooled(base_codes, sizes, add_codes, b_idx, removed, add_idx)
-            if self.network.config.grouped:
+        if self.network.config.grouped:
+            with torch.inference_mode():
+                codes = self.codes(flat + list(distinct), batch_size)
+                base_codes, add_codes = codes[:len(flat)], codes[len(flat):]
+                pooled = _edited_pooled(base_codes, sizes, add_codes, b_idx, removed, add_idx)
                 log_ms = self._edited_ops_log_ms(flat, list(distinct), base_codes, add_codes, sizes, b_idx, removed,
-                                                 add_idx, (total, count, largest))
-            else:
-                log_ms = self.network.predict_pooled(total, count, largest, self.size_limit)[:, 2]
-            cost = torch.exp(log_ms)
-            cost = torch.where(count > 0, cost, torch.zeros_like(cost)).double().numpy()
+                                                 add_idx, pooled)
+                cost = torch.where(pooled[1] > 0, torch.exp(log_ms), torch.zeros_like(log_ms)).double().numpy()
+        else:  # on the split head: projected rows added and subtracted, one matmul for the max part
+            cost = edited_ms(self, flat, sizes, list(distinct), b_idx, removed, add_idx, batch_size)
         # the floor: the costliest table alone among those the edited set holds
         alone = self.alone_ms(flat + list(distinct), batch_size)
         base_alone, add_alone = alone[:len(flat)], np.concatenate([[0.0], alone[len(flat):]])
         set_max = np.array([base_alone[offsets[b]:offsets[b + 1]].max(initial=0.0) for b in range(len(sizes))])
-        kept = np.where(removed >= 0, _leave_one_out_max_1d(base_alone, sizes)[np.maximum(removed, 0)], set_max[b_idx])
+        kept = np.where(removed >= 0, leave_one_out_max(base_alone, sizes, 0.0)[np.maximum(removed, 0)], set_max[b_idx])
         return np.maximum(cost, np.maximum(kept, add_alone[add_idx + 1])).tolist()
 
     def _edited_ops_log_ms(self, flat: list[Table], added: list[Table], base_codes: torch.Tensor,
@@ -268,39 +268,7 @@ def _edited_pooled(base_codes: torch.Tensor, sizes: Sequence[int], add_codes: to
     count = torch.tensor(sizes, dtype=base_codes.dtype)[b_t] - has_rem.to(base_codes.dtype) + has_add.to(base_codes.dtype)
     largest = maxima[b_t]
     if bool(has_rem.any()):
-        loo = _leave_one_out_max(base_codes, sizes)
+        loo = torch.from_numpy(leave_one_out_max(base_codes.numpy(), sizes, -1e9))
         largest = torch.where(has_rem.unsqueeze(1), torch.cat([zero - 1e9, loo])[rem_t + 1], largest)
     largest = torch.where(has_add.unsqueeze(1), torch.maximum(largest, new_codes), largest)
     return total, count, largest
-
-
-def _leave_one_out_max(codes: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
-    """For each row of each segment, the max of the other rows of its segment (-1e9 if none)."""
-    out = torch.full_like(codes, -1e9)
-    start = 0
-    for n in sizes:
-        if n > 1:
-            seg = codes[start:start + n]
-            prefix = torch.cummax(seg, 0).values
-            suffix = torch.flip(torch.cummax(torch.flip(seg, [0]), 0).values, [0])
-            out[start] = suffix[1]
-            out[start + n - 1] = prefix[n - 2]
-            if n > 2:
-                out[start + 1:start + n - 1] = torch.maximum(prefix[:n - 2], suffix[2:])
-        start += n
-    return out
-
-
-def _leave_one_out_max_1d(values: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
-    """For each entry of each segment, the max of the other entries of its segment (0 if none)."""
-    out = np.zeros_like(values)
-    start = 0
-    for n in sizes:
-        if n > 1:
-            seg = values[start:start + n]
-            prefix, suffix = np.maximum.accumulate(seg), np.maximum.accumulate(seg[::-1])[::-1]
-            out[start] = suffix[1]
-            out[start + n - 1] = prefix[n - 2]
-            out[start + 1:start + n - 1] = np.maximum(prefix[:n - 2], suffix[2:])
-        start += n
-    return out
