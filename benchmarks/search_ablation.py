@@ -35,6 +35,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=REFINE_SEARCH.rounds)
     parser.add_argument("--min-share", type=float, default=REFINE_SEARCH.min_share)
     parser.add_argument("--order-noise", type=float, default=REFINE_SEARCH.order_noise)
+    parser.add_argument("--max-units", type=int, default=REFINE_SEARCH.max_units, help="0: no cap")
     parser.add_argument("--profile", type=Path, default=ROOT / "data" / "models" / "default")
     args = parser.parse_args()
     one_thread()
@@ -42,7 +43,8 @@ def main() -> None:
     if loaded is None or loaded.policy is None or loaded.communication is None:
         sys.exit(f"error: {why or 'the profile has no policy or no communication model'}")
     settings = [replace(REFINE_SEARCH, iterations=int(i), rounds=args.rounds, min_share=args.min_share,
-                        order_noise=args.order_noise) for i in args.iterations.split(",")]
+                        order_noise=args.order_noise, max_units=args.max_units or None)
+                for i in args.iterations.split(",")]
     ratios: dict[int, list[float]] = {s.iterations: [] for s in settings}
     times: dict[int, list[float]] = {s.iterations: [] for s in settings}
     for task in grid_tasks(GridConfig()):
@@ -55,7 +57,8 @@ def main() -> None:
             times[search.iterations].append(plan.plan_time_s)
             row.append(f"{search.iterations}: {plan.max_cost_ms / base:.4f} in {plan.plan_time_s:.2f} s")
         print(f"{task.name:12s}", " | ".join(row), flush=True)
-    print(f"rounds {args.rounds}, min share {args.min_share}, order noise {args.order_noise}")
+    print(f"rounds {args.rounds}, min share {args.min_share}, order noise {args.order_noise}, "
+          f"max units {args.max_units or None}")
     for search in settings:
         r, t = np.array(ratios[search.iterations]), times[search.iterations]
         print(f"iterations {search.iterations:3d}: geomean vs cost_greedy {np.exp(np.log(r).mean()):.4f}, "

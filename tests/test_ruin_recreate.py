@@ -12,7 +12,7 @@ from autoshard.planners.placement import PlacementState, by_cost, cheapest_after
 from autoshard.planners.proxies import ProxyCostModel
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
 from autoshard.planners.units import Unit
-from autoshard.types import Table, TableShard, Topology
+from autoshard.types import GIB, Table, TableShard, Topology
 from tests.cost_models import AnalyticalTestCostModel
 from tests.test_planners import suite
 
@@ -75,3 +75,20 @@ def test_never_worse_every_unit_once_and_memory_kept(seed):
             assert s.memory_bytes == sum(u.memory_bytes for u in s.units) <= topology.device_memory_bytes
             assert s.load == pytest.approx(model.predict(s.tables, workload.batch_size) if s.units else 0.0)
     assert gains >= 2  # past local search on most of these tasks (3 of 5 for both seeds)
+
+
+def test_preplace_puts_units_where_told_and_prices_each_device_once():
+    model = AnalyticalTestCostModel()
+    tables = [Table(f"t{i}", 100, 8 * (i + 1)) for i in range(4)]
+    units = [Unit.of(TableShard(t), model.predict([t], 2048)) for t in tables]
+    state = PlacementState(units, Topology(2, 1.0), model.accumulator(2, 2048))
+    calls = model.calls
+    state.preplace([1, 0, 1])
+    assert [[u.name for u in d.units] for d in state.devices] == [["t1"], ["t0", "t2"]]
+    assert [d.load for d in state.devices] == pytest.approx([model.predict(d.tables, 2048) for d in state.devices])
+    assert model.calls - calls <= 1  # one pricing for all three, not one per unit
+    state.apply(0)  # and it steps on from there
+    assert state.done and state.devices[0].load == pytest.approx(model.predict([tables[1], tables[3]], 2048))
+    small = Topology(2, (10_000 + 0.5) / GIB)  # 10,000 bytes: t0 and t1 (3,200 + 6,400), not t2 too
+    with pytest.raises(ValueError, match="cannot take 't2'"):
+        PlacementState(units, small, model.accumulator(2, 2048)).preplace([0, 0, 0])

@@ -167,6 +167,22 @@ class PlacementState:
             load = self._partial[device]
         else:
             load = float(self.costs_if_added(np.array([device]))[0])
+        self._place(device, load)
+
+    def preplace(self, devices: Sequence[int]) -> None:
+        """Place the next ``len(devices)`` units on these devices without scoring each step (units
+        that stay where a plan had them); the loads are priced once, after the last."""
+        for device in devices:
+            if not self.devices[device].accepts(self.current):
+                raise ValueError(f"device {device} cannot take {self.current.name!r}")
+            self._place(device, self.devices[device].load + self.current.cost)
+        if self.accumulator is not None:
+            self.loads[:] = np.where(self.count > 0, self.accumulator.costs(), 0.0)
+            for state, load in zip(self.devices, self.loads.tolist()):
+                state.load = load
+
+    def _place(self, device: int, load: float) -> None:
+        unit, state = self.current, self.devices[device]
         if self.accumulator is not None:
             self.accumulator.add(device, unit.table)
         state.add(unit, load)

@@ -23,7 +23,7 @@ REFINE_SAMPLES = 4
 predicted max on 7 held-out tasks (geometric mean 0.998 of cost_greedy's each), at 1/4 the time
 of 16 (``docs/rl.md``)."""
 
-REFINE_SEARCH = RuinRecreateConfig(iterations=32, rounds=4)
+REFINE_SEARCH = RuinRecreateConfig(iterations=32, rounds=4, max_units=64)
 """rl+refine's ruin-and-recreate iterations after its rollouts' local search (``docs/rl.md``)."""
 
 

@@ -26,7 +26,8 @@ from autoshard.types import CostModel, Topology
 @dataclass(frozen=True, slots=True)
 class RuinRecreateConfig:
     """``iterations`` ruins (0: off); each takes the max device and 1 to ``max_partners``
-    others, removes a share drawn from [``min_share``, 1] of each one's units (at least one),
+    others, removes a share drawn from [``min_share``, 1] of each one's units (at least one;
+    the share lowered so that at most about ``max_units`` units go in all),
     re-places them heaviest first with each unit's cost scaled by ``exp(order_noise * N(0, 1))``
     for the order, then runs ``rounds`` of local search on those devices."""
 
@@ -35,7 +36,7 @@ class RuinRecreateConfig:
     min_share: float = 0.3
     order_noise: float = 0.3
     rounds: int = 10
-    patience: int | None = None
+    max_units: int | None = None
 
 
 Start = Callable[[list[Unit], Topology], PlacementState]
@@ -52,15 +53,13 @@ def ruin_and_recreate(states: Sequence[DeviceState], cost_model: CostModel, batc
     if len(best) < 2:
         return best
     bound = lower_bound(best) * (1 + REL_TOL)
-    since_better = 0
     for _ in range(config.iterations):
         if (deadline is not None and deadline.expired) or _max(best) <= bound:
             break
-        if config.patience is not None and since_better >= config.patience:
-            break
-        since_better += 1
         ruined = _ruined(best, rng, config.max_partners)
         share = rng.uniform(config.min_share, 1.0)
+        if config.max_units is not None:  # a small neighbourhood, however many units a device holds
+            share = min(share, config.max_units / sum(len(best[d].units) for d in ruined))
         kept: list[list[Unit]] = []
         removed: list[Unit] = []
         for d in ruined:
@@ -71,9 +70,7 @@ def ruin_and_recreate(states: Sequence[DeviceState], cost_model: CostModel, batc
         keys = np.array([-u.cost for u in removed]) * np.exp(config.order_noise * rng.standard_normal(len(removed)))
         order = [u for units in kept for u in units] + [removed[i] for i in np.argsort(keys, kind="stable")]
         state = start(order, replace(topology, num_devices=len(ruined)))
-        for j, units in enumerate(kept):  # the units that stay, where they were
-            for _ in units:
-                state.apply(j)
+        state.preplace([j for j, units in enumerate(kept) for _ in units])  # the units that stay, where they were
         try:
             recreated = place(state, chooser()).devices
         except PlannerError:  # FFD's lookahead is not exact: this order ran into a dead end
@@ -85,7 +82,7 @@ def ruin_and_recreate(states: Sequence[DeviceState], cost_model: CostModel, batc
         for device, s in zip(ruined, recreated):
             trial[device] = DeviceState(device, s.capacity, s.units, s.memory_bytes, s.load, s.parents)
         if _max(trial) < _max(best) * (1 - REL_TOL):
-            best, since_better = trial, 0
+            best = trial
     return best
 
 
