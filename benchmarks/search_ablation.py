@@ -52,7 +52,8 @@ def main() -> None:
         base = CostGreedyPlanner(model).plan(task.workload, task.topology).max_cost_ms
         row = []
         for search in settings:
-            plan = RLPlanner(model, loaded.policy, samples=REFINE_SAMPLES, search=search).plan(task.workload, task.topology)
+            planner = RLPlanner(model, loaded.policy, samples=REFINE_SAMPLES, search=search)
+            plan = planner.plan(task.workload, task.topology)
             ratios[search.iterations].append(plan.max_cost_ms / base)
             times[search.iterations].append(plan.plan_time_s)
             row.append(f"{search.iterations}: {plan.max_cost_ms / base:.4f} in {plan.plan_time_s:.2f} s")

@@ -122,7 +122,8 @@ def _after_a_none_row(head: SplitHead, model: NeuralCostModel, tables: list[Tabl
     widths = (head.w_max.shape[0], head.hidden, head.hidden)
     parts = (head.projected_many(model, tables, batch_size) if tables
              else tuple(np.zeros((0, w), np.float32) for w in widths))
-    return tuple(np.concatenate([np.zeros((1, w), np.float32), p]) for p, w in zip(parts, widths))  # type: ignore[return-value]
+    padded = (np.concatenate([np.zeros((1, w), np.float32), p]) for p, w in zip(parts, widths))
+    return tuple(padded)  # type: ignore[return-value]
 
 
 def leave_one_out_max(values: np.ndarray, sizes: Sequence[int], empty: float) -> np.ndarray:

@@ -14,6 +14,8 @@ from autoshard.errors import ModelError
 from autoshard.evaluation import Task, memory_for
 from autoshard.planners import PlannerContext, ProxyCostModel, make_planner, validate_plan
 from autoshard.planners.placement import cheapest_after, place
+from autoshard.planners.registry import REFINE_SAMPLES
+from autoshard.planners.rl import RLPlanner
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, start
 from autoshard.rl.policy import DevicePolicy, DeviceScoringPolicy, PolicyInfo
 from autoshard.rl.tasks import FixedTasks, TaskDistribution
@@ -151,6 +153,27 @@ def test_the_shipped_policy_plans_unseen_workloads_on_more_devices_than_it_train
             assert np.isfinite(plan.max_cost_ms)
         assert refined.max_cost_ms <= rl.max_cost_ms + 1e-9  # the search keeps the argmax rollout
         assert refined.max_cost_ms <= greedy.max_cost_ms + 1e-9  # and cost_greedy's own search
+
+
+def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):
+    # three wide hot tables among 40 small ones on 8 devices: the best plan splits them
+    # column-wise, and the search then lowers it further, every shard once, no two shards of a
+    # table on one device, seeded
+    rng = np.random.default_rng(0)
+    tables = tuple(Table(f"huge{i}", 100_000, 128, 20.0) for i in range(3)) + tuple(
+        Table(f"s{i}", int(rng.integers(1000, 100_000)), int(rng.choice([16, 32, 64])), float(rng.uniform(1, 10)))
+        for i in range(40))
+    workload, topology = Workload(tables, batch_size=2048, name="mix"), Topology(8, 1.0)
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    context = PlannerContext(model, policy, allow_column_split=True)
+    refined = make_planner("rl+refine", context).plan(workload, topology)
+    validate_plan(refined, workload, topology)
+    assert any(s.width < s.table.embedding_dim for d in refined.devices for s in d.shards)  # it split
+    unsearched = RLPlanner(model, policy, True, REFINE_SAMPLES).plan(workload, topology)  # no ruin and recreate
+    assert refined.max_cost_ms < unsearched.max_cost_ms * (1 - 1e-3)
+    assert refined.max_cost_ms <= make_planner("cost_greedy", context).plan(workload, topology).max_cost_ms + 1e-9
+    again = make_planner("rl+refine", context).plan(workload, topology)
+    assert [d.shards for d in again.devices] == [d.shards for d in refined.devices]
 
 
 def test_rl_is_deterministic_and_keeps_devices_within_the_trained_set_sizes(model):

@@ -67,7 +67,8 @@ def test_never_worse_every_unit_once_and_memory_kept(seed):
         improve(states, model, workload.batch_size)
         before = max(loads(states))
         found = ruin_and_recreate(states, model, workload.batch_size, topology, start_for(model, workload.batch_size),
-                                  lambda: cheapest_after, np.random.default_rng(seed), RuinRecreateConfig(iterations=12))
+                                  lambda: cheapest_after, np.random.default_rng(seed),
+                                  RuinRecreateConfig(iterations=12))
         assert max(loads(found)) <= before
         gains += max(loads(found)) < before * (1 - 1e-3)
         assert sorted(u.name for s in found for u in s.units) == sorted(t.name for t in workload.tables)

@@ -58,7 +58,8 @@ class PlannerSpec:
         return None
 
 
-def _rl(samples: int, name: str, search: RuinRecreateConfig = RuinRecreateConfig()) -> Callable[[PlannerContext], Planner]:
+def _rl(samples: int, name: str,
+        search: RuinRecreateConfig = RuinRecreateConfig()) -> Callable[[PlannerContext], Planner]:
     def build(context: PlannerContext) -> Planner:
         from autoshard.planners.rl import RLPlanner
 

@@ -38,9 +38,9 @@ class RLPlanner:
     them; one that runs into a dead end is dropped); local search
     (moves and swaps, as cost_greedy) on the ``refine_top`` best of them and on cost_greedy's
     own placement (without the extrapolation guard, as cost_greedy places), so that it is never
-    worse than cost_greedy either; then ``search`` (``ruin_recreate``) from the best of them,
-    the policy, sampling, re-placing the ruined devices' units. The lowest predicted max wins, so
-    it is never worse than ``rl``.
+    worse than cost_greedy either; then ``search`` (``ruin_recreate``) from the best of them (of
+    every split cap's), the policy, sampling, re-placing the ruined devices' units. The lowest
+    predicted max wins, so it is never worse than ``rl``.
     Past ``time_budget_s`` the search stops and the best plan so far comes back ``partial``
     (the argmax rollout always completes).
     """
@@ -64,8 +64,8 @@ class RLPlanner:
         cost_fn = model_costs(self.cost_model, batch)
         rng = np.random.default_rng(self.seed)
 
-        def start(units: list[Unit]) -> PlacementState:
-            return guarded_state(units, topology, self.cost_model, batch, self.set_size_headroom)
+        def start(units: list[Unit], devices: Topology = topology) -> PlacementState:
+            return guarded_state(units, devices, self.cost_model, batch, self.set_size_headroom)
 
         def rollout(cap: int | None, choose: Chooser) -> PlacementState:
             return place_workload(workload, topology, cost_fn, cap is not None, choose, start, max_ways=cap)
@@ -93,18 +93,16 @@ class RLPlanner:
             found.sort(key=_max_load)
             for states in seeds + found[:self.refine_top]:
                 improve(states, self.cost_model, batch, self.max_rounds, deadline)
-            best = min(seeds + found, key=_max_load)
-            return ruin_and_recreate(best, self.cost_model, batch, topology, recreate_start, sampler, rng, self.search,
-                                     deadline)
-
-        def recreate_start(units: list[Unit], devices: Topology) -> PlacementState:
-            return guarded_state(units, devices, self.cost_model, batch, self.set_size_headroom)
+            return min(seeds + found, key=_max_load)
 
         def sampler() -> PolicyChooser:
             return PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES)
 
         deadline = Deadline(started, self.time_budget_s)
         best = best_over_split_caps(topology, self.allow_column_split, plan_at, deadline)
+        if self.samples:  # once, from the best split cap's plan: not once per cap
+            best = ruin_and_recreate(best, self.cost_model, batch, topology, start, sampler, rng, self.search,
+                                     deadline)
         return build_plan(self.name, best, started, batch, partial=deadline.hit)
 
 

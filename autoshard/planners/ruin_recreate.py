@@ -64,7 +64,8 @@ def ruin_and_recreate(states: Sequence[DeviceState], cost_model: CostModel, batc
         removed: list[Unit] = []
         for d in ruined:
             units = best[d].units
-            out = set(rng.choice(len(units), max(1, round(share * len(units))), replace=False).tolist()) if units else set()
+            count = max(1, round(share * len(units)))
+            out = set(rng.choice(len(units), count, replace=False).tolist()) if units else set()
             kept.append([u for i, u in enumerate(units) if i not in out])
             removed += [u for i, u in enumerate(units) if i in out]
         keys = np.array([-u.cost for u in removed]) * np.exp(config.order_noise * rng.standard_normal(len(removed)))
