@@ -127,3 +127,24 @@ def test_identical_plans_are_measured_once_and_read_the_same():
     measured = measure_plans([plan, other, twin], 64, CONFIG, rounds=2, reference=0)
     assert measured[2].device_ms == measured[0].device_ms and measured[2].ratio_to_reference == pytest.approx(1.0)
     assert measured[1].planner == "lookup_greedy"
+
+
+def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_path, monkeypatch):
+    from autoshard.workload_file import save_workload
+
+    monkeypatch.setenv("AUTOSHARD_NO_REEXEC", "1")  # no re-exec of pytest for the allocator settings
+    save_workload(tmp_path / "tiny.json", TINY)
+    suite = tmp_path / "s.json"
+    suite.write_text(json.dumps({"name": "s", "tasks": [{"name": "tiny", "workload": str(tmp_path / "tiny.json"),
+                                                         "num_devices": 2, "device_memory_gb": 1}]}))
+    result = CliRunner().invoke(app, ["evaluate", str(suite), "--planners", "round_robin", "--measure",
+                                      "--rounds", "2", "--drift-samples", "1", "--no-communication",
+                                      "--out", str(tmp_path / "out"), "--json"])
+    assert result.exit_code == 0, result.output
+    drift = json.loads((tmp_path / "out" / "s" / "report.json").read_text())["machine_drift"]
+    assert drift["traces"].endswith("cpu-amd-epyc-fbgemm_tbe-t1.jsonl.gz")
+    for when in ("before", "after"):
+        low, high = drift[when]["ratio_range"]
+        assert 0 < low <= drift[when]["median_ratio"] <= high
+        assert drift[when]["holds"] == (0.8 <= drift[when]["median_ratio"] <= 1.25)
+    assert "machine before measuring" in result.output

@@ -26,6 +26,9 @@ def evaluate_cmd(
     row_cap_mb: Annotated[int, typer.Option(min=1, help="With --measure: benchmark at most this many MiB of rows "
                                                         "per table (the traces' cap; raise it to measure tables uncapped).")] = 128,
     seed: Annotated[int, typer.Option()] = 0,
+    drift_samples: Annotated[int, typer.Option(min=0, help="With --measure: re-measure this many of the profile's "
+                                                          "traced sets before and after (`bench drift`) and record "
+                                                          "how this machine compares with its traces (0: off).")] = 12,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Plan every task of a suite with every planner; with --measure, run the plans for real."""
@@ -59,6 +62,9 @@ def evaluate_cmd(
     names = None if planners == "all" else [p.strip() for p in planners.split(",") if p.strip()]
     report = {"suite": name, "cost_unit": "ms" if cost_model else "proxy", "tasks": [],
               **({"row_cap_mb": row_cap_mb} if measure else {})}
+    drift_traces = _anchor_traces(profile) if measure and drift_samples and profile else None
+    if drift_traces is not None:
+        report["machine_drift"] = {"traces": str(drift_traces), "before": _drift(drift_traces, drift_samples, "before")}
     for task in tasks:
         console.print(f"[bold]{task.name}[/bold]: {len(task.workload.tables)} tables, "
                       f"{task.topology.num_devices} devices", highlight=False)
@@ -76,8 +82,35 @@ def evaluate_cmd(
                                 "files": files})
         if not json_out:
             console.print(Path(files["markdown"]).read_text(), highlight=False, markup=False)
+    if drift_traces is not None:
+        report["machine_drift"]["after"] = _drift(drift_traces, drift_samples, "after")
     (out / name).mkdir(parents=True, exist_ok=True)
     import json
     (out / name / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     if json_out:
         print_json(report)
+
+
+def _anchor_traces(profile) -> Path | None:
+    """The profile's anchor traces (the first file its model trained on), if they are here."""
+    for ref in (profile.metrics or {}).get("traces", [])[:1]:
+        for base in (Path.cwd(), Path(__file__).resolve().parents[2]):  # here, or the repository's root
+            if (base / ref).is_file():
+                return base / ref
+    console.print("[yellow]note:[/yellow] the profile's traces are not here: the machine's drift is not checked",
+                  highlight=False)
+    return None
+
+
+def _drift(traces: Path, samples: int, when: str) -> dict:
+    """``bench drift`` on ``samples`` of the traces' sets, printed and as a dict."""
+    from cost_model.drift import check_drift
+    from cost_model.traces import read_traces
+
+    drift = check_drift(read_traces(traces), samples)
+    low, high = drift.ratio_range
+    line = (f"machine {when} measuring: its traced sets now take {drift.median_ratio:.2f}x their traced time "
+            f"(range {low:.2f}-{high:.2f})")
+    console.print(line if drift.holds else f"[yellow]warning:[/yellow] {line}: outside the tolerance, "
+                  "so measured figures are not on the traces' scale", highlight=False)
+    return {"median_ratio": drift.median_ratio, "ratio_range": [low, high], "holds": drift.holds}
