@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,6 @@ from autoshard.errors import ModelError
 from autoshard.evaluation import Task, memory_for
 from autoshard.planners import PlannerContext, ProxyCostModel, make_planner, validate_plan
 from autoshard.planners.placement import cheapest_after, place
-from autoshard.planners.registry import REFINE_SAMPLES
-from autoshard.planners.rl import RLPlanner
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, start
 from autoshard.rl.policy import DevicePolicy, DeviceScoringPolicy, PolicyInfo
 from autoshard.rl.tasks import FixedTasks, TaskDistribution
@@ -165,11 +164,11 @@ def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):
         for i in range(40))
     workload, topology = Workload(tables, batch_size=2048, name="mix"), Topology(8, 1.0)
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
-    context = PlannerContext(model, policy, allow_column_split=True)
+    context = PlannerContext(model, policy, allow_column_split=True, search_iterations=32)
     refined = make_planner("rl+refine", context).plan(workload, topology)
     validate_plan(refined, workload, topology)
     assert any(s.width < s.table.embedding_dim for d in refined.devices for s in d.shards)  # it split
-    unsearched = RLPlanner(model, policy, True, REFINE_SAMPLES).plan(workload, topology)  # no ruin and recreate
+    unsearched = make_planner("rl+refine", replace(context, search_iterations=0)).plan(workload, topology)
     assert refined.max_cost_ms < unsearched.max_cost_ms * (1 - 1e-3)
     assert refined.max_cost_ms <= make_planner("cost_greedy", context).plan(workload, topology).max_cost_ms + 1e-9
     again = make_planner("rl+refine", context).plan(workload, topology)

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (console, ensure_malloc_settings, friendly_errors, load_profile_or_none,
-                                   one_thread, print_json)
+from autoshard.cli.support import (SEARCH_ITERATIONS_HELP, console, ensure_malloc_settings, friendly_errors,
+                                   load_profile_or_none, one_thread, print_json)
 
 
 @friendly_errors
@@ -26,6 +26,7 @@ def evaluate_cmd(
     row_cap_mb: Annotated[int, typer.Option(min=1, help="With --measure: benchmark at most this many MiB of rows "
                                                         "per table (the traces' cap; raise it to measure tables uncapped).")] = 128,
     seed: Annotated[int, typer.Option()] = 0,
+    search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
     drift_samples: Annotated[int, typer.Option(min=0, help="With --measure: re-measure this many of the profile's "
                                                           "traced sets before and after (`bench drift`) and record "
                                                           "how this machine compares with its traces (0: off).")] = 12,
@@ -45,7 +46,8 @@ def evaluate_cmd(
     if why:
         console.print(f"[yellow]note:[/yellow] {why}: predicted costs are proxies", highlight=False)
     comm = profile.communication if communication and profile else None
-    context = PlannerContext(cost_model, profile.policy if profile else None, seed, column_split)
+    context = PlannerContext(cost_model, profile.policy if profile else None, seed, column_split,
+                             search_iterations=search_iterations)
     measurer = None
     if measure:
         from cost_model.bench import BenchConfig

@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import DEFAULT_MODEL, console, friendly_errors, load_profile_or_none, one_thread, print_json
+from autoshard.cli.support import (DEFAULT_MODEL, SEARCH_ITERATIONS_HELP, console, friendly_errors, load_profile_or_none,
+                                   one_thread, print_json)
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.types import ShardingPlan, Topology, Workload
 
@@ -25,6 +26,7 @@ def plan_cmd(
     seed: Annotated[int, typer.Option(help="Seed of the random planner and of rl+refine's sampling.")] = 0,
     time_budget: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds each searching planner (cost_greedy, rl+refine) may search; past it, its best plan so far, marked partial.")] = None,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) to its cost.")] = True,
+    search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     format: Annotated[str, typer.Option(help="'table' (default) or 'torchrec': the best plan as TorchRec "
                                              "sharding (types, ranks, column shards) for DistributedModelParallel.")] = "table",
@@ -51,7 +53,8 @@ def plan_cmd(
             console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     names = None if planner == "all" else [planner]
     comm = profile.communication if communication and profile else None
-    context = PlannerContext(cost_model, profile.policy if profile else None, seed, column_split, time_budget)
+    context = PlannerContext(cost_model, profile.policy if profile else None, seed, column_split, time_budget,
+                             search_iterations)
     result = compare_planners(loaded, topology, names, context, comm)
     skipped = [(n, f"{r} ({why_no_model})" if PLANNERS[n].needs_cost_model and why_no_model else r)
                for n, r in result.skipped]

@@ -10,7 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import DEFAULT_MODEL, console, friendly_errors, load_profile_or_none, one_thread, print_json
+from autoshard.cli.support import (DEFAULT_MODEL, SEARCH_ITERATIONS_HELP, console, friendly_errors, load_profile_or_none,
+                                   one_thread, print_json)
 from autoshard.errors import InputError, ModelError
 
 app = typer.Typer(help="The RL placement policy: train it against a profile's cost model, evaluate it.",
@@ -87,6 +88,7 @@ def eval_cmd(
     devices: Annotated[str, typer.Option(help="Comma-separated device counts.")] = "4,8,16,32,64",
     seed: Annotated[int, typer.Option()] = 0,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all to its cost.")] = True,
+    search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
     out: Annotated[Optional[Path], typer.Option(help="Folder for grid.json, grid.md and grid.png.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -100,7 +102,7 @@ def eval_cmd(
         raise ModelError(f"no loadable policy in {profile}: train one with `autoshard policy train --profile {profile}`")
     one_thread()
     config = GridConfig(_counts(tables, "tables"), _counts(devices, "devices"), seed=seed)
-    context = PlannerContext(loaded.model, loaded.policy, seed)
+    context = PlannerContext(loaded.model, loaded.policy, seed, search_iterations=search_iterations)
     names, _ = available_planners(context)
     rows = evaluate_grid(grid_tasks(config), context, loaded.communication if communication else None, names)
     summary = summarise(rows)

@@ -21,6 +21,8 @@ console = Console(stderr=True)
 # The shipped cost model: data/models/default points at the folder of the default device profile.
 DEFAULT_MODEL = Path(os.environ.get("AUTOSHARD_MODEL", Path(__file__).resolve().parents[2] / "data" / "models" / "default"))
 F = TypeVar("F", bound=Callable[..., Any])
+SEARCH_ITERATIONS_HELP = ("rl+refine: iterations of ruin and recreate after its rollouts (0: off; measured, its "
+                          "predicted gains did not hold: docs/rl.md).")
 
 
 

@@ -26,10 +26,13 @@ class PlannerContext:
     """Everything planners may use. ``cost_model`` scores every plan (with the all-to-all when
     the caller wrapped it so); ``None`` means no trained model: heuristics then report their own
     proxy sums, and the planners that need one are unavailable. ``time_budget_s``: searching planners return
-    their best plan so far once it is spent (``None``: no budget)."""
+    their best plan so far once it is spent (``None``: no budget). ``search_iterations``: rl+refine's
+    ruin-and-recreate iterations (0, the default: off; measured, its plans were no better,
+    docs/rl.md)."""
 
     cost_model: CostModel | None = None
     policy: DevicePolicy | None = None
     seed: int = 0
     allow_column_split: bool = False
     time_budget_s: float | None = None
+    search_iterations: int = 0

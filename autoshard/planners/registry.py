@@ -7,7 +7,7 @@ with fixes when they are not met; planners with heavy dependencies import them i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
@@ -23,8 +23,9 @@ REFINE_SAMPLES = 4
 predicted max on 7 held-out tasks (geometric mean 0.998 of cost_greedy's each), at 1/4 the time
 of 16 (``docs/rl.md``)."""
 
-REFINE_SEARCH = RuinRecreateConfig(iterations=32, rounds=4, max_units=64)
-"""rl+refine's ruin-and-recreate iterations after its rollouts' local search (``docs/rl.md``)."""
+REFINE_SEARCH = RuinRecreateConfig(rounds=4, max_units=64)
+"""rl+refine's ruin and recreate after its rollouts' local search, for ``PlannerContext.search_iterations``
+iterations (off by default: its predicted gains did not measure, ``docs/rl.md``)."""
 
 
 @dataclass(frozen=True)
@@ -58,14 +59,14 @@ class PlannerSpec:
         return None
 
 
-def _rl(samples: int, name: str,
-        search: RuinRecreateConfig = RuinRecreateConfig()) -> Callable[[PlannerContext], Planner]:
+def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
     def build(context: PlannerContext) -> Planner:
         from autoshard.planners.rl import RLPlanner
 
         assert context.cost_model is not None and context.policy is not None
         return RLPlanner(context.cost_model, context.policy, context.allow_column_split, samples,
-                         seed=context.seed, search=search, time_budget_s=context.time_budget_s, name=name)
+                         seed=context.seed, search=replace(REFINE_SEARCH, iterations=context.search_iterations),
+                         time_budget_s=context.time_budget_s, name=name)
     return build
 
 
@@ -93,7 +94,7 @@ _SPECS = (
                 lambda c: CostGreedyPlanner(c.cost_model, c.allow_column_split,  # type: ignore[arg-type]
                                             time_budget_s=c.time_budget_s)),
     PlannerSpec("rl", PlannerKind.POLICY, _rl(0, "rl")),
-    PlannerSpec("rl+refine", PlannerKind.POLICY, _rl(REFINE_SAMPLES, "rl+refine", REFINE_SEARCH)),
+    PlannerSpec("rl+refine", PlannerKind.POLICY, _rl(REFINE_SAMPLES, "rl+refine")),
     PlannerSpec("torchrec", PlannerKind.REFERENCE, _torchrec("cuda"), default=False),
     PlannerSpec("torchrec_cpu", PlannerKind.REFERENCE, _torchrec("cpu"), default=False),
 )
