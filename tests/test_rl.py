@@ -154,6 +154,22 @@ def test_the_shipped_policy_plans_unseen_workloads_on_more_devices_than_it_train
         assert refined.max_cost_ms <= greedy.max_cost_ms + 1e-9  # and cost_greedy's own search
 
 
+def test_rl_refine_searches_only_when_asked(model):
+    # off by default (its predicted gains did not measure, docs/rl.md); --search-iterations turns it on
+    from typer.testing import CliRunner
+
+    from autoshard.cli import app
+
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    assert make_planner("rl+refine", PlannerContext(model, policy)).search.iterations == 0
+    assert make_planner("rl+refine", PlannerContext(model, policy, search_iterations=8)).search.iterations == 8
+    result = CliRunner().invoke(app, ["plan", "criteo_kaggle", "--devices", "4", "--memory-gb", "2", "--planner",
+                                      "rl+refine", "--search-iterations", "4", "--model", str(SHIPPED), "--json"])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(app, ["plan", "criteo_kaggle", "--planner", "rl+refine", "--search-iterations", "-1"])
+    assert result.exit_code == 2 and "search-iterations" in result.output
+
+
 def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):
     # three wide hot tables among 40 small ones on 8 devices: the best plan splits them
     # column-wise, and the search then lowers it further, every shard once, no two shards of a
