@@ -73,7 +73,9 @@ class NeuralCostModel(SetCostModel):
         return (torch.from_numpy(np.ascontiguousarray(raw)) - self.feature_mean) / self.feature_std
 
     def codes(self, tables: Sequence[Table], batch_size: int) -> torch.Tensor:
-        missing = list({t for t in tables if (t, batch_size) not in self._codes})
+        # in the order given, not a set's: the encoder's float32 sums depend on a row's place in the
+        # batch, and a set's order changes with PYTHONHASHSEED (plans differed from run to run)
+        missing = list(dict.fromkeys(t for t in tables if (t, batch_size) not in self._codes))
         if missing:
             if len(self._codes) + len(missing) > self._max_cached:
                 self._codes.clear()
