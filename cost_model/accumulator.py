@@ -71,6 +71,16 @@ class SplitHead:
         rows = [self.projected(model, t, batch_size) for t in tables]
         return tuple(np.stack([r[k] for r in rows]) for k in range(3))  # type: ignore[return-value]
 
+    def first_input(self, sums: np.ndarray, means: np.ndarray, count: np.ndarray, limit: int | None,
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """(the first layer's input without its max part, each set's ``linear_scale``) of sets
+        with these projected sums of the sum and mean parts and ``count`` tables, priced linearly
+        past ``limit`` as ``SetCostNetwork.predict_pooled`` does."""
+        n = np.maximum(count, 1.0).astype(np.float32)
+        scale = np.ones_like(n) if limit is None else linear_scale(n, limit)
+        first = self.first_bias + sums / scale[:, None] + means / n[:, None] + np.log(n / scale)[:, None] * self.w_log
+        return first.astype(np.float32), scale
+
     def log_total(self, first: np.ndarray, largest: np.ndarray) -> np.ndarray:
         """The head's total output from its first layer's input without the max part (``first``,
         ``[n, hidden]``) and the max-pooled codes (``largest``, ``[n, width]``), float64."""
@@ -109,11 +119,9 @@ def edited_ms(model: NeuralCostModel, flat: list[Table], sizes: list[int], added
         others = np.concatenate([np.full((1, width), -1e9, np.float32), leave_one_out_max(codes[1:], sizes, -1e9)])
         largest = np.where(has_rem[:, None], others[rem], largest)
     largest = np.where(has_add[:, None], np.maximum(largest, new_codes[add]), largest).astype(np.float32)
-    n = np.maximum(count, 1.0).astype(np.float32)
-    scale = np.ones_like(n) if model.size_limit is None else linear_scale(n, model.size_limit)
-    first = (head.first_bias + (set_sums[b_idx] - sums[rem] + new_sums[add]) / scale[:, None]
-             + (set_means[b_idx] - means[rem] + new_means[add]) / n[:, None] + np.log(n / scale)[:, None] * head.w_log)
-    return np.where(count > 0, head.ms(first.astype(np.float32), np.ascontiguousarray(largest), scale), 0.0)
+    first, scale = head.first_input(set_sums[b_idx] - sums[rem] + new_sums[add],
+                                    set_means[b_idx] - means[rem] + new_means[add], count, model.size_limit)
+    return np.where(count > 0, head.ms(first, np.ascontiguousarray(largest), scale), 0.0)
 
 
 def _after_a_none_row(head: SplitHead, model: NeuralCostModel, tables: list[Table], batch_size: int,
@@ -161,10 +169,7 @@ class PooledRows:
         if added is not None:
             code, s, m = added
             count, largest, sums, means = count + 1, np.maximum(largest, code), sums + s, means + m
-        n = np.maximum(count, 1.0).astype(np.float32)
-        scale = np.ones_like(n) if self.limit is None else linear_scale(n, self.limit)
-        first = (self.head.first_bias + sums / scale[:, None] + means / n[:, None]
-                 + np.log(n / scale)[:, None] * self.head.w_log)
+        first, scale = self.head.first_input(sums, means, count, self.limit)
         return first, largest, scale
 
     def ms(self, rows: np.ndarray | slice, added: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:

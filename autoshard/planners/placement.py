@@ -158,9 +158,8 @@ class PlacementState:
 
     def apply(self, device: int) -> None:
         """Place the current unit on ``device`` (which must have room) and move to the next."""
+        self._require_room(device)
         unit, state = self.current, self.devices[device]
-        if not state.accepts(unit):
-            raise ValueError(f"device {device} cannot take {unit.name!r}")
         if self.accumulator is None:
             load = state.load + unit.cost
         elif self._if_added is None and device in self._partial:  # scored among a few candidates
@@ -173,13 +172,16 @@ class PlacementState:
         """Place the next ``len(devices)`` units on these devices without scoring each step (units
         that stay where a plan had them); the loads are priced once, after the last."""
         for device in devices:
-            if not self.devices[device].accepts(self.current):
-                raise ValueError(f"device {device} cannot take {self.current.name!r}")
+            self._require_room(device)
             self._place(device, self.devices[device].load + self.current.cost)
         if self.accumulator is not None:
             self.loads[:] = np.where(self.count > 0, self.accumulator.costs(), 0.0)
             for state, load in zip(self.devices, self.loads.tolist()):
                 state.load = load
+
+    def _require_room(self, device: int) -> None:
+        if not self.devices[device].accepts(self.current):
+            raise ValueError(f"device {device} cannot take {self.current.name!r}")
 
     def _place(self, device: int, load: float) -> None:
         unit, state = self.current, self.devices[device]

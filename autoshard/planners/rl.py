@@ -100,7 +100,7 @@ class RLPlanner:
 
         deadline = Deadline(started, self.time_budget_s)
         best = best_over_split_caps(topology, self.allow_column_split, plan_at, deadline)
-        if self.samples:  # once, from the best split cap's plan: not once per cap
+        if self.samples and self.search.iterations:  # once, from the best split cap's plan: not once per cap
             best = ruin_and_recreate(best, self.cost_model, batch, topology, start, sampler, rng, self.search,
                                      deadline)
         return build_plan(self.name, best, started, batch, partial=deadline.hit)

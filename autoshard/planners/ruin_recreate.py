@@ -77,8 +77,6 @@ def ruin_and_recreate(states: Sequence[DeviceState], cost_model: CostModel, batc
         except PlannerError:  # FFD's lookahead is not exact: this order ran into a dead end
             continue
         improve(recreated, cost_model, batch_size, config.rounds, deadline)
-        if max(s.load for s in recreated) >= _max(best) * (1 - REL_TOL):
-            continue
         trial = list(best)
         for device, s in zip(ruined, recreated):
             trial[device] = DeviceState(device, s.capacity, s.units, s.memory_bytes, s.load, s.parents)
