@@ -17,6 +17,7 @@ from autoshard.communication import CommunicationModel
 from autoshard.errors import AutoShardError, InputError, PlannerError, PlannerErrorKind
 from autoshard.planners.compare import compare_planners
 from autoshard.planners.context import PlannerContext
+from autoshard.planners.shared import SharedWork
 from autoshard.types import CostModel, DevicePlan, ShardingPlan, TableShard, Topology, Workload
 
 if TYPE_CHECKING:
@@ -109,15 +110,17 @@ def run_task(task: PlannerTask, cost_model: CostModel | None, communication: Com
              policy: DevicePolicy | None = None) -> list[PlannerResult]:
     """Each planner of the task, until the deadline passes; device costs include the profile's
     all-to-all when it has a communication model. Searching planners get the time left as their
-    budget, and return their best plan so far (``partial``) when it runs out."""
+    budget, and return their best plan so far (``partial``) when it runs out. The task's
+    planners share the placements they compute alike (``autoshard.planners.shared``)."""
     index = {t.name: i for i, t in enumerate(task.workload.tables)}
+    shared = SharedWork(task.workload, task.topology)
     results = []
     for name in task.names:
         left = task.deadline - time.monotonic()
         if left <= 0:
             results.append(PlannerResult(name, "late"))
         else:
-            context = PlannerContext(cost_model, policy, task.seed, task.allow_column_split, left)
+            context = PlannerContext(cost_model, policy, task.seed, task.allow_column_split, left, shared=shared)
             results.append(_run_planner(name, task, context, communication, index))
     return results
 

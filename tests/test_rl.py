@@ -250,6 +250,34 @@ def test_past_its_time_budget_a_search_returns_its_best_plan_so_far_marked_parti
         assert bounded.max_cost_ms >= unbounded.max_cost_ms - 1e-9  # the full search is never worse
 
 
+@pytest.mark.parametrize("column_split", [False, True])
+def test_planners_of_one_task_share_their_placements_and_plan_as_they_do_alone(model, column_split):
+    """rl+refine starts from cost_greedy's searched placement and from rl's argmax rollout: side
+    by side (``compare_planners``, as the CLI's ``--planner all`` and the service's model task
+    run them) it takes both from the planners before it instead of computing them again, in
+    whichever order they run, and every plan is the one each planner makes alone."""
+    from autoshard.planners.compare import compare_planners
+    from autoshard.planners.shared import SharedWork
+
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(4))
+    topology = Topology(4, memory_for(workload, 4, 1.3))
+    context = PlannerContext(model, policy, seed=2, allow_column_split=column_split)
+    names = ["cost_greedy", "rl", "rl+refine"]
+    alone = {n: make_planner(n, context).plan(workload, topology) for n in names}
+    caps = 1 + (topology.num_devices.bit_length() - 1 if column_split else 0)  # no split, then 2, 4 ways
+    for order in (names, names[::-1]):
+        shared = SharedWork(workload, topology)
+        plans = compare_planners(workload, topology, order, replace(context, shared=shared)).plans
+        assert shared.reused == 2 * caps  # each cap's searched greedy placement and argmax rollout, once each
+        for plan in plans:
+            assert plan.devices == alone[plan.planner].devices, plan.planner
+    other = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(5))
+    shared = SharedWork(workload, topology)  # made for another task: nothing is shared, nothing is wrong
+    plan = make_planner("rl+refine", replace(context, shared=shared)).plan(other, topology)
+    assert shared.reused == 0 and plan.devices == make_planner("rl+refine", context).plan(other, topology).devices
+
+
 def test_placements_stepped_side_by_side_equal_those_stepped_alone(model):
     """rl+refine's sampled rollouts share one accumulator and one head call per step
     (``place_together``): the same choosers make the same placements, at the same costs, as

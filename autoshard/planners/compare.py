@@ -10,6 +10,7 @@ from autoshard.errors import PlannerError
 from autoshard.planners.context import PlannerContext
 from autoshard.planners.proxies import ProxyCostModel
 from autoshard.planners.registry import available_planners, make_planner, planner_spec
+from autoshard.planners.shared import SharedWork
 from autoshard.types import ShardingPlan, Topology, Workload
 
 
@@ -25,7 +26,10 @@ def compare_planners(workload: Workload, topology: Topology, names: Sequence[str
     """Plans of every named planner (``None``: every one that can run here, TorchRec's included), all scored
     by ``context.cost_model`` (with ``communication``: compute plus each device's all-to-all),
     or without one by ``ProxyCostModel`` so that plans still compare like with like; planners
-    whose needs are not met are skipped with the reason."""
+    whose needs are not met are skipped with the reason. The planners share the placements they
+    compute alike (``context.shared``, a new ``SharedWork`` for the task if the caller gave none)."""
+    if context.shared is None:
+        context = replace(context, shared=SharedWork(workload, topology))
     if context.cost_model is not None and communication is not None:
         context = replace(context, cost_model=WithCommunication(context.cost_model, communication,
                                                                 topology.num_devices))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from autoshard.types import CostModel
 
 if TYPE_CHECKING:
+    from autoshard.planners.shared import SharedWork
     from autoshard.rl.policy import DevicePolicy
 
 
@@ -28,7 +29,8 @@ class PlannerContext:
     proxy sums, and the planners that need one are unavailable. ``time_budget_s``: searching planners return
     their best plan so far once it is spent (``None``: no budget). ``search_iterations``: rl+refine's
     ruin-and-recreate iterations (0, the default: off; measured, its plans were no better,
-    docs/rl.md)."""
+    docs/rl.md). ``shared``: placements the planners of one task compute alike, done once
+    (``autoshard.planners.shared``; ``compare_planners`` makes one per task)."""
 
     cost_model: CostModel | None = None
     policy: DevicePolicy | None = None
@@ -36,3 +38,4 @@ class PlannerContext:
     allow_column_split: bool = False
     time_budget_s: float | None = None
     search_iterations: int = 0
+    shared: SharedWork | None = field(default=None, compare=False, repr=False)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from autoshard.planners.local_search import improve
 from autoshard.planners.placement import (Deadline, DeviceState, PlacementState, best_over_split_caps, build_plan,
                                           cheapest_after, place_workload)
+from autoshard.planners.shared import Placement, SharedWork, placement_of
 from autoshard.planners.units import Unit, model_costs
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 
@@ -23,26 +24,39 @@ class CostGreedyPlanner:
     at most 2, 4, ... D shards (a shard still pays every lookup, so more shards are not always
     cheaper): no split and each cap are planned, and the lowest predicted max is kept.
     Device ``cost_ms`` is the cost model's prediction. Past ``time_budget_s`` the search stops
-    (no further local-search round or split cap) and the best plan so far comes back ``partial``."""
+    (no further local-search round or split cap) and the best plan so far comes back ``partial``.
+    With ``shared``, a placement another planner of the task searched already is reused."""
 
     cost_model: CostModel
     allow_column_split: bool = False
     max_rounds: int = 50
     time_budget_s: float | None = None
     name: str = "cost_greedy"
+    shared: SharedWork | None = None
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
         batch_size = workload.batch_size
 
         def plan_at(cap: int | None) -> list[DeviceState]:
-            states = greedy_placement(workload, topology, self.cost_model, cap).devices
-            improve(states, self.cost_model, batch_size, self.max_rounds, deadline)
-            return states
+            return searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared)
 
         deadline = Deadline(started, self.time_budget_s)
         best = best_over_split_caps(topology, self.allow_column_split, plan_at, deadline)
         return build_plan(self.name, best, started, batch_size, partial=deadline.hit)
+
+
+def searched_greedy(workload: Workload, topology: Topology, cost_model: CostModel, cap: int | None, max_rounds: int,
+                    deadline: Deadline, shared: SharedWork | None = None) -> list[DeviceState]:
+    """cost_greedy's placement of a split cap after its local search (``shared``'s, if another
+    planner of the task searched it already within its budget); the devices are the caller's."""
+
+    def search() -> tuple[Placement, bool]:
+        state = greedy_placement(workload, topology, cost_model, cap)
+        improve(state.devices, cost_model, workload.batch_size, max_rounds, deadline)
+        return Placement(tuple(state.units), tuple(state.devices)), not deadline.hit
+
+    return list(placement_of(shared, workload, topology, ("cost_greedy", cap, max_rounds), search).devices)
 
 
 def greedy_placement(workload: Workload, topology: Topology, cost_model: CostModel, cap: int | None) -> PlacementState:

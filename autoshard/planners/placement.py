@@ -56,6 +56,10 @@ class DeviceState:
         self.load = load
         return unit
 
+    def copy(self) -> DeviceState:
+        """A copy that changes independently of this one (the units themselves are frozen)."""
+        return DeviceState(self.index, self.capacity, list(self.units), self.memory_bytes, self.load, set(self.parents))
+
 
 class PlacementState:
     """A placement in progress: units are placed in the given order, one ``apply(device)`` each.

@@ -66,7 +66,7 @@ def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
         assert context.cost_model is not None and context.policy is not None
         return RLPlanner(context.cost_model, context.policy, context.allow_column_split, samples,
                          seed=context.seed, search=replace(REFINE_SEARCH, iterations=context.search_iterations),
-                         time_budget_s=context.time_budget_s, name=name)
+                         time_budget_s=context.time_budget_s, name=name, shared=context.shared)
     return build
 
 
@@ -92,7 +92,7 @@ _SPECS = (
     *(PlannerSpec(name, PlannerKind.HEURISTIC, _greedy(name)) for name in PROXIES),
     PlannerSpec("cost_greedy", PlannerKind.COST_MODEL,
                 lambda c: CostGreedyPlanner(c.cost_model, c.allow_column_split,  # type: ignore[arg-type]
-                                            time_budget_s=c.time_budget_s)),
+                                            time_budget_s=c.time_budget_s, shared=c.shared)),
     PlannerSpec("rl", PlannerKind.POLICY, _rl(0, "rl")),
     PlannerSpec("rl+refine", PlannerKind.POLICY, _rl(REFINE_SAMPLES, "rl+refine")),
     PlannerSpec("torchrec", PlannerKind.REFERENCE, _torchrec("cuda"), default=False),

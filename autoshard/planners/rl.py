@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autoshard.costing import AccumulatorView
-from autoshard.planners.cost_greedy import greedy_placement
+from autoshard.planners.cost_greedy import searched_greedy
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, best_over_split_caps,
                                           build_plan, place_together, place_workload)
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
+from autoshard.planners.shared import Placement, SharedWork, placement_of
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.env import guarded_state
 from autoshard.rl.rollout import PolicyChooser
@@ -42,7 +43,9 @@ class RLPlanner:
     every split cap's), the policy, sampling, re-placing the ruined devices' units. The lowest
     predicted max wins, so it is never worse than ``rl``.
     Past ``time_budget_s`` the search stops and the best plan so far comes back ``partial``
-    (the argmax rollout always completes).
+    (the argmax rollout always completes). With ``shared``, the argmax rollout and cost_greedy's
+    searched placement come from the planners of the task that computed them first (``rl``,
+    ``cost_greedy``).
     """
 
     cost_model: CostModel
@@ -57,6 +60,7 @@ class RLPlanner:
     search: RuinRecreateConfig = RuinRecreateConfig()
     time_budget_s: float | None = None
     name: str = "rl"
+    shared: SharedWork | None = None
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
@@ -80,20 +84,28 @@ class RLPlanner:
             placed = place_together(states, choosers, shared, SAMPLED_CANDIDATES, deadline)
             return [s.devices for s in placed if s is not None]  # a rollout into a dead end: the others stand
 
+        def argmax_at(cap: int | None) -> Placement:
+            def place() -> tuple[Placement, bool]:
+                state = rollout(cap, PolicyChooser(self.policy))
+                return Placement(tuple(state.units), tuple(state.devices)), True
+
+            key = ("rl argmax", cap, id(self.policy), self.set_size_headroom)
+            return placement_of(self.shared, workload, topology, key, place)
+
         def plan_at(cap: int | None) -> list[DeviceState]:
-            argmax = rollout(cap, PolicyChooser(self.policy))
-            found = [argmax.devices]
+            argmax = argmax_at(cap)
+            found = [list(argmax.devices)]
             if not self.samples:
                 return found[0]
-            # cost_greedy's own placement (its search is the one below): rl+refine is never worse than it
-            seeds = [greedy_placement(workload, topology, self.cost_model, cap).devices]
+            # cost_greedy's own searched placement: rl+refine is never worse than it
+            seed = searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared)
             bound = lower_bound(found[0]) * (1 + REL_TOL)
-            if not deadline.expired and min(_max_load(s) for s in seeds + found) > bound:
-                found += sampled(argmax.units)  # else at the lower bound: no plan can be better
+            if not deadline.expired and min(_max_load(s) for s in (seed, *found)) > bound:
+                found += sampled(list(argmax.units))  # else at the lower bound: no plan can be better
             found.sort(key=_max_load)
-            for states in seeds + found[:self.refine_top]:
+            for states in found[:self.refine_top]:
                 improve(states, self.cost_model, batch, self.max_rounds, deadline)
-            return min(seeds + found, key=_max_load)
+            return min([seed, *found], key=_max_load)
 
         def sampler() -> PolicyChooser:
             return PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES)

@@ -49,7 +49,7 @@ def ruin_and_recreate(states: Sequence[DeviceState], cost_model: CostModel, batc
     """The best placement found from ``states`` (a new list; ``states`` itself is left as it
     was); ``states[*].load`` must hold predicted costs. ``chooser()`` makes each recreation's
     chooser. Stops at the lower bound, after ``config.iterations``, or once ``deadline`` expires."""
-    best = _copy(states)
+    best = [s.copy() for s in states]
     if len(best) < 2:
         return best
     bound = lower_bound(best) * (1 + REL_TOL)
@@ -95,10 +95,6 @@ def _ruined(states: Sequence[DeviceState], rng: np.random.Generator, max_partner
     else:
         partners = sorted(rng.choice(others, count, replace=False).tolist())
     return [source, *partners]
-
-
-def _copy(states: Sequence[DeviceState]) -> list[DeviceState]:
-    return [DeviceState(s.index, s.capacity, list(s.units), s.memory_bytes, s.load, set(s.parents)) for s in states]
 
 
 def _max(states: Sequence[DeviceState]) -> float:

@@ -15,7 +15,7 @@ from autoshard.costing import Accumulator
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
 from autoshard.planners.local_search import improve
-from autoshard.planners.placement import DeviceState, PlacementState, by_cost, cheapest_after, place, prepare_units
+from autoshard.planners.placement import PlacementState, by_cost, cheapest_after, place, prepare_units
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.observation import OBS_BOUND, observation_size, observe, task_scale
 from autoshard.rl.tasks import TaskDistribution, TaskSource
@@ -81,8 +81,7 @@ def refined_max(state: PlacementState, task: Task, cost_model: CostModel,
                 communication: CommunicationModel | None) -> float:
     """The max of a finished placement's plan after ``REFINE_ROUNDS`` of local search, on copies
     of its devices (the placement itself stays as it was)."""
-    devices = [DeviceState(d.index, d.capacity, list(d.units), d.memory_bytes, d.load, set(d.parents))
-               for d in state.devices]
+    devices = [d.copy() for d in state.devices]
     improve(devices, priced(task, cost_model, communication), task.workload.batch_size, REFINE_ROUNDS)
     return max(d.load for d in devices)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Sequence
 
 from fastapi import APIRouter, Query, Request, Response
 
@@ -79,11 +79,9 @@ async def create_plans(
         _check_torchrec()
 
     async def plan() -> Answer:
-        # the heuristics take a millisecond or two each: one task for all of them, one for each other planner
-        heuristics = tuple(n for n in names if state.planners[n].kind is PlannerKind.HEURISTIC)
-        groups = ([heuristics] if heuristics else []) + [(n,) for n in names if n not in heuristics]
-        tasks = [PlannerTask(group, workload, topology, model.profile if model else None, deadline, body.seed,
-                             body.allow_column_split, format == "torchrec") for group in groups]
+        stop = deadline - min(RETURN_MARGIN * budget, MAX_RETURN_MARGIN_S)
+        tasks = [PlannerTask(group, workload, topology, model.profile if model else None, stop, body.seed,
+                             body.allow_column_split, format == "torchrec") for group in _task_groups(state, names)]
         try:
             outcome = await state.pool.run(tasks, deadline - time.monotonic(), arrived)
         except PlanningUnavailable as error:
@@ -98,6 +96,22 @@ async def create_plans(
 
     answer, source = await state.cache.get_or_plan(key, plan, len(workload.tables) * len(names))
     return _send(state, answer, source, arrived)
+
+
+RETURN_MARGIN, MAX_RETURN_MARGIN_S = 0.1, 0.05
+"""Planners stop this share of the budget (at most 50 ms) before the request's deadline, so that
+a search cut short still comes back within the budget (its last round, the trip from the worker)."""
+
+
+def _task_groups(state: ServiceState, names: Sequence[str]) -> list[tuple[str, ...]]:
+    """A request's planners as worker tasks: the heuristics together (a millisecond or two each);
+    cost_greedy, rl and rl+refine together, since rl+refine starts from the other two's
+    placements (``autoshard.planners.shared``); any other planner (TorchRec's) on its own."""
+    kinds = {n: state.planners[n].kind for n in names}
+    heuristics = tuple(n for n in names if kinds[n] is PlannerKind.HEURISTIC)
+    modelled = tuple(n for n in names if kinds[n] in (PlannerKind.COST_MODEL, PlannerKind.POLICY))
+    others = [(n,) for n in names if n not in heuristics and n not in modelled]
+    return [group for group in (heuristics, modelled) if group] + others
 
 
 CACHE_HEADER = "X-AutoShard-Cache"

@@ -1,0 +1,60 @@
+"""Work that several planners of one comparison do alike, done once.
+
+``rl+refine`` starts from cost_greedy's searched placement and from the policy's argmax rollout,
+which are ``cost_greedy``'s and ``rl``'s own plans: when the three plan one task side by side
+(``compare_planners``, the service's model task), each placement is computed by the first planner
+that needs it and handed to the others as copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Hashable
+
+from autoshard.planners.placement import DeviceState
+from autoshard.planners.units import Unit
+from autoshard.types import Topology, Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A finished placement: its units in the order they were placed, and its devices."""
+
+    units: tuple[Unit, ...]
+    devices: tuple[DeviceState, ...]
+
+    def copy(self) -> Placement:
+        return Placement(self.units, tuple(d.copy() for d in self.devices))
+
+
+class SharedWork:
+    """Placements of one task (``workload`` on ``topology``, with one cost model and context),
+    by key (what computed it, with the settings it depends on). Only a placement computed
+    within its planner's budget is kept: one cut short stays that planner's own. A planner
+    asking about another task computes on its own."""
+
+    def __init__(self, workload: Workload, topology: Topology) -> None:
+        self.workload, self.topology = workload, topology
+        self._kept: dict[Hashable, Placement] = {}
+        self.reused = 0  # how many placements were handed out instead of computed (for tests)
+
+    def placement(self, workload: Workload, topology: Topology, key: Hashable,
+                  compute: Callable[[], tuple[Placement, bool]]) -> Placement:
+        """The placement kept under ``key`` (a copy), or ``compute()``'s: (placement, whether
+        it ran to completion, so that it may be kept)."""
+        if workload is not self.workload or topology != self.topology:
+            return compute()[0]
+        kept = self._kept.get(key)
+        if kept is not None:
+            self.reused += 1
+            return kept.copy()
+        found, complete = compute()
+        if complete:
+            self._kept[key] = found.copy()
+        return found
+
+
+def placement_of(shared: SharedWork | None, workload: Workload, topology: Topology, key: Hashable,
+                 compute: Callable[[], tuple[Placement, bool]]) -> Placement:
+    """``shared.placement(...)``, or ``compute()``'s placement without a ``SharedWork``."""
+    return compute()[0] if shared is None else shared.placement(workload, topology, key, compute)
