@@ -302,7 +302,12 @@ def test_placements_stepped_side_by_side_equal_those_stepped_alone(model):
 
     alone = [place(fresh(), choose) for choose in choosers()]
     shared = model.accumulator(4 * 6, workload.batch_size)
-    together = place_together([fresh(AccumulatorView(shared, k * 6, 6)) for k in range(4)], choosers(), shared, 32)
+    side_by_side = choosers()
+
+    def choose(states, allowed):
+        return [c(s, a) for c, s, a in zip(side_by_side, states, allowed)]
+
+    together = place_together([fresh(AccumulatorView(shared, k * 6, 6)) for k in range(4)], choose, shared, 32)
     assert len({tuple(tuple(u.name for u in d.units) for d in s.devices) for s in alone}) > 1  # they differ
     for one, side_by_side in zip(alone, together):
         assert side_by_side is not None

@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass
 
 from autoshard.planners.local_search import improve
-from autoshard.planners.placement import (Deadline, DeviceState, PlacementState, best_over_split_caps, build_plan,
-                                          cheapest_after, place_workload)
+from autoshard.planners.placement import (Deadline, DeviceState, PlacementState, assignment, best_over_split_caps,
+                                          build_plan, cheapest_after, place_workload)
 from autoshard.planners.shared import Placement, SharedWork, placement_of
 from autoshard.planners.units import Unit, model_costs
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
@@ -39,7 +39,8 @@ class CostGreedyPlanner:
         batch_size = workload.batch_size
 
         def plan_at(cap: int | None) -> list[DeviceState]:
-            return searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared)
+            return list(searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline,
+                                        self.shared).devices)
 
         deadline = Deadline(started, self.time_budget_s)
         best = best_over_split_caps(topology, self.allow_column_split, plan_at, deadline)
@@ -47,16 +48,17 @@ class CostGreedyPlanner:
 
 
 def searched_greedy(workload: Workload, topology: Topology, cost_model: CostModel, cap: int | None, max_rounds: int,
-                    deadline: Deadline, shared: SharedWork | None = None) -> list[DeviceState]:
+                    deadline: Deadline, shared: SharedWork | None = None) -> Placement:
     """cost_greedy's placement of a split cap after its local search (``shared``'s, if another
     planner of the task searched it already within its budget); the devices are the caller's."""
 
     def search() -> tuple[Placement, bool]:
         state = greedy_placement(workload, topology, cost_model, cap)
+        start = assignment(state.devices)
         improve(state.devices, cost_model, workload.batch_size, max_rounds, deadline)
-        return Placement(tuple(state.units), tuple(state.devices)), not deadline.hit
+        return Placement(tuple(state.units), tuple(state.devices), start), not deadline.hit
 
-    return list(placement_of(shared, workload, topology, ("cost_greedy", cap, max_rounds), search).devices)
+    return placement_of(shared, workload, topology, ("cost_greedy", cap, max_rounds), search)
 
 
 def greedy_placement(workload: Workload, topology: Topology, cost_model: CostModel, cap: int | None) -> PlacementState:

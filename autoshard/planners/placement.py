@@ -204,6 +204,15 @@ class PlacementState:
         self._partial = {}
 
 
+Assignment = tuple[tuple[str, ...], ...]
+"""Each device's unit names, in its order: placements with the same assignment are the same
+placement (local search from them ends in the same place)."""
+
+
+def assignment(devices: Sequence[DeviceState]) -> Assignment:
+    return tuple(tuple(u.name for u in d.units) for d in devices)
+
+
 Chooser = Callable[[PlacementState, np.ndarray], int]
 """(the placement, indices of the devices allowed for its current unit) -> the device to take it."""
 
@@ -337,13 +346,17 @@ def candidates(state: PlacementState, allowed: np.ndarray, limit: int = CANDIDAT
     return allowed
 
 
-def place_together(states: Sequence[PlacementState], choosers: Sequence[Chooser], shared: Accumulator,
+BatchChooser = Callable[[Sequence[PlacementState], Sequence[np.ndarray]], list[int]]
+"""(placements, each one's allowed devices) -> each one's device: ``Chooser`` for several at once."""
+
+
+def place_together(states: Sequence[PlacementState], choose: BatchChooser, shared: Accumulator,
                    limit: int = CANDIDATES, deadline: Deadline | None = None) -> list[PlacementState | None]:
     """Step placements of the same units side by side: state k's accumulator is sets k x D ..
     of ``shared`` (``costing.AccumulatorView``), so each step scores the current unit on every
-    placement's ``candidates`` (``limit`` of them) in one call, then ``choosers[k]`` picks state
-    k's device. A placement that runs into a dead end comes back ``None``; every one does once
-    the ``deadline`` expires."""
+    placement's ``candidates`` (``limit`` of them) in one call, then ``choose`` picks every
+    placement's device in one call. A placement that runs into a dead end comes back ``None``;
+    every one does once the ``deadline`` expires."""
     devices = states[0].topology.num_devices
     live = list(range(len(states)))
     while live and not states[live[0]].done:
@@ -361,7 +374,8 @@ def place_together(states: Sequence[PlacementState], choosers: Sequence[Chooser]
         for k in live:
             states[k].prime(rows[k], costs[at:at + len(rows[k])])
             at += len(rows[k])
-            states[k].apply(choosers[k](states[k], allowed[k]))
+        for k, device in zip(live, choose([states[k] for k in live], [allowed[k] for k in live])):
+            states[k].apply(device)
     return [states[k] if k in live else None for k in range(len(states))]
 
 

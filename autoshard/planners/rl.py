@@ -11,8 +11,8 @@ import numpy as np
 from autoshard.costing import AccumulatorView
 from autoshard.planners.cost_greedy import searched_greedy
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
-from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, best_over_split_caps,
-                                          build_plan, place_together, place_workload)
+from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, assignment,
+                                          best_over_split_caps, build_plan, place_together, place_workload)
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
 from autoshard.planners.shared import Placement, SharedWork, placement_of
 from autoshard.planners.units import Unit, model_costs
@@ -80,8 +80,8 @@ class RLPlanner:
             shared = self.cost_model.accumulator(self.samples * devices, batch)
             states = [guarded_state(units, topology, self.cost_model, batch, self.set_size_headroom,
                                     AccumulatorView(shared, k * devices, devices)) for k in range(self.samples)]
-            choosers = [PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES) for _ in states]
-            placed = place_together(states, choosers, shared, SAMPLED_CANDIDATES, deadline)
+            choose = PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES).choose_many
+            placed = place_together(states, choose, shared, SAMPLED_CANDIDATES, deadline)
             return [s.devices for s in placed if s is not None]  # a rollout into a dead end: the others stand
 
         def argmax_at(cap: int | None) -> Placement:
@@ -98,12 +98,18 @@ class RLPlanner:
             if not self.samples:
                 return found[0]
             # cost_greedy's own searched placement: rl+refine is never worse than it
-            seed = searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared)
+            greedy = searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared)
+            seed = list(greedy.devices)
             bound = lower_bound(found[0]) * (1 + REL_TOL)
             if not deadline.expired and min(_max_load(s) for s in (seed, *found)) > bound:
                 found += sampled(list(argmax.units))  # else at the lower bound: no plan can be better
             found.sort(key=_max_load)
+            searched = {greedy.searched_from}
             for states in found[:self.refine_top]:
+                start = assignment(states)
+                if start in searched:  # the search from here ends where it did: greedy's (the policy is
+                    continue  # its clone), or one of these placements sampled twice
+                searched.add(start)
                 improve(states, self.cost_model, batch, self.max_rounds, deadline)
             return min([seed, *found], key=_max_load)
 

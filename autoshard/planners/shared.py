@@ -11,20 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Hashable
 
-from autoshard.planners.placement import DeviceState
+from autoshard.planners.placement import Assignment, DeviceState
 from autoshard.planners.units import Unit
 from autoshard.types import Topology, Workload
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """A finished placement: its units in the order they were placed, and its devices."""
+    """A finished placement: its units in the order they were placed, its devices, and, for a
+    placement local search improved, the ``assignment`` the search started from."""
 
     units: tuple[Unit, ...]
     devices: tuple[DeviceState, ...]
+    searched_from: Assignment | None = None
 
     def copy(self) -> Placement:
-        return Placement(self.units, tuple(d.copy() for d in self.devices))
+        return Placement(self.units, tuple(d.copy() for d in self.devices), self.searched_from)
 
 
 class SharedWork:

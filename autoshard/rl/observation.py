@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -52,40 +53,82 @@ def observe(state: PlacementState, scale: float, rows: np.ndarray, if_added: np.
     """The observation for the state's current unit, describing the devices ``rows`` (all of
     them in the environment; the candidates when planning on many devices), with their costs if
     the unit is added and whether the mask allows them (both aligned with ``rows``)."""
-    unit, topology = state.current, state.topology
+    many = observe_many([state], np.array([scale]), [rows], [if_added], [allowed])
+    return Observation(many.contexts[0], many.devices)
+
+
+@dataclass(frozen=True, slots=True)
+class Observations:
+    """Several placements' observations at once: placement k's context is ``contexts[k]``, its
+    device rows ``devices[starts[k]:starts[k + 1]]``."""
+
+    contexts: np.ndarray  # [K, G + U]
+    devices: np.ndarray  # [rows of all K, F]
+    starts: np.ndarray  # [K + 1]
+
+    @property
+    def placement_of_row(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self.contexts)), np.diff(self.starts))
+
+
+def observe_many(states: Sequence[PlacementState], scales: np.ndarray, rows: Sequence[np.ndarray],
+                 if_added: Sequence[np.ndarray], allowed: Sequence[np.ndarray | None]) -> Observations:
+    """``observe`` of several placements of one topology in one pass (rl+refine's sampled
+    rollouts step side by side): state k with its ``scales[k]``, ``rows[k]``, ``if_added[k]``
+    and ``allowed[k]`` (``None``: every row allowed)."""
+    topology = states[0].topology
     n, capacity = topology.num_devices, float(topology.device_memory_bytes)
-    all_loads = state.loads
-    loads, free = all_loads[rows], state.free[rows]
-    current_max = float(all_loads.max())
-    table = unit.table
-    context = np.array([
-        state.position / len(state.units),
-        state.remaining_cost / (scale * n),
-        state.remaining_bytes / max(float(state.free.sum()), 1.0),
-        current_max / scale,
-        float(all_loads.mean()) / scale,
+    units = [s.current for s in states]
+    one = len(states) == 1
+    lengths = [len(r) for r in rows]
+    starts = np.cumsum([0, *lengths])
+    of_row = None if one else np.repeat(np.arange(len(states)), lengths)
+
+    def pick(arrays: Sequence[np.ndarray]) -> np.ndarray:
+        """Each row's device's entry of its placement's per-device array."""
+        return arrays[0][rows[0]] if one else np.stack(arrays)[of_row, at]
+
+    def per_row(values: Sequence[float]) -> np.ndarray | float:
+        """Each row's placement's value (a scalar for one placement)."""
+        return values[0] if one else np.asarray(values)[of_row]
+
+    at = rows[0] if one else np.concatenate(rows)
+    all_loads = [s.loads for s in states]
+    loads, free, count = pick(all_loads), pick([s.free for s in states]), pick([s.count for s in states])
+    added = if_added[0] if one else np.concatenate(if_added)
+    current_max = [float(x.max()) for x in all_loads]
+    contexts = np.array([[
+        s.position / len(s.units),
+        s.remaining_cost / (scale * n),
+        s.remaining_bytes / max(float(s.free.sum()), 1.0),
+        top / scale,
+        float(x.mean()) / scale,
         math.log2(n) / 7.0,
         unit.cost / scale,
         unit.memory_bytes / capacity,
-        math.log10(table.num_embeddings) / 8.0,
-        math.log2(table.embedding_dim) / 8.0,
-        math.log10(table.pooling_factor) / 3.0,
-        table.zipf_alpha,
-    ], dtype=np.float32)
-    order = np.argsort(np.argsort(all_loads, kind="stable"), kind="stable")[rows]
-    greedy = np.zeros(len(rows))
-    if allowed.any():
-        candidates = np.flatnonzero(allowed)
-        greedy[candidates[np.argmin(if_added[candidates])]] = 1.0
-    devices = np.empty((len(rows), F), dtype=np.float32)
+        math.log10(unit.table.num_embeddings) / 8.0,
+        math.log2(unit.table.embedding_dim) / 8.0,
+        math.log10(unit.table.pooling_factor) / 3.0,
+        unit.table.zipf_alpha,
+    ] for s, unit, scale, top, x in zip(states, units, scales.tolist(), current_max, all_loads)], dtype=np.float32)
+    rank = pick([np.argsort(np.argsort(x, kind="stable"), kind="stable") for x in all_loads])
+    greedy = np.zeros(len(at))
+    for k, (a, b) in enumerate(zip(starts[:-1].tolist(), starts[1:].tolist())):
+        if allowed[k] is None:  # every row allowed
+            greedy[a + int(np.argmin(added[a:b]))] = 1.0
+        elif allowed[k].any():
+            candidates = np.flatnonzero(allowed[k])
+            greedy[a + candidates[np.argmin(added[a:b][candidates])]] = 1.0
+    scale = per_row(scales)
+    devices = np.empty((len(at), F), dtype=np.float32)
     devices[:, 0] = 1.0
     devices[:, 1] = loads / scale
-    devices[:, 2] = if_added / scale
+    devices[:, 2] = added / scale
     devices[:, 3] = devices[:, 2] - devices[:, 1]
-    devices[:, 4] = (if_added - current_max) / scale
+    devices[:, 4] = (added - per_row(current_max)) / scale
     devices[:, 5] = (capacity - free) / capacity
-    devices[:, 6] = np.clip((free - unit.memory_bytes) / capacity, -1.0, 1.0)
-    devices[:, 7] = state.count[rows] / (len(state.units) / n)
-    devices[:, 8] = order / max(n - 1, 1)
+    devices[:, 6] = np.clip((free - per_row([u.memory_bytes for u in units])) / capacity, -1.0, 1.0)
+    devices[:, 7] = count / per_row([len(s.units) / n for s in states])
+    devices[:, 8] = rank / max(n - 1, 1)
     devices[:, 9] = greedy
-    return Observation(context, devices)
+    return Observations(contexts, devices, starts)

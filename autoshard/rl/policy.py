@@ -19,7 +19,7 @@ from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from torch import nn
 
 from autoshard.errors import ModelError
-from autoshard.rl.observation import DEVICE_FEATURES, GLOBAL_FEATURES, UNIT_FEATURES, Observation
+from autoshard.rl.observation import DEVICE_FEATURES, GLOBAL_FEATURES, UNIT_FEATURES, Observations
 
 POLICY_FILE = "policy.pt"
 FORMAT = "autoshard-policy-v1"
@@ -119,11 +119,15 @@ class DevicePolicy:
                   for m in net.scorer if isinstance(m, nn.Linear)]
         return cls(layers, info)
 
-    def scores(self, observation: Observation) -> np.ndarray:
-        """One score per device (higher is better); mask before taking the argmax. The shared
-        context enters the first layer once, not once per device."""
+    def scores(self, observations: Observations) -> np.ndarray:
+        """One score per device row of every placement observed (higher is better); mask before
+        taking the argmax. A placement's shared context enters the first layer once, not once
+        per device."""
         (w, b), rest = self.layers[0], self.layers[1:]
-        x = np.tanh(observation.devices @ w[CONTEXT:] + (observation.context @ w[:CONTEXT] + b))
+        context = observations.contexts @ w[:CONTEXT] + b
+        if len(context) > 1:
+            context = context[observations.placement_of_row]
+        x = np.tanh(observations.devices @ w[CONTEXT:] + context)
         for i, (w, b) in enumerate(rest):
             x = x @ w + b
             if i < len(rest) - 1:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from autoshard.planners.placement import CANDIDATES, PlacementState, candidates
-from autoshard.rl.observation import observe, task_scale
+from autoshard.rl.observation import observe_many, task_scale
 
 if TYPE_CHECKING:
     from autoshard.rl.policy import DevicePolicy
@@ -17,22 +17,40 @@ class PolicyChooser:
     """A ``Chooser`` that asks the policy: the best-scored allowed device, or, with ``rng``, one
     drawn from the softmax of the scores over the allowed devices (``temperature`` scales it).
     Only the ``candidates`` least-loaded allowed devices are scored (all of them in training,
-    where tasks have at most 16 devices)."""
+    where tasks have at most 16 devices). ``choose_many`` chooses for several placements in one
+    pass of the policy (a ``BatchChooser``), drawing in their order as one call each would."""
 
     def __init__(self, policy: DevicePolicy, rng: np.random.Generator | None = None,
                  temperature: float = 1.0, candidates: int = CANDIDATES) -> None:
         self.policy, self.rng, self.temperature, self.candidates = policy, rng, temperature, candidates
-        self._state: PlacementState | None = None
-        self._scale = 1.0
+        self._scales: dict[int, tuple[PlacementState, float]] = {}  # a placement's scale is fixed for its duration
 
     def __call__(self, state: PlacementState, allowed: np.ndarray) -> int:
-        if state is not self._state:  # a new placement: its scale is fixed for its duration
-            self._state, self._scale = state, task_scale(state)
-        allowed = candidates(state, allowed, self.candidates)
-        if_added = state.costs_if_added(allowed)
-        scores = self.policy.scores(observe(state, self._scale, allowed, if_added, np.ones(len(allowed), bool)))
-        if self.rng is None:
-            return int(allowed[np.argmax(scores)])
-        logits = scores / self.temperature
-        p = np.exp(logits - logits.max())
-        return int(allowed[self.rng.choice(len(allowed), p=p / p.sum())])
+        return self.choose_many([state], [allowed])[0]
+
+    def choose_many(self, states: Sequence[PlacementState], allowed: Sequence[np.ndarray]) -> list[int]:
+        rows = [candidates(s, a, self.candidates) for s, a in zip(states, allowed)]
+        if_added = [s.costs_if_added(r) for s, r in zip(states, rows)]
+        scales = np.array([self._scale(s) for s in states])
+        observed = observe_many(states, scales, rows, if_added, [None] * len(rows))
+        scores = self.policy.scores(observed)
+        if self.rng is None and len(states) == 1:
+            return [int(rows[0][np.argmax(scores)])]
+        chosen = []
+        for k, (a, b) in enumerate(zip(observed.starts[:-1].tolist(), observed.starts[1:].tolist())):
+            mine = scores[a:b]
+            if self.rng is None:
+                chosen.append(int(rows[k][np.argmax(mine)]))
+                continue
+            logits = mine / self.temperature
+            p = np.exp(logits - logits.max())
+            chosen.append(int(rows[k][self.rng.choice(len(mine), p=p / p.sum())]))
+        return chosen
+
+    def _scale(self, state: PlacementState) -> float:
+        kept = self._scales.get(id(state))
+        if kept is None or kept[0] is not state:
+            if len(self._scales) > 64:
+                self._scales.clear()
+            kept = self._scales[id(state)] = (state, task_scale(state))
+        return kept[1]

@@ -1,0 +1,84 @@
+"""Whether a change leaves the plans alone: plan a fixed set of tasks with cost_greedy, rl and
+rl+refine (each alone, with and without column splits) in this checkout, write every plan, and
+compare two such files.
+
+    python benchmarks/plan_identity.py --out /tmp/new.json
+    (cd /tmp/base && python /path/to/benchmarks/plan_identity.py --out /tmp/base.json)  # the commit before
+    python benchmarks/plan_identity.py --compare /tmp/base.json /tmp/new.json
+
+The tasks: the held-out grid's 20-400 tables on 4-32 devices (400 tables without splits only)
+and 20 of the load test's 80-table, 8-device requests; the profile's model and policy, seed 3.
+The planners come from the checkout the script is run in (its working directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+PLANNERS = ("cost_greedy", "rl", "rl+refine")
+
+
+def plan_all(out: Path) -> None:
+    root = os.getcwd()
+    sys.path[:0] = [root, os.path.join(root, "benchmarks")]
+    from load_test import Config, request_body
+
+    from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread
+    from autoshard.evaluation import Task
+    from autoshard.planners.compare import compare_planners
+    from autoshard.planners.context import PlannerContext
+    from autoshard.rl.grid import GridConfig, grid_tasks
+    from autoshard.workload_file import topology_from_dict, workload_from_dict
+
+    one_thread()
+    profile, why = load_profile_or_none(DEFAULT_MODEL)
+    if profile is None:
+        sys.exit(f"error: {why}")
+    tasks = list(grid_tasks(GridConfig(tables=(20, 80, 200, 400), devices=(4, 8, 16, 32))))
+    for draw in range(1, 21):
+        body = request_body(Config(), draw)
+        tasks.append(Task(f"load{draw}", workload_from_dict(body["workload"])[0], topology_from_dict(body["topology"])))
+    plans, started = {}, time.perf_counter()
+    for split in (False, True):
+        for task in tasks:
+            if split and len(task.workload.tables) > 200:
+                continue
+            context = PlannerContext(profile.model, profile.policy, 3, split)
+            for name in PLANNERS:
+                plan = compare_planners(task.workload, task.topology, [name], context, profile.communication).plans[0]
+                plans[f"{task.name}/{'split' if split else 'whole'}/{name}"] = {
+                    "max_ms": plan.max_cost_ms,
+                    "devices": [[[s.table.name, s.column_offset, s.width] for s in d.shards] for d in plan.devices]}
+    out.write_text(json.dumps({"checkout": root, "seconds": time.perf_counter() - started, "plans": plans}))
+    print(f"{len(plans)} plans in {time.perf_counter() - started:.0f} s -> {out}")
+
+
+def compare(a: Path, b: Path) -> int:
+    left, right = (json.loads(p.read_text())["plans"] for p in (a, b))
+    differ = [k for k in left if k not in right or left[k]["devices"] != right[k]["devices"]]
+    print(f"{len(left)} plans, {len(differ)} differ")
+    for key in differ:
+        ratio = right[key]["max_ms"] / left[key]["max_ms"] if key in right else float("nan")
+        print(f"  {key}: max {left[key]['max_ms']:.4f} -> {right.get(key, {}).get('max_ms', float('nan')):.4f} ({ratio:.4f}x)")
+    return 1 if differ else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, help="Plan every task and write the plans here.")
+    parser.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"))
+    args = parser.parse_args()
+    if args.compare:
+        sys.exit(compare(*args.compare))
+    if not args.out:
+        parser.error("give --out FILE or --compare BEFORE AFTER")
+    plan_all(args.out)
+
+
+if __name__ == "__main__":
+    main()
