@@ -278,6 +278,31 @@ def test_planners_of_one_task_share_their_placements_and_plan_as_they_do_alone(m
     assert shared.reused == 0 and plan.devices == make_planner("rl+refine", context).plan(other, topology).devices
 
 
+def test_rl_refine_never_searches_twice_from_one_placement(model, monkeypatch):
+    """Local search is deterministic, so rl+refine runs it once per distinct start: never again
+    from greedy's placement (which cost_greedy's search started from; the cloned policy's argmax
+    usually is it) nor from a sample drawn twice; the plan is the one the full search makes."""
+    import autoshard.planners.cost_greedy as cost_greedy
+    import autoshard.planners.rl as rl
+    from autoshard.planners.placement import assignment
+
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 60, np.random.default_rng(6))
+    topology = Topology(4, memory_for(workload, 4, 1.3))
+    expected = make_planner("rl+refine", PlannerContext(model, policy)).plan(workload, topology)
+    starts, improve = [], rl.improve
+
+    def recording(states, *args, **kwargs):
+        starts.append(assignment(states))
+        return improve(states, *args, **kwargs)
+
+    monkeypatch.setattr(rl, "improve", recording)
+    monkeypatch.setattr(cost_greedy, "improve", recording)
+    plan = make_planner("rl+refine", PlannerContext(model, policy)).plan(workload, topology)
+    assert len(starts) >= 1 and len(set(starts)) == len(starts)
+    assert plan.devices == expected.devices
+
+
 def test_placements_stepped_side_by_side_equal_those_stepped_alone(model):
     """rl+refine's sampled rollouts share one accumulator and one head call per step
     (``place_together``): the same choosers make the same placements, at the same costs, as

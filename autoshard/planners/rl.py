@@ -36,10 +36,11 @@ class RLPlanner:
     ``samples`` > 0 makes it ``rl+refine``, a policy-guided search: besides the argmax rollout,
     ``samples`` rollouts drawn from the policy's softmax at ``temperature`` (seeded; of the
     argmax rollout's units, stepped side by side so that one head call scores a step of all of
-    them; one that runs into a dead end is dropped); local search
-    (moves and swaps, as cost_greedy) on the ``refine_top`` best of them and on cost_greedy's
-    own placement (without the extrapolation guard, as cost_greedy places), so that it is never
-    worse than cost_greedy either; then ``search`` (``ruin_recreate``) from the best of them (of
+    them and one pass of the policy chooses for all; one that runs into a dead end is dropped);
+    local search (moves and swaps, as cost_greedy) on the ``refine_top`` best of them, except one
+    it has searched from already (greedy's placement, or a sample drawn twice), and on
+    cost_greedy's own placement (without the extrapolation guard, as cost_greedy places), so
+    that it is never worse than cost_greedy either; then ``search`` (``ruin_recreate``) from the best of them (of
     every split cap's), the policy, sampling, re-placing the ruined devices' units. The lowest
     predicted max wins, so it is never worse than ``rl``.
     Past ``time_budget_s`` the search stops and the best plan so far comes back ``partial``
