@@ -180,7 +180,8 @@ def _result(workload: Workload, topology: Topology, report: dict[str, Any]) -> P
                 whole = s["column_offset"] == 0 and s["columns"] == table.embedding_dim
                 shards.append(TableShard(table) if whole else TableShard(table, s["column_offset"], s["columns"]))
             devices.append(DevicePlan(tuple(shards), float(device["cost_ms"])))
-        plans[entry["planner"]] = ShardingPlan(entry["planner"], tuple(devices), float(entry["plan_time_s"]))
+        plans[entry["planner"]] = ShardingPlan(entry["planner"], tuple(devices), float(entry["plan_time_s"]),
+                                               reused_s=float(entry.get("reused_s", 0.0)))
     return PlanResult(workload, topology, plans, report["best"], dict(report["improvement_over"]),
                       {s["planner"]: s["reason"] for s in report["skipped"]}, bool(report["partial"]),
                       report["cost_unit"], report.get("profile"),

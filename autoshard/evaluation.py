@@ -133,6 +133,7 @@ def task_rows(result: TaskResult) -> list[dict[str, Any]]:
         rows.append({
             "planner": plan.planner, "predicted_max_ms": round(plan.max_cost_ms, 4),
             "predicted_imbalance": round(plan.imbalance, 4), "plan_time_s": round(plan.plan_time_s, 4),
+            "reused_s": round(plan.reused_s, 4),
             "own_estimate_max_ms": round(max(plan.own_estimate_ms), 4) if plan.own_estimate_ms else None,
             "measured_max_ms": round(m.max_ms, 4) if m else None,
             "measured_max_iqr_ms": round(m.max_iqr_ms, 4) if m else None,
@@ -163,7 +164,7 @@ def write_task_outputs(result: TaskResult, out: Path) -> dict[str, str]:
                      f"{r['measured_imbalance']:.1%}" if ratio is not None else "- | - | -")
                   + (f" | {r['distributed_iteration_ms']:.2f} (IQR {r['distributed_iqr_ms']:.2f})"
                      if r["distributed_iteration_ms"] is not None else " | -")
-                  + f" | {r['plan_time_s']:.3g} |")
+                  + f" | {r['plan_time_s']:.3g}" + (f" (+{r['reused_s']:.3g} shared)" if r["reused_s"] else "") + " |")
     for planner, reason in result.comparison.skipped:
         md.append(f"\nskipped {planner}: {reason.splitlines()[0]}")
     paths = {"markdown": str(out / f"{name}.md"), "csv": str(out / f"{name}.csv")}

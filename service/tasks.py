@@ -50,12 +50,13 @@ class CompactPlan:
     costs: tuple[float, ...]
     devices: tuple[tuple[Shard, ...], ...]
     partial: bool = False
+    reused_s: float = 0.0
 
     @classmethod
     def of(cls, plan: ShardingPlan, index: dict[str, int]) -> CompactPlan:
         return cls(plan.planner, plan.plan_time_s, tuple(d.cost_ms for d in plan.devices),
                    tuple(tuple((index[s.table.name], s.column_offset, s.width) for s in d.shards)
-                         for d in plan.devices), plan.partial)
+                         for d in plan.devices), plan.partial, plan.reused_s)
 
     def plan(self, workload: Workload) -> ShardingPlan:
         tables = workload.tables
@@ -64,7 +65,8 @@ class CompactPlan:
             devices.append(DevicePlan(tuple(
                 TableShard(tables[i]) if offset == 0 and columns == tables[i].embedding_dim
                 else TableShard(tables[i], offset, columns) for i, offset, columns in shards), cost))
-        return ShardingPlan(self.planner, tuple(devices), self.plan_time_s, partial=self.partial)
+        return ShardingPlan(self.planner, tuple(devices), self.plan_time_s, partial=self.partial,
+                            reused_s=self.reused_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -272,6 +272,11 @@ def test_planners_of_one_task_share_their_placements_and_plan_as_they_do_alone(m
         assert shared.reused == 2 * caps  # each cap's searched greedy placement and argmax rollout, once each
         for plan in plans:
             assert plan.devices == alone[plan.planner].devices, plan.planner
+        # the time of what a planner took from those before it is reported beside its own
+        reused = {p.planner: p.reused_s for p in plans}
+        assert (reused["rl+refine"] > 0) == (order[0] != "rl+refine")
+        first = order[0] == "rl+refine"
+        assert (reused["cost_greedy"] > 0) == first and (reused["rl"] > 0) == first
     other = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(5))
     shared = SharedWork(workload, topology)  # made for another task: nothing is shared, nothing is wrong
     plan = make_planner("rl+refine", replace(context, shared=shared)).plan(other, topology)

@@ -91,8 +91,9 @@ def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
     for column in ("planner", f"max cost ({unit})", "imbalance", "plan time (s)", "best"):
         table.add_column(column)
     for plan in report["plans"]:
+        reused = f" (+{plan['reused_s']:.3g} shared)" if plan["reused_s"] else ""
         table.add_row(plan["planner"], f"{plan['max_cost_ms']:.4g}", f"{plan['imbalance']:.1%}",
-                      f"{plan['plan_time_s']:.3g}", "*" if plan["best"] else "")
+                      f"{plan['plan_time_s']:.3g}{reused}", "*" if plan["best"] else "")
     Console().print(table)
     for skipped in report["skipped"]:
         console.print(f"[yellow]skipped[/yellow] {skipped['planner']}: {skipped['reason']}", highlight=False)

@@ -37,14 +37,16 @@ class CostGreedyPlanner:
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
         batch_size = workload.batch_size
+        reused: list[float] = []  # seconds of the placements taken from the task's other planners
 
         def plan_at(cap: int | None) -> list[DeviceState]:
-            return list(searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline,
-                                        self.shared).devices)
+            found = searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared)
+            reused.append(found.reused_s)
+            return list(found.devices)
 
         deadline = Deadline(started, self.time_budget_s)
         best = best_over_split_caps(topology, self.allow_column_split, plan_at, deadline)
-        return build_plan(self.name, best, started, batch_size, partial=deadline.hit)
+        return build_plan(self.name, best, started, batch_size, partial=deadline.hit, reused_s=sum(reused))
 
 
 def searched_greedy(workload: Workload, topology: Topology, cost_model: CostModel, cap: int | None, max_rounds: int,

@@ -387,13 +387,14 @@ def cheapest_after(state: PlacementState, allowed: np.ndarray) -> int:
 
 
 def build_plan(name: str, states: Sequence[DeviceState], started: float, batch_size: int,
-               cost_model: CostModel | None = None, partial: bool = False) -> ShardingPlan:
+               cost_model: CostModel | None = None, partial: bool = False, reused_s: float = 0.0) -> ShardingPlan:
     """The frozen plan. Device costs come from ``cost_model`` (one batched call), or, without
-    one, are the states' loads; ``plan_time_s`` runs from ``started`` (``time.perf_counter``)."""
+    one, are the states' loads; ``plan_time_s`` runs from ``started`` (``time.perf_counter``);
+    ``reused_s``: the planning time of placements it took from other planners."""
     costs = ([s.load for s in states] if cost_model is None
              else predict_nonempty(cost_model, [s.tables for s in states], batch_size))
     devices = tuple(DevicePlan(tuple(u.shard for u in s.units), float(c)) for s, c in zip(states, costs))
-    return ShardingPlan(name, devices, time.perf_counter() - started, partial=partial)
+    return ShardingPlan(name, devices, time.perf_counter() - started, partial=partial, reused_s=reused_s)
 
 
 @dataclass(slots=True)

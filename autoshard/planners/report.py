@@ -16,7 +16,7 @@ def shard_label(shard: TableShard) -> str:
 
 def plan_to_dict(plan: ShardingPlan, best: bool = False) -> dict[str, Any]:
     out = {"planner": plan.planner, "max_cost_ms": plan.max_cost_ms, "imbalance": plan.imbalance,
-           "plan_time_s": plan.plan_time_s, "best": best, "partial": plan.partial,
+           "plan_time_s": plan.plan_time_s, "reused_s": plan.reused_s, "best": best, "partial": plan.partial,
            "devices": [{"tables": [shard_label(s) for s in d.shards], "cost_ms": d.cost_ms,
                         "memory_bytes": d.memory_bytes} for d in plan.devices]}
     if plan.own_estimate_ms:  # e.g. TorchRec's perf model, next to ours

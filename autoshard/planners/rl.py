@@ -40,9 +40,9 @@ class RLPlanner:
     local search (moves and swaps, as cost_greedy) on the ``refine_top`` best of them, except one
     it has searched from already (greedy's placement, or a sample drawn twice), and on
     cost_greedy's own placement (without the extrapolation guard, as cost_greedy places), so
-    that it is never worse than cost_greedy either; then ``search`` (``ruin_recreate``) from the best of them (of
-    every split cap's), the policy, sampling, re-placing the ruined devices' units. The lowest
-    predicted max wins, so it is never worse than ``rl``.
+    that it is never worse than cost_greedy either; then ``search`` (``ruin_recreate``) from
+    the best of them (of every split cap's), the policy, sampling, re-placing the ruined
+    devices' units. The lowest predicted max wins, so it is never worse than ``rl``.
     Past ``time_budget_s`` the search stops and the best plan so far comes back ``partial``
     (the argmax rollout always completes). With ``shared``, the argmax rollout and cost_greedy's
     searched placement come from the planners of the task that computed them first (``rl``,
@@ -85,13 +85,17 @@ class RLPlanner:
             placed = place_together(states, choose, shared, SAMPLED_CANDIDATES, deadline)
             return [s.devices for s in placed if s is not None]  # a rollout into a dead end: the others stand
 
+        reused: list[float] = []  # seconds of the placements taken from the task's other planners
+
         def argmax_at(cap: int | None) -> Placement:
             def place() -> tuple[Placement, bool]:
                 state = rollout(cap, PolicyChooser(self.policy))
                 return Placement(tuple(state.units), tuple(state.devices)), True
 
             key = ("rl argmax", cap, id(self.policy), self.set_size_headroom)
-            return placement_of(self.shared, workload, topology, key, place)
+            found = placement_of(self.shared, workload, topology, key, place)
+            reused.append(found.reused_s)
+            return found
 
         def plan_at(cap: int | None) -> list[DeviceState]:
             argmax = argmax_at(cap)
@@ -100,6 +104,7 @@ class RLPlanner:
                 return found[0]
             # cost_greedy's own searched placement: rl+refine is never worse than it
             greedy = searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared)
+            reused.append(greedy.reused_s)
             seed = list(greedy.devices)
             bound = lower_bound(found[0]) * (1 + REL_TOL)
             if not deadline.expired and min(_max_load(s) for s in (seed, *found)) > bound:
@@ -122,7 +127,7 @@ class RLPlanner:
         if self.samples and self.search.iterations:  # once, from the best split cap's plan: not once per cap
             best = ruin_and_recreate(best, self.cost_model, batch, topology, start, sampler, rng, self.search,
                                      deadline)
-        return build_plan(self.name, best, started, batch, partial=deadline.hit)
+        return build_plan(self.name, best, started, batch, partial=deadline.hit, reused_s=sum(reused))
 
 
 def _max_load(states: list[DeviceState]) -> float:

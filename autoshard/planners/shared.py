@@ -8,7 +8,8 @@ that needs it and handed to the others as copies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from typing import Callable, Hashable
 
 from autoshard.planners.placement import Assignment, DeviceState
@@ -19,14 +20,23 @@ from autoshard.types import Topology, Workload
 @dataclass(frozen=True, slots=True)
 class Placement:
     """A finished placement: its units in the order they were placed, its devices, and, for a
-    placement local search improved, the ``assignment`` the search started from."""
+    placement local search improved, the ``assignment`` the search started from. ``seconds``:
+    the time it took to compute; ``reused``: handed out by a ``SharedWork``, not computed by
+    the planner that holds it."""
 
     units: tuple[Unit, ...]
     devices: tuple[DeviceState, ...]
     searched_from: Assignment | None = None
+    seconds: float = 0.0
+    reused: bool = False
 
-    def copy(self) -> Placement:
-        return Placement(self.units, tuple(d.copy() for d in self.devices), self.searched_from)
+    @property
+    def reused_s(self) -> float:
+        """The planning time this placement saved its holder (0 if it computed it)."""
+        return self.seconds if self.reused else 0.0
+
+    def copy(self, reused: bool = False) -> Placement:
+        return replace(self, devices=tuple(d.copy() for d in self.devices), reused=reused)
 
 
 class SharedWork:
@@ -49,8 +59,8 @@ class SharedWork:
         kept = self._kept.get(key)
         if kept is not None:
             self.reused += 1
-            return kept.copy()
-        found, complete = compute()
+            return kept.copy(reused=True)
+        found, complete = _timed(compute)
         if complete:
             self._kept[key] = found.copy()
         return found
@@ -59,4 +69,10 @@ class SharedWork:
 def placement_of(shared: SharedWork | None, workload: Workload, topology: Topology, key: Hashable,
                  compute: Callable[[], tuple[Placement, bool]]) -> Placement:
     """``shared.placement(...)``, or ``compute()``'s placement without a ``SharedWork``."""
-    return compute()[0] if shared is None else shared.placement(workload, topology, key, compute)
+    return _timed(compute)[0] if shared is None else shared.placement(workload, topology, key, compute)
+
+
+def _timed(compute: Callable[[], tuple[Placement, bool]]) -> tuple[Placement, bool]:
+    started = time.perf_counter()
+    found, complete = compute()
+    return replace(found, seconds=time.perf_counter() - started), complete

@@ -9,6 +9,7 @@ capacity, counts by the even share ``units / D``: every feature is of order 1 wh
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -64,7 +65,7 @@ class Observations:
 
     contexts: np.ndarray  # [K, G + U]
     devices: np.ndarray  # [rows of all K, F]
-    starts: np.ndarray  # [K + 1]
+    starts: tuple[int, ...]  # K + 1 row offsets
 
     @property
     def placement_of_row(self) -> np.ndarray:
@@ -81,7 +82,7 @@ def observe_many(states: Sequence[PlacementState], scales: np.ndarray, rows: Seq
     units = [s.current for s in states]
     one = len(states) == 1
     lengths = [len(r) for r in rows]
-    starts = np.cumsum([0, *lengths])
+    starts = tuple(itertools.accumulate(lengths, initial=0))
     of_row = None if one else np.repeat(np.arange(len(states)), lengths)
 
     def pick(arrays: Sequence[np.ndarray]) -> np.ndarray:
@@ -113,7 +114,7 @@ def observe_many(states: Sequence[PlacementState], scales: np.ndarray, rows: Seq
     ] for s, unit, scale, top, x in zip(states, units, scales.tolist(), current_max, all_loads)], dtype=np.float32)
     rank = pick([np.argsort(np.argsort(x, kind="stable"), kind="stable") for x in all_loads])
     greedy = np.zeros(len(at))
-    for k, (a, b) in enumerate(zip(starts[:-1].tolist(), starts[1:].tolist())):
+    for k, (a, b) in enumerate(itertools.pairwise(starts)):
         if allowed[k] is None:  # every row allowed
             greedy[a + int(np.argmin(added[a:b]))] = 1.0
         elif allowed[k].any():

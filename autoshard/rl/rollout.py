@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -37,7 +38,7 @@ class PolicyChooser:
         if self.rng is None and len(states) == 1:
             return [int(rows[0][np.argmax(scores)])]
         chosen = []
-        for k, (a, b) in enumerate(zip(observed.starts[:-1].tolist(), observed.starts[1:].tolist())):
+        for k, (a, b) in enumerate(itertools.pairwise(observed.starts)):
             mine = scores[a:b]
             if self.rng is None:
                 chosen.append(int(rows[k][np.argmax(mine)]))

@@ -40,6 +40,9 @@ class PlanOut(BaseModel):
     max_cost_ms: float = Field(description="The plan's cost: the max over devices.")
     imbalance: float = Field(description="max / mean device cost - 1 (0 = balanced).")
     plan_time_s: float
+    reused_s: float = Field(0.0, description="Planning time of placements this planner took from the request's other "
+                                             "planners instead of computing them (rl+refine starts from cost_greedy's "
+                                             "and rl's): alone, it would plan for about plan_time_s + reused_s.")
     best: bool
     devices: list[DeviceOut]
     torchrec: dict[str, TorchRecTableOut] | None = Field(
