@@ -37,7 +37,7 @@ class PlannerTask:
     workload: Workload
     topology: Topology
     profile: str | None
-    deadline: float  # time.monotonic(): one clock for every process on Linux
+    deadline: float  # when its planners stop, before the request's deadline (time.monotonic(): one clock)
     seed: int = 0
     allow_column_split: bool = False
     export: bool = False
