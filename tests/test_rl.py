@@ -332,10 +332,10 @@ def test_placements_stepped_side_by_side_equal_those_stepped_alone(model):
 
     alone = [place(fresh(), choose) for choose in choosers()]
     shared = model.accumulator(4 * 6, workload.batch_size)
-    side_by_side = choosers()
+    lined_up = choosers()
 
-    def choose(states, allowed):
-        return [c(s, a) for c, s, a in zip(side_by_side, states, allowed)]
+    def choose(states, allowed):  # a BatchChooser: each placement its own chooser
+        return [c(s, a) for c, s, a in zip(lined_up, states, allowed)]
 
     together = place_together([fresh(AccumulatorView(shared, k * 6, 6)) for k in range(4)], choose, shared, 32)
     assert len({tuple(tuple(u.name for u in d.units) for d in s.devices) for s in alone}) > 1  # they differ
