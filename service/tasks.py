@@ -113,13 +113,19 @@ def run_task(task: PlannerTask, cost_model: CostModel | None, communication: Com
     """Each planner of the task, until the deadline passes; device costs include the profile's
     all-to-all when it has a communication model. Searching planners get the time left as their
     budget, and return their best plan so far (``partial``) when it runs out. The task's
-    planners share the placements they compute alike (``autoshard.planners.shared``)."""
+    planners share the placements they compute alike (``autoshard.planners.shared``).
+
+    A task answers only when its last planner is done, so a planner that overran the deadline
+    would lose the plans of those before it: once a planner has planned, the next one starts
+    only if at least as much time is left as the longest one so far took (the model task runs
+    cost_greedy, rl and rl+refine, each at least as long as the one before, but for what they
+    share); the others are ``late``."""
     index = {t.name: i for i, t in enumerate(task.workload.tables)}
     shared = SharedWork(task.workload, task.topology)
-    results = []
+    results: list[PlannerResult] = []
     for name in task.names:
         left = task.deadline - time.monotonic()
-        if left <= 0:
+        if left <= 0 or (results and left < max(r.seconds for r in results)):
             results.append(PlannerResult(name, "late"))
         else:
             context = PlannerContext(cost_model, policy, task.seed, task.allow_column_split, left, shared=shared)

@@ -476,6 +476,25 @@ def test_a_new_registered_planner_joins_the_api_and_the_budget_returns_what_fini
     assert 'autoshard_planner_runs_total{outcome="timeout",planner="slow"}' in c.get("/metrics").text
 
 
+def test_a_task_does_not_start_a_planner_that_would_lose_the_plans_before_it(monkeypatch):
+    """A worker task answers when its last planner is done: once one planner has taken t, the
+    next starts only with at least t left, so the plan made in time comes back in time."""
+    from autoshard.types import Topology
+    from service.tasks import PlannerTask, run_task
+    from tests.service_support import synthetic_workload
+
+    for name in ("slow_a", "slow_b"):
+        monkeypatch.setitem(PLANNERS, name, PlannerSpec(name, PlannerKind.HEURISTIC, lambda c: SlowPlanner(0.4)))
+    workload, topology = synthetic_workload(5), Topology(2, 16 * 2**30)
+
+    def outcomes(budget_s: float) -> list[str]:
+        task = PlannerTask(("slow_a", "slow_b"), workload, topology, None, time.monotonic() + budget_s)
+        return [r.outcome for r in run_task(task, None)]
+
+    assert outcomes(0.6) == ["ok", "late"]  # 0.2 s left after the first: the second would end past it
+    assert outcomes(5.0) == ["ok", "ok"]
+
+
 def test_an_identical_request_gets_the_kept_answer_and_a_different_one_plans(model_dir, body):
     with serve(model_dir=model_dir, pool_size=1) as c:
         first = c.post("/v1/plans", json=body)
