@@ -83,6 +83,9 @@ class PlacementState:
         self.loads = np.zeros(topology.num_devices)
         self._rest = sorted(u.memory_bytes for u in self.units)  # ascending: units not yet placed
         self.remaining_cost = float(sum(u.cost for u in self.units))  # of the units not yet placed
+        costs = [u.cost for u in self.units]
+        # no placement's max is lower than the even share of the units' own costs, or the largest
+        self.cost_bound = max(sum(costs) / topology.num_devices, max(costs, default=0.0), 1e-9)
         self.remaining_bytes = int(sum(u.memory_bytes for u in self.units))
         self._placed_parents: set[str] = set()
         self._if_added: np.ndarray | None = None

@@ -17,7 +17,7 @@ from autoshard.evaluation import Task
 from autoshard.planners.local_search import improve
 from autoshard.planners.placement import PlacementState, by_cost, cheapest_after, place, prepare_units
 from autoshard.planners.units import Unit, model_costs
-from autoshard.rl.observation import OBS_BOUND, observation_size, observe, task_scale
+from autoshard.rl.observation import OBS_BOUND, observation_size, observe
 from autoshard.rl.tasks import TaskDistribution, TaskSource
 from autoshard.types import CostModel, Topology
 
@@ -160,7 +160,7 @@ class ShardingEnv(gym.Env):
                              "plan larger topologies with the rl planner, which scores any device count")
         self.task = task
         self.state = start(task, self.cost_model, self.communication, self.config)
-        self.scale = task_scale(self.state)
+        self.scale = self.state.cost_bound
         self.greedy_max = self._greedy_max() if self.config.reward is not Reward.STEP else 0.0
         self.actions = []
         self._allowed = self.state.mask()

@@ -3,8 +3,9 @@
 The observation splits into the task's global context, the unit to place, and one row per
 device; the policy scores every device row with the same weights, so a policy trained on up to
 P devices scores any device count. Costs are divided by the task's lower bound
-``scale = max(sum of the units' own costs / D, largest unit cost)``, memory by a device's
-capacity, counts by the even share ``units / D``: every feature is of order 1 whatever the task.
+(``PlacementState.cost_bound``: max(sum of the units' own costs / D, largest unit cost)), memory
+by a device's capacity, counts by the even share ``units / D``: every feature is of order 1
+whatever the task.
 """
 
 from __future__ import annotations
@@ -41,12 +42,6 @@ class Observation:
 
 def observation_size(slots: int) -> int:
     return G + U + slots * F
-
-
-def task_scale(state: PlacementState) -> float:
-    """The lower bound every cost feature is divided by."""
-    costs = [u.cost for u in state.units]
-    return max(sum(costs) / state.topology.num_devices, max(costs), 1e-9)
 
 
 def observe(state: PlacementState, scale: float, rows: np.ndarray, if_added: np.ndarray,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from autoshard.planners.placement import CANDIDATES, PlacementState, candidates
-from autoshard.rl.observation import observe_many, task_scale
+from autoshard.rl.observation import observe_many
 
 if TYPE_CHECKING:
     from autoshard.rl.policy import DevicePolicy
@@ -24,7 +24,6 @@ class PolicyChooser:
     def __init__(self, policy: DevicePolicy, rng: np.random.Generator | None = None,
                  temperature: float = 1.0, candidates: int = CANDIDATES) -> None:
         self.policy, self.rng, self.temperature, self.candidates = policy, rng, temperature, candidates
-        self._scales: dict[int, tuple[PlacementState, float]] = {}  # a placement's scale is fixed for its duration
 
     def __call__(self, state: PlacementState, allowed: np.ndarray) -> int:
         return self.choose_many([state], [allowed])[0]
@@ -32,11 +31,9 @@ class PolicyChooser:
     def choose_many(self, states: Sequence[PlacementState], allowed: Sequence[np.ndarray]) -> list[int]:
         rows = [candidates(s, a, self.candidates) for s, a in zip(states, allowed)]
         if_added = [s.costs_if_added(r) for s, r in zip(states, rows)]
-        scales = np.array([self._scale(s) for s in states])
+        scales = np.array([s.cost_bound for s in states])
         observed = observe_many(states, scales, rows, if_added, [None] * len(rows))
         scores = self.policy.scores(observed)
-        if self.rng is None and len(states) == 1:
-            return [int(rows[0][np.argmax(scores)])]
         chosen = []
         for k, (a, b) in enumerate(itertools.pairwise(observed.starts)):
             mine = scores[a:b]
@@ -47,11 +44,3 @@ class PolicyChooser:
             p = np.exp(logits - logits.max())
             chosen.append(int(rows[k][self.rng.choice(len(mine), p=p / p.sum())]))
         return chosen
-
-    def _scale(self, state: PlacementState) -> float:
-        kept = self._scales.get(id(state))
-        if kept is None or kept[0] is not state:
-            if len(self._scales) > 64:
-                self._scales.clear()
-            kept = self._scales[id(state)] = (state, task_scale(state))
-        return kept[1]
