@@ -1,6 +1,7 @@
 """Whether a change leaves the plans alone: plan a fixed set of tasks with cost_greedy, rl and
-rl+refine (each alone, with and without column splits) in this checkout, write every plan, and
-compare two such files.
+rl+refine (each alone, and the three side by side as the service plans them, sharing their
+work; with and without column splits) in this checkout, write every plan, and compare two such
+files.
 
     python benchmarks/plan_identity.py --out /tmp/new.json
     (cd /tmp/base && python /path/to/benchmarks/plan_identity.py --out /tmp/base.json)  # the commit before
@@ -49,11 +50,14 @@ def plan_all(out: Path) -> None:
             if split and len(task.workload.tables) > 200:
                 continue
             context = PlannerContext(profile.model, profile.policy, 3, split)
-            for name in PLANNERS:
-                plan = compare_planners(task.workload, task.topology, [name], context, profile.communication).plans[0]
-                plans[f"{task.name}/{'split' if split else 'whole'}/{name}"] = {
-                    "max_ms": plan.max_cost_ms,
-                    "devices": [[[s.table.name, s.column_offset, s.width] for s in d.shards] for d in plan.devices]}
+            alone = [compare_planners(task.workload, task.topology, [name], context, profile.communication).plans[0]
+                     for name in PLANNERS]
+            together = compare_planners(task.workload, task.topology, PLANNERS, context, profile.communication).plans
+            for how, found in (("", alone), ("together/", together)):
+                for plan in found:
+                    plans[f"{task.name}/{'split' if split else 'whole'}/{how}{plan.planner}"] = {
+                        "max_ms": plan.max_cost_ms,
+                        "devices": [[[s.table.name, s.column_offset, s.width] for s in d.shards] for d in plan.devices]}
     out.write_text(json.dumps({"checkout": root, "seconds": time.perf_counter() - started, "plans": plans}))
     print(f"{len(plans)} plans in {time.perf_counter() - started:.0f} s -> {out}")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from autoshard.planners.local_search import improve
 from autoshard.planners.placement import (Deadline, DeviceState, PlacementState, assignment, best_over_split_caps,
                                           build_plan, cheapest_after, place_workload)
-from autoshard.planners.shared import Placement, SharedWork, placement_of
+from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
 from autoshard.planners.units import Unit, model_costs
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 
@@ -55,7 +55,7 @@ def searched_greedy(workload: Workload, topology: Topology, cost_model: CostMode
     planner of the task searched it already within its budget); the devices are the caller's."""
 
     def search() -> tuple[Placement, bool]:
-        state = greedy_placement(workload, topology, cost_model, cap)
+        state = greedy_placement(workload, topology, cost_model, cap, shared)
         start = assignment(state.devices)
         improve(state.devices, cost_model, workload.batch_size, max_rounds, deadline)
         return Placement(tuple(state.units), tuple(state.devices), start), not deadline.hit
@@ -63,14 +63,17 @@ def searched_greedy(workload: Workload, topology: Topology, cost_model: CostMode
     return placement_of(shared, workload, topology, ("cost_greedy", cap, max_rounds), search)
 
 
-def greedy_placement(workload: Workload, topology: Topology, cost_model: CostModel, cap: int | None) -> PlacementState:
+def greedy_placement(workload: Workload, topology: Topology, cost_model: CostModel, cap: int | None,
+                     shared: SharedWork | None = None) -> PlacementState:
     """cost_greedy's placement before local search: largest predicted cost first, each unit to
     the device whose predicted cost with it is lowest, with the packing lookahead (shards of at
-    most ``cap`` ways, or none without a cap)."""
+    most ``cap`` ways, or none without a cap). With ``shared``, its steps' costs are the task's
+    ``StepCosts``."""
     batch_size = workload.batch_size
 
     def start(units: list[Unit]) -> PlacementState:
-        return PlacementState(units, topology, cost_model.accumulator(topology.num_devices, batch_size), lookahead=True)
+        return PlacementState(units, topology, cost_model.accumulator(topology.num_devices, batch_size), lookahead=True,
+                              steps=steps_of(shared, workload, topology, cost_model, units))
 
     return place_workload(workload, topology, model_costs(cost_model, batch_size), cap is not None, cheapest_after,
                           start, max_ways=cap)

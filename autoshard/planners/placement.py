@@ -61,6 +61,30 @@ class DeviceState:
         return DeviceState(self.index, self.capacity, list(self.units), self.memory_bytes, self.load, set(self.parents))
 
 
+class StepCosts:
+    """Costs-if-added that placements of the same units, in the same order, on the same cost
+    model have computed, by the choices made before the step. Placements that made the same
+    choices hold the same sets, so the current unit costs the same on each device: greedy
+    placement, the policy's argmax rollout (the clone of greedy) and its sampled rollouts
+    (until they first draw otherwise) ask the cost model once for a step they share. A history
+    is a node of a tree of choices (0: none yet), so two histories never share an entry."""
+
+    def __init__(self) -> None:
+        self._children: dict[tuple[int, int], int] = {}  # (history, device chosen) -> the history after it
+        self._costs: dict[int, dict[int, float]] = {}  # history -> {device: cost with the next unit added}
+
+    def after(self, history: int, device: int) -> int:
+        """The history of a placement at ``history`` that puts its current unit on ``device``."""
+        return self._children.setdefault((history, device), len(self._children) + 1)
+
+    def known(self, history: int) -> dict[int, float]:
+        """The costs computed at ``history`` so far (a copy)."""
+        return dict(self._costs.get(history, ()))
+
+    def record(self, history: int, costs: dict[int, float]) -> None:
+        self._costs.setdefault(history, {}).update(costs)
+
+
 class PlacementState:
     """A placement in progress: units are placed in the given order, one ``apply(device)`` each.
 
@@ -69,11 +93,14 @@ class PlacementState:
     units; then, with ``lookahead``, those that leave the remaining units packable (first-fit
     decreasing; FFD is not exact, so if no device passes, every device left stays allowed).
     With an ``accumulator`` a device's load is the cost model's prediction for its whole set;
-    without, the sum of its units' own costs (proxy planners).
+    without, the sum of its units' own costs (proxy planners). With ``steps``, costs-if-added
+    come from, and go to, placements of the same units that made the same choices
+    (``StepCosts``): the same numbers, asked of the model once.
     """
 
     def __init__(self, units: Sequence[Unit], topology: Topology, accumulator: Accumulator | None = None,
-                 lookahead: bool = False, max_units_per_device: int | None = None) -> None:
+                 lookahead: bool = False, max_units_per_device: int | None = None,
+                 steps: StepCosts | None = None) -> None:
         self.units, self.topology = list(units), topology
         self.devices = [DeviceState(d, topology.device_memory_bytes) for d in range(topology.num_devices)]
         self.accumulator, self.lookahead, self.max_units_per_device = accumulator, lookahead, max_units_per_device
@@ -89,7 +116,8 @@ class PlacementState:
         self.remaining_bytes = int(sum(u.memory_bytes for u in self.units))
         self._placed_parents: set[str] = set()
         self._if_added: np.ndarray | None = None
-        self._partial: dict[int, float] = {}  # costs if added, of devices scored as a subset
+        self.steps, self.history = steps, 0
+        self._partial: dict[int, float] = {} if steps is None else steps.known(0)  # costs if added, by device
 
     @property
     def done(self) -> bool:
@@ -152,16 +180,29 @@ class PlacementState:
                 return np.array([self._partial[r] for r in rows.tolist()])  # primed, or scored before
             if rows is not None and len(rows) < len(self.devices):
                 costs = np.maximum(self.accumulator.costs_if_added(self.current.table, rows), self.loads[rows])
-                self._partial.update(zip(rows.tolist(), costs.tolist()))
+                self._learn(dict(zip(rows.tolist(), costs.tolist())))
                 return costs
-            self._if_added = np.maximum(self.accumulator.costs_if_added(self.current.table), self.loads)
+            if len(self._partial) == len(self.devices):  # every device known (``steps``)
+                self._if_added = np.array([self._partial[d] for d in range(len(self.devices))])
+            else:
+                self._if_added = np.maximum(self.accumulator.costs_if_added(self.current.table), self.loads)
+                self._learn(dict(enumerate(self._if_added.tolist())))
         return self._if_added if rows is None else self._if_added[rows]
+
+    def knows(self, rows: np.ndarray) -> bool:
+        """Whether the current unit's costs on the devices ``rows`` are known already."""
+        return all(r in self._partial for r in rows.tolist())
 
     def prime(self, rows: np.ndarray, costs: np.ndarray) -> None:
         """Record the current unit's predicted costs on the devices ``rows``, scored elsewhere
         (``place_together`` scores several placements in one call); ``costs_if_added`` on those
         devices then answers from them."""
-        self._partial.update(zip(rows.tolist(), np.maximum(costs, self.loads[rows]).tolist()))
+        self._learn(dict(zip(rows.tolist(), np.maximum(costs, self.loads[rows]).tolist())))
+
+    def _learn(self, costs: dict[int, float]) -> None:
+        self._partial.update(costs)
+        if self.steps is not None:
+            self.steps.record(self.history, costs)
 
     def apply(self, device: int) -> None:
         """Place the current unit on ``device`` (which must have room) and move to the next."""
@@ -178,6 +219,7 @@ class PlacementState:
     def preplace(self, devices: Sequence[int]) -> None:
         """Place the next ``len(devices)`` units on these devices without scoring each step (units
         that stay where a plan had them); the loads are priced once, after the last."""
+        self.steps = None  # loads priced otherwise than step by step: not another placement's history
         for device in devices:
             self._require_room(device)
             self._place(device, self.devices[device].load + self.current.cost)
@@ -204,7 +246,11 @@ class PlacementState:
         self._placed_parents.add(unit.parent)
         self.position += 1
         self._if_added = None
-        self._partial = {}
+        if self.steps is None:
+            self._partial = {}
+        else:
+            self.history = self.steps.after(self.history, device)
+            self._partial = self.steps.known(self.history)
 
 
 Assignment = tuple[tuple[str, ...], ...]
@@ -372,11 +418,13 @@ def place_together(states: Sequence[PlacementState], choose: BatchChooser, share
         if not live:
             break
         assert all(states[k].current is unit for k in live), "place_together needs one unit order"
-        costs = shared.costs_if_added(unit.table, np.concatenate([rows[k] + k * devices for k in live]))
-        at = 0
-        for k in live:
-            states[k].prime(rows[k], costs[at:at + len(rows[k])])
-            at += len(rows[k])
+        scored = [k for k in live if not states[k].knows(rows[k])]  # not known from another placement
+        if scored:
+            costs = shared.costs_if_added(unit.table, np.concatenate([rows[k] + k * devices for k in scored]))
+            at = 0
+            for k in scored:
+                states[k].prime(rows[k], costs[at:at + len(rows[k])])
+                at += len(rows[k])
         for k, device in zip(live, choose([states[k] for k in live], [allowed[k] for k in live])):
             states[k].apply(device)
     return [states[k] if k in live else None for k in range(len(states))]

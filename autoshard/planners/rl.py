@@ -14,7 +14,7 @@ from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, assignment,
                                           best_over_split_caps, build_plan, place_together, place_workload)
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
-from autoshard.planners.shared import Placement, SharedWork, placement_of
+from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.env import guarded_state
 from autoshard.rl.rollout import PolicyChooser
@@ -70,7 +70,8 @@ class RLPlanner:
         rng = np.random.default_rng(self.seed)
 
         def start(units: list[Unit], devices: Topology = topology) -> PlacementState:
-            return guarded_state(units, devices, self.cost_model, batch, self.set_size_headroom)
+            return guarded_state(units, devices, self.cost_model, batch, self.set_size_headroom,
+                                 steps=steps_of(self.shared, workload, devices, self.cost_model, units))
 
         def rollout(cap: int | None, choose: Chooser) -> PlacementState:
             return place_workload(workload, topology, cost_fn, cap is not None, choose, start, max_ways=cap)
@@ -79,8 +80,9 @@ class RLPlanner:
             """``samples`` rollouts side by side (one head call per step for all of them)."""
             devices = topology.num_devices
             shared = self.cost_model.accumulator(self.samples * devices, batch)
+            steps = steps_of(self.shared, workload, topology, self.cost_model, units)
             states = [guarded_state(units, topology, self.cost_model, batch, self.set_size_headroom,
-                                    AccumulatorView(shared, k * devices, devices)) for k in range(self.samples)]
+                                    AccumulatorView(shared, k * devices, devices), steps) for k in range(self.samples)]
             choose = PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES).choose_many
             placed = place_together(states, choose, shared, SAMPLED_CANDIDATES, deadline)
             return [s.devices for s in placed if s is not None]  # a rollout into a dead end: the others stand

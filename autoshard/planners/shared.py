@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Hashable
+from typing import Callable, Hashable, Sequence
 
-from autoshard.planners.placement import Assignment, DeviceState
+from autoshard.planners.placement import Assignment, DeviceState, StepCosts
 from autoshard.planners.units import Unit
-from autoshard.types import Topology, Workload
+from autoshard.types import CostModel, Topology, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,7 @@ class SharedWork:
     def __init__(self, workload: Workload, topology: Topology) -> None:
         self.workload, self.topology = workload, topology
         self._kept: dict[Hashable, Placement] = {}
+        self._steps: dict[Hashable, StepCosts] = {}
         self.reused = 0  # how many placements were handed out instead of computed (for tests)
 
     def placement(self, workload: Workload, topology: Topology, key: Hashable,
@@ -64,6 +65,21 @@ class SharedWork:
         if complete:
             self._kept[key] = found.copy()
         return found
+
+
+    def steps(self, workload: Workload, topology: Topology, cost_model: CostModel,
+              units: Sequence[Unit]) -> StepCosts | None:
+        """The step costs of placements of ``units`` (of this task), in this order, on
+        ``cost_model``; None for another task."""
+        if workload is not self.workload or topology != self.topology:
+            return None
+        return self._steps.setdefault((id(cost_model), tuple(u.name for u in units)), StepCosts())
+
+
+def steps_of(shared: SharedWork | None, workload: Workload, topology: Topology, cost_model: CostModel,
+             units: Sequence[Unit]) -> StepCosts | None:
+    """``shared.steps(...)``, or None without a ``SharedWork``."""
+    return None if shared is None else shared.steps(workload, topology, cost_model, units)
 
 
 def placement_of(shared: SharedWork | None, workload: Workload, topology: Topology, key: Hashable,

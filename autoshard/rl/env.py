@@ -15,7 +15,7 @@ from autoshard.costing import Accumulator
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
 from autoshard.planners.local_search import improve
-from autoshard.planners.placement import PlacementState, by_cost, cheapest_after, place, prepare_units
+from autoshard.planners.placement import PlacementState, StepCosts, by_cost, cheapest_after, place, prepare_units
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.observation import OBS_BOUND, observation_size, observe
 from autoshard.rl.tasks import TaskDistribution, TaskSource
@@ -59,15 +59,17 @@ def unit_cap(cost_model: CostModel, num_units: int, num_devices: int, headroom: 
 
 
 def guarded_state(units: list[Unit], topology: Topology, cost_model: CostModel, batch_size: int,
-                  headroom: float, accumulator: Accumulator | None = None) -> PlacementState:
+                  headroom: float, accumulator: Accumulator | None = None,
+                  steps: StepCosts | None = None) -> PlacementState:
     """A fresh placement of ``units`` (in this order) as the agent sees it: running predicted
-    costs (on ``accumulator``, default a new one of the model's), the packing lookahead and the
-    extrapolation guard. The env and the rl planners share it."""
+    costs (on ``accumulator``, default a new one of the model's; with ``steps``, shared with
+    placements of the same units), the packing lookahead and the extrapolation guard. The env
+    and the rl planners share it."""
     devices = topology.num_devices
     if accumulator is None:
         accumulator = cost_model.accumulator(devices, batch_size)
     return PlacementState(units, topology, accumulator, lookahead=True,
-                          max_units_per_device=unit_cap(cost_model, len(units), devices, headroom))
+                          max_units_per_device=unit_cap(cost_model, len(units), devices, headroom), steps=steps)
 
 
 def priced(task: Task, cost_model: CostModel, communication: CommunicationModel | None) -> CostModel:
