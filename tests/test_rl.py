@@ -287,7 +287,10 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     """rl's argmax rollout after cost_greedy in one task (the policy is greedy's clone) makes
     greedy placement's choices, so every step's costs-if-added are the ones greedy placement
     asked for (``StepCosts``): it asks the cost model nothing, and plans what it plans alone.
-    rl+refine's sampled rollouts ask only from the first step where their choices part."""
+    rl+refine's sampled rollouts ask only from the first step where their choices part. Each
+    planner runs in its own ``compare_planners`` call, with the all-to-all, as the service runs
+    them (each call wraps the cost model anew)."""
+    from autoshard.communication import CommunicationModel, WithCommunication
     from autoshard.planners.compare import compare_planners
     from autoshard.planners.cost_greedy import greedy_placement
     from autoshard.planners.placement import assignment
@@ -295,9 +298,11 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     from cost_model.accumulator import SetAccumulator
 
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
-    workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 100, np.random.default_rng(3))
+    workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 120, np.random.default_rng(3))
     topology = Topology(4, memory_for(workload, 4, 1.3))
     context = PlannerContext(model, policy, seed=2)
+    communication = CommunicationModel.load(SHIPPED / "communication.json")
+    priced = replace(context, cost_model=WithCommunication(model, communication, topology.num_devices))
     asked = []
     costs_if_added = SetAccumulator.costs_if_added
     monkeypatch.setattr(SetAccumulator, "costs_if_added", lambda self, *a, **k: asked.append(1) or costs_if_added(self, *a, **k))
@@ -307,19 +312,21 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
         result = run()
         return len(asked), result
 
-    alone_calls, alone = calls(lambda: make_planner("rl", context).plan(workload, topology))
+    def planned(name: str, shared: SharedWork):
+        return compare_planners(workload, topology, [name], replace(context, shared=shared), communication).plans[0]
+
+    alone_calls, alone = calls(lambda: make_planner("rl", priced).plan(workload, topology))
     shared = SharedWork(workload, topology)
-    compare_planners(workload, topology, ["cost_greedy"], replace(context, shared=shared))
-    rl_calls, plan = calls(lambda: compare_planners(workload, topology, ["rl"], replace(context, shared=shared)).plans[0])
-    greedy = greedy_placement(workload, topology, model, None)
+    planned("cost_greedy", shared)
+    rl_calls, plan = calls(lambda: planned("rl", shared))
+    greedy = greedy_placement(workload, topology, priced.cost_model, None)
     assert assignment(greedy.devices) == tuple(tuple(s.table.name for s in d.shards) for d in plan.devices)
     assert alone_calls >= len(workload.tables) - topology.num_devices and rl_calls == 0
     assert plan.devices == alone.devices
     # rl+refine: its argmax rollout and greedy's placement are rl's and cost_greedy's; its samples
     # follow them until they draw another device, and ask from there on
-    refine_alone_calls, refine_alone = calls(lambda: make_planner("rl+refine", context).plan(workload, topology))
-    refine_calls, refine = calls(lambda: compare_planners(workload, topology, ["rl+refine"],
-                                                          replace(context, shared=shared)).plans[0])
+    refine_alone_calls, refine_alone = calls(lambda: make_planner("rl+refine", priced).plan(workload, topology))
+    refine_calls, refine = calls(lambda: planned("rl+refine", shared))
     steps = len(workload.tables)
     assert refine_alone_calls == 3 * steps  # its argmax rollout, greedy's placement, its samples (one call a step)
     assert refine.devices == refine_alone.devices and 0 < refine_calls < steps

@@ -73,7 +73,7 @@ def greedy_placement(workload: Workload, topology: Topology, cost_model: CostMod
 
     def start(units: list[Unit]) -> PlacementState:
         return PlacementState(units, topology, cost_model.accumulator(topology.num_devices, batch_size), lookahead=True,
-                              steps=steps_of(shared, workload, topology, cost_model, units))
+                              steps=steps_of(shared, workload, topology, units))
 
     return place_workload(workload, topology, model_costs(cost_model, batch_size), cap is not None, cheapest_after,
                           start, max_ways=cap)

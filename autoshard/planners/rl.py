@@ -71,7 +71,7 @@ class RLPlanner:
 
         def start(units: list[Unit], devices: Topology = topology) -> PlacementState:
             return guarded_state(units, devices, self.cost_model, batch, self.set_size_headroom,
-                                 steps=steps_of(self.shared, workload, devices, self.cost_model, units))
+                                 steps=steps_of(self.shared, workload, devices, units))
 
         def rollout(cap: int | None, choose: Chooser) -> PlacementState:
             return place_workload(workload, topology, cost_fn, cap is not None, choose, start, max_ways=cap)
@@ -80,7 +80,7 @@ class RLPlanner:
             """``samples`` rollouts side by side (one head call per step for all of them)."""
             devices = topology.num_devices
             shared = self.cost_model.accumulator(self.samples * devices, batch)
-            steps = steps_of(self.shared, workload, topology, self.cost_model, units)
+            steps = steps_of(self.shared, workload, topology, units)
             states = [guarded_state(units, topology, self.cost_model, batch, self.set_size_headroom,
                                     AccumulatorView(shared, k * devices, devices), steps) for k in range(self.samples)]
             choose = PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES).choose_many

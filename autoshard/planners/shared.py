@@ -14,7 +14,7 @@ from typing import Callable, Hashable, Sequence
 
 from autoshard.planners.placement import Assignment, DeviceState, StepCosts
 from autoshard.planners.units import Unit
-from autoshard.types import CostModel, Topology, Workload
+from autoshard.types import Topology, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,19 +67,18 @@ class SharedWork:
         return found
 
 
-    def steps(self, workload: Workload, topology: Topology, cost_model: CostModel,
-              units: Sequence[Unit]) -> StepCosts | None:
-        """The step costs of placements of ``units`` (of this task), in this order, on
-        ``cost_model``; None for another task."""
+    def steps(self, workload: Workload, topology: Topology, units: Sequence[Unit]) -> StepCosts | None:
+        """The step costs of placements of ``units`` (of this task), in this order; None for
+        another task."""
         if workload is not self.workload or topology != self.topology:
             return None
-        return self._steps.setdefault((id(cost_model), tuple(u.name for u in units)), StepCosts())
+        return self._steps.setdefault(tuple(u.name for u in units), StepCosts())
 
 
-def steps_of(shared: SharedWork | None, workload: Workload, topology: Topology, cost_model: CostModel,
+def steps_of(shared: SharedWork | None, workload: Workload, topology: Topology,
              units: Sequence[Unit]) -> StepCosts | None:
     """``shared.steps(...)``, or None without a ``SharedWork``."""
-    return None if shared is None else shared.steps(workload, topology, cost_model, units)
+    return None if shared is None else shared.steps(workload, topology, units)
 
 
 def placement_of(shared: SharedWork | None, workload: Workload, topology: Topology, key: Hashable,
