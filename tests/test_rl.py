@@ -170,6 +170,37 @@ def test_rl_refine_searches_only_when_asked(model):
     assert result.exit_code == 2 and "search-iterations" in result.output
 
 
+def test_policy_eval_reports_the_held_out_grid_with_and_without_column_splits(tmp_path):
+    """``policy eval`` plans held-out tasks with every default planner: without splits no plan is
+    below the lower bound (the costliest table alone), with splits there is no such bound (a
+    split table's shards cost less than it); rl+refine is never worse than rl or cost_greedy
+    (it keeps the best of their placements and its own), and the report says how it planned."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from autoshard.cli import app
+
+    for split in (False, True):
+        out = tmp_path / f"split{split}"
+        args = ["policy", "eval", "--profile", str(SHIPPED), "--tables", "20", "--devices", "4,16", "--out", str(out)]
+        result = CliRunner().invoke(app, [*args, "--column-split" if split else "--no-column-split"])
+        assert result.exit_code == 0, result.output
+        report = json.loads((out / "grid.json").read_text())
+        assert report["config"]["column_split"] is split and len(report["tasks"]) == 2
+        assert (out / "grid.md").exists() and (out / "grid.png").exists()
+        for task in report["tasks"]:
+            costs, bound = task["max_ms"], task["lower_bound_ms"]
+            assert {"cost_greedy", "rl", "rl+refine", "size_greedy"} <= set(costs)
+            assert costs["rl+refine"] <= min(costs["rl"], costs["cost_greedy"]) * (1 + 1e-6)
+            if split:
+                assert bound is None
+            else:
+                assert bound is not None and min(costs.values()) >= bound * (1 - 1e-6)
+    bad = CliRunner().invoke(app, ["policy", "eval", "--profile", str(SHIPPED), "--tables", "x"])
+    assert bad.exit_code == 2 and "tables" in bad.output
+
+
 def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):
     # three wide hot tables among 40 small ones on 8 devices: the best plan splits them
     # column-wise, and the search then lowers it further, every shard once, no two shards of a

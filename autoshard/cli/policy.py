@@ -89,6 +89,8 @@ def eval_cmd(
     seed: Annotated[int, typer.Option()] = 0,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all to its cost.")] = True,
     search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
+    column_split: Annotated[bool, typer.Option(help="Let every planner split tables column-wise "
+                                                    "(there is then no lower bound to mark).")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Folder for grid.json, grid.md and grid.png.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -102,12 +104,13 @@ def eval_cmd(
         raise ModelError(f"no loadable policy in {profile}: train one with `autoshard policy train --profile {profile}`")
     one_thread()
     config = GridConfig(_counts(tables, "tables"), _counts(devices, "devices"), seed=seed)
-    context = PlannerContext(loaded.model, loaded.policy, seed, search_iterations=search_iterations)
+    context = PlannerContext(loaded.model, loaded.policy, seed, column_split, search_iterations=search_iterations)
     names, _ = available_planners(context)
     rows = evaluate_grid(grid_tasks(config), context, loaded.communication if communication else None, names)
     summary = summarise(rows)
     report = {"policy": loaded.policy.name, "config": {"tables": config.tables, "devices": config.devices,
-                                                       "seed": seed, "slack": config.slack},
+                                                       "seed": seed, "slack": config.slack,
+                                                       "column_split": column_split},
               "summary": summary, "tasks": rows}
     shown = [n for n in ("cost_greedy", "rl", "rl+refine") if n in names]
     if out is not None:

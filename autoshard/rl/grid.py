@@ -60,8 +60,9 @@ def evaluate_grid(tasks: Sequence[Task], context: PlannerContext, communication:
 
 def lower_bound_ms(task: Task, context: PlannerContext, communication: CommunicationModel | None) -> float | None:
     """No plan of the task (without column splits) has a lower predicted max: a device costs at
-    least its costliest table alone (the cost model's floor)."""
-    if context.cost_model is None:
+    least its costliest table alone (the cost model's floor). None with column splits (a split
+    table's shards cost less than it) or without a cost model."""
+    if context.cost_model is None or context.allow_column_split:
         return None
     priced = (WithCommunication(context.cost_model, communication, task.topology.num_devices)
               if communication is not None else context.cost_model)
@@ -131,18 +132,24 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], planners: 
         lines.append(f"| {r['task']} | {heuristic:.3f} | {bound / heuristic:.3f} | " if bound else
                      f"| {r['task']} | {heuristic:.3f} | - | ")
         lines[-1] += " | ".join(cells) + " |"
-    lines += ["", "\\* at the lower bound (the costliest table alone): no plan is better.", "",
-              "| planner | geomean vs best heuristic | worst | share <= best heuristic | geomean vs cost_greedy "
+    if any(r.get("lower_bound_ms") for r in rows):
+        lines += ["", "\\* at the lower bound (the costliest table alone): no plan is better."]
+    lines += ["", "| planner | geomean vs best heuristic | worst | share <= best heuristic | geomean vs cost_greedy "
               "| share < cost_greedy | share < cost_greedy where it is above the bound | share at the bound "
               "| median plan time (s) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for p in planners:
         s = summary[p]
         lines.append(f"| {p} | {s['geomean_vs_best_heuristic']:.3f} | {s['worst_vs_best_heuristic']:.3f} | "
-                     f"{s['share_at_most_best_heuristic']:.0%} | {s['geomean_vs_cost_greedy']:.3f} | "
-                     f"{s['share_below_cost_greedy']:.0%} | {s['share_below_cost_greedy_above_bound']:.0%} "
-                     f"(of {s['tasks_cost_greedy_above_bound']}) | {s['share_at_lower_bound']:.0%} | "
+                     f"{_share(s['share_at_most_best_heuristic'])} | {s['geomean_vs_cost_greedy']:.3f} | "
+                     f"{_share(s['share_below_cost_greedy'])} | {_share(s['share_below_cost_greedy_above_bound'])} "
+                     f"(of {s['tasks_cost_greedy_above_bound']}) | {_share(s['share_at_lower_bound'])} | "
                      f"{s['median_plan_time_s']:.3g} |")
     return "\n".join(lines) + "\n"
+
+
+def _share(value: float) -> str:
+    """A share as a percentage; "-" where there is none (no lower bound with column splits)."""
+    return "-" if math.isnan(value) else f"{value:.0%}"
 
 
 def chart(rows: Sequence[dict[str, Any]], planners: Sequence[str], path: Path) -> None:
