@@ -4,6 +4,8 @@ Distributions (per table, independent):
 - rows: log-uniform on [10^2, 10^7.6] (heavy tail: half the tables under ~63k rows, some ~40M);
 - dim: one of 4..256 (powers of two), mostly 16-128;
 - pooling factor: 30% one-hot, else log-normal (median ~2.7, sigma 1.5) clipped to [1, 500];
+(the dims and the one-hot share can be set: ``PoolConfig``, e.g. a Criteo-like pool of one-hot
+tables of dims 16-64)
 - access skew: Zipf alpha uniform on [0, 1.4].
 The pool splits into a train pool and a test pool, so that tables of the test pool are never seen
 in training.
@@ -24,18 +26,28 @@ DIM_WEIGHTS = (0.05, 0.10, 0.20, 0.20, 0.20, 0.15, 0.10)
 
 @dataclass(frozen=True, slots=True)
 class PoolConfig:
+    """``dims``: draw each table's dim uniformly from these (default: ``DIMS`` with
+    ``DIM_WEIGHTS``); ``one_hot_share``: the share of tables with pooling factor 1 (Criteo's
+    tables are all one-hot, of dims 16-128)."""
+
     size: int = 500
     test_fraction: float = 0.2
     seed: int = 0
     min_log10_rows: float = 2.0
     max_log10_rows: float = 7.6
     max_zipf_alpha: float = 1.4
+    dims: tuple[int, ...] = ()
+    one_hot_share: float = 0.3
 
     def __post_init__(self) -> None:
         if self.size < 2:
             raise InputError("size", f"must be >= 2, got {self.size}", "use a larger pool")
         if not 0 < self.test_fraction < 1:
             raise InputError("test_fraction", f"must be in (0, 1), got {self.test_fraction}")
+        if any(not isinstance(d, int) or d < 1 for d in self.dims):
+            raise InputError("dims", f"must be positive integers, got {self.dims!r}", "e.g. 16,32,64")
+        if not 0 <= self.one_hot_share <= 1:
+            raise InputError("one_hot_share", f"must be in [0, 1], got {self.one_hot_share}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +65,8 @@ class TablePool:
 
 def generate_table(name: str, rng: np.random.Generator, config: PoolConfig = PoolConfig()) -> Table:
     rows = int(round(10 ** rng.uniform(config.min_log10_rows, config.max_log10_rows)))
-    dim = int(rng.choice(DIMS, p=DIM_WEIGHTS))
-    one_hot = rng.random() < 0.3
+    dim = int(rng.choice(config.dims) if config.dims else rng.choice(DIMS, p=DIM_WEIGHTS))
+    one_hot = rng.random() < config.one_hot_share
     pooling = 1.0 if one_hot else float(np.clip(round(rng.lognormal(1.0, 1.5), 1), 1.0, 500.0))
     alpha = round(float(rng.uniform(0.0, config.max_zipf_alpha)), 2)
     return Table(name, rows, dim, pooling, alpha)

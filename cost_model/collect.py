@@ -74,6 +74,10 @@ class CollectConfig:
         for name in ("precisions", "optimizers", "batch_sizes"):  # absent at the default: older trace headers still match
             if out[name] == defaults[name]:
                 out.pop(name)
+        pool_defaults = asdict(PoolConfig())
+        for name in ("dims", "one_hot_share"):
+            if out["pool"][name] == pool_defaults[name]:
+                out["pool"].pop(name)
         return out
 
 

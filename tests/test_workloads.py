@@ -115,6 +115,22 @@ def test_generator_is_production_like():
     assert len({t.zipf_alpha for t in tables}) > 50
 
 
+FIRST_OF_SEED_3 = (302, 16, 1.2, 0.13)  # rows, dim, pooling, skew of the first table, before dims were settable
+
+
+def test_a_pool_can_be_criteo_like_and_the_default_pool_is_unchanged():
+    # every table one-hot, of the dims asked for (Criteo's tables: one-hot, dims 16-128)
+    tables = generate_pool(PoolConfig(size=300, seed=15, min_log10_rows=0, dims=(8, 16, 32), one_hot_share=1)).all
+    assert {t.pooling_factor for t in tables} == {1.0} and {t.embedding_dim for t in tables} == {8, 16, 32}
+    assert min(t.num_embeddings for t in tables) < 10
+    # the default draws are the ones every shipped trace, grid and test was made with
+    first = generate_pool(PoolConfig(size=200, seed=3)).all[0]
+    assert (first.num_embeddings, first.embedding_dim, first.pooling_factor, first.zipf_alpha) == FIRST_OF_SEED_3
+    for bad, field in (({"dims": (0, 16)}, "dims"), ({"one_hot_share": 1.5}, "one_hot_share")):
+        with pytest.raises(InputError, match=field):
+            PoolConfig(**bad)
+
+
 def test_task_sampler_draws_distinct_tables():
     pool = generate_pool(PoolConfig(size=100, seed=1))
     task = sample_task(pool.test, 15, np.random.default_rng(0))

@@ -30,6 +30,10 @@ def collect_cmd(
     pool_seed: Annotated[int, typer.Option(help="Seed of the synthetic table pool.")] = 0,
     min_log10_rows: Annotated[float, typer.Option(min=0, help="Pool tables' rows are log-uniform from 10^this "
                                                               "(0: tables down to 1 row, as Criteo's smallest).")] = 2.0,
+    dims: Annotated[Optional[str], typer.Option(help="Pool tables' dims drawn uniformly from these, comma-separated "
+                                                     "(e.g. 16,32,64; default: 4-256, mostly 16-128).")] = None,
+    one_hot_share: Annotated[float, typer.Option(min=0, max=1, help="Share of pool tables with pooling factor 1 "
+                                                                    "(1: every table one-hot, as Criteo's).")] = 0.3,
     seed: Annotated[int, typer.Option(help="Seed of the sampled sets and index batches.")] = 0,
     batch_size: Annotated[int, typer.Option(min=1)] = 2048,
     warmups: Annotated[int, typer.Option(min=0)] = 2,
@@ -51,6 +55,7 @@ def collect_cmd(
     precision_values = _precisions(precisions)  # before re-exec and the heavy imports: a typo fails at once
     optimizer_values = _optimizers(optimizers)
     batch_values = _positive_ints("--batch-sizes", batch_sizes) if batch_sizes is not None else ()
+    dim_values = _positive_ints("--dims", dims) if dims is not None else ()
     ensure_malloc_settings()
     from autoshard.synthetic import PoolConfig
     from cost_model.bench import BenchConfig
@@ -68,7 +73,8 @@ def collect_cmd(
         raise InputError("mode", "fbgemm_tbe needs fbgemm-gpu(-cpu)", "install the `fbgemm` extra, or use embedding_bag")
     config = CollectConfig(
         bench=BenchConfig(batch_size, warmups, repeats, device, chosen, threads, row_cap_mb * 1024**2),
-        pool=PoolConfig(size=pool_size, seed=pool_seed, min_log10_rows=min_log10_rows), samples=samples, max_tables=max_tables,
+        pool=PoolConfig(size=pool_size, seed=pool_seed, min_log10_rows=min_log10_rows, dims=dim_values,
+                        one_hot_share=one_hot_share), samples=samples, max_tables=max_tables,
         large_samples=large_samples, large_max_tables=large_max_tables, passes=passes, singles=singles,
         seed=seed, precisions=precision_values, optimizers=optimizer_values, batch_sizes=batch_values)
     with Progress(TextColumn("[bold]collect"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -79,7 +85,7 @@ def collect_cmd(
 
 
 _EXAMPLES = {"--precisions": "4,2", "--optimizers": "sgd,rowwise_adagrad", "--batch-sizes": "512,2048,16384",
-             "--devices": "4,8,16,32,64"}
+             "--devices": "4,8,16,32,64", "--dims": "16,32,64"}
 
 
 def _items(option: str, value: str) -> list[str]:
