@@ -4,9 +4,9 @@ Distributions (per table, independent):
 - rows: log-uniform on [10^2, 10^7.6] (heavy tail: half the tables under ~63k rows, some ~40M);
 - dim: one of 4..256 (powers of two), mostly 16-128;
 - pooling factor: 30% one-hot, else log-normal (median ~2.7, sigma 1.5) clipped to [1, 500];
-(the dims and the one-hot share can be set: ``PoolConfig``, e.g. a Criteo-like pool of one-hot
-tables of dims 16-64)
 - access skew: Zipf alpha uniform on [0, 1.4].
+The dims and the one-hot share can be set (``PoolConfig``: e.g. a Criteo-like pool, every table
+one-hot, of dims 8-32).
 The pool splits into a train pool and a test pool, so that tables of the test pool are never seen
 in training.
 """

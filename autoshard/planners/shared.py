@@ -41,9 +41,10 @@ class Placement:
 
 class SharedWork:
     """Placements of one task (``workload`` on ``topology``, with one cost model and context),
-    by key (what computed it, with the settings it depends on). Only a placement computed
-    within its planner's budget is kept: one cut short stays that planner's own. A planner
-    asking about another task computes on its own."""
+    by key (what computed it, with the settings it depends on), and the ``StepCosts`` of its
+    placements, by unit order. Only a placement computed within its planner's budget is kept:
+    one cut short stays that planner's own. A planner asking about another task computes on its
+    own."""
 
     def __init__(self, workload: Workload, topology: Topology) -> None:
         self.workload, self.topology = workload, topology
@@ -65,7 +66,6 @@ class SharedWork:
         if complete:
             self._kept[key] = found.copy()
         return found
-
 
     def steps(self, workload: Workload, topology: Topology, units: Sequence[Unit]) -> StepCosts | None:
         """The step costs of placements of ``units`` (of this task), in this order; None for
