@@ -77,12 +77,10 @@ class StepCosts:
         """The history of a placement at ``history`` that puts its current unit on ``device``."""
         return self._children.setdefault((history, device), len(self._children) + 1)
 
-    def known(self, history: int) -> dict[int, float]:
-        """The costs computed at ``history`` so far (a copy)."""
-        return dict(self._costs.get(history, ()))
-
-    def record(self, history: int, costs: dict[int, float]) -> None:
-        self._costs.setdefault(history, {}).update(costs)
+    def at(self, history: int) -> dict[int, float]:
+        """The costs computed at ``history``, by device: the one dict every placement at that
+        history reads and adds to."""
+        return self._costs.setdefault(history, {})
 
 
 class PlacementState:
@@ -117,7 +115,7 @@ class PlacementState:
         self._placed_parents: set[str] = set()
         self._if_added: np.ndarray | None = None
         self.steps, self.history = steps, 0
-        self._partial: dict[int, float] = {} if steps is None else steps.known(0)  # costs if added, by device
+        self._partial: dict[int, float] = {} if steps is None else steps.at(0)  # costs if added, by device
 
     @property
     def done(self) -> bool:
@@ -180,13 +178,13 @@ class PlacementState:
                 return np.array([self._partial[r] for r in rows.tolist()])  # primed, or scored before
             if rows is not None and len(rows) < len(self.devices):
                 costs = np.maximum(self.accumulator.costs_if_added(self.current.table, rows), self.loads[rows])
-                self._learn(dict(zip(rows.tolist(), costs.tolist())))
+                self._partial.update(zip(rows.tolist(), costs.tolist()))
                 return costs
             if len(self._partial) == len(self.devices):  # every device known (``steps``)
                 self._if_added = np.array([self._partial[d] for d in range(len(self.devices))])
             else:
                 self._if_added = np.maximum(self.accumulator.costs_if_added(self.current.table), self.loads)
-                self._learn(dict(enumerate(self._if_added.tolist())))
+                self._partial.update(enumerate(self._if_added.tolist()))
         return self._if_added if rows is None else self._if_added[rows]
 
     def knows(self, rows: np.ndarray) -> bool:
@@ -197,12 +195,7 @@ class PlacementState:
         """Record the current unit's predicted costs on the devices ``rows``, scored elsewhere
         (``place_together`` scores several placements in one call); ``costs_if_added`` on those
         devices then answers from them."""
-        self._learn(dict(zip(rows.tolist(), np.maximum(costs, self.loads[rows]).tolist())))
-
-    def _learn(self, costs: dict[int, float]) -> None:
-        self._partial.update(costs)
-        if self.steps is not None:
-            self.steps.record(self.history, costs)
+        self._partial.update(zip(rows.tolist(), np.maximum(costs, self.loads[rows]).tolist()))
 
     def apply(self, device: int) -> None:
         """Place the current unit on ``device`` (which must have room) and move to the next."""
@@ -250,7 +243,7 @@ class PlacementState:
             self._partial = {}
         else:
             self.history = self.steps.after(self.history, device)
-            self._partial = self.steps.known(self.history)
+            self._partial = self.steps.at(self.history)
 
 
 Assignment = tuple[tuple[str, ...], ...]
