@@ -184,7 +184,7 @@ class ShardingEnv(gym.Env):
         assert self.state is not None
         state = self.state
         rows = np.arange(len(state.devices))
-        return observe(state, self.scale, rows, state.costs_if_added(), self._allowed).padded(self.config.slots)
+        return observe(state, rows, state.costs_if_added(), self._allowed).padded(self.config.slots)
 
     def _get_info(self) -> dict[str, Any]:
         assert self.state is not None

@@ -44,12 +44,11 @@ def observation_size(slots: int) -> int:
     return G + U + slots * F
 
 
-def observe(state: PlacementState, scale: float, rows: np.ndarray, if_added: np.ndarray,
-            allowed: np.ndarray) -> Observation:
+def observe(state: PlacementState, rows: np.ndarray, if_added: np.ndarray, allowed: np.ndarray) -> Observation:
     """The observation for the state's current unit, describing the devices ``rows`` (all of
     them in the environment; the candidates when planning on many devices), with their costs if
     the unit is added and whether the mask allows them (both aligned with ``rows``)."""
-    many = observe_many([state], np.array([scale]), [rows], [if_added], [allowed])
+    many = observe_many([state], [rows], [if_added], [allowed])
     return Observation(many.contexts[0], many.devices)
 
 
@@ -67,12 +66,13 @@ class Observations:
         return np.repeat(np.arange(len(self.contexts)), np.diff(self.starts))
 
 
-def observe_many(states: Sequence[PlacementState], scales: np.ndarray, rows: Sequence[np.ndarray],
-                 if_added: Sequence[np.ndarray], allowed: Sequence[np.ndarray | None]) -> Observations:
+def observe_many(states: Sequence[PlacementState], rows: Sequence[np.ndarray], if_added: Sequence[np.ndarray],
+                 allowed: Sequence[np.ndarray | None]) -> Observations:
     """``observe`` of several placements of one topology in one pass (rl+refine's sampled
-    rollouts step side by side): state k with its ``scales[k]``, ``rows[k]``, ``if_added[k]``
-    and ``allowed[k]`` (``None``: every row allowed)."""
+    rollouts step side by side): state k with its ``rows[k]``, ``if_added[k]`` and
+    ``allowed[k]`` (``None``: every row allowed), its costs scaled by its own ``cost_bound``."""
     topology = states[0].topology
+    scales = np.array([s.cost_bound for s in states])
     n, capacity = topology.num_devices, float(topology.device_memory_bytes)
     units = [s.current for s in states]
     one = len(states) == 1

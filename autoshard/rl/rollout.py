@@ -31,8 +31,7 @@ class PolicyChooser:
     def choose_many(self, states: Sequence[PlacementState], allowed: Sequence[np.ndarray]) -> list[int]:
         rows = [candidates(s, a, self.candidates) for s, a in zip(states, allowed)]
         if_added = [s.costs_if_added(r) for s, r in zip(states, rows)]
-        scales = np.array([s.cost_bound for s in states])
-        observed = observe_many(states, scales, rows, if_added, [None] * len(rows))
+        observed = observe_many(states, rows, if_added, [None] * len(rows))
         scores = self.policy.scores(observed)
         chosen = []
         for k, (a, b) in enumerate(itertools.pairwise(observed.starts)):
