@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread  # noqa: E402
 from autoshard.evaluation import memory_for  # noqa: E402
-from autoshard.planners import PlannerContext, available_planners, make_planner  # noqa: E402
+from autoshard.planners import PlannerContext, available_planners  # noqa: E402
 from autoshard.planners.compare import compare_planners  # noqa: E402
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
 from autoshard.types import Topology  # noqa: E402

@@ -13,6 +13,7 @@ import math
 import threading
 import time
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 

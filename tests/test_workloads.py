@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from autoshard.errors import InputError
 from autoshard.presets import PRESETS, load_preset
