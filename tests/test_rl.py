@@ -265,6 +265,12 @@ def test_policy_train_cli_writes_a_policy_that_plans_and_resumes(tmp_path):
     assert "resuming from" in resumed.output
     steps = [int(line.split(",")[0]) for line in (work / "eval_log.csv").read_text().splitlines()[1:]]
     assert max(steps) >= 1024
+    stale = work / "checkpoints" / "ppo_999999_steps.zip"
+    stale.write_bytes(b"a checkpoint of an earlier run")
+    again = CliRunner().invoke(app, [*args, "--steps", "256"])  # a fresh run forgets the runs before
+    assert again.exit_code == 0, again.output
+    steps = [int(line.split(",")[0]) for line in (work / "eval_log.csv").read_text().splitlines()[1:]]
+    assert steps.count(0) == 1 and steps == sorted(steps) and not stale.exists()
     bad = CliRunner().invoke(app, ["policy", "train", "--profile", str(tmp_path), "--reward", "nope"])
     assert bad.exit_code == 2 and "reward" in bad.output
 

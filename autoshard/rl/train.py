@@ -128,6 +128,7 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
     else:
         if resume:
             log("no checkpoint to resume from: starting afresh")
+        _forget_previous_run(out, checkpoints)
         model = MaskablePPO(DeviceScoringPolicy, env, learning_rate=config.learning_rate, n_steps=config.n_steps,
                             batch_size=config.batch_size, n_epochs=config.epochs, gamma=config.gamma,
                             gae_lambda=config.gae_lambda, ent_coef=config.ent_coef, seed=config.seed,
@@ -192,6 +193,13 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
         keep_best.evaluate()
     env.close()
     return DevicePolicy.load(out / POLICY_FILE)
+
+
+def _forget_previous_run(out: Path, checkpoints: list[Path]) -> None:
+    """A fresh run starts from nothing: an earlier run's checkpoints (a later ``--resume`` would
+    continue them, maybe trained on another cost model), evaluation log and best score go."""
+    for stale in [*checkpoints, out / EVAL_LOG, out / STATE_FILE]:
+        stale.unlink(missing_ok=True)
 
 
 def _tensorboard_dir(out: Path, log: Callable[[str], None]) -> str | None:
