@@ -206,7 +206,7 @@ def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):
     # column-wise, and the search then lowers it further, every shard once, no two shards of a
     # table on one device, seeded
     rng = np.random.default_rng(0)
-    tables = tuple(Table(f"huge{i}", 100_000, 128, 20.0) for i in range(3)) + tuple(
+    tables = tuple(Table(f"huge{i}", 100_000, 128, 40.0) for i in range(3)) + tuple(
         Table(f"s{i}", int(rng.integers(1000, 100_000)), int(rng.choice([16, 32, 64])), float(rng.uniform(1, 10)))
         for i in range(40))
     workload, topology = Workload(tables, batch_size=2048, name="mix"), Topology(8, 1.0)
