@@ -72,6 +72,22 @@ def test_topology_from_the_file_and_a_rich_table(tmp_path):
     assert "cost_greedy needs a model" in result.stderr
 
 
+def test_the_table_marks_plans_that_tie_the_best(tmp_path):
+    # two identical tables on two devices: round robin and the four proxy greedies put one on each,
+    # so they tie; the first plan at the lowest max is the best (the one an export takes), every
+    # other plan at it is marked as a tie
+    path = tmp_path / "w.json"
+    save_workload(path, Workload((Table("a", 100, 8, 2.0), Table("b", 100, 8, 2.0)), name="twins"), Topology(2, 1.0))
+    result = plan(str(path), *NO_MODEL)
+    assert result.exit_code == 0, result.output
+    marks = {line.split("│")[1].strip(): line.split("│")[5].strip()
+             for line in result.stdout.splitlines() if line.count("│") == 6 and "planner" not in line}
+    apart = {"round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy"}
+    assert apart <= set(marks) and list(marks.values()).count("*") == 1
+    assert all(marks[name] in "*=" and marks[name] for name in apart)
+    assert "= ties the best" in result.stdout
+
+
 def test_infeasible_memory_exits_2_naming_the_bytes():
     result = plan("criteo_terabyte", "--devices", "2", "--memory-gb", "8", *NO_MODEL)
     assert result.exit_code == 2

@@ -81,6 +81,10 @@ def _topology(devices: int | None, memory_gb: float | None, from_file: Topology 
     return Topology(devices, memory_gb)
 
 
+TIE = 1e-6
+"""Plans whose max cost is within this share of the lowest tie with it."""
+
+
 def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
     from rich.console import Console
     from rich.table import Table as RichTable
@@ -90,11 +94,17 @@ def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
                             f"x {topology.device_memory_gb:g} GiB")
     for column in ("planner", f"max cost ({unit})", "imbalance", "plan time (s)", "best"):
         table.add_column(column)
-    for plan in report["plans"]:
+    lowest = min((plan["max_cost_ms"] for plan in report["plans"]), default=0.0)
+    marks = ["*" if plan["best"] else "=" if plan["max_cost_ms"] <= lowest * (1 + TIE) else ""
+             for plan in report["plans"]]
+    for plan, mark in zip(report["plans"], marks):
         reused = f" (+{plan['reused_s']:.3g} shared)" if plan["reused_s"] else ""
         table.add_row(plan["planner"], f"{plan['max_cost_ms']:.4g}", f"{plan['imbalance']:.1%}",
-                      f"{plan['plan_time_s']:.3g}{reused}", "*" if plan["best"] else "")
-    Console().print(table)
+                      f"{plan['plan_time_s']:.3g}{reused}", mark)
+    out = Console()
+    out.print(table)
+    if "=" in marks:
+        out.print("= ties the best (* the first of them, the plan --format torchrec exports)", highlight=False)
     for skipped in report["skipped"]:
         console.print(f"[yellow]skipped[/yellow] {skipped['planner']}: {skipped['reason']}", highlight=False)
 
