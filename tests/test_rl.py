@@ -369,6 +369,43 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     assert refine.devices == refine_alone.devices and 0 < refine_calls < steps
 
 
+def test_sampled_placements_alike_so_far_are_scored_once_and_draw_as_before(model, monkeypatch):
+    """Placements stepped side by side that made the same choices so far (one ``StepCosts``
+    history) are observed and scored by the policy once per step, not once each, and each still
+    draws its own device from the same softmax in order: the rollouts are those of placements
+    scored one by one (``history_key`` hidden)."""
+    from autoshard.costing import AccumulatorView
+    from autoshard.planners.placement import PlacementState, assignment, place_together, prepare_units
+    from autoshard.planners.shared import SharedWork
+    from autoshard.planners.units import model_costs
+    from autoshard.rl.rollout import PolicyChooser
+
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(5))
+    topology = Topology(4, memory_for(workload, 4, 1.3))
+    units = prepare_units(workload, topology, model_costs(model, workload.batch_size), False)
+    observed_states = []  # per call of the policy, the placements it scores
+    scores = DevicePolicy.scores
+    monkeypatch.setattr(DevicePolicy, "scores", lambda self, observed: observed_states.append(len(observed.starts) - 1)
+                        or scores(self, observed))
+
+    def rollouts(alike: bool) -> list:
+        if not alike:
+            monkeypatch.setattr(PlacementState, "history_key", property(lambda self: None))
+        observed_states.clear()
+        steps = SharedWork(workload, topology).steps(workload, topology, units)
+        shared = model.accumulator(4 * topology.num_devices, workload.batch_size)
+        states = [PlacementState(units, topology, AccumulatorView(shared, k * 4, 4), steps=steps) for k in range(4)]
+        chooser = PolicyChooser(policy, np.random.default_rng(7), temperature=0.05)
+        placed = place_together(states, chooser.choose_many, shared)
+        return [assignment(s.devices) for s in placed], sum(observed_states)
+
+    together, states_scored = rollouts(alike=True)
+    one_by_one, every_state_scored = rollouts(alike=False)
+    assert together == one_by_one and every_state_scored == 4 * len(units)
+    assert len(units) <= states_scored < every_state_scored  # at a low temperature they mostly stay alike
+
+
 def test_rl_refine_never_searches_twice_from_one_placement(model, monkeypatch):
     """Local search is deterministic, so rl+refine runs it once per distinct start: never again
     from greedy's placement (which cost_greedy's search started from; the cloned policy's argmax

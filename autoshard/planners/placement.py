@@ -122,6 +122,12 @@ class PlacementState:
         return self.position >= len(self.units)
 
     @property
+    def history_key(self) -> tuple[int, int] | None:
+        """Equal for placements that made the same choices from the same start in one
+        ``StepCosts`` (so their states are alike); ``None`` outside one."""
+        return None if self.steps is None else (id(self.steps), self.history)
+
+    @property
     def current(self) -> Unit:
         return self.units[self.position]
 
@@ -405,7 +411,7 @@ def place_together(states: Sequence[PlacementState], choose: BatchChooser, share
         if deadline is not None and deadline.expired:
             return [None] * len(states)
         unit = states[live[0]].current
-        allowed = {k: np.flatnonzero(states[k].mask()) for k in live}
+        allowed = _allowed_devices(states, live)
         live = [k for k in live if len(allowed[k])]
         rows = {k: candidates(states[k], allowed[k], limit) for k in live}
         if not live:
@@ -421,6 +427,23 @@ def place_together(states: Sequence[PlacementState], choose: BatchChooser, share
         for k, device in zip(live, choose([states[k] for k in live], [allowed[k] for k in live])):
             states[k].apply(device)
     return [states[k] if k in live else None for k in range(len(states))]
+
+
+def _allowed_devices(states: Sequence[PlacementState], live: list[int]) -> dict[int, np.ndarray]:
+    """Each live placement's allowed devices; placements alike so far (one ``history_key``, the
+    same mask rules) compute them once."""
+    alike: dict[tuple, np.ndarray] = {}
+    allowed = {}
+    for k in live:
+        state = states[k]
+        key = None if state.history_key is None else (state.history_key, state.lookahead, state.max_units_per_device)
+        if key is None or key not in alike:
+            allowed[k] = np.flatnonzero(state.mask())
+            if key is not None:
+                alike[key] = allowed[k]
+        else:
+            allowed[k] = alike[key]
+    return allowed
 
 
 def cheapest_after(state: PlacementState, allowed: np.ndarray) -> int:

@@ -29,17 +29,24 @@ class PolicyChooser:
         return self.choose_many([state], [allowed])[0]
 
     def choose_many(self, states: Sequence[PlacementState], allowed: Sequence[np.ndarray]) -> list[int]:
-        rows = [candidates(s, a, self.candidates) for s, a in zip(states, allowed)]
-        if_added = [s.costs_if_added(r) for s, r in zip(states, rows)]
-        observed = observe_many(states, rows, if_added, [None] * len(rows))
+        # placements that made the same choices so far (sampled rollouts mostly follow the argmax)
+        # are observed and scored once; each still draws its own device, in order
+        first: dict[object, int] = {}  # a state's key -> the first state with it
+        like = [0] if len(states) == 1 else [
+            first.setdefault(k if s.history_key is None else (s.history_key, a.tobytes()), k)
+            for k, (s, a) in enumerate(zip(states, allowed))]
+        scored = list(first.values()) or [0]
+        rows = {k: candidates(states[k], allowed[k], self.candidates) for k in scored}
+        if_added = [states[k].costs_if_added(rows[k]) for k in scored]
+        observed = observe_many([states[k] for k in scored], [rows[k] for k in scored], if_added, [None] * len(scored))
         scores = self.policy.scores(observed)
+        mine = {k: scores[a:b] for k, (a, b) in zip(scored, itertools.pairwise(observed.starts))}
         chosen = []
-        for k, (a, b) in enumerate(itertools.pairwise(observed.starts)):
-            mine = scores[a:b]
+        for k in like:
             if self.rng is None:
-                chosen.append(int(rows[k][np.argmax(mine)]))
+                chosen.append(int(rows[k][np.argmax(mine[k])]))
                 continue
-            logits = mine / self.temperature
+            logits = mine[k] / self.temperature
             p = np.exp(logits - logits.max())
-            chosen.append(int(rows[k][self.rng.choice(len(mine), p=p / p.sum())]))
+            chosen.append(int(rows[k][self.rng.choice(len(mine[k]), p=p / p.sum())]))
         return chosen
