@@ -373,7 +373,7 @@ def test_sampled_placements_alike_so_far_are_scored_once_and_draw_as_before(mode
     """Placements stepped side by side that made the same choices so far (one ``StepCosts``
     history) are observed and scored by the policy once per step, not once each, and each still
     draws its own device from the same softmax in order: the rollouts are those of placements
-    scored one by one (``history_key`` hidden)."""
+    scored one by one (``alike_key`` hidden)."""
     from autoshard.costing import AccumulatorView
     from autoshard.planners.placement import PlacementState, assignment, place_together, prepare_units
     from autoshard.planners.shared import SharedWork
@@ -391,7 +391,7 @@ def test_sampled_placements_alike_so_far_are_scored_once_and_draw_as_before(mode
 
     def rollouts(alike: bool) -> list:
         if not alike:
-            monkeypatch.setattr(PlacementState, "history_key", property(lambda self: None))
+            monkeypatch.setattr(PlacementState, "alike_key", property(lambda self: None))
         observed_states.clear()
         steps = SharedWork(workload, topology).steps(workload, topology, units)
         shared = model.accumulator(4 * topology.num_devices, workload.batch_size)

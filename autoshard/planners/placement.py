@@ -122,10 +122,11 @@ class PlacementState:
         return self.position >= len(self.units)
 
     @property
-    def history_key(self) -> tuple[int, int] | None:
-        """Equal for placements that made the same choices from the same start in one
-        ``StepCosts`` (so their states are alike); ``None`` outside one."""
-        return None if self.steps is None else (id(self.steps), self.history)
+    def alike_key(self) -> tuple | None:
+        """Equal for placements alike so far: the same choices from the same start in one
+        ``StepCosts``, under the same mask rules (so their states and masks are the same);
+        ``None`` outside one."""
+        return None if self.steps is None else (id(self.steps), self.history, self.lookahead, self.max_units_per_device)
 
     @property
     def current(self) -> Unit:
@@ -430,15 +431,13 @@ def place_together(states: Sequence[PlacementState], choose: BatchChooser, share
 
 
 def _allowed_devices(states: Sequence[PlacementState], live: list[int]) -> dict[int, np.ndarray]:
-    """Each live placement's allowed devices; placements alike so far (one ``history_key``, the
-    same mask rules) compute them once."""
+    """Each live placement's allowed devices, computed once for placements alike so far."""
     alike: dict[tuple, np.ndarray] = {}
     allowed = {}
     for k in live:
-        state = states[k]
-        key = None if state.history_key is None else (state.history_key, state.lookahead, state.max_units_per_device)
+        key = states[k].alike_key
         if key is None or key not in alike:
-            allowed[k] = np.flatnonzero(state.mask())
+            allowed[k] = np.flatnonzero(states[k].mask())
             if key is not None:
                 alike[key] = allowed[k]
         else:

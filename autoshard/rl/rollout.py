@@ -29,13 +29,10 @@ class PolicyChooser:
         return self.choose_many([state], [allowed])[0]
 
     def choose_many(self, states: Sequence[PlacementState], allowed: Sequence[np.ndarray]) -> list[int]:
-        # placements that made the same choices so far (sampled rollouts mostly follow the argmax)
-        # are observed and scored once; each still draws its own device, in order
-        first: dict[object, int] = {}  # a state's key -> the first state with it
-        like = [0] if len(states) == 1 else [
-            first.setdefault(k if s.history_key is None else (s.history_key, a.tobytes()), k)
-            for k, (s, a) in enumerate(zip(states, allowed))]
-        scored = list(first.values()) or [0]
+        # placements alike so far (sampled rollouts mostly follow the argmax) are observed and
+        # scored once; each still draws its own device, in order
+        like = _first_alike(states)
+        scored = list(dict.fromkeys(like))
         rows = {k: candidates(states[k], allowed[k], self.candidates) for k in scored}
         if_added = [states[k].costs_if_added(rows[k]) for k in scored]
         observed = observe_many([states[k] for k in scored], [rows[k] for k in scored], if_added, [None] * len(scored))
@@ -50,3 +47,11 @@ class PolicyChooser:
             p = np.exp(logits - logits.max())
             chosen.append(int(rows[k][self.rng.choice(len(mine[k]), p=p / p.sum())]))
         return chosen
+
+
+def _first_alike(states: Sequence[PlacementState]) -> list[int]:
+    """For each placement, the index of the first one alike it (``PlacementState.alike_key``)."""
+    if len(states) == 1:
+        return [0]
+    first: dict[object, int] = {}
+    return [first.setdefault(k if (key := s.alike_key) is None else key, k) for k, s in enumerate(states)]
