@@ -51,7 +51,5 @@ class PolicyChooser:
 
 def _first_alike(states: Sequence[PlacementState]) -> list[int]:
     """For each placement, the index of the first one alike it (``PlacementState.alike_key``)."""
-    if len(states) == 1:
-        return [0]
     first: dict[object, int] = {}
     return [first.setdefault(k if (key := s.alike_key) is None else key, k) for k, s in enumerate(states)]
