@@ -4,9 +4,11 @@ For each round, every plan's devices are measured in turn (plan A's devices, the
 Rounds go in pairs, the second of a pair in the first's order backwards, each pair rotated by
 one, so that a drift within a round (later plans measuring slower, as happened: 1-3% on
 identical plans a few places apart) falls on every plan alike rather than on the later ones; an
-even number of rounds balances it exactly. Plans that place the same tables on the same devices
-(two planners agreeing, e.g. rl+refine keeping cost_greedy's plan) are one plan: measured once
-per round, they read the same, as they are the same plan. Each device is timed for at least
+even number of rounds balances it exactly. A device set (the same shards) that several plans
+hold is one piece of work: it is measured once per round and every plan holding it reads that
+measurement, so two plans compare by the devices they differ in, not by two draws of the noise
+of the one they share (plans bound by the same table alone on a device, or two planners agreeing
+on a whole plan, e.g. rl+refine keeping cost_greedy's, read the same). Each device is timed for at least
 ``MIN_DEVICE_MS`` (more repeats for short steps). A plan's measured cost in a round is the max
 over its devices. Reported per plan: per-device medians over rounds, the median measured
 max with its spread, and the ratio of each plan's max to the reference plan's, per round, with a
@@ -23,7 +25,7 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
-from autoshard.types import ShardingPlan
+from autoshard.types import DevicePlan, ShardingPlan
 from cost_model.bench import BenchConfig, measure
 
 
@@ -55,19 +57,16 @@ def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchC
                   rounds: int = 5, reference: int = 0, min_device_ms: float = MIN_DEVICE_MS) -> list[MeasuredPlan]:
     """Interleaved measurement of plans of one task; ratios are to ``plans[reference]``."""
     bench = BenchConfig(**{**{f: getattr(config, f) for f in config.__slots__}, "batch_size": batch_size})
-    first = {}  # a plan's layout -> the first plan with it: the one measured
-    same = [first.setdefault(_layout(plan), p) for p, plan in enumerate(plans)]
-    distinct = sorted(set(same))
     per_round = [[[0.0] * len(p.devices) for p in plans] for _ in range(rounds)]
     for r in range(rounds):
-        for p in measuring_order(len(distinct), r):
-            plan = distinct[p]
-            for d, device in enumerate(plans[plan].devices):
-                tables = [s.as_table for s in device.shards]
-                per_round[r][plan][d] = (measure(tables, bench, r * 7919 + d, min_device_ms).total.median
-                                         if tables else 0.0)
-        for p, q in enumerate(same):
-            per_round[r][p] = per_round[r][q]
+        this_round: dict[tuple, float] = {}  # a device set -> its measurement in this round
+        for p in measuring_order(len(plans), r):
+            for d, device in enumerate(plans[p].devices):
+                key = device_set(device)
+                if key not in this_round:
+                    tables = [s.as_table for s in device.shards]
+                    this_round[key] = measure(tables, bench, r * 7919 + d, min_device_ms).total.median if tables else 0.0
+                per_round[r][p][d] = this_round[key]
     out = []
     for p, plan in enumerate(plans):
         maxima = [max(per_round[r][p]) for r in range(rounds)]
@@ -89,6 +88,6 @@ def measuring_order(count: int, round_: int) -> list[int]:
     return order[::-1] if round_ % 2 else order
 
 
-def _layout(plan: ShardingPlan) -> tuple:
-    """What a plan places where: each device's shards, as a comparable key."""
-    return tuple(tuple(sorted((s.table.name, s.column_offset, s.width) for s in d.shards)) for d in plan.devices)
+def device_set(device: DevicePlan) -> tuple:
+    """What a device runs, as a comparable key: its shards (table, first column, columns)."""
+    return tuple(sorted((s.table.name, s.column_offset, s.width) for s in device.shards))

@@ -129,6 +129,29 @@ def test_identical_plans_are_measured_once_and_read_the_same():
     assert measured[1].planner == "lookup_greedy"
 
 
+def test_a_device_set_two_plans_share_is_measured_once_a_round_and_read_by_both(monkeypatch):
+    import cost_model.measure_plan as measure_plan
+    from autoshard.types import DevicePlan, ShardingPlan, TableShard
+
+    def plan(name, *devices):
+        return ShardingPlan(name, tuple(DevicePlan(tuple(TableShard(TINY.tables[i]) for i in d), 0.0) for d in devices))
+
+    a = plan("a", (0,), (1, 2, 3))
+    b = plan("b", (1, 2, 3), (0,))  # a's sets on the other devices
+    c = plan("c", (0,), (1, 2), (3,))  # shares {t0} with a and b only
+    measured_sets, real_measure = [], measure_plan.measure
+
+    def counting(tables, *args):
+        measured_sets.append(tuple(t.name for t in tables))
+        return real_measure(tables, *args)
+
+    monkeypatch.setattr(measure_plan, "measure", counting)
+    measured = measure_plans([a, b, c], 64, CONFIG, rounds=2, reference=0)
+    assert sorted(measured_sets) == sorted([("t0",), ("t1", "t2", "t3"), ("t1", "t2"), ("t3",)] * 2)  # 4 sets x 2 rounds
+    assert measured[1].device_ms == measured[0].device_ms[::-1] and measured[1].ratio_to_reference == pytest.approx(1.0)
+    assert measured[2].device_ms[0] == measured[0].device_ms[0]
+
+
 def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_path, monkeypatch):
     from autoshard.workload_file import save_workload
 

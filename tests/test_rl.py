@@ -337,7 +337,8 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
     workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 120, np.random.default_rng(3))
     topology = Topology(4, memory_for(workload, 4, 1.3))
-    context = PlannerContext(model, policy, seed=2)
+    # seed 0: a draw whose samples part from greedy's choices (a sharp policy's often do not)
+    context = PlannerContext(model, policy, seed=0)
     communication = CommunicationModel.load(SHIPPED / "communication.json")
     priced = replace(context, cost_model=WithCommunication(model, communication, topology.num_devices))
     asked = []
