@@ -475,15 +475,15 @@ def test_cloning_greedy_makes_the_actor_place_as_greedy_does(model):
     tasks exactly as greedy does; before, it does not."""
     from sb3_contrib import MaskablePPO
 
-    from autoshard.rl.imitation import clone, greedy_demonstrations
+    from autoshard.rl.imitation import clone, demonstrations
     from autoshard.rl.train import eval_tasks, greedy_maxima, ratio_to_greedy
 
     torch.set_num_threads(1)
     config = EnvConfig(slots=4)
     env = ShardingEnv(model, SMALL, config)
     agent = MaskablePPO(DeviceScoringPolicy, env, seed=0, policy_kwargs={"hidden": 32}, device="cpu")
-    demonstrations = greedy_demonstrations(env, 30, seed=0)
-    assert len(demonstrations) == len(demonstrations.returns) > 100
+    greedy_steps = demonstrations(env, 30, seed=0)
+    assert len(greedy_steps) == len(greedy_steps.returns) > 100
     tasks = eval_tasks(TaskDistribution(split="test", num_tables=(6, 12), num_devices=(2, 3, 4)), 8, seed=1)
     greedy = greedy_maxima(tasks, model, None, config)
 
@@ -492,5 +492,5 @@ def test_cloning_greedy_makes_the_actor_place_as_greedy_does(model):
         return ratio_to_greedy(actor, tasks, greedy, model, None, config)
 
     before = ratio()
-    assert clone(agent.policy, demonstrations, epochs=20) > 0.95
+    assert clone(agent.policy, greedy_steps, epochs=20) > 0.95
     assert before > 1.001 and ratio() == pytest.approx(1.0, abs=1e-3)

@@ -4,11 +4,14 @@ PPO from a random policy learns greedy's rule within ~25,000 steps and then drif
 it as it keeps exploring (docs/rl.md). Cloning greedy first (cross-entropy on greedy's device,
 under the env's mask) starts PPO at greedy's placements, with a critic fitted to the returns
 those placements get, so its updates start from good advantages rather than a random critic.
+Another expert's episodes clone the same way (``demonstrations(..., expert=...)``; the rollout
+policy of ``benchmarks/rollout_distillation.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -31,17 +34,26 @@ class Demonstrations:
         return len(self.actions)
 
 
-def greedy_demonstrations(env: ShardingEnv, episodes: int, seed: int) -> Demonstrations:
-    """``episodes`` of greedy placement (``cheapest_after``) in ``env``, from tasks it draws with
-    ``seed``; an episode that ends in a dead end keeps its steps (their returns include it)."""
+Expert = Callable[[ShardingEnv, np.ndarray], int]
+"""(the env mid-episode, indices of the devices its mask allows) -> the device to demonstrate."""
+
+
+def greedy_expert(env: ShardingEnv, allowed: np.ndarray) -> int:
+    assert env.state is not None
+    return cheapest_after(env.state, allowed)
+
+
+def demonstrations(env: ShardingEnv, episodes: int, seed: int, expert: Expert = greedy_expert) -> Demonstrations:
+    """``episodes`` of ``expert``'s placement (default greedy's, ``cheapest_after``) in ``env``,
+    from tasks it draws with ``seed``; an episode that ends in a dead end keeps its steps (their
+    returns include it)."""
     observations, masks, actions, returns = [], [], [], []
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)
         rewards, done = [], False
         while not done:
             mask = env.action_masks()
-            assert env.state is not None
-            action = cheapest_after(env.state, np.flatnonzero(mask))
+            action = expert(env, np.flatnonzero(mask))
             observations.append(obs)
             masks.append(mask)
             actions.append(action)

@@ -22,7 +22,7 @@ from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
 from autoshard.planners.placement import cheapest_after, place
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, refined_max, start
-from autoshard.rl.imitation import clone, greedy_demonstrations
+from autoshard.rl.imitation import clone, demonstrations
 from autoshard.rl.policy import POLICY_FILE, DevicePolicy, DeviceScoringPolicy, PolicyInfo
 from autoshard.rl.rollout import PolicyChooser
 from autoshard.rl.tasks import TaskDistribution
@@ -176,11 +176,11 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
             self.logger.record("eval/ratio_to_greedy", evaluate(self.num_timesteps))
 
     if not resumed and config.imitation_episodes:
-        demonstrations = greedy_demonstrations(ShardingEnv(cost_model, config.tasks, config.env, communication),
-                                               config.imitation_episodes, config.seed + 2)
-        agreement = clone(model.policy, demonstrations, config.imitation_epochs, seed=config.seed)
+        greedy_steps = demonstrations(ShardingEnv(cost_model, config.tasks, config.env, communication),
+                                      config.imitation_episodes, config.seed + 2)
+        agreement = clone(model.policy, greedy_steps, config.imitation_epochs, seed=config.seed)
         ratio = evaluate(0)
-        log(f"cloned greedy placement ({len(demonstrations):,} steps of {config.imitation_episodes} episodes): "
+        log(f"cloned greedy placement ({len(greedy_steps):,} steps of {config.imitation_episodes} episodes): "
             f"the actor picks greedy's device on {agreement:.1%} of them; {ratio:.4f}x greedy on held-out tasks")
 
     keep_best = KeepBest()
