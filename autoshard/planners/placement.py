@@ -430,18 +430,18 @@ def place_together(states: Sequence[PlacementState], choose: BatchChooser, share
     return [states[k] if k in live else None for k in range(len(states))]
 
 
+def first_alike(states: Sequence[PlacementState], indices: Sequence[int]) -> list[int]:
+    """For each of ``indices``, the first of them whose placement is alike it so far
+    (``PlacementState.alike_key``; itself when there is none)."""
+    first: dict[object, int] = {}
+    return [first.setdefault(k if (key := states[k].alike_key) is None else key, k) for k in indices]
+
+
 def _allowed_devices(states: Sequence[PlacementState], live: list[int]) -> dict[int, np.ndarray]:
     """Each live placement's allowed devices, computed once for placements alike so far."""
-    alike: dict[tuple, np.ndarray] = {}
-    allowed = {}
-    for k in live:
-        key = states[k].alike_key
-        if key is None or key not in alike:
-            allowed[k] = np.flatnonzero(states[k].mask())
-            if key is not None:
-                alike[key] = allowed[k]
-        else:
-            allowed[k] = alike[key]
+    allowed: dict[int, np.ndarray] = {}
+    for k, like in zip(live, first_alike(states, live)):
+        allowed[k] = allowed[like] if like in allowed else np.flatnonzero(states[k].mask())
     return allowed
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from autoshard.planners.placement import CANDIDATES, PlacementState, candidates
+from autoshard.planners.placement import CANDIDATES, PlacementState, candidates, first_alike
 from autoshard.rl.observation import observe_many
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ class PolicyChooser:
     def choose_many(self, states: Sequence[PlacementState], allowed: Sequence[np.ndarray]) -> list[int]:
         # placements alike so far (sampled rollouts mostly follow the argmax) are observed and
         # scored once; each still draws its own device, in order
-        like = _first_alike(states)
+        like = first_alike(states, range(len(states)))
         scored = list(dict.fromkeys(like))
         rows = {k: candidates(states[k], allowed[k], self.candidates) for k in scored}
         if_added = [states[k].costs_if_added(rows[k]) for k in scored]
@@ -47,9 +47,3 @@ class PolicyChooser:
             p = np.exp(logits - logits.max())
             chosen.append(int(rows[k][self.rng.choice(len(mine[k]), p=p / p.sum())]))
         return chosen
-
-
-def _first_alike(states: Sequence[PlacementState]) -> list[int]:
-    """For each placement, the index of the first one alike it (``PlacementState.alike_key``)."""
-    first: dict[object, int] = {}
-    return [first.setdefault(k if (key := s.alike_key) is None else key, k) for k, s in enumerate(states)]
