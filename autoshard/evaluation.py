@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
@@ -21,6 +22,7 @@ from autoshard.planners.compare import Comparison, compare_planners
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.registry import planner_spec
 from autoshard.presets import load_workload_or_preset
+from autoshard.stats import ratio_ci95, verdict
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task
 from autoshard.types import GIB, ShardingPlan, Topology, Workload
 
@@ -39,6 +41,7 @@ class Measured(Protocol):
     max_iqr_ms: float
     ratio_to_reference: float
     ratio_ci95: tuple[float, float]
+    round_max_ms: tuple[float, ...]
 
 
 PlanMeasurer = Callable[[Sequence[ShardingPlan], int, int], Sequence[Measured]]  # plans, batch, reference
@@ -147,6 +150,48 @@ def task_rows(result: TaskResult) -> list[dict[str, Any]]:
     return rows
 
 
+@dataclass(frozen=True, slots=True)
+class AgainstHeuristic:
+    """A planner's measured max over the best heuristic's, paired by round: the geometric mean
+    with its 95% interval, and the verdict it allows (``faster``, ``tie``, ``slower``). The best
+    heuristic is the one with the lowest measured max, chosen after measuring (which flatters
+    the heuristics)."""
+
+    planner: str
+    heuristic: str
+    ratio: float
+    ci95: tuple[float, float]
+    verdict: str
+
+
+def against_best_heuristic(result: TaskResult) -> list[AgainstHeuristic]:
+    """Every planner that is not a heuristic against the best heuristic of a measured task
+    (empty when the task was not measured or no heuristic ran)."""
+    kind = {m.planner: planner_spec(m.planner).kind for m in result.measured}
+    heuristics = [m for m in result.measured if kind[m.planner] is PlannerKind.HEURISTIC]
+    if not heuristics:
+        return []
+    best = min(heuristics, key=lambda m: m.max_ms)
+    out = []
+    for m in result.measured:
+        if kind[m.planner] is not PlannerKind.HEURISTIC:
+            ratio, low, high = ratio_ci95(m.round_max_ms, best.round_max_ms)
+            out.append(AgainstHeuristic(m.planner, best.planner, ratio, (low, high), verdict(low, high)))
+    return out
+
+
+def suite_summary(per_task: Sequence[Sequence[AgainstHeuristic]]) -> dict[str, dict[str, Any]]:
+    """Per planner over the measured tasks: the geometric mean of its ratio to each task's best
+    heuristic, and on how many tasks its interval says faster, tie or slower."""
+    rows: dict[str, list[AgainstHeuristic]] = {}
+    for task in per_task:
+        for row in task:
+            rows.setdefault(row.planner, []).append(row)
+    return {planner: {"geomean_vs_best_heuristic": round(math.exp(sum(math.log(r.ratio) for r in got) / len(got)), 4),
+                      "tasks": len(got), **{v: sum(r.verdict == v for r in got) for v in ("faster", "tie", "slower")}}
+            for planner, got in rows.items()}
+
+
 def write_task_outputs(result: TaskResult, out: Path) -> dict[str, str]:
     """``<task>.md``, ``<task>.csv`` and, when measured, ``<task>.png``; returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
@@ -165,6 +210,11 @@ def write_task_outputs(result: TaskResult, out: Path) -> dict[str, str]:
                   + (f" | {r['distributed_iteration_ms']:.2f} (IQR {r['distributed_iqr_ms']:.2f})"
                      if r["distributed_iteration_ms"] is not None else " | -")
                   + f" | {r['plan_time_s']:.3g}" + (f" (+{r['reused_s']:.3g} shared)" if r["reused_s"] else "") + " |")
+    against = against_best_heuristic(result)
+    if against:
+        md.append(f"\nagainst the best heuristic measured ({against[0].heuristic}), per round [95% CI]: "
+                  + "; ".join(f"{a.planner} {a.ratio:.3f} [{a.ci95[0]:.3f}, {a.ci95[1]:.3f}] {a.verdict}"
+                              for a in against))
     for planner, reason in result.comparison.skipped:
         md.append(f"\nskipped {planner}: {reason.splitlines()[0]}")
     paths = {"markdown": str(out / f"{name}.md"), "csv": str(out / f"{name}.csv")}

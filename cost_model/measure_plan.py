@@ -17,14 +17,13 @@ max with its spread, and the ratio of each plan's max to the reference plan's, p
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
 
+from autoshard.stats import ratio_ci95
 from autoshard.types import DevicePlan, ShardingPlan
 from cost_model.bench import BenchConfig, measure
 
@@ -37,14 +36,7 @@ class MeasuredPlan:
     max_iqr_ms: float
     ratio_to_reference: float  # geometric mean over rounds of max / reference max
     ratio_ci95: tuple[float, float]
-
-
-def _ci(log_ratios: list[float]) -> tuple[float, float, float]:
-    mean = statistics.fmean(log_ratios)
-    if len(log_ratios) < 2:
-        return math.exp(mean), math.nan, math.nan
-    half = stats.t.ppf(0.975, len(log_ratios) - 1) * statistics.stdev(log_ratios) / math.sqrt(len(log_ratios))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    round_max_ms: tuple[float, ...] = ()  # the max in each round (pairs with another plan's by round)
 
 
 MIN_DEVICE_MS = 50.0
@@ -71,12 +63,12 @@ def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchC
     for p, plan in enumerate(plans):
         maxima = [max(per_round[r][p]) for r in range(rounds)]
         ref = [max(per_round[r][reference]) for r in range(rounds)]
-        ratio, low, high = _ci([math.log(m / b) for m, b in zip(maxima, ref)])
+        ratio, low, high = ratio_ci95(maxima, ref)
         q = np.percentile(maxima, [25, 75])
         out.append(MeasuredPlan(plan.planner,
                                 tuple(statistics.median(per_round[r][p][d] for r in range(rounds))
                                       for d in range(len(plan.devices))),
-                                statistics.median(maxima), float(q[1] - q[0]), ratio, (low, high)))
+                                statistics.median(maxima), float(q[1] - q[0]), ratio, (low, high), tuple(maxima)))
     return out
 
 

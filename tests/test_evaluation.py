@@ -8,11 +8,12 @@ from typer.testing import CliRunner
 
 from autoshard.cli import app
 from autoshard.errors import InputError
-from autoshard.evaluation import Task, evaluate_task, load_suite, memory_for, task_rows, write_task_outputs
+from autoshard.evaluation import (Task, TaskResult, against_best_heuristic, evaluate_task, load_suite, memory_for,
+                                  suite_summary, task_rows, write_task_outputs)
 from autoshard.planners import PlannerContext, make_planner
 from autoshard.types import Table, Topology, Workload
 from cost_model.bench import BenchConfig
-from cost_model.measure_plan import measure_plans
+from cost_model.measure_plan import MeasuredPlan, measure_plans
 from cost_model.profile import ExecutionMode
 from tests.cost_models import AnalyticalTestCostModel
 
@@ -160,14 +161,45 @@ def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_
     suite = tmp_path / "s.json"
     suite.write_text(json.dumps({"name": "s", "tasks": [{"name": "tiny", "workload": str(tmp_path / "tiny.json"),
                                                          "num_devices": 2, "device_memory_gb": 1}]}))
-    result = CliRunner().invoke(app, ["evaluate", str(suite), "--planners", "round_robin", "--measure",
+    result = CliRunner().invoke(app, ["evaluate", str(suite), "--planners", "round_robin,cost_greedy", "--measure",
                                       "--rounds", "2", "--drift-samples", "1", "--no-communication",
                                       "--out", str(tmp_path / "out"), "--json"])
     assert result.exit_code == 0, result.output
-    drift = json.loads((tmp_path / "out" / "s" / "report.json").read_text())["machine_drift"]
+    report = json.loads((tmp_path / "out" / "s" / "report.json").read_text())
+    (against,) = report["tasks"][0]["against_best_heuristic"]  # cost_greedy against round_robin, the one heuristic
+    assert against["planner"] == "cost_greedy" and against["heuristic"] == "round_robin"
+    assert against["ci95"][0] <= against["ratio"] <= against["ci95"][1]
+    assert report["against_best_heuristic"]["cost_greedy"]["tasks"] == 1
+    drift = report["machine_drift"]
     assert drift["traces"].endswith("cpu-amd-epyc-fbgemm_tbe-t1.jsonl.gz")
     for when in ("before", "after"):
         low, high = drift[when]["ratio_range"]
         assert 0 < low <= drift[when]["median_ratio"] <= high
         assert drift[when]["holds"] == (0.8 <= drift[when]["median_ratio"] <= 1.25)
     assert "machine before measuring" in result.output
+
+
+def _measured(planner: str, rounds: tuple[float, ...]) -> MeasuredPlan:
+    return MeasuredPlan(planner, (max(rounds),), sorted(rounds)[len(rounds) // 2], 0.0, 1.0, (1.0, 1.0), rounds)
+
+
+def test_against_the_best_heuristic_pairs_rounds_and_says_faster_tie_or_slower():
+    """Hand-computed: the best heuristic is the lowest measured max (lookup_greedy, 10.0 ms);
+    cost_greedy is 0.9x it in every round (an interval of width 0: faster); rl is 1.1x in two
+    rounds and 0.9x in two (geometric mean 0.995, interval about 1: a tie); torchrec 1.2x, 1.3x
+    (slower); the heuristics themselves are not compared."""
+    heuristic = (10.0, 11.0, 9.0, 10.0)
+    measured = (_measured("round_robin", (12.0, 13.0, 11.0, 12.0)), _measured("lookup_greedy", heuristic),
+                _measured("cost_greedy", tuple(0.9 * h for h in heuristic)),
+                _measured("rl", tuple(f * h for f, h in zip((1.1, 0.9, 1.1, 0.9), heuristic))),
+                _measured("torchrec", tuple(f * h for f, h in zip((1.2, 1.3, 1.2, 1.3), heuristic))))
+    result = TaskResult(Task("t", TINY, Topology(2, 1.0)), None, measured, "cost_greedy")  # type: ignore[arg-type]
+    rows = {a.planner: a for a in against_best_heuristic(result)}
+    assert set(rows) == {"cost_greedy", "rl", "torchrec"} and {a.heuristic for a in rows.values()} == {"lookup_greedy"}
+    assert rows["cost_greedy"].ratio == pytest.approx(0.9) and rows["cost_greedy"].verdict == "faster"
+    assert rows["rl"].ratio == pytest.approx(math.sqrt(1.1 * 0.9)) and rows["rl"].verdict == "tie"
+    assert rows["rl"].ci95[0] < 1 < rows["rl"].ci95[1]
+    assert rows["torchrec"].ratio == pytest.approx(math.sqrt(1.2 * 1.3)) and rows["torchrec"].verdict == "slower"
+    summary = suite_summary([list(rows.values()), [rows["cost_greedy"]]])
+    assert summary["cost_greedy"] == {"geomean_vs_best_heuristic": 0.9, "tasks": 2, "faster": 2, "tie": 0, "slower": 0}
+    assert summary["rl"]["tie"] == 1 and summary["torchrec"]["slower"] == 1

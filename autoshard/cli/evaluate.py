@@ -35,7 +35,8 @@ def evaluate_cmd(
     """Plan every task of a suite with every planner; with --measure, run the plans for real."""
     if measure:
         ensure_malloc_settings()
-    from autoshard.evaluation import evaluate_task, load_suite, task_rows, write_task_outputs
+    from autoshard.evaluation import (against_best_heuristic, evaluate_task, load_suite, suite_summary, task_rows,
+                                      write_task_outputs)
 
     from autoshard.planners import PlannerContext
 
@@ -64,6 +65,7 @@ def evaluate_cmd(
     names = None if planners == "all" else [p.strip() for p in planners.split(",") if p.strip()]
     report = {"suite": name, "cost_unit": "ms" if cost_model else "proxy", "tasks": [],
               **({"row_cap_mb": row_cap_mb} if measure else {})}
+    against = []  # per task: every planner but the heuristics against the best heuristic, measured
     drift_traces = _anchor_traces(profile) if measure and drift_samples and profile else None
     if drift_traces is not None:
         report["machine_drift"] = {"traces": str(drift_traces), "before": _drift(drift_traces, drift_samples, "before")}
@@ -75,22 +77,46 @@ def evaluate_cmd(
             console.print(f"[yellow]warning:[/yellow] {task.name}: {warning}", highlight=False)
         result = evaluate_task(task, names, context, measurer, run_distributed, comm)
         files = write_task_outputs(result, out / name)
+        against.append(against_best_heuristic(result))
         report["tasks"].append({"task": task.name, "tables": len(task.workload.tables),
                                 "num_devices": task.topology.num_devices,
                                 "device_memory_gb": task.topology.device_memory_gb,
                                 "reference": result.reference, "planners": task_rows(result),
                                 "warnings": list(warnings),
                                 "skipped": [{"planner": p, "reason": r} for p, r in result.comparison.skipped],
+                                **({"against_best_heuristic": [_row(a) for a in against[-1]]} if against[-1] else {}),
                                 "files": files})
         if not json_out:
             console.print(Path(files["markdown"]).read_text(), highlight=False, markup=False)
     if drift_traces is not None:
         report["machine_drift"]["after"] = _drift(drift_traces, drift_samples, "after")
+    if any(against):
+        report["against_best_heuristic"] = suite_summary(against)
+        if not json_out:
+            _print_summary(report["against_best_heuristic"])
     (out / name).mkdir(parents=True, exist_ok=True)
     import json
     (out / name / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     if json_out:
         print_json(report)
+
+
+def _row(against) -> dict:
+    return {"planner": against.planner, "heuristic": against.heuristic, "ratio": round(against.ratio, 4),
+            "ci95": [round(v, 4) for v in against.ci95], "verdict": against.verdict}
+
+
+def _print_summary(summary: dict) -> None:
+    """Each planner against each task's best heuristic, measured, over the suite."""
+    from rich.table import Table as RichTable
+
+    table = RichTable(title="measured, against each task's best heuristic (paired by round, 95% CI)")
+    for col in ("planner", "geomean", "faster", "tie", "slower", "tasks"):
+        table.add_column(col)
+    for planner, row in summary.items():
+        table.add_row(planner, f"{row['geomean_vs_best_heuristic']:.3f}",
+                      *(str(row[k]) for k in ("faster", "tie", "slower", "tasks")))
+    console.print(table)
 
 
 def _anchor_traces(profile) -> Path | None:

@@ -1,0 +1,29 @@
+"""Paired ratios of measurements: the geometric mean of per-round ratios, with a 95% interval."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Sequence
+
+from scipy import stats
+
+
+def ratio_ci95(numerators: Sequence[float], denominators: Sequence[float]) -> tuple[float, float, float]:
+    """(geometric mean, low, high) of ``numerators[r] / denominators[r]`` over rounds ``r``: a
+    t-interval on the log ratios (``nan`` bounds with one round). Pairing by round cancels what a
+    round shares (the machine's speed while it ran)."""
+    logs = [math.log(a / b) for a, b in zip(numerators, denominators, strict=True)]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(mean), math.nan, math.nan
+    half = stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def verdict(low: float, high: float) -> str:
+    """``faster`` when the whole interval of a ratio lies below 1, ``slower`` above, else ``tie``."""
+    return "faster" if high < 1 else "slower" if low > 1 else "tie"
+
+
+__all__ = ["ratio_ci95", "verdict"]
