@@ -59,17 +59,17 @@ class Table:
     def __post_init__(self) -> None:
         _require(isinstance(self.name, str) and bool(self.name.strip()), "name",
                  "must be a non-empty string", "give every table a unique name")
-        _require(_is_int(self.num_embeddings) and self.num_embeddings >= 1, "num_embeddings",
+        _require(is_int(self.num_embeddings) and self.num_embeddings >= 1, "num_embeddings",
                  f"must be an integer >= 1, got {self.num_embeddings!r}", "set the table's row count")
-        _require(_is_int(self.embedding_dim) and self.embedding_dim >= 1, "embedding_dim",
+        _require(is_int(self.embedding_dim) and self.embedding_dim >= 1, "embedding_dim",
                  f"must be an integer >= 1, got {self.embedding_dim!r}", "set the embedding dimension")
-        _require(_is_number(self.pooling_factor) and self.pooling_factor > 0, "pooling_factor",
+        _require(is_number(self.pooling_factor) and self.pooling_factor > 0, "pooling_factor",
                  f"must be a number > 0, got {self.pooling_factor!r}",
                  "use the mean number of lookups per sample (1 for one-hot features)")
-        _require(_is_number(self.zipf_alpha) and 0 <= self.zipf_alpha <= MAX_ZIPF_ALPHA, "zipf_alpha",
+        _require(is_number(self.zipf_alpha) and 0 <= self.zipf_alpha <= MAX_ZIPF_ALPHA, "zipf_alpha",
                  f"must be in [0, {MAX_ZIPF_ALPHA}], got {self.zipf_alpha!r}",
                  "use 0 for uniform access, about 1 for production-like skew")
-        _require(self.bytes_per_element in (1, 2, 4, 8), "bytes_per_element",
+        _require(is_int(self.bytes_per_element) and self.bytes_per_element in (1, 2, 4, 8), "bytes_per_element",
                  f"must be 1, 2, 4 or 8, got {self.bytes_per_element!r}", "use 4 for fp32, 2 for fp16")
         _require(isinstance(self.optimizer, Optimizer), "optimizer",
                  f"must be one of {[o.value for o in Optimizer]}, got {self.optimizer!r}",
@@ -101,7 +101,7 @@ class Workload:
 
     def __post_init__(self) -> None:
         _require(len(self.tables) >= 1, "tables", "must hold at least one table", "add tables")
-        _require(_is_int(self.batch_size) and self.batch_size >= 1, "batch_size",
+        _require(is_int(self.batch_size) and self.batch_size >= 1, "batch_size",
                  f"must be an integer >= 1, got {self.batch_size!r}", "set the per-iteration batch size")
         seen: set[str] = set()
         for i, table in enumerate(self.tables):
@@ -123,9 +123,9 @@ class Topology:
     device_memory_gb: float
 
     def __post_init__(self) -> None:
-        _require(_is_int(self.num_devices) and self.num_devices >= 1, "num_devices",
+        _require(is_int(self.num_devices) and self.num_devices >= 1, "num_devices",
                  f"must be an integer >= 1, got {self.num_devices!r}", "set the number of devices")
-        _require(_is_number(self.device_memory_gb) and self.device_memory_gb > 0, "device_memory_gb",
+        _require(is_number(self.device_memory_gb) and self.device_memory_gb > 0, "device_memory_gb",
                  f"must be a number > 0, got {self.device_memory_gb!r}",
                  "set the memory per device available to embeddings, in GiB")
 
@@ -233,11 +233,11 @@ class Planner(Protocol):
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan: ...
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> bool:
+def is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -80,7 +80,10 @@ def workload_from_dict(data: Any) -> tuple[Workload, Topology | None]:
             raise error.located(f"tables[{i}]" + (f" {name!r}" if name else "")) from None
         except TypeError as error:  # a value of the wrong JSON type deep inside
             raise InputError("table", str(error), where=f"tables[{i}]") from None
-    workload = Workload(tuple(tables), data.get("batch_size", 2048), data.get("name", "workload"))
+    name = data.get("name", "workload")
+    if not isinstance(name, str) or not name:
+        raise InputError("name", f"must be a non-empty string, got {name!r}", "name the workload, e.g. \"ranking\"")
+    workload = Workload(tuple(tables), data.get("batch_size", 2048), name)
     topology = topology_from_dict(data["topology"]) if data.get("topology") is not None else None
     return workload, topology
 
@@ -94,16 +97,26 @@ def workload_to_dict(workload: Workload, topology: Topology | None = None) -> di
     return out
 
 
-def load_workload(path: str | Path) -> tuple[Workload, Topology | None]:
-    """Read a workload file; every error names the file, the table and the field."""
+def read_json_file(path: str | Path, what: str = "path") -> Any:
+    """A JSON file's content; a path that is missing, a folder, not UTF-8 or not JSON is an
+    ``InputError`` naming ``what`` (the option or field that gave the path) and the fix."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputError("path", f"no such file: {path}", "check the path") from None
+        raise InputError(what, f"no such file: {path}", "check the path") from None
+    except IsADirectoryError:
+        raise InputError(what, f"{path} is a folder, not a JSON file", "pass the file inside it") from None
+    except UnicodeDecodeError:
+        raise InputError(what, f"{path} is not a UTF-8 text file", "pass a JSON file") from None
     except json.JSONDecodeError as error:
         raise InputError("json", f"not valid JSON: {error.msg} at line {error.lineno}",
                          "fix the JSON syntax", where=str(path)) from None
+
+
+def load_workload(path: str | Path) -> tuple[Workload, Topology | None]:
+    """Read a workload file; every error names the file, the table and the field."""
+    data = read_json_file(path)
     try:
         return workload_from_dict(data)
     except InputError as error:

@@ -92,18 +92,28 @@ _TORN_GZIP = (EOFError, gzip.BadGzipFile, zlib.error)  # a gzip stream cut short
 
 
 def iter_lines(path: Path) -> Iterator[dict[str, Any]]:
-    """Parsed lines; a last line cut short by a kill is skipped."""
+    """Parsed lines; a last line cut short by a kill is skipped. A file that is not a trace file
+    (a folder, not text, lines that are not JSON objects) is an ``InputError``."""
+    not_traces = lambda why: InputError("traces", f"{path} is not a trace file ({why})",  # noqa: E731
+                                        "pass a file written by `autoshard bench collect`")
+    if path.is_dir():
+        raise not_traces("a folder")
     with _open(path, "r") as f:
         try:
-            for line in f:
+            for number, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 try:
-                    yield json.loads(line)
+                    record = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a torn write: at most the sample in flight is lost
+                if not isinstance(record, dict):
+                    raise not_traces(f"line {number} is not a JSON object")
+                yield record
         except _TORN_GZIP:
             return
+        except UnicodeDecodeError:
+            raise not_traces("not UTF-8 text") from None
 
 
 def read_header(path: Path) -> dict[str, Any] | None:
@@ -160,6 +170,16 @@ def read_traces(path: str | Path, calibrated: bool = True) -> TraceSet:
     if header.get("version") != TRACE_VERSION:
         raise InputError("traces", f"trace version {header.get('version')} is not {TRACE_VERSION}",
                          "re-collect the traces with this version of autoshard")
+    try:
+        return _trace_set(path, header, calibrated)
+    except InputError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as error:  # a record without what traces hold
+        raise InputError("traces", f"{path} holds a malformed record ({type(error).__name__}: {error})",
+                         "pass a file written by `autoshard bench collect`") from None
+
+
+def _trace_set(path: Path, header: dict[str, Any], calibrated: bool) -> TraceSet:
     tables = header_tables(header)
     default_batch = int(header["bench"]["batch_size"])
     grouped: dict[int, tuple[dict[str, Any], list[Measurement]]] = {}

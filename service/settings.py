@@ -4,7 +4,7 @@ Every limit the service enforces is here, so an operator tunes it without code:
 
 | variable | meaning | default |
 | --- | --- | --- |
-| ``AUTOSHARD_MODEL_DIR`` | folder of cost models: each ``<profile>/cost_model.pt`` is loaded | ``data/models`` |
+| ``AUTOSHARD_MODEL_DIR`` | folder of cost models: each ``<profile>/cost_model.pt`` is loaded | the checkout's ``data/models`` (wherever the server starts) |
 | ``AUTOSHARD_DEFAULT_PROFILE`` | profile used when a request names none | ``<model_dir>/default``, else the only / first profile |
 | ``AUTOSHARD_API_TOKEN`` | bearer token required by every ``/v1`` route; unset: no auth | unset |
 | ``AUTOSHARD_MAX_TABLES`` | tables per request | 5000 |
@@ -36,11 +36,15 @@ def _cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
+"""The shipped profiles, found from the code rather than the working folder (as the CLI finds them)."""
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AUTOSHARD_", extra="ignore", frozen=True,
                                       protected_namespaces=())
 
-    model_dir: Path = Path("data/models")
+    model_dir: Path = SHIPPED_MODELS
     default_profile: str | None = None
     api_token: SecretStr | None = None
     max_tables: int = Field(5000, ge=1)

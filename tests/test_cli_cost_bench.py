@@ -130,3 +130,17 @@ def test_collect_says_which_mode_can_measure_fp16(tmp_path):
     result = _collect(tmp_path / "t.jsonl", *[a if a != "fbgemm_tbe" else "embedding_bag" for a in TINY_TBE],
                       "--precisions", "2")
     assert result.returncode == 2 and "bytes_per_element" in result.stderr and "fbgemm_tbe" in result.stderr
+
+
+def test_files_that_are_not_traces_exit_2_naming_them(tmp_path):
+    """A header line that is not an object, a binary file, a folder: `bench summary` and `cost
+    eval` name the file and what is wrong, never a traceback."""
+    junk, binary = tmp_path / "junk.jsonl", tmp_path / "binary.jsonl"
+    junk.write_text("[1]\n")
+    binary.write_bytes(b"\xff\xfe\x00garbage\n")
+    runner = CliRunner()
+    for path, expected in ((junk, "line 1 is not a JSON object"), (binary, "not UTF-8 text"), (tmp_path, "a folder")):
+        for args in (["bench", "summary", str(path)], ["cost", "eval", "--model", str(SHIPPED), "--traces", str(path)]):
+            result = runner.invoke(app, args)
+            said = " ".join(result.output.split())
+            assert result.exit_code == 2 and expected in said and "Traceback" not in said, (args, result.output)

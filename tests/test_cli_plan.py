@@ -14,7 +14,7 @@ from autoshard.types import Table, Topology, Workload
 from autoshard.workload_file import save_workload
 
 runner = CliRunner()
-NO_MODEL = ["--model", "/nonexistent/model"]
+NO_MODEL = ["--model", "none"]
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "default"
 
 
@@ -39,7 +39,7 @@ def test_preset_plan_json_with_every_heuristic_and_cost_greedy_skipped():
         assert all(d["memory_bytes"] <= 1024**3 for d in p["devices"])
         assert p["max_cost_ms"] == max(d["cost_ms"] for d in p["devices"])
     skipped = {s["planner"]: s["reason"] for s in report["skipped"]}
-    assert "cost model" in skipped["cost_greedy"] and "/nonexistent/model" in skipped["cost_greedy"]
+    assert "cost model" in skipped["cost_greedy"] and "--model none" in skipped["cost_greedy"]
     assert report["cost_unit"] != "ms"
 
 
@@ -113,10 +113,43 @@ def test_column_split_makes_it_fit():
 
 def test_missing_file_and_missing_topology_and_unknown_planner_exit_2():
     missing = plan("no/such/workload.json", "--devices", "2", "--memory-gb", "1")
-    assert missing.exit_code == 2 and "no such file" in missing.stderr
+    assert missing.exit_code == 2 and "no workload file" in missing.stderr and "criteo_kaggle" in missing.stderr
     no_topology = plan("criteo_kaggle", *NO_MODEL)
     assert no_topology.exit_code == 2 and "--devices" in no_topology.stderr and "--memory-gb" in no_topology.stderr
     unknown = plan("criteo_kaggle", "--devices", "2", "--memory-gb", "1", "--planner", "nope", *NO_MODEL)
     assert unknown.exit_code == 2 and "size_greedy" in unknown.stderr
     no_model = plan("criteo_kaggle", "--devices", "2", "--memory-gb", "1", "--planner", "cost_greedy", *NO_MODEL)
     assert no_model.exit_code == 2 and "unavailable" in no_model.stderr
+
+
+def test_files_that_are_not_workloads_and_options_out_of_range_exit_2_naming_what_to_fix(tmp_path):
+    """A folder, a binary file, a mistyped --model and a device memory of 0: each a message
+    naming the path or the option, never a traceback."""
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    cases = {"folder": (plan(str(tmp_path), "--devices", "2", "--memory-gb", "1"), "is a folder"),
+             "binary": (plan(str(binary), "--devices", "2", "--memory-gb", "1"), "not a UTF-8 text file"),
+             "model": (plan("criteo_kaggle", "--devices", "2", "--memory-gb", "1", "--model", str(tmp_path / "typo")),
+                       "--model none"),
+             "memory": (plan("criteo_kaggle", "--devices", "2", "--memory-gb", "0", *NO_MODEL), "--memory-gb")}
+    for name, (result, expected) in cases.items():
+        assert result.exit_code == 2, (name, result.output)
+        assert expected in " ".join(result.stderr.split()) and "Traceback" not in result.output, (name, result.stderr)
+
+
+def test_a_workload_named_by_a_non_string_and_a_bool_precision_are_refused(tmp_path):
+    for body, field in (({"name": [1], "tables": [{"name": "a", "num_embeddings": 10, "embedding_dim": 4}]}, "name"),
+                        ({"tables": [{"name": "a", "num_embeddings": 10, "embedding_dim": 4,
+                                      "bytes_per_element": True}]}, "bytes_per_element")):
+        path = tmp_path / "w.json"
+        path.write_text(json.dumps(body))
+        result = plan(str(path), "--devices", "2", "--memory-gb", "1", *NO_MODEL)
+        assert result.exit_code == 2 and field in " ".join(result.stderr.split()), result.output
+
+
+def test_torchrec_output_into_a_new_folder(tmp_path):
+    out = tmp_path / "new" / "plan.json"
+    result = plan("criteo_kaggle", "--devices", "2", "--memory-gb", "4", "--planner", "size_greedy", *NO_MODEL,
+                  "--format", "torchrec", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["planner"] == "size_greedy"

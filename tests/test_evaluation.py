@@ -79,6 +79,49 @@ def test_bad_suite_is_a_clear_error(tmp_path):
     assert result.exit_code == 2 and "no suite file" in result.output
 
 
+@pytest.mark.parametrize("content, expected", [
+    ('{"tasks": [', "not valid JSON"),
+    ("[1]", "must be a JSON object"),
+    ('{"name": "x"}', "tasks: must be a non-empty list"),
+    ('{"tasks": [1]}', "tasks[0]: task: must be a JSON object"),
+    ('{"tasks": {"a": 1}}', "tasks: must be a non-empty list"),
+    ('{"tasks": [{"synthetic": [1], "num_devices": 2}]}', "synthetic: must be a JSON object"),
+    ('{"tasks": [{"synthetic": {"pool_size": 500}, "num_devices": 2}]}', "synthetic.num_tables: is required"),
+    ('{"tasks": [{"synthetic": {"num_tables": 999}, "num_devices": 2}]}', "synthetic.num_tables: the pool's test split"),
+    ('{"tasks": [{"synthetic": {"num_tables": 8}, "num_devices": 2, "memory_slack": "x"}]}', "memory_slack: must be a number"),
+    ('{"tasks": [{"synthetic": {"num_tables": 8}, "num_devices": 0}]}', "num_devices: must be an integer >= 1, got 0"),
+    ('{"tasks": [{"workload": "criteo_kaggle", "num_devices": "4"}]}', "num_devices: must be an integer >= 1, got '4'"),
+    ('{"name": "../escape", "tasks": [{"workload": "criteo_kaggle", "num_devices": 4}]}', "name: must be a plain folder name"),
+])
+def test_a_malformed_suite_names_the_task_and_the_field(tmp_path, content, expected):
+    path = tmp_path / "s.json"
+    path.write_text(content)
+    with pytest.raises(InputError) as error:
+        load_suite(path)
+    assert expected in str(error.value)
+    result = CliRunner().invoke(app, ["evaluate", str(path), "--planners", "size_greedy", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_a_suite_task_takes_its_workload_file_s_topology_and_tiny_workloads_keep_their_memory(tmp_path):
+    from autoshard.workload_file import save_workload
+
+    save_workload(tmp_path / "w.json", TINY, Topology(2, 4.0))
+    tiny = Workload((Table("one", 10, 8),), 64, "one")  # 320 bytes: GiB rounded to 6 places would be 0
+    save_workload(tmp_path / "one.json", tiny)
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"tasks": [{"workload": str(tmp_path / "w.json")},
+                                          {"workload": str(tmp_path / "one.json"), "num_devices": 2}]}))
+    (from_file, small), name = load_suite(path)[1], load_suite(path)[0]
+    assert name == "s" and from_file.topology == Topology(2, 4.0)
+    assert 0 < small.topology.device_memory_bytes and small.topology.device_memory_bytes >= 320
+
+
+def test_evaluate_with_no_planner_named_is_an_error(tmp_path):
+    result = CliRunner().invoke(app, ["evaluate", "default", "--planners", ",", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "--planners" in result.output
+
+
 def test_cli_evaluate_json(tmp_path):
     suite = tmp_path / "s.json"
     suite.write_text(json.dumps({"name": "s", "tasks": [{"name": "kaggle", "workload": "criteo_kaggle",

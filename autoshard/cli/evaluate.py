@@ -9,6 +9,7 @@ import typer
 
 from autoshard.cli.support import (SEARCH_ITERATIONS_HELP, console, ensure_malloc_settings, friendly_errors,
                                    load_profile_or_none, one_thread, print_json)
+from autoshard.errors import InputError
 
 
 @friendly_errors
@@ -63,6 +64,8 @@ def evaluate_cmd(
             plans, workload, DistributedConfig(world_size=len(plans[0].devices), steps=distributed_steps,
                                                batch_size=workload.batch_size, seed=seed), rounds)
     names = None if planners == "all" else [p.strip() for p in planners.split(",") if p.strip()]
+    if names == []:
+        raise InputError("--planners", f"names no planner: {planners!r}", "pass 'all' or planner names, e.g. cost_greedy,rl")
     report = {"suite": name, "cost_unit": "ms" if cost_model else "proxy", "tasks": [],
               **({"row_cap_mb": row_cap_mb} if measure else {})}
     against = []  # per task: every planner but the heuristics against the best heuristic, measured

@@ -21,7 +21,8 @@ def plan_cmd(
     devices: Annotated[Optional[int], typer.Option(min=1, help="Number of devices (default: the file's topology).")] = None,
     memory_gb: Annotated[Optional[float], typer.Option(help="Memory per device for embeddings, GiB (default: the file's).")] = None,
     planner: Annotated[str, typer.Option(help="A planner name, or 'all'.")] = "all",
-    model: Annotated[Optional[Path], typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL} if it exists).")] = None,
+    model: Annotated[Optional[Path], typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL} if it exists); "
+                                                       "'none': the heuristics alone, with proxy costs.")] = None,
     column_split: Annotated[bool, typer.Option(help="Split costly or large tables column-wise.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the random planner and of rl+refine's sampling.")] = 0,
     time_budget: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds each searching planner (cost_greedy, rl+refine) may search; past it, its best plan so far, marked partial.")] = None,
@@ -44,10 +45,13 @@ def plan_cmd(
     one_thread()
     profile, why_no_model = load_profile_or_none(model)
     cost_model = profile.model if profile else None
-    if why_no_model and not json_out:
+    if why_no_model:  # on stderr, so it does not mix into --json
         console.print(f"[yellow]note:[/yellow] {why_no_model}; cost_greedy needs a model (so do rl and rl+refine), "
                       "and costs below are a proxy (dim x pooling), not milliseconds", highlight=False)
-    warnings = cost_model.check_workload(loaded, None) if cost_model is not None else ()
+    try:
+        warnings = cost_model.check_workload(loaded, None) if cost_model is not None else ()
+    except InputError as error:  # a table the model cannot answer: say which file holds it
+        raise error.located(workload) from None
     if not json_out:
         for warning in warnings:
             console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
@@ -78,7 +82,11 @@ def _topology(devices: int | None, memory_gb: float | None, from_file: Topology 
     if devices is None or memory_gb is None:
         raise InputError("topology", "the workload names no topology",
                          "pass --devices and --memory-gb (or add a topology to the file)")
-    return Topology(devices, memory_gb)
+    try:
+        return Topology(devices, memory_gb)
+    except InputError as error:  # name the option that gave the value, not the file's field
+        option = {"num_devices": "--devices", "device_memory_gb": "--memory-gb"}.get(error.field, error.field)
+        raise InputError(option, error.message, error.fix) from None
 
 
 TIE = 1e-6
@@ -125,5 +133,6 @@ def _write_torchrec(workload: Workload, topology: Topology, plans: list[Sharding
         print_json(data)
     else:
         import json
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(data, indent=1) + "\n")
         console.print(f"wrote the {best.planner} plan as TorchRec sharding to {out}")

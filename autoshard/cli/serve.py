@@ -28,7 +28,7 @@ def serve(
     host: Annotated[Optional[str], typer.Option(help="Interface to listen on (default: AUTOSHARD_HOST or 127.0.0.1).")] = None,
     port: Annotated[Optional[int], typer.Option(min=0, max=65535, help="Port (default: AUTOSHARD_PORT or 8000).")] = None,
     workers: Annotated[Optional[int], typer.Option(min=1, help="Worker processes (default: AUTOSHARD_WORKERS or 1).")] = None,
-    model_dir: Annotated[Optional[Path], typer.Option(help="Folder of <profile>/cost_model.pt (default: AUTOSHARD_MODEL_DIR or data/models).")] = None,
+    model_dir: Annotated[Optional[Path], typer.Option(help="Folder of <profile>/cost_model.pt (default: AUTOSHARD_MODEL_DIR or the checkout's data/models).")] = None,
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from autoshard.errors import AutoShardError
+from autoshard.errors import AutoShardError, InputError
 
 if TYPE_CHECKING:
     from service.models import LoadedModel
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 console = Console(stderr=True)
 # The shipped cost model: data/models/default points at the folder of the default device profile.
 DEFAULT_MODEL = Path(os.environ.get("AUTOSHARD_MODEL", Path(__file__).resolve().parents[2] / "data" / "models" / "default"))
+NO_MODEL = "none"  # --model none: plan without a cost model (the heuristics, proxy costs)
 F = TypeVar("F", bound=Callable[..., Any])
 SEARCH_ITERATIONS_HELP = ("rl+refine: iterations of ruin and recreate after its rollouts (0: off; measured, its "
                           "predicted gains did not hold: docs/rl.md).")
@@ -34,7 +36,7 @@ def friendly_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except (AutoShardError, OSError) as error:
-            console.print(f"[red]error:[/red] {error}", markup=True, highlight=False)
+            console.print(f"[red]error:[/red] {escape(_described(error))}", highlight=False)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             console.print("[yellow]interrupted[/yellow]: progress so far is saved; rerun the same "
@@ -42,6 +44,18 @@ def friendly_errors(fn: F) -> F:
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _described(error: Exception) -> str:
+    """The error as a user reads it: an OS error names its path, what is wrong and a fix."""
+    if not isinstance(error, OSError) or not error.filename:
+        return str(error)
+    fixes = {IsADirectoryError: "is a folder (fix: pass a file inside it, or a file name)",
+             FileNotFoundError: "does not exist, or its folder does not (fix: check the path, or create the folder)",
+             PermissionError: "is not readable or writable by this user (fix: check its permissions)",
+             NotADirectoryError: "has a file where a folder should be (fix: check the path)"}
+    what = next((text for kind, text in fixes.items() if isinstance(error, kind)), error.strerror or str(error))
+    return f"{error.filename}: {what}"
 
 
 def print_json(data: Any) -> None:
@@ -65,13 +79,19 @@ def ensure_malloc_settings() -> None:
 
 def load_profile_or_none(path: Path | None) -> tuple[LoadedModel | None, str | None]:
     """(the profile's artifacts, None), or (None, why there are none) when no model is there.
-    ``path``: a profile folder (or its cost_model.pt), default the shipped profile. Artifacts
+    ``path``: a profile folder (or its cost_model.pt), default the shipped profile, or ``none``
+    (``NO_MODEL``): no model, on purpose; a path given that does not exist is an error. Artifacts
     load through the store the service uses (``service.models.load_profile``).
 
     A model that is there but unreadable raises ``ModelError``: that is an error, not an absence.
     """
     from autoshard.errors import ModelError
 
+    if path is not None and str(path) == NO_MODEL:
+        return None, f"no cost model (--model {NO_MODEL})"
+    if path is not None and not path.exists():
+        raise InputError("--model", f"no cost model folder or file at {path}",
+                         f"check the path, or pass --model {NO_MODEL} to plan with the heuristics alone (proxy costs)")
     path = path if path is not None else DEFAULT_MODEL
     if not path.exists():
         return None, f"no cost model at {path}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import Path
 
 from autoshard.errors import InputError
 from autoshard.types import Topology, Workload
@@ -22,4 +23,9 @@ def load_preset(name: str) -> tuple[Workload, Topology | None]:
 
 def load_workload_or_preset(ref: str) -> tuple[Workload, Topology | None]:
     """A workload file path, or the name of a bundled workload."""
-    return load_preset(ref) if ref in PRESETS else load_workload(ref)
+    if ref in PRESETS:
+        return load_preset(ref)
+    if not Path(ref).exists():
+        raise InputError("workload", f"no workload file or bundled workload {ref!r}",
+                         f"check the path, or use one of {', '.join(PRESETS)}")
+    return load_workload(ref)
