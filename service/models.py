@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,6 @@ from autoshard.communication import COMMUNICATION_FILE, CommunicationModel
 from autoshard.errors import InputError, ModelError
 from autoshard.types import CostModel
 
-log = logging.getLogger("autoshard.service")
 CHECKPOINT = "cost_model.pt"
 POLICY_FILE = "policy.pt"  # autoshard.rl.policy.POLICY_FILE, named here so that loading it is lazy
 METRICS = "metrics.json"
@@ -108,8 +106,7 @@ def load_profile(folder: Path, problems: list[str]) -> LoadedModel | None:
         model = load_cost_model(file)
         sha = file_sha256(file)
     except (ModelError, OSError) as error:
-        problems.append(f"profile {folder.name!r}: {error}")
-        log.warning("cost model %s not loaded: %s", file, error)
+        problems.append(f"profile {folder.name!r}: {error}")  # the service logs them as it starts
         return None
     communication = None
     if (folder / COMMUNICATION_FILE).is_file():
