@@ -95,6 +95,9 @@ def _synthetic(s: Any, name: str) -> Workload:
     except InputError as error:
         raise InputError(f"synthetic.{error.field}", error.message, error.fix) from None
     rows = {"max_log10_rows": s["max_log10_rows"]} if "max_log10_rows" in s else {}
+    if rows and not (is_number(rows["max_log10_rows"]) and rows["max_log10_rows"] > 2):
+        raise InputError("synthetic.max_log10_rows", f"must be a number > 2, got {rows['max_log10_rows']!r}",
+                         "e.g. 6 (tables of up to a million rows)")
     pool = generate_pool(PoolConfig(size=ints["pool_size"], seed=ints["pool_seed"], **rows))
     tables = pool.test if s.get("split", "test") == "test" else pool.train
     if ints["num_tables"] > len(tables):

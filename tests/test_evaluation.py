@@ -88,6 +88,7 @@ def test_bad_suite_is_a_clear_error(tmp_path):
     ('{"tasks": [{"synthetic": [1], "num_devices": 2}]}', "synthetic: must be a JSON object"),
     ('{"tasks": [{"synthetic": {"pool_size": 500}, "num_devices": 2}]}', "synthetic.num_tables: is required"),
     ('{"tasks": [{"synthetic": {"num_tables": 999}, "num_devices": 2}]}', "synthetic.num_tables: the pool's test split"),
+    ('{"tasks": [{"synthetic": {"num_tables": 8, "max_log10_rows": "x"}, "num_devices": 2}]}', "synthetic.max_log10_rows"),
     ('{"tasks": [{"synthetic": {"num_tables": 8}, "num_devices": 2, "memory_slack": "x"}]}', "memory_slack: must be a number"),
     ('{"tasks": [{"synthetic": {"num_tables": 8}, "num_devices": 0}]}', "num_devices: must be an integer >= 1, got 0"),
     ('{"tasks": [{"workload": "criteo_kaggle", "num_devices": "4"}]}', "num_devices: must be an integer >= 1, got '4'"),
