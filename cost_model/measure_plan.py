@@ -36,7 +36,7 @@ class MeasuredPlan:
     max_iqr_ms: float
     ratio_to_reference: float  # geometric mean over rounds of max / reference max
     ratio_ci95: tuple[float, float]
-    round_max_ms: tuple[float, ...] = ()  # the max in each round (pairs with another plan's by round)
+    round_max_ms: tuple[float, ...]  # the max in each round (pairs with another plan's by round)
 
 
 MIN_DEVICE_MS = 50.0
