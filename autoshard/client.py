@@ -138,7 +138,14 @@ class AutoShardClient:
             raise ServiceError(0, f"cannot reach the AutoShard service at {self._http.base_url} "
                                   f"({type(error).__name__}: {error})") from None
         if response.is_success:
-            return response.json()
+            try:
+                body = response.json()
+            except ValueError:
+                body = None
+            if not isinstance(body, dict):
+                raise ServiceError(response.status_code, f"not an AutoShard service at {self._http.base_url}: "
+                                                         f"{path} answered {response.text[:200]!r}")
+            return body
         raise _error(response)
 
 

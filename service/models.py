@@ -155,7 +155,9 @@ def load_models(model_dir: Path, default_profile: str | None = None) -> ModelSto
     if wanted and wanted in store.models:
         store.default_profile = wanted
     elif wanted:
-        store.problems.append(f"default profile {wanted!r} has no loadable cost model in {model_dir}")
+        store.problems.append(f"default profile {wanted!r}" + (" (AUTOSHARD_DEFAULT_PROFILE)" if default_profile else "")
+                              + f" has no loadable cost model in {model_dir}; requests that name no profile get "
+                              + (repr(sorted(store.models)[0]) if store.models else "the heuristics alone"))
     if store.default_profile is None and store.models:
         store.default_profile = sorted(store.models)[0]
     if not store.models:

@@ -86,6 +86,32 @@ def test_service_errors_come_back_as_the_librarys_errors(client, server):
         nowhere.ready()
 
 
+def test_a_server_that_is_not_autoshard_is_a_service_error():
+    """Something else on the port (here a plain HTTP server answering text) is the library's
+    ServiceError, not a JSON decoding traceback from inside the client."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Text(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server API
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(b"hello")
+
+        def log_message(self, *args):
+            pass
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), Text)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        with AutoShardClient(f"http://127.0.0.1:{other.server_address[1]}", retries=0) as client:
+            with pytest.raises(ServiceError, match="not an AutoShard service"):
+                client.ready()
+    finally:
+        other.shutdown()
+
+
 def test_torchrec_plan_and_constraints_from_the_answer(client):
     pytest.importorskip("torchrec")
     from autoshard.torchrec_bridge import MODULE_PATH, table_placements

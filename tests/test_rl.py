@@ -267,7 +267,12 @@ def test_policy_train_cli_writes_a_policy_that_plans_and_resumes(tmp_path):
     assert max(steps) >= 1024
     stale = work / "checkpoints" / "ppo_999999_steps.zip"
     stale.write_bytes(b"a checkpoint of an earlier run")
-    again = CliRunner().invoke(app, [*args, "--steps", "256"])  # a fresh run forgets the runs before
+    refused = CliRunner().invoke(app, [*args, "--steps", "256"])  # nothing lost by accident
+    assert refused.exit_code == 2 and "--fresh" in refused.output and stale.exists()
+    eight_slots = [("8" if previous == "--slots" else a) for previous, a in zip(["", *args], args)]
+    changed = CliRunner().invoke(app, [*eight_slots, "--steps", "2048", "--resume"])
+    assert changed.exit_code == 2 and "slots" in changed.output, changed.output  # not its checkpoints' shape
+    again = CliRunner().invoke(app, [*args, "--steps", "256", "--fresh"])  # a fresh run forgets the runs before
     assert again.exit_code == 0, again.output
     steps = [int(line.split(",")[0]) for line in (work / "eval_log.csv").read_text().splitlines()[1:]]
     assert steps.count(0) == 1 and steps == sorted(steps) and not stale.exists()

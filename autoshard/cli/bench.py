@@ -27,14 +27,14 @@ def collect_cmd(
     large_max_tables: Annotated[int, typer.Option(min=2)] = 20,
     passes: Annotated[int, typer.Option(min=1, help="Measure every sample this many times, pass by pass.")] = 1,
     pool_size: Annotated[int, typer.Option(min=2, help="Synthetic pool size (train + test).")] = 500,
-    pool_seed: Annotated[int, typer.Option(help="Seed of the synthetic table pool.")] = 0,
+    pool_seed: Annotated[int, typer.Option(min=0, help="Seed of the synthetic table pool.")] = 0,
     min_log10_rows: Annotated[float, typer.Option(min=0, help="Pool tables' rows are log-uniform from 10^this "
                                                               "(0: tables down to 1 row, as Criteo's smallest).")] = 2.0,
     dims: Annotated[Optional[str], typer.Option(help="Pool tables' dims drawn uniformly from these, comma-separated "
                                                      "(e.g. 16,32,64; default: 4-256, mostly 16-128).")] = None,
     one_hot_share: Annotated[float, typer.Option(min=0, max=1, help="Share of pool tables with pooling factor 1 "
                                                                     "(1: every table one-hot, as Criteo's).")] = 0.3,
-    seed: Annotated[int, typer.Option(help="Seed of the sampled sets and index batches.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the sampled sets and index batches.")] = 0,
     batch_size: Annotated[int, typer.Option(min=1)] = 2048,
     warmups: Annotated[int, typer.Option(min=0)] = 2,
     repeats: Annotated[int, typer.Option(min=1)] = 5,
@@ -64,7 +64,8 @@ def collect_cmd(
 
     device = default_device() if device == "auto" else device
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise InputError("device", f"unknown device {device!r}", "use cpu, cuda or auto")
+        raise InputError("--device", f"unknown device {device!r}", "use cpu, cuda or auto")
+    _require_cuda_if_asked(device)
     try:
         chosen = ExecutionMode(mode) if mode else default_mode()
     except ValueError:
@@ -117,6 +118,17 @@ def _positive_ints(option: str, value: str) -> tuple[int, ...]:
         raise InputError(option, f"{bad[0]!r} is not a positive whole number",
                          f"pass values such as {option} {_EXAMPLES[option]}")
     return tuple(int(item) for item in items)
+
+
+def _require_cuda_if_asked(device: str, nccl: bool = False) -> None:
+    """``InputError`` naming ``--device`` when it asks for CUDA (and, with ``nccl``, NCCL) on a
+    machine without them."""
+    import torch
+
+    if device.startswith("cuda") and not (torch.cuda.is_available() and (not nccl or torch.distributed.is_nccl_available())):
+        why = ("torch here has no CUDA" if not torch.backends.cuda.is_built() else
+               "no CUDA device is visible" if not torch.cuda.is_available() else "torch here has no NCCL")
+        raise InputError("--device", f"{device} asked, but {why}", "use --device cpu, or run on a machine with a GPU")
 
 
 def _task_choices(devices: str, batch_sizes: str | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -180,7 +192,7 @@ def plans_cmd(
                                             "'train': tasks of training tables, to train on.")] = "test",
     tasks: Annotated[int, typer.Option(min=1, help="Tasks to plan.")] = 12,
     passes: Annotated[int, typer.Option(min=1, help="Measure every distinct set this many times, pass by pass.")] = 5,
-    seed: Annotated[int, typer.Option(help="Seed of the tasks.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the tasks.")] = 0,
     planners: Annotated[Optional[str], typer.Option(help="Comma-separated planners (default: every default planner the profile can run).")] = None,
     devices: Annotated[str, typer.Option(help="Device counts drawn for each task, comma-separated.")] = "4,8,16",
     batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes drawn for each task, comma-separated "
@@ -241,7 +253,7 @@ def refine_cmd(
     rounds: Annotated[int, typer.Option(min=1, help="Rounds of plan, measure, retrain.")] = 1,
     tasks: Annotated[int, typer.Option(min=1, help="Training-pool tasks planned per round.")] = 12,
     passes: Annotated[int, typer.Option(min=1)] = 3,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Annotated[int, typer.Option(min=0)] = 0,
     max_epochs: Annotated[int, typer.Option(min=1)] = 300,
     devices: Annotated[str, typer.Option(help="Device counts drawn for each task, comma-separated.")] = "4,8,16",
     batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes drawn for each task, comma-separated "
@@ -293,7 +305,7 @@ def drift_cmd(
     traces: Annotated[Path, typer.Option(help="The profile's trace file (.jsonl or .jsonl.gz).")],
     samples: Annotated[int, typer.Option(min=1, help="Sets to re-measure (seeded).")] = 12,
     rounds: Annotated[int, typer.Option(min=1, help="Interleaved rounds; the median is kept.")] = 3,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Annotated[int, typer.Option(min=0)] = 0,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Re-measure some of the traces' sets here: does this machine still measure like the traces?
@@ -360,7 +372,8 @@ def comm_cmd(
     from cost_model.comm_bench import measure_all_to_all
 
     if device not in ("cpu", "cuda"):
-        raise InputError("device", f"unknown device {device!r}", "use cpu or cuda")
+        raise InputError("--device", f"unknown device {device!r}", "use cpu or cuda")
+    _require_cuda_if_asked(device, nccl=True)
     model, points = measure_all_to_all(world_size, repeats=repeats, device=device)
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out)

@@ -24,7 +24,7 @@ def train_cmd(
     traces: Annotated[list[Path], typer.Option(help="Trace file (.jsonl or .jsonl.gz); repeat it to add plan-set "
                                                     "traces (`autoshard bench plans`) of the same profile.")],
     out: Annotated[Path, typer.Option(help="Folder for cost_model.pt, metrics.json and train_log.csv.")],
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Annotated[int, typer.Option(min=0)] = 0,
     max_epochs: Annotated[int, typer.Option(min=1)] = 300,
     patience: Annotated[int, typer.Option(min=1)] = 60,
     tune: Annotated[bool, typer.Option("--tune", help="Choose the network and learning rate on the validation "
@@ -119,7 +119,7 @@ def eval_cmd(
     model: Annotated[Path, typer.Option(help="A model folder (or cost_model.pt).")],
     traces: Annotated[list[Path], typer.Option(help="Trace file with the held-out samples; repeat it to add "
                                                     "plan-set traces (split c: `autoshard bench plans --split test`).")],
-    seed: Annotated[int, typer.Option(help="The split seed used in training.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="The split seed used in training.")] = 0,
     fresh_pool: Annotated[Optional[Path], typer.Option(help="Traces of a pool drawn with a fresh seed (no model trained "
                                                             "or tuned on it): every set is scored as split `fresh_pool`.")] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
@@ -166,7 +166,7 @@ def add_ranges_cmd(
     model: Annotated[Path, typer.Option(help="A model folder (holding cost_model.pt); its checkpoint is re-saved in place.")],
     traces: Annotated[list[Path], typer.Option(help="The trace file (.jsonl or .jsonl.gz) the model was trained on; "
                                                     "repeat it for every file it was trained on.")],
-    seed: Annotated[int, typer.Option(help="The split seed used in training (`autoshard cost train --seed`).")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="The split seed used in training (`autoshard cost train --seed`).")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the ranges as JSON.")] = False,
 ) -> None:
     """Record what a model was trained on (the ranges of its training split), so that it refuses

@@ -26,7 +26,7 @@ def evaluate_cmd(
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all to its predicted cost.")] = True,
     row_cap_mb: Annotated[int, typer.Option(min=1, help="With --measure: benchmark at most this many MiB of rows "
                                                         "per table (the traces' cap; raise it to measure tables uncapped).")] = 128,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Annotated[int, typer.Option(min=0)] = 0,
     search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
     drift_samples: Annotated[int, typer.Option(min=0, help="With --measure: re-measure this many of the profile's "
                                                           "traced sets before and after (`bench drift`) and record "

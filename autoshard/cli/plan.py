@@ -24,7 +24,7 @@ def plan_cmd(
     model: Annotated[Optional[Path], typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL} if it exists); "
                                                        "'none': the heuristics alone, with proxy costs.")] = None,
     column_split: Annotated[bool, typer.Option(help="Split costly or large tables column-wise.")] = False,
-    seed: Annotated[int, typer.Option(help="Seed of the random planner and of rl+refine's sampling.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the random planner and of rl+refine's sampling.")] = 0,
     time_budget: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds each searching planner (cost_greedy, rl+refine) may search; past it, its best plan so far, marked partial.")] = None,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) to its cost.")] = True,
     search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,

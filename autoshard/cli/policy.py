@@ -20,7 +20,7 @@ TRAINING_DIR = "policy_training"
 
 
 def _profile(path: Path):
-    profile, why = load_profile_or_none(path)
+    profile, why = load_profile_or_none(path, "--profile")
     if profile is None:
         raise ModelError(f"{why}: train a cost model first (`autoshard cost train --out {path}`)")
     return profile
@@ -31,13 +31,15 @@ def _profile(path: Path):
 def train_cmd(
     profile: Annotated[Path, typer.Option(help="Profile folder: its cost model is the simulator; policy.pt goes here.")] = DEFAULT_MODEL,
     steps: Annotated[int, typer.Option(min=1, help="Environment steps in all.")] = 600_000,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Annotated[int, typer.Option(min=0)] = 0,
     envs: Annotated[int, typer.Option(min=1, help="Environments stepped together.")] = 2,
     subprocess: Annotated[bool, typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).")] = False,
     reward: Annotated[str, typer.Option(help="'step', 'greedy_relative' or 'refined' (see ShardingEnv).")] = "step",
     slots: Annotated[int, typer.Option(min=2, help="Device slots while training (the largest training device count).")] = 16,
     work_dir: Annotated[Optional[Path], typer.Option(help=f"Checkpoints, TensorBoard logs, eval log (default PROFILE/{TRAINING_DIR}).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue from the latest checkpoint in the work dir.")] = False,
+    fresh: Annotated[bool, typer.Option(help="Discard a previous run in the work dir and replace the profile's "
+                                             "policy.pt (without it, either is refused).")] = False,
     checkpoint_every: Annotated[int, typer.Option(min=1, help="Steps between checkpoints.")] = 50_000,
     eval_every: Annotated[int, typer.Option(min=1, help="Steps between evaluations on held-out tasks.")] = 25_000,
     eval_tasks: Annotated[int, typer.Option(min=1, help="Held-out tasks per evaluation.")] = 24,
@@ -58,10 +60,15 @@ def train_cmd(
         reward_kind = Reward(reward)
     except ValueError:
         raise InputError("reward", f"unknown reward {reward!r}", f"use one of {', '.join(r.value for r in Reward)}") from None
+    if resume and fresh:
+        raise InputError("--fresh", "cannot both resume a run and discard it", "pass --resume or --fresh, not both")
     loaded = _profile(profile)
     one_thread()
     folder = profile if profile.is_dir() else profile.parent
     work = work_dir if work_dir is not None else folder / TRAINING_DIR
+    if (folder / POLICY_FILE).exists() and not (resume or fresh):
+        raise InputError("--fresh", f"{folder / POLICY_FILE} exists: training would replace it",
+                         "pass --fresh to replace it, --resume to continue its run, or train into a copy of the profile")
     devices = tuple(d for d in TaskDistribution().num_devices if d <= slots)
     eval_devices = tuple(d for d in (4, 8, 16) if d <= slots) or (slots,)
     config = TrainConfig(steps=steps, seed=seed, envs=envs, subprocess=subprocess, checkpoint_every=checkpoint_every,
@@ -74,7 +81,7 @@ def train_cmd(
                f"--learning-rate {learning_rate:g} --ent-coef {ent_coef:g}" + (" --subprocess" if subprocess else ""))
     policy = train_policy(loaded.model, work, config, loaded.device.get("id", loaded.profile), loaded.communication,
                           resume, command,
-                          progress_bar=progress, log=lambda m: console.print(m, highlight=False))
+                          progress_bar=progress, log=lambda m: console.print(m, highlight=False), fresh=fresh)
     policy.save(folder / POLICY_FILE)
     console.print(f"wrote {folder / POLICY_FILE}: best at {policy.info.steps:,} steps, placement "
                   f"{policy.info.eval_ratio_to_greedy:.4f}x greedy's predicted max on held-out tasks", highlight=False)
@@ -86,7 +93,7 @@ def eval_cmd(
     profile: Annotated[Path, typer.Option(help="Profile folder with cost_model.pt and policy.pt.")] = DEFAULT_MODEL,
     tables: Annotated[str, typer.Option(help="Comma-separated table counts.")] = "20,80,200,400",
     devices: Annotated[str, typer.Option(help="Comma-separated device counts.")] = "4,8,16,32,64",
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Annotated[int, typer.Option(min=0)] = 0,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all to its cost.")] = True,
     search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
     column_split: Annotated[bool, typer.Option(help="Let every planner split tables column-wise "

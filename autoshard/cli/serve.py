@@ -45,8 +45,11 @@ def serve(
         settings = Settings()
     except ValidationError as error:
         first = error.errors()[0]
-        raise InputError("AUTOSHARD_" + str(first["loc"][0]).upper(), first["msg"],
-                         "fix the environment variable") from None
+        name = "AUTOSHARD_" + str(first["loc"][0]).upper()
+        raise InputError(name, f"{first['msg']} (got {first.get('input')!r})",
+                         f"set {name} to a valid value (each is listed in service/settings.py), or unset it") from None
+    if settings.fail_fast:
+        _refuse_to_start_degraded(settings)
     workers = workers or settings.workers
     metrics_dir = None
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # /metrics sums the workers
@@ -60,6 +63,19 @@ def serve(
     finally:
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _refuse_to_start_degraded(settings) -> None:
+    """``AUTOSHARD_FAIL_FAST``: the service would refuse to start, so say why here (a clean exit 2)
+    rather than as a traceback from inside uvicorn's start-up."""
+    from autoshard.errors import ModelError
+    from service.models import load_models
+    from service.state import ServiceState, planner_catalog
+
+    store = load_models(settings.model_dir, settings.default_profile)
+    reasons = ServiceState.reasons_for(store, planner_catalog(store))
+    if reasons:
+        raise ModelError("refusing to start (AUTOSHARD_FAIL_FAST): " + "; ".join(reasons))
 
 
 def _exit_cleanly_on_stop_signals() -> None:

@@ -53,7 +53,8 @@ def _described(error: Exception) -> str:
     fixes = {IsADirectoryError: "is a folder (fix: pass a file inside it, or a file name)",
              FileNotFoundError: "does not exist, or its folder does not (fix: check the path, or create the folder)",
              PermissionError: "is not readable or writable by this user (fix: check its permissions)",
-             NotADirectoryError: "has a file where a folder should be (fix: check the path)"}
+             NotADirectoryError: "has a file where a folder should be (fix: check the path)",
+             FileExistsError: "is a file where a folder is needed (fix: pass a folder path, or move the file)"}
     what = next((text for kind, text in fixes.items() if isinstance(error, kind)), error.strerror or str(error))
     return f"{error.filename}: {what}"
 
@@ -77,7 +78,7 @@ def ensure_malloc_settings() -> None:
     os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
-def load_profile_or_none(path: Path | None) -> tuple[LoadedModel | None, str | None]:
+def load_profile_or_none(path: Path | None, option: str = "--model") -> tuple[LoadedModel | None, str | None]:
     """(the profile's artifacts, None), or (None, why there are none) when no model is there.
     ``path``: a profile folder (or its cost_model.pt), default the shipped profile, or ``none``
     (``NO_MODEL``): no model, on purpose; a path given that does not exist is an error. Artifacts
@@ -90,8 +91,11 @@ def load_profile_or_none(path: Path | None) -> tuple[LoadedModel | None, str | N
     if path is not None and str(path) == NO_MODEL:
         return None, f"no cost model (--model {NO_MODEL})"
     if path is not None and not path.exists():
-        raise InputError("--model", f"no cost model folder or file at {path}",
-                         f"check the path, or pass --model {NO_MODEL} to plan with the heuristics alone (proxy costs)")
+        raise InputError(option, f"no cost model folder or file at {path}", "check the path"
+                         + (f", or pass {option} {NO_MODEL} to plan with the heuristics alone (proxy costs)"
+                            if option == "--model" else ""))
+    if path is not None and path.is_file() and path.suffix != ".pt":
+        raise InputError(option, f"{path} is a file, not a profile folder", "pass the folder that holds cost_model.pt")
     path = path if path is not None else DEFAULT_MODEL
     if not path.exists():
         return None, f"no cost model at {path}"

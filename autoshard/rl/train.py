@@ -105,9 +105,11 @@ def ratio_to_greedy(policy: DevicePolicy, tasks: list[Task], greedy: list[float]
 
 def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile: str,
                  communication: CommunicationModel | None = None, resume: bool = False, command: str = "",
-                 progress_bar: bool = True, log: Callable[[str], None] = print) -> DevicePolicy:
+                 progress_bar: bool = True, log: Callable[[str], None] = print, fresh: bool = False) -> DevicePolicy:
     """Train (or, with ``resume``, continue from the latest checkpoint in ``out``) and return the
-    best policy found, saved as ``out/policy.pt``."""
+    best policy found, saved as ``out/policy.pt``. A previous run in ``out`` is never lost by
+    accident: without ``resume`` it is an ``InputError`` unless ``fresh`` (discard it); a
+    resumed run must have the settings it was started with (but ``steps``, the target)."""
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.callbacks import BaseCallback, CallbackList, CheckpointCallback
     from stable_baselines3.common.env_util import make_vec_env
@@ -121,6 +123,14 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
                        n_envs=config.envs, seed=config.seed,
                        vec_env_cls=SubprocVecEnv if config.subprocess else DummyVecEnv)
     checkpoints = sorted((out / CHECKPOINTS).glob("ppo_*_steps.zip"), key=lambda p: int(p.stem.split("_")[1]))
+    state_path = out / STATE_FILE
+    recorded = json.loads(state_path.read_text()) if state_path.exists() else {}
+    if resume and checkpoints:
+        _same_settings(recorded.get("config"), config, state_path)
+    elif not resume and not fresh and (checkpoints or (out / EVAL_LOG).exists()):
+        raise InputError("--fresh", f"{out} holds a previous run ({len(checkpoints)} checkpoints"
+                         + (f", the latest at {checkpoints[-1].stem.split('_')[1]} steps" if checkpoints else "") + ")",
+                         "pass --resume to continue it, --fresh to discard it and train anew, or another --work-dir")
     resumed = resume and bool(checkpoints)
     if resumed:
         model = MaskablePPO.load(checkpoints[-1], env=env, device="cpu")
@@ -136,8 +146,11 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
                             device="cpu", verbose=0)
     tasks = eval_tasks(config.eval_distribution, config.eval_tasks, config.seed + 1)
     greedy = greedy_maxima(tasks, cost_model, communication, config.env)
-    state_path = out / STATE_FILE
-    best = json.loads(state_path.read_text())["best_ratio"] if resume and state_path.exists() else math.inf
+    best = recorded.get("best_ratio") if resumed else None
+    best = math.inf if best is None else best
+    if not resumed:  # the settings first, so that a run killed before its first evaluation resumes checked
+        state_path.write_text(json.dumps({"best_ratio": None, "best_steps": None, "config": _plain(asdict(config))},
+                                         indent=1) + "\n")
 
     def info(steps: int, ratio: float | None) -> PolicyInfo:
         return PolicyInfo(profile, config.hidden, config.env.slots, config.env.reward.value,
@@ -193,6 +206,24 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
         keep_best.evaluate()
     env.close()
     return DevicePolicy.load(out / POLICY_FILE)
+
+
+RESUMABLE_CHANGES = ("steps", "subprocess", "checkpoint_every")
+"""What a resumed run may set anew: its target, how its environments step, how often it saves."""
+
+
+def _same_settings(recorded: dict | None, config: TrainConfig, where: Path) -> None:
+    """Raise ``InputError`` naming each setting a resumed run changes (it would not match its
+    checkpoints, e.g. the observation size of another ``slots``, or score against other tasks)."""
+    if recorded is None:
+        return  # a run from before settings were recorded
+    now = _plain(asdict(config))
+    changed = [f"{key}: {recorded.get(key)!r} then, {now[key]!r} now" for key in now
+               if key not in RESUMABLE_CHANGES and recorded.get(key) != now[key]]
+    if changed:
+        raise InputError("--resume", f"the run in {where.parent} was started with other settings ({'; '.join(changed)})",
+                         "resume with the options it was started with (its training.json), or pass --fresh "
+                         "to discard it")
 
 
 def _forget_previous_run(out: Path, checkpoints: list[Path]) -> None:

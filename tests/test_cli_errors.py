@@ -1,0 +1,61 @@
+"""Bad input at the CLI, as two audits tried it: each a message naming the option and a fix,
+exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from autoshard.cli import app
+
+runner = CliRunner()
+
+
+def said(result) -> str:
+    return " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("args", [
+    ["plan", "criteo_kaggle", "--devices", "2", "--memory-gb", "4", "--model", "none", "--seed", "-1"],
+    ["cost", "eval", "--model", "data/models/default", "--traces", "x.jsonl", "--seed", "-1"],
+    ["policy", "eval", "--seed", "-1"],
+    ["bench", "drift", "--traces", "x.jsonl", "--seed", "-1"],
+])
+def test_a_negative_seed_is_refused_by_its_option(args):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "--seed" in said(result) and "Traceback" not in said(result)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+@pytest.mark.parametrize("args", [["bench", "collect", "--device", "cuda", "--out", "unused.jsonl"],
+                                  ["bench", "comm", "--device", "cuda", "--out", "unused.json"]])
+def test_cuda_asked_where_there_is_none_names_the_option(args, tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOSHARD_NO_REEXEC", "1")  # no re-exec of pytest for the allocator settings
+    result = runner.invoke(app, [*args[:-1], str(tmp_path / args[-1])])
+    assert result.exit_code == 2 and "--device: cuda asked" in said(result) and "--device cpu" in said(result)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_profile_that_is_a_file_or_missing_names_profile(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for path, expected in ((tmp_path / "afile", "is a file, not a profile folder"), (tmp_path / "none", "no cost model")):
+        result = runner.invoke(app, ["policy", "eval", "--profile", str(path)])
+        assert result.exit_code == 2 and "error: --profile:" in said(result) and str(path) in said(result)
+        assert expected in said(result) and "--model" not in said(result)
+
+
+def test_an_output_folder_that_is_a_file_says_so(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    result = runner.invoke(app, ["cost", "train", "--traces", "tests/fixtures/cpu_traces_small.jsonl.gz",
+                                 "--out", str(tmp_path / "afile"), "--max-epochs", "1"])
+    assert result.exit_code == 2 and "is a file where a folder is needed" in said(result)
+
+
+def test_serve_with_fail_fast_and_no_models_exits_2_with_the_reasons(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOSHARD_MODEL_DIR", str(tmp_path))  # restored after: serve sets it for its workers
+    result = runner.invoke(app, ["serve", "--model-dir", str(tmp_path), "--port", "0"],
+                           env={"AUTOSHARD_FAIL_FAST": "1"})
+    assert result.exit_code == 2 and "refusing to start (AUTOSHARD_FAIL_FAST)" in said(result)
+    bad = runner.invoke(app, ["serve", "--port", "0"], env={"AUTOSHARD_POOL_SIZE": "abc"})
+    assert bad.exit_code == 2 and "AUTOSHARD_POOL_SIZE" in said(bad) and "'abc'" in said(bad)
