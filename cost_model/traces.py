@@ -132,9 +132,25 @@ def has_header(path: Path, header: dict[str, Any]) -> bool:
     traces with another header are an error, so that a resume never mixes settings."""
     existing = read_header(path)
     if existing is not None and existing != header:
-        raise InputError("out", f"{path} was collected with other settings or on another device",
+        raise InputError("--out", f"{path} was collected with other settings ({_differences(existing, header)})",
                          "use a new --out file, or the same options as before to resume")
     return existing is not None
+
+
+def _differences(before: dict[str, Any], now: dict[str, Any], prefix: str = "") -> str:
+    """The settings two headers differ in, as ``key: then -> now`` (tables only counted)."""
+    out = []
+    for key in sorted(set(before) | set(now)):
+        a, b = before.get(key), now.get(key)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.append(_differences(a, b, f"{prefix}{key}."))
+        elif key == "tables":
+            out.append(f"{prefix}tables: {len(a or ())} then, {len(b or ())} now (another pool)")
+        else:
+            out.append(f"{prefix}{key}: {a!r} then, {b!r} now")
+    return "; ".join(o for o in out if o)
 
 
 def measurement_to_dict(m: Measurement) -> dict[str, Any]:

@@ -110,6 +110,7 @@ def test_resume_refuses_other_settings(tmp_path, tiny_collect_args):
     assert _collect(out, tiny_collect_args, ["--samples", "1"]).returncode == 0
     result = _collect(out, tiny_collect_args, ["--samples", "1", "--seed", "5"])
     assert result.returncode == 2 and "other settings" in result.stderr and "Traceback" not in result.stderr
+    assert "seed: 0 then, 5 now" in " ".join(result.stderr.split())  # which setting, named
 
 
 def test_torchrun_gathers_samples_from_two_ranks(tmp_path, tiny_collect_args):

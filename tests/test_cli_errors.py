@@ -59,3 +59,8 @@ def test_serve_with_fail_fast_and_no_models_exits_2_with_the_reasons(tmp_path, m
     assert result.exit_code == 2 and "refusing to start (AUTOSHARD_FAIL_FAST)" in said(result)
     bad = runner.invoke(app, ["serve", "--port", "0"], env={"AUTOSHARD_POOL_SIZE": "abc"})
     assert bad.exit_code == 2 and "AUTOSHARD_POOL_SIZE" in said(bad) and "'abc'" in said(bad)
+
+
+def test_version():
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.startswith("autoshard ")

@@ -9,6 +9,25 @@ from autoshard.cli import bench, cost, evaluate, plan, policy, serve
 
 app = typer.Typer(help="AutoShard: learned sharding of embedding tables across devices.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"autoshard {version('autoshard')}")
+        except PackageNotFoundError:  # run from a checkout that pip did not install
+            typer.echo("autoshard (not installed: run from a checkout)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """AutoShard: learned sharding of embedding tables across devices."""
+
+
 app.add_typer(bench.app, name="bench")
 app.command("plan")(plan.plan_cmd)
 app.add_typer(cost.app, name="cost")

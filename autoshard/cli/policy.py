@@ -30,7 +30,8 @@ def _profile(path: Path):
 @friendly_errors
 def train_cmd(
     profile: Annotated[Path, typer.Option(help="Profile folder: its cost model is the simulator; policy.pt goes here.")] = DEFAULT_MODEL,
-    steps: Annotated[int, typer.Option(min=1, help="Environment steps in all.")] = 600_000,
+    steps: Annotated[int, typer.Option(min=1, help="Environment steps in all (PPO runs whole rollouts of 1,024 "
+                                                   "steps per environment, so it rounds up to them).")] = 600_000,
     seed: Annotated[int, typer.Option(min=0)] = 0,
     envs: Annotated[int, typer.Option(min=1, help="Environments stepped together.")] = 2,
     subprocess: Annotated[bool, typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).")] = False,
@@ -110,7 +111,7 @@ def eval_cmd(
     if loaded.policy is None:
         raise ModelError(f"no loadable policy in {profile}: train one with `autoshard policy train --profile {profile}`")
     one_thread()
-    config = GridConfig(_counts(tables, "tables"), _counts(devices, "devices"), seed=seed)
+    config = GridConfig(_counts(tables, "--tables", "20,80,200"), _counts(devices, "--devices", "4,8,16"), seed=seed)
     context = PlannerContext(loaded.model, loaded.policy, seed, column_split, search_iterations=search_iterations)
     names, _ = available_planners(context)
     rows = evaluate_grid(grid_tasks(config), context, loaded.communication if communication else None, names)
@@ -131,11 +132,11 @@ def eval_cmd(
         console.print(markdown(rows, summary, shown), highlight=False, markup=False)
 
 
-def _counts(text: str, field: str) -> tuple[int, ...]:
+def _counts(text: str, option: str, example: str) -> tuple[int, ...]:
     try:
         counts = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise InputError(field, f"must be comma-separated integers, got {text!r}", "e.g. 20,80,200") from None
+        raise InputError(option, f"must be comma-separated integers, got {text!r}", f"e.g. {example}") from None
     if not counts or min(counts) < 1:
-        raise InputError(field, f"must be integers >= 1, got {text!r}", "e.g. 20,80,200")
+        raise InputError(option, f"must be integers >= 1, got {text!r}", f"e.g. {example}")
     return counts
