@@ -360,7 +360,8 @@ def calibrate_cmd(
 @app.command("comm")
 @friendly_errors
 def comm_cmd(
-    out: Annotated[Path, typer.Option(help="Where to write the fitted model (communication.json, next to a cost model).")],
+    out: Annotated[Path, typer.Option(help="Where to write the fitted model: a file, or a profile folder "
+                                           "(then its communication.json, next to its cost model).")],
     world_size: Annotated[int, typer.Option(min=2)] = 2,
     device: Annotated[str, typer.Option(help="cpu (gloo) or cuda (nccl, one GPU per rank).")] = "cpu",
     repeats: Annotated[int, typer.Option(min=1)] = 10,
@@ -374,6 +375,9 @@ def comm_cmd(
     if device not in ("cpu", "cuda"):
         raise InputError("--device", f"unknown device {device!r}", "use cpu or cuda")
     _require_cuda_if_asked(device, nccl=True)
+    from autoshard.communication import COMMUNICATION_FILE
+
+    out = out / COMMUNICATION_FILE if out.is_dir() else out
     model, points = measure_all_to_all(world_size, repeats=repeats, device=device)
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out)
