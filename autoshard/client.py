@@ -157,8 +157,9 @@ def _error(response: httpx.Response) -> AutoShardError:
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return ServiceError(response.status_code, response.text[:500])
     status = response.status_code
-    if status == 422 and kind.startswith("infeasible."):
-        return PlannerError(_kind(ctx.get("kind")), msg, tuple(ctx.get("fixes", ())))
+    if status == 422 and kind.startswith("infeasible."):  # the fixes once, as the error's list, not also inline
+        fixes = tuple(ctx.get("fixes", ()))
+        return PlannerError(_kind(ctx.get("kind")), msg.split(". Fixes: ")[0] if fixes else msg, fixes)
     if status == 422:  # msg already names the table and the fix; field is the path in the request
         return InputError(".".join(str(p) for p in loc) or "request", msg)
     if status == 503 and kind == "unavailable":

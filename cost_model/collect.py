@@ -51,18 +51,21 @@ class CollectConfig:
 
     def __post_init__(self) -> None:
         valid_optimizers = {o.value for o in Optimizer}
-        checks = [("precisions", bool(self.precisions) and set(self.precisions) <= {1, 2, 4, 8}),
-                  ("optimizers", bool(self.optimizers) and set(self.optimizers) <= valid_optimizers),
-                  ("samples", self.samples >= 0), ("max_tables", self.max_tables >= 1),
-                  ("large_samples", self.large_samples >= 0),
-                  ("large_max_tables", self.large_samples == 0 or self.large_max_tables > self.max_tables),
-                  ("passes", self.passes >= 1), ("test_fraction", 0 <= self.test_fraction <= 1),
-                  ("set_memory_gb", self.set_memory_gb > 0),
-                  ("batch_sizes", all(b >= 1 for b in self.batch_sizes))]
-        for name, ok in checks:
+        checks = [("precisions", bool(self.precisions) and set(self.precisions) <= {1, 2, 4, 8}, "1, 2, 4 or 8"),
+                  ("optimizers", bool(self.optimizers) and set(self.optimizers) <= valid_optimizers,
+                   " or ".join(sorted(valid_optimizers))),
+                  ("samples", self.samples >= 0, ">= 0"), ("max_tables", self.max_tables >= 1, ">= 1"),
+                  ("large_samples", self.large_samples >= 0, ">= 0"),
+                  ("large_max_tables", self.large_samples == 0 or self.large_max_tables > self.max_tables,
+                   f"above --max-tables ({self.max_tables})"),
+                  ("passes", self.passes >= 1, ">= 1"), ("test_fraction", 0 <= self.test_fraction <= 1, "in [0, 1]"),
+                  ("set_memory_gb", self.set_memory_gb > 0, "> 0"),
+                  ("batch_sizes", all(b >= 1 for b in self.batch_sizes), "integers >= 1")]
+        for name, ok, valid in checks:
             if not ok:
-                raise InputError(name, f"invalid value {getattr(self, name)!r}",
-                                 "see `autoshard bench collect --help` for the valid range")
+                option = "--" + name.replace("_", "-")
+                raise InputError(option, f"must be {valid}, got {getattr(self, name)!r}",
+                                 "see `autoshard bench collect --help`")
 
     @property
     def plan_dict(self) -> dict:

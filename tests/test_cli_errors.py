@@ -64,3 +64,11 @@ def test_serve_with_fail_fast_and_no_models_exits_2_with_the_reasons(tmp_path, m
 def test_version():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.startswith("autoshard ")
+
+
+def test_collect_names_the_option_and_the_range(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOSHARD_NO_REEXEC", "1")
+    result = runner.invoke(app, ["bench", "collect", "--out", str(tmp_path / "t.jsonl"), "--large-samples", "2",
+                                 "--large-max-tables", "2", "--max-tables", "5"])
+    assert result.exit_code == 2 and "--large-max-tables: must be above --max-tables (5), got 2" in said(result)
+    assert not (tmp_path / "t.jsonl").exists()

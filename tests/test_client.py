@@ -72,6 +72,7 @@ def test_service_errors_come_back_as_the_librarys_errors(client, server):
     with pytest.raises(PlannerError) as info:
         client.plan([Table("huge", 40 * 2**20, 128), Table("small", 10, 4)], Topology(2, 16))  # 20 GiB
     assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT and "huge" in info.value.message
+    assert "Fixes:" not in info.value.message and info.value.fixes  # listed once
     with pytest.raises(InputError, match="unknown planner"):
         client.plan([Table("t", 10, 4)], Topology(1, 1), ["magic"])
     with pytest.raises(InputError, match="fp64") as refused:  # the shipped model knows fp32 and fp16 only
