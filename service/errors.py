@@ -118,9 +118,13 @@ def _safe(value: Any) -> Any:
 
 async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
     detail = []
+    content_type = request.headers.get("content-type", "")
     for error in exc.errors():
         item: dict[str, Any] = {"loc": list(error.get("loc", ())), "msg": error.get("msg", "invalid"),
                                 "type": error.get("type", "value_error")}
+        if tuple(item["loc"]) == ("body",) and "json" not in content_type:  # a form, text, or no body at all
+            item["msg"] += (f"; send the request body as JSON with Content-Type: application/json "
+                            f"(got {content_type or 'no Content-Type'!r})")
         if error.get("ctx"):
             item["ctx"] = {k: _safe(v) for k, v in error["ctx"].items()}
         detail.append(item)
@@ -153,9 +157,12 @@ async def _timeout(request: Request, exc: PlanningTimeout) -> JSONResponse:
 
 
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    kinds = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
-    loc: Loc = ("body",) if exc.status_code == 413 else ()
-    return error_response(exc.status_code, loc, str(exc.detail), kinds.get(exc.status_code, "http_error"),
+    kinds = {400: "body_unreadable", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
+             413: "body_too_large"}
+    loc: Loc = ("body",) if exc.status_code in (400, 413) else ()
+    msg = str(exc.detail) + (": send a UTF-8 JSON object as the schema at /docs describes"
+                             if exc.status_code == 400 else "")
+    return error_response(exc.status_code, loc, msg, kinds.get(exc.status_code, "http_error"),
                           headers=getattr(exc, "headers", None))
 
 

@@ -211,6 +211,13 @@ def test_service_limits_are_422(model_dir):
         assert error.loc == ["body", "topology", "num_devices"] and "AUTOSHARD_MAX_DEVICES" in error.msg
 
 
+def test_a_body_that_is_not_json_says_to_send_json(degraded):
+    error = only_error(degraded.post("/v1/plans", content=b"tables=1", headers={"content-type": "text/plain"}), 422)
+    assert error.loc == ["body"] and "Content-Type: application/json" in error.msg and "'text/plain'" in error.msg
+    unreadable = degraded.post("/v1/plans", content=b"\xff\xfe{", headers={"content-type": "application/json"})
+    assert unreadable.status_code in (400, 422) and unreadable.json()["detail"][0]["msg"]
+
+
 def test_a_large_body_is_413(model_dir):
     with serve(model_dir=model_dir, max_body_bytes=4096) as c:
         body = json.dumps(plan_body(80)).encode()
