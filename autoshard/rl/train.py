@@ -119,9 +119,6 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
         raise InputError("slots", f"{config.env.slots} slots cannot hold training tasks of {config.tasks.max_devices} "
                          "devices", "raise slots to the largest training device count")
     out.mkdir(parents=True, exist_ok=True)
-    env = make_vec_env(lambda: ShardingEnv(cost_model, config.tasks, config.env, communication),
-                       n_envs=config.envs, seed=config.seed,
-                       vec_env_cls=SubprocVecEnv if config.subprocess else DummyVecEnv)
     checkpoints = sorted((out / CHECKPOINTS).glob("ppo_*_steps.zip"), key=lambda p: int(p.stem.split("_")[1]))
     state_path = out / STATE_FILE
     recorded = json.loads(state_path.read_text()) if state_path.exists() else {}
@@ -132,6 +129,10 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
                          + (f", the latest at {checkpoints[-1].stem.split('_')[1]} steps" if checkpoints else "") + ")",
                          "pass --resume to continue it, --fresh to discard it and train anew, or another --work-dir")
     resumed = resume and bool(checkpoints)
+    # after the checks: a refused run starts no environment processes
+    env = make_vec_env(lambda: ShardingEnv(cost_model, config.tasks, config.env, communication),
+                       n_envs=config.envs, seed=config.seed,
+                       vec_env_cls=SubprocVecEnv if config.subprocess else DummyVecEnv)
     if resumed:
         model = MaskablePPO.load(checkpoints[-1], env=env, device="cpu")
         log(f"resuming from {checkpoints[-1]} at {model.num_timesteps:,} steps")
