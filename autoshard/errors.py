@@ -29,7 +29,8 @@ class InputError(AutoShardError, ValueError):
     def __str__(self) -> str:
         head = f"{self.where}: " if self.where else ""
         tail = f" (fix: {self.fix})" if self.fix else ""
-        return f"{head}{self.field}: {self.message}{tail}"
+        field = "" if self.where.startswith(f"{self.field}[") else f"{self.field}: "  # planners[2] names it already
+        return f"{head}{field}{self.message}{tail}"
 
 
 class PlannerErrorKind(str, Enum):

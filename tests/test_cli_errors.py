@@ -72,3 +72,11 @@ def test_collect_names_the_option_and_the_range(tmp_path, monkeypatch):
                                  "--large-max-tables", "2", "--max-tables", "5"])
     assert result.exit_code == 2 and "--large-max-tables: must be above --max-tables (5), got 2" in said(result)
     assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_an_error_located_at_an_item_of_its_field_names_the_field_once():
+    from autoshard.errors import InputError
+
+    assert str(InputError("planners", "unknown planner 'x'", "use one of a, b", where="planners[1]")) == \
+        "planners[1]: unknown planner 'x' (fix: use one of a, b)"
+    assert str(InputError("embedding_dim", "must be >= 1", where="tables[3] 'x'")) == "tables[3] 'x': embedding_dim: must be >= 1"

@@ -201,6 +201,9 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
     callbacks = CallbackList([CheckpointCallback(max(config.checkpoint_every // config.envs, 1),
                                                  str(out / CHECKPOINTS), name_prefix="ppo"), keep_best])
     remaining = config.steps - model.num_timesteps
+    if remaining <= 0:
+        log(f"the run is at {model.num_timesteps:,} steps, --steps {config.steps:,}: nothing to train "
+            "(raise --steps to train on)")
     if remaining > 0:
         model.learn(remaining, callback=callbacks, reset_num_timesteps=not resume, progress_bar=progress_bar,
                     tb_log_name="ppo")
