@@ -90,8 +90,9 @@ def main() -> None:
               f"{r['lookups_per_sample']:7.1f} lookups, zipf {r['mean_zipf']:.2f}: predicted {r['predicted_ms']:.2f}, "
               f"measured {r['measured_ms']:.2f} ms ({math.exp(r['log_error_in_task']):.3f}x the task's median)")
     if args.out:
+        deciding = sorted((r for r in rows if r["near_the_max"]), key=lambda r: -r["log_error_in_task"])
         args.out.write_text(json.dumps({"reports": [str(p) for p in args.reports], "correlations": correlations,
-                                        "devices": rows}, indent=1) + "\n")
+                                        "most_under_priced_deciding_devices": deciding[:20]}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
