@@ -30,7 +30,7 @@ def plan_all(planner: str, profile_dir: Path) -> list[tuple[str, int, float, flo
 
     import numpy as np
 
-    from autoshard.cli.support import load_profile_or_none, one_thread
+    from autoshard.cli.support import load_profile_or_exit, one_thread
     from autoshard.communication import WithCommunication
     from autoshard.evaluation import memory_for
     from autoshard.planners import PlannerContext, make_planner
@@ -38,9 +38,7 @@ def plan_all(planner: str, profile_dir: Path) -> list[tuple[str, int, float, flo
     from autoshard.types import Topology
 
     one_thread()
-    profile, why = load_profile_or_none(profile_dir)
-    if profile is None:
-        sys.exit(f"error: {why}")
+    profile = load_profile_or_exit(profile_dir)
     tables = generate_pool(PoolConfig(size=2000, seed=99)).test
     rng = np.random.default_rng(5)
     out = []

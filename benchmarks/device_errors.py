@@ -26,7 +26,7 @@ from scipy.stats import spearmanr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread  # noqa: E402
+from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.evaluation import load_suite  # noqa: E402
 from autoshard.planners import PlannerContext  # noqa: E402
 from autoshard.planners.compare import compare_planners  # noqa: E402
@@ -69,9 +69,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     one_thread()
-    profile, why = load_profile_or_none(DEFAULT_MODEL)
-    if profile is None:
-        sys.exit(f"error: {why}")
+    profile = load_profile_or_exit(DEFAULT_MODEL)
     context = PlannerContext(profile.model, profile.policy)
     tasks = {t.name: t for suite in SUITES for t in load_suite(suite)[1]}
     rows = [r for path in args.reports for r in device_rows(json.loads(path.read_text()), tasks, context)]

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import load_profile_or_none, one_thread  # noqa: E402
+from autoshard.cli.support import load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.evaluation import load_suite  # noqa: E402
 from autoshard.planners import PlannerContext  # noqa: E402
 from autoshard.planners.compare import compare_planners  # noqa: E402
@@ -39,9 +39,7 @@ def main() -> None:
     if not malloc_settings_active():
         sys.exit("error: set the harness's allocator settings first (docs/traces.md)")
     one_thread()
-    loaded, why = load_profile_or_none(args.profile)
-    if loaded is None:
-        sys.exit(f"error: {why}")
+    loaded = load_profile_or_exit(args.profile)
     _, tasks = load_suite(args.suite)
     task = next(t for t in tasks if args.task in (None, t.name))
     plans = compare_planners(task.workload, task.topology, args.planners.split(","),

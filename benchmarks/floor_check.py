@@ -23,7 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, ensure_malloc_settings, load_profile_or_none, one_thread  # noqa: E402
+from autoshard.cli.support import DEFAULT_MODEL, ensure_malloc_settings, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.communication import WithCommunication  # noqa: E402
 from autoshard.evaluation import memory_for  # noqa: E402
 from autoshard.planners.placement import PlacementState, cheapest_after, place_workload  # noqa: E402
@@ -43,9 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     ensure_malloc_settings()
     one_thread()
-    profile, why = load_profile_or_none(DEFAULT_MODEL)
-    if profile is None:
-        sys.exit(f"error: {why}")
+    profile = load_profile_or_exit(DEFAULT_MODEL)
     model, batch = profile.model, None
     pool = generate_pool(PoolConfig(size=12_500, seed=7)).all
     workload = sample_task(pool, args.tables, np.random.default_rng(args.tables), name=str(args.tables))

@@ -20,7 +20,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread  # noqa: E402
+from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
 from cost_model.dataset import every_set  # noqa: E402
 from cost_model.evaluate import mape, noise_floor, predict_labelled, ranking_accuracy  # noqa: E402
 from cost_model.traces import merge_traces, read_traces  # noqa: E402
@@ -37,9 +37,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "large_sets.json")
     args = parser.parse_args()
     one_thread()
-    profile, why = load_profile_or_none(args.model)
-    if profile is None:
-        sys.exit(f"error: {why}")
+    profile = load_profile_or_exit(args.model)
     model = profile.model
     samples = every_set(merge_traces([read_traces(p) for p in args.traces]))
     true = np.array([s.total_ms for s in samples])

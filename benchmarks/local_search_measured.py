@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import autoshard.planners.local_search as local_search  # noqa: E402
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread  # noqa: E402
+from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.evaluation import Task, load_suite, memory_for  # noqa: E402
 from autoshard.planners.cost_greedy import CostGreedyPlanner  # noqa: E402
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
@@ -68,9 +68,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     one_thread()
-    profile, why = load_profile_or_none(args.model)
-    if profile is None:
-        sys.exit(f"error: {why}")
+    profile = load_profile_or_exit(args.model)
     model = profile.model
     variants = [("cost_greedy", 50, local_search.REL_TOL), ("no local search", 0, local_search.REL_TOL)]
     variants += [(f"local search at {float(t):.1%}", 50, float(t)) for t in args.tolerances.split(",") if t]

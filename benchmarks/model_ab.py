@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread  # noqa: E402
+from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.evaluation import load_suite  # noqa: E402
 from autoshard.planners import PlannerContext  # noqa: E402
 from autoshard.planners.compare import compare_planners  # noqa: E402
@@ -44,9 +44,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     one_thread()
-    baseline, why = load_profile_or_none(args.baseline)
-    if baseline is None:
-        sys.exit(f"error: {why}")
+    baseline = load_profile_or_exit(args.baseline)
     path = args.candidate / "cost_model.pt" if args.candidate.is_dir() else args.candidate
     candidate = load_cost_model(path)
     records = []

@@ -29,7 +29,7 @@ def plan_all(out: Path) -> None:
     sys.path[:0] = [root, os.path.join(root, "benchmarks")]
     from load_test import Config, request_body
 
-    from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread
+    from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
     from autoshard.evaluation import Task
     from autoshard.planners.compare import compare_planners
     from autoshard.planners.context import PlannerContext
@@ -37,9 +37,7 @@ def plan_all(out: Path) -> None:
     from autoshard.workload_file import topology_from_dict, workload_from_dict
 
     one_thread()
-    profile, why = load_profile_or_none(DEFAULT_MODEL)
-    if profile is None:
-        sys.exit(f"error: {why}")
+    profile = load_profile_or_exit(DEFAULT_MODEL)
     tasks = list(grid_tasks(GridConfig(tables=(20, 80, 200, 400), devices=(4, 8, 16, 32))))
     for draw in range(1, 21):
         body = request_body(Config(), draw)

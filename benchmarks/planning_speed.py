@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread  # noqa: E402
+from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.evaluation import memory_for  # noqa: E402
 from autoshard.planners import PlannerContext, available_planners  # noqa: E402
 from autoshard.planners.compare import compare_planners  # noqa: E402
@@ -53,9 +53,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "planning_speed.json")
     args = parser.parse_args()
     one_thread()
-    profile, why = load_profile_or_none(args.model)
-    if profile is None:
-        sys.exit(f"error: {why}")
+    profile = load_profile_or_exit(args.model)
     context = PlannerContext(profile.model, profile.policy)
     names = available_planners(context)[0] if args.planners == "default" else args.planners.split(",")
     if args.torchrec:

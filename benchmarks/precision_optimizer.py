@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread  # noqa: E402
+from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.types import Optimizer, Table  # noqa: E402
 from cost_model.bench import BenchConfig, measure  # noqa: E402
 from cost_model.profile import default_mode, malloc_settings_active  # noqa: E402
@@ -30,9 +30,7 @@ BASE = tuple(Table(f"t{i}", 10**(3 + i % 4), 64, 8.0, 0.5) for i in range(8))
 
 def main() -> None:
     one_thread()
-    profile, why = load_profile_or_none(DEFAULT_MODEL)
-    if profile is None:
-        sys.exit(f"error: {why}")
+    profile = load_profile_or_exit(DEFAULT_MODEL)
     variants = {f"{'fp32' if b == 4 else 'fp16'} {o.value}": tuple(replace(t, bytes_per_element=b, optimizer=o)
                                                                     for t in BASE)
                 for b in (4, 2) for o in (Optimizer.SGD, Optimizer.ROWWISE_ADAGRAD)}

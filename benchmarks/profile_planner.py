@@ -62,7 +62,7 @@ def main() -> None:
         return
     import numpy as np
 
-    from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread
+    from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
     from autoshard.communication import WithCommunication
     from autoshard.evaluation import memory_for
     from autoshard.planners import PlannerContext, make_planner
@@ -70,9 +70,7 @@ def main() -> None:
     from autoshard.types import Topology
 
     one_thread()
-    profile, why = load_profile_or_none(DEFAULT_MODEL)
-    if profile is None:
-        sys.exit(f"error: {why}")
+    profile = load_profile_or_exit(DEFAULT_MODEL)
     pool = generate_pool(PoolConfig(size=12_500, seed=7)).all
     workload = sample_task(pool, args.tables, np.random.default_rng(args.tables), name=str(args.tables))
     topology = Topology(args.devices, memory_for(workload, args.devices, 1.3))

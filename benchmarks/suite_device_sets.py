@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread  # noqa: E402
+from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.evaluation import load_suite  # noqa: E402
 from autoshard.planners import PlannerContext, make_planner  # noqa: E402
 from cost_model.checkpoint import load_cost_model  # noqa: E402
@@ -41,9 +41,7 @@ def main() -> None:
                         help="the model folder (cost model + policy) that made the reports' plans")
     args = parser.parse_args()
     one_thread()
-    profile, why = load_profile_or_none(args.plan_model)
-    if profile is None:
-        sys.exit(f"error: {why}")
+    profile = load_profile_or_exit(args.plan_model)
     models = {str(args.plan_model): profile.model} | {str(m): load_cost_model(m) for m in args.model}
     sets, measured, plans = [], [], []  # (sets, batch), per-device ms, (first set index, count, measured max)
     for ref in args.report:

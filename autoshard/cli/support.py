@@ -110,6 +110,14 @@ def load_profile_or_none(path: Path | None, option: str = "--model") -> tuple[Lo
     return loaded, None
 
 
+def load_profile_or_exit(path: Path | None) -> LoadedModel:
+    """``load_profile_or_none`` for scripts that cannot run without a profile: exit with why not."""
+    profile, why = load_profile_or_none(path)
+    if profile is None:
+        sys.exit(f"error: {why}")
+    return profile
+
+
 def one_thread() -> None:
     """Plan on one core: torch's and BLAS's thread pools would otherwise spin a thread per core
     on tiny matrices (planning is many small calls), several times slower on a shared machine."""
