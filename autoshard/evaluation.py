@@ -72,10 +72,10 @@ SYNTHETIC_FIELDS = ("pool_size", "pool_seed", "split", "num_tables", "seed", "ba
 SYNTHETIC_EXAMPLE = '{"synthetic": {"num_tables": 80, "seed": 1}, "num_devices": 8}'
 
 
-def _int_field(data: dict[str, Any], key: str, default: int | None, least: int) -> int:
+def _int_field(data: dict[str, Any], key: str, default: int | None, least: int, within: str = "") -> int:
     value = data.get(key, default)
     if not is_int(value) or value < least:
-        raise InputError(key, f"must be an integer >= {least}, got {value!r}" if key in data else "is required",
+        raise InputError(within + key, f"must be an integer >= {least}, got {value!r}" if key in data else "is required",
                          f"set {key!r} to an integer >= {least}")
     return value  # type: ignore[return-value]
 
@@ -88,12 +88,8 @@ def _synthetic(s: Any, name: str) -> Workload:
             raise InputError(f"synthetic.{key}", "unknown field", f"use one of {', '.join(SYNTHETIC_FIELDS)}")
     if s.get("split", "test") not in ("train", "test"):
         raise InputError("synthetic.split", f"must be 'train' or 'test', got {s['split']!r}", "use 'test' (unseen tables)")
-    try:
-        ints = {k: _int_field(s, k, d, least) for k, d, least in (("num_tables", None, 1), ("pool_size", 500, 2),
-                                                                  ("pool_seed", 0, 0), ("seed", 0, 0),
-                                                                  ("batch_size", 2048, 1))}
-    except InputError as error:
-        raise InputError(f"synthetic.{error.field}", error.message, error.fix) from None
+    ints = {k: _int_field(s, k, d, least, "synthetic.") for k, d, least in (
+        ("num_tables", None, 1), ("pool_size", 500, 2), ("pool_seed", 0, 0), ("seed", 0, 0), ("batch_size", 2048, 1))}
     rows = {"max_log10_rows": s["max_log10_rows"]} if "max_log10_rows" in s else {}
     if rows and not (is_number(rows["max_log10_rows"]) and rows["max_log10_rows"] > 2):
         raise InputError("synthetic.max_log10_rows", f"must be a number > 2, got {rows['max_log10_rows']!r}",
