@@ -7,7 +7,9 @@ rank plans by relative costs, so a uniform factor would not matter, but a factor
 the set (small sets slowed down most) changes which plan is best. ``check_drift`` re-measures a
 seeded sample of the traces' sets in interleaved rounds with the traces' own benchmark settings,
 each set at the batch size it was measured at, and reports the ratio of now to then, per set
-and overall.
+and overall. It also compares the device the traces name with this one: traces of another CPU or
+GPU model do not describe this machine, whatever the median ratio says (on 2026-12-02 an "Intel
+Xeon" host measured the "AMD EPYC" traces' sets at a median 1.02x, but 0.49-1.30x set by set).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 
 from autoshard.errors import InputError
 from cost_model.bench import measure
+from cost_model.profile import device_name
 from cost_model.traces import TraceSet
 
 TOLERANCE = (0.8, 1.25)
@@ -40,6 +43,12 @@ class SetDrift:
 @dataclass(frozen=True, slots=True)
 class Drift:
     sets: tuple[SetDrift, ...]
+    traced_device: str  # the device named in the traces' header
+    this_device: str  # the device the sets were re-measured on
+
+    @property
+    def same_device(self) -> bool:
+        return self.traced_device == self.this_device
 
     @property
     def median_ratio(self) -> float:
@@ -52,12 +61,30 @@ class Drift:
 
     @property
     def holds(self) -> bool:
+        return self.same_device and self.within_tolerance
+
+    @property
+    def within_tolerance(self) -> bool:
         low, high = TOLERANCE
         return low <= self.median_ratio <= high
 
+    def verdict(self) -> str:
+        """Why the traces do or do not describe this machine, in a sentence."""
+        low, high = self.ratio_range
+        ratio = f"the traced sets take {self.median_ratio:.2f}x their traced time here (range {low:.2f}-{high:.2f})"
+        if not self.same_device:
+            return (f"{ratio}, but the traces were measured on {self.traced_device!r} and this machine is "
+                    f"{self.this_device!r}: they do not describe it; collect a profile here (`autoshard bench collect`, "
+                    "then `autoshard cost train`) before trusting predictions of this machine")
+        if not self.within_tolerance:
+            return (f"{ratio}: outside {TOLERANCE[0]}-{TOLERANCE[1]}, this machine no longer measures like the traces; "
+                    "re-collect them (`autoshard bench collect`) and retrain before trusting predictions here")
+        return f"{ratio}: the traces still describe this machine"
+
     def to_dict(self) -> dict:
         return {"median_ratio": self.median_ratio, "ratio_range": list(self.ratio_range), "holds": self.holds,
-                "tolerance": list(TOLERANCE),
+                "tolerance": list(TOLERANCE), "traced_device": self.traced_device, "this_device": self.this_device,
+                "same_device": self.same_device,
                 "sets": [{"id": s.sample_id, "tables": s.tables, "then_ms": s.then_ms, "now_ms": s.now_ms,
                           "ratio": s.ratio} for s in self.sets]}
 
@@ -75,4 +102,5 @@ def check_drift(traces: TraceSet, samples: int = 12, rounds: int = 3, seed: int 
         for sample in chosen:
             at = replace(config, batch_size=sample.batch_size)
             now[sample.id].append(measure(sample.tables, at, seed=round_).total.median)
-    return Drift(tuple(SetDrift(s.id, len(s.tables), s.cost_ms, statistics.median(now[s.id])) for s in chosen))
+    return Drift(tuple(SetDrift(s.id, len(s.tables), s.cost_ms, statistics.median(now[s.id])) for s in chosen),
+                 traces.profile.device_name, device_name(config.device))

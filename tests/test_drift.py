@@ -70,6 +70,35 @@ def test_traces_100x_slower_than_this_machine_fail_the_check(tmp_path, monkeypat
     assert result.exit_code == 1 and "re-collect" in result.output
 
 
+def test_traces_of_another_device_do_not_describe_this_machine(tmp_path, monkeypatch):
+    """Right median, wrong hardware: traces whose header names another CPU fail the check, and
+    the answer names both devices and says to collect a profile here."""
+    monkeypatch.setenv("AUTOSHARD_NO_REEXEC", "1")
+    path = _traces(tmp_path, 1.0)
+    lines = list(iter_lines(path))
+    lines[0]["profile"]["device_name"] = "Another CPU 9000"
+    write_trace(path, lines[0], lines[1:])
+    drift = check_drift(read_traces(path), samples=2, rounds=1)
+    assert drift.traced_device == "Another CPU 9000" and drift.this_device != drift.traced_device
+    assert not drift.same_device and not drift.holds
+    result = CliRunner().invoke(app, ["bench", "drift", "--traces", str(path), "--samples", "2", "--rounds", "1",
+                                      "--json"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.output)
+    assert report["same_device"] is False and report["traced_device"] == "Another CPU 9000"
+    result = CliRunner().invoke(app, ["bench", "drift", "--traces", str(path), "--samples", "2", "--rounds", "1"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 1 and "Another CPU 9000" in text and drift.this_device in text
+    assert "collect a profile here" in text
+
+
+def test_traces_of_this_device_measured_alike_hold(tmp_path):
+    traces = read_traces(_traces(tmp_path, 1.0))
+    drift = check_drift(traces, samples=2, rounds=1)
+    assert drift.same_device and drift.this_device == traces.profile.device_name
+    assert drift.holds == (0.8 <= drift.median_ratio <= 1.25)
+
+
 def test_a_missing_trace_file_names_the_option(tmp_path):
     result = CliRunner().invoke(app, ["bench", "drift", "--traces", str(tmp_path / "none.jsonl")])
     assert result.exit_code == 2 and "--traces" in result.output

@@ -219,7 +219,8 @@ def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_
     for when in ("before", "after"):
         low, high = drift[when]["ratio_range"]
         assert 0 < low <= drift[when]["median_ratio"] <= high
-        assert drift[when]["holds"] == (0.8 <= drift[when]["median_ratio"] <= 1.25)
+        assert drift[when]["holds"] == (0.8 <= drift[when]["median_ratio"] <= 1.25 and drift[when]["same_device"])
+        assert drift[when]["traced_device"] and drift[when]["this_device"]
     assert "machine before measuring" in result.output
 
 

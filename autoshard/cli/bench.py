@@ -309,10 +309,11 @@ def drift_cmd(
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Re-measure some of the traces' sets here: does this machine still measure like the traces?
-    Exits 1 when the median ratio of now to then is outside 0.8-1.25 (re-collect the traces)."""
+    Exits 1 when the median ratio of now to then is outside 0.8-1.25 (re-collect the traces), or
+    when the traces name another device than this one (collect a profile here)."""
     _require_traces(traces)
     ensure_malloc_settings()
-    from cost_model.drift import TOLERANCE, check_drift
+    from cost_model.drift import check_drift
     from cost_model.traces import read_traces
 
     with console.status(f"re-measuring {samples} sets x {rounds} rounds"):
@@ -323,11 +324,7 @@ def drift_cmd(
         for s in drift.sets:
             console.print(f"set {s.sample_id} ({s.tables} tables): then {s.then_ms:.2f} ms, now {s.now_ms:.2f} ms, "
                           f"x{s.ratio:.2f}")
-        low, high = drift.ratio_range
-        console.print(f"median ratio now / then: {drift.median_ratio:.2f} (range {low:.2f}-{high:.2f}); "
-                      + ("the traces still describe this machine" if drift.holds else
-                         f"outside {TOLERANCE[0]}-{TOLERANCE[1]}: this machine no longer measures like the traces; "
-                         "re-collect them (`autoshard bench collect`) and retrain before trusting predictions here"))
+        console.print(drift.verdict(), highlight=False)
     if not drift.holds:
         raise typer.Exit(1)
 

@@ -139,9 +139,7 @@ def _drift(traces: Path, samples: int, when: str) -> dict:
     from cost_model.traces import read_traces
 
     drift = check_drift(read_traces(traces), samples)
-    low, high = drift.ratio_range
-    line = (f"machine {when} measuring: its traced sets now take {drift.median_ratio:.2f}x their traced time "
-            f"(range {low:.2f}-{high:.2f})")
-    console.print(line if drift.holds else f"[yellow]warning:[/yellow] {line}: outside the tolerance, "
-                  "so measured figures are not on the traces' scale", highlight=False)
-    return {"median_ratio": drift.median_ratio, "ratio_range": [low, high], "holds": drift.holds}
+    line = f"machine {when} measuring: {drift.verdict()}"
+    console.print(line if drift.holds else f"[yellow]warning:[/yellow] {line}; measured figures are not on the "
+                  "traces' scale", highlight=False)
+    return {key: value for key, value in drift.to_dict().items() if key != "sets"}
