@@ -9,7 +9,7 @@ seeded sample of the traces' sets in interleaved rounds with the traces' own ben
 each set at the batch size it was measured at, and reports the ratio of now to then, per set
 and overall. It also compares the device the traces name with this one: traces of another CPU or
 GPU model do not describe this machine, whatever the median ratio says (on 2026-12-02 an "Intel
-Xeon" host measured the "AMD EPYC" traces' sets at a median 1.02x, but 0.49-1.30x set by set).
+Xeon" host measured the "AMD EPYC" traces' sets at a median 1.02-1.08x, but 0.49-1.32x set by set).
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ class Drift:
         ratio = f"the traced sets take {self.median_ratio:.2f}x their traced time here (range {low:.2f}-{high:.2f})"
         if not self.same_device:
             return (f"{ratio}, but the traces were measured on {self.traced_device!r} and this machine is "
-                    f"{self.this_device!r}: they do not describe it; collect a profile here (`autoshard bench collect`, "
-                    "then `autoshard cost train`) before trusting predictions of this machine")
+                    f"{self.this_device!r}: they do not describe it; collect a profile here (`scripts/profile_machine.sh`, "
+                    "or `autoshard bench collect` then `autoshard cost train`) before trusting predictions of this machine")
         if not self.within_tolerance:
             return (f"{ratio}: outside {TOLERANCE[0]}-{TOLERANCE[1]}, this machine no longer measures like the traces; "
                     "re-collect them (`autoshard bench collect`) and retrain before trusting predictions here")
