@@ -49,7 +49,7 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Awaitable, Callable
 
 import httpx
 import numpy as np
@@ -84,16 +84,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rss_bytes(pid: int) -> int:
-    """Resident memory of ``pid`` and its children (uvicorn workers), from /proc."""
-    total = 0
-    pids = [pid]
+def _children(pid: int) -> list[int]:
     try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        pids += [int(c) for c in children]
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
-        pass
-    for p in pids:
+        return []
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and its children (the planning workers), from /proc."""
+    total = 0
+    for p in [pid, *_children(pid)]:
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -151,7 +152,7 @@ def latency_summary(ms: list[float]) -> dict[str, float | None]:
             "max": max(ms) if ms else None, "mean": statistics.fmean(ms) if ms else None}
 
 
-def run_ab(url: str, body: dict, config: Config, rss: Callable[[], int]) -> dict:
+def run_ab(url: str, body: dict, config: Config, rss: Callable[[], int], cpu: CpuReader) -> dict:
     """The same load from ApacheBench (``ab -n requests -c concurrency``, one process in C); the
     server's RSS sampled every 0.25 s meanwhile. One body for every request, so not for --fresh."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,6 +162,7 @@ def run_ab(url: str, body: dict, config: Config, rss: Callable[[], int]) -> dict
             httpx.post(f"{url}/v1/plans", json=body, timeout=60).raise_for_status()
         rss_samples: list[float] = []
         with HealthProbe(url) as probe:
+            cpu_before = cpu()
             # -l: every answer has its own elapsed_s, so lengths differ (ab would count that as a failure)
             ab = subprocess.Popen(["ab", "-q", "-l", "-s", "60", "-n", str(config.requests), "-c",
                                    str(config.concurrency), "-e", str(percentiles), "-p", str(body_file),
@@ -170,6 +172,7 @@ def run_ab(url: str, body: dict, config: Config, rss: Callable[[], int]) -> dict
                 rss_samples.append(rss() / 2**20)
                 time.sleep(0.25)
             out = ab.stdout.read() if ab.stdout else ""
+            cpu_after = cpu()
         if ab.returncode != 0 or "Complete requests" not in out:
             raise RuntimeError(f"ab failed ({ab.returncode}): {out[-2000:]}")
         at = dict(tuple(map(float, line.split(","))) for line in percentiles.read_text().splitlines()[1:])
@@ -182,24 +185,26 @@ def run_ab(url: str, body: dict, config: Config, rss: Callable[[], int]) -> dict
             "errors": [out[out.index("Failed requests"):][:300]] if failed or non_2xx else [],
             "error_count": int(failed + non_2xx), "partial": None,
             "planners": sorted(p["planner"] for p in last["plans"]), "health": probe.latencies,
-            "metrics": httpx.get(f"{url}/metrics").text,
+            "metrics": httpx.get(f"{url}/metrics").text, "cpu_s": cpu_spent(cpu_before, cpu_after),
             # the RSS curve over time, in ten equal spans (a soak compares the first with the last)
             "rss_every_1000": [float(np.mean(c)) for c in np.array_split(rss_samples, 10) if len(c)]}
 
 
-async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int]) -> dict:
+async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int], cpu: CpuReader) -> dict:
     limits = httpx.Limits(max_connections=config.concurrency + 2, max_keepalive_connections=config.concurrency + 2)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
-        draws = iter(range(1, 1_000_000))  # --fresh: tables and a seed no request used before
+        # --fresh: tables and a seed no request used before, each body drawn and encoded before
+        # the clock starts, so that the client's own share of the two cores is the HTTP alone
+        count = config.warmup + config.requests
+        encoded = iter([json.dumps({**request_body(config, draw), "seed": draw}).encode()
+                        for draw in range(1, count + 1)] if config.fresh else [json.dumps(body).encode()] * count)
+        headers = {"content-type": "application/json"}
 
-        def next_body() -> dict:
-            if not config.fresh:
-                return body
-            draw = next(draws)
-            return {**request_body(config, draw), "seed": draw}
+        def post() -> Awaitable[httpx.Response]:
+            return client.post("/v1/plans", content=next(encoded), headers=headers)
 
         for _ in range(config.warmup):
-            (await client.post("/v1/plans", json=next_body())).raise_for_status()
+            (await post()).raise_for_status()
         latencies: list[float] = []
         statuses: dict[int, int] = {}
         errors: list[str] = []
@@ -214,7 +219,7 @@ async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int])
                 remaining -= 1
                 started = time.perf_counter()
                 try:
-                    response = await client.post("/v1/plans", json=next_body())
+                    response = await post()
                     latencies.append(time.perf_counter() - started)
                     statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
                     if response.status_code == 200:
@@ -229,14 +234,14 @@ async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int])
                     rss_every_1000.append(rss() / 2**20)
 
         with HealthProbe(url) as probe:
-            started = time.perf_counter()
+            cpu_before, started = cpu(), time.perf_counter()
             await asyncio.gather(*(worker() for _ in range(config.concurrency)))
-            elapsed = time.perf_counter() - started
+            elapsed, cpu_after = time.perf_counter() - started, cpu()
         metrics = (await client.get("/metrics")).text
     return {"elapsed_s": elapsed, "answered": len(latencies), "error_count": len(errors),  # a non-200 or a failure each
             "latency_ms": latency_summary([x * 1000 for x in latencies]), "statuses": statuses, "errors": errors,
             "partial": partial, "planners": sorted(planners), "health": probe.latencies, "metrics": metrics,
-            "rss_every_1000": rss_every_1000}
+            "rss_every_1000": rss_every_1000, "cpu_s": cpu_spent(cpu_before, cpu_after)}
 
 
 def probe_health(url: str, stop: multiprocessing.synchronize.Event, out: multiprocessing.Queue) -> None:
@@ -269,6 +274,29 @@ class HealthProbe:
         self._stop.set()
         self.latencies = self._results.get(timeout=30)
         self._process.join(10)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds ``pid`` has used so far, from /proc (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_part(server: int) -> dict[str, float]:
+    """CPU seconds so far of the server's own process (HTTP, validation, answers), its planning
+    workers and this process (the httpx client; with ab, only its RSS sampling)."""
+    return {"server": cpu_seconds(server), "planning_workers": sum(cpu_seconds(c) for c in _children(server)),
+            "client": cpu_seconds(os.getpid())}
+
+
+CpuReader = Callable[[], dict[str, float]]
+
+
+def cpu_spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {part: after[part] - before[part] for part in before}
 
 
 def planner_times(metrics: str) -> dict[str, float]:
@@ -332,7 +360,9 @@ def main(config: Config) -> dict:
         load_before = os.getloadavg()
         profiler = start_profiler(server.pid, config.profile) if config.profile else None
         rss = lambda: rss_bytes(server.pid)  # noqa: E731
-        result = run_ab(url, body, config, rss) if client == "ab" else asyncio.run(run_load(url, body, config, rss))
+        cpu = functools.partial(cpu_by_part, server.pid)
+        result = (run_ab(url, body, config, rss, cpu) if client == "ab"
+                  else asyncio.run(run_load(url, body, config, rss, cpu)))
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(60)
@@ -369,6 +399,9 @@ def main(config: Config) -> dict:
                           "every_1000_requests": result["rss_every_1000"],
                           "last_over_first_1000": (result["rss_every_1000"][-1] / result["rss_every_1000"][0]
                                                    if len(result["rss_every_1000"]) > 1 else None)},
+        # CPU time per answered request, over the timed run: where the two cores went
+        "cpu_ms_per_request": {part: 1000 * seconds / max(result["answered"], 1)
+                               for part, seconds in result["cpu_s"].items()},
         "server_planner_ms_per_request": {p: 1000 * t for p, t in planner_times(result["metrics"]).items()},
         "plan_cache": {k: float(v) for k, v in re.findall(r'autoshard_plan_cache_total\{result="([^"]+)"\} (\S+)',
                                                           result["metrics"])},

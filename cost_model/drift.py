@@ -21,7 +21,7 @@ import numpy as np
 
 from autoshard.errors import InputError
 from cost_model.bench import measure
-from cost_model.profile import device_name
+from cost_model.profile import cpu_model, device_name
 from cost_model.traces import TraceSet
 
 TOLERANCE = (0.8, 1.25)
@@ -45,10 +45,17 @@ class Drift:
     sets: tuple[SetDrift, ...]
     traced_device: str  # the device named in the traces' header
     this_device: str  # the device the sets were re-measured on
+    traced_cpu: str | None = None  # the CPU's vendor, family and model (``cpu_model``), where the traces record it
+    this_cpu: str | None = None
 
     @property
     def same_device(self) -> bool:
-        return self.traced_device == self.this_device
+        """The same device name, and the same CPU family and model where both are known."""
+        known = self.traced_cpu is not None and self.this_cpu is not None
+        return self.traced_device == self.this_device and not (known and self.traced_cpu != self.this_cpu)
+
+    def _described(self, name: str, cpu: str | None) -> str:
+        return repr(name) if cpu is None else f"{name!r} ({cpu})"
 
     @property
     def median_ratio(self) -> float:
@@ -73,8 +80,8 @@ class Drift:
         low, high = self.ratio_range
         ratio = f"the traced sets take {self.median_ratio:.2f}x their traced time here (range {low:.2f}-{high:.2f})"
         if not self.same_device:
-            return (f"{ratio}, but the traces were measured on {self.traced_device!r} and this machine is "
-                    f"{self.this_device!r}: they do not describe it; collect a profile here (`scripts/profile_machine.sh`, "
+            return (f"{ratio}, but the traces were measured on {self._described(self.traced_device, self.traced_cpu)} "
+                    f"and this machine is {self._described(self.this_device, self.this_cpu)}: they do not describe it; collect a profile here (`scripts/profile_machine.sh`, "
                     "or `autoshard bench collect` then `autoshard cost train`) before trusting predictions of this machine")
         if not self.within_tolerance:
             return (f"{ratio}: outside {TOLERANCE[0]}-{TOLERANCE[1]}, this machine no longer measures like the traces; "
@@ -84,7 +91,7 @@ class Drift:
     def to_dict(self) -> dict:
         return {"median_ratio": self.median_ratio, "ratio_range": list(self.ratio_range), "holds": self.holds,
                 "tolerance": list(TOLERANCE), "traced_device": self.traced_device, "this_device": self.this_device,
-                "same_device": self.same_device,
+                "traced_cpu": self.traced_cpu, "this_cpu": self.this_cpu, "same_device": self.same_device,
                 "sets": [{"id": s.sample_id, "tables": s.tables, "then_ms": s.then_ms, "now_ms": s.now_ms,
                           "ratio": s.ratio} for s in self.sets]}
 
@@ -103,4 +110,4 @@ def check_drift(traces: TraceSet, samples: int = 12, rounds: int = 3, seed: int 
             at = replace(config, batch_size=sample.batch_size)
             now[sample.id].append(measure(sample.tables, at, seed=round_).total.median)
     return Drift(tuple(SetDrift(s.id, len(s.tables), s.cost_ms, statistics.median(now[s.id])) for s in chosen),
-                 traces.profile.device_name, device_name(config.device))
+                 traces.profile.device_name, device_name(config.device), traces.profile.cpu, cpu_model(config.device))

@@ -64,9 +64,31 @@ def device_name(device: str) -> str:
     return platform.processor() or "cpu"
 
 
+def cpu_model(device: str) -> str | None:
+    """The CPU's vendor, family and model from /proc/cpuinfo ("AuthenticAMD family 26 model 2"),
+    or ``None`` (a GPU, or no /proc): a VM's model name ("AMD EPYC") hides the generation, and
+    on 2026-12-02 two "AMD EPYC" hosts measured the same sets 0.35-0.87x apart."""
+    if device.startswith("cuda"):
+        return None
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        return None
+    if not all(k in fields for k in ("vendor_id", "cpu family", "model")):
+        return None
+    return f"{fields['vendor_id']} family {fields['cpu family']} model {fields['model']}"
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceProfile:
-    """Where and how costs were measured. ``id`` names a cost model's profile folder."""
+    """Where and how costs were measured. ``id`` names a cost model's profile folder.
+    ``cpu`` (``cpu_model``) is ``None`` in traces recorded before it was."""
 
     device_type: str
     device_name: str
@@ -74,11 +96,13 @@ class DeviceProfile:
     threads: int
     torch_version: str
     fbgemm_version: str | None
+    cpu: str | None = None
 
     @property
     def id(self) -> str:
         slug = re.sub(r"[^a-z0-9]+", "-", self.device_name.lower()).strip("-")[:40]
-        return f"{self.device_type}-{slug}-{self.mode.value}-t{self.threads}"
+        generation = "" if self.cpu is None else "-f{}m{}".format(*re.findall(r"\d+", self.cpu)[:2])
+        return f"{self.device_type}-{slug}{generation}-{self.mode.value}-t{self.threads}"
 
     def to_dict(self) -> dict:
         return {**asdict(self), "mode": self.mode.value, "id": self.id}
@@ -86,13 +110,13 @@ class DeviceProfile:
     @classmethod
     def from_dict(cls, data: dict) -> "DeviceProfile":
         return cls(data["device_type"], data["device_name"], ExecutionMode(data["mode"]),
-                   int(data["threads"]), data["torch_version"], data.get("fbgemm_version"))
+                   int(data["threads"]), data["torch_version"], data.get("fbgemm_version"), data.get("cpu"))
 
 
 def detect_profile(device: str, mode: ExecutionMode, threads: int) -> DeviceProfile:
     kind = "cuda" if device.startswith("cuda") else "cpu"
     return DeviceProfile(kind, device_name(device), mode, threads, str(torch.__version__),
-                         fbgemm_version() if mode is ExecutionMode.FBGEMM_TBE else None)
+                         fbgemm_version() if mode is ExecutionMode.FBGEMM_TBE else None, cpu_model(device))
 
 
 def malloc_settings_active() -> bool:

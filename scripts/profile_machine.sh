@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Collect a device profile for this machine and train its models: the traces, the cost model,
 # the all-to-all model and the RL policy, in data/traces/<id>.* and data/models/<id>/, where <id>
-# is this machine's profile id (e.g. cpu-intel-r-xeon-r-processor-fbgemm_tbe-t1).
+# is this machine's profile id (e.g. cpu-amd-epyc-f26m2-fbgemm_tbe-t1: the CPU's name, family and model).
 #
-#   scripts/profile_machine.sh            # about 50 minutes on one core of a 2-core CPU machine
+#   scripts/profile_machine.sh            # about an hour on one core of a 2-core CPU machine
 #
 # Run it with the machine otherwise idle: every stage but the training measures. Each collection
 # resumes where it stopped (run the script again after a kill); a stage whose output is complete
 # is skipped. The stages are those of docs/traces.md at fewer samples: random sets (training,
 # validation, splits (a) and (b)), large sets, small-row tables, Criteo-like one-hot sets, a fresh
-# pool drawn once for the headline (never trained or tuned on), then the cost model (the shipped
-# network, chosen on validation in docs/cost_model.md), the all-to-all and the policy.
+# pool drawn once for the headline (never trained or tuned on); then a first cost model (the shipped
+# network, chosen on validation in docs/cost_model.md), whose planners' plans make the plan sets
+# (training-pool tasks to train on, test-pool tasks for split (c)); then the profile's cost model,
+# trained on the plan sets too, the all-to-all and the policy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/autoshard ] || scripts/setup.sh
@@ -37,8 +39,19 @@ autoshard bench collect --out "$T.one-hot-mixed.jsonl.gz" --precisions 4,2 --opt
 autoshard bench collect --out "$T.fresh.jsonl.gz" --samples 120 --large-samples 30 --passes 5 \
   --seed 20261202 --pool-seed 20261202 --no-singles --large-max-tables 64 $W
 
-[ -f "$M/cost_model.pt" ] || autoshard cost train --network default --out "$M" \
-  --traces "$T.jsonl.gz" --traces "$T.large.jsonl.gz" --traces "$T.small-rows.jsonl.gz" --traces "$T.one-hot-mixed.jsonl.gz"
+RANDOM_SETS="--traces $T.jsonl.gz --traces $T.large.jsonl.gz --traces $T.small-rows.jsonl.gz --traces $T.one-hot-mixed.jsonl.gz"
+M0=runs/profile-$ID/model0  # plans the plan sets; not shipped
+[ -f "$M0/cost_model.pt" ] || autoshard cost train --network default --out "$M0" $RANDOM_SETS
+# the device sets that plans create (docs/cost_model.md, "Splits"): every planner the first model can run
+autoshard bench plans --traces "$T.jsonl.gz" --model "$M0" --out "$T.plans.jsonl.gz" --split train --tasks 12 \
+  --passes 3 --seed 31 --devices 4,8,16 --batch-sizes 512,1024,2048,4096,8192,16384
+autoshard bench plans --traces "$T.one-hot-mixed.jsonl.gz" --model "$M0" --out "$T.plans-one-hot-mixed.jsonl.gz" \
+  --split train --tasks 8 --passes 3 --seed 62 --devices 4,8,16 --batch-sizes 2048,4096,8192,16384
+autoshard bench plans --traces "$T.jsonl.gz" --model "$M0" --out "$T.plans-test.jsonl.gz" --split test --tasks 6 \
+  --passes 5 --seed 0 --devices 4,8,16,32,64 --batch-sizes 512,1024,2048,4096,8192,16384
+
+[ -f "$M/cost_model.pt" ] || autoshard cost train --network default --out "$M" $RANDOM_SETS \
+  --traces "$T.plans.jsonl.gz" --traces "$T.plans-one-hot-mixed.jsonl.gz"
 [ -f "$M/communication.json" ] || autoshard bench comm --out "$M"
 [ -f "$M/policy.pt" ] || autoshard policy train --profile "$M" --steps 100000
-autoshard cost eval --model "$M" --traces "$T.jsonl.gz" --fresh-pool "$T.fresh.jsonl.gz"
+autoshard cost eval --model "$M" --traces "$T.jsonl.gz" --traces "$T.plans-test.jsonl.gz" --fresh-pool "$T.fresh.jsonl.gz"

@@ -2,6 +2,9 @@
 the command fails; the re-measured sets are the traces' own, with their benchmark settings."""
 
 import json
+import re
+
+import pytest
 
 from typer.testing import CliRunner
 
@@ -90,6 +93,32 @@ def test_traces_of_another_device_do_not_describe_this_machine(tmp_path, monkeyp
     text = " ".join(result.output.split())
     assert result.exit_code == 1 and "Another CPU 9000" in text and drift.this_device in text
     assert "collect a profile here" in text
+
+
+def test_the_same_cpu_name_of_another_generation_does_not_describe_this_machine(tmp_path):
+    """A VM names two generations alike ("AMD EPYC"): where the traces record the CPU's family
+    and model, another family or model fails the check as another name does."""
+    path = _traces(tmp_path, 1.0)
+    traces = read_traces(path)
+    if traces.profile.cpu is None:
+        pytest.skip("this machine's /proc/cpuinfo has no vendor, family and model")
+    lines = list(iter_lines(path))
+    lines[0]["profile"]["cpu"] = "GenuineIntel family 6 model 1"
+    write_trace(path, lines[0], lines[1:])
+    drift = check_drift(read_traces(path), samples=2, rounds=1)
+    assert drift.traced_device == drift.this_device and drift.this_cpu == traces.profile.cpu
+    assert not drift.same_device and not drift.holds
+    assert "GenuineIntel family 6 model 1" in drift.verdict() and traces.profile.cpu in drift.verdict()
+
+
+def test_traces_recorded_before_the_cpu_model_was_compare_by_name(tmp_path):
+    path = _traces(tmp_path, 1.0)
+    lines = list(iter_lines(path))
+    lines[0]["profile"].pop("cpu", None)
+    write_trace(path, lines[0], lines[1:])
+    traces = read_traces(path)
+    assert traces.profile.cpu is None and not re.search(r"-f\d+m\d+-", traces.profile.id)
+    assert check_drift(traces, samples=2, rounds=1).same_device
 
 
 def test_traces_of_this_device_measured_alike_hold(tmp_path):
