@@ -35,11 +35,20 @@ autoshard bench collect --out "$T.one-hot-mixed.jsonl.gz" --precisions 4,2 --opt
   --pool-size 150 --pool-seed 16 --seed 16 --min-log10-rows 0 --dims 8,16,32 --one-hot-share 1 --samples 250 \
   --large-samples 60 --max-tables 12 --large-max-tables 32 --passes 5 \
   --batch-sizes 512,1024,2048,4096,8192,16384 --warmups 1 --repeats 5 --device cpu
+# homogeneous sets: every table fp32 + SGD, so a set is one TBE op, as in Criteo's workloads (docs/profiles.md:
+# without them, this machine's first model priced Criteo Kaggle's devices 12-40% high, giant tables most)
+autoshard bench collect --out "$T.one-hot.jsonl.gz" --precisions 4 --optimizers sgd --pool-size 150 --pool-seed 15 \
+  --seed 15 --min-log10-rows 0 --dims 8,16,32 --one-hot-share 1 --samples 250 --large-samples 60 --max-tables 12 \
+  --large-max-tables 32 --passes 5 --batch-sizes 512,1024,2048,4096,8192,16384 --warmups 1 --repeats 5 --device cpu
+autoshard bench collect --out "$T.fp32-sgd.jsonl.gz" --precisions 4 --optimizers sgd --pool-seed 11 --seed 11 \
+  --no-singles --passes 3 --samples 150 --large-samples 50 --large-max-tables 64 \
+  --batch-sizes 512,1024,2048,4096,8192,16384 --warmups 1 --repeats 5 --device cpu
 # the headline pool: drawn once (seed 20261202, the date it was drawn), never trained or tuned on
 autoshard bench collect --out "$T.fresh.jsonl.gz" --samples 120 --large-samples 30 --passes 5 \
   --seed 20261202 --pool-seed 20261202 --no-singles --large-max-tables 64 $W
 
-RANDOM_SETS="--traces $T.jsonl.gz --traces $T.large.jsonl.gz --traces $T.small-rows.jsonl.gz --traces $T.one-hot-mixed.jsonl.gz"
+RANDOM_SETS="--traces $T.jsonl.gz --traces $T.large.jsonl.gz --traces $T.small-rows.jsonl.gz --traces $T.one-hot-mixed.jsonl.gz
+  --traces $T.one-hot.jsonl.gz --traces $T.fp32-sgd.jsonl.gz"
 M0=runs/profile-$ID/model0  # plans the plan sets; not shipped
 [ -f "$M0/cost_model.pt" ] || autoshard cost train --network default --out "$M0" $RANDOM_SETS
 # the device sets that plans create (docs/cost_model.md, "Splits"): every planner the first model can run
@@ -47,11 +56,13 @@ autoshard bench plans --traces "$T.jsonl.gz" --model "$M0" --out "$T.plans.jsonl
   --passes 3 --seed 31 --devices 4,8,16 --batch-sizes 512,1024,2048,4096,8192,16384
 autoshard bench plans --traces "$T.one-hot-mixed.jsonl.gz" --model "$M0" --out "$T.plans-one-hot-mixed.jsonl.gz" \
   --split train --tasks 8 --passes 3 --seed 62 --devices 4,8,16 --batch-sizes 2048,4096,8192,16384
+autoshard bench plans --traces "$T.one-hot.jsonl.gz" --model "$M0" --out "$T.plans-one-hot.jsonl.gz" \
+  --split train --tasks 8 --passes 3 --seed 61 --devices 4,8,16 --batch-sizes 2048,4096,8192,16384
 autoshard bench plans --traces "$T.jsonl.gz" --model "$M0" --out "$T.plans-test.jsonl.gz" --split test --tasks 6 \
   --passes 5 --seed 0 --devices 4,8,16,32,64 --batch-sizes 512,1024,2048,4096,8192,16384
 
 [ -f "$M/cost_model.pt" ] || autoshard cost train --network default --out "$M" $RANDOM_SETS \
-  --traces "$T.plans.jsonl.gz" --traces "$T.plans-one-hot-mixed.jsonl.gz"
+  --traces "$T.plans.jsonl.gz" --traces "$T.plans-one-hot-mixed.jsonl.gz" --traces "$T.plans-one-hot.jsonl.gz"
 [ -f "$M/communication.json" ] || autoshard bench comm --out "$M"
 [ -f "$M/policy.pt" ] || autoshard policy train --profile "$M" --steps 100000
 autoshard cost eval --model "$M" --traces "$T.jsonl.gz" --traces "$T.plans-test.jsonl.gz" --fresh-pool "$T.fresh.jsonl.gz"

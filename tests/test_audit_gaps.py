@@ -96,10 +96,17 @@ def test_synthetic_train_and_test_pools_are_disjoint():
     assert all(pool.split_of(t.name) == "test" for t in pool.test)
 
 
-def test_shipped_model_reproduces_its_metrics(shipped):
-    """Every held-out set of its splits (a few seconds). metrics.json rounds to 4 decimals
-    (+-5e-5); float32 sums in another order on another CPU move a MAPE by ~1e-6: tolerance 2e-4."""
-    metrics = json.loads((SHIPPED / "metrics.json").read_text())
+SHIPPED_PROFILES = sorted(p for p in (ROOT / "data" / "models").iterdir() if (p / "cost_model.pt").is_file()
+                          and not p.is_symlink())
+
+
+@pytest.mark.parametrize("profile", SHIPPED_PROFILES, ids=[p.name for p in SHIPPED_PROFILES])
+def test_shipped_model_reproduces_its_metrics(profile):
+    """Every shipped profile, every held-out set of its splits (a few seconds each). metrics.json
+    rounds to 4 decimals (+-5e-5); float32 sums in another order on another CPU move a MAPE by
+    ~1e-6: tolerance 2e-4."""
+    shipped = load_cost_model(profile)
+    metrics = json.loads((profile / "metrics.json").read_text())
     sources = metrics["traces"] if isinstance(metrics["traces"], list) else [metrics["traces"]]
     traces = merge_traces([read_traces(ROOT / source) for source in sources])
     splits = make_splits(traces, seed=0)
