@@ -29,7 +29,7 @@ from autoshard.synthetic import PoolConfig, TablePool, generate_pool
 from autoshard.types import Optimizer, Table
 from cost_model.bench import BenchConfig, check_benchable, measure, physical_rows
 from cost_model.profile import detect_profile, malloc_settings_active
-from cost_model.traces import TraceWriter, has_header, iter_lines, make_header, write_trace
+from cost_model.traces import TraceWriter, has_header, iter_lines, make_header, measured_passes, write_trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,12 +165,14 @@ def collect(config: CollectConfig, out: Path,
     target = out if world == 1 else out.with_name(f"{out.name}.rank{rank}.part")
     gathered = ({(l["id"], l["pass"]) for l in iter_lines(out) if l.get("type") == "sample"}
                 if world > 1 and has_header(out, header) else set())  # samples earlier runs gathered
-    writer = TraceWriter(target, header)
-    done = writer.done() | gathered
+    done = measured_passes(target, header) | gathered
     specs = [s for s in sample_specs(config, pool) if s.id % world == rank]
     todo = [(p, s) for p in range(config.passes) for s in specs if (s.id, p) not in done]
     total, measured = len(specs) * config.passes, 0
     on_progress(total - len(todo), total)
+    if not todo and world == 1:
+        return 0  # complete (and perhaps calibrated since): nothing to open for writing
+    writer = TraceWriter(target, header)
     try:
         for pass_index, spec in todo:
             m = measure(spec.tables, replace(bench, batch_size=spec.batch_size),

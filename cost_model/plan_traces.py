@@ -19,7 +19,7 @@ from autoshard.errors import InputError
 from autoshard.types import DeviceSet, Table
 from cost_model.bench import check_benchable, measure
 from cost_model.profile import detect_profile, malloc_settings_active
-from cost_model.traces import TraceSet, TraceWriter, make_header
+from cost_model.traces import TraceSet, TraceWriter, make_header, measured_passes
 
 PlanMembership = tuple[str, str, int]
 """(task, planner, device)"""
@@ -52,11 +52,13 @@ def collect_plan_sets(memberships: Sequence[DeviceSet], anchors: TraceSet,
     header = make_header(profile, bench_dict, plan, [(t, split) for t in
                                                      sorted({t for tables, _, _ in sets for t in tables}, key=lambda t: t.name)])
     out.parent.mkdir(parents=True, exist_ok=True)
-    writer = TraceWriter(out, header)
-    done = writer.done()
+    done = measured_passes(out, header)
     todo = [(p, i) for p in range(passes) for i in range(len(sets)) if (i, p) not in done]
     total, measured = len(sets) * passes, 0
     on_progress(total - len(todo), total)
+    if not todo:
+        return 0
+    writer = TraceWriter(out, header)
     try:
         for pass_index, i in todo:
             tables, batch, members = sets[i]

@@ -251,6 +251,15 @@ def write_trace(path: Path, header: dict[str, Any], records: list[dict[str, Any]
     tmp.replace(path)
 
 
+def measured_passes(path: Path, header: dict[str, Any]) -> set[tuple[int, int]]:
+    """The (sample id, pass) pairs ``path`` already holds under ``header`` (none for a missing
+    file or one of other settings): what a resumed collection skips. A complete file, even a
+    calibrated one, is then left alone rather than opened for writing."""
+    if not has_header(path, header):
+        return set()
+    return {(l["id"], l["pass"]) for l in iter_lines(path) if l.get("type") == "sample"}
+
+
 class TraceWriter:
     """Appends sample lines, flushed one by one, so a kill loses at most the sample in flight."""
 
@@ -264,9 +273,6 @@ class TraceWriter:
         else:
             write_trace(path, header, [])
         self._file = _open(path, "a")
-
-    def done(self) -> set[tuple[int, int]]:
-        return {(l["id"], l["pass"]) for l in iter_lines(self.path) if l.get("type") == "sample"}
 
     def append(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record, separators=(",", ":")) + "\n")

@@ -47,6 +47,13 @@ autoshard bench collect --out "$T.fp32-sgd.jsonl.gz" --precisions 4 --optimizers
 autoshard bench collect --out "$T.fresh.jsonl.gz" --samples 120 --large-samples 30 --passes 5 \
   --seed 20261202 --pool-seed 20261202 --no-singles --large-max-tables 64 $W
 
+# every other file on the random sets' scale: a host's speed moves by 10-15% within the hour, and files
+# measured at different moments would teach the model that their kinds of tables differ by as much
+# (docs/profiles.md); the anchor model knows the random sets only
+A=runs/profile-$ID/anchor  # not shipped
+[ -f "$A/cost_model.pt" ] || autoshard cost train --network default --out "$A" --traces "$T.jsonl.gz" --traces "$T.large.jsonl.gz"
+for f in small-rows one-hot-mixed one-hot fp32-sgd fresh; do autoshard bench calibrate --traces "$T.$f.jsonl.gz" --model "$A"; done
+
 RANDOM_SETS="--traces $T.jsonl.gz --traces $T.large.jsonl.gz --traces $T.small-rows.jsonl.gz --traces $T.one-hot-mixed.jsonl.gz
   --traces $T.one-hot.jsonl.gz --traces $T.fp32-sgd.jsonl.gz"
 M0=runs/profile-$ID/model0  # plans the plan sets; not shipped
@@ -60,6 +67,7 @@ autoshard bench plans --traces "$T.one-hot.jsonl.gz" --model "$M0" --out "$T.pla
   --split train --tasks 8 --passes 3 --seed 61 --devices 4,8,16 --batch-sizes 2048,4096,8192,16384
 autoshard bench plans --traces "$T.jsonl.gz" --model "$M0" --out "$T.plans-test.jsonl.gz" --split test --tasks 6 \
   --passes 5 --seed 0 --devices 4,8,16,32,64 --batch-sizes 512,1024,2048,4096,8192,16384
+for f in plans plans-one-hot-mixed plans-one-hot plans-test; do autoshard bench calibrate --traces "$T.$f.jsonl.gz" --model "$A"; done
 
 [ -f "$M/cost_model.pt" ] || autoshard cost train --network default --out "$M" $RANDOM_SETS \
   --traces "$T.plans.jsonl.gz" --traces "$T.plans-one-hot-mixed.jsonl.gz" --traces "$T.plans-one-hot.jsonl.gz"

@@ -70,3 +70,28 @@ def test_the_cli_calibrates_in_place_and_names_a_missing_file(tmp_path):
     assert any(json.loads(line).get("type") == "calibration" for line in gzip.open(path, "rt"))
     missing = runner.invoke(app, ["bench", "calibrate", "--traces", str(tmp_path / "none.jsonl.gz"), "--model", str(MODEL)])
     assert missing.exit_code == 2 and "--traces" in missing.output
+
+
+def test_a_complete_calibrated_collection_is_left_alone_and_an_incomplete_one_refused(tmp_path):
+    """Re-running a collection whose file is complete measures nothing and opens nothing, even
+    after calibration (so scripts/profile_machine.sh can be run again); adding measurements to a
+    calibrated file is still refused, since its factor belongs to the measurements in it."""
+    from cost_model.bench import BenchConfig
+    from cost_model.calibration import Calibration
+    from cost_model.collect import CollectConfig, collect
+    from cost_model.profile import ExecutionMode
+    from autoshard.synthetic import PoolConfig
+    from cost_model.traces import iter_lines, write_trace
+
+    config = CollectConfig(bench=BenchConfig(batch_size=32, warmups=1, repeats=2, mode=ExecutionMode.EMBEDDING_BAG,
+                                             row_cap_bytes=2**20),
+                           pool=PoolConfig(size=4), samples=2, max_tables=2)
+    out = tmp_path / "t.jsonl"
+    assert collect(config, out) > 0
+    write_calibration(out, Calibration(1.25, 10, (1.1, 1.4), 2, "a model"))
+    before = out.read_bytes()
+    assert collect(config, out) == 0 and out.read_bytes() == before
+    lines = list(iter_lines(out))
+    write_trace(out, lines[0], lines[1:-1])  # one measurement short
+    with pytest.raises(InputError, match="calibrated"):
+        collect(config, out)
