@@ -80,9 +80,11 @@ class Drift:
         low, high = self.ratio_range
         ratio = f"the traced sets take {self.median_ratio:.2f}x their traced time here (range {low:.2f}-{high:.2f})"
         if not self.same_device:
-            return (f"{ratio}, but the traces were measured on {self._described(self.traced_device, self.traced_cpu)} "
-                    f"and this machine is {self._described(self.this_device, self.this_cpu)}: they do not describe it; collect a profile here (`scripts/profile_machine.sh`, "
-                    "or `autoshard bench collect` then `autoshard cost train`) before trusting predictions of this machine")
+            traced, this = self._described(self.traced_device, self.traced_cpu), self._described(self.this_device,
+                                                                                                 self.this_cpu)
+            return (f"{ratio}, but the traces were measured on {traced} and this machine is {this}: they do not "
+                    "describe it; collect a profile here (`scripts/profile_machine.sh`, or `autoshard bench collect` "
+                    "then `autoshard cost train`) before trusting predictions of this machine")
         if not self.within_tolerance:
             return (f"{ratio}: outside {TOLERANCE[0]}-{TOLERANCE[1]}, this machine no longer measures like the traces; "
                     "re-collect them (`autoshard bench collect`) and retrain before trusting predictions here")

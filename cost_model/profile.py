@@ -101,7 +101,8 @@ class DeviceProfile:
     @property
     def id(self) -> str:
         slug = re.sub(r"[^a-z0-9]+", "-", self.device_name.lower()).strip("-")[:40]
-        generation = "" if self.cpu is None else "-f{}m{}".format(*re.findall(r"\d+", self.cpu)[:2])
+        found = re.search(r"family (\d+) model (\d+)", self.cpu or "")
+        generation = f"-f{found[1]}m{found[2]}" if found else ""
         return f"{self.device_type}-{slug}{generation}-{self.mode.value}-t{self.threads}"
 
     def to_dict(self) -> dict:
