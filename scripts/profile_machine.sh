@@ -52,7 +52,7 @@ autoshard bench collect --out "$T.fresh.jsonl.gz" --samples 120 --large-samples 
 # (docs/profiles.md); the anchor model knows the random sets only
 A=runs/profile-$ID/anchor  # not shipped
 [ -f "$A/cost_model.pt" ] || autoshard cost train --network default --out "$A" --traces "$T.jsonl.gz" --traces "$T.large.jsonl.gz"
-for f in small-rows one-hot-mixed one-hot fp32-sgd fresh; do autoshard bench calibrate --traces "$T.$f.jsonl.gz" --model "$A"; done
+for f in small-rows one-hot-mixed one-hot fp32-sgd; do autoshard bench calibrate --traces "$T.$f.jsonl.gz" --model "$A"; done
 
 RANDOM_SETS="--traces $T.jsonl.gz --traces $T.large.jsonl.gz --traces $T.small-rows.jsonl.gz --traces $T.one-hot-mixed.jsonl.gz
   --traces $T.one-hot.jsonl.gz --traces $T.fp32-sgd.jsonl.gz"
