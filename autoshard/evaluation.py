@@ -11,6 +11,7 @@ import csv
 import json
 import math
 import re
+import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
@@ -233,6 +234,31 @@ def against_best_heuristic(result: TaskResult) -> list[AgainstHeuristic]:
         if kind[m.planner] is not PlannerKind.HEURISTIC:
             ratio, low, high = ratio_ci95(m.round_max_ms, best.round_max_ms)
             out.append(AgainstHeuristic(m.planner, best.planner, ratio, (low, high), verdict(low, high)))
+    return out
+
+
+def against_held_out_heuristic(result: TaskResult) -> list[AgainstHeuristic]:
+    """``against_best_heuristic`` without the flattery of choosing the heuristic on the rounds it
+    is compared on: the rounds' pairs (a round and its reversed-order twin) are folds, and each
+    pair's rounds compare with the heuristic whose median max is lowest over the other pairs'
+    rounds. ``heuristic`` names each chosen one (``a/b`` when folds chose differently). Empty
+    with fewer than 2 pairs (4 rounds), when the task was not measured or no heuristic ran."""
+    kind = {m.planner: planner_spec(m.planner).kind for m in result.measured}
+    heuristics = [m for m in result.measured if kind[m.planner] is PlannerKind.HEURISTIC]
+    rounds = len(heuristics[0].round_max_ms) if heuristics else 0
+    folds = rounds // 2
+    if folds < 2:
+        return []
+    fold_of = [min(r // 2, folds - 1) for r in range(rounds)]  # an odd last round joins the last pair
+    chosen = [min(heuristics, key=lambda m: statistics.median(m.round_max_ms[r] for r in range(rounds)
+                                                             if fold_of[r] != k)) for k in range(folds)]
+    against = [chosen[fold_of[r]].round_max_ms[r] for r in range(rounds)]
+    names = "/".join(dict.fromkeys(m.planner for m in chosen))
+    out = []
+    for m in result.measured:
+        if kind[m.planner] is not PlannerKind.HEURISTIC:
+            ratio, low, high = ratio_ci95(m.round_max_ms, against)
+            out.append(AgainstHeuristic(m.planner, names, ratio, (low, high), verdict(low, high)))
     return out
 
 

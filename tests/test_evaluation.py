@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from autoshard.cli import app
 from autoshard.errors import InputError
-from autoshard.evaluation import (Task, TaskResult, against_best_heuristic, evaluate_task, load_suite, memory_for,
+from autoshard.evaluation import (Task, TaskResult, against_best_heuristic, against_held_out_heuristic, evaluate_task, load_suite, memory_for,
                                   suite_summary, task_rows, write_task_outputs)
 from autoshard.planners import PlannerContext, make_planner
 from autoshard.types import Table, Topology, Workload
@@ -248,3 +248,26 @@ def test_against_the_best_heuristic_pairs_rounds_and_says_faster_tie_or_slower()
     summary = suite_summary([list(rows.values()), [rows["cost_greedy"]]])
     assert summary["cost_greedy"] == {"geomean_vs_best_heuristic": 0.9, "tasks": 2, "faster": 2, "tie": 0, "slower": 0}
     assert summary["rl"]["tie"] == 1 and summary["torchrec"]["slower"] == 1
+
+
+def test_the_held_out_heuristic_is_chosen_on_the_other_pairs_of_rounds():
+    """Hand-computed, 6 rounds = 3 pairs. dim_greedy is lowest over all rounds (median 10 against
+    10.2) only thanks to pair 0 (8 ms): the best heuristic chosen on every round compares pair 0
+    with those 8 ms. Held out, pair 0 is compared with the heuristic lowest over pairs 1 and 2
+    (dim_greedy's median 11 there, lookup_greedy 10.2: lookup_greedy), pairs 1 and 2 with the one
+    lowest over the other two pairs (dim_greedy, medians 9 and 10 against 10.2)."""
+    a = (8.0, 8.0, 12.0, 12.0, 10.0, 10.0)
+    b = (10.2,) * 6
+    measured = (_measured("dim_greedy", a), _measured("lookup_greedy", b), _measured("cost_greedy", (9.5,) * 6))
+    result = TaskResult(Task("t", TINY, Topology(2, 1.0)), None, measured, "cost_greedy")  # type: ignore[arg-type]
+    (best,) = against_best_heuristic(result)
+    assert best.heuristic == "dim_greedy"
+    assert best.ratio == pytest.approx(math.exp((math.log(9.5 / 8) + math.log(9.5 / 12) + math.log(9.5 / 10)) / 3))
+    (held,) = against_held_out_heuristic(result)
+    assert held.heuristic == "lookup_greedy/dim_greedy"
+    assert held.ratio == pytest.approx(math.exp((math.log(9.5 / 10.2) + math.log(9.5 / 12) + math.log(9.5 / 10)) / 3))
+    assert held.ratio < best.ratio  # the flattery removed
+    # with 2 rounds (one pair) there is nothing to hold out
+    short = TaskResult(result.task, None, tuple(_measured(m.planner, m.round_max_ms[:2]) for m in measured),
+                       "cost_greedy")
+    assert against_held_out_heuristic(short) == []

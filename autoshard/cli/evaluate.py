@@ -36,8 +36,8 @@ def evaluate_cmd(
     """Plan every task of a suite with every planner; with --measure, run the plans for real."""
     if measure:
         ensure_malloc_settings()
-    from autoshard.evaluation import (against_best_heuristic, evaluate_task, load_suite, suite_summary, task_rows,
-                                      write_task_outputs)
+    from autoshard.evaluation import (against_best_heuristic, against_held_out_heuristic, evaluate_task, load_suite,
+                                      suite_summary, task_rows, write_task_outputs)
 
     from autoshard.planners import PlannerContext
 
@@ -69,6 +69,7 @@ def evaluate_cmd(
     report = {"suite": name, "cost_unit": "ms" if cost_model else "proxy", "tasks": [],
               **({"row_cap_mb": row_cap_mb} if measure else {})}
     against = []  # per task: every planner but the heuristics against the best heuristic, measured
+    held_out = []  # the same, each round against the heuristic chosen on the other rounds' pairs
     drift_traces = _anchor_traces(profile) if measure and drift_samples and profile else None
     if drift_traces is not None:
         report["machine_drift"] = {"traces": str(drift_traces), "before": _drift(drift_traces, drift_samples, "before")}
@@ -81,6 +82,7 @@ def evaluate_cmd(
         result = evaluate_task(task, names, context, measurer, run_distributed, comm)
         files = write_task_outputs(result, out / name)
         against.append(against_best_heuristic(result))
+        held_out.append(against_held_out_heuristic(result))
         report["tasks"].append({"task": task.name, "tables": len(task.workload.tables),
                                 "num_devices": task.topology.num_devices,
                                 "device_memory_gb": task.topology.device_memory_gb,
@@ -88,6 +90,8 @@ def evaluate_cmd(
                                 "warnings": list(warnings),
                                 "skipped": [{"planner": p, "reason": r} for p, r in result.comparison.skipped],
                                 **({"against_best_heuristic": [_row(a) for a in against[-1]]} if against[-1] else {}),
+                                **({"against_held_out_heuristic": [_row(a) for a in held_out[-1]]}
+                                   if held_out[-1] else {}),
                                 "files": files})
         if not json_out:
             console.print(Path(files["markdown"]).read_text(), highlight=False, markup=False)
@@ -97,6 +101,8 @@ def evaluate_cmd(
         report["against_best_heuristic"] = suite_summary(against)
         if not json_out:
             _print_summary(report["against_best_heuristic"])
+    if any(held_out):
+        report["against_held_out_heuristic"] = suite_summary(held_out)
     (out / name).mkdir(parents=True, exist_ok=True)
     import json
     (out / name / "report.json").write_text(json.dumps(report, indent=1) + "\n")
