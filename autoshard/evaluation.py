@@ -221,20 +221,38 @@ class AgainstHeuristic:
     verdict: str
 
 
-def against_best_heuristic(result: TaskResult) -> list[AgainstHeuristic]:
-    """Every planner that is not a heuristic against the best heuristic of a measured task
-    (empty when the task was not measured or no heuristic ran)."""
+HeuristicRounds = tuple[str, Sequence[float]]
+"""The heuristic(s) a planner is compared with, by name, and the max they stand for in each round."""
+
+
+def _against(result: TaskResult,
+             choose: Callable[[list[Measured]], HeuristicRounds | None]) -> list[AgainstHeuristic]:
+    """Every planner that is not a heuristic against the per-round maxima that ``choose`` picks
+    from the measured heuristics (empty when the task was not measured, no heuristic ran or
+    ``choose`` declines)."""
     kind = {m.planner: planner_spec(m.planner).kind for m in result.measured}
     heuristics = [m for m in result.measured if kind[m.planner] is PlannerKind.HEURISTIC]
-    if not heuristics:
+    chosen = choose(heuristics) if heuristics else None
+    if chosen is None:
         return []
-    best = min(heuristics, key=lambda m: m.max_ms)
+    name, against = chosen
     out = []
     for m in result.measured:
         if kind[m.planner] is not PlannerKind.HEURISTIC:
-            ratio, low, high = ratio_ci95(m.round_max_ms, best.round_max_ms)
-            out.append(AgainstHeuristic(m.planner, best.planner, ratio, (low, high), verdict(low, high)))
+            ratio, low, high = ratio_ci95(m.round_max_ms, against)
+            out.append(AgainstHeuristic(m.planner, name, ratio, (low, high), verdict(low, high)))
     return out
+
+
+def against_best_heuristic(result: TaskResult) -> list[AgainstHeuristic]:
+    """Every planner that is not a heuristic against the best heuristic of a measured task
+    (empty when the task was not measured or no heuristic ran)."""
+
+    def best(heuristics: list[Measured]) -> HeuristicRounds:
+        found = min(heuristics, key=lambda m: m.max_ms)
+        return found.planner, found.round_max_ms
+
+    return _against(result, best)
 
 
 def against_held_out_heuristic(result: TaskResult) -> list[AgainstHeuristic]:
@@ -243,23 +261,19 @@ def against_held_out_heuristic(result: TaskResult) -> list[AgainstHeuristic]:
     pair's rounds compare with the heuristic whose median max is lowest over the other pairs'
     rounds. ``heuristic`` names each chosen one (``a/b`` when folds chose differently). Empty
     with fewer than 2 pairs (4 rounds), when the task was not measured or no heuristic ran."""
-    kind = {m.planner: planner_spec(m.planner).kind for m in result.measured}
-    heuristics = [m for m in result.measured if kind[m.planner] is PlannerKind.HEURISTIC]
-    rounds = len(heuristics[0].round_max_ms) if heuristics else 0
-    folds = rounds // 2
-    if folds < 2:
-        return []
-    fold_of = [min(r // 2, folds - 1) for r in range(rounds)]  # an odd last round joins the last pair
-    chosen = [min(heuristics, key=lambda m: statistics.median(m.round_max_ms[r] for r in range(rounds)
-                                                             if fold_of[r] != k)) for k in range(folds)]
-    against = [chosen[fold_of[r]].round_max_ms[r] for r in range(rounds)]
-    names = "/".join(dict.fromkeys(m.planner for m in chosen))
-    out = []
-    for m in result.measured:
-        if kind[m.planner] is not PlannerKind.HEURISTIC:
-            ratio, low, high = ratio_ci95(m.round_max_ms, against)
-            out.append(AgainstHeuristic(m.planner, names, ratio, (low, high), verdict(low, high)))
-    return out
+
+    def held_out(heuristics: list[Measured]) -> HeuristicRounds | None:
+        rounds = len(heuristics[0].round_max_ms)
+        folds = rounds // 2
+        if folds < 2:
+            return None
+        fold_of = [min(r // 2, folds - 1) for r in range(rounds)]  # an odd last round joins the last pair
+        chosen = [min(heuristics, key=lambda m: statistics.median(m.round_max_ms[r] for r in range(rounds)
+                                                                 if fold_of[r] != k)) for k in range(folds)]
+        return ("/".join(dict.fromkeys(m.planner for m in chosen)),
+                [chosen[fold_of[r]].round_max_ms[r] for r in range(rounds)])
+
+    return _against(result, held_out)
 
 
 def suite_summary(per_task: Sequence[Sequence[AgainstHeuristic]]) -> dict[str, dict[str, Any]]:
