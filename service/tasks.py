@@ -11,12 +11,13 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from autoshard.communication import CommunicationModel
 from autoshard.errors import AutoShardError, InputError, PlannerError, PlannerErrorKind
 from autoshard.planners.compare import compare_planners
-from autoshard.planners.context import PlannerContext
+from autoshard.planners.context import PlannerContext, PlannerKind
+from autoshard.planners.registry import PLANNERS
 from autoshard.planners.shared import SharedWork
 from autoshard.types import CostModel, DevicePlan, ShardingPlan, TableShard, Topology, Workload
 
@@ -119,50 +120,89 @@ def run_task(task: PlannerTask, cost_model: CostModel | None, communication: Com
     would lose the plans of those before it: once a planner has planned, the next one starts
     only if at least as much time is left as the longest one so far took (the model task runs
     cost_greedy, rl and rl+refine, each at least as long as the one before, but for what they
-    share); the others are ``late``."""
+    share); the others are ``late``. Consecutive heuristics plan in one ``compare_planners``
+    call, under the same rule, so that one cost-model call scores all their plans."""
     index = {t.name: i for i, t in enumerate(task.workload.tables)}
     shared = SharedWork(task.workload, task.topology)
     results: list[PlannerResult] = []
-    for name in task.names:
+    for names in _batches(task.names):
         left = task.deadline - time.monotonic()
         if left <= 0 or (results and left < max(r.seconds for r in results)):
-            results.append(PlannerResult(name, "late"))
-        else:
-            context = PlannerContext(cost_model, policy, task.seed, task.allow_column_split, left, shared=shared)
-            results.append(_run_planner(name, task, context, communication, index))
+            results += [PlannerResult(name, "late") for name in names]
+            continue
+
+        def may_start(longest_s: float) -> bool:  # the same rule within a batch
+            left = task.deadline - time.monotonic()
+            return left > 0 and left >= max([longest_s, *(r.seconds for r in results)])
+
+        context = PlannerContext(cost_model, policy, task.seed, task.allow_column_split, left, shared=shared)
+        results += _run_planners(names, task, context, communication, index, may_start)
     return results
 
 
-def _run_planner(name: str, task: PlannerTask, context: PlannerContext,
-                 communication: CommunicationModel | None, index: dict[str, int]) -> PlannerResult:
-    """One planner, through ``compare_planners`` like the CLI; never raises."""
+def _batches(names: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The task's planners in runs to plan together: consecutive heuristics in one (a millisecond
+    each: their plans are scored by one cost-model call, ``compare_planners``), any other alone."""
+    batches: list[tuple[str, ...]] = []
+    for name in names:
+        heuristic = name in PLANNERS and PLANNERS[name].kind is PlannerKind.HEURISTIC
+        if heuristic and batches and all(PLANNERS[n].kind is PlannerKind.HEURISTIC for n in batches[-1]):
+            batches[-1] += (name,)
+        else:
+            batches.append((name,))
+    return batches
+
+
+def _run_planners(names: tuple[str, ...], task: PlannerTask, context: PlannerContext,
+                  communication: CommunicationModel | None, index: dict[str, int],
+                  may_start: Callable[[float], bool]) -> list[PlannerResult]:
+    """The planners ``names``, through ``compare_planners`` like the CLI; never raises. Each
+    result's time is its plan's ``plan_time_s`` (the batch's time for a planner without a plan)."""
     started = time.perf_counter()
 
-    def done(outcome: str, **kwargs: Any) -> PlannerResult:
-        return PlannerResult(name, outcome, time.perf_counter() - started, **kwargs)
+    def failed(outcome: str, reason: str, error: ErrorInfo | None = None) -> list[PlannerResult]:
+        return [PlannerResult(name, outcome, time.perf_counter() - started, reason=reason, error=error)
+                for name in names]
 
     try:
-        result = compare_planners(task.workload, task.topology, [name], context, communication)
-        if not result.plans:
-            reason = result.skipped[0][1] if result.skipped else "no plan"
-            return done("skipped", reason=reason,
-                        error=ErrorInfo.of(result.errors[0]) if result.errors else None)
-        plan = result.plans[0]
-        if not all(math.isfinite(d.cost_ms) for d in plan.devices):
-            return done("error", reason="the cost model predicted a non-finite cost: the tables are far "
-                                        "outside what it was trained on")
-        export = None
-        if task.export:
-            from autoshard.torchrec_bridge import export_torchrec
-
-            export = export_torchrec(plan, task.workload)
-        return done("ok", plan=CompactPlan.of(plan, index), export=export)
+        result = compare_planners(task.workload, task.topology, list(names), context, communication, may_start)
     except AutoShardError as error:  # e.g. a table TorchRec cannot represent
-        return done("skipped", reason=str(error), error=ErrorInfo.of(error))
+        return failed("skipped", str(error), ErrorInfo.of(error))
     except Exception as error:  # noqa: BLE001 - one broken planner must not fail the others
-        log.exception("planner %s failed", name)
-        return done("error", reason=f"internal error in planner {name!r} ({type(error).__name__}; logged)",
-                    error=ErrorInfo.of(error))
+        log.exception("planners %s failed", ", ".join(names))
+        return failed("error", f"internal error in planner {', '.join(map(repr, names))} ({type(error).__name__}; "
+                               "logged)", ErrorInfo.of(error))
+    plans = dict(zip(result.planned, result.plans))
+    skipped = dict(result.skipped)
+    errors = {name: error for (name, _), error in zip(result.skipped, result.errors)}
+    elapsed = time.perf_counter() - started
+    out = []
+    for name in names:
+        plan = plans.get(name)
+        if name in result.not_started:
+            out.append(PlannerResult(name, "late"))
+        elif plan is None:
+            error = errors.get(name)
+            out.append(PlannerResult(name, "skipped", elapsed, reason=skipped.get(name, "no plan"),
+                                     error=ErrorInfo.of(error) if error is not None else None))
+        else:
+            out.append(_result(name, plan, task, index, elapsed if len(names) == 1 else plan.plan_time_s))
+    return out
+
+
+def _result(name: str, plan: ShardingPlan, task: PlannerTask, index: dict[str, int], seconds: float) -> PlannerResult:
+    if not all(math.isfinite(d.cost_ms) for d in plan.devices):
+        return PlannerResult(name, "error", seconds, reason="the cost model predicted a non-finite cost: the tables "
+                                                            "are far outside what it was trained on")
+    export = None
+    if task.export:
+        from autoshard.torchrec_bridge import export_torchrec
+
+        try:
+            export = export_torchrec(plan, task.workload)
+        except AutoShardError as error:  # e.g. a table TorchRec cannot represent
+            return PlannerResult(name, "skipped", seconds, reason=str(error), error=ErrorInfo.of(error))
+    return PlannerResult(name, "ok", seconds, plan=CompactPlan.of(plan, index), export=export)
 
 
 __all__ = ["CompactPlan", "ErrorInfo", "PlannerResult", "PlannerTask", "run_task"]
