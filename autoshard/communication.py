@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from autoshard.costing import Accumulator, SetCostModel
+from autoshard.costing import Accumulator, EditBatch, Edits, SetCostModel
 from autoshard.errors import InputError
 from autoshard.types import CostModel, Table, Workload
 
@@ -93,21 +93,21 @@ class WithCommunication(SetCostModel):
     def accumulator(self, num_sets: int, batch_size: int) -> "_CommAccumulator":
         return _CommAccumulator(self.compute.accumulator(num_sets, batch_size), self, num_sets, batch_size)
 
-    def predict_edits(self, base_sets: Sequence[Sequence[Table]],
-                      edits: Sequence[tuple[int, int | None, Table | None]], batch_size: int) -> list[float]:
+    def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Edits, batch_size: int) -> list[float]:
+        edits = EditBatch.of(edits)
         compute = self.compute.predict_edits(base_sets, edits, batch_size)
-        if not edits:
+        if not len(edits):
             return compute
-        dims = np.array([sum(t.embedding_dim for t in s) for s in base_sets], dtype=np.float64)
-        sizes = np.array([len(s) for s in base_sets], dtype=np.float64)
-        bases = np.fromiter((b for b, _, _ in edits), dtype=np.int64, count=len(edits))
-        removed = np.fromiter((0 if r is None else base_sets[b][r].embedding_dim for b, r, _ in edits),
-                              dtype=np.float64, count=len(edits))
-        added = np.fromiter((0 if t is None else t.embedding_dim for _, _, t in edits), dtype=np.float64,
-                            count=len(edits))
-        count = (sizes[bases] - np.fromiter((r is not None for _, r, _ in edits), dtype=np.float64, count=len(edits))
-                 + (added > 0))
-        comm = self.communication.cost_ms_many(dims[bases] - removed + added, count, batch_size, self.num_devices)
+        dims = np.array([t.embedding_dim for s in base_sets for t in s], dtype=np.float64)
+        sizes = np.array([len(s) for s in base_sets], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        set_dims = np.array([sum(t.embedding_dim for t in s) for s in base_sets], dtype=np.float64)
+        has_rem, has_add = edits.removed >= 0, edits.add >= 0
+        removed = np.where(has_rem, dims[np.minimum(offsets[edits.base] + edits.removed, len(dims) - 1)], 0.0)
+        added = np.array([0.0, *(t.embedding_dim for t in edits.added)])[edits.add + 1]
+        count = sizes[edits.base] - has_rem + has_add
+        comm = self.communication.cost_ms_many(set_dims[edits.base] - removed + added, count.astype(np.float64),
+                                               batch_size, self.num_devices)
         return (np.asarray(compute) + comm).tolist()
 
 

@@ -16,7 +16,8 @@ in the project derives from it, so nothing has to be discovered at run time.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from dataclasses import dataclass
+from typing import Protocol, Sequence, Union
 
 import numpy as np
 
@@ -24,6 +25,39 @@ from autoshard.types import Table, Workload
 
 Edit = tuple[int, int | None, Table | None]
 """``(b, r, t)``: set ``b`` without its table at position ``r`` (if not None), with ``t`` added (if not None)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EditBatch:
+    """Many edits as arrays (what local search generates and the neural model scores, without a
+    Python tuple per edit): edit ``e`` is set ``base[e]`` without its table at position
+    ``removed[e]`` (-1: none), with ``added[add[e]]`` (-1: none)."""
+
+    base: np.ndarray  # int64, [edits]
+    removed: np.ndarray  # int64, [edits]
+    add: np.ndarray  # int64, [edits]
+    added: tuple[Table, ...]
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    @classmethod
+    def of(cls, edits: "Edits") -> "EditBatch":
+        if isinstance(edits, EditBatch):
+            return edits
+        distinct: dict[Table, int] = {}  # the added tables are few (a workload's), the edits many
+        add = [-1 if t is None else distinct.setdefault(t, len(distinct)) for _, _, t in edits]
+        removed = [-1 if r is None else r for _, r, _ in edits]
+        return cls(np.array([b for b, _, _ in edits], dtype=np.int64), np.array(removed, dtype=np.int64),
+                   np.array(add, dtype=np.int64), tuple(distinct))
+
+    def edits(self) -> list[Edit]:
+        return [(int(b), None if r < 0 else int(r), None if a < 0 else self.added[a])
+                for b, r, a in zip(self.base.tolist(), self.removed.tolist(), self.add.tolist())]
+
+
+Edits = Union[EditBatch, Sequence[Edit]]
+"""Edits to score, as tuples or as one ``EditBatch``."""
 
 
 class Accumulator(Protocol):
@@ -60,8 +94,9 @@ class SetCostModel:
     def accumulator(self, num_sets: int, batch_size: int) -> Accumulator:
         return RebuildingAccumulator(self, num_sets, batch_size)
 
-    def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Sequence[Edit],
-                      batch_size: int) -> list[float]:
+    def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Edits, batch_size: int) -> list[float]:
+        if isinstance(edits, EditBatch):
+            edits = edits.edits()
         sets = [[t for k, t in enumerate(base_sets[b]) if k != r] + ([add] if add is not None else [])
                 for b, r, add in edits]
         return predict_nonempty(self, sets, batch_size)

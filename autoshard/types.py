@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 from autoshard.errors import InputError
 
 if TYPE_CHECKING:
-    from autoshard.costing import Accumulator, Edit
+    from autoshard.costing import Accumulator, Edits
 
 MAX_ZIPF_ALPHA = 3.0
 GIB = 1024**3
@@ -218,8 +218,7 @@ class CostModel(Protocol):
 
     def accumulator(self, num_sets: int, batch_size: int) -> Accumulator: ...
 
-    def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Sequence[Edit],
-                      batch_size: int) -> list[float]: ...
+    def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Edits, batch_size: int) -> list[float]: ...
 
     def check_workload(self, workload: Workload, max_tables_per_device: int | None = None) -> tuple[str, ...]: ...
 

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from autoshard.costing import SetCostModel
+from autoshard.costing import EditBatch, Edits, SetCostModel
 from autoshard.types import Table, Workload
 from cost_model.accumulator import edited_ms, leave_one_out_max
 from cost_model.features import FeatureCache, op_key
@@ -160,30 +160,25 @@ class NeuralCostModel(SetCostModel):
         tables of an ungrouped one."""
         return [op_key(t) for t in tables] if self.network.config.grouped else [0] * len(tables)
 
-    def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Sequence[tuple[int, int | None, Table | None]],
-                      batch_size: int) -> list[float]:
+    def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Edits, batch_size: int) -> list[float]:
         """Total ms of edited sets without rebuilding them: edit ``(b, r, t)`` is ``base_sets[b]``
-        without its table at position ``r`` (if not None) and with table ``t`` added (if not None).
+        without its table at position ``r`` (if not None) and with table ``t`` added (if not None);
+        or an ``EditBatch`` of them.
 
         Pooling is updated incrementally (sum -/+ codes; max via leave-one-out maxima), so a local
         search can score thousands of moves and swaps in one head call. A grouped network re-prices
         only the ops an edit touches (the removed table's and the added table's) and adds the
         others' cached milliseconds.
         """
-        if not edits:
+        batch = EditBatch.of(edits)
+        if not len(batch):
             return []
         sizes = [len(s) for s in base_sets]
         flat = [t for s in base_sets for t in s]
-        bases, positions, tables = zip(*edits)
-        distinct: dict[Table, int] = {}  # the added tables are few (a workload's), the edits many
-        for t in tables:
-            if t is not None and t not in distinct:
-                distinct[t] = len(distinct)
+        distinct = list(batch.added)  # the added tables are few (a workload's), the edits many
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        b_idx = np.asarray(bases, dtype=np.int64)
-        removed = np.array([-1 if r is None else r for r in positions], dtype=np.int64)
-        removed = np.where(removed >= 0, offsets[b_idx] + removed, -1)
-        add_idx = np.array([-1 if t is None else distinct[t] for t in tables], dtype=np.int64)
+        b_idx, add_idx = batch.base, batch.add
+        removed = np.where(batch.removed >= 0, offsets[b_idx] + batch.removed, -1)
         if self.network.config.grouped:
             with torch.inference_mode():
                 codes = self.codes(flat + list(distinct), batch_size)

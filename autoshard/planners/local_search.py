@@ -7,9 +7,8 @@ from typing import Sequence
 
 import numpy as np
 
-from autoshard.costing import Edit
+from autoshard.costing import EditBatch
 from autoshard.planners.placement import Deadline, DeviceState
-from autoshard.planners.units import Unit
 from autoshard.types import CostModel
 
 REL_TOL = 1e-3  # changes under 0.1% of the max are noise next to the cost model's error
@@ -62,42 +61,76 @@ neighbourhood holds that many (moves, one per unit and device, are always all sc
 time for the same plans; a device with one giant table still tries it with every partner."""
 
 
-Neighbourhood = tuple[list[Edit], list[tuple[int, int]], list[tuple[int, int, int | None]]]
-"""The edits to score (set ``k`` is ``[source, *targets][k]``; see ``autoshard.costing.Edit``),
-per change the positions of its source and target edits, and per change (target k, unit out,
-unit back or None)."""
+@dataclass(frozen=True, slots=True)
+class Neighbourhood:
+    """The edits to score (set ``k`` is ``[source, *targets][k]``), and per change: where its
+    source's and its target's edits are in them, its target ``k``, the unit ``out`` of the
+    source and the unit ``back`` of the target (-1: a move). Changes in the order generated."""
+
+    edits: EditBatch
+    source_at: np.ndarray
+    target_at: np.ndarray
+    k: np.ndarray
+    out: np.ndarray
+    back: np.ndarray
+
+
+def _units(states: Sequence[DeviceState], parents: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The units of ``states``, flat: their memory, their parent's id, and which of the states
+    holds each (one-hot, ``[units, len(states)]``)."""
+    units = [u for s in states for u in s.units]
+    memory = np.array([u.memory_bytes for u in units], dtype=np.int64)
+    parent = np.array([parents.setdefault(u.parent, len(parents)) for u in units], dtype=np.int64)
+    held = np.repeat(np.arange(len(states)), [len(s.units) for s in states])
+    return memory, parent, (held[:, None] == np.arange(len(states))[None, :]).astype(np.int64)
 
 
 def _moves(source: DeviceState, targets: Sequence[DeviceState]) -> Neighbourhood:
-    edits: list[Edit] = []
-    pairs: list[tuple[int, int]] = []
-    shapes: list[tuple[int, int, int | None]] = []
-    for i, unit in enumerate(source.units):
-        edits.append((0, i, None))  # the source without the unit: shared by its moves
-        rest_at = len(edits) - 1
-        for k, target in enumerate(targets, start=1):
-            if target.accepts(unit):
-                edits.append((k, None, unit.table))
-                pairs.append((rest_at, len(edits) - 1))
-                shapes.append((k, i, None))
-    return edits, pairs, shapes
+    """Each unit of the source to each target that accepts it (room, and no shard of its table)."""
+    parents: dict[str, int] = {}
+    memory, parent, _ = _units([source], parents)
+    _, t_parent, held = _units(targets, parents)
+    free = np.array([t.free_bytes for t in targets], dtype=np.int64)
+    n = len(source.units)
+    shares = (parent[:, None] == t_parent[None, :]).astype(np.int64) @ held > 0  # a shard of its table is on target k
+    i, k = np.nonzero((memory[:, None] <= free[None, :]) & ~shares)
+    removals = np.arange(n)  # edit i: the source without unit i, shared by its moves
+    edits = EditBatch(np.concatenate([np.zeros(n, np.int64), k + 1]), np.concatenate([removals, np.full(len(i), -1)]),
+                      np.concatenate([np.full(n, -1), i]), tuple(source.tables))
+    return Neighbourhood(edits, i, n + np.arange(len(i)), k + 1, i, np.full(len(i), -1))
 
 
 def _swaps(source: DeviceState, targets: Sequence[DeviceState]) -> Neighbourhood:
-    edits: list[Edit] = []
-    pairs: list[tuple[int, int]] = []
-    shapes: list[tuple[int, int, int | None]] = []
-    for i, unit in enumerate(source.units):
-        share = SWAPS * (i + 1) / len(source.units)  # each unit gets its share of the budget
-        for k, target in enumerate(targets, start=1):
-            if len(shapes) >= share:
+    """Unit i of the source for unit j of target k, where both fit and neither device then holds
+    two shards of a table; partners least loaded first, each source unit its share of ``SWAPS``."""
+    parents: dict[str, int] = {}
+    memory, parent, _ = _units([source], parents)
+    t_memory, t_parent, held = _units(targets, parents)
+    n, count = len(source.units), len(targets)
+    t_of = held.argmax(1)  # each target unit's target
+    same = parent[:, None] == t_parent[None, :]
+    on_target = (same.astype(np.int64) @ held > 0)[:, t_of]  # a shard of unit i's table is on j's target
+    on_source = np.isin(t_parent, parent)[None, :]  # a shard of unit j's table is on the source
+    used, capacity = (np.array([getattr(t, a) for t in targets], dtype=np.int64)[t_of] for a in ("memory_bytes", "capacity"))
+    ok = (~same & ~on_target & ~on_source
+          & (source.memory_bytes - memory[:, None] + t_memory[None, :] <= source.capacity)
+          & (used[None, :] - t_memory[None, :] + memory[:, None] <= capacity[None, :]))
+    per_target = ok.astype(np.int64) @ held
+    kept = np.zeros((n, count), dtype=bool)  # the budget: targets taken in order until each unit's share
+    total = 0
+    for i in range(n):
+        share = SWAPS * (i + 1) / n
+        for k in range(count):
+            if total >= share:
                 break
-            for j, other in enumerate(target.units):
-                if _swappable(source, unit, target, other):
-                    edits += [(0, i, other.table), (k, j, unit.table)]
-                    pairs.append((len(edits) - 2, len(edits) - 1))
-                    shapes.append((k, i, j))
-    return edits, pairs, shapes
+            kept[i, k] = True
+            total += int(per_target[i, k])
+    i, m = np.nonzero(ok & kept[:, t_of])
+    starts = np.concatenate([[0], np.cumsum([len(t.units) for t in targets])])
+    k, j, swaps = t_of[m], m - starts[t_of[m]], len(i)
+    edits = EditBatch(np.concatenate([np.zeros(swaps, np.int64), k + 1]), np.concatenate([i, j]),
+                      np.concatenate([n + m, i]), (*source.tables, *(u.table for t in targets for u in t.units)))
+    return Neighbourhood(edits, np.arange(swaps), swaps + np.arange(swaps), k + 1, i, j)
 
 
 def _best_change(states: Sequence[DeviceState], cost_model: CostModel, batch_size: int,
@@ -106,13 +139,14 @@ def _best_change(states: Sequence[DeviceState], cost_model: CostModel, batch_siz
     others = [s for s in states if s is not source]
     targets = sorted(others, key=lambda s: (s.load, s.index))  # partners: least loaded first
     involved = [source, *targets]  # set k of the edits is involved[k]
-    edits, edits_at, shapes = (_swaps if swaps else _moves)(source, targets)
-    if not shapes:
+    if not targets:
         return None
-    costs = np.asarray(cost_model.predict_edits([s.tables for s in involved], edits, batch_size))
-    at = np.asarray(edits_at)
-    source_after, target_after = costs[at[:, 0]], costs[at[:, 1]]
-    target_index = np.array([involved[k].index for k, _, _ in shapes])
+    near = (_swaps if swaps else _moves)(source, targets)
+    if not len(near.k):
+        return None
+    costs = np.asarray(cost_model.predict_edits([s.tables for s in involved], near.edits, batch_size))
+    source_after, target_after = costs[near.source_at], costs[near.target_at]
+    target_index = np.array([s.index for s in involved])[near.k]
     # the max of the devices a change leaves alone: the highest other load, or the next one
     # where the change's target is the highest
     loads = np.array([s.load for s in others])
@@ -128,20 +162,12 @@ def _best_change(states: Sequence[DeviceState], cost_model: CostModel, batch_siz
         return None
     # the best: lowest new max, then lowest pair max, then lowest pair sum; ties to the first generated
     best = helps[np.lexsort((source_after[helps] + target_after[helps], pair_max[helps], new_max[helps]))[0]]
-    k, out, back = shapes[best]
-    return Change(source.index, involved[k].index, out, back, float(source_after[best]), float(target_after[best]))
+    back = int(near.back[best])
+    return Change(source.index, involved[int(near.k[best])].index, int(near.out[best]), None if back < 0 else back,
+                  float(source_after[best]), float(target_after[best]))
 
 
 def lower_bound(states: Sequence[DeviceState]) -> float:
     """No placement of these units has a lower max: a device costs at least its costliest unit
     alone (the cost model's floor, ``cost_model.predictor``), and every unit is on some device."""
     return max((u.cost for s in states for u in s.units), default=0.0)
-
-
-def _swappable(source: DeviceState, unit: Unit, target: DeviceState, other: Unit) -> bool:
-    if unit.parent == other.parent:
-        return False
-    if unit.parent in target.parents or other.parent in source.parents:
-        return False
-    return (source.memory_bytes - unit.memory_bytes + other.memory_bytes <= source.capacity
-            and target.memory_bytes - other.memory_bytes + unit.memory_bytes <= target.capacity)
