@@ -47,7 +47,16 @@ class SplitHead:
         self.w_extra = first[3 * width + 1:].numpy()
         w, b = self.rest[-1]
         self.rest[-1] = (w[:, TOTAL:TOTAL + 1].contiguous(), b[TOTAL:TOTAL + 1].clone())  # only the total is asked
+        self._clear()
+
+    def _clear(self) -> None:
+        # every projected table is a row of three stores (row 0: zeros, "no table"); ``_projected``
+        # holds each table's row and its three row views (for single lookups in hot loops)
+        self._row: dict[tuple[Table, int], int] = {}
         self._projected: dict[tuple[Table, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        widths = (self.w_max.shape[0], self.hidden, self.hidden)
+        self._stores = [np.zeros((256, w), dtype=np.float32) for w in widths]
+        self._used = 1
 
     def projected(self, model: NeuralCostModel, table: Table, batch_size: int,
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -55,21 +64,31 @@ class SplitHead:
         key = (table, batch_size)
         found = self._projected.get(key)
         if found is None:
-            if len(self._projected) >= 200_000:
-                self._projected.clear()
+            if self._used >= 200_000:
+                self._clear()
+            if self._used == len(self._stores[0]):  # grow: rows handed out before keep their values
+                self._stores = [np.concatenate([a, np.zeros_like(a)]) for a in self._stores]
             code = model.code_array(table, batch_size).astype(np.float32)
-            found = self._projected[key] = (code, code @ self.w_sum, code @ self.w_mean)
+            row = self._row[key] = self._used
+            self._used += 1
+            for store, value in zip(self._stores, (code, code @ self.w_sum, code @ self.w_mean)):
+                store[row] = value
+            found = self._projected[key] = tuple(store[row] for store in self._stores)  # type: ignore[assignment]
         return found
 
-    def projected_many(self, model: NeuralCostModel, tables: list[Table], batch_size: int,
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``projected`` of each table, stacked: (codes, sum parts, mean parts), ``[len(tables), .]``;
-        the tables not cached yet are encoded in one call."""
-        missing = [t for t in dict.fromkeys(tables) if (t, batch_size) not in self._projected]
+    def projected_many(self, model: NeuralCostModel, tables: Sequence[Table], batch_size: int,
+                       leading_none: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``projected`` of each table, stacked: (codes, sum parts, mean parts), ``[len(tables), .]``,
+        after a row of zeros if ``leading_none`` (then row k + 1 is table k); the tables not
+        cached yet are encoded in one call."""
+        missing = [t for t in dict.fromkeys(tables) if (t, batch_size) not in self._row]
         if missing:
             model.codes(missing, batch_size)  # one encoder call; code_array then reads its cache
-        rows = [self.projected(model, t, batch_size) for t in tables]
-        return tuple(np.stack([r[k] for r in rows]) for k in range(3))  # type: ignore[return-value]
+            for t in missing:
+                self.projected(model, t, batch_size)
+        rows = [self._row[(t, batch_size)] for t in tables]
+        index = np.array([0, *rows] if leading_none else rows, dtype=np.int64)
+        return tuple(store[index] for store in self._stores)  # type: ignore[return-value]
 
     def first_input(self, sums: np.ndarray, means: np.ndarray, count: np.ndarray, limit: int | None,
                     ) -> tuple[np.ndarray, np.ndarray]:
@@ -105,8 +124,8 @@ def edited_ms(model: NeuralCostModel, flat: list[Table], sizes: list[int], added
     with ``added[add_idx[e]]`` (-1: none). 0 for an empty set."""
     head = model.split_head
     width = head.w_max.shape[0]
-    codes, sums, means = _after_a_none_row(head, model, flat, batch_size)
-    new_codes, new_sums, new_means = _after_a_none_row(head, model, added, batch_size)
+    codes, sums, means = head.projected_many(model, flat, batch_size, leading_none=True)
+    new_codes, new_sums, new_means = head.projected_many(model, added, batch_size, leading_none=True)
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     set_sums = np.stack([sums[1 + a:1 + b].sum(0) for a, b in zip(starts[:-1], starts[1:])])
     set_means = np.stack([means[1 + a:1 + b].sum(0) for a, b in zip(starts[:-1], starts[1:])])
@@ -122,16 +141,6 @@ def edited_ms(model: NeuralCostModel, flat: list[Table], sizes: list[int], added
     first, scale = head.first_input(set_sums[b_idx] - sums[rem] + new_sums[add],
                                     set_means[b_idx] - means[rem] + new_means[add], count, model.size_limit)
     return np.where(count > 0, head.ms(first, np.ascontiguousarray(largest), scale), 0.0)
-
-
-def _after_a_none_row(head: SplitHead, model: NeuralCostModel, tables: list[Table], batch_size: int,
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``SplitHead.projected_many`` of ``tables`` after a row of zeros: row k + 1 is table k."""
-    widths = (head.w_max.shape[0], head.hidden, head.hidden)
-    parts = (head.projected_many(model, tables, batch_size) if tables
-             else tuple(np.zeros((0, w), np.float32) for w in widths))
-    padded = (np.concatenate([np.zeros((1, w), np.float32), p]) for p, w in zip(parts, widths))
-    return tuple(padded)  # type: ignore[return-value]
 
 
 def leave_one_out_max(values: np.ndarray, sizes: Sequence[int], empty: float) -> np.ndarray:
