@@ -51,6 +51,10 @@ class EditBatch:
         return cls(np.array([b for b, _, _ in edits], dtype=np.int64), np.array(removed, dtype=np.int64),
                    np.array(add, dtype=np.int64), tuple(distinct))
 
+    def take(self, index: np.ndarray) -> "EditBatch":
+        """The edits at ``index``, in that order."""
+        return EditBatch(self.base[index], self.removed[index], self.add[index], self.added)
+
     def edits(self) -> list[Edit]:
         return [(int(b), None if r < 0 else int(r), None if a < 0 else self.added[a])
                 for b, r, a in zip(self.base.tolist(), self.removed.tolist(), self.add.tolist())]

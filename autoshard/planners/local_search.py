@@ -144,19 +144,30 @@ def _best_change(states: Sequence[DeviceState], cost_model: CostModel, batch_siz
     near = (_swaps if swaps else _moves)(source, targets)
     if not len(near.k):
         return None
-    costs = np.asarray(cost_model.predict_edits([s.tables for s in involved], near.edits, batch_size))
-    source_after, target_after = costs[near.source_at], costs[near.target_at]
-    target_index = np.array([s.index for s in involved])[near.k]
+    base_sets = [s.tables for s in involved]
     # the max of the devices a change leaves alone: the highest other load, or the next one
     # where the change's target is the highest
+    target_index = np.array([s.index for s in involved])[near.k]
     loads = np.array([s.load for s in others])
     order = np.argsort(-loads, kind="stable")
     top = loads[order[0]]
     runner_up = loads[order[1]] if len(order) > 1 else 0.0
     untouched = np.where(target_index == others[order[0]].index, runner_up, top)
+    bar = source.load * (1 - REL_TOL)  # a change must lower the max by more than the tolerance
+    if not (untouched < bar).any():  # another device is (about) as loaded: no change can lower the max
+        return None
+    if swaps:  # a swap's two edits are its own: price the targets' only where the source's helps
+        source_after = np.asarray(cost_model.predict_edits(base_sets, near.edits.take(near.source_at), batch_size))
+        target_after = np.full(len(source_after), np.inf)
+        live = np.flatnonzero((source_after < bar) & (untouched < bar))
+        if not len(live):
+            return None
+        target_after[live] = cost_model.predict_edits(base_sets, near.edits.take(near.target_at[live]), batch_size)
+    else:
+        costs = np.asarray(cost_model.predict_edits(base_sets, near.edits, batch_size))
+        source_after, target_after = costs[near.source_at], costs[near.target_at]
     pair_max = np.maximum(source_after, target_after)
     new_max = np.maximum(pair_max, untouched)
-    bar = source.load * (1 - REL_TOL)  # a change must lower the max by more than the tolerance
     helps = np.flatnonzero(new_max < bar)
     if not len(helps):
         return None
