@@ -96,7 +96,12 @@ class SplitHead:
         with these projected sums of the sum and mean parts and ``count`` tables, priced linearly
         past ``limit`` as ``SetCostNetwork.predict_pooled`` does."""
         n = np.maximum(count, 1.0).astype(np.float32)
-        scale = np.ones_like(n) if limit is None else linear_scale(n, limit)
+        if limit is None or not len(n) or n.max() <= limit:  # no set past the limit: nothing to scale
+            first = self.first_bias + sums  # a new array (the inputs may be views of running sets),
+            first += means / n[:, None]  # summed in the order of the scaled expression below
+            first += np.log(n)[:, None] * self.w_log
+            return first, np.ones_like(n)
+        scale = linear_scale(n, limit)
         first = self.first_bias + sums / scale[:, None] + means / n[:, None] + np.log(n / scale)[:, None] * self.w_log
         return first.astype(np.float32), scale
 
@@ -250,7 +255,7 @@ class SetAccumulator:
         return np.maximum(cost, np.maximum(self.floor[at], self._alone(table)))
 
     def _alone(self, table: Table) -> float:
-        return float(self.model.alone_ms([table], self.batch_size)[0])
+        return self.model.alone_one(table, self.batch_size)
 
     def add(self, set_index: int, table: Table) -> None:
         kind = self._kind(table)

@@ -106,6 +106,11 @@ class NeuralCostModel(SetCostModel):
                 self._alone[(table, batch_size)] = float(cost)
         return np.array([self._alone[(t, batch_size)] for t in tables])
 
+    def alone_one(self, table: Table, batch_size: int) -> float:
+        """``alone_ms`` of one table (the cached answer without building arrays: hot loops ask it)."""
+        cost = self._alone.get((table, batch_size))
+        return float(self.alone_ms([table], batch_size)[0]) if cost is None else cost
+
     def _network_detail(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> np.ndarray:
         """The network's own ``[sets, 3]`` milliseconds, without the floor."""
         out = np.zeros((len(table_sets), 3))

@@ -499,3 +499,15 @@ def test_cloning_greedy_makes_the_actor_place_as_greedy_does(model):
     before = ratio()
     assert clone(agent.policy, greedy_steps, epochs=20) > 0.95
     assert before > 1.001 and ratio() == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_sampled_device_is_the_draw_numpys_choice_makes():
+    """rl+refine's sampler draws without ``Generator.choice``'s checks, from the same uniform
+    number: the same device on every draw, so its plans stay what they were."""
+    from autoshard.rl.rollout import draw
+
+    ours, numpys = np.random.default_rng(11), np.random.default_rng(11)
+    for k in range(5000):
+        logits = np.random.default_rng(k).normal(size=k % 16 + 1) * 4
+        p = np.exp(logits - logits.max())
+        assert draw(ours, logits) == numpys.choice(len(logits), p=p / p.sum())
