@@ -412,6 +412,41 @@ def test_sampled_placements_alike_so_far_are_scored_once_and_draw_as_before(mode
     assert len(units) <= states_scored < every_state_scored  # at a low temperature they mostly stay alike
 
 
+def test_sampled_rollouts_read_the_scores_the_argmax_rollout_made_at_their_history(model, monkeypatch):
+    """rl's argmax rollout and rl+refine's sampled rollouts of one task share a ``StepCosts``: a
+    sampled placement at a history the argmax rollout passed through is not observed and scored
+    again, and it draws as it did from scores of its own."""
+    from autoshard.costing import AccumulatorView
+    from autoshard.planners.placement import PlacementState, assignment, place_together, prepare_units
+    from autoshard.planners.shared import SharedWork
+    from autoshard.planners.units import model_costs
+    from autoshard.rl.rollout import PolicyChooser
+
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(5))
+    topology = Topology(4, memory_for(workload, 4, 1.3))
+    units = prepare_units(workload, topology, model_costs(model, workload.batch_size), False)
+    observed_rows = []
+    scores = DevicePolicy.scores
+    monkeypatch.setattr(DevicePolicy, "scores", lambda self, observed: observed_rows.append(len(observed.devices))
+                        or scores(self, observed))
+
+    def sampled(after_argmax: bool) -> tuple[list, int]:
+        steps = SharedWork(workload, topology).steps(workload, topology, units)
+        if after_argmax:
+            place(PlacementState(units, topology, model.accumulator(4, workload.batch_size), steps=steps),
+                  PolicyChooser(policy))
+        observed_rows.clear()
+        shared = model.accumulator(4 * topology.num_devices, workload.batch_size)
+        states = [PlacementState(units, topology, AccumulatorView(shared, k * 4, 4), steps=steps) for k in range(4)]
+        chooser = PolicyChooser(policy, np.random.default_rng(7), temperature=0.05)
+        return [assignment(s.devices) for s in place_together(states, chooser.choose_many, shared)], sum(observed_rows)
+
+    alone, rows_alone = sampled(after_argmax=False)
+    after, rows_after = sampled(after_argmax=True)
+    assert after == alone and rows_after < rows_alone
+
+
 def test_rl_refine_never_searches_twice_from_one_placement(model, monkeypatch):
     """Local search is deterministic, so rl+refine runs it once per distinct start: never again
     from greedy's placement (which cost_greedy's search started from; the cloned policy's argmax

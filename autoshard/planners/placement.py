@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -72,6 +72,7 @@ class StepCosts:
     def __init__(self) -> None:
         self._children: dict[tuple[int, int], int] = {}  # (history, device chosen) -> the history after it
         self._costs: dict[int, dict[int, float]] = {}  # history -> {device: cost with the next unit added}
+        self._scores: dict[int, dict[Hashable, np.ndarray]] = {}  # history -> {(policy, rows): scores}
 
     def after(self, history: int, device: int) -> int:
         """The history of a placement at ``history`` that puts its current unit on ``device``."""
@@ -81,6 +82,11 @@ class StepCosts:
         """The costs computed at ``history``, by device: the one dict every placement at that
         history reads and adds to."""
         return self._costs.setdefault(history, {})
+
+    def scores(self, history: int) -> dict[Hashable, np.ndarray]:
+        """A policy's scores of candidate devices computed at ``history``, by (policy, rows): the
+        policy's argmax rollout and its sampled rollouts alike so far observe the same state."""
+        return self._scores.setdefault(history, {})
 
 
 class PlacementState:

@@ -34,10 +34,20 @@ class PolicyChooser:
         like = first_alike(states, range(len(states)))
         scored = list(dict.fromkeys(like))
         rows = {k: candidates(states[k], allowed[k], self.candidates) for k in scored}
-        if_added = [states[k].costs_if_added(rows[k]) for k in scored]
-        observed = observe_many([states[k] for k in scored], [rows[k] for k in scored], if_added, [None] * len(scored))
-        scores = self.policy.scores(observed)
-        mine = {k: scores[a:b] for k, (a, b) in zip(scored, itertools.pairwise(observed.starts))}
+        # and placements alike at a history (a StepCosts') that another chooser of this policy
+        # scored there already (the argmax rollout, before the sampled ones) read its scores
+        kept = {k: (states[k].steps.scores(states[k].history), (id(self.policy), rows[k].tobytes()))
+                for k in scored if states[k].steps is not None}
+        mine = {k: kept[k][0][kept[k][1]] for k in kept if kept[k][1] in kept[k][0]}
+        fresh = [k for k in scored if k not in mine]
+        if fresh:
+            if_added = [states[k].costs_if_added(rows[k]) for k in fresh]
+            observed = observe_many([states[k] for k in fresh], [rows[k] for k in fresh], if_added, [None] * len(fresh))
+            scores = self.policy.scores(observed)
+            for k, (a, b) in zip(fresh, itertools.pairwise(observed.starts)):
+                mine[k] = scores[a:b]
+                if k in kept:
+                    kept[k][0][kept[k][1]] = mine[k]
         chosen = []
         for k in like:
             if self.rng is None:
