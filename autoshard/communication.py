@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from autoshard.costing import Accumulator, EditBatch, Edits, SetCostModel
+from autoshard.costing import Accumulator, EditBatch, Edits, EditScorer, SetCostModel
 from autoshard.errors import InputError
 from autoshard.types import CostModel, Table, Workload
 
@@ -94,21 +94,35 @@ class WithCommunication(SetCostModel):
         return _CommAccumulator(self.compute.accumulator(num_sets, batch_size), self, num_sets, batch_size)
 
     def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Edits, batch_size: int) -> list[float]:
+        return self.edit_scorer(base_sets, batch_size).predict(edits).tolist()
+
+    def edit_scorer(self, base_sets: Sequence[Sequence[Table]], batch_size: int) -> "_CommEdits":
+        return _CommEdits(self.compute.edit_scorer(base_sets, batch_size), self, base_sets, batch_size)
+
+
+class _CommEdits:
+    """The compute model's edit scorer plus each edited set's all-to-all (additive in its dims)."""
+
+    def __init__(self, compute: EditScorer, model: WithCommunication, base_sets: Sequence[Sequence[Table]],
+                 batch_size: int) -> None:
+        self.compute, self.model, self.batch_size = compute, model, batch_size
+        self.dims = np.array([t.embedding_dim for s in base_sets for t in s], dtype=np.float64)
+        self.sizes = np.array([len(s) for s in base_sets], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
+        self.set_dims = np.array([sum(t.embedding_dim for t in s) for s in base_sets], dtype=np.float64)
+
+    def predict(self, edits: Edits) -> np.ndarray:
         edits = EditBatch.of(edits)
-        compute = self.compute.predict_edits(base_sets, edits, batch_size)
+        compute = self.compute.predict(edits)
         if not len(edits):
             return compute
-        dims = np.array([t.embedding_dim for s in base_sets for t in s], dtype=np.float64)
-        sizes = np.array([len(s) for s in base_sets], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)])
-        set_dims = np.array([sum(t.embedding_dim for t in s) for s in base_sets], dtype=np.float64)
         has_rem, has_add = edits.removed >= 0, edits.add >= 0
-        removed = np.where(has_rem, dims[np.minimum(offsets[edits.base] + edits.removed, len(dims) - 1)], 0.0)
+        flat_row = np.minimum(self.offsets[edits.base] + edits.removed, max(len(self.dims) - 1, 0))
+        removed = np.where(has_rem, self.dims[flat_row] if len(self.dims) else 0.0, 0.0)
         added = np.array([0.0, *(t.embedding_dim for t in edits.added)])[edits.add + 1]
-        count = sizes[edits.base] - has_rem + has_add
-        comm = self.communication.cost_ms_many(set_dims[edits.base] - removed + added, count.astype(np.float64),
-                                               batch_size, self.num_devices)
-        return (np.asarray(compute) + comm).tolist()
+        count = (self.sizes[edits.base] - has_rem + has_add).astype(np.float64)
+        return compute + self.model.communication.cost_ms_many(self.set_dims[edits.base] - removed + added, count,
+                                                               self.batch_size, self.model.num_devices)
 
 
 class _CommAccumulator:

@@ -7,7 +7,8 @@ Planners ask a cost model three kinds of question:
   addition (greedy placement and the RL environment ask "what would each device cost with this
   table added?" once per table);
 - ``predict_edits(base_sets, edits, batch)``: sets with one table removed and/or one added
-  (local search scores whole neighbourhoods of moves and swaps at once).
+  (local search scores whole neighbourhoods of moves and swaps at once); ``edit_scorer(base_sets,
+  batch)`` answers several such batches of one set of base sets.
 
 ``SetCostModel`` answers the last two by rebuilding the sets and calling ``predict_many``; a
 model with a faster way (the neural model pools running codes) overrides them. Every cost model
@@ -64,6 +65,22 @@ Edits = Union[EditBatch, Sequence[Edit]]
 """Edits to score, as tuples or as one ``EditBatch``."""
 
 
+class EditScorer(Protocol):
+    """Edits of fixed base sets, priced in as many batches as the caller asks."""
+
+    def predict(self, edits: Edits) -> np.ndarray: ...
+
+
+class RebuildingEdits:
+    """The fallback ``EditScorer``: each batch is one ``predict_edits`` call."""
+
+    def __init__(self, cost_model: "SetCostModel", base_sets: Sequence[Sequence[Table]], batch_size: int) -> None:
+        self.cost_model, self.base_sets, self.batch_size = cost_model, base_sets, batch_size
+
+    def predict(self, edits: Edits) -> np.ndarray:
+        return np.asarray(self.cost_model.predict_edits(self.base_sets, edits, self.batch_size), dtype=np.float64)
+
+
 class Accumulator(Protocol):
     """``num_sets`` sets, initially empty, that grow one table at a time."""
 
@@ -97,6 +114,10 @@ class SetCostModel:
 
     def accumulator(self, num_sets: int, batch_size: int) -> Accumulator:
         return RebuildingAccumulator(self, num_sets, batch_size)
+
+    def edit_scorer(self, base_sets: Sequence[Sequence[Table]], batch_size: int) -> EditScorer:
+        """Edits of ``base_sets``, priced in batches (local search prices several per state)."""
+        return RebuildingEdits(self, base_sets, batch_size)
 
     def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Edits, batch_size: int) -> list[float]:
         if isinstance(edits, EditBatch):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 from autoshard.errors import InputError
 
 if TYPE_CHECKING:
-    from autoshard.costing import Accumulator, Edits
+    from autoshard.costing import Accumulator, Edits, EditScorer
 
 MAX_ZIPF_ALPHA = 3.0
 GIB = 1024**3
@@ -219,6 +219,8 @@ class CostModel(Protocol):
     def accumulator(self, num_sets: int, batch_size: int) -> Accumulator: ...
 
     def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Edits, batch_size: int) -> list[float]: ...
+
+    def edit_scorer(self, base_sets: Sequence[Sequence[Table]], batch_size: int) -> EditScorer: ...
 
     def check_workload(self, workload: Workload, max_tables_per_device: int | None = None) -> tuple[str, ...]: ...
 

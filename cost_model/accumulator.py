@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch.nn import functional
 
+from autoshard.costing import EditBatch, Edits
 from autoshard.types import Table
 from cost_model.network import LOG_MS_MAX, LOG_MS_MIN, OUTPUTS, linear_scale
 
@@ -119,33 +120,91 @@ class SplitHead:
         return np.exp(np.clip(self.log_total(first, largest) + np.log(scale), LOG_MS_MIN, LOG_MS_MAX))
 
 
-def edited_ms(model: NeuralCostModel, flat: list[Table], sizes: list[int], added: list[Table], b_idx: np.ndarray,
-              removed: np.ndarray, add_idx: np.ndarray, batch_size: int) -> np.ndarray:
-    """An ungrouped network's total ms of edited sets (``NeuralCostModel.predict_edits``, before
-    its floor), on the split head: each table's code is projected through the sum and mean parts
-    of the head's first layer once (cached), so an edit adds and subtracts projected rows, and
-    only its max-pooled code goes through a matmul. Edit ``e`` is set ``b_idx[e]`` of the
-    consecutive sets ``sizes`` of ``flat``, without row ``removed[e]`` of ``flat`` (-1: none),
-    with ``added[add_idx[e]]`` (-1: none). 0 for an empty set."""
-    head = model.split_head
-    width = head.w_max.shape[0]
-    codes, sums, means = head.projected_many(model, flat, batch_size, leading_none=True)
-    new_codes, new_sums, new_means = head.projected_many(model, added, batch_size, leading_none=True)
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    set_sums = np.stack([sums[1 + a:1 + b].sum(0) for a, b in zip(starts[:-1], starts[1:])])
-    set_means = np.stack([means[1 + a:1 + b].sum(0) for a, b in zip(starts[:-1], starts[1:])])
-    set_max = np.stack([codes[1 + a:1 + b].max(0, initial=-1e9) for a, b in zip(starts[:-1], starts[1:])])
-    rem, add = removed + 1, add_idx + 1  # row 0 of each table block: nothing
-    has_rem, has_add = removed >= 0, add_idx >= 0
-    count = np.asarray(sizes, dtype=np.float64)[b_idx] - has_rem + has_add
-    largest = set_max[b_idx]
-    if has_rem.any():
-        others = np.concatenate([np.full((1, width), -1e9, np.float32), leave_one_out_max(codes[1:], sizes, -1e9)])
-        largest = np.where(has_rem[:, None], others[rem], largest)
-    largest = np.where(has_add[:, None], np.maximum(largest, new_codes[add]), largest).astype(np.float32)
-    first, scale = head.first_input(set_sums[b_idx] - sums[rem] + new_sums[add],
-                                    set_means[b_idx] - means[rem] + new_means[add], count, model.size_limit)
-    return np.where(count > 0, head.ms(first, np.ascontiguousarray(largest), scale), 0.0)
+class EditedSets:
+    """Edits of fixed base sets, priced in as many batches as a caller asks
+    (``NeuralCostModel.edit_scorer``; local search prices a round's moves, then its swaps' source
+    sides, then their targets, on one device state): what depends only on the base sets (each
+    table's place, its cost alone, the sets' costliest tables) is gathered once. An edit's cost is
+    floored at the costliest table the edited set holds, as ``NeuralCostModel`` floors sets."""
+
+    def __init__(self, model: NeuralCostModel, base_sets: Sequence[Sequence[Table]], batch_size: int) -> None:
+        self.model, self.batch_size = model, batch_size
+        self.sizes = [len(s) for s in base_sets]
+        self.flat = [t for s in base_sets for t in s]
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        self._position = {id(t): i for i, t in enumerate(self.flat)}
+        self.alone = model.alone_ms(self.flat, batch_size)
+        self._alone_max = np.array([self.alone[a:b].max(initial=0.0) for a, b in zip(self.offsets[:-1], self.offsets[1:])])
+        self._alone_others: np.ndarray | None = None  # per flat table: the set's costliest other table
+
+    def positions(self, added: Sequence[Table]) -> np.ndarray | None:
+        """Where each of ``added`` is in the base sets (the same objects), or None if one is not."""
+        at = [self._position.get(id(t), -1) for t in added]
+        return None if -1 in at else np.array(at, dtype=np.int64)
+
+    def predict(self, edits: Edits) -> np.ndarray:
+        """Each edit's total ms (0 for an empty set), floored."""
+        batch = EditBatch.of(edits)
+        if not len(batch):
+            return np.zeros(0)
+        removed = np.where(batch.removed >= 0, self.offsets[batch.base] + batch.removed, -1)
+        at = self.positions(batch.added)
+        cost = self._network(batch, removed, at)
+        added_alone = self.alone[at] if at is not None else self.model.alone_ms(list(batch.added), self.batch_size)
+        kept = self._alone_max[batch.base]
+        if (removed >= 0).any():
+            if self._alone_others is None:
+                self._alone_others = leave_one_out_max(self.alone, self.sizes, 0.0)
+            kept = np.where(removed >= 0, self._alone_others[np.maximum(removed, 0)], kept)
+        return np.maximum(cost, np.maximum(kept, np.concatenate([[0.0], added_alone])[batch.add + 1]))
+
+    def _network(self, batch: EditBatch, removed: np.ndarray, at: np.ndarray | None) -> np.ndarray:
+        """The network's own ms of each edited set (before the floor); ``removed``: flat rows."""
+        return self.model.grouped_edits_ms(self.flat, self.sizes, batch, removed, self.batch_size)
+
+
+class SplitHeadEdits(EditedSets):
+    """``EditedSets`` of an ungrouped network, on its split head: each table's code is projected
+    through the sum and mean parts of the head's first layer once (cached), so an edit adds and
+    subtracts projected rows, and only its max-pooled code goes through a matmul. The base sets'
+    rows, sums and maxima are gathered once; an added table of the base sets (a move's, a swap's)
+    reuses its rows."""
+
+    def __init__(self, model: NeuralCostModel, base_sets: Sequence[Sequence[Table]], batch_size: int) -> None:
+        super().__init__(model, base_sets, batch_size)
+        head = self.head = model.split_head
+        self.rows = head.projected_many(model, self.flat, batch_size, leading_none=True)  # row k + 1: flat[k]
+        codes, sums, means = self.rows
+        bounds = list(zip(self.offsets[:-1], self.offsets[1:]))
+        self.set_sums = np.stack([sums[1 + a:1 + b].sum(0) for a, b in bounds])
+        self.set_means = np.stack([means[1 + a:1 + b].sum(0) for a, b in bounds])
+        self.set_max = np.stack([codes[1 + a:1 + b].max(0, initial=-1e9) for a, b in bounds])
+        self._others: np.ndarray | None = None  # per flat row (after a row "none"): its set's max without it
+
+    def _network(self, batch: EditBatch, removed: np.ndarray, at: np.ndarray | None) -> np.ndarray:
+        codes, sums, means = self.rows
+        if at is not None:  # the added tables' rows are the base sets' (row 0: none)
+            add = np.concatenate([[0], at + 1])[batch.add + 1]
+            new_codes, new_sums, new_means = codes, sums, means
+        else:
+            add = batch.add + 1
+            new_codes, new_sums, new_means = self.head.projected_many(self.model, list(batch.added), self.batch_size,
+                                                                      leading_none=True)
+        rem = removed + 1  # row 0: nothing
+        has_rem, has_add = removed >= 0, batch.add >= 0
+        count = np.asarray(self.sizes, dtype=np.float64)[batch.base] - has_rem + has_add
+        largest = self.set_max[batch.base]
+        if has_rem.any():
+            if self._others is None:
+                width = codes.shape[1]
+                self._others = np.concatenate([np.full((1, width), -1e9, np.float32),
+                                               leave_one_out_max(codes[1:], self.sizes, -1e9)])
+            largest = np.where(has_rem[:, None], self._others[rem], largest)
+        largest = np.where(has_add[:, None], np.maximum(largest, new_codes[add]), largest).astype(np.float32)
+        first, scale = self.head.first_input(self.set_sums[batch.base] - sums[rem] + new_sums[add],
+                                             self.set_means[batch.base] - means[rem] + new_means[add], count,
+                                             self.model.size_limit)
+        return np.where(count > 0, self.head.ms(first, np.ascontiguousarray(largest), scale), 0.0)
 
 
 def leave_one_out_max(values: np.ndarray, sizes: Sequence[int], empty: float) -> np.ndarray:

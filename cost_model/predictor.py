@@ -20,7 +20,7 @@ import torch
 
 from autoshard.costing import EditBatch, Edits, SetCostModel
 from autoshard.types import Table, Workload
-from cost_model.accumulator import edited_ms, leave_one_out_max
+from cost_model.accumulator import leave_one_out_max
 from cost_model.features import FeatureCache, op_key
 from cost_model.network import LOG_MS_MAX, LOG_MS_MIN, OpIndex, SetCostNetwork, pool
 from cost_model.profile import DeviceProfile
@@ -168,38 +168,31 @@ class NeuralCostModel(SetCostModel):
     def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Edits, batch_size: int) -> list[float]:
         """Total ms of edited sets without rebuilding them: edit ``(b, r, t)`` is ``base_sets[b]``
         without its table at position ``r`` (if not None) and with table ``t`` added (if not None);
-        or an ``EditBatch`` of them.
+        or an ``EditBatch`` of them. One batch of ``edit_scorer``."""
+        return self.edit_scorer(base_sets, batch_size).predict(edits).tolist()
+
+    def edit_scorer(self, base_sets: Sequence[Sequence[Table]], batch_size: int):
+        """Edits of ``base_sets`` priced in batches (``cost_model.accumulator.EditedSets``).
 
         Pooling is updated incrementally (sum -/+ codes; max via leave-one-out maxima), so a local
         search can score thousands of moves and swaps in one head call. A grouped network re-prices
         only the ops an edit touches (the removed table's and the added table's) and adds the
-        others' cached milliseconds.
-        """
-        batch = EditBatch.of(edits)
-        if not len(batch):
-            return []
-        sizes = [len(s) for s in base_sets]
-        flat = [t for s in base_sets for t in s]
-        distinct = list(batch.added)  # the added tables are few (a workload's), the edits many
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        b_idx, add_idx = batch.base, batch.add
-        removed = np.where(batch.removed >= 0, offsets[b_idx] + batch.removed, -1)
-        if self.network.config.grouped:
-            with torch.inference_mode():
-                codes = self.codes(flat + list(distinct), batch_size)
-                base_codes, add_codes = codes[:len(flat)], codes[len(flat):]
-                pooled = _edited_pooled(base_codes, sizes, add_codes, b_idx, removed, add_idx)
-                log_ms = self._edited_ops_log_ms(flat, list(distinct), base_codes, add_codes, sizes, b_idx, removed,
-                                                 add_idx, pooled)
-                cost = torch.where(pooled[1] > 0, torch.exp(log_ms), torch.zeros_like(log_ms)).double().numpy()
-        else:  # on the split head: projected rows added and subtracted, one matmul for the max part
-            cost = edited_ms(self, flat, sizes, list(distinct), b_idx, removed, add_idx, batch_size)
-        # the floor: the costliest table alone among those the edited set holds
-        alone = self.alone_ms(flat + list(distinct), batch_size)
-        base_alone, add_alone = alone[:len(flat)], np.concatenate([[0.0], alone[len(flat):]])
-        set_max = np.array([base_alone[offsets[b]:offsets[b + 1]].max(initial=0.0) for b in range(len(sizes))])
-        kept = np.where(removed >= 0, leave_one_out_max(base_alone, sizes, 0.0)[np.maximum(removed, 0)], set_max[b_idx])
-        return np.maximum(cost, np.maximum(kept, add_alone[add_idx + 1])).tolist()
+        others' cached milliseconds."""
+        from cost_model.accumulator import EditedSets, SplitHeadEdits
+        return (EditedSets if self.network.config.grouped else SplitHeadEdits)(self, base_sets, batch_size)
+
+    def grouped_edits_ms(self, flat: list[Table], sizes: list[int], batch: EditBatch, removed: np.ndarray,
+                         batch_size: int) -> np.ndarray:
+        """A grouped network's own ms of edited sets (before the floor), for ``EditedSets``:
+        ``flat`` the base sets' tables, ``removed`` each edit's flat row (-1: none)."""
+        added = list(batch.added)
+        with torch.inference_mode():
+            codes = self.codes(flat + added, batch_size)
+            base_codes, add_codes = codes[:len(flat)], codes[len(flat):]
+            pooled = _edited_pooled(base_codes, sizes, add_codes, batch.base, removed, batch.add)
+            log_ms = self._edited_ops_log_ms(flat, added, base_codes, add_codes, sizes, batch.base, removed, batch.add,
+                                             pooled)
+            return torch.where(pooled[1] > 0, torch.exp(log_ms), torch.zeros_like(log_ms)).double().numpy()
 
     def _edited_ops_log_ms(self, flat: list[Table], added: list[Table], base_codes: torch.Tensor,
                            add_codes: torch.Tensor, sizes: list[int], b_idx: np.ndarray, removed: np.ndarray,

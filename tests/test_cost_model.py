@@ -179,3 +179,20 @@ def test_incremental_edits_equal_rebuilt_sets():
                 edits.append((b, r, add))
                 rebuilt.append([t for i, t in enumerate(tables) if i != r] + ([add] if add else []))
     assert model.predict_edits(base, edits, 2048) == pytest.approx(model.predict_many(rebuilt, 2048), rel=1e-5)
+
+
+def test_an_edit_scorer_prices_batches_as_predict_edits_prices_them_at_once():
+    """Local search prices a state's moves, then its swaps' source sides, then their targets, on
+    one scorer; an added table of the base sets (the same object) reuses their rows, another one
+    is encoded: each batch costs what one ``predict_edits`` of every edit says."""
+    from autoshard.costing import EditBatch
+
+    model = untrained_model(3)
+    base = [list(TABLES[0:5]), list(TABLES[5:6]), [], list(TABLES[10:20])]
+    inside = [(0, 1, TABLES[12]), (3, 0, TABLES[1]), (2, None, TABLES[5]), (1, 0, None), (0, None, TABLES[0])]
+    outside = [(0, 2, TABLES[250]), (2, None, TABLES[251]), (3, 4, None)]
+    scorer = model.edit_scorer(base, 2048)
+    at_once = model.predict_edits(base, inside + outside, 2048)
+    in_batches = [*scorer.predict(EditBatch.of(inside)), *scorer.predict(outside)]
+    assert in_batches == pytest.approx(at_once, rel=1e-6)
+    assert scorer.positions(EditBatch.of(inside).added) is not None and scorer.positions([TABLES[250]]) is None

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from autoshard.costing import EditBatch
+from autoshard.costing import EditBatch, EditScorer
 from autoshard.planners.placement import Deadline, DeviceState
 from autoshard.types import CostModel
 
@@ -42,8 +42,12 @@ def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, m
         if max(s.load for s in states) <= bound * (1 + REL_TOL):
             return done  # at the lower bound: nothing can lower the max
         # moves are ~10x fewer than swaps: try swaps only when no move helps
-        change = (_best_change(states, cost_model, batch_size, swaps=False)
-                  or _best_change(states, cost_model, batch_size, swaps=True))
+        source = max(states, key=lambda s: (s.load, -s.index))
+        targets = sorted((s for s in states if s is not source), key=lambda s: (s.load, s.index))  # least loaded first
+        if len(targets) > 1 and targets[-2].load >= source.load * (1 - REL_TOL):
+            return done  # two other devices are (about) as loaded: no one change lowers the max
+        scorer = cost_model.edit_scorer([s.tables for s in (source, *targets)], batch_size)  # set k: [source, *targets][k]
+        change = _best_change(source, targets, scorer, swaps=False) or _best_change(source, targets, scorer, swaps=True)
         if change is None:
             return done
         source, target = states[change.source], states[change.target]
@@ -133,38 +137,35 @@ def _swaps(source: DeviceState, targets: Sequence[DeviceState]) -> Neighbourhood
     return Neighbourhood(edits, np.arange(swaps), swaps + np.arange(swaps), k + 1, i, j)
 
 
-def _best_change(states: Sequence[DeviceState], cost_model: CostModel, batch_size: int,
-                 swaps: bool) -> Change | None:
-    source = max(states, key=lambda s: (s.load, -s.index))
-    others = [s for s in states if s is not source]
-    targets = sorted(others, key=lambda s: (s.load, s.index))  # partners: least loaded first
-    involved = [source, *targets]  # set k of the edits is involved[k]
+def _best_change(source: DeviceState, targets: Sequence[DeviceState], scorer: EditScorer, swaps: bool) -> Change | None:
+    """The best move (or swap) off ``source``, the max-cost device, to one of ``targets``, priced
+    by ``scorer`` (edits of the sets ``[source, *targets]``)."""
     if not targets:
         return None
+    involved = [source, *targets]  # set k of the edits is involved[k]
     near = (_swaps if swaps else _moves)(source, targets)
     if not len(near.k):
         return None
-    base_sets = [s.tables for s in involved]
     # the max of the devices a change leaves alone: the highest other load, or the next one
     # where the change's target is the highest
     target_index = np.array([s.index for s in involved])[near.k]
-    loads = np.array([s.load for s in others])
+    loads = np.array([s.load for s in targets])
     order = np.argsort(-loads, kind="stable")
     top = loads[order[0]]
     runner_up = loads[order[1]] if len(order) > 1 else 0.0
-    untouched = np.where(target_index == others[order[0]].index, runner_up, top)
+    untouched = np.where(target_index == targets[order[0]].index, runner_up, top)
     bar = source.load * (1 - REL_TOL)  # a change must lower the max by more than the tolerance
     if not (untouched < bar).any():  # another device is (about) as loaded: no change can lower the max
         return None
     if swaps:  # a swap's two edits are its own: price the targets' only where the source's helps
-        source_after = np.asarray(cost_model.predict_edits(base_sets, near.edits.take(near.source_at), batch_size))
+        source_after = scorer.predict(near.edits.take(near.source_at))
         target_after = np.full(len(source_after), np.inf)
         live = np.flatnonzero((source_after < bar) & (untouched < bar))
         if not len(live):
             return None
-        target_after[live] = cost_model.predict_edits(base_sets, near.edits.take(near.target_at[live]), batch_size)
+        target_after[live] = scorer.predict(near.edits.take(near.target_at[live]))
     else:
-        costs = np.asarray(cost_model.predict_edits(base_sets, near.edits, batch_size))
+        costs = scorer.predict(near.edits)
         source_after, target_after = costs[near.source_at], costs[near.target_at]
     pair_max = np.maximum(source_after, target_after)
     new_max = np.maximum(pair_max, untouched)
