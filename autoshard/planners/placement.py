@@ -393,9 +393,10 @@ every device gave placements of the same predicted max (``docs/planners.md``).""
 def candidates(state: PlacementState, allowed: np.ndarray, limit: int = CANDIDATES) -> np.ndarray:
     """The ``limit`` least-loaded of the ``allowed`` devices, in index order; of several empty
     devices (all alike) only the first."""
-    empty = allowed[state.count[allowed] == 0]
-    if len(empty) > 1:
-        allowed = np.setdiff1d(allowed, empty[1:], assume_unique=True)
+    empty = state.count[allowed] == 0
+    if empty.sum() > 1:  # keep the first empty device, drop the others
+        empty[np.argmax(empty)] = False
+        allowed = allowed[~empty]
     if len(allowed) > limit:
         allowed = np.sort(allowed[np.argpartition(state.loads[allowed], limit - 1)[:limit]])
     return allowed
