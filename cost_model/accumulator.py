@@ -232,12 +232,14 @@ class PooledRows:
         self.means = np.zeros((num_rows, head.hidden), dtype=np.float32)  # projected sums of the mean part
         self.largest = np.full((num_rows, width), -1e9, dtype=np.float32)
         self.count = np.zeros(num_rows)
+        self._pending: list[tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
 
     def first(self, rows: np.ndarray | slice, added: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The head's first-layer input without its max part, the max-pooled codes and the
         ``linear_scale`` of sets ``rows`` (with ``added``'s code and projections, if given),
         priced linearly past the size limit as ``SetCostNetwork.predict_pooled`` does."""
+        self._fold()
         count, largest, sums, means = self.count[rows], self.largest[rows], self.sums[rows], self.means[rows]
         if added is not None:
             code, s, m = added
@@ -249,11 +251,18 @@ class PooledRows:
         return self.head.ms(*self.first(rows, added))
 
     def add(self, row: int, projected: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
-        code, s, m = projected
-        self.sums[row] += s
-        self.means[row] += m
-        np.maximum(self.largest[row], code, out=self.largest[row])
-        self.count[row] += 1
+        """Add a table's code and projections to set ``row``, when next asked: a placement whose
+        steps' costs all come from another one's (``StepCosts``: the policy's argmax rollout
+        after greedy placement) never asks, and its additions cost nothing."""
+        self._pending.append((row, projected))
+
+    def _fold(self) -> None:
+        for row, (code, s, m) in self._pending:  # in order: the sums are those of adding them one by one
+            self.sums[row] += s
+            self.means[row] += m
+            np.maximum(self.largest[row], code, out=self.largest[row])
+            self.count[row] += 1
+        self._pending.clear()
 
 
 class SetAccumulator:
