@@ -240,6 +240,8 @@ class NeuralCostModel(SetCostModel):
         return (torch.log(ms.clamp_min(1e-30)) + factor).clamp(LOG_MS_MIN, LOG_MS_MAX)
 
     def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
+        if table_sets and all(len(tables) == 1 for tables in table_sets):  # tables alone (units' costs): cached
+            return self.alone_ms([tables[0] for tables in table_sets], batch_size).tolist()
         return self.predict_detail_many(table_sets, batch_size)[:, 2].tolist()
 
     def predict(self, tables: Sequence[Table], batch_size: int) -> float:

@@ -66,6 +66,14 @@ class Observations:
         return np.repeat(np.arange(len(self.contexts)), np.diff(self.starts))
 
 
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Each value's rank, ascending, ties by position (the inverse of a stable argsort)."""
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty_like(order)
+    ranks[order] = np.arange(len(order))
+    return ranks
+
+
 def observe_many(states: Sequence[PlacementState], rows: Sequence[np.ndarray], if_added: Sequence[np.ndarray],
                  allowed: Sequence[np.ndarray | None]) -> Observations:
     """``observe`` of several placements of one topology in one pass (rl+refine's sampled
@@ -107,7 +115,7 @@ def observe_many(states: Sequence[PlacementState], rows: Sequence[np.ndarray], i
         math.log10(unit.table.pooling_factor) / 3.0,
         unit.table.zipf_alpha,
     ] for s, unit, scale, top, x in zip(states, units, scales.tolist(), current_max, all_loads)], dtype=np.float32)
-    rank = pick([np.argsort(np.argsort(x, kind="stable"), kind="stable") for x in all_loads])
+    rank = pick([_ranks(x) for x in all_loads])
     greedy = np.zeros(len(at))
     for k, (a, b) in enumerate(itertools.pairwise(starts)):
         if allowed[k] is None:  # every row allowed
@@ -123,7 +131,7 @@ def observe_many(states: Sequence[PlacementState], rows: Sequence[np.ndarray], i
     devices[:, 3] = devices[:, 2] - devices[:, 1]
     devices[:, 4] = (added - per_row(current_max)) / scale
     devices[:, 5] = (capacity - free) / capacity
-    devices[:, 6] = np.clip((free - per_row([u.memory_bytes for u in units])) / capacity, -1.0, 1.0)
+    devices[:, 6] = np.minimum(np.maximum((free - per_row([u.memory_bytes for u in units])) / capacity, -1.0), 1.0)
     devices[:, 7] = count / per_row([len(s.units) / n for s in states])
     devices[:, 8] = rank / max(n - 1, 1)
     devices[:, 9] = greedy
