@@ -25,9 +25,9 @@ PARTS = {  # part: substrings of a py-spy frame ("function (file:line)")
     "greedy placement (place)": ["place (autoshard/planners/placement.py"],
     "  scoring candidates (costs_if_added)": ["costs_if_added ("],
     "  packing lookahead (_packable_after)": ["_packable_after ("],
-    "  policy (observe + scores)": ["observe (autoshard/rl/observation.py", "DevicePolicy.scores"],
+    "  policy (observe + scores)": ["observe (autoshard/rl/observation.py", "observe_many (", "DevicePolicy.scores"],
     "local search (improve)": ["improve (autoshard/planners/local_search.py"],
-    "  neighbourhood scoring (predict_edits)": ["predict_edits ("],
+    "  neighbourhood scoring (predict_edits, edit scorers)": ["predict_edits (", "EditedSets.predict ("],
     "the cost model's head (all callers)": ["SplitHead.ms", "SplitHead.log_total", "predict_pooled ("],
 }
 PLANNING = ".plan (autoshard/planners/"  # samples inside a planner's plan(): the denominator
