@@ -33,8 +33,10 @@ def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, m
     it lowers the max by more than 0.1% (the best: the lowest new max, then the lowest max and
     sum of the two devices it changes). Swap partners: least loaded first, up to ``SWAPS``.
     ``states[*].load`` must hold predicted costs; they are kept up to date. Memory and the
-    one-shard-per-device rule hold throughout. One batched model call per round; returns the
-    number of changes applied. Stops early once ``deadline`` expires."""
+    one-shard-per-device rule hold throughout. A round prices its neighbourhood in batches on one
+    ``edit_scorer`` of the devices' sets (the moves; then the swaps' source sides, and their
+    target sides only where the source side helps); returns the number of changes applied.
+    Stops early once ``deadline`` expires."""
     bound = lower_bound(states)
     for done in range(max_rounds):
         if deadline is not None and deadline.expired:
