@@ -431,3 +431,23 @@ def test_a_plan_does_not_depend_on_the_process_s_hash_seed():
                               capture_output=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
                for seed in ("0", "1", "2")}
     assert len(outputs) == 1
+
+
+@pytest.mark.parametrize("with_model", [True, False])
+def test_heuristics_planned_side_by_side_are_scored_as_each_alone(with_model):
+    """``compare_planners`` places the heuristics by their proxies and scores all their plans in
+    one cost-model call (or, without a model, by one proxy): each plan and device cost is the
+    one the heuristic makes alone with the same model."""
+    from autoshard.planners.compare import compare_planners
+    from tests.test_cost_model import untrained_model
+
+    workload = sample_task(generate_pool(PoolConfig(size=300, seed=5)).test, 30, np.random.default_rng(1))
+    topology = Topology(4, 64.0)
+    context = PlannerContext(untrained_model(2) if with_model else None)
+    scorer = context.cost_model if with_model else ProxyCostModel()
+    together = compare_planners(workload, topology, list(HEURISTICS), context).plans
+    assert [p.planner for p in together] == list(HEURISTICS)
+    for plan in together:
+        alone = make_planner(plan.planner, PlannerContext(scorer)).plan(workload, topology)
+        assert [d.shards for d in plan.devices] == [d.shards for d in alone.devices]
+        assert [d.cost_ms for d in plan.devices] == pytest.approx([d.cost_ms for d in alone.devices], rel=1e-9)
