@@ -44,31 +44,55 @@ def op_key(table: Table) -> tuple[int, Optimizer]:
 
 def expected_unique_rows(rows: int, alpha: float, draws: float) -> float:
     """Expected distinct rows among ``draws`` bounded-Zipf(alpha) draws over ``rows`` rows."""
-    if rows <= _BUCKETS:
-        ranks = np.arange(1, rows + 1, dtype=np.float64)
-        counts = np.ones_like(ranks)
-    else:
-        edges = np.unique(np.geomspace(1, rows + 1, _BUCKETS + 1).astype(np.int64))
-        counts = np.diff(edges).astype(np.float64)
-        ranks = np.sqrt(edges[:-1] * np.maximum(edges[1:] - 1, edges[:-1]))  # geometric midpoints
-    weights = ranks ** -alpha
-    p = weights / float((weights * counts).sum())
-    return float((counts * -np.expm1(-draws * p)).sum())
+    return float(expected_unique_rows_many(np.array([rows]), np.array([alpha]), np.array([draws]))[0])
+
+
+def expected_unique_rows_many(rows: np.ndarray, alpha: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """``expected_unique_rows`` of each (rows, alpha, draws), the tables of more than ``_BUCKETS``
+    rows in one pass over ``[tables, _BUCKETS]`` rank buckets (a bucket that rounds to no rank
+    has a count of 0 and adds nothing)."""
+    rows, alpha, draws = (np.asarray(a, dtype=np.float64) for a in (rows, alpha, draws))
+    out = np.empty(len(rows))
+    for i in np.flatnonzero(rows <= _BUCKETS):  # every rank its own bucket
+        ranks = np.arange(1, int(rows[i]) + 1, dtype=np.float64)
+        out[i] = _unique(ranks[None, :], np.ones_like(ranks)[None, :], alpha[i:i + 1], draws[i:i + 1])[0]
+    big = np.flatnonzero(rows > _BUCKETS)
+    if len(big):
+        edges = np.geomspace(1, rows[big] + 1, _BUCKETS + 1, axis=1).astype(np.int64)
+        counts = np.diff(edges, axis=1).astype(np.float64)
+        ranks = np.sqrt(edges[:, :-1] * np.maximum(edges[:, 1:] - 1, edges[:, :-1]))  # geometric midpoints
+        out[big] = _unique(ranks, counts, alpha[big], draws[big])
+    return out
+
+
+def _unique(ranks: np.ndarray, counts: np.ndarray, alpha: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    weights = ranks ** -alpha[:, None]
+    p = weights / (weights * counts).sum(1, keepdims=True)
+    return (counts * -np.expm1(-draws[:, None] * p)).sum(1)
 
 
 def table_features(table: Table, batch_size: int, row_cap_bytes: int) -> np.ndarray:
     """The raw (unstandardised) features of one table."""
-    rows = table.num_embeddings
-    phys = max(1, min(rows, row_cap_bytes // (table.embedding_dim * 4)))
-    d, b, L = table.embedding_dim, table.bytes_per_element, table.pooling_factor
+    return table_features_many([table], batch_size, row_cap_bytes)[0]
+
+
+def table_features_many(tables: Sequence[Table], batch_size: int, row_cap_bytes: int) -> np.ndarray:
+    """The raw features of each table, ``[len(tables), NUM_FEATURES]`` float32, in one pass."""
+    rows = np.array([t.num_embeddings for t in tables], dtype=np.float64)
+    d = np.array([t.embedding_dim for t in tables], dtype=np.float64)
+    b = np.array([t.bytes_per_element for t in tables], dtype=np.float64)
+    L = np.array([t.pooling_factor for t in tables], dtype=np.float64)
+    alpha = np.array([t.zipf_alpha for t in tables], dtype=np.float64)
+    phys = np.maximum(1, np.minimum(rows, np.array([row_cap_bytes // (t.embedding_dim * 4) for t in tables])))
     lookups = batch_size * L
-    unique = expected_unique_rows(phys, table.zipf_alpha, lookups)
-    return np.array([
-        np.log10(rows), np.log10(phys), np.log2(d), b / 4.0, np.log10(L), table.zipf_alpha,
+    unique = expected_unique_rows_many(phys, alpha, lookups)
+    return np.stack([
+        np.log10(rows), np.log10(phys), np.log2(d), b / 4.0, np.log10(L), alpha,
         np.log10(lookups), np.log10(lookups * d * b), np.log10(unique), np.log10(unique * d * b),
         unique / phys, np.log10(phys * d * b), np.log10(batch_size * d),
-        float(table.optimizer is Optimizer.ROWWISE_ADAGRAD), float(table.optimizer is Optimizer.ADAGRAD),
-    ], dtype=np.float32)
+        np.array([t.optimizer is Optimizer.ROWWISE_ADAGRAD for t in tables], dtype=np.float64),
+        np.array([t.optimizer is Optimizer.ADAGRAD for t in tables], dtype=np.float64),
+    ], axis=1).astype(np.float32)
 
 
 class FeatureCache:
@@ -79,13 +103,13 @@ class FeatureCache:
         self._cache: dict[tuple[Table, int], np.ndarray] = {}
 
     def __call__(self, tables: Sequence[Table], batch_size: int) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(tables) if (t, batch_size) not in self._cache]
+        if missing:  # computed in one pass
+            if len(self._cache) + len(missing) > self.max_entries:
+                self._cache.clear()
+            for table, row in zip(missing, table_features_many(missing, batch_size, self.row_cap_bytes)):
+                self._cache[(table, batch_size)] = row
         out = np.empty((len(tables), NUM_FEATURES), dtype=np.float32)
         for i, table in enumerate(tables):
-            key = (table, batch_size)
-            row = self._cache.get(key)
-            if row is None:
-                if len(self._cache) >= self.max_entries:
-                    self._cache.clear()
-                row = self._cache[key] = table_features(table, batch_size, self.row_cap_bytes)
-            out[i] = row
+            out[i] = self._cache[(table, batch_size)]
         return out

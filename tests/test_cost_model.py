@@ -196,3 +196,25 @@ def test_an_edit_scorer_prices_batches_as_predict_edits_prices_them_at_once():
     in_batches = [*scorer.predict(EditBatch.of(inside)), *scorer.predict(outside)]
     assert in_batches == pytest.approx(at_once, rel=1e-6)
     assert scorer.positions(EditBatch.of(inside).added) is not None and scorer.positions([TABLES[250]]) is None
+
+
+def test_expected_unique_rows_is_the_bounded_zipf_expectation():
+    """Feature 8: E[distinct rows] = sum_i 1 - (1 - p_i)^n ~ sum_i 1 - exp(-n p_i), p_i ~ i^-a.
+    Exact per rank up to 48 rows, rank buckets beyond (within 1% of the per-rank sum); a batch of
+    tables of every size gives what each gives alone."""
+    from cost_model.features import expected_unique_rows, expected_unique_rows_many
+
+    def per_rank(rows: int, alpha: float, draws: float) -> float:
+        p = np.arange(1, rows + 1, dtype=np.float64) ** -alpha
+        p /= p.sum()
+        return float(-np.expm1(-draws * p).sum())
+
+    assert expected_unique_rows(10, 0.0, 1e9) == pytest.approx(10.0)  # every row is drawn
+    assert expected_unique_rows(1_000_000, 0.0, 1.0) == pytest.approx(1.0, rel=1e-3)  # one draw, one row
+    cases = [(1, 0.0, 5.0), (48, 1.2, 100.0), (49, 0.5, 30.0), (5_000, 1.05, 8192.0), (200_000, 0.0, 40_960.0),
+             (200_000, 2.0, 40_960.0)]
+    for rows, alpha, draws in cases:
+        exact = per_rank(rows, alpha, draws)
+        assert expected_unique_rows(rows, alpha, draws) == pytest.approx(exact, rel=1e-12 if rows <= 48 else 1e-2)
+    together = expected_unique_rows_many(*(np.array(c) for c in zip(*cases)))
+    assert together == pytest.approx([expected_unique_rows(*c) for c in cases], rel=1e-12)
