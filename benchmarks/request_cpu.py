@@ -71,15 +71,15 @@ def main() -> None:
             maxima[r.name].append(max(r.plan.costs) if r.plan else float("nan"))
     summary = {
         "profile": loaded.profile, "requests": args.requests, "tables": args.tables, "devices": args.devices,
-        "cpu_ms_per_request": {"median": statistics.median(totals), "min": min(totals), "max": max(totals)},
-        "planner_ms": {n: {"median": statistics.median(v), "min": min(v), "max": max(v)} for n, v in per_planner.items()},
+        "cpu_ms_per_request": {"median": statistics.median(totals), "mean": statistics.fmean(totals), "min": min(totals), "max": max(totals)},
+        "planner_ms": {n: {"median": statistics.median(v), "mean": statistics.fmean(v), "min": min(v), "max": max(v)} for n, v in per_planner.items()},
         "predicted_max_ms_mean": {n: statistics.fmean(v) for n, v in maxima.items()},
     }
     for name, row in summary["planner_ms"].items():
-        print(f"{name:>16}: {row['median']:7.2f} ms  [{row['min']:.2f}, {row['max']:.2f}]  "
+        print(f"{name:>16}: {row['median']:7.2f} ms (mean {row['mean']:6.2f})  [{row['min']:.2f}, {row['max']:.2f}]  "
               f"mean max {summary['predicted_max_ms_mean'][name]:.4f} ms")
     c = summary["cpu_ms_per_request"]
-    print(f"{'all (CPU)':>16}: {c['median']:7.2f} ms  [{c['min']:.2f}, {c['max']:.2f}]")
+    print(f"{'all (CPU)':>16}: {c['median']:7.2f} ms (mean {c['mean']:6.2f})  [{c['min']:.2f}, {c['max']:.2f}]")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(summary, indent=2) + "\n")

@@ -10,6 +10,12 @@ each set at the batch size it was measured at, and reports the ratio of now to t
 and overall. It also compares the device the traces name with this one: traces of another CPU or
 GPU model do not describe this machine, whatever the median ratio says (on 2026-12-02 an "Intel
 Xeon" host measured the "AMD EPYC" traces' sets at a median 1.02-1.08x, but 0.49-1.32x set by set).
+Traces recorded before the CPU's family and model were (the first "AMD EPYC" profile) compare by
+name, which a VM shares across generations; so the check also asks whether the sets keep their
+relative costs: when more than a quarter of them run more than 0.8-1.25x off the median factor,
+the cost of one set against another has changed, and plans ranked by the model rank wrongly here.
+On the profile's own host (30 ``evaluate --measure`` checks, 2026-12-01/02) the sets' ratios
+spanned at most 1.5x (1.12-1.50x); on three other hosts 2.0-2.9x (docs/profiles.md).
 """
 
 from __future__ import annotations
@@ -25,7 +31,11 @@ from cost_model.profile import cpu_model, device_name
 from cost_model.traces import TraceSet
 
 TOLERANCE = (0.8, 1.25)
-"""A median ratio outside this range means the traces no longer describe this machine."""
+"""A median ratio outside this range means the traces no longer describe this machine; a set whose
+ratio over the median ratio is outside it has changed its cost relative to the others."""
+
+MAX_DEPARTING_SHARE = 0.25
+"""More than this share of sets off the median factor: the sets' relative costs have changed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +77,20 @@ class Drift:
         return min(ratios), max(ratios)
 
     @property
+    def departing(self) -> tuple[SetDrift, ...]:
+        """The sets whose ratio is off the median ratio by more than ``TOLERANCE``."""
+        low, high = TOLERANCE
+        median = self.median_ratio
+        return tuple(s for s in self.sets if not low <= s.ratio / median <= high)
+
+    @property
+    def sets_alike(self) -> bool:
+        """The sets keep their relative costs: at most ``MAX_DEPARTING_SHARE`` of them depart."""
+        return len(self.departing) <= MAX_DEPARTING_SHARE * len(self.sets)
+
+    @property
     def holds(self) -> bool:
-        return self.same_device and self.within_tolerance
+        return self.same_device and self.within_tolerance and self.sets_alike
 
     @property
     def within_tolerance(self) -> bool:
@@ -88,12 +110,21 @@ class Drift:
         if not self.within_tolerance:
             return (f"{ratio}: outside {TOLERANCE[0]}-{TOLERANCE[1]}, this machine no longer measures like the traces; "
                     "re-collect them (`autoshard bench collect`) and retrain before trusting predictions here")
+        if not self.sets_alike:
+            off = ", ".join(f"set {s.sample_id} x{s.ratio:.2f}" for s in self.departing)
+            return (f"{ratio}, but {len(self.departing)} of {len(self.sets)} sets run more than {TOLERANCE[0]}-"
+                    f"{TOLERANCE[1]}x off that factor ({off}): the sets' costs relative to each other have changed, so "
+                    "this is other hardware or a differently loaded machine and plans the model ranks may rank "
+                    "otherwise here; collect a profile here (`scripts/profile_machine.sh`) before trusting "
+                    "predictions of this machine")
         return f"{ratio}: the traces still describe this machine"
 
     def to_dict(self) -> dict:
         return {"median_ratio": self.median_ratio, "ratio_range": list(self.ratio_range), "holds": self.holds,
                 "tolerance": list(TOLERANCE), "traced_device": self.traced_device, "this_device": self.this_device,
                 "traced_cpu": self.traced_cpu, "this_cpu": self.this_cpu, "same_device": self.same_device,
+                "sets_alike": self.sets_alike, "departing_sets": [s.sample_id for s in self.departing],
+                "max_departing_share": MAX_DEPARTING_SHARE,
                 "sets": [{"id": s.sample_id, "tables": s.tables, "then_ms": s.then_ms, "now_ms": s.now_ms,
                           "ratio": s.ratio} for s in self.sets]}
 

@@ -12,7 +12,7 @@ from autoshard.cli import app
 from autoshard.synthetic import PoolConfig
 from cost_model.bench import BenchConfig
 from cost_model.collect import CollectConfig, collect
-from cost_model.drift import check_drift
+from cost_model.drift import Drift, SetDrift, check_drift
 from cost_model.profile import ExecutionMode
 from cost_model.traces import iter_lines, read_traces, write_trace
 
@@ -125,7 +125,42 @@ def test_traces_of_this_device_measured_alike_hold(tmp_path):
     traces = read_traces(_traces(tmp_path, 1.0))
     drift = check_drift(traces, samples=2, rounds=1)
     assert drift.same_device and drift.this_device == traces.profile.device_name
-    assert drift.holds == (0.8 <= drift.median_ratio <= 1.25)
+    assert drift.holds == (0.8 <= drift.median_ratio <= 1.25 and drift.sets_alike)
+
+
+def _drift_of(ratios, cpu="AuthenticAMD family 25 model 17"):
+    sets = tuple(SetDrift(i, 1 + i % 10, 10.0, 10.0 * r) for i, r in enumerate(ratios))
+    return Drift(sets, "AMD EPYC", "AMD EPYC", None, cpu)  # traces recorded before the family and model: by name
+
+
+def test_a_uniform_factor_with_noise_holds():
+    """The profile's own host: the sets' ratios spread about 1.2x round the median (30 checks on
+    it spanned at most 1.5x), each set within 0.8-1.25x of the median factor."""
+    drift = _drift_of([0.90, 0.93, 0.87, 0.95, 0.91, 1.02, 0.88, 0.97, 0.92, 0.85, 1.05, 0.89])
+    assert drift.same_device and drift.within_tolerance and drift.sets_alike and drift.holds
+    assert drift.departing == () and "still describe" in drift.verdict()
+
+
+def test_sets_whose_relative_costs_changed_do_not_describe_this_machine():
+    """Measured 2026-12-03 on an "AMD EPYC" of family 25 model 17 with the first EPYC profile's
+    traces, which predate the family and model: a median of 0.91x, but 0.52-1.50x set by set (the
+    same sets at 0.50-1.69x in a run before). The name matches, so only the sets can tell."""
+    ratios = [0.83, 0.81, 0.94, 0.85, 0.88, 0.87, 1.14, 1.08, 1.03, 1.11, 0.82, 1.25, 1.01, 1.50, 0.69, 0.52]
+    drift = _drift_of(ratios)
+    assert drift.same_device and drift.within_tolerance
+    assert {s.sample_id for s in drift.departing} == {6, 11, 13, 14, 15}  # x1.14, x1.25, x1.50, x0.69, x0.52 of 0.91
+    assert not drift.sets_alike and not drift.holds
+    text = drift.verdict()
+    assert "5 of 16 sets" in text and "set 15 x0.52" in text and "collect a profile here" in text
+    report = drift.to_dict()
+    assert report["holds"] is False and report["sets_alike"] is False and report["departing_sets"] == [6, 11, 13, 14, 15]
+
+
+def test_up_to_a_quarter_of_the_sets_may_depart():
+    """Noise moves a set now and then (a busy minute): 3 of 12 off the factor holds, 4 of 12 not."""
+    base = [1.0] * 12
+    assert _drift_of([1.4, 1.4, 0.7] + base[3:]).holds
+    assert not _drift_of([1.4, 1.4, 0.7, 0.7] + base[4:]).holds
 
 
 def test_a_missing_trace_file_names_the_option(tmp_path):

@@ -310,7 +310,8 @@ def drift_cmd(
 ) -> None:
     """Re-measure some of the traces' sets here: does this machine still measure like the traces?
     Exits 1 when the median ratio of now to then is outside 0.8-1.25 (re-collect the traces), or
-    when the traces name another device than this one (collect a profile here)."""
+    when the traces name another device than this one, or when more than a quarter of the sets run
+    more than 0.8-1.25x off the median ratio (their relative costs changed: collect a profile here)."""
     _require_traces(traces)
     ensure_malloc_settings()
     from cost_model.drift import check_drift
