@@ -3,6 +3,7 @@ model and the heuristics' plans (which no model changes), measured interleaved i
 ``measure_plans`` (compute only, as ``evaluate --measure --no-communication``).
 
     python benchmarks/model_ab.py default --candidate runs/model --rounds 6 --out ab_default.json
+    python benchmarks/model_ab.py --summarise ab_default.json ab_grid.json   # how right each model was, over both
 
 The shipped profile's model is the baseline (``--baseline`` for another). For each task it
 prints both cost_greedy plans' measured max, the candidate's ratio to the baseline's with its
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -33,16 +35,50 @@ from cost_model.measure_plan import measure_plans  # noqa: E402
 from cost_model.profile import default_mode  # noqa: E402
 
 HEURISTICS = ("round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
+MARGIN = 0.05  # plans of one task whose measured max differs by more than this are a pair to name
+
+
+def how_right(records: list[dict]) -> dict[str, dict[str, float]]:
+    """Per model, over every task's measured plans: the share of pairs of plans (measured max more
+    than ``MARGIN`` apart) whose faster one it predicts faster, and the MAPE of its predicted max."""
+    out = {}
+    for key in ("baseline", "candidate"):
+        named = pairs = 0
+        errors = []
+        for record in records:
+            plans = list(record["plans"].values())
+            errors += [abs(p[f"predicted_{key}_ms"] / p["measured_max_ms"] - 1) for p in plans]
+            for a, b in itertools.combinations(plans, 2):
+                ma, mb = a["measured_max_ms"], b["measured_max_ms"]
+                if abs(ma - mb) > MARGIN * min(ma, mb):
+                    pairs += 1
+                    named += (a[f"predicted_{key}_ms"] - b[f"predicted_{key}_ms"]) * (ma - mb) > 0
+        out[key] = {"pairs": pairs, "named_the_faster": named / pairs if pairs else float("nan"),
+                    "plan_max_mape": sum(errors) / len(errors), "plans": len(errors)}
+    return out
+
+
+def print_how_right(summary: dict[str, dict[str, float]]) -> None:
+    for key, s in summary.items():
+        print(f"{key}: names the faster plan in {s['named_the_faster']:.3f} of {s['pairs']} pairs > {MARGIN:.0%} apart; "
+              f"predicted max off the measured by {s['plan_max_mape']:.3f} (MAPE over {s['plans']} plans)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suite", help="a suite file or bundled suite name (default, rl_grid, ...)")
-    parser.add_argument("--candidate", type=Path, required=True, help="profile folder (or cost_model.pt) to compare")
+    parser.add_argument("suite", nargs="?", help="a suite file or bundled suite name (default, rl_grid, ...)")
+    parser.add_argument("--candidate", type=Path, help="profile folder (or cost_model.pt) to compare")
+    parser.add_argument("--summarise", type=Path, nargs="+", help="measure nothing: how right each model was in "
+                                                                  "these --out files, together")
     parser.add_argument("--baseline", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.summarise:
+        print_how_right(how_right([r for f in args.summarise for r in json.loads(f.read_text())["tasks"]]))
+        return
+    if args.suite is None or args.candidate is None:
+        parser.error("a suite and --candidate are needed to measure (or --summarise files)")
     one_thread()
     baseline = load_profile_or_exit(args.baseline)
     path = args.candidate / "cost_model.pt" if args.candidate.is_dir() else args.candidate
@@ -70,10 +106,12 @@ def main() -> None:
         print(f"{task.name:28s} cost_greedy {base_ms:.3f} / candidate {cand_ms:.3f} ms: "
               f"{cand['ratio_to_baseline_cost_greedy']:.3f} [{cand['ratio_ci95'][0]:.3f}, {cand['ratio_ci95'][1]:.3f}]; "
               f"best heuristic {best} {best_ms:.3f}: {base_ms / best_ms:.3f} / {cand_ms / best_ms:.3f}", flush=True)
+    summary = how_right(records)
+    print_how_right(summary)
     if args.out:
         args.out.write_text(json.dumps({"suite": args.suite, "baseline": str(args.baseline),
                                         "candidate": str(args.candidate), "rounds": args.rounds,
-                                        "tasks": records}, indent=1) + "\n")
+                                        "how_right": summary, "tasks": records}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

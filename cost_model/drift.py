@@ -34,6 +34,9 @@ TOLERANCE = (0.8, 1.25)
 """A median ratio outside this range means the traces no longer describe this machine; a set whose
 ratio over the median ratio is outside it has changed its cost relative to the others."""
 
+_FIXES = ("`scripts/profile_machine.sh`, an hour; or in minutes, adapt this one: `autoshard bench collect --samples 300 "
+          "--passes 3 ...` then `autoshard cost adapt`, docs/profiles.md")
+
 MAX_DEPARTING_SHARE = 0.25
 """More than this share of sets off the median factor: the sets' relative costs have changed."""
 
@@ -105,8 +108,7 @@ class Drift:
             traced, this = self._described(self.traced_device, self.traced_cpu), self._described(self.this_device,
                                                                                                  self.this_cpu)
             return (f"{ratio}, but the traces were measured on {traced} and this machine is {this}: they do not "
-                    "describe it; collect a profile here (`scripts/profile_machine.sh`, or `autoshard bench collect` "
-                    "then `autoshard cost train`) before trusting predictions of this machine")
+                    f"describe it; collect a profile here ({_FIXES}) before trusting predictions of this machine")
         if not self.within_tolerance:
             return (f"{ratio}: outside {TOLERANCE[0]}-{TOLERANCE[1]}, this machine no longer measures like the traces; "
                     "re-collect them (`autoshard bench collect`) and retrain before trusting predictions here")
@@ -115,8 +117,7 @@ class Drift:
             return (f"{ratio}, but {len(self.departing)} of {len(self.sets)} sets run more than {TOLERANCE[0]}-"
                     f"{TOLERANCE[1]}x off that factor ({off}): the sets' costs relative to each other have changed, so "
                     "this is other hardware or a differently loaded machine and plans the model ranks may rank "
-                    "otherwise here; collect a profile here (`scripts/profile_machine.sh`) before trusting "
-                    "predictions of this machine")
+                    f"otherwise here; collect a profile here ({_FIXES}) before trusting predictions of this machine")
         return f"{ratio}: the traces still describe this machine"
 
     def to_dict(self) -> dict:

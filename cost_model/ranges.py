@@ -26,6 +26,8 @@ PRECISION_NAMES = {1: "int8/fp8", 2: "fp16", 4: "fp32", 8: "fp64"}
 LOG_MARGIN = 1.5  # batch, rows, dim, pooling: warn outside [min / 1.5, max * 1.5]
 ZIPF_MARGIN = 0.1  # zipf_alpha: warn outside [min - 0.1, max + 0.1]
 
+_CATEGORICAL = ("bytes_per_element", "optimizers")  # fields of TrainedRanges that list values, not a span
+
 # (field of TrainedRanges, Table attribute, how to print a value, log-scaled)
 _TABLE_SPANS = (("rows", "num_embeddings", "{:,}", True), ("dim", "embedding_dim", "{}", True),
                 ("pooling", "pooling_factor", "{:g}", True), ("zipf", "zipf_alpha", "{:g}", False))
@@ -62,6 +64,14 @@ class TrainedRanges:
                    span([float(t.pooling_factor) for t in tables]), span([float(t.zipf_alpha) for t in tables]),
                    tuple(sorted({t.bytes_per_element for t in tables})),
                    tuple(sorted({t.optimizer.value for t in tables})))
+
+    def union(self, other: "TrainedRanges") -> "TrainedRanges":
+        """The ranges of both trainings (a model fine-tuned on new traces still knows the old)."""
+        spans = {f.name: (min(getattr(self, f.name)[0], getattr(other, f.name)[0]),
+                          max(getattr(self, f.name)[1], getattr(other, f.name)[1]))
+                 for f in fields(self) if f.name not in _CATEGORICAL}
+        return TrainedRanges(**spans, **{name: tuple(sorted(set(getattr(self, name)) | set(getattr(other, name))))
+                                         for name in _CATEGORICAL})
 
     def to_dict(self) -> dict[str, list]:
         """Plain lists of ints, floats and strings (``torch.load(weights_only=True)`` reads them)."""

@@ -89,7 +89,11 @@ class _Packed:
 
 def train_cost_model(splits: Splits, profile: DeviceProfile, row_cap_bytes: int,
                      config: TrainConfig = TrainConfig(), log_csv: Path | None = None,
-                     on_epoch: Callable[[int, float], None] = lambda epoch, mape: None) -> TrainResult:
+                     on_epoch: Callable[[int, float], None] = lambda epoch, mape: None,
+                     start_from: NeuralCostModel | None = None) -> TrainResult:
+    """Train a ``config.network`` from scratch, or fine-tune ``start_from`` (its network, feature
+    normalisation and trained ranges; ``config.network`` is then ignored): a model of another
+    machine adapted to this one's traces (``autoshard cost adapt``)."""
     if not splits.train or not splits.validation:
         raise InputError("traces", f"{len(splits.train)} training and {len(splits.validation)} validation sets: "
                          "too few to train and stop early", "collect more samples (`autoshard bench collect --samples`)")
@@ -98,9 +102,16 @@ def train_cost_model(splits: Splits, profile: DeviceProfile, row_cap_bytes: int,
     rng = np.random.default_rng(config.seed)
     train = _Packed(splits.train, row_cap_bytes, config.network.num_features)
     val = _Packed(splits.validation, row_cap_bytes, config.network.num_features)
-    mean, std = train.features.mean(0), feature_scale(train.features.std(0))
+    if start_from is None:
+        mean, std = train.features.mean(0), feature_scale(train.features.std(0))
+        network = SetCostNetwork(config.network)
+    else:
+        if start_from.row_cap_bytes != row_cap_bytes:
+            raise InputError("traces", f"measured with a row cap of {row_cap_bytes} bytes, the model's traces with "
+                             f"{start_from.row_cap_bytes}", "collect the new traces with the model's --row-cap-mb")
+        mean, std = start_from.feature_mean, start_from.feature_std
+        network = copy.deepcopy(start_from.network).train()
     norm = lambda x: (x - mean) / std  # noqa: E731
-    network = SetCostNetwork(config.network)
     optimizer = torch.optim.AdamW(network.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, config.max_epochs)
     weights = torch.tensor(LOSS_WEIGHTS)
@@ -150,5 +161,10 @@ def train_cost_model(splits: Splits, profile: DeviceProfile, row_cap_bytes: int,
     network.load_state_dict(best[3])
     batches = [s.batch_size for s in splits.train]
     ranges = TrainedRanges.of([s.tables for s in splits.train], batches)
-    model = NeuralCostModel(network, mean, std, profile, row_cap_bytes, int(np.median(batches)), ranges=ranges)
+    linear_beyond = None
+    if start_from is not None:
+        ranges = ranges if start_from.ranges is None else start_from.ranges.union(ranges)
+        linear_beyond = start_from.linear_beyond
+    model = NeuralCostModel(network, mean, std, profile, row_cap_bytes, int(np.median(batches)), ranges=ranges,
+                            linear_beyond=linear_beyond)
     return TrainResult(model, best[2], epoch, best[1], first_loss, best[0], time.perf_counter() - start)

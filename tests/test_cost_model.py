@@ -218,3 +218,78 @@ def test_expected_unique_rows_is_the_bounded_zipf_expectation():
         assert expected_unique_rows(rows, alpha, draws) == pytest.approx(exact, rel=1e-12 if rows <= 48 else 1e-2)
     together = expected_unique_rows_many(*(np.array(c) for c in zip(*cases)))
     assert together == pytest.approx([expected_unique_rows(*c) for c in cases], rel=1e-12)
+
+
+def _other_machine(tmp_path: Path) -> Path:
+    """The fixture's sets as another machine measured them: the same tables, but a set's cost
+    depends on the machine set by set (here 0.6x for one table, rising 25% with each further
+    table), as a family 25 EPYC measured the first EPYC's sets at 0.52-1.50x (docs/profiles.md)."""
+    from cost_model.traces import iter_lines, write_trace
+
+    lines = list(iter_lines(FIXTURE))
+    header = {**lines[0], "profile": {**lines[0]["profile"], "device_name": "Other CPU", "cpu": None}}
+    header["profile"].pop("id", None)
+    for line in lines[1:]:
+        if line.get("type") == "sample":
+            factor = 0.6 * 1.25 ** (len(line["tables"]) - 1)
+            for part in ("fwd", "bwd", "total"):
+                line[part]["median"] *= factor
+    out = tmp_path / "other.jsonl"
+    write_trace(out, header, lines[1:])
+    return out
+
+
+def test_adapt_fine_tunes_a_model_to_another_machine(tmp_path, trained):
+    """`autoshard cost adapt` starts from the given model (not from scratch) and learns the other
+    machine's set-dependent costs: on that machine's held-out tables it beats the model it
+    started from, even with the best single factor applied."""
+    traces, splits, result = trained
+    base = tmp_path / "base"
+    save_checkpoint(result.model, base)
+    (base / "policy.pt").write_bytes(b"policy")  # copied as is; the service loads it, not this test
+    other = _other_machine(tmp_path)
+    out = tmp_path / "adapted"
+    run = CliRunner().invoke(app, ["cost", "adapt", "--model", str(base), "--traces", str(other), "--out", str(out),
+                                   "--max-epochs", "40", "--learning-rate", "1e-3"])
+    assert run.exit_code == 0, run.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["adapted_from"]["profile"] == traces.profile.id and metrics["profile"]["device_name"] == "Other CPU"
+    assert (out / "policy.pt").read_bytes() == b"policy"
+    adapted = load_cost_model(out)
+    assert adapted.network.config == result.model.network.config
+    assert adapted.ranges.rows[0] <= result.model.ranges.rows[0] and adapted.ranges.rows[1] >= result.model.ranges.rows[1]
+    held = make_splits(read_traces(other), seed=0).unseen_tables
+    true = np.array([s.total_ms for s in held])
+    before = np.array([result.model.predict(list(s.tables), s.batch_size) for s in held])
+    after = np.array([adapted.predict(list(s.tables), s.batch_size) for s in held])
+    factor = float(np.median(true / before))
+    assert mape(after, true) < 0.5 * min(mape(before, true), mape(before * factor, true))  # 0.15 vs 0.44, 0.53
+
+
+def test_adapting_starts_from_the_model():
+    """Fine-tuning at a vanishing learning rate leaves the predictions where they were: the
+    weights and the feature normalisation are the given model's."""
+    traces = read_traces(FIXTURE)
+    splits = make_splits(traces, seed=0)
+    row_cap = traces.header["bench"]["row_cap_bytes"]
+    base = train_cost_model(splits, traces.profile, row_cap, TrainConfig(max_epochs=3)).model
+    same = train_cost_model(splits, traces.profile, row_cap, TrainConfig(max_epochs=1, learning_rate=1e-12),
+                            start_from=base).model
+    sets = [list(s.tables) for s in splits.unseen_tables[:10]]
+    assert np.allclose([same.predict(s, 2048) for s in sets], [base.predict(s, 2048) for s in sets], rtol=1e-4)
+    assert torch.equal(same.feature_mean, base.feature_mean) and torch.equal(same.feature_std, base.feature_std)
+
+
+def test_adapt_names_a_missing_model(tmp_path):
+    run = CliRunner().invoke(app, ["cost", "adapt", "--model", str(tmp_path / "none"), "--traces", str(FIXTURE),
+                                   "--out", str(tmp_path / "out")])
+    assert run.exit_code == 2 and "--model" in run.output and "no cost_model.pt" in run.output
+
+
+def test_adapt_refuses_to_overwrite_the_model_it_starts_from(tmp_path, trained):
+    save_checkpoint(trained[2].model, tmp_path / "base")
+    before = (tmp_path / "base" / "cost_model.pt").read_bytes()
+    run = CliRunner().invoke(app, ["cost", "adapt", "--model", str(tmp_path / "base"), "--traces", str(FIXTURE),
+                                   "--out", str(tmp_path / "base" / ".")])
+    assert run.exit_code == 2 and "--out" in run.output and "overwrite" in run.output
+    assert (tmp_path / "base" / "cost_model.pt").read_bytes() == before

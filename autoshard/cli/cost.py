@@ -14,7 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from autoshard.cli.support import console, friendly_errors, print_json
 from autoshard.errors import InputError
 
-app = typer.Typer(help="The neural multi-table cost model: train, evaluate, record its trained ranges.",
+ADAPT_LEARNING_RATE = 3e-4  # fine-tuning a trained model (cost adapt); training from scratch uses 2e-3
+
+app = typer.Typer(help="The neural multi-table cost model: train, adapt to a machine, evaluate, record its trained ranges.",
                   no_args_is_help=True)
 
 
@@ -46,6 +48,43 @@ def train_cmd(
                    network=chosen.network if chosen else None, learning_rate=chosen.learning_rate if chosen else None)
 
 
+@app.command("adapt")
+@friendly_errors
+def adapt_cmd(
+    model: Annotated[Path, typer.Option(help="The profile folder to start from: its cost_model.pt is fine-tuned; its "
+                                             "communication.json and policy.pt are copied.")],
+    traces: Annotated[list[Path], typer.Option(help="Traces measured on this machine (`autoshard bench collect`: a few "
+                                                    "hundred sets); repeat it to add files of the same profile.")],
+    out: Annotated[Path, typer.Option(help="Folder for the adapted profile (cost_model.pt, metrics.json, ...).")],
+    seed: Annotated[int, typer.Option(min=0, help="Split seed (train / validation / held-out) of the new traces.")] = 0,
+    learning_rate: Annotated[float, typer.Option(min=1e-6, max=1e-1, help="Fine-tuning learning rate.")] = ADAPT_LEARNING_RATE,
+    max_epochs: Annotated[int, typer.Option(min=1)] = 150,
+    patience: Annotated[int, typer.Option(min=1)] = 40,
+) -> None:
+    """Adapt a profile of other hardware to this machine: fine-tune its cost model on sets measured
+    here (minutes of collection, where a profile from scratch takes an hour; docs/profiles.md)."""
+    import shutil
+
+    from cost_model.checkpoint import CHECKPOINT_NAME, load_cost_model
+
+    folder = model.parent if model.name == CHECKPOINT_NAME else model
+    if not (folder / CHECKPOINT_NAME).is_file():
+        raise InputError("--model", f"no {CHECKPOINT_NAME} in {folder}", "pass a profile folder, e.g. data/models/default")
+    if out.resolve() == folder.resolve():
+        raise InputError("--out", f"{out} is the profile being adapted; adapting would overwrite it",
+                         "pass a new folder, e.g. data/models/<this machine's profile id>")
+    base = load_cost_model(folder)
+    command = "autoshard cost adapt " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    metrics = train_and_save(read_all(traces), out, seed, max_epochs, patience, command, [str(t) for t in traces],
+                             learning_rate=learning_rate, start_from=base,
+                             adapted_from={"model": str(folder), "profile": base.profile.id})
+    for name in ("communication.json", "policy.pt"):
+        if (folder / name).is_file() and not (out / name).exists():
+            shutil.copy2(folder / name, out / name)
+            console.print(f"copied {name} from {folder}", highlight=False)
+    console.print(f"adapted the cost model of {base.profile.id} to {metrics['profile']['id']} in {out}", highlight=False)
+
+
 def read_all(paths: list[Path]):
     """The trace files as one ``TraceSet`` (one device profile)."""
     from cost_model.traces import merge_traces, read_traces
@@ -54,11 +93,13 @@ def read_all(paths: list[Path]):
 
 
 def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, command: str,
-                   sources: list[str], tune: bool = False, network=None, learning_rate: float | None = None) -> dict:
+                   sources: list[str], tune: bool = False, network=None, learning_rate: float | None = None,
+                   start_from=None, adapted_from: dict | None = None) -> dict:
     """Train on ``data`` (a ``TraceSet``) and save the checkpoint, metrics.json and train_log.csv in
     ``out``; returns the metrics. ``tune``: choose the network and learning rate on the validation
     split first (``cost_model.tune``); else ``network`` / ``learning_rate`` (default: the
-    defaults). ``autoshard cost train`` and ``autoshard bench refine`` share it."""
+    defaults); ``start_from``: fine-tune that ``NeuralCostModel`` instead (its network), recorded as
+    ``adapted_from``. ``autoshard cost train``, ``cost adapt`` and ``bench refine`` share it."""
     import shutil
     from dataclasses import asdict, replace
 
@@ -72,6 +113,8 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
 
     torch.set_num_threads(1)
     splits = make_splits(data, seed)
+    if start_from is not None:
+        network = start_from.network.config
     config = TrainConfig(network=network or NetworkConfig(), seed=seed, max_epochs=max_epochs, patience=patience,
                          learning_rate=learning_rate or TrainConfig().learning_rate)
     row_cap = int(data.header["bench"]["row_cap_bytes"])
@@ -92,7 +135,7 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
                       TextColumn("val MAPE {task.fields[mape]:.3f}"), console=console) as progress:
             task = progress.add_task("train", total=max_epochs, mape=float("nan"))
             result = train_cost_model(splits, data.profile, row_cap, config, out / "train_log.csv",
-                                      lambda epoch, m: progress.update(task, completed=epoch, mape=m))
+                                      lambda epoch, m: progress.update(task, completed=epoch, mape=m), start_from)
     metrics = {
         "command": command, "traces": sources[0] if len(sources) == 1 else sources,
         "profile": data.profile.to_dict(), "splits": splits.sizes(),
@@ -100,7 +143,7 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
         "epochs_run": result.epochs_run, "validation_mape": round(result.best_validation_mape, 4),
         "validation_loss": {"first": round(result.first_validation_loss, 5), "best": round(result.best_validation_loss, 5)},
         "network": asdict(config.network), "learning_rate": config.learning_rate,
-        **({"tuning": tuning} if tuning else {}),
+        **({"tuning": tuning} if tuning else {}), **({"adapted_from": adapted_from} if adapted_from else {}),
         "evaluation": evaluate_all(result.model, splits, data),
     }
     save_checkpoint(result.model, out, metrics)
