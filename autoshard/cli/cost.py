@@ -81,7 +81,8 @@ def adapt_cmd(
     for name in ("communication.json", "policy.pt"):
         if (folder / name).is_file() and not (out / name).exists():
             shutil.copy2(folder / name, out / name)
-            console.print(f"copied {name} from {folder}", highlight=False)
+            hint = f" (the base's all-to-all: measure this machine's with `autoshard bench comm --out {out}`)"
+            console.print(f"copied {name} from {folder}{hint if name == 'communication.json' else ''}", highlight=False)
     console.print(f"adapted the cost model of {base.profile.id} to {metrics['profile']['id']} in {out}", highlight=False)
 
 
