@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,6 +98,8 @@ def train_cost_model(splits: Splits, profile: DeviceProfile, row_cap_bytes: int,
     if not splits.train or not splits.validation:
         raise InputError("traces", f"{len(splits.train)} training and {len(splits.validation)} validation sets: "
                          "too few to train and stop early", "collect more samples (`autoshard bench collect --samples`)")
+    if start_from is not None:
+        config = dataclasses.replace(config, network=start_from.network.config)
     start = time.perf_counter()
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)

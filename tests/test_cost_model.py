@@ -9,7 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from autoshard.cli import app
-from autoshard.errors import ModelError
+from autoshard.errors import InputError, ModelError
 from autoshard.synthetic import PoolConfig, generate_pool
 from autoshard.types import CostModel
 from cost_model.checkpoint import load_cost_model, save_checkpoint
@@ -278,6 +278,18 @@ def test_adapting_starts_from_the_model():
     sets = [list(s.tables) for s in splits.unseen_tables[:10]]
     assert np.allclose([same.predict(s, 2048) for s in sets], [base.predict(s, 2048) for s in sets], rtol=1e-4)
     assert torch.equal(same.feature_mean, base.feature_mean) and torch.equal(same.feature_std, base.feature_std)
+
+
+def test_adapting_needs_traces_at_the_models_row_cap():
+    """Features depend on the row cap (rows past it are not benchmarked): traces measured at
+    another cap than the model's would teach it another machine's answer to the same features."""
+    traces = read_traces(FIXTURE)
+    base = NeuralCostModel(SetCostNetwork(NetworkConfig()), torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES),
+                           PROFILE, 2**20, 2048)
+    with pytest.raises(InputError, match="row cap") as caught:
+        train_cost_model(make_splits(traces, 0), traces.profile, traces.header["bench"]["row_cap_bytes"],
+                         TrainConfig(max_epochs=1), start_from=base)
+    assert "--row-cap-mb" in caught.value.fix
 
 
 def test_adapt_names_a_missing_model(tmp_path):
