@@ -57,6 +57,13 @@ def add_trained_ranges(directory: Path, traces_paths: Sequence[Path], seed: int 
     return model.ranges
 
 
+def trace_sources(metrics: dict[str, Any] | None) -> list[str]:
+    """The trace files a model's metrics.json names, first the anchor (the random sets): one path
+    when it was trained on one file, a list when on several."""
+    sources = (metrics or {}).get("traces", [])
+    return [sources] if isinstance(sources, str) else list(sources)
+
+
 def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -16,7 +16,7 @@ from autoshard.errors import InputError
 from autoshard.synthetic import PoolConfig, generate_pool
 from autoshard.types import Optimizer, Table, Workload
 from cost_model.bench import BenchConfig, _build_tbe, check_benchable, groups, make_batch, measure
-from cost_model.checkpoint import load_cost_model
+from cost_model.checkpoint import load_cost_model, trace_sources
 from cost_model.collect import CollectConfig, collect
 from cost_model.dataset import Labelled, make_splits
 from cost_model.evaluate import mape, noise_floor, predict_labelled
@@ -107,8 +107,7 @@ def test_shipped_model_reproduces_its_metrics(profile):
     ~1e-6: tolerance 2e-4."""
     shipped = load_cost_model(profile)
     metrics = json.loads((profile / "metrics.json").read_text())
-    sources = metrics["traces"] if isinstance(metrics["traces"], list) else [metrics["traces"]]
-    traces = merge_traces([read_traces(ROOT / source) for source in sources])
+    traces = merge_traces([read_traces(ROOT / source) for source in trace_sources(metrics)])
     splits = make_splits(traces, seed=0)
     assert splits.sizes() == metrics["splits"]
     for name in metrics["evaluation"]:

@@ -130,7 +130,9 @@ def _print_summary(summary: dict) -> None:
 
 def _anchor_traces(profile) -> Path | None:
     """The profile's anchor traces (the first file its model trained on), if they are here."""
-    for ref in (profile.metrics or {}).get("traces", [])[:1]:
+    from cost_model.checkpoint import trace_sources
+
+    for ref in trace_sources(profile.metrics)[:1]:
         for base in (Path.cwd(), Path(__file__).resolve().parents[2]):  # here, or the repository's root
             if (base / ref).is_file():
                 return base / ref
