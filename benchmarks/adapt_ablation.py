@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.cost import ADAPT_LEARNING_RATE  # noqa: E402
+from autoshard.cli.cost import ADAPT_LEARNING_RATE, ADAPT_MAX_EPOCHS, ADAPT_PATIENCE  # noqa: E402
 from autoshard.cli.support import one_thread  # noqa: E402
 from cost_model.checkpoint import load_cost_model  # noqa: E402
 from cost_model.dataset import every_set, make_splits  # noqa: E402
@@ -52,7 +52,7 @@ def main() -> None:
     if args.fresh_pool:
         held["fresh_pool"] = every_set(read_traces(args.fresh_pool))
     true = {k: np.array([s.total_ms for s in v]) for k, v in held.items()}
-    fine_tune = TrainConfig(network=base.network.config, learning_rate=ADAPT_LEARNING_RATE, max_epochs=150, patience=40)
+    fine_tune = TrainConfig(learning_rate=ADAPT_LEARNING_RATE, max_epochs=ADAPT_MAX_EPOCHS, patience=ADAPT_PATIENCE)
     rows: dict[str, dict] = {}
 
     def report(label: str, model, factor: float = 1.0, seconds: float = 0.0) -> None:

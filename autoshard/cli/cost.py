@@ -15,6 +15,7 @@ from autoshard.cli.support import console, friendly_errors, print_json
 from autoshard.errors import InputError
 
 ADAPT_LEARNING_RATE = 3e-4  # fine-tuning a trained model (cost adapt); training from scratch uses 2e-3
+ADAPT_MAX_EPOCHS, ADAPT_PATIENCE = 150, 40  # it stops within ~10 epochs on a few hundred sets (docs/profiles.md)
 
 app = typer.Typer(help="The neural multi-table cost model: train, adapt to a machine, evaluate, record its trained ranges.",
                   no_args_is_help=True)
@@ -58,8 +59,8 @@ def adapt_cmd(
     out: Annotated[Path, typer.Option(help="Folder for the adapted profile (cost_model.pt, metrics.json, ...).")],
     seed: Annotated[int, typer.Option(min=0, help="Split seed (train / validation / held-out) of the new traces.")] = 0,
     learning_rate: Annotated[float, typer.Option(min=1e-6, max=1e-1, help="Fine-tuning learning rate.")] = ADAPT_LEARNING_RATE,
-    max_epochs: Annotated[int, typer.Option(min=1)] = 150,
-    patience: Annotated[int, typer.Option(min=1)] = 40,
+    max_epochs: Annotated[int, typer.Option(min=1)] = ADAPT_MAX_EPOCHS,
+    patience: Annotated[int, typer.Option(min=1)] = ADAPT_PATIENCE,
 ) -> None:
     """Adapt a profile of other hardware to this machine: fine-tune its cost model on sets measured
     here (minutes of collection, where a profile from scratch takes an hour; docs/profiles.md)."""
@@ -114,8 +115,6 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
 
     torch.set_num_threads(1)
     splits = make_splits(data, seed)
-    if start_from is not None:
-        network = start_from.network.config
     config = TrainConfig(network=network or NetworkConfig(), seed=seed, max_epochs=max_epochs, patience=patience,
                          learning_rate=learning_rate or TrainConfig().learning_rate)
     row_cap = int(data.header["bench"]["row_cap_bytes"])
@@ -143,7 +142,7 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
         "train_seconds": round(result.seconds, 1), "best_epoch": result.best_epoch,
         "epochs_run": result.epochs_run, "validation_mape": round(result.best_validation_mape, 4),
         "validation_loss": {"first": round(result.first_validation_loss, 5), "best": round(result.best_validation_loss, 5)},
-        "network": asdict(config.network), "learning_rate": config.learning_rate,
+        "network": asdict(result.model.network.config), "learning_rate": config.learning_rate,
         **({"tuning": tuning} if tuning else {}), **({"adapted_from": adapted_from} if adapted_from else {}),
         "evaluation": evaluate_all(result.model, splits, data),
     }
