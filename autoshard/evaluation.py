@@ -27,6 +27,7 @@ from autoshard.presets import load_workload_or_preset
 from autoshard.stats import ratio_ci95, verdict
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task
 from autoshard.types import GIB, ShardingPlan, Topology, Workload, is_int, is_number
+from autoshard.verification import VERIFIED, Verification
 from autoshard.workload_file import read_json_file
 
 
@@ -169,19 +170,35 @@ class TaskResult:
     measured: tuple[Measured, ...]  # empty when not measured
     reference: str
     distributed: tuple[DistributedMeasured, ...] = ()  # empty when not run distributed
+    verification: Verification | None = None  # with a verifier: the measured choice, planned as ``verified``
+
+
+Verifier = Callable[[Sequence[ShardingPlan], int], Verification]
+"""(a task's plans, batch size) -> a measured choice among them (``autoshard.verification.verify``)."""
 
 
 def evaluate_task(task: Task, names: Sequence[str] | None, context: PlannerContext,
                   measurer: PlanMeasurer | None = None, distributed: DistributedMeasurer | None = None,
-                  communication: CommunicationModel | None = None) -> TaskResult:
+                  communication: CommunicationModel | None = None, verifier: Verifier | None = None) -> TaskResult:
     """Every planner on the task; measured ratios are to the first cost-model planner's plan
-    (cost_greedy), or the first plan without one."""
+    (cost_greedy), or the first plan without one. With a ``verifier``, its choice among the plans
+    (measured in rounds of its own, before the measurement here) joins them as ``verified``, so
+    that the measurement here judges it on rounds that did not choose it."""
     comparison = compare_planners(task.workload, task.topology, names, context, communication)
+    verification = verifier(comparison.plans, task.workload.batch_size) if verifier and comparison.plans else None
+    if verification is not None:
+        comparison = replace(comparison, plans=(*comparison.plans, replace(verification.plan, planner=VERIFIED)),
+                             planned=(*comparison.planned, VERIFIED))
     plans = comparison.plans
-    ref = next((i for i, p in enumerate(plans) if planner_spec(p.planner).kind is PlannerKind.COST_MODEL), 0)
+    ref = next((i for i, p in enumerate(plans) if _kind(p.planner) is PlannerKind.COST_MODEL), 0)
     measured = tuple(measurer(plans, task.workload.batch_size, ref)) if measurer and plans else ()
     ran = tuple(distributed(plans, task.workload)) if distributed and plans else ()
-    return TaskResult(task, comparison, measured, plans[ref].planner if plans else "", ran)
+    return TaskResult(task, comparison, measured, plans[ref].planner if plans else "", ran, verification)
+
+
+def _kind(name: str) -> PlannerKind:
+    """A plan's planner kind; the verified choice stands with the cost-model planners (it is not a heuristic)."""
+    return PlannerKind.COST_MODEL if name == VERIFIED else planner_spec(name).kind
 
 
 def task_rows(result: TaskResult) -> list[dict[str, Any]]:
@@ -230,7 +247,7 @@ def _against(result: TaskResult,
     """Every planner that is not a heuristic against the per-round maxima that ``choose`` picks
     from the measured heuristics (empty when the task was not measured, no heuristic ran or
     ``choose`` declines)."""
-    kind = {m.planner: planner_spec(m.planner).kind for m in result.measured}
+    kind = {m.planner: _kind(m.planner) for m in result.measured}
     heuristics = [m for m in result.measured if kind[m.planner] is PlannerKind.HEURISTIC]
     chosen = choose(heuristics) if heuristics else None
     if chosen is None:

@@ -37,6 +37,7 @@ class MeasuredPlan:
     ratio_to_reference: float  # geometric mean over rounds of max / reference max
     ratio_ci95: tuple[float, float]
     round_max_ms: tuple[float, ...]  # the max in each round (pairs with another plan's by round)
+    round_device_ms: tuple[tuple[float, ...], ...] = ()  # each round's per-device measurements
 
 
 MIN_DEVICE_MS = 50.0
@@ -68,7 +69,8 @@ def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchC
         out.append(MeasuredPlan(plan.planner,
                                 tuple(statistics.median(per_round[r][p][d] for r in range(rounds))
                                       for d in range(len(plan.devices))),
-                                statistics.median(maxima), float(q[1] - q[0]), ratio, (low, high), tuple(maxima)))
+                                statistics.median(maxima), float(q[1] - q[0]), ratio, (low, high), tuple(maxima),
+                                tuple(tuple(per_round[r][p]) for r in range(rounds))))
     return out
 
 

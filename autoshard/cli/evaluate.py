@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from autoshard.cli.support import (SEARCH_ITERATIONS_HELP, console, ensure_malloc_settings, friendly_errors,
-                                   load_profile_or_none, one_thread, print_json)
+                                   load_profile_or_none, one_thread, plans_measurer, plans_verifier, print_json,
+                                   verification_measures)
 from autoshard.errors import InputError
 
 
@@ -31,9 +32,15 @@ def evaluate_cmd(
     drift_samples: Annotated[int, typer.Option(min=0, help="With --measure: re-measure this many of the profile's "
                                                           "traced sets before and after (`bench drift`) and record "
                                                           "how this machine compares with its traces (0: off).")] = 12,
+    verify: Annotated[bool, typer.Option(help="With --measure: add the plan `autoshard plan --verify` would choose "
+                                              "(its own measurement rounds, before the evaluation's) as 'verified'.")] = False,
+    verify_top: Annotated[int, typer.Option(min=2, help="With --verify: how many distinct plans to measure.")] = 4,
+    verify_rounds: Annotated[int, typer.Option(min=2, help="With --verify: its measurement rounds.")] = 6,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Plan every task of a suite with every planner; with --measure, run the plans for real."""
+    if verify and not measure:
+        raise InputError("--verify", "verifies by measuring, and --measure is off", "add --measure")
     if measure:
         ensure_malloc_settings()
     from autoshard.evaluation import (against_best_heuristic, against_held_out_heuristic, evaluate_task, load_suite,
@@ -50,13 +57,8 @@ def evaluate_cmd(
     comm = profile.communication if communication and profile else None
     context = PlannerContext(cost_model, profile.policy if profile else None, seed, column_split,
                              search_iterations=search_iterations)
-    measurer = None
-    if measure:
-        from cost_model.bench import BenchConfig
-        from cost_model.measure_plan import measure_plans
-        from cost_model.profile import default_mode
-        config = BenchConfig(mode=default_mode(), row_cap_bytes=row_cap_mb * 1024**2)
-        measurer = lambda plans, batch, ref: measure_plans(plans, batch, config, rounds, ref)  # noqa: E731
+    measurer = plans_measurer(rounds, row_cap_mb) if measure else None
+    verifier = plans_verifier(verify_rounds, row_cap_mb, comm, verify_top) if verify else None
     run_distributed = None
     if distributed:
         from cost_model.distributed_run import DistributedConfig, compare_distributed
@@ -79,7 +81,7 @@ def evaluate_cmd(
         warnings = cost_model.check_workload(task.workload) if cost_model is not None else ()
         for warning in warnings:
             console.print(f"[yellow]warning:[/yellow] {task.name}: {warning}", highlight=False)
-        result = evaluate_task(task, names, context, measurer, run_distributed, comm)
+        result = evaluate_task(task, names, context, measurer, run_distributed, comm, verifier)
         files = write_task_outputs(result, out / name)
         against.append(against_best_heuristic(result))
         held_out.append(against_held_out_heuristic(result))
@@ -88,6 +90,9 @@ def evaluate_cmd(
                                 "device_memory_gb": task.topology.device_memory_gb,
                                 "reference": result.reference, "planners": task_rows(result),
                                 "warnings": list(warnings),
+                                **({"verification": {"measures": verification_measures(comm),
+                                                     **result.verification.to_dict()}}
+                                   if result.verification else {}),
                                 "skipped": [{"planner": p, "reason": r} for p, r in result.comparison.skipped],
                                 **({"against_best_heuristic": [_row(a) for a in against[-1]]} if against[-1] else {}),
                                 **({"against_held_out_heuristic": [_row(a) for a in held_out[-1]]}

@@ -7,8 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (DEFAULT_MODEL, SEARCH_ITERATIONS_HELP, console, friendly_errors, load_profile_or_none,
-                                   one_thread, print_json)
+from autoshard.cli.support import (DEFAULT_MODEL, SEARCH_ITERATIONS_HELP, console, ensure_malloc_settings, friendly_errors,
+                                   load_profile_or_none, one_thread, plans_verifier, print_json,
+                                   verification_measures)
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.types import ShardingPlan, Topology, Workload
 
@@ -32,10 +33,20 @@ def plan_cmd(
     format: Annotated[str, typer.Option(help="'table' (default) or 'torchrec': the best plan as TorchRec "
                                              "sharding (types, ranks, column shards) for DistributedModelParallel.")] = "table",
     out: Annotated[Optional[Path], typer.Option(help="With --format torchrec: write it to this file.")] = None,
+    verify: Annotated[bool, typer.Option(help="Measure the best-predicted distinct plans on this machine (interleaved "
+                                              "rounds) and keep the predicted best unless another is faster beyond "
+                                              "the noise; --format torchrec then exports the verified plan.")] = False,
+    verify_top: Annotated[int, typer.Option(min=2, help="With --verify: how many distinct plans to measure.")] = 4,
+    verify_rounds: Annotated[int, typer.Option(min=2, help="With --verify: measurement rounds (an even number "
+                                                           "balances the order).")] = 6,
+    row_cap_mb: Annotated[int, typer.Option(min=1, help="With --verify: benchmark at most this many MiB of rows per "
+                                                        "table (the traces' cap).")] = 128,
 ) -> None:
     """Place a workload's tables on devices; with --planner all, compare every available planner."""
     if format not in ("table", "torchrec"):
         raise InputError("format", f"unknown format {format!r}", "use table or torchrec")
+    if verify:
+        ensure_malloc_settings()
     from autoshard.planners import PLANNERS, PlannerContext, plans_report
     from autoshard.planners.compare import compare_planners
     from autoshard.presets import load_workload_or_preset
@@ -68,12 +79,22 @@ def plan_cmd(
     plans = list(result.plans)
     report = plans_report(loaded, topology, plans, skipped, "ms" if cost_model else PROXY_UNIT)
     report["warnings"] = list(warnings)
+    best = next(p for p, r in zip(plans, report["plans"]) if r["best"])
+    verification = None
+    if verify:
+        console.print(f"verifying: measuring up to {verify_top} distinct plans on this machine, {verify_rounds} "
+                      "rounds", highlight=False)
+        verification = plans_verifier(verify_rounds, row_cap_mb, comm, verify_top)(plans, loaded.batch_size)
+        report["verification"] = {"measures": verification_measures(comm), **verification.to_dict()}
+        best = verification.plan
     if format == "torchrec":
-        _write_torchrec(loaded, topology, plans, report, out)
+        _write_torchrec(loaded, topology, best, out)
     elif json_out:
         print_json(report)
     else:
         _print_table(loaded, topology, report)
+        if verification is not None:
+            _print_verification(report["verification"], report["cost_unit"])
 
 
 def _topology(devices: int | None, memory_gb: float | None, from_file: Topology | None) -> Topology:
@@ -117,16 +138,34 @@ def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
         console.print(f"[yellow]skipped[/yellow] {skipped['planner']}: {skipped['reason']}", highlight=False)
 
 
-def _write_torchrec(workload: Workload, topology: Topology, plans: list[ShardingPlan], report: dict,
-                    out: Path | None) -> None:
-    """The best plan as TorchRec sharding: ``autoshard.torchrec_bridge.plan_from_export`` and
+def _print_verification(verification: dict, cost_unit: str) -> None:
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    unit = "ms" if cost_unit == "ms" else "proxy"
+    table = RichTable(title=f"measured on this machine, {verification['rounds']} rounds (ratio to the predicted "
+                            "best, paired by round, 95% interval)")
+    for column in ("plan of", f"predicted max ({unit})", "measured max (ms)", "ratio", "verdict", "chosen"):
+        table.add_column(column)
+    for row in verification["candidates"]:
+        ci = f" [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}]" if row["ci95"] else ""
+        table.add_row(", ".join(row["planners"]), f"{row['predicted_max_ms']:.4g}", f"{row['measured_max_ms']:.4g}",
+                      f"{row['measured_ratio_to_predicted_best']:.3f}{ci}", row["verdict"] or "(reference)",
+                      "*" if row["chosen"] else "")
+    Console().print(table)
+    why = ("it measured faster than the predicted best beyond the noise" if verification["changed"]
+           else "no other plan measured faster beyond the noise")
+    Console().print(f"verified: the plan of {', '.join(verification['chosen'])} ({why})", highlight=False)
+
+
+def _write_torchrec(workload: Workload, topology: Topology, best: ShardingPlan, out: Path | None) -> None:
+    """A plan as TorchRec sharding: ``autoshard.torchrec_bridge.plan_from_export`` and
     ``to_torchrec_plan`` turn it into the ``ShardingPlan`` DistributedModelParallel applies."""
     try:
         from autoshard.torchrec_bridge import export_torchrec
     except ImportError as error:
         raise InputError("format", f"torchrec is not installed ({error})",
                          "install the torchrec extra (scripts/setup.sh does)") from None
-    best = next(p for p, r in zip(plans, report["plans"]) if r["best"])
     data = {"planner": best.planner, "world_size": topology.num_devices, "workload": workload.name,
             "max_cost_ms": best.max_cost_ms, "tables": export_torchrec(best, workload)}
     if out is None:

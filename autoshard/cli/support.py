@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 import typer
 from rich.console import Console
@@ -16,6 +16,9 @@ from rich.markup import escape
 from autoshard.errors import AutoShardError, InputError
 
 if TYPE_CHECKING:
+    from autoshard.communication import CommunicationModel
+    from autoshard.types import ShardingPlan
+    from autoshard.verification import Verification
     from service.models import LoadedModel
 
 console = Console(stderr=True)
@@ -76,6 +79,47 @@ def ensure_malloc_settings() -> None:
         return
     os.environ.update(MALLOC_SETTINGS)
     os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+def plans_measurer(rounds: int, row_cap_mb: int) -> Callable[..., Any]:
+    """``(plans, batch_size, reference=0) -> measured plans``: one task's plans run on this machine
+    with the microbenchmark, interleaved over ``rounds`` (``cost_model.measure_plan.measure_plans``;
+    tables capped at ``row_cap_mb`` MiB of rows, as the traces are)."""
+    from cost_model.bench import BenchConfig
+    from cost_model.measure_plan import measure_plans
+    from cost_model.profile import default_mode
+
+    config = BenchConfig(mode=default_mode(), row_cap_bytes=row_cap_mb * 1024**2)
+    return lambda plans, batch_size, reference=0: measure_plans(plans, batch_size, config, rounds, reference)
+
+
+def plans_verifier(rounds: int, row_cap_mb: int, communication: CommunicationModel | None,
+                   top: int) -> Callable[[Sequence[ShardingPlan], int], Verification]:
+    """``(plans, batch_size) -> autoshard.verification.verify(...)`` with this machine's
+    microbenchmark: a device's cost in a round is its measured compute, plus its modelled
+    all-to-all with ``communication`` (one device cannot measure an all-to-all)."""
+    from autoshard.verification import verify
+
+    measurer = plans_measurer(rounds, row_cap_mb)
+
+    def verified(plans: Sequence[ShardingPlan], batch_size: int) -> Verification:
+        def measure(candidates: Sequence[ShardingPlan]) -> list[list[float]]:
+            out = []
+            for plan, measured in zip(candidates, measurer(candidates, batch_size)):
+                comm = [communication.cost_ms([s.as_table for s in d.shards], batch_size, len(plan.devices))
+                        if communication else 0.0 for d in plan.devices]
+                out.append([max(m + c for m, c in zip(devices, comm)) for devices in measured.round_device_ms])
+            return out
+
+        return verify(plans, measure, top)
+
+    return verified
+
+
+def verification_measures(communication: CommunicationModel | None) -> str:
+    """What ``plans_verifier`` measures, for reports."""
+    return "each device's compute, measured" + (
+        ", plus its all-to-all as the profile's communication.json models it" if communication else "")
 
 
 def load_profile_or_none(path: Path | None, option: str = "--model") -> tuple[LoadedModel | None, str | None]:

@@ -1,0 +1,144 @@
+"""`plan --verify` and `evaluate --verify`: a measured choice among a task's plans."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autoshard.cli import app
+from autoshard.cli.support import plans_verifier
+from autoshard.errors import InputError
+from autoshard.types import DevicePlan, ShardingPlan, Table, TableShard
+from autoshard.verification import distinct_candidates, placement_key, verify
+
+runner = CliRunner()
+
+
+def table(name: str, pooling: float = 1.0, dim: int = 16) -> Table:
+    return Table(name, 1_000, dim, pooling_factor=pooling)
+
+
+A, B, C, D = table("a"), table("b"), table("c"), table("d")
+
+
+def plan(name: str, devices: list[list[Table]], costs: list[float]) -> ShardingPlan:
+    return ShardingPlan(name, tuple(DevicePlan(tuple(TableShard(t) for t in ts), c) for ts, c in zip(devices, costs)))
+
+
+def scripted(rounds_by_plan: dict[str, list[float]]):
+    """A measurer that reads each candidate's per-round maxima from a script (the decision rule alone)."""
+    return lambda plans: [rounds_by_plan[p.planner] for p in plans]
+
+
+def test_plans_that_place_alike_are_one_candidate_named_by_all_and_ranked_by_prediction():
+    one = plan("cost_greedy", [[A, B], [C, D]], [2.0, 1.0])
+    same = plan("rl", [[D, C], [B, A]], [1.0, 2.0])  # the same sets on renumbered devices
+    other = plan("size_greedy", [[A, C], [B, D]], [2.0, 1.5])
+    best = plan("dim_greedy", [[A, D], [B, C]], [1.9, 1.9])
+    assert placement_key(one) == placement_key(same) != placement_key(other)
+    found = distinct_candidates([one, same, other, best], top=4)
+    assert [c.planners for c in found] == [("dim_greedy",), ("cost_greedy", "rl"), ("size_greedy",)]
+    assert [c.planners for c in distinct_candidates([one, same, other, best], top=2)] == [("dim_greedy",),
+                                                                                          ("cost_greedy", "rl")]
+    with pytest.raises(InputError, match="top"):
+        distinct_candidates([one], top=0)
+
+
+def test_the_predicted_best_stands_unless_another_is_faster_beyond_the_noise():
+    plans = [plan("cost_greedy", [[A, B], [C, D]], [1.0, 1.0]), plan("rl", [[A, C], [B, D]], [1.1, 1.0]),
+             plan("size_greedy", [[A, D], [B, C]], [1.2, 1.0])]
+    # rl faster on the median but not in every round: a tie, the predicted best stands
+    tie = verify(plans, scripted({"cost_greedy": [10, 10, 10, 10], "rl": [8, 12, 8, 11.9], "size_greedy": [11] * 4}))
+    assert tie.chosen == 0 and tie.plan.planner == "cost_greedy"
+    assert tie.to_dict()["candidates"][1]["verdict"] == "tie" and not tie.to_dict()["changed"]
+    # rl 10% faster in every round, size_greedy 5%: both beyond the noise, the lower ratio wins
+    faster = verify(plans, scripted({"cost_greedy": [10, 10.2, 9.8, 10], "rl": [9, 9.1, 8.9, 9],
+                                     "size_greedy": [9.5, 9.7, 9.3, 9.5]}))
+    assert faster.plan.planner == "rl" and faster.to_dict()["changed"]
+    ratio, low, high = faster.against_predicted_best(1)
+    assert ratio == pytest.approx(0.9, abs=0.01) and high < 1
+    # one round gives no interval: nothing is faster beyond the noise
+    assert verify(plans, scripted({"cost_greedy": [10], "rl": [5], "size_greedy": [5]})).chosen == 0
+
+
+def test_measurement_overrules_a_prediction_that_is_wrong():
+    """Real measurement: the plan the (deliberately wrong) predictions call best stacks every
+    heavy table on one device; the one they call worse spreads them. Verification keeps the
+    measured faster, a gap (about 2x) no noise closes."""
+    heavy = [table(f"h{i}", pooling=40.0, dim=64) for i in range(8)]
+    light = [table(f"l{i}") for i in range(8)]
+    stacked = plan("cost_greedy", [heavy, light], [1.0, 1.0])  # predicted best, measured slow (about 2x)
+    spread = plan("size_greedy", [heavy[:4] + light[:4], heavy[4:] + light[4:]], [2.0, 2.0])
+    verified = plans_verifier(rounds=6, row_cap_mb=1, communication=None, top=2)([stacked, spread], 1024)
+    assert [c.plan.planner for c in verified.candidates] == ["cost_greedy", "size_greedy"]
+    rounds = verified.round_max_ms
+    assert all(s < 0.85 * t for s, t in zip(rounds[1], rounds[0])), rounds
+    assert verified.plan.planner == "size_greedy" and verified.against_predicted_best(1)[2] < 1
+
+
+def test_evaluate_judges_the_verified_choice_on_rounds_of_its_own(tmp_path):
+    """``evaluate_task`` with a verifier: its choice joins the plans as ``verified`` and is measured
+    with them (its devices read the measurement of the plan it chose), and it stands against the
+    best heuristic like a cost-model planner."""
+    from autoshard.evaluation import Task, against_best_heuristic, evaluate_task, task_rows
+    from autoshard.planners import PlannerContext
+    from autoshard.types import Topology, Workload
+    from cost_model.bench import BenchConfig
+    from cost_model.measure_plan import measure_plans
+    from cost_model.profile import ExecutionMode
+    from tests.cost_models import AnalyticalTestCostModel
+
+    config = BenchConfig(batch_size=64, warmups=1, repeats=3, mode=ExecutionMode.EMBEDDING_BAG)
+    workload = Workload(tuple(Table(f"t{i}", 100 * (i + 1), 8 * (1 + i % 2), 1.0 + i) for i in range(6)), 64, "tiny")
+    chose: list[list[str]] = []
+
+    def verifier(plans, batch_size):
+        found = verify(plans, lambda cs: [[1.0, 1.0] if k == 0 else [2.0, 2.0] for k in range(len(cs))], top=3)
+        chose.append([p.planner for p in plans])
+        return found
+
+    measurer = lambda plans, batch, ref: measure_plans(plans, batch, config, 2, ref)  # noqa: E731
+    result = evaluate_task(Task("tiny", workload, Topology(3, 1.0)), ["round_robin", "cost_greedy"],
+                           PlannerContext(AnalyticalTestCostModel()), measurer, verifier=verifier)
+    assert chose == [["round_robin", "cost_greedy"]]  # the verifier saw the planners' plans, not its own
+    assert result.verification is not None and result.reference == "cost_greedy"
+    rows = {r["planner"]: r for r in task_rows(result)}
+    assert set(rows) == {"round_robin", "cost_greedy", "verified"}
+    chosen = result.verification.plan.planner
+    assert rows["verified"]["measured_max_ms"] == rows[chosen]["measured_max_ms"]
+    assert rows["verified"]["predicted_max_ms"] == rows[chosen]["predicted_max_ms"]
+    assert {a.planner for a in against_best_heuristic(result)} == {"cost_greedy", "verified"}
+
+
+def test_plan_verify_reports_predicted_and_measured_side_by_side(tmp_path):
+    workload = tmp_path / "w.json"
+    tables = [{"name": f"t{i}", "num_embeddings": 2000, "embedding_dim": 16, "pooling_factor": 1 + i % 3}
+              for i in range(8)]
+    workload.write_text(json.dumps({"name": "small", "batch_size": 256, "tables": tables}))
+    args = ["plan", str(workload), "--devices", "2", "--memory-gb", "1", "--verify", "--verify-rounds", "2",
+            "--row-cap-mb", "1"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    verification = report["verification"]
+    assert verification["rounds"] == 2 and "measured" in verification["measures"]
+    assert "all-to-all" in verification["measures"]  # the shipped profile's communication.json
+    rows = verification["candidates"]
+    assert 1 <= len(rows) <= 4 and sum(r["chosen"] for r in rows) == 1
+    assert all(r["measured_max_ms"] > 0 for r in rows) and rows[0]["measured_ratio_to_predicted_best"] == 1.0
+    planned = {p["planner"] for p in report["plans"]}
+    assert {n for r in rows for n in r["planners"]} <= planned
+    assert verification["chosen"] == next(r["planners"] for r in rows if r["chosen"])
+    exported = runner.invoke(app, [*args, "--format", "torchrec", "--out", str(tmp_path / "plan.json")])
+    assert exported.exit_code == 0, exported.output
+    assert json.loads((tmp_path / "plan.json").read_text())["planner"] in planned
+
+
+def test_evaluate_verify_needs_measure_and_verify_top_at_least_two(tmp_path):
+    result = runner.invoke(app, ["evaluate", "default", "--verify", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "--verify" in result.output and "--measure" in result.output
+    result = runner.invoke(app, ["plan", "criteo_kaggle", "--devices", "4", "--memory-gb", "2", "--verify",
+                                 "--verify-top", "1"])
+    assert result.exit_code == 2 and "--verify-top" in result.output
