@@ -4,9 +4,12 @@ The planners choose by the cost model, whose error per device set (5-7%) is as l
 a search finds past cost_greedy (1-5%), so the search's "wins" are as often where the model
 under-prices a set as where the plan is better (docs/rl.md, "Measured"). ``verify`` settles it on
 the machine itself: it measures the best-predicted distinct placements side by side (the caller's
-measurer, interleaved rounds) and keeps the predicted best, unless another is faster beyond the
-noise (the whole 95% interval of its ratio, paired by round, below 1). A placement several
-planners made is one candidate, named by all of them.
+measurer, interleaved rounds) and keeps the one that measured fastest, paired by round (the
+geometric mean of its per-round max over the predicted best's). The predicted best is no default
+to beat beyond the noise: it is the plan most likely to sit where the model errs low, so a tie
+goes to the measurement, not to the model (docs/evaluation.md, "Verified plans"). A placement
+several planners made is one candidate, named by all of them; the best-predicted heuristic's is
+always one, so the choice is measured against the heuristics users run today.
 
 Measurement is passed in (``RoundsMeasurer``), as in ``autoshard.evaluation``: the CLI hands it
 ``cost_model.measure_plan.measure_plans``.
@@ -19,6 +22,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from autoshard.errors import InputError
+from autoshard.planners.context import PlannerKind
+from autoshard.planners.registry import PLANNERS
 from autoshard.stats import ratio_ci95, verdict
 from autoshard.types import DevicePlan, ShardingPlan
 
@@ -44,8 +49,7 @@ class Candidate:
 @dataclass(frozen=True, slots=True)
 class Verification:
     """The candidates (best predicted first), each one's measured max per round, and the choice:
-    ``chosen`` indexes the candidates (0, the predicted best, unless another measured faster
-    beyond the noise)."""
+    ``chosen`` indexes the candidates (the measured fastest)."""
 
     candidates: tuple[Candidate, ...]
     round_max_ms: tuple[tuple[float, ...], ...]
@@ -85,7 +89,8 @@ def _device_key(device: DevicePlan) -> tuple:
 def distinct_candidates(plans: Sequence[ShardingPlan], top: int) -> list[Candidate]:
     """The ``top`` best-predicted distinct placements of ``plans``: by predicted max, then (plans
     bound by the same device tie on it) by the next costliest devices, since a device near the
-    max may measure above it; then the planners' order."""
+    max may measure above it; then the planners' order. The best-predicted heuristic's placement
+    (what users run today) joins them if it is not among them."""
     if top < 1:
         raise InputError("top", f"must be at least 1, got {top}", "verify at least the predicted best plan")
     groups: dict[tuple, list[ShardingPlan]] = {}
@@ -93,22 +98,26 @@ def distinct_candidates(plans: Sequence[ShardingPlan], top: int) -> list[Candida
         groups.setdefault(placement_key(plan), []).append(plan)
     found = [Candidate(same[0], tuple(p.planner for p in same)) for same in groups.values()]
     found.sort(key=lambda c: sorted((d.cost_ms for d in c.plan.devices), reverse=True))  # stable
-    return found[:top]
+    heuristic = next((c for c in found if any(_is_heuristic(n) for n in c.planners)), None)
+    return found[:top] + ([heuristic] if heuristic is not None and heuristic not in found[:top] else [])
+
+
+def _is_heuristic(planner: str) -> bool:
+    return planner in PLANNERS and PLANNERS[planner].kind is PlannerKind.HEURISTIC
 
 
 def verify(plans: Sequence[ShardingPlan], measure: RoundsMeasurer, top: int = 4) -> Verification:
-    """Measure the ``top`` best-predicted distinct placements of ``plans`` (``measure``) and
-    choose: the predicted best, unless others measured faster beyond the noise, then the one of
-    them with the lowest ratio. Needs at least 2 rounds for an interval (with one, nothing is
-    faster beyond the noise, and the predicted best stands)."""
+    """Measure the ``top`` best-predicted distinct placements of ``plans`` (``measure``; with the
+    best-predicted heuristic's) and choose the one with the lowest geometric mean, over rounds, of
+    its max over the predicted best's; equal ones (plans bound by the same device read the same
+    measurement) keep the predicted order."""
     if not plans:
         raise InputError("plans", "there is no plan to verify", "plan with at least one planner first")
     candidates = distinct_candidates(plans, top)
     rounds = tuple(tuple(float(v) for v in r) for r in measure([c.plan for c in candidates]))
     verification = Verification(tuple(candidates), rounds, 0)
-    faster = [(ratio, k) for k in range(1, len(candidates))
-              for ratio, _, high in [verification.against_predicted_best(k)] if high < 1]
-    return replace(verification, chosen=min(faster)[1]) if faster else verification
+    ratios = [verification.against_predicted_best(k)[0] for k in range(len(candidates))]
+    return replace(verification, chosen=min(range(len(candidates)), key=lambda k: (round(ratios[k], 12), k)))
 
 
 __all__ = ["Candidate", "RoundsMeasurer", "VERIFIED", "Verification", "distinct_candidates", "placement_key", "verify"]

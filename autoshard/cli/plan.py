@@ -33,9 +33,9 @@ def plan_cmd(
     format: Annotated[str, typer.Option(help="'table' (default) or 'torchrec': the best plan as TorchRec "
                                              "sharding (types, ranks, column shards) for DistributedModelParallel.")] = "table",
     out: Annotated[Optional[Path], typer.Option(help="With --format torchrec: write it to this file.")] = None,
-    verify: Annotated[bool, typer.Option(help="Measure the best-predicted distinct plans on this machine (interleaved "
-                                              "rounds) and keep the predicted best unless another is faster beyond "
-                                              "the noise; --format torchrec then exports the verified plan.")] = False,
+    verify: Annotated[bool, typer.Option(help="Measure the best-predicted distinct plans (and the best heuristic's) on "
+                                              "this machine, interleaved rounds, and keep the one that measured "
+                                              "fastest; --format torchrec then exports it.")] = False,
     verify_top: Annotated[int, typer.Option(min=2, help="With --verify: how many distinct plans to measure.")] = 4,
     verify_rounds: Annotated[int, typer.Option(min=2, help="With --verify: measurement rounds (an even number "
                                                            "balances the order).")] = 6,
@@ -153,8 +153,11 @@ def _print_verification(verification: dict, cost_unit: str) -> None:
                       f"{row['measured_ratio_to_predicted_best']:.3f}{ci}", row["verdict"] or "(reference)",
                       "*" if row["chosen"] else "")
     Console().print(table)
-    why = ("it measured faster than the predicted best beyond the noise" if verification["changed"]
-           else "no other plan measured faster beyond the noise")
+    chosen = next(row for row in verification["candidates"] if row["chosen"])
+    why = ("it measured fastest; the predicted best is the first row" if verification["changed"]
+           else "the predicted best, and it measured fastest")
+    if verification["changed"] and chosen["verdict"] == "tie":
+        why += ", within the noise of it"
     Console().print(f"verified: the plan of {', '.join(verification['chosen'])} ({why})", highlight=False)
 
 
