@@ -88,7 +88,7 @@ def test_measurement_overrules_a_prediction_that_is_wrong():
     light = [table(f"l{i}") for i in range(8)]
     stacked = plan("cost_greedy", [heavy, light], [1.0, 1.0])  # predicted best, measured slow (about 2x)
     spread = plan("size_greedy", [heavy[:4] + light[:4], heavy[4:] + light[4:]], [2.0, 2.0])
-    verified = plans_verifier(rounds=6, row_cap_mb=1, communication=None, top=2)([stacked, spread], 1024)
+    verified = plans_verifier(rounds=6, row_cap_mb=1, profile=None, communication=None, top=2)([stacked, spread], 1024)
     assert [c.plan.planner for c in verified.candidates] == ["cost_greedy", "size_greedy"]
     rounds = verified.round_max_ms
     assert all(s < 0.85 * t for s, t in zip(rounds[1], rounds[0])), rounds
@@ -159,3 +159,17 @@ def test_evaluate_verify_needs_measure_and_verify_top_at_least_two(tmp_path):
     result = runner.invoke(app, ["plan", "criteo_kaggle", "--devices", "4", "--memory-gb", "2", "--verify",
                                  "--verify-top", "1"])
     assert result.exit_code == 2 and "--verify-top" in result.output
+
+
+def test_plans_are_measured_on_the_profile_s_kind_of_device_or_refused():
+    """A GPU profile's plans are not measured on this CPU: the error names the device and a fix."""
+    import torch
+
+    from service.models import LoadedModel
+
+    gpu = LoadedModel("cuda-h100-fbgemm_tbe-t1", None, {"device_type": "cuda", "mode": "fbgemm_tbe"}, "", {})
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the profile's plans can be measured here")
+    with pytest.raises(InputError, match="no GPU") as refused:
+        plans_verifier(rounds=2, row_cap_mb=1, profile=gpu, communication=None, top=2)
+    assert refused.value.field == "device" and "profile's kind" in str(refused.value)

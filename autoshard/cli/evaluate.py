@@ -57,8 +57,8 @@ def evaluate_cmd(
     comm = profile.communication if communication and profile else None
     context = PlannerContext(cost_model, profile.policy if profile else None, seed, column_split,
                              search_iterations=search_iterations)
-    measurer = plans_measurer(rounds, row_cap_mb) if measure else None
-    verifier = plans_verifier(verify_rounds, row_cap_mb, comm, verify_top) if verify else None
+    measurer = plans_measurer(rounds, row_cap_mb, profile) if measure else None
+    verifier = plans_verifier(verify_rounds, row_cap_mb, profile, comm, verify_top) if verify else None
     run_distributed = None
     if distributed:
         from cost_model.distributed_run import DistributedConfig, compare_distributed

@@ -84,7 +84,7 @@ def plan_cmd(
     if verify:
         console.print(f"verifying: measuring up to {verify_top} distinct plans on this machine, {verify_rounds} "
                       "rounds", highlight=False)
-        verification = plans_verifier(verify_rounds, row_cap_mb, comm, verify_top)(plans, loaded.batch_size)
+        verification = plans_verifier(verify_rounds, row_cap_mb, profile, comm, verify_top)(plans, loaded.batch_size)
         report["verification"] = {"measures": verification_measures(comm), **verification.to_dict()}
         best = verification.plan
     if format == "torchrec":

@@ -81,26 +81,39 @@ def ensure_malloc_settings() -> None:
     os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
-def plans_measurer(rounds: int, row_cap_mb: int) -> Callable[..., Any]:
+def plans_measurer(rounds: int, row_cap_mb: int, profile: LoadedModel | None = None) -> Callable[..., Any]:
     """``(plans, batch_size, reference=0) -> measured plans``: one task's plans run on this machine
     with the microbenchmark, interleaved over ``rounds`` (``cost_model.measure_plan.measure_plans``;
-    tables capped at ``row_cap_mb`` MiB of rows, as the traces are)."""
+    tables capped at ``row_cap_mb`` MiB of rows, as the traces are), on the ``profile``'s kind of
+    device and execution mode (without one: this machine's default). ``InputError`` if this
+    machine cannot run them (a GPU profile here without a GPU, FBGEMM missing)."""
     from cost_model.bench import BenchConfig
     from cost_model.measure_plan import measure_plans
-    from cost_model.profile import default_mode
+    from cost_model.profile import ExecutionMode, default_device, default_mode, fbgemm_available
 
-    config = BenchConfig(mode=default_mode(), row_cap_bytes=row_cap_mb * 1024**2)
+    device, mode = default_device(), default_mode()
+    if profile is not None:
+        device = str(profile.device.get("device_type", device))
+        mode = ExecutionMode(profile.device.get("mode", mode.value))
+        here = default_device()
+        if device.startswith("cuda") and not here.startswith("cuda"):
+            raise InputError("device", f"profile {profile.profile} was measured on {device} and this machine has no GPU",
+                             "measure on a machine of the profile's kind (or pass --model with a profile of this one)")
+        if mode is ExecutionMode.FBGEMM_TBE and not fbgemm_available():
+            raise InputError("mode", f"profile {profile.profile} runs FBGEMM TBE and fbgemm-gpu is not installed here",
+                             "install it (scripts/setup.sh does)")
+    config = BenchConfig(device=device, mode=mode, row_cap_bytes=row_cap_mb * 1024**2)
     return lambda plans, batch_size, reference=0: measure_plans(plans, batch_size, config, rounds, reference)
 
 
-def plans_verifier(rounds: int, row_cap_mb: int, communication: CommunicationModel | None,
+def plans_verifier(rounds: int, row_cap_mb: int, profile: LoadedModel | None, communication: CommunicationModel | None,
                    top: int) -> Callable[[Sequence[ShardingPlan], int], Verification]:
     """``(plans, batch_size) -> autoshard.verification.verify(...)`` with this machine's
-    microbenchmark: a device's cost in a round is its measured compute, plus its modelled
-    all-to-all with ``communication`` (one device cannot measure an all-to-all)."""
+    microbenchmark (``plans_measurer``): a device's cost in a round is its measured compute, plus
+    its modelled all-to-all with ``communication`` (one device cannot measure an all-to-all)."""
     from autoshard.verification import verify
 
-    measurer = plans_measurer(rounds, row_cap_mb)
+    measurer = plans_measurer(rounds, row_cap_mb, profile)
 
     def verified(plans: Sequence[ShardingPlan], batch_size: int) -> Verification:
         def measure(candidates: Sequence[ShardingPlan]) -> list[list[float]]:
