@@ -41,10 +41,6 @@ class Candidate:
     plan: ShardingPlan
     planners: tuple[str, ...]
 
-    @property
-    def name(self) -> str:
-        return "=".join(self.planners)
-
 
 @dataclass(frozen=True, slots=True)
 class Verification:
