@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -47,8 +47,10 @@ MIN_DEVICE_MS = 50.0
 
 
 def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchConfig,
-                  rounds: int = 5, reference: int = 0, min_device_ms: float = MIN_DEVICE_MS) -> list[MeasuredPlan]:
-    """Interleaved measurement of plans of one task; ratios are to ``plans[reference]``."""
+                  rounds: int = 5, reference: int = 0, min_device_ms: float = MIN_DEVICE_MS,
+                  on_round: Callable[[int], None] | None = None) -> list[MeasuredPlan]:
+    """Interleaved measurement of plans of one task; ratios are to ``plans[reference]``.
+    ``on_round(done)`` is called after each round (a progress bar)."""
     bench = BenchConfig(**{**{f: getattr(config, f) for f in config.__slots__}, "batch_size": batch_size})
     per_round = [[[0.0] * len(p.devices) for p in plans] for _ in range(rounds)]
     for r in range(rounds):
@@ -60,6 +62,8 @@ def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchC
                     tables = [s.as_table for s in device.shards]
                     this_round[key] = measure(tables, bench, r * 7919 + d, min_device_ms).total.median if tables else 0.0
                 per_round[r][p][d] = this_round[key]
+        if on_round is not None:
+            on_round(r + 1)
     out = []
     for p, plan in enumerate(plans):
         maxima = [max(per_round[r][p]) for r in range(rounds)]

@@ -81,18 +81,17 @@ def test_the_measured_fastest_is_chosen_paired_by_round_and_equal_ones_keep_the_
 
 
 def test_measurement_overrules_a_prediction_that_is_wrong():
-    """Real measurement: the plan the (deliberately wrong) predictions call best stacks every
-    heavy table on one device; the one they call worse spreads them. Verification keeps the
-    measured faster, by a gap (about 2x) beyond the noise."""
+    """Real measurement: the plan the (deliberately wrong) predictions call best stacks all eight
+    heavy tables on one of four devices; the one they call worse puts two on each. Verification
+    keeps the measured faster, by a gap (about 4x) far beyond this machine's noise."""
     heavy = [table(f"h{i}", pooling=40.0, dim=64) for i in range(8)]
-    light = [table(f"l{i}") for i in range(8)]
-    stacked = plan("cost_greedy", [heavy, light], [1.0, 1.0])  # predicted best, measured slow (about 2x)
-    spread = plan("size_greedy", [heavy[:4] + light[:4], heavy[4:] + light[4:]], [2.0, 2.0])
+    light = [table(f"l{i}") for i in range(6)]
+    stacked = plan("cost_greedy", [heavy, light[:2], light[2:4], light[4:]], [1.0] * 4)  # predicted best
+    spread = plan("size_greedy", [heavy[2 * k:2 * k + 2] + light[k:k + 1] for k in range(4)], [2.0] * 4)
     verified = plans_verifier(rounds=6, row_cap_mb=1, profile=None, communication=None, top=2)([stacked, spread], 1024)
     assert [c.plan.planner for c in verified.candidates] == ["cost_greedy", "size_greedy"]
-    rounds = verified.round_max_ms
-    assert all(s < 0.85 * t for s, t in zip(rounds[1], rounds[0])), rounds
-    assert verified.plan.planner == "size_greedy" and verified.against_predicted_best(1)[2] < 1
+    ratio, _, high = verified.against_predicted_best(1)
+    assert verified.plan.planner == "size_greedy" and ratio < 0.6 and high < 1, verified.round_max_ms
 
 
 def test_evaluate_judges_the_verified_choice_on_rounds_of_its_own(tmp_path):

@@ -82,9 +82,16 @@ def plan_cmd(
     best = next(p for p, r in zip(plans, report["plans"]) if r["best"])
     verification = None
     if verify:
-        console.print(f"verifying: measuring up to {verify_top} distinct plans on this machine, {verify_rounds} "
-                      "rounds", highlight=False)
-        verification = plans_verifier(verify_rounds, row_cap_mb, profile, comm, verify_top)(plans, loaded.batch_size)
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        console.print(f"verifying: measuring the {verify_top} best-predicted distinct plans and the best heuristic's "
+                      f"on this machine, {verify_rounds} rounds", highlight=False)
+        with Progress(TextColumn("[bold]verify"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=console) as progress:
+            rounds = progress.add_task("verify", total=verify_rounds)
+            verifier = plans_verifier(verify_rounds, row_cap_mb, profile, comm, verify_top,
+                                      lambda done: progress.update(rounds, completed=done))
+            verification = verifier(plans, loaded.batch_size)
         report["verification"] = {"measures": verification_measures(comm), **verification.to_dict()}
         best = verification.plan
     if format == "torchrec":

@@ -81,7 +81,8 @@ def ensure_malloc_settings() -> None:
     os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
-def plans_measurer(rounds: int, row_cap_mb: int, profile: LoadedModel | None = None) -> Callable[..., Any]:
+def plans_measurer(rounds: int, row_cap_mb: int, profile: LoadedModel | None = None,
+                   on_round: Callable[[int], None] | None = None) -> Callable[..., Any]:
     """``(plans, batch_size, reference=0) -> measured plans``: one task's plans run on this machine
     with the microbenchmark, interleaved over ``rounds`` (``cost_model.measure_plan.measure_plans``;
     tables capped at ``row_cap_mb`` MiB of rows, as the traces are), on the ``profile``'s kind of
@@ -103,17 +104,19 @@ def plans_measurer(rounds: int, row_cap_mb: int, profile: LoadedModel | None = N
             raise InputError("mode", f"profile {profile.profile} runs FBGEMM TBE and fbgemm-gpu is not installed here",
                              "install it (scripts/setup.sh does)")
     config = BenchConfig(device=device, mode=mode, row_cap_bytes=row_cap_mb * 1024**2)
-    return lambda plans, batch_size, reference=0: measure_plans(plans, batch_size, config, rounds, reference)
+    return lambda plans, batch_size, reference=0: measure_plans(plans, batch_size, config, rounds, reference,
+                                                                on_round=on_round)
 
 
 def plans_verifier(rounds: int, row_cap_mb: int, profile: LoadedModel | None, communication: CommunicationModel | None,
-                   top: int) -> Callable[[Sequence[ShardingPlan], int], Verification]:
+                   top: int, on_round: Callable[[int], None] | None = None,
+                   ) -> Callable[[Sequence[ShardingPlan], int], Verification]:
     """``(plans, batch_size) -> autoshard.verification.verify(...)`` with this machine's
     microbenchmark (``plans_measurer``): a device's cost in a round is its measured compute, plus
     its modelled all-to-all with ``communication`` (one device cannot measure an all-to-all)."""
     from autoshard.verification import verify
 
-    measurer = plans_measurer(rounds, row_cap_mb, profile)
+    measurer = plans_measurer(rounds, row_cap_mb, profile, on_round)
 
     def verified(plans: Sequence[ShardingPlan], batch_size: int) -> Verification:
         def measure(candidates: Sequence[ShardingPlan]) -> list[list[float]]:
