@@ -22,8 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from autoshard.errors import InputError
-from autoshard.planners.context import PlannerKind
-from autoshard.planners.registry import PLANNERS
+from autoshard.planners.registry import HEURISTICS
 from autoshard.stats import ratio_ci95, verdict
 from autoshard.types import DevicePlan, ShardingPlan
 
@@ -94,12 +93,8 @@ def distinct_candidates(plans: Sequence[ShardingPlan], top: int) -> list[Candida
         groups.setdefault(placement_key(plan), []).append(plan)
     found = [Candidate(same[0], tuple(p.planner for p in same)) for same in groups.values()]
     found.sort(key=lambda c: sorted((d.cost_ms for d in c.plan.devices), reverse=True))  # stable
-    heuristic = next((c for c in found if any(_is_heuristic(n) for n in c.planners)), None)
-    return found[:top] + ([heuristic] if heuristic is not None and heuristic not in found[:top] else [])
-
-
-def _is_heuristic(planner: str) -> bool:
-    return planner in PLANNERS and PLANNERS[planner].kind is PlannerKind.HEURISTIC
+    heuristic = next((k for k, c in enumerate(found) if set(c.planners) & set(HEURISTICS)), None)
+    return found[:top] + ([found[heuristic]] if heuristic is not None and heuristic >= top else [])
 
 
 def verify(plans: Sequence[ShardingPlan], measure: RoundsMeasurer, top: int = 4) -> Verification:

@@ -16,9 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
-HEURISTICS = ("random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autoshard.planners import HEURISTICS  # noqa: E402
+
 
 
 def picks(candidates: list[dict]) -> dict[str, int]:
