@@ -14,11 +14,8 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 from autoshard.errors import ModelError
 from autoshard.evaluation import Task, memory_for
 from autoshard.planners import PlannerContext, ProxyCostModel, make_planner, validate_plan
-from autoshard.planners.local_search import improve
-from autoshard.planners.placement import best_fit, by_cost, cheapest_after, place, prepare_units
-from autoshard.planners.units import model_costs
-from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, guarded_state, start
-from autoshard.rl.grid import GridConfig, grid_tasks
+from autoshard.planners.placement import cheapest_after, place
+from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, start
 from autoshard.rl.policy import DevicePolicy, DeviceScoringPolicy, PolicyInfo
 from autoshard.rl.tasks import FixedTasks, TaskDistribution
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task
@@ -139,40 +136,6 @@ def test_a_policy_must_learn_the_plan_greedy_misses():
     assert info["max_cost"] == 6.0
 
 
-def test_best_fit_packs_under_the_max_where_greedy_spreads():
-    """Costs add up, tables 3, 3, 2, 2, 2 on two devices (lower bound 6). Each unit goes where
-    it keeps the max (at most 6 here) with the least rise; with costs that add up the rise is the
-    same everywhere, so the first such device: 3 -> 0, 3 -> 0 (6), then the 2s -> 1 (2, 4, 6).
-    Greedy's rule spreads the 3s, then alternates the 2s: 7 and 5. Three 4s: the third raises the max wherever it
-    goes (8 > 6), so it goes where greedy's rule sends it (device 0, the lowest index)."""
-    cost_model = ProxyCostModel(lambda t: t.pooling_factor)
-
-    def placed(poolings: tuple[float, ...], choose) -> list[list[str]]:
-        task = Task("t", Workload(tuple(Table(f"t{i}", 100, 8, p) for i, p in enumerate(poolings))), Topology(2, 1.0))
-        state = place(start(task, cost_model, None, EnvConfig(slots=2)), choose)
-        return [[u.name for u in d.units] for d in state.devices]
-
-    assert placed((3.0, 3.0, 2.0, 2.0, 2.0), best_fit) == [["t0", "t1"], ["t2", "t3", "t4"]]
-    assert placed((3.0, 3.0, 2.0, 2.0, 2.0), cheapest_after) == [["t0", "t2", "t4"], ["t1", "t3"]]
-    assert placed((4.0, 4.0, 4.0), best_fit) == [["t0", "t2"], ["t1"]]
-
-
-def test_rl_refine_searches_from_the_best_fit_placement_too(model):
-    """grid200x4 of the held-out grid, compute only: local search from the best-fit placement
-    ends 7.4% below cost_greedy's plan; rl+refine finds that plan (its samples and greedy's
-    placement alone did not)."""
-    task = next(t for t in grid_tasks(GridConfig()) if t.name == "grid200x4")
-    workload, topology = task.workload, task.topology
-    units = by_cost(prepare_units(workload, topology, model_costs(model, workload.batch_size), False))
-    fitted = place(guarded_state(units, topology, model, workload.batch_size, 1.25), best_fit).devices
-    improve(fitted, model, workload.batch_size)
-    context = PlannerContext(model, DevicePolicy.load(SHIPPED / "policy.pt"))
-    greedy = make_planner("cost_greedy", context).plan(workload, topology)
-    refined = make_planner("rl+refine", context).plan(workload, topology)
-    assert max(d.load for d in fitted) < greedy.max_cost_ms * 0.95
-    assert refined.max_cost_ms <= max(d.load for d in fitted) * (1 + 1e-6)
-
-
 def test_the_shipped_policy_plans_unseen_workloads_on_more_devices_than_it_trained_on(model):
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
     tables = generate_pool(PoolConfig(size=600, seed=11)).test  # a pool no training drew from
@@ -242,7 +205,7 @@ def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):
     # three wide hot tables among 40 small ones on 8 devices: the best plan splits them
     # column-wise, and the search then lowers it further, every shard once, no two shards of a
     # table on one device, seeded
-    rng = np.random.default_rng(4)  # a draw where the search lowers rl+refine's plan past its local search
+    rng = np.random.default_rng(0)
     tables = tuple(Table(f"huge{i}", 100_000, 128, 40.0) for i in range(3)) + tuple(
         Table(f"s{i}", int(rng.integers(1000, 100_000)), int(rng.choice([16, 32, 64])), float(rng.uniform(1, 10)))
         for i in range(40))
@@ -366,8 +329,7 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     """rl's argmax rollout after cost_greedy in one task (the policy is greedy's clone) makes
     greedy placement's choices, so every step's costs-if-added are the ones greedy placement
     asked for (``StepCosts``): it asks the cost model nothing, and plans what it plans alone.
-    rl+refine's sampled rollouts and its best-fit rollout ask only from the first step where
-    their choices part. Each
+    rl+refine's sampled rollouts ask only from the first step where their choices part. Each
     planner runs in its own ``compare_planners`` call, with the all-to-all, as the service runs
     them (each call wraps the cost model anew)."""
     from autoshard.communication import CommunicationModel, WithCommunication
@@ -409,9 +371,8 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     refine_alone_calls, refine_alone = calls(lambda: make_planner("rl+refine", priced).plan(workload, topology))
     refine_calls, refine = calls(lambda: planned("rl+refine", shared))
     steps = len(workload.tables)
-    # its argmax rollout, greedy's placement, its samples, its best-fit rollout (one call a step)
-    assert refine_alone_calls == 4 * steps
-    assert refine.devices == refine_alone.devices and 0 < refine_calls < 2 * steps
+    assert refine_alone_calls == 3 * steps  # its argmax rollout, greedy's placement, its samples (one call a step)
+    assert refine.devices == refine_alone.devices and 0 < refine_calls < steps
 
 
 def test_sampled_placements_alike_so_far_are_scored_once_and_draw_as_before(model, monkeypatch):

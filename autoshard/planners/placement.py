@@ -459,21 +459,6 @@ def cheapest_after(state: PlacementState, allowed: np.ndarray) -> int:
     return int(allowed[np.argmin(state.costs_if_added(allowed))])
 
 
-def best_fit(state: PlacementState, allowed: np.ndarray) -> int:
-    """Of the ``candidates``, the device whose predicted cost rises least with the unit, among
-    those it leaves at or under the placement's max so far (or the task's lower bound,
-    ``cost_bound``, when that is higher): the tightest fit under the max, as best-fit bin
-    packing. If the unit raises the max wherever it goes, ``cheapest_after``'s device. It parts
-    from greedy's rule where a device with room under the max is not the least loaded one."""
-    allowed = candidates(state, allowed)
-    added = state.costs_if_added(allowed)
-    keeps_max = added <= max(float(state.loads.max()), state.cost_bound)
-    if not keeps_max.any():
-        return int(allowed[np.argmin(added)])
-    rise = np.where(keeps_max, added - state.loads[allowed], np.inf)
-    return int(allowed[np.argmin(rise)])
-
-
 def build_plan(name: str, states: Sequence[DeviceState], started: float, batch_size: int,
                cost_model: CostModel | None = None, partial: bool = False, reused_s: float = 0.0) -> ShardingPlan:
     """The frozen plan. Device costs come from ``cost_model`` (one batched call), or, without

@@ -11,9 +11,8 @@ import numpy as np
 from autoshard.costing import AccumulatorView
 from autoshard.planners.cost_greedy import searched_greedy
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
-from autoshard.errors import PlannerError
-from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, assignment, best_fit,
-                                          best_over_split_caps, build_plan, place, place_together, place_workload)
+from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, assignment,
+                                          best_over_split_caps, build_plan, place_together, place_workload)
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
 from autoshard.planners.units import Unit, model_costs
@@ -38,10 +37,9 @@ class RLPlanner:
     ``samples`` rollouts drawn from the policy's softmax at ``temperature`` (seeded; of the
     argmax rollout's units, stepped side by side so that one head call scores a step of all of
     them and one pass of the policy chooses for all; one that runs into a dead end is dropped);
-    local search (moves and swaps, as cost_greedy) on the ``refine_top`` best of them and on the
-    best-fit rollout of the same units (``best_fit``: it parts from greedy's placement where
-    the policy, greedy's clone, and its samples rarely do), except one it has searched from
-    already (greedy's placement, or a placement drawn twice), and on cost_greedy's own placement (without the extrapolation guard, as cost_greedy places), so
+    local search (moves and swaps, as cost_greedy) on the ``refine_top`` best of them, except one
+    it has searched from already (greedy's placement, or a sample drawn twice), and on
+    cost_greedy's own placement (without the extrapolation guard, as cost_greedy places), so
     that it is never worse than cost_greedy either; then ``search`` (``ruin_recreate``) from
     the best of them (of every split cap's), the policy, sampling, re-placing the ruined
     devices' units. The lowest predicted max wins, so it is never worse than ``rl``.
@@ -89,14 +87,6 @@ class RLPlanner:
             placed = place_together(states, choose, shared, SAMPLED_CANDIDATES, deadline)
             return [s.devices for s in placed if s is not None]  # a rollout into a dead end: the others stand
 
-        def best_fit_rollout(units: list[Unit]) -> list[list[DeviceState]]:
-            """The argmax rollout's units placed by ``best_fit`` (a start for local search that
-            parts from greedy's placement, which the policy clones); none if it runs into a dead end."""
-            try:
-                return [place(start(units), best_fit).devices]
-            except PlannerError:
-                return []
-
         reused: list[float] = []  # seconds of the placements taken from the task's other planners
 
         def argmax_at(cap: int | None) -> Placement:
@@ -119,19 +109,17 @@ class RLPlanner:
             reused.append(greedy.reused_s)
             seed = list(greedy.devices)
             bound = lower_bound(found[0]) * (1 + REL_TOL)
-            fits: list[list[DeviceState]] = []
             if not deadline.expired and min(_max_load(s) for s in (seed, *found)) > bound:
                 found += sampled(list(argmax.units))  # else at the lower bound: no plan can be better
-                fits = best_fit_rollout(list(argmax.units))
             found.sort(key=_max_load)
             searched = {greedy.searched_from}
-            for states in [*found[:self.refine_top], *fits]:
+            for states in found[:self.refine_top]:
                 start = assignment(states)
                 if start in searched:  # the search from here ends where it did: greedy's (the policy is
-                    continue  # its clone), or one of these placements twice
+                    continue  # its clone), or one of these placements sampled twice
                 searched.add(start)
                 improve(states, self.cost_model, batch, self.max_rounds, deadline)
-            return min([seed, *found, *fits], key=_max_load)
+            return min([seed, *found], key=_max_load)
 
         def sampler() -> PolicyChooser:
             return PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES)
