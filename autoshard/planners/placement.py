@@ -96,8 +96,11 @@ class PlacementState:
     of its table; then, where it leaves a choice, those holding fewer than ``max_units_per_device``
     units; then, with ``lookahead``, those that leave the remaining units packable (first-fit
     decreasing; FFD is not exact, so if no device passes, every device left stays allowed).
-    With an ``accumulator`` a device's load is the cost model's prediction for its whole set;
-    without, the sum of its units' own costs (proxy planners). With ``steps``, costs-if-added
+    With an ``accumulator`` a device's load is the cost model's prediction for its whole set,
+    floored while placing so that an addition never lowers it (a model that says otherwise is
+    wrong there, and the choices must not seek it out) and, once the last unit is placed, its
+    set's prediction itself, as any plan of those sets is scored; without, the sum of its units'
+    own costs (proxy planners). With ``steps``, costs-if-added
     come from, and go to, placements of the same units that made the same choices
     (``StepCosts``): the same numbers, asked of the model once.
     """
@@ -229,6 +232,11 @@ class PlacementState:
         for device in devices:
             self._require_room(device)
             self._place(device, self.devices[device].load + self.current.cost)
+        if not self.done:  # else the last unit's placing priced them
+            self._price_sets()
+
+    def _price_sets(self) -> None:
+        """Every device's load: the cost model's prediction for its whole set (one call)."""
         if self.accumulator is not None:
             self.loads[:] = np.where(self.count > 0, self.accumulator.costs(), 0.0)
             for state, load in zip(self.devices, self.loads.tolist()):
@@ -251,6 +259,8 @@ class PlacementState:
         self.remaining_bytes -= unit.memory_bytes
         self._placed_parents.add(unit.parent)
         self.position += 1
+        if self.done:  # the loads were floored step by step (an addition never lowers a load, the
+            self._price_sets()  # choices' guard); the finished plan's are its sets' predictions
         self._if_added = None
         if self.steps is None:
             self._partial = {}
