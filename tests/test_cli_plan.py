@@ -111,6 +111,17 @@ def test_column_split_makes_it_fit():
     assert any(t.startswith("cat_0[") for t in tables)
 
 
+def test_a_comma_separated_list_plans_with_those_planners_in_that_order():
+    result = plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--json", "--planner",
+                  "size_greedy, round_robin", *NO_MODEL)
+    assert result.exit_code == 0, result.output
+    assert [p["planner"] for p in json.loads(result.stdout)["plans"]] == ["size_greedy", "round_robin"]
+    empty = plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--planner", " , ", *NO_MODEL)
+    assert empty.exit_code == 2 and "--planner" in empty.stderr and "names no planner" in empty.stderr
+    one_unknown = plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--planner", "size_greedy,nope", *NO_MODEL)
+    assert one_unknown.exit_code == 2 and "'nope'" in one_unknown.stderr
+
+
 def test_missing_file_and_missing_topology_and_unknown_planner_exit_2():
     missing = plan("no/such/workload.json", "--devices", "2", "--memory-gb", "1")
     assert missing.exit_code == 2 and "no workload file" in missing.stderr and "criteo_kaggle" in missing.stderr

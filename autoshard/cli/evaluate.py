@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from autoshard.cli.support import (SEARCH_ITERATIONS_HELP, console, ensure_malloc_settings, friendly_errors,
-                                   load_profile_or_none, one_thread, plans_measurer, plans_verifier, print_json,
-                                   verification_measures)
+                                   load_profile_or_none, one_thread, planner_names, plans_measurer, plans_verifier,
+                                   print_json, verification_measures)
 from autoshard.errors import InputError
 
 
@@ -65,9 +65,7 @@ def evaluate_cmd(
         run_distributed = lambda plans, workload: compare_distributed(  # noqa: E731
             plans, workload, DistributedConfig(world_size=len(plans[0].devices), steps=distributed_steps,
                                                batch_size=workload.batch_size, seed=seed), rounds)
-    names = None if planners == "all" else [p.strip() for p in planners.split(",") if p.strip()]
-    if names == []:
-        raise InputError("--planners", f"names no planner: {planners!r}", "pass 'all' or planner names, e.g. cost_greedy,rl")
+    names = planner_names(planners, "--planners")
     report = {"suite": name, "cost_unit": "ms" if cost_model else "proxy", "tasks": [],
               **({"row_cap_mb": row_cap_mb} if measure else {})}
     against = []  # per task: every planner but the heuristics against the best heuristic, measured

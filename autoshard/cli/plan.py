@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from autoshard.cli.support import (DEFAULT_MODEL, SEARCH_ITERATIONS_HELP, console, ensure_malloc_settings, friendly_errors,
-                                   load_profile_or_none, one_thread, plans_verifier, print_json,
+                                   load_profile_or_none, one_thread, planner_names, plans_verifier, print_json,
                                    verification_measures)
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.types import ShardingPlan, Topology, Workload
@@ -21,7 +21,7 @@ def plan_cmd(
     workload: Annotated[str, typer.Argument(help="A workload file (.json) or a bundled preset name.")],
     devices: Annotated[Optional[int], typer.Option(min=1, help="Number of devices (default: the file's topology).")] = None,
     memory_gb: Annotated[Optional[float], typer.Option(help="Memory per device for embeddings, GiB (default: the file's).")] = None,
-    planner: Annotated[str, typer.Option(help="A planner name, or 'all'.")] = "all",
+    planner: Annotated[str, typer.Option(help="'all', a planner name, or a comma-separated list of them.")] = "all",
     model: Annotated[Optional[Path], typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL} if it exists); "
                                                        "'none': the heuristics alone, with proxy costs.")] = None,
     column_split: Annotated[bool, typer.Option(help="Split costly or large tables column-wise.")] = False,
@@ -66,7 +66,7 @@ def plan_cmd(
     if not json_out:
         for warning in warnings:
             console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
-    names = None if planner == "all" else [planner]
+    names = planner_names(planner, "--planner")
     comm = profile.communication if communication and profile else None
     context = PlannerContext(cost_model, profile.policy if profile else None, seed, column_split, time_budget,
                              search_iterations)

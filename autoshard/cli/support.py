@@ -138,6 +138,17 @@ def verification_measures(communication: CommunicationModel | None) -> str:
         ", plus its all-to-all as the profile's communication.json models it" if communication else "")
 
 
+def planner_names(text: str, option: str) -> list[str] | None:
+    """``--planner(s)``: None for 'all', else the comma-separated names (``InputError`` naming
+    ``option`` when it names none; unknown names are the registry's to refuse)."""
+    if text.strip() == "all":
+        return None
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise InputError(option, f"names no planner: {text!r}", "pass 'all' or planner names, e.g. cost_greedy,rl")
+    return names
+
+
 def load_profile_or_none(path: Path | None, option: str = "--model") -> tuple[LoadedModel | None, str | None]:
     """(the profile's artifacts, None), or (None, why there are none) when no model is there.
     ``path``: a profile folder (or its cost_model.pt), default the shipped profile, or ``none``
