@@ -222,6 +222,28 @@ def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):
     assert [d.shards for d in again.devices] == [d.shards for d in refined.devices]
 
 
+def test_with_column_splits_rl_refine_samples_at_its_best_caps_only(model, monkeypatch):
+    """16 devices: 5 split caps (none, 2, 4, 8, 16). Every cap gets its argmax rollout and
+    cost_greedy's placement; the sampled rollouts (one ``place_together`` call per cap) go to the
+    ``REFINED_CAPS`` caps whose start is lowest. The plan is no worse than rl's or cost_greedy's."""
+    import autoshard.planners.rl as rl_planners
+
+    rng = np.random.default_rng(2)
+    tables = tuple(Table(f"huge{i}", 100_000, 128, 40.0) for i in range(4)) + tuple(
+        Table(f"s{i}", int(rng.integers(1000, 100_000)), int(rng.choice([16, 32, 64])), float(rng.uniform(1, 10)))
+        for i in range(60))
+    workload, topology = Workload(tables, batch_size=2048, name="mix16"), Topology(16, 1.0)
+    context = PlannerContext(model, DevicePolicy.load(SHIPPED / "policy.pt"), allow_column_split=True)
+    sampled = []
+    place_together = rl_planners.place_together
+    monkeypatch.setattr(rl_planners, "place_together", lambda *a, **k: sampled.append(1) or place_together(*a, **k))
+    refined = make_planner("rl+refine", context).plan(workload, topology)
+    validate_plan(refined, workload, topology)
+    assert 1 <= len(sampled) <= rl_planners.REFINED_CAPS < 5
+    for other in ("rl", "cost_greedy"):
+        assert refined.max_cost_ms <= make_planner(other, context).plan(workload, topology).max_cost_ms * (1 + 1e-9)
+
+
 def test_rl_is_deterministic_and_keeps_devices_within_the_trained_set_sizes(model):
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
     workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(1))
