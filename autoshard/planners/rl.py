@@ -27,7 +27,7 @@ REFINED_CAPS = 3
 """With column splits, rl+refine samples and searches at this many split caps, those whose start
 (the argmax rollout, or cost_greedy's plan) is lowest. On the held-out grid with splits, 3 caps
 end below cost_greedy on as many tasks as every cap did (8 of 20), 1 cap on 4; on 2,000 tables
-over 200 devices (8 caps) they plan in 11 s instead of 24 (docs/rl.md)."""
+over 200 devices (8 caps) they plan in 14 s instead of 28 (docs/rl.md)."""
 SAMPLED_CANDIDATES = 32  # sampled rollouts score more devices than the argmax one: diversity for the search
 
 
@@ -47,9 +47,10 @@ class RLPlanner:
     cost_greedy's own placement (without the extrapolation guard, as cost_greedy places), so
     that it is never worse than cost_greedy either. With column splitting, every split cap gets
     its argmax rollout and cost_greedy's placement, and the samples and their local search go to
-    the cap whose lower start is lowest (not to every cap: that multiplied the search by the
-    caps). Then ``search`` (``ruin_recreate``) from the best plan, the policy, sampling,
-    re-placing the ruined devices' units. The lowest predicted max wins, so it is never worse than ``rl``.
+    the ``REFINED_CAPS`` caps whose start is lowest (not to every cap: that multiplied the search
+    by the caps). Then ``search`` (``ruin_recreate``) from the best plan, the policy, sampling,
+    re-placing the ruined devices' units. The lowest predicted max wins, so it is never worse
+    than ``rl``.
     Past ``time_budget_s`` the search stops and the best plan so far comes back ``partial``
     (the argmax rollout always completes). With ``shared``, the argmax rollout and cost_greedy's
     searched placement come from the planners of the task that computed them first (``rl``,
