@@ -80,3 +80,28 @@ def test_an_error_located_at_an_item_of_its_field_names_the_field_once():
     assert str(InputError("planners", "unknown planner 'x'", "use one of a, b", where="planners[1]")) == \
         "planners[1]: unknown planner 'x' (fix: use one of a, b)"
     assert str(InputError("embedding_dim", "must be >= 1", where="tables[3] 'x'")) == "tables[3] 'x': embedding_dim: must be >= 1"
+
+
+def test_only_the_autoshard_command_is_re_executed_for_the_allocator_settings(monkeypatch, capsys):
+    """A command that measures re-executes itself with the allocator settings, but only when the
+    process is the ``autoshard`` command: run in-process (here, pytest), re-executing would start
+    the host over, so it warns and goes on."""
+    import os
+    import sys
+
+    import cost_model.profile
+    from autoshard.cli import support
+
+    monkeypatch.setattr(cost_model.profile, "malloc_settings_active", lambda: False)
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k != "AUTOSHARD_NO_REEXEC"})
+    executed = []
+    monkeypatch.setattr(os, "execv", lambda exe, argv: executed.append(argv))
+    monkeypatch.setattr(sys, "argv", ["/venv/lib/python3.11/site-packages/pytest/__main__.py", "tests"])
+    support.ensure_malloc_settings()
+    assert executed == [] and "allocator settings are off" in " ".join(capsys.readouterr().err.split())
+    for command in (["/venv/bin/autoshard", "plan", "w.json", "--verify"], ["/src/autoshard/__main__.py", "bench"]):
+        monkeypatch.setattr(sys, "argv", command)
+        support.ensure_malloc_settings()
+        assert executed[-1] == [sys.executable, *command]
+        assert os.environ["MALLOC_MMAP_MAX_"] == "0"
+    assert not support.is_autoshard_command([]) and not support.is_autoshard_command(["-"])

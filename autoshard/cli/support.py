@@ -71,14 +71,30 @@ def ensure_malloc_settings() -> None:
 
     glibc's default allocator returns freed memory to the OS, so every embedding step pays page
     faults again (costs 2-5x inflated, 20-50% noise); these settings must be set before Python
-    starts. AUTOSHARD_NO_REEXEC=1 turns this off.
+    starts. AUTOSHARD_NO_REEXEC=1 turns this off. Only the ``autoshard`` command itself is
+    re-executed: a process that runs the CLI's app in its own (a test runner, a notebook) is
+    warned instead, since re-executing it would start it over (it did: pytest ran the suite
+    again from the first test, its output lost to the capture of the test that re-executed it).
     """
     from cost_model.profile import MALLOC_SETTINGS, malloc_settings_active
 
     if os.environ.get("AUTOSHARD_NO_REEXEC") or malloc_settings_active():
         return
+    if not is_autoshard_command(sys.argv):
+        console.print("[yellow]warning:[/yellow] the allocator settings are off in this process, so CPU timings "
+                      "are noisier; start it with " + " ".join(f"{k}={v}" for k, v in MALLOC_SETTINGS.items()),
+                      highlight=False)
+        return
     os.environ.update(MALLOC_SETTINGS)
     os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+def is_autoshard_command(argv: Sequence[str]) -> bool:
+    """Whether this process is the ``autoshard`` console command or ``python -m autoshard``."""
+    if not argv:
+        return False
+    path = Path(argv[0])
+    return path.name == "autoshard" or path.parts[-2:] == ("autoshard", "__main__.py")
 
 
 def plans_measurer(rounds: int, row_cap_mb: int, profile: LoadedModel | None = None,
