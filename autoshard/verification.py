@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 from autoshard.errors import InputError
 from autoshard.planners.registry import HEURISTICS
+from autoshard.planners.report import costs_descending
 from autoshard.stats import ratio_ci95, verdict
 from autoshard.types import DevicePlan, ShardingPlan
 
@@ -92,7 +93,7 @@ def distinct_candidates(plans: Sequence[ShardingPlan], top: int) -> list[Candida
     for plan in plans:
         groups.setdefault(placement_key(plan), []).append(plan)
     found = [Candidate(same[0], tuple(p.planner for p in same)) for same in groups.values()]
-    found.sort(key=lambda c: sorted((d.cost_ms for d in c.plan.devices), reverse=True))  # stable
+    found.sort(key=lambda c: costs_descending(c.plan))  # stable
     heuristic = next((k for k, c in enumerate(found) if set(c.planners) & set(HEURISTICS)), None)
     return found[:top] + ([found[heuristic]] if heuristic is not None and heuristic >= top else [])
 

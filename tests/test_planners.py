@@ -14,6 +14,7 @@ from autoshard.planners import (HEURISTICS, PLANNERS, CostGreedyPlanner, Planner
 from autoshard.planners.local_search import improve
 from autoshard.planners.placement import DeviceState
 from autoshard.planners.proxies import lookup_proxy, size_lookup_proxy
+from autoshard.planners.report import best_plan_index
 from autoshard.planners.splitting import split_ways
 from autoshard.planners.units import Unit
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task
@@ -381,6 +382,24 @@ def test_plans_report_flags_the_lowest_max_cost_as_best():
     assert report["skipped"] == [{"planner": "cost_greedy", "reason": "needs a model"}]
     assert report["topology"] == {"num_devices": 2, "device_memory_gb": topology.device_memory_gb}
     assert sum(d["memory_bytes"] for d in report["plans"][0]["devices"]) == TINY.memory_bytes
+
+
+def test_of_plans_tied_on_the_max_the_one_with_the_lowest_next_devices_is_best():
+    """Three plans of one workload: two tie on the max (10 ms, and 10 ms plus float noise), the
+    second's next device is lower (6 against 9); a third is above the max. The second is best,
+    whatever the order, though the first is listed first and the third ends lower on every
+    other device."""
+    table = Table("t", 10, 4)
+
+    def plan(name: str, *costs: float) -> ShardingPlan:
+        return ShardingPlan(name, tuple(DevicePlan((TableShard(table),), c) for c in costs), 0.0)
+
+    plans = [plan("a", 10.0, 9.0, 1.0), plan("b", 6.0, 10.0 * (1 + 1e-9), 6.0), plan("c", 10.1, 1.0, 1.0)]
+    assert best_plan_index(plans) == 1
+    assert best_plan_index(plans[::-1]) == 1
+    assert best_plan_index([]) == -1
+    report = plans_report(Workload((table,)), Topology(3, 1.0), plans)
+    assert [p["best"] for p in report["plans"]] == [False, True, False]
 
 
 def test_registry_names_and_errors():

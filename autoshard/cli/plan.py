@@ -117,13 +117,11 @@ def _topology(devices: int | None, memory_gb: float | None, from_file: Topology 
         raise InputError(option, error.message, error.fix) from None
 
 
-TIE = 1e-6
-"""Plans whose max cost is within this share of the lowest tie with it."""
-
-
 def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
     from rich.console import Console
     from rich.table import Table as RichTable
+
+    from autoshard.planners.report import TIE
 
     unit = "ms" if report["cost_unit"] == "ms" else "proxy"
     table = RichTable(title=f"{workload.name}: {len(workload.tables)} tables on {topology.num_devices} "
@@ -140,7 +138,8 @@ def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
     out = Console()
     out.print(table)
     if "=" in marks:
-        out.print("= ties the best (* the first of them, the plan --format torchrec exports)", highlight=False)
+        out.print("= ties the best on the max (* the one whose next costliest devices are lowest, the plan "
+                  "--format torchrec exports)", highlight=False)
     for skipped in report["skipped"]:
         console.print(f"[yellow]skipped[/yellow] {skipped['planner']}: {skipped['reason']}", highlight=False)
 

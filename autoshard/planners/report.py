@@ -24,11 +24,32 @@ def plan_to_dict(plan: ShardingPlan, best: bool = False) -> dict[str, Any]:
     return out
 
 
+TIE = 1e-6
+"""Plans whose max cost is within this share of the lowest tie with it (one set priced by a
+running accumulator and by a whole-set call differs in its last bits)."""
+
+
+def costs_descending(plan: ShardingPlan) -> list[float]:
+    """The plan's device costs, costliest first: plans tied on the max compare on the next ones."""
+    return sorted((d.cost_ms for d in plan.devices), reverse=True)
+
+
+def best_plan_index(plans: Sequence[ShardingPlan]) -> int:
+    """The plan with the lowest max cost; of those tied with it (``TIE``), the one whose next
+    costliest devices are lowest (a device near the max is the likeliest to measure above it),
+    then the first. -1 for no plans."""
+    if not plans:
+        return -1
+    lowest = min(p.max_cost_ms for p in plans)
+    tied = [i for i, p in enumerate(plans) if p.max_cost_ms <= lowest * (1 + TIE)]
+    return min(tied, key=lambda i: costs_descending(plans[i])[1:])
+
+
 def plans_report(workload: Workload, topology: Topology, plans: Sequence[ShardingPlan],
                  skipped: Sequence[tuple[str, str]] = (), cost_unit: str = "ms") -> dict[str, Any]:
-    """Several plans of one workload side by side; the one with the lowest max cost (the first,
-    on a tie) is flagged ``best``. ``skipped`` lists (planner, reason)."""
-    best = min(range(len(plans)), key=lambda i: plans[i].max_cost_ms) if plans else -1
+    """Several plans of one workload side by side; the ``best_plan_index`` one is flagged
+    ``best``. ``skipped`` lists (planner, reason)."""
+    best = best_plan_index(plans)
     return {"workload": {"name": workload.name, "tables": len(workload.tables),
                          "batch_size": workload.batch_size, "memory_bytes": workload.memory_bytes},
             "topology": {"num_devices": topology.num_devices,

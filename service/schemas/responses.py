@@ -91,7 +91,8 @@ class PlanResponse(BaseModel):
     cost_unit: str = Field(description="'ms' with a cost model; otherwise a proxy unit.")
     profile: str | None = Field(description="The cost model profile that scored every plan.")
     plans: list[PlanOut]
-    best: str = Field(description="The planner with the lowest max cost.")
+    best: str = Field(description="The planner with the lowest max cost (of plans tied on it, the one whose "
+                                  "next costliest devices are lowest).")
     improvement_over: dict[str, float] = Field(
         description="Per heuristic that planned: 1 - best / heuristic max cost (0.12 = 12% faster).")
     skipped: list[SkippedOut] = Field(description="Planners that did not plan, and why.")
