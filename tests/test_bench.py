@@ -82,6 +82,21 @@ def test_collect_round_trips_and_summarizes(tmp_path, tiny_collect_args):
     assert read_traces(tmp_path / "t.jsonl.gz") == traces
 
 
+def test_a_summary_of_traces_without_singles_says_so_instead_of_none():
+    """The adapted profile's traces measure sets only (``--no-singles``): non-additivity has no
+    figure, and the table says why rather than printing ``None (None-None)``."""
+    from typer.testing import CliRunner
+
+    from autoshard.cli import app
+    from tests.conftest import ROOT
+
+    path = ROOT / "data" / "traces" / "cpu-amd-epyc-f25m17-fbgemm_tbe-t1.jsonl.gz"
+    result = CliRunner().invoke(app, ["bench", "summary", str(path)])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "None" not in said and "no set whose tables were all" in said
+
+
 def test_killed_collection_resumes_and_keeps_every_completed_sample(tmp_path, tiny_collect_args):
     out = tmp_path / "t.jsonl"
     args = [*tiny_collect_args, "--samples", "400", "--max-tables", "2"]

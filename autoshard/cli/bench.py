@@ -169,7 +169,9 @@ def summary_cmd(
     na, spread = summary["non_additivity"], summary["spread"]
     rows = [("samples", summary["samples"]), ("sets (train/test)", f"{summary['sets']['train']}/{summary['sets']['test']}"),
             ("singles", summary["singles"]), ("measurements", summary["measurements"]),
-            ("set cost / sum of singles: mean (p10-p90)", f"{na.get('mean')} ({na.get('p10')}-{na.get('p90')})"),
+            ("set cost / sum of singles: mean (p10-p90)",
+             f"{na['mean']} ({na.get('p10')}-{na.get('p90')})" if na.get("mean") is not None
+             else "- (no set whose tables were all measured alone)"),
             ("pass-to-pass MAPE", spread["pass_to_pass_mape"])]
     for name, value in rows:
         table.add_row(name, str(value))
