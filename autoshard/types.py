@@ -171,6 +171,12 @@ class DevicePlan:
     def memory_bytes(self) -> int:
         return sum(s.memory_bytes for s in self.shards)
 
+    @property
+    def set_key(self) -> tuple:
+        """What the device runs, as a comparable key: its shards (table, first column, columns) in
+        any order. Two devices with one key run alike, whatever plan or index they have."""
+        return tuple(sorted((s.table.name, s.column_offset, s.width) for s in self.shards))
+
 
 @dataclass(frozen=True, slots=True)
 class ShardingPlan:

@@ -25,7 +25,7 @@ from autoshard.errors import InputError
 from autoshard.planners.registry import HEURISTICS
 from autoshard.planners.report import costs_descending
 from autoshard.stats import ratio_ci95, verdict
-from autoshard.types import DevicePlan, ShardingPlan
+from autoshard.types import ShardingPlan
 
 RoundsMeasurer = Callable[[Sequence[ShardingPlan]], Sequence[Sequence[float]]]
 """(plans of one task) -> each plan's measured max in each round, rounds paired across plans."""
@@ -75,11 +75,7 @@ class Verification:
 def placement_key(plan: ShardingPlan) -> tuple:
     """What a plan places where, as a comparable key: each device's shards, the devices in any
     order (two plans that differ only by device numbering run alike)."""
-    return tuple(sorted(_device_key(d) for d in plan.devices))
-
-
-def _device_key(device: DevicePlan) -> tuple:
-    return tuple(sorted((s.table.name, s.column_offset, s.width) for s in device.shards))
+    return tuple(sorted(d.set_key for d in plan.devices))
 
 
 def distinct_candidates(plans: Sequence[ShardingPlan], top: int) -> list[Candidate]:

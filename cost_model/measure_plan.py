@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from autoshard.stats import ratio_ci95
-from autoshard.types import DevicePlan, ShardingPlan
+from autoshard.types import ShardingPlan
 from cost_model.bench import BenchConfig, measure
 
 
@@ -57,7 +57,7 @@ def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchC
         this_round: dict[tuple, float] = {}  # a device set -> its measurement in this round
         for p in measuring_order(len(plans), r):
             for d, device in enumerate(plans[p].devices):
-                key = device_set(device)
+                key = device.set_key
                 if key not in this_round:
                     tables = [s.as_table for s in device.shards]
                     this_round[key] = measure(tables, bench, r * 7919 + d, min_device_ms).total.median if tables else 0.0
@@ -84,8 +84,3 @@ def measuring_order(count: int, round_: int) -> list[int]:
     each pair rotated by one from the last."""
     order = [(k + round_ // 2) % count for k in range(count)]
     return order[::-1] if round_ % 2 else order
-
-
-def device_set(device: DevicePlan) -> tuple:
-    """What a device runs, as a comparable key: its shards (table, first column, columns)."""
-    return tuple(sorted((s.table.name, s.column_offset, s.width) for s in device.shards))

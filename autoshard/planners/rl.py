@@ -119,7 +119,10 @@ class RLPlanner:
                                          self.shared)
                 reused.append(greedy.reused_s)
             starts[cap] = (argmax, greedy)
-            return min([list(p.devices) for p in (argmax, greedy) if p is not None], key=_max_load)
+            return lower_start(cap)
+
+        def lower_start(cap: int | None) -> list[DeviceState]:
+            return min([list(p.devices) for p in starts[cap] if p is not None], key=_max_load)
 
         def refined(cap: int | None) -> list[DeviceState]:
             """The sampled rollouts of the split cap, and local search from the best of them and
@@ -146,7 +149,7 @@ class RLPlanner:
         deadline = Deadline(started, self.time_budget_s)
         best = best_over_split_caps(topology, self.allow_column_split, start_at, deadline)
         if self.samples:  # the samples and their local search at the best caps only: not once per cap
-            ranked = sorted(starts, key=lambda c: min(_max_load(list(p.devices)) for p in starts[c] if p is not None))
+            ranked = sorted(starts, key=lambda cap: _max_load(lower_start(cap)))
             best = min([best, *(refined(cap) for cap in ranked[:REFINED_CAPS])], key=_max_load)
         if self.samples and self.search.iterations:  # once, from the best split cap's plan: not once per cap
             best = ruin_and_recreate(best, self.cost_model, batch, topology, start, sampler, rng, self.search,
