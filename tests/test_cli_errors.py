@@ -27,6 +27,23 @@ def test_a_negative_seed_is_refused_by_its_option(args):
     assert result.exit_code == 2 and "--seed" in said(result) and "Traceback" not in said(result)
 
 
+@pytest.mark.parametrize("args", [
+    ["plan", "criteo_kaggle", "--devices", "2", "--memory-gb", "4", "--departure-margin", "1.5"],
+    ["evaluate", "default", "--departure-margin", "-0.1"],
+    ["policy", "eval", "--departure-margin", "1"],
+])
+def test_a_departure_margin_outside_0_to_0_99_is_refused_by_its_option(args):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "--departure-margin" in said(result) and "Traceback" not in said(result)
+
+
+def test_the_departure_margins_help_gives_the_planners_default():
+    from autoshard.cli.support import DEPARTURE_MARGIN_HELP
+    from autoshard.planners.context import DEPARTURE_MARGIN
+
+    assert f"default {DEPARTURE_MARGIN:g}" in DEPARTURE_MARGIN_HELP
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 @pytest.mark.parametrize("args", [["bench", "collect", "--device", "cuda", "--out", "unused.jsonl"],
                                   ["bench", "comm", "--device", "cuda", "--out", "unused.json"]])

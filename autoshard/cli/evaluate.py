@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (SEARCH_ITERATIONS_HELP, console, ensure_malloc_settings, friendly_errors,
+from autoshard.cli.support import (DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP, console, ensure_malloc_settings, friendly_errors,
                                    load_profile_or_none, one_thread, planner_names, plans_measurer, plans_verifier,
                                    print_json, verification_measures)
 from autoshard.errors import InputError
@@ -29,6 +29,7 @@ def evaluate_cmd(
                                                         "per table (the traces' cap; raise it to measure tables uncapped).")] = 128,
     seed: Annotated[int, typer.Option(min=0)] = 0,
     search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
+    departure_margin: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP)] = None,
     drift_samples: Annotated[int, typer.Option(min=0, help="With --measure: re-measure this many of the profile's "
                                                           "traced sets before and after (`bench drift`) and record "
                                                           "how this machine compares with its traces (0: off).")] = 12,
@@ -56,7 +57,7 @@ def evaluate_cmd(
         console.print(f"[yellow]note:[/yellow] {why}: predicted costs are proxies", highlight=False)
     comm = profile.communication if communication and profile else None
     context = PlannerContext(cost_model, profile.policy if profile else None, seed, column_split,
-                             search_iterations=search_iterations)
+                             search_iterations=search_iterations, departure_margin=departure_margin)
     measurer = plans_measurer(rounds, row_cap_mb, profile) if measure else None
     verifier = plans_verifier(verify_rounds, row_cap_mb, profile, comm, verify_top) if verify else None
     run_distributed = None

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (DEFAULT_MODEL, SEARCH_ITERATIONS_HELP, console, ensure_malloc_settings, friendly_errors,
+from autoshard.cli.support import (DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP, console, ensure_malloc_settings, friendly_errors,
                                    load_profile_or_none, one_thread, planner_names, plans_verifier, print_json,
                                    verification_measures)
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
@@ -29,6 +29,7 @@ def plan_cmd(
     time_budget: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds each searching planner (cost_greedy, rl+refine) may search; past it, its best plan so far, marked partial.")] = None,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) to its cost.")] = True,
     search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
+    departure_margin: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     format: Annotated[str, typer.Option(help="'table' (default) or 'torchrec': the best plan as TorchRec "
                                              "sharding (types, ranks, column shards) for DistributedModelParallel.")] = "table",
@@ -69,7 +70,7 @@ def plan_cmd(
     names = planner_names(planner, "--planner")
     comm = profile.communication if communication and profile else None
     context = PlannerContext(cost_model, profile.policy if profile else None, seed, column_split, time_budget,
-                             search_iterations)
+                             search_iterations, departure_margin)
     result = compare_planners(loaded, topology, names, context, comm)
     skipped = [(n, f"{r} ({why_no_model})" if PLANNERS[n].needs_cost_model and why_no_model else r)
                for n, r in result.skipped]

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (DEFAULT_MODEL, SEARCH_ITERATIONS_HELP, console, friendly_errors, load_profile_or_none,
+from autoshard.cli.support import (DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP, console, friendly_errors, load_profile_or_none,
                                    one_thread, print_json)
 from autoshard.errors import InputError, ModelError
 
@@ -97,6 +97,7 @@ def eval_cmd(
     seed: Annotated[int, typer.Option(min=0)] = 0,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all to its cost.")] = True,
     search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
+    departure_margin: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP)] = None,
     column_split: Annotated[bool, typer.Option(help="Let every planner split tables column-wise "
                                                     "(there is then no lower bound to mark).")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Folder for grid.json, grid.md and grid.png.")] = None,
@@ -112,7 +113,8 @@ def eval_cmd(
         raise ModelError(f"no loadable policy in {profile}: train one with `autoshard policy train --profile {profile}`")
     one_thread()
     config = GridConfig(_counts(tables, "--tables", "20,80,200"), _counts(devices, "--devices", "4,8,16"), seed=seed)
-    context = PlannerContext(loaded.model, loaded.policy, seed, column_split, search_iterations=search_iterations)
+    context = PlannerContext(loaded.model, loaded.policy, seed, column_split, search_iterations=search_iterations,
+                             departure_margin=departure_margin)
     names, _ = available_planners(context)
     rows = evaluate_grid(grid_tasks(config), context, loaded.communication if communication else None, names)
     summary = summarise(rows)

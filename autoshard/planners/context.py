@@ -13,6 +13,16 @@ if TYPE_CHECKING:
     from autoshard.rl.policy import DevicePolicy
 
 
+DEPARTURE_MARGIN = 0.10
+"""rl+refine returns a plan other than cost_greedy's only when it is predicted this much lower
+(relative). Of 53 measured plans of rl+refine predicted 0.1-10% below cost_greedy's (five tasks,
+17 reports of three hosts, 2026-12-01 to 03), 40 measured slower: geometric mean 1.045 of cost_greedy's
+where 0.965 was predicted, and 1.086 (12 of 13 slower) where 5-10% gains were predicted; tasks
+where the two maxima were predicted alike read 0.997. A search that keeps the lowest of many
+predictions finds where the model under-prices first (``benchmarks/departures_measured.py``,
+docs/rl.md "Departures from cost_greedy, measured")."""
+
+
 class PlannerKind(str, Enum):
     """What a planner stands on; it decides what it needs and where it is listed."""
 
@@ -29,7 +39,9 @@ class PlannerContext:
     proxy sums, and the planners that need one are unavailable. ``time_budget_s``: searching planners return
     their best plan so far once it is spent (``None``: no budget). ``search_iterations``: rl+refine's
     ruin-and-recreate iterations (0, the default: off; measured, its plans were no better,
-    docs/rl.md). ``shared``: placements the planners of one task compute alike, done once
+    docs/rl.md). ``departure_margin``: how much lower than cost_greedy's plan rl+refine's must be
+    predicted to be returned instead (``None``: ``DEPARTURE_MARGIN``; 0: the lowest prediction wins).
+    ``shared``: placements the planners of one task compute alike, done once
     (``autoshard.planners.shared``; ``compare_planners`` makes one per task)."""
 
     cost_model: CostModel | None = None
@@ -38,4 +50,5 @@ class PlannerContext:
     allow_column_split: bool = False
     time_budget_s: float | None = None
     search_iterations: int = 0
+    departure_margin: float | None = None
     shared: SharedWork | None = field(default=None, compare=False, repr=False)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autoshard.costing import AccumulatorView
+from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.cost_greedy import searched_greedy
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, assignment,
@@ -49,8 +50,10 @@ class RLPlanner:
     its argmax rollout and cost_greedy's placement, and the samples and their local search go to
     the ``REFINED_CAPS`` caps whose start is lowest (not to every cap: that multiplied the search
     by the caps). Then ``search`` (``ruin_recreate``) from the best plan, the policy, sampling,
-    re-placing the ruined devices' units. The lowest predicted max wins, so it is never worse
-    than ``rl``.
+    re-placing the ruined devices' units. The lowest predicted max wins, but a plan that is not
+    cost_greedy's must be predicted more than ``departure_margin`` below cost_greedy's to be
+    returned (measured, smaller predicted gains were losses: ``DEPARTURE_MARGIN``); so it is
+    never predicted worse than cost_greedy, and never worse than ``rl`` by more than the margin.
     Past ``time_budget_s`` the search stops and the best plan so far comes back ``partial``
     (the argmax rollout always completes). With ``shared``, the argmax rollout and cost_greedy's
     searched placement come from the planners of the task that computed them first (``rl``,
@@ -65,6 +68,7 @@ class RLPlanner:
     temperature: float = 1.0
     seed: int = 0
     set_size_headroom: float = 1.25
+    departure_margin: float = DEPARTURE_MARGIN
     max_rounds: int = 50
     search: RuinRecreateConfig = RuinRecreateConfig()
     time_budget_s: float | None = None
@@ -154,8 +158,23 @@ class RLPlanner:
         if self.samples and self.search.iterations:  # once, from the best split cap's plan: not once per cap
             best = ruin_and_recreate(best, self.cost_model, batch, topology, start, sampler, rng, self.search,
                                      deadline)
+        if self.samples:
+            best = _kept_unless_clearly_lower(best, _greedy_best(starts), self.departure_margin)
         return build_plan(self.name, best, started, batch, partial=deadline.hit, reused_s=sum(reused))
 
 
 def _max_load(states: list[DeviceState]) -> float:
     return max(s.load for s in states)
+
+
+def _greedy_best(starts: dict[int | None, tuple[Placement, Placement | None]]) -> list[DeviceState]:
+    """cost_greedy's plan: its searched placement at the split cap where it is lowest."""
+    return min((list(greedy.devices) for _, greedy in starts.values() if greedy is not None), key=_max_load)
+
+
+def _kept_unless_clearly_lower(found: list[DeviceState], greedy: list[DeviceState], margin: float) -> list[DeviceState]:
+    """``found`` if it is cost_greedy's placement or predicted more than ``margin`` below it; else
+    cost_greedy's."""
+    if assignment(found) == assignment(greedy) or _max_load(found) < _max_load(greedy) * (1 - margin):
+        return found
+    return greedy
