@@ -88,6 +88,17 @@ def test_the_table_marks_plans_that_tie_the_best(tmp_path):
     assert "= ties the best" in result.stdout
 
 
+def test_the_table_marks_a_plan_cut_short_by_its_time_budget_as_partial():
+    # cost_greedy with column splits on Criteo Kaggle takes ~10 ms; 1 ms leaves it its first placement
+    result = runner.invoke(app, ["plan", "criteo_kaggle", "--devices", "4", "--memory-gb", "8", "--planner",
+                                 "cost_greedy,round_robin", "--column-split", "--time-budget", "0.001"])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line.split("│")[4] for line in result.stdout.splitlines()
+            if line.count("│") == 6 and "planner" not in line}
+    assert "partial" in rows["cost_greedy"] and "partial" not in rows["round_robin"]
+    assert "time budget (--time-budget) ran out" in " ".join(result.stdout.split())
+
+
 def test_infeasible_memory_exits_2_naming_the_bytes():
     result = plan("criteo_terabyte", "--devices", "2", "--memory-gb", "8", *NO_MODEL)
     assert result.exit_code == 2

@@ -134,10 +134,13 @@ def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
              for plan in report["plans"]]
     for plan, mark in zip(report["plans"], marks):
         reused = f" (+{plan['reused_s']:.3g} shared)" if plan["reused_s"] else ""
+        partial = " partial" if plan["partial"] else ""
         table.add_row(plan["planner"], f"{plan['max_cost_ms']:.4g}", f"{plan['imbalance']:.1%}",
-                      f"{plan['plan_time_s']:.3g}{reused}", mark)
+                      f"{plan['plan_time_s']:.3g}{reused}{partial}", mark)
     out = Console()
     out.print(table)
+    if any(plan["partial"] for plan in report["plans"]):
+        out.print("partial: the planner's time budget (--time-budget) ran out; its best plan so far", highlight=False)
     if "=" in marks:
         out.print("= ties the best on the max (* the one whose next costliest devices are lowest, the plan "
                   "--format torchrec exports)", highlight=False)
