@@ -268,6 +268,31 @@ def test_rl_refine_keeps_cost_greedys_plan_unless_its_own_is_predicted_clearly_l
     assert shards(planned("rl+refine", gap - 0.001)) == shards(searched)
 
 
+def test_rl_refine_does_not_sample_where_no_plan_could_clear_the_departure_margin(model, monkeypatch):
+    """One table of 2M rows among 54 small ones on 4 devices: cost_greedy's plan is 1-10% above
+    the lower bound (that table alone), so no plan can be predicted 10% below it and rl+refine
+    draws no samples; with no margin it does."""
+    import autoshard.planners.rl as rl_planners
+    from autoshard.planners.units import model_costs
+
+    rng = np.random.default_rng(3)
+    tables = (Table("huge", 2_000_000, 128, 30.0),) + tuple(
+        Table(f"s{i}", int(rng.integers(1000, 100_000)), int(rng.choice([16, 32, 64])), float(rng.uniform(1, 10)))
+        for i in range(54))
+    workload, topology = Workload(tables, batch_size=2048, name="near_bound"), Topology(4, 4.0)
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    greedy = make_planner("cost_greedy", PlannerContext(model, policy)).plan(workload, topology)
+    bound = max(model_costs(model, 2048)(tables))
+    assert bound * 1.001 < greedy.max_cost_ms < bound / (1 - DEPARTURE_MARGIN)
+    sampled = []
+    place_together = rl_planners.place_together
+    monkeypatch.setattr(rl_planners, "place_together", lambda *a, **k: sampled.append(1) or place_together(*a, **k))
+    refined = make_planner("rl+refine", PlannerContext(model, policy)).plan(workload, topology)
+    assert not sampled and [d.shards for d in refined.devices] == [d.shards for d in greedy.devices]
+    make_planner("rl+refine", PlannerContext(model, policy, departure_margin=0.0)).plan(workload, topology)
+    assert sampled
+
+
 def test_rl_is_deterministic_and_keeps_devices_within_the_trained_set_sizes(model):
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
     workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(1))

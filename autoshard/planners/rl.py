@@ -130,13 +130,15 @@ class RLPlanner:
 
         def refined(cap: int | None) -> list[DeviceState]:
             """The sampled rollouts of the split cap, and local search from the best of them and
-            the argmax rollout (on copies: the starts stay as they were)."""
+            the argmax rollout (on copies: the starts stay as they were); no samples where the
+            lower bound leaves no room for a plan it would return (the argmax rollout at the
+            bound, or cost_greedy's plan within the departure margin of it)."""
             argmax, greedy = starts[cap]
             assert greedy is not None
             found = [[d.copy() for d in argmax.devices]]
-            if not deadline.expired and min(_max_load(list(greedy.devices)), _max_load(found[0])) > \
-                    lower_bound(found[0]) * (1 + REL_TOL):
-                found += sampled(list(argmax.units))  # else at the lower bound: no plan can be better
+            returnable = min(_max_load(list(greedy.devices)) * (1 - self.departure_margin), _max_load(found[0]))
+            if not deadline.expired and returnable > lower_bound(found[0]) * (1 + REL_TOL):
+                found += sampled(list(argmax.units))  # else no plan it could return is lower: none beats the bound
             found.sort(key=_max_load)
             searched = {greedy.searched_from}
             for states in found[:self.refine_top]:
