@@ -1,9 +1,11 @@
 """Every measured plan of one planner that departed from another's (by default rl+refine's from
 cost_greedy's), read from ``autoshard evaluate --measure`` reports: the predicted ratio of the two
-maxima beside the measured one (per round, as the report gives it), grouped by the predicted gain.
+maxima beside the measured one (per round against cost_greedy, as the report gives it; else the
+ratio of the measured maxima), grouped by the predicted gain.
 
     python benchmarks/departures_measured.py                      # every report under docs/
     python benchmarks/departures_measured.py REPORT.json ... --out runs/departures.json
+    python benchmarks/departures_measured.py --planner cost_greedy --reference best_heuristic
 
 A task whose two plans are one plan (the predicted ratio 1) is the control: its measured ratio
 is the measurement's own spread. A report copied to two places counts once (the same task,
@@ -20,7 +22,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BUCKETS = ((0.0, 0.95), (0.95, 0.98), (0.98, 0.9999))  # predicted ratio: gains of >5%, 2-5%, <2%
+BUCKETS = ((0.0, 0.8), (0.8, 0.9), (0.9, 0.95), (0.95, 0.98), (0.98, 0.9999))  # predicted ratio: gains of >20%, ... <2%
+HEURISTICS = ("random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
+BEST_HEURISTIC = "best_heuristic"  # --reference: each task's heuristic with the lowest predicted max
 SAME = 1e-4  # a predicted ratio this close to 1 is one plan (or one max)
 
 
@@ -37,9 +41,13 @@ def read_pairs(paths: list[Path], planner: str, reference: str) -> list[dict]:
             continue
         for task in report["tasks"]:
             plans = {p["planner"]: p for p in task.get("planners", [])}
-            if planner not in plans or reference not in plans:
+            named = reference
+            if reference == BEST_HEURISTIC:
+                measured_heuristics = [h for h in HEURISTICS if h in plans and plans[h].get("measured_max_ms")]
+                named = min(measured_heuristics, key=lambda h: plans[h]["predicted_max_ms"], default=None)
+            if planner not in plans or named not in plans:
                 continue
-            ours, theirs = plans[planner], plans[reference]
+            ours, theirs = plans[planner], plans[named]
             measured = ours.get("measured_ratio_to_cost_greedy") if reference == "cost_greedy" else None
             if measured is None and ours.get("measured_max_ms") and theirs.get("measured_max_ms"):
                 measured = ours["measured_max_ms"] / theirs["measured_max_ms"]
