@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autoshard.cli import app
+from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.errors import InputError
 from autoshard.evaluation import (Task, TaskResult, against_best_heuristic, against_held_out_heuristic, evaluate_task, load_suite, memory_for,
                                   suite_summary, task_rows, write_task_outputs)
@@ -224,6 +225,11 @@ def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_
                                         and drift[when]["sets_alike"])
         assert drift[when]["traced_device"] and drift[when]["this_device"]
     assert "machine before measuring" in result.output
+    settings = report["settings"]  # what the figures were made with, recorded with them
+    assert settings["planners"] == ["round_robin", "cost_greedy"] and settings["rounds"] == 2
+    assert settings["communication"] is False and settings["column_split"] is False
+    assert settings["profile"] == "cpu-amd-epyc-fbgemm_tbe-t1" and len(settings["model_sha256"]) == 64
+    assert settings["departure_margin"] == DEPARTURE_MARGIN and settings["search_iterations"] == 0
 
 
 def _measured(planner: str, rounds: tuple[float, ...]) -> MeasuredPlan:

@@ -67,7 +67,8 @@ def evaluate_cmd(
             plans, workload, DistributedConfig(world_size=len(plans[0].devices), steps=distributed_steps,
                                                batch_size=workload.batch_size, seed=seed), rounds)
     names = planner_names(planners, "--planners")
-    report = {"suite": name, "cost_unit": "ms" if cost_model else "proxy", "tasks": [],
+    report = {"suite": name, "cost_unit": "ms" if cost_model else "proxy",
+              "settings": _settings(profile, context, names, communication, measure, rounds), "tasks": [],
               **({"row_cap_mb": row_cap_mb} if measure else {})}
     against = []  # per task: every planner but the heuristics against the best heuristic, measured
     held_out = []  # the same, each round against the heuristic chosen on the other rounds' pairs
@@ -112,6 +113,20 @@ def evaluate_cmd(
     (out / name / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     if json_out:
         print_json(report)
+
+
+def _settings(profile, context, names: list[str], communication: bool, measure: bool, rounds: int) -> dict:
+    """What the report was made with, so that a figure can be read without its command."""
+    from datetime import datetime, timezone
+
+    from autoshard.planners.context import DEPARTURE_MARGIN
+
+    margin = DEPARTURE_MARGIN if context.departure_margin is None else context.departure_margin
+    return {"profile": profile.model.profile.id if profile else None, "model_sha256": profile.sha256 if profile else None,
+            "policy_sha256": profile.policy_sha256 if profile else None, "planners": names,
+            "column_split": context.allow_column_split, "communication": communication, "seed": context.seed,
+            "search_iterations": context.search_iterations, "departure_margin": margin,
+            "rounds": rounds if measure else None, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
 def _row(against) -> dict:
