@@ -19,13 +19,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import load_profile_or_exit, one_thread  # noqa: E402
+from autoshard.cli.support import measuring_profile  # noqa: E402
 from autoshard.evaluation import load_suite  # noqa: E402
 from autoshard.planners import PlannerContext  # noqa: E402
 from autoshard.planners.compare import compare_planners  # noqa: E402
 from cost_model.bench import BenchConfig, measure  # noqa: E402
 from cost_model.measure_plan import MIN_DEVICE_MS, measure_plans  # noqa: E402
-from cost_model.profile import default_mode, malloc_settings_active  # noqa: E402
+from cost_model.profile import default_mode  # noqa: E402
 
 
 def main() -> None:
@@ -36,10 +36,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--profile", type=Path, default=ROOT / "data" / "models" / "default")
     args = parser.parse_args()
-    if not malloc_settings_active():
-        sys.exit("error: set the harness's allocator settings first (docs/traces.md)")
-    one_thread()
-    loaded = load_profile_or_exit(args.profile)
+    loaded = measuring_profile(args.profile)
     _, tasks = load_suite(args.suite)
     task = next(t for t in tasks if args.task in (None, t.name))
     plans = compare_planners(task.workload, task.topology, args.planners.split(","),

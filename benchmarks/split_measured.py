@@ -21,13 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
+from autoshard.cli.support import DEFAULT_MODEL, measuring_profile  # noqa: E402
 from autoshard.evaluation import load_suite  # noqa: E402
 from autoshard.planners import HEURISTICS, PlannerContext  # noqa: E402
 from autoshard.planners.compare import compare_planners  # noqa: E402
 from cost_model.bench import BenchConfig  # noqa: E402
 from cost_model.measure_plan import measure_plans  # noqa: E402
-from cost_model.profile import default_mode, malloc_settings_active  # noqa: E402
+from cost_model.profile import default_mode  # noqa: E402
 
 
 def main() -> None:
@@ -38,10 +38,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    if not malloc_settings_active():
-        sys.exit("error: set the harness's allocator settings first (docs/traces.md)")
-    one_thread()
-    loaded = load_profile_or_exit(args.model)
+    loaded = measuring_profile(args.model)
     _, tasks = load_suite(args.suite)
     wanted = set(args.tasks.split(",")) if args.tasks else None
     config = BenchConfig(mode=default_mode(), row_cap_bytes=128 * 2**20)

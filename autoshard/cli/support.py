@@ -208,6 +208,17 @@ def load_profile_or_exit(path: Path | None) -> LoadedModel:
     return profile
 
 
+def measuring_profile(path: Path | None) -> LoadedModel:
+    """For a script that measures: exit unless the harness's allocator settings are set (they must
+    be before the process starts: docs/traces.md), plan on one core, and load the profile."""
+    from cost_model.profile import malloc_settings_active
+
+    if not malloc_settings_active():
+        sys.exit("error: set the harness's allocator settings first (docs/traces.md)")
+    one_thread()
+    return load_profile_or_exit(path)
+
+
 def one_thread() -> None:
     """Plan on one core: torch's and BLAS's thread pools would otherwise spin a thread per core
     on tiny matrices (planning is many small calls), several times slower on a shared machine."""
