@@ -15,13 +15,13 @@ if TYPE_CHECKING:
 
 DEPARTURE_MARGIN = 0.10
 """rl+refine returns a plan other than cost_greedy's only when it is predicted this much lower
-(relative). Of 53 measured plans of rl+refine predicted 0.1-10% below cost_greedy's (five tasks,
-17 reports of three hosts, 2026-12-01 to 03), 40 measured slower: geometric mean 1.045 of cost_greedy's
-where 0.965 was predicted, and 1.091 (11 of 12 slower) where 5-10% gains were predicted; tasks
-where the two maxima were predicted alike read 0.997. cost_greedy's own gains over the heuristics
-hold from about 10% (predicted 10-20% lower: 0.906 measured; 5-10%: 0.993). A search that keeps the lowest of many
-predictions finds where the model under-prices first (``benchmarks/departures_measured.py``,
-docs/rl.md "Departures from cost_greedy, measured")."""
+(relative). Of 53 measured plans of rl+refine predicted 0.1-10% below cost_greedy's (five
+tasks, 17 reports of three hosts, 2026-12-01 to 03), 40 measured slower: geometric mean 1.045
+of cost_greedy's where 0.965 was predicted, and 1.091 (11 of 12 slower) where 5-10% gains were
+predicted; tasks where the two maxima were predicted alike read 0.997. cost_greedy's own gains
+over the heuristics hold from about 10% (predicted 10-20% lower: 0.906 measured; 5-10%: 0.993).
+A search that keeps the lowest of many predictions finds where the model under-prices first
+(``benchmarks/departures_measured.py``, docs/rl.md "Departures from cost_greedy, measured")."""
 
 
 class PlannerKind(str, Enum):

@@ -64,9 +64,10 @@ def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
         from autoshard.planners.rl import RLPlanner
 
         assert context.cost_model is not None and context.policy is not None
+        margin = DEPARTURE_MARGIN if context.departure_margin is None else context.departure_margin
         return RLPlanner(context.cost_model, context.policy, context.allow_column_split, samples,
                          seed=context.seed, search=replace(REFINE_SEARCH, iterations=context.search_iterations),
-                         departure_margin=DEPARTURE_MARGIN if context.departure_margin is None else context.departure_margin, time_budget_s=context.time_budget_s, name=name,
+                         departure_margin=margin, time_budget_s=context.time_budget_s, name=name,
                          shared=context.shared)
     return build
 

@@ -174,7 +174,8 @@ def _greedy_best(starts: dict[int | None, tuple[Placement, Placement | None]]) -
     return min((list(greedy.devices) for _, greedy in starts.values() if greedy is not None), key=_max_load)
 
 
-def _kept_unless_clearly_lower(found: list[DeviceState], greedy: list[DeviceState], margin: float) -> list[DeviceState]:
+def _kept_unless_clearly_lower(found: list[DeviceState], greedy: list[DeviceState],
+                               margin: float) -> list[DeviceState]:
     """``found`` if it is cost_greedy's placement or predicted more than ``margin`` below it; else
     cost_greedy's."""
     if assignment(found) == assignment(greedy) or _max_load(found) < _max_load(greedy) * (1 - margin):
