@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP, console, ensure_malloc_settings, friendly_errors,
-                                   load_profile_or_none, one_thread, planner_names, plans_measurer, plans_verifier,
-                                   print_json, verification_measures)
+from autoshard.cli.support import (DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP, console, ensure_malloc_settings,
+                                   friendly_errors, load_profile_or_none, one_thread, planner_names, plans_measurer,
+                                   plans_verifier, print_json, verification_measures)
 from autoshard.errors import InputError
 
 
@@ -119,13 +119,11 @@ def _settings(profile, context, names: list[str], communication: bool, measure: 
     """What the report was made with, so that a figure can be read without its command."""
     from datetime import datetime, timezone
 
-    from autoshard.planners.context import DEPARTURE_MARGIN
-
-    margin = DEPARTURE_MARGIN if context.departure_margin is None else context.departure_margin
-    return {"profile": profile.model.profile.id if profile else None, "model_sha256": profile.sha256 if profile else None,
+    return {"profile": profile.model.profile.id if profile else None,
+            "model_sha256": profile.sha256 if profile else None,
             "policy_sha256": profile.policy_sha256 if profile else None, "planners": names,
             "column_split": context.allow_column_split, "communication": communication, "seed": context.seed,
-            "search_iterations": context.search_iterations, "departure_margin": margin,
+            "search_iterations": context.search_iterations, "departure_margin": context.margin,
             "rounds": rounds if measure else None, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 

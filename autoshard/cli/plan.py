@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP, console, ensure_malloc_settings, friendly_errors,
-                                   load_profile_or_none, one_thread, planner_names, plans_verifier, print_json,
-                                   verification_measures)
+from autoshard.cli.support import (DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP, console,
+                                   ensure_malloc_settings, friendly_errors, load_profile_or_none, one_thread,
+                                   planner_names, plans_verifier, print_json, verification_measures)
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.types import ShardingPlan, Topology, Workload
 

@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP, console, friendly_errors, load_profile_or_none,
-                                   one_thread, print_json)
+from autoshard.cli.support import (DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP, console,
+                                   friendly_errors, load_profile_or_none, one_thread, print_json)
 from autoshard.errors import InputError, ModelError
 
 app = typer.Typer(help="The RL placement policy: train it against a profile's cost model, evaluate it.",

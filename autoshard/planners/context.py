@@ -53,3 +53,8 @@ class PlannerContext:
     search_iterations: int = 0
     departure_margin: float | None = None
     shared: SharedWork | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def margin(self) -> float:
+        """rl+refine's departure margin: the one asked for, else ``DEPARTURE_MARGIN``."""
+        return DEPARTURE_MARGIN if self.departure_margin is None else self.departure_margin

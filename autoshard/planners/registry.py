@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
-from autoshard.planners.context import DEPARTURE_MARGIN, PlannerContext, PlannerKind
+from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.cost_greedy import CostGreedyPlanner
 from autoshard.planners.heuristics import GreedyProxyPlanner, RandomPlanner, RoundRobinPlanner
 from autoshard.planners.proxies import PROXIES
@@ -64,10 +64,9 @@ def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
         from autoshard.planners.rl import RLPlanner
 
         assert context.cost_model is not None and context.policy is not None
-        margin = DEPARTURE_MARGIN if context.departure_margin is None else context.departure_margin
         return RLPlanner(context.cost_model, context.policy, context.allow_column_split, samples,
                          seed=context.seed, search=replace(REFINE_SEARCH, iterations=context.search_iterations),
-                         departure_margin=margin, time_budget_s=context.time_budget_s, name=name,
+                         departure_margin=context.margin, time_budget_s=context.time_budget_s, name=name,
                          shared=context.shared)
     return build
 
