@@ -3,6 +3,8 @@ workloads of T tables x D devices, on one core, interleaved, with medians and sp
 
     python benchmarks/planning_speed.py                                   # 1,000 x 128, every default planner + torchrec
     python benchmarks/planning_speed.py --tables 100,1000,5000 --devices 8,64,128,512 --repeats 3
+    python benchmarks/planning_speed.py --tables 80,800,1000 --devices 8,64,128 --column-split --no-torchrec \
+        --planners cost_greedy,rl,rl+refine                           # with column splits (the split caps searched)
 
 Each round runs every planner once on every task (A B C ... A B C ...), so machine drift hits
 all planners alike. A planner past ``--timeout`` seconds (SIGALRM) is recorded as timed out and
@@ -49,12 +51,13 @@ def main() -> None:
     parser.add_argument("--torchrec", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--column-split", action="store_true", help="Let the planners split tables column-wise.")
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "planning_speed.json")
     args = parser.parse_args()
     one_thread()
     profile = load_profile_or_exit(args.model)
-    context = PlannerContext(profile.model, profile.policy)
+    context = PlannerContext(profile.model, profile.policy, allow_column_split=args.column_split)
     names = available_planners(context)[0] if args.planners == "default" else args.planners.split(",")
     if args.torchrec:
         names.append("torchrec")
@@ -101,7 +104,8 @@ def main() -> None:
     rows += [{"task": task, "planner": name, "timed_out_after_s": args.timeout} for task, name in sorted(timed_out)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "policy": profile.policy.name
-                                    if profile.policy else None, "rows": rows}, indent=1) + "\n")
+                                    if profile.policy else None, "column_split": args.column_split, "rows": rows},
+                                   indent=1) + "\n")
     _chart(rows, args.out.with_suffix(".png"))
     for r in rows:
         print(json.dumps(r))

@@ -12,7 +12,7 @@ from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.planners import (HEURISTICS, PLANNERS, CostGreedyPlanner, PlannerContext, ProxyCostModel, make_planner,
                                 plan_to_dict, plans_report, validate_plan)
 from autoshard.planners.local_search import improve
-from autoshard.planners.placement import DeviceState
+from autoshard.planners.placement import DeviceState, additive_max, best_over_split_caps
 from autoshard.planners.proxies import lookup_proxy, size_lookup_proxy
 from autoshard.planners.report import best_plan_index
 from autoshard.planners.splitting import split_ways
@@ -305,6 +305,48 @@ def test_split_retries_finer_shards_after_a_packing_dead_end():
         plan = make_planner(planner, PlannerContext(AnalyticalTestCostModel(), allow_column_split=True)).plan(workload, topology)
         validate_plan(plan, workload, topology)
         assert all(len(d.shards) == 3 for d in plan.devices)
+
+
+def _units(*costs: tuple[str, int, float]) -> list[Unit]:
+    """Units (table name, shard index of halves or whole if -1, cost)."""
+    out = []
+    for name, half, cost in costs:
+        table = Table(name, 100, 8)
+        out.append(Unit.of(TableShard(table) if half < 0 else TableShard(table, 4 * half, 4), cost))
+    return out
+
+
+def test_additive_max_places_largest_first_and_keeps_a_tables_shards_apart():
+    assert additive_max(_units(("a", -1, 3), ("b", -1, 3), ("c", -1, 2), ("d", -1, 2), ("e", -1, 2)), 2) == 7
+    # y (6) on device 0, x's first half (5) on device 1; the second half cannot join it there: 6 + 5
+    assert additive_max(_units(("y", -1, 6), ("x", 0, 5), ("x", 1, 5)), 2) == 11
+
+
+def test_split_caps_that_split_alike_are_planned_once_and_the_best_ranked_two_only():
+    """16 devices: caps None, 2, 4, 8, 16. Caps 2 and 4 split alike, and so do 8 and 16. Ranked by
+    ``additive_max``: 8 (its shards balance best), then 2, then None: 8 and 2 are planned, once
+    each, and the lower of their placements comes back."""
+    whole = _units(("g", -1, 40.0), *((f"s{i}", -1, 1.0) for i in range(30)))
+    halves = _units(("g", 0, 21.0), ("g", 1, 21.0), *((f"s{i}", -1, 1.0) for i in range(30)))
+    quarters = [Unit.of(TableShard(Table("g", 100, 8), 2 * j, 2), 11.0) for j in range(4)] + whole[1:]
+    units = {None: whole, 2: halves, 4: halves, 8: quarters, 16: quarters}
+    planned = []
+
+    def plan_at(cap):
+        planned.append(cap)
+        states = [DeviceState(d, 10**9) for d in range(16)]
+        for i, unit in enumerate(units[cap]):
+            states[i % 16].add(unit, 0.0)
+        for state in states:
+            state.load = sum(u.cost for u in state.units) + (0.5 if cap == 2 else 0.0)
+        return states
+
+    topology = Topology(16, 1.0)
+    assert [additive_max(units[c], 16) for c in (None, 2, 8)] == [40.0, 21.0, 11.0]
+    best = best_over_split_caps(topology, True, plan_at, units.__getitem__)
+    assert planned == [8, 2]
+    assert best == plan_at(8)
+    assert best_over_split_caps(topology, False, plan_at, units.__getitem__) == plan_at(None)
 
 
 def test_a_table_that_cannot_split_small_enough_names_its_smallest_shard():

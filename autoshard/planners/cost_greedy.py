@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from autoshard.planners.local_search import improve
 from autoshard.planners.placement import (Deadline, DeviceState, PlacementState, assignment, best_over_split_caps,
-                                          build_plan, cheapest_after, place_workload)
+                                          build_plan, cheapest_after, place_workload, split_units_at)
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
 from autoshard.planners.units import Unit, model_costs
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
@@ -22,7 +22,8 @@ class CostGreedyPlanner:
     and swaps off the max-cost device for at most ``max_rounds`` rounds (0 turns it off).
     Column splitting, if allowed, splits tables predicted above the average device load into
     at most 2, 4, ... D shards (a shard still pays every lookup, so more shards are not always
-    cheaper): no split and each cap are planned, and the lowest predicted max is kept.
+    cheaper): of no split and each cap, the ``PLANNED_CAPS`` whose units balance best by their own
+    costs are planned (``best_over_split_caps``), and the lowest predicted max is kept.
     Device ``cost_ms`` is the cost model's prediction. Past ``time_budget_s`` the search stops
     (no further local-search round or split cap) and the best plan so far comes back ``partial``.
     With ``shared``, a placement another planner of the task searched already is reused."""
@@ -45,7 +46,8 @@ class CostGreedyPlanner:
             return list(found.devices)
 
         deadline = Deadline(started, self.time_budget_s)
-        best = best_over_split_caps(topology, self.allow_column_split, plan_at, deadline)
+        units_at = split_units_at(workload, topology, model_costs(self.cost_model, batch_size))
+        best = best_over_split_caps(topology, self.allow_column_split, plan_at, units_at, deadline)
         return build_plan(self.name, best, started, batch_size, partial=deadline.hit, reused_s=sum(reused))
 
 

@@ -5,6 +5,7 @@ frozen ``ShardingPlan``. Greedy planners, local search and the RL environment al
 from __future__ import annotations
 
 import bisect
+import heapq
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Sequence
@@ -313,29 +314,97 @@ def place_workload(workload: Workload, topology: Topology, cost_fn: CostFn, allo
             limit, count = limit // 2, len(units)
 
 
+PLANNED_CAPS = 2
+"""With column splits, the split caps planned with the cost model: those whose units, placed
+largest first by their own costs summed, end at the lowest max (``additive_max``). On the
+held-out grid (20-400 tables on 4-64 devices) and 20 of the load test's 80 x 8 requests, the 19
+tasks whose caps split differently: cost_greedy's best cap is the additive ranking's first on
+16, its first or second on all 19; 1 cap would lose 0.4-5.4% on the other 3 (docs/planners.md).
+Planning every cap multiplied the planning time by the number of caps (log2 D + 1)."""
+
+
 def best_over_split_caps(topology: Topology, allow_split: bool, plan_at: Callable[[int | None], list[DeviceState]],
-                         deadline: Deadline | None = None) -> list[DeviceState]:
-    """Without splitting, ``plan_at(None)``. With it, also ``plan_at(k)`` for shard caps k = 2,
-    4, ... D, keeping the placement whose max load is lowest; a cap that leaves too few shards
-    for memory is skipped (its ``PlannerError`` is raised only if every cap fails). Past the
-    ``deadline``, no further cap is tried once one placement exists."""
+                         units_at: Callable[[int | None], Sequence[Unit]], deadline: Deadline | None = None,
+                         ) -> list[DeviceState]:
+    """Without splitting, ``plan_at(None)``. With it, of the caps None (no split), 2, 4, ... D
+    ways, those whose units (``units_at``, ``split_units_at``) differ (caps often split alike:
+    only tables above the average load split, into the fewest shards that bring them under it,
+    no finer than their widths allow), ranked by ``additive_max``: ``plan_at`` for the first
+    ``PLANNED_CAPS`` that plan, keeping the placement whose max load is lowest (ties: the better
+    ranked). Placement depends only on its units, so a cap that splits as one planned already
+    would place alike; but when that one ran into a dead end and retried with smaller shards
+    (``place_workload``), the next cap that splits alike is planned too, since it retries with
+    its own. A ``PlannerError`` is raised only if every cap fails. Past the ``deadline``, no
+    further cap is tried once one placement exists."""
+    if not allow_split:
+        return plan_at(None)
+    groups, error = _ranked_caps(topology, units_at)
     best: list[DeviceState] | None = None
-    error: PlannerError | None = None
-    caps = [2**k for k in range(1, topology.num_devices.bit_length())] if allow_split else []
-    for cap in [None, *caps]:  # None: no split at all
-        if best is not None and deadline is not None and deadline.expired:
-            break
-        try:
-            states = plan_at(cap)
-        except PlannerError as failed:
-            error = failed
-            continue
-        if best is None or max(s.load for s in states) < max(s.load for s in best):
-            best = states
+    planned = 0
+    for units, caps in groups:
+        for cap in caps:
+            if best is not None and (planned >= PLANNED_CAPS or (deadline is not None and deadline.expired)):
+                return best
+            try:
+                states = plan_at(cap)
+            except PlannerError as failed:
+                error = failed
+                continue
+            planned += 1
+            if best is None or max(s.load for s in states) < max(s.load for s in best):
+                best = states
+            if frozenset(u for s in states for u in s.units) == units:  # placed as split: so would the others
+                break
     if best is None:
         assert error is not None
         raise error
     return best
+
+
+def _ranked_caps(topology: Topology, units_at: Callable[[int | None], Sequence[Unit]],
+                 ) -> tuple[list[tuple[frozenset[Unit], list[int | None]]], PlannerError | None]:
+    """The split caps grouped by their units, the groups lowest ``additive_max`` first (ties:
+    fewer ways); and the error of a cap whose units cannot fit at all (it is left out)."""
+    caps: list[int | None] = [None, *(2**k for k in range(1, topology.num_devices.bit_length()))]
+    groups: dict[frozenset[Unit], list[int | None]] = {}
+    rank: dict[frozenset[Unit], tuple[float, int]] = {}
+    error: PlannerError | None = None
+    for order, cap in enumerate(caps):
+        try:
+            units = units_at(cap)
+        except PlannerError as failed:
+            error = failed
+            continue
+        key = frozenset(units)
+        if key not in groups:
+            groups[key], rank[key] = [], (additive_max(units, topology.num_devices), order)
+        groups[key].append(cap)
+    return [(key, groups[key]) for key in sorted(groups, key=rank.__getitem__)], error
+
+
+def additive_max(units: Sequence[Unit], num_devices: int) -> float:
+    """The max device load of the units placed largest first, each on the least-loaded device
+    without another shard of its table, loads the sums of the units' own costs (memory
+    ignored): how well a split cap's units can balance, found without the set-level model."""
+    loads = [(0.0, d) for d in range(num_devices)]  # a heap of (load, device)
+    parents: list[set[str]] = [set() for _ in range(num_devices)]
+    for unit in by_cost(units):
+        passed = []
+        while loads and unit.parent in parents[loads[0][1]]:
+            passed.append(heapq.heappop(loads))
+        if loads:
+            load, device = heapq.heappop(loads)
+            parents[device].add(unit.parent)
+            heapq.heappush(loads, (load + unit.cost, device))
+        for entry in passed:
+            heapq.heappush(loads, entry)
+    return max(load for load, _ in loads)
+
+
+def split_units_at(workload: Workload, topology: Topology, cost_fn: CostFn) -> Callable[[int | None], list[Unit]]:
+    """The units that split cap k (None: no split) starts placement from (``place_workload``'s
+    first try, before any retry with smaller shards)."""
+    return lambda cap: prepare_units(workload, topology, cost_fn, cap is not None, max_ways=cap)
 
 
 def by_cost(units: Sequence[Unit]) -> list[Unit]:

@@ -13,7 +13,8 @@ from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.cost_greedy import searched_greedy
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, assignment,
-                                          best_over_split_caps, build_plan, place_together, place_workload)
+                                          best_over_split_caps, build_plan, place_together, place_workload,
+                                          split_units_at)
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
 from autoshard.planners.units import Unit, model_costs
@@ -24,11 +25,6 @@ from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 if TYPE_CHECKING:
     from autoshard.rl.policy import DevicePolicy
 
-REFINED_CAPS = 3
-"""With column splits, rl+refine samples and searches at this many split caps, those whose start
-(the argmax rollout, or cost_greedy's plan) is lowest. On the held-out grid with splits, 3 caps
-end below cost_greedy on as many tasks as every cap did (8 of 20), 1 cap on 4; on 2,000 tables
-over 200 devices (8 caps) they plan in 14 s instead of 28 (docs/rl.md)."""
 SAMPLED_CANDIDATES = 32  # sampled rollouts score more devices than the argmax one: diversity for the search
 
 
@@ -37,7 +33,8 @@ class RLPlanner:
     """The policy places units largest predicted cost first, each on its best-scored device
     among those the mask allows (room, the extrapolation guard, the packing lookahead: as in
     ``ShardingEnv``); deterministic. With column splitting, the policy places the shards of
-    every split cap (none, 2, 4, ... D ways) and the lowest predicted max is kept.
+    the split caps that ``best_over_split_caps`` plans (of none, 2, 4, ... D ways) and the lowest
+    predicted max is kept.
 
     ``samples`` > 0 makes it ``rl+refine``, a policy-guided search: besides the argmax rollout,
     ``samples`` rollouts drawn from the policy's softmax at ``temperature`` (seeded; of the
@@ -46,10 +43,9 @@ class RLPlanner:
     local search (moves and swaps, as cost_greedy) on the ``refine_top`` best of them, except one
     it has searched from already (greedy's placement, or a sample drawn twice), and on
     cost_greedy's own placement (without the extrapolation guard, as cost_greedy places), so
-    that it is never worse than cost_greedy either. With column splitting, every split cap gets
-    its argmax rollout and cost_greedy's placement, and the samples and their local search go to
-    the ``REFINED_CAPS`` caps whose start is lowest (not to every cap: that multiplied the search
-    by the caps). Then ``search`` (``ruin_recreate``) from the best plan, the policy, sampling,
+    that it is never worse than cost_greedy either. With column splitting, each split cap that
+    ``best_over_split_caps`` plans (cost_greedy's) gets its argmax rollout, cost_greedy's
+    placement, the samples and their local search. Then ``search`` (``ruin_recreate``) from the best plan, the policy, sampling,
     re-placing the ruined devices' units. The lowest predicted max wins, but a plan that is not
     cost_greedy's must be predicted more than ``departure_margin`` below cost_greedy's to be
     returned (measured, smaller predicted gains were losses: ``DEPARTURE_MARGIN``); so it is
@@ -153,10 +149,11 @@ class RLPlanner:
             return PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES)
 
         deadline = Deadline(started, self.time_budget_s)
-        best = best_over_split_caps(topology, self.allow_column_split, start_at, deadline)
-        if self.samples:  # the samples and their local search at the best caps only: not once per cap
+        best = best_over_split_caps(topology, self.allow_column_split, start_at,
+                                    split_units_at(workload, topology, cost_fn), deadline)
+        if self.samples:  # the samples and their local search at each planned cap, the lowest start first
             ranked = sorted(starts, key=lambda cap: _max_load(lower_start(cap)))
-            best = min([best, *(refined(cap) for cap in ranked[:REFINED_CAPS])], key=_max_load)
+            best = min([best, *(refined(cap) for cap in ranked)], key=_max_load)
         if self.samples and self.search.iterations:  # once, from the best split cap's plan: not once per cap
             best = ruin_and_recreate(best, self.cost_model, batch, topology, start, sampler, rng, self.search,
                                      deadline)
