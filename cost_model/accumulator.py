@@ -10,8 +10,9 @@ A grouped network (``cost_model.network``) keeps such running rows per op kind (
 optimizer) of every set, with each op's milliseconds cached, and one more row per set for the
 interaction head: adding a table re-prices only its own op and the interaction.
 
-The bookkeeping is numpy (a few microseconds an operation on a handful of rows); the matmuls
-are torch (float32, one thread, no autograd), which is faster at these shapes.
+Everything is numpy, float32, one thread: planning asks the head for a handful of rows at a
+time, where numpy's call costs about half of torch's (23 against 33 us a call on 8 rows of the
+shipped head; alike from 64 rows up; docs/service.md).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import TYPE_CHECKING, Hashable, Sequence
 
 import numpy as np
 import torch
-from torch.nn import functional
 
 from autoshard.costing import EditBatch, Edits
 from autoshard.types import Table
@@ -38,16 +38,16 @@ class SplitHead:
     the trailing inputs (the interaction head's log of the op count)."""
 
     def __init__(self, head: torch.nn.Sequential, width: int) -> None:
-        layers = [(m.weight.detach().float().T.contiguous(), m.bias.detach().float().clone())
+        layers = [(m.weight.detach().float().numpy().T.copy(), m.bias.detach().float().numpy().copy())
                   for m in head if isinstance(m, torch.nn.Linear)]
         (first, first_bias), self.rest = layers[0], layers[1:]
         self.hidden = first.shape[1]
-        self.w_sum, self.w_mean = (first[:width] / 8.0).numpy(), first[width:2 * width].numpy()
-        self.w_max = first[2 * width:3 * width].contiguous()
-        self.w_log, self.first_bias = first[3 * width].numpy(), first_bias.numpy()
-        self.w_extra = first[3 * width + 1:].numpy()
+        self.w_sum, self.w_mean = first[:width] / np.float32(8.0), first[width:2 * width].copy()
+        self.w_max = first[2 * width:3 * width].copy()
+        self.w_log, self.first_bias = first[3 * width].copy(), first_bias
+        self.w_extra = first[3 * width + 1:].copy()
         w, b = self.rest[-1]
-        self.rest[-1] = (w[:, TOTAL:TOTAL + 1].contiguous(), b[TOTAL:TOTAL + 1].clone())  # only the total is asked
+        self.rest[-1] = (w[:, TOTAL:TOTAL + 1].copy(), b[TOTAL:TOTAL + 1].copy())  # only the total is asked
         self._clear()
 
     def _clear(self) -> None:
@@ -109,11 +109,13 @@ class SplitHead:
     def log_total(self, first: np.ndarray, largest: np.ndarray) -> np.ndarray:
         """The head's total output from its first layer's input without the max part (``first``,
         ``[n, hidden]``) and the max-pooled codes (``largest``, ``[n, width]``), float64."""
-        with torch.inference_mode():
-            x = torch.addmm(torch.from_numpy(first), torch.from_numpy(largest), self.w_max)
-            for w, b in self.rest:
-                x = torch.addmm(b, functional.silu(x, inplace=True), w)
-            return x[:, 0].numpy().astype(np.float64)
+        x = largest @ self.w_max
+        x += first
+        for w, b in self.rest:
+            x *= silu_gate(x)
+            x = x @ w
+            x += b
+        return x[:, 0].astype(np.float64)
 
     def ms(self, first: np.ndarray, largest: np.ndarray, scale: np.ndarray) -> np.ndarray:
         """Total milliseconds, with each set's ``linear_scale`` (``[n]``)."""
@@ -205,6 +207,14 @@ class SplitHeadEdits(EditedSets):
                                              self.set_means[batch.base] - means[rem] + new_means[add], count,
                                              self.model.size_limit)
         return np.where(count > 0, self.head.ms(first, np.ascontiguousarray(largest), scale), 0.0)
+
+
+def silu_gate(x: np.ndarray) -> np.ndarray:
+    """sigmoid(x) as 0.5 (1 + tanh(x / 2)), which cannot overflow: SiLU is x times it."""
+    gate = np.tanh(x * np.float32(0.5))
+    gate += 1
+    gate *= 0.5
+    return gate
 
 
 def leave_one_out_max(values: np.ndarray, sizes: Sequence[int], empty: float) -> np.ndarray:
