@@ -25,7 +25,7 @@ import torch
 
 from autoshard.errors import InputError
 from autoshard.types import Optimizer, Table
-from cost_model.features import op_key
+from cost_model.features import op_key, physical_rows
 from cost_model.indices import bag_lengths, zipf_rows
 from cost_model.profile import ExecutionMode
 
@@ -80,10 +80,6 @@ class Measurement:
     forward: Stats
     backward: Stats  # backward + update
     total: Stats
-
-
-def physical_rows(table: Table, row_cap_bytes: int) -> int:
-    return max(1, min(table.num_embeddings, row_cap_bytes // (table.embedding_dim * 4)))
 
 
 def check_benchable(tables: Sequence[Table], mode: ExecutionMode) -> None:

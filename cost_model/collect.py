@@ -27,7 +27,8 @@ import numpy as np
 from autoshard.errors import InputError
 from autoshard.synthetic import PoolConfig, TablePool, generate_pool
 from autoshard.types import Optimizer, Table
-from cost_model.bench import BenchConfig, check_benchable, measure, physical_rows
+from cost_model.bench import BenchConfig, check_benchable, measure
+from cost_model.features import physical_rows
 from cost_model.profile import detect_profile, malloc_settings_active
 from cost_model.traces import TraceWriter, has_header, iter_lines, make_header, measured_passes, write_trace
 

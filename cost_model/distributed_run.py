@@ -39,7 +39,8 @@ import torch
 
 from autoshard.errors import InputError
 from autoshard.types import ShardingPlan, Workload
-from cost_model.bench import Stats, physical_rows
+from cost_model.bench import Stats
+from cost_model.features import physical_rows
 from cost_model.indices import bag_lengths, zipf_rows
 from cost_model.profile import MALLOC_SETTINGS, malloc_settings_active
 

@@ -76,6 +76,12 @@ def table_features(table: Table, batch_size: int, row_cap_bytes: int) -> np.ndar
     return table_features_many([table], batch_size, row_cap_bytes)[0]
 
 
+def physical_rows(table: Table, row_cap_bytes: int) -> int:
+    """The rows a benchmark builds the table with: all of them, up to ``row_cap_bytes`` of fp32
+    weights (the harness's cap; the features see both the true and the built row count)."""
+    return max(1, min(table.num_embeddings, row_cap_bytes // (table.embedding_dim * 4)))
+
+
 def table_features_many(tables: Sequence[Table], batch_size: int, row_cap_bytes: int) -> np.ndarray:
     """The raw features of each table, ``[len(tables), NUM_FEATURES]`` float32, in one pass."""
     rows = np.array([t.num_embeddings for t in tables], dtype=np.float64)
@@ -83,7 +89,7 @@ def table_features_many(tables: Sequence[Table], batch_size: int, row_cap_bytes:
     b = np.array([t.bytes_per_element for t in tables], dtype=np.float64)
     L = np.array([t.pooling_factor for t in tables], dtype=np.float64)
     alpha = np.array([t.zipf_alpha for t in tables], dtype=np.float64)
-    phys = np.maximum(1, np.minimum(rows, np.array([row_cap_bytes // (t.embedding_dim * 4) for t in tables])))
+    phys = np.array([physical_rows(t, row_cap_bytes) for t in tables], dtype=np.float64)
     lookups = batch_size * L
     unique = expected_unique_rows_many(phys, alpha, lookups)
     return np.stack([
