@@ -322,15 +322,18 @@ def test_additive_max_places_largest_first_and_keeps_a_tables_shards_apart():
     assert additive_max(_units(("y", -1, 6), ("x", 0, 5), ("x", 1, 5)), 2) == 11
 
 
-def test_split_caps_that_split_alike_are_planned_once_and_the_best_ranked_two_only():
-    """16 devices: caps None, 2, 4, 8, 16. Caps 2 and 4 split alike, and so do 8 and 16. Ranked by
-    ``additive_max``: 8 (its shards balance best), then 2, then None: 8 and 2 are planned, once
-    each, and the lower of their placements comes back."""
+def test_split_caps_that_split_alike_are_planned_once_and_a_split_plan_must_clear_the_margin():
+    """16 devices: caps None, 2, 4, 8, 16; 2 and 4 split alike, and so do 8 and 16. By
+    ``additive_max`` the quarters of cap 8 balance best (11 against 21 and 40). No split is
+    planned, then cap 8 (once for 8 and 16), and cap 8's plan is returned only when it is
+    predicted more than the margin below the plan without splits; where even the additive
+    balance cannot clear the margin, no split cap is planned at all."""
     whole = _units(("g", -1, 40.0), *((f"s{i}", -1, 1.0) for i in range(30)))
     halves = _units(("g", 0, 21.0), ("g", 1, 21.0), *((f"s{i}", -1, 1.0) for i in range(30)))
     quarters = [Unit.of(TableShard(Table("g", 100, 8), 2 * j, 2), 11.0) for j in range(4)] + whole[1:]
     units = {None: whole, 2: halves, 4: halves, 8: quarters, 16: quarters}
-    planned = []
+    planned: list[int | None] = []
+    extra = {8: 0.0}  # what the "model" adds to cap 8's devices
 
     def plan_at(cap):
         planned.append(cap)
@@ -338,15 +341,48 @@ def test_split_caps_that_split_alike_are_planned_once_and_the_best_ranked_two_on
         for i, unit in enumerate(units[cap]):
             states[i % 16].add(unit, 0.0)
         for state in states:
-            state.load = sum(u.cost for u in state.units) + (0.5 if cap == 2 else 0.0)
+            state.load = sum(u.cost for u in state.units) + extra.get(cap, 0.0)
         return states
 
     topology = Topology(16, 1.0)
     assert [additive_max(units[c], 16) for c in (None, 2, 8)] == [40.0, 21.0, 11.0]
-    best = best_over_split_caps(topology, True, plan_at, units.__getitem__)
-    assert planned == [8, 2]
-    assert best == plan_at(8)
-    assert best_over_split_caps(topology, False, plan_at, units.__getitem__) == plan_at(None)
+    best = best_over_split_caps(topology, True, plan_at, units.__getitem__, margin=0.1)
+    assert planned == [None, 8] and max(s.load for s in best) == 13.0  # a quarter and two small tables
+    extra[8] = 26.0  # predicted 39 against 41 without splits: 5% lower, inside the margin
+    planned.clear()
+    best = best_over_split_caps(topology, True, plan_at, units.__getitem__, margin=0.1)
+    assert planned == [None, 8] and max(s.load for s in best) == 41.0
+    assert max(s.load for s in best_over_split_caps(topology, True, plan_at, units.__getitem__, margin=0.0)) == 39.0
+    planned.clear()
+    best_over_split_caps(topology, True, plan_at, units.__getitem__, margin=0.75)  # 11 is not 75% below 40
+    assert planned == [None]
+    planned.clear()
+    assert best_over_split_caps(topology, False, plan_at, units.__getitem__) == plan_at(None) and planned == [None] * 2
+
+
+@pytest.mark.parametrize("task, splits_by_default", [("syn80_s2", False), ("criteo_terabyte", True)])
+def test_cost_greedy_splits_only_where_the_split_plan_is_predicted_clearly_lower(shipped_model, task, splits_by_default):
+    """The shipped model predicts syn80_s2's best split plan 8% below its plan without splits:
+    inside the margin, so cost_greedy keeps the plan without (that of a run without splits);
+    at margin 0 it splits. Criteo Terabyte's split plan is predicted 18% lower: split either way."""
+    from autoshard.evaluation import load_suite
+
+    workload, topology = next((t.workload, t.topology) for t in load_suite("default")[1] if t.name == task)
+
+    def planned(split: bool, margin: float | None = None) -> ShardingPlan:
+        context = PlannerContext(shipped_model, allow_column_split=split, departure_margin=margin)
+        return make_planner("cost_greedy", context).plan(workload, topology)
+
+    def has_shards(plan: ShardingPlan) -> bool:
+        return any(s.columns is not None for d in plan.devices for s in d.shards)
+
+    unsplit, split, eager = planned(False), planned(True), planned(True, 0.0)
+    assert has_shards(eager) and eager.max_cost_ms < unsplit.max_cost_ms
+    assert has_shards(split) is splits_by_default
+    if splits_by_default:
+        assert split.max_cost_ms < 0.9 * unsplit.max_cost_ms
+    else:
+        assert split.devices == unsplit.devices and eager.max_cost_ms > 0.9 * unsplit.max_cost_ms
 
 
 def test_a_table_that_cannot_split_small_enough_names_its_smallest_shard():

@@ -16,7 +16,7 @@ from autoshard.presets import load_preset
 from autoshard.evaluation import Task, memory_for
 from autoshard.planners import PlannerContext, ProxyCostModel, make_planner, validate_plan
 from autoshard.planners.context import DEPARTURE_MARGIN
-from autoshard.planners.placement import PLANNED_CAPS, cheapest_after, place
+from autoshard.planners.placement import cheapest_after, place
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, start
 from autoshard.rl.policy import DevicePolicy, DeviceScoringPolicy, PolicyInfo
 from autoshard.rl.tasks import FixedTasks, TaskDistribution
@@ -225,26 +225,27 @@ def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):
 
 
 def test_with_column_splits_rl_refine_samples_at_the_planned_caps_only(model, monkeypatch):
-    """16 devices: 5 split caps (none, 2, 4, 8, 16). The ``PLANNED_CAPS`` that balance best by
-    their units' own costs get the argmax rollout, cost_greedy's placement and the sampled
-    rollouts (one ``place_together`` call per cap). The plan is no worse than rl's or cost_greedy's."""
+    """16 devices: 5 split caps (none, 2, 4, 8, 16). No split and the cap whose units balance
+    best by their own costs get the argmax rollout, cost_greedy's placement and the sampled
+    rollouts (one ``place_together`` call per cap; at margin 0, so that a sample could be
+    returned). The plan is no worse than rl's or cost_greedy's."""
     import autoshard.planners.rl as rl_planners
 
     rng = np.random.default_rng(2)
-    tables = tuple(Table(f"huge{i}", 100_000, 128, 40.0) for i in range(4)) + tuple(
+    tables = tuple(Table(f"huge{i}", 100_000, 128, 40.0) for i in range(2)) + tuple(
         Table(f"s{i}", int(rng.integers(1000, 100_000)), int(rng.choice([16, 32, 64])), float(rng.uniform(1, 10)))
         for i in range(60))
     workload, topology = Workload(tables, batch_size=2048, name="mix16"), Topology(16, 1.0)
-    context = PlannerContext(model, DevicePolicy.load(SHIPPED / "policy.pt"), allow_column_split=True)
+    context = PlannerContext(model, DevicePolicy.load(SHIPPED / "policy.pt"), allow_column_split=True,
+                             departure_margin=0.0)
     sampled = []
     place_together = rl_planners.place_together
     monkeypatch.setattr(rl_planners, "place_together", lambda *a, **k: sampled.append(1) or place_together(*a, **k))
     refined = make_planner("rl+refine", context).plan(workload, topology)
     validate_plan(refined, workload, topology)
-    assert 1 <= len(sampled) <= PLANNED_CAPS < 5
+    assert 1 <= len(sampled) <= 2
     assert refined.max_cost_ms <= make_planner("cost_greedy", context).plan(workload, topology).max_cost_ms * (1 + 1e-9)
-    rl = make_planner("rl", context).plan(workload, topology).max_cost_ms
-    assert refined.max_cost_ms <= rl / (1 - DEPARTURE_MARGIN) * (1 + 1e-9)
+    assert refined.max_cost_ms <= make_planner("rl", context).plan(workload, topology).max_cost_ms * (1 + 1e-9)
 
 
 def test_rl_refine_keeps_cost_greedys_plan_unless_its_own_is_predicted_clearly_lower(model):
@@ -379,12 +380,11 @@ def test_planners_of_one_task_share_their_placements_and_plan_as_they_do_alone(m
     context = PlannerContext(model, policy, seed=2, allow_column_split=column_split)
     names = ["cost_greedy", "rl", "rl+refine"]
     alone = {n: make_planner(n, context).plan(workload, topology) for n in names}
-    caps = 1 + (topology.num_devices.bit_length() - 1 if column_split else 0)  # no split, then 2, 4 ways
-    caps = min(caps, PLANNED_CAPS)  # the caps planned: those whose units balance best alone
     for order in (names, names[::-1]):
         shared = SharedWork(workload, topology)
         plans = compare_planners(workload, topology, order, replace(context, shared=shared)).plans
-        assert shared.reused == 2 * caps  # each cap's searched greedy placement and argmax rollout, once each
+        # each planned split cap's searched greedy placement and argmax rollout: computed once, handed out once
+        assert shared.reused == shared.kept >= 2
         for plan in plans:
             assert plan.devices == alone[plan.planner].devices, plan.planner
         # the time of what a planner took from those before it is reported beside its own

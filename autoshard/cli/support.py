@@ -28,9 +28,9 @@ NO_MODEL = "none"  # --model none: plan without a cost model (the heuristics, pr
 F = TypeVar("F", bound=Callable[..., Any])
 SEARCH_ITERATIONS_HELP = ("rl+refine: iterations of ruin and recreate after its rollouts (0: off; measured, its "
                           "predicted gains did not hold: docs/rl.md).")
-DEPARTURE_MARGIN_HELP = ("rl+refine: how much lower (a fraction) than cost_greedy's plan its own must be predicted to be "
-                         "returned instead (default 0.1; 0: the lowest prediction wins; measured, smaller predicted gains "
-                         "were losses: docs/rl.md).")
+DEPARTURE_MARGIN_HELP = ("How much lower (a fraction) rl+refine's plan must be predicted than cost_greedy's to be "
+                         "returned instead, and a plan with column splits than the plan without (default 0.1; 0: the "
+                         "lowest prediction wins; measured, smaller predicted gains were losses: docs/rl.md).")
 
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.local_search import improve
 from autoshard.planners.placement import (Deadline, DeviceState, PlacementState, assignment, best_over_split_caps,
                                           build_plan, cheapest_after, place_workload, split_units_at)
@@ -22,8 +23,9 @@ class CostGreedyPlanner:
     and swaps off the max-cost device for at most ``max_rounds`` rounds (0 turns it off).
     Column splitting, if allowed, splits tables predicted above the average device load into
     at most 2, 4, ... D shards (a shard still pays every lookup, so more shards are not always
-    cheaper): of no split and each cap, the ``PLANNED_CAPS`` whose units balance best by their own
-    costs are planned (``best_over_split_caps``), and the lowest predicted max is kept.
+    cheaper): the plan without splits and, where splitting could pay, the plan of the cap whose
+    units balance best by their own costs; the split plan only if it is predicted more than
+    ``departure_margin`` below the other (``best_over_split_caps``).
     Device ``cost_ms`` is the cost model's prediction. Past ``time_budget_s`` the search stops
     (no further local-search round or split cap) and the best plan so far comes back ``partial``.
     With ``shared``, a placement another planner of the task searched already is reused."""
@@ -34,6 +36,7 @@ class CostGreedyPlanner:
     time_budget_s: float | None = None
     name: str = "cost_greedy"
     shared: SharedWork | None = None
+    departure_margin: float = DEPARTURE_MARGIN
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
@@ -47,7 +50,8 @@ class CostGreedyPlanner:
 
         deadline = Deadline(started, self.time_budget_s)
         units_at = split_units_at(workload, topology, model_costs(self.cost_model, batch_size))
-        best = best_over_split_caps(topology, self.allow_column_split, plan_at, units_at, deadline)
+        best = best_over_split_caps(topology, self.allow_column_split, plan_at, units_at, self.departure_margin,
+                                    deadline)
         return build_plan(self.name, best, started, batch_size, partial=deadline.hit, reused_s=sum(reused))
 
 

@@ -314,72 +314,115 @@ def place_workload(workload: Workload, topology: Topology, cost_fn: CostFn, allo
             limit, count = limit // 2, len(units)
 
 
-PLANNED_CAPS = 2
-"""With column splits, the split caps planned with the cost model: those whose units, placed
-largest first by their own costs summed, end at the lowest max (``additive_max``). On the
-held-out grid (20-400 tables on 4-64 devices) and 20 of the load test's 80 x 8 requests, the 19
-tasks whose caps split differently: cost_greedy's best cap is the additive ranking's first on
-16, its first or second on all 19; 1 cap would lose 0.4-5.4% on the other 3 (docs/planners.md).
-Planning every cap multiplied the planning time by the number of caps (log2 D + 1)."""
+@dataclass(frozen=True, slots=True)
+class CapGroup:
+    """Split caps (None: no split) that split the tables alike: their units, and the max of
+    those units placed by their own costs (``additive_max``)."""
+
+    units: frozenset[Unit]
+    caps: tuple[int | None, ...]
+    additive: float
 
 
 def best_over_split_caps(topology: Topology, allow_split: bool, plan_at: Callable[[int | None], list[DeviceState]],
-                         units_at: Callable[[int | None], Sequence[Unit]], deadline: Deadline | None = None,
-                         ) -> list[DeviceState]:
-    """Without splitting, ``plan_at(None)``. With it, of the caps None (no split), 2, 4, ... D
-    ways, those whose units (``units_at``, ``split_units_at``) differ (caps often split alike:
-    only tables above the average load split, into the fewest shards that bring them under it,
-    no finer than their widths allow), ranked by ``additive_max``: ``plan_at`` for the first
-    ``PLANNED_CAPS`` that plan, keeping the placement whose max load is lowest (ties: the better
-    ranked). Placement depends only on its units, so a cap that splits as one planned already
-    would place alike; but when that one ran into a dead end and retried with smaller shards
-    (``place_workload``), the next cap that splits alike is planned too, since it retries with
-    its own. A ``PlannerError`` is raised only if every cap fails. Past the ``deadline``, no
-    further cap is tried once one placement exists."""
+                         units_at: Callable[[int | None], Sequence[Unit]], margin: float = 0.0,
+                         deadline: Deadline | None = None) -> list[DeviceState]:
+    """Without splitting, ``plan_at(None)``. With it, the plan without splits and, where
+    splitting could pay, the plan of the split cap (2, 4, ... D ways) whose units balance best
+    by their own costs; the plan with splits only if it is predicted more than ``margin``
+    below the one without (``chosen_over_split``).
+
+    Caps that split the tables alike (``units_at``, ``split_units_at``; only tables above the
+    average load split, into the fewest shards that bring them under it, no finer than their
+    widths allow) are one candidate (``CapGroup``). Placement depends only on its units, so a
+    cap of a group places as the group's first did, unless that one ran into a dead end and
+    retried with smaller shards (``place_workload``): then the next cap of the group is
+    planned too. The split candidate is planned only if its ``additive_max`` is more than
+    ``margin`` below the unsplit one's: the additive balance, found without the model, tells
+    where splitting could clear the margin (docs/planners.md). Without a plan that fits
+    unsplit, the split candidates are planned best first until one plans. A ``PlannerError``
+    is raised only if nothing plans. Past the ``deadline``, the plan without splits is kept."""
     if not allow_split:
         return plan_at(None)
-    groups, error = _ranked_caps(topology, units_at)
-    best: list[DeviceState] | None = None
-    planned = 0
-    for units, caps in groups:
-        for cap in caps:
-            if best is not None and (planned >= PLANNED_CAPS or (deadline is not None and deadline.expired)):
-                return best
-            try:
-                states = plan_at(cap)
-            except PlannerError as failed:
-                error = failed
-                continue
-            planned += 1
-            if best is None or max(s.load for s in states) < max(s.load for s in best):
-                best = states
-            if frozenset(u for s in states for u in s.units) == units:  # placed as split: so would the others
-                break
-    if best is None:
+    whole, splits, error = _cap_groups(topology, units_at)
+    planned: list[list[DeviceState]] = []
+    if whole is not None:
+        found, error = _plan_group(whole, plan_at, error)
+        planned += found
+    if planned and deadline is not None and deadline.expired:
+        return chosen_over_split(planned, margin)
+    worth = [g for g in splits if not planned or whole is None or g.additive < (1 - margin) * whole.additive]
+    for group in worth[:1] if planned else worth:  # without an unsplit plan: until one plans
+        found, error = _plan_group(group, plan_at, error)
+        planned += found
+        if found:
+            break
+    if not planned:
         assert error is not None
         raise error
-    return best
+    return chosen_over_split(planned, margin)
 
 
-def _ranked_caps(topology: Topology, units_at: Callable[[int | None], Sequence[Unit]],
-                 ) -> tuple[list[tuple[frozenset[Unit], list[int | None]]], PlannerError | None]:
-    """The split caps grouped by their units, the groups lowest ``additive_max`` first (ties:
-    fewer ways); and the error of a cap whose units cannot fit at all (it is left out)."""
-    caps: list[int | None] = [None, *(2**k for k in range(1, topology.num_devices.bit_length()))]
-    groups: dict[frozenset[Unit], list[int | None]] = {}
-    rank: dict[frozenset[Unit], tuple[float, int]] = {}
-    error: PlannerError | None = None
-    for order, cap in enumerate(caps):
+def chosen_over_split(placements: Sequence[list[DeviceState]], margin: float) -> list[DeviceState]:
+    """Of placements of one task, the lowest-max one holding column shards if it is predicted
+    more than ``margin`` below the lowest-max one without (or there is none without); else
+    that one. Measured, plans chosen for smaller predicted gains were slower as often as not
+    (``DEPARTURE_MARGIN``): a split plan predicted 0.07% lower measured 1.10x (docs/planners.md)."""
+    whole = [p for p in placements if not _has_shards(p)]
+    split = [p for p in placements if _has_shards(p)]
+    best_whole = min(whole, key=max_load) if whole else None
+    best_split = min(split, key=max_load) if split else None
+    if best_whole is None or (best_split is not None and max_load(best_split) < (1 - margin) * max_load(best_whole)):
+        assert best_split is not None
+        return best_split
+    return best_whole
+
+
+def _has_shards(states: Sequence[DeviceState]) -> bool:
+    return any(u.shard.columns is not None for s in states for u in s.units)
+
+
+def max_load(states: Sequence[DeviceState]) -> float:
+    return max(s.load for s in states)
+
+
+def _plan_group(group: CapGroup, plan_at: Callable[[int | None], list[DeviceState]],
+                error: PlannerError | None) -> tuple[list[list[DeviceState]], PlannerError | None]:
+    """The group's placements: its first cap's, and the next one's while a cap retried with
+    smaller shards or failed; and the last ``PlannerError`` (``error`` if none)."""
+    found: list[list[DeviceState]] = []
+    for cap in group.caps:
         try:
-            units = units_at(cap)
+            states = plan_at(cap)
         except PlannerError as failed:
             error = failed
             continue
-        key = frozenset(units)
-        if key not in groups:
-            groups[key], rank[key] = [], (additive_max(units, topology.num_devices), order)
-        groups[key].append(cap)
-    return [(key, groups[key]) for key in sorted(groups, key=rank.__getitem__)], error
+        found.append(states)
+        if frozenset(u for s in states for u in s.units) == group.units:  # placed as split: so would the others
+            break
+    return found, error
+
+
+def _cap_groups(topology: Topology, units_at: Callable[[int | None], Sequence[Unit]],
+                ) -> tuple[CapGroup | None, list[CapGroup], PlannerError | None]:
+    """The group of no split (None if its units cannot fit), the other groups lowest
+    ``additive_max`` first (ties: fewer ways), and the error of a cap whose units cannot fit."""
+    caps: list[int | None] = [None, *(2**k for k in range(1, topology.num_devices.bit_length()))]
+    members: dict[frozenset[Unit], list[int | None]] = {}
+    first: dict[frozenset[Unit], int] = {}
+    error: PlannerError | None = None
+    for order, cap in enumerate(caps):
+        try:
+            units = frozenset(units_at(cap))
+        except PlannerError as failed:
+            error = failed
+            continue
+        first.setdefault(units, order)
+        members.setdefault(units, []).append(cap)
+    groups = [CapGroup(units, tuple(c), additive_max(list(units), topology.num_devices)) for units, c in members.items()]
+    whole = next((g for g in groups if g.caps[0] is None), None)
+    splits = sorted((g for g in groups if g is not whole), key=lambda g: (g.additive, first[g.units]))
+    return whole, splits, error
 
 
 def additive_max(units: Sequence[Unit], num_devices: int) -> float:

@@ -93,7 +93,8 @@ _SPECS = (
     *(PlannerSpec(name, PlannerKind.HEURISTIC, _greedy(name)) for name in PROXIES),
     PlannerSpec("cost_greedy", PlannerKind.COST_MODEL,
                 lambda c: CostGreedyPlanner(c.cost_model, c.allow_column_split,  # type: ignore[arg-type]
-                                            time_budget_s=c.time_budget_s, shared=c.shared)),
+                                            time_budget_s=c.time_budget_s, shared=c.shared,
+                                            departure_margin=c.margin)),
     PlannerSpec("rl", PlannerKind.POLICY, _rl(0, "rl")),
     PlannerSpec("rl+refine", PlannerKind.POLICY, _rl(REFINE_SAMPLES, "rl+refine")),
     PlannerSpec("torchrec", PlannerKind.REFERENCE, _torchrec("cuda"), default=False),

@@ -13,8 +13,8 @@ from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.cost_greedy import searched_greedy
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, assignment,
-                                          best_over_split_caps, build_plan, place_together, place_workload,
-                                          split_units_at)
+                                          best_over_split_caps, build_plan, chosen_over_split, max_load,
+                                          place_together, place_workload, split_units_at)
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
 from autoshard.planners.units import Unit, model_costs
@@ -32,9 +32,10 @@ SAMPLED_CANDIDATES = 32  # sampled rollouts score more devices than the argmax o
 class RLPlanner:
     """The policy places units largest predicted cost first, each on its best-scored device
     among those the mask allows (room, the extrapolation guard, the packing lookahead: as in
-    ``ShardingEnv``); deterministic. With column splitting, the policy places the shards of
-    the split caps that ``best_over_split_caps`` plans (of none, 2, 4, ... D ways) and the lowest
-    predicted max is kept.
+    ``ShardingEnv``); deterministic. With column splitting, the policy places the units without
+    splits and, where splitting could pay, those of the split cap that balances best
+    (``best_over_split_caps``); the split placement is kept only if it is predicted more than
+    ``departure_margin`` lower.
 
     ``samples`` > 0 makes it ``rl+refine``, a policy-guided search: besides the argmax rollout,
     ``samples`` rollouts drawn from the policy's softmax at ``temperature`` (seeded; of the
@@ -44,8 +45,9 @@ class RLPlanner:
     it has searched from already (greedy's placement, or a sample drawn twice), and on
     cost_greedy's own placement (without the extrapolation guard, as cost_greedy places), so
     that it is never worse than cost_greedy either. With column splitting, each split cap that
-    ``best_over_split_caps`` plans (cost_greedy's) gets its argmax rollout, cost_greedy's
-    placement, the samples and their local search. Then ``search`` (``ruin_recreate``) from the best plan, the policy, sampling,
+    ``best_over_split_caps`` plans (no split, and the best-balanced cap where splitting could
+    pay, as for cost_greedy) gets its argmax rollout, cost_greedy's placement, the samples and
+    their local search. Then ``search`` (``ruin_recreate``) from the best plan, the policy, sampling,
     re-placing the ruined devices' units. The lowest predicted max wins, but a plan that is not
     cost_greedy's must be predicted more than ``departure_margin`` below cost_greedy's to be
     returned (measured, smaller predicted gains were losses: ``DEPARTURE_MARGIN``); so it is
@@ -122,7 +124,7 @@ class RLPlanner:
             return lower_start(cap)
 
         def lower_start(cap: int | None) -> list[DeviceState]:
-            return min([list(p.devices) for p in starts[cap] if p is not None], key=_max_load)
+            return min([list(p.devices) for p in starts[cap] if p is not None], key=max_load)
 
         def refined(cap: int | None) -> list[DeviceState]:
             """The sampled rollouts of the split cap, and local search from the best of them and
@@ -132,10 +134,10 @@ class RLPlanner:
             argmax, greedy = starts[cap]
             assert greedy is not None
             found = [[d.copy() for d in argmax.devices]]
-            returnable = min(_max_load(list(greedy.devices)) * (1 - self.departure_margin), _max_load(found[0]))
+            returnable = min(max_load(list(greedy.devices)) * (1 - self.departure_margin), max_load(found[0]))
             if not deadline.expired and returnable > lower_bound(found[0]) * (1 + REL_TOL):
                 found += sampled(list(argmax.units))  # else no plan it could return is lower: none beats the bound
-            found.sort(key=_max_load)
+            found.sort(key=max_load)
             searched = {greedy.searched_from}
             for states in found[:self.refine_top]:
                 start = assignment(states)
@@ -143,38 +145,35 @@ class RLPlanner:
                     continue  # its clone), or one of these placements sampled twice
                 searched.add(start)
                 improve(states, self.cost_model, batch, self.max_rounds, deadline)
-            return min(found, key=_max_load)
+            return min(found, key=max_load)
 
         def sampler() -> PolicyChooser:
             return PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES)
 
         deadline = Deadline(started, self.time_budget_s)
         best = best_over_split_caps(topology, self.allow_column_split, start_at,
-                                    split_units_at(workload, topology, cost_fn), deadline)
+                                    split_units_at(workload, topology, cost_fn), self.departure_margin, deadline)
         if self.samples:  # the samples and their local search at each planned cap, the lowest start first
-            ranked = sorted(starts, key=lambda cap: _max_load(lower_start(cap)))
-            best = min([best, *(refined(cap) for cap in ranked)], key=_max_load)
+            ranked = sorted(starts, key=lambda cap: max_load(lower_start(cap)))
+            best = min([best, *(refined(cap) for cap in ranked)], key=max_load)
         if self.samples and self.search.iterations:  # once, from the best split cap's plan: not once per cap
             best = ruin_and_recreate(best, self.cost_model, batch, topology, start, sampler, rng, self.search,
                                      deadline)
         if self.samples:
-            best = _kept_unless_clearly_lower(best, _greedy_best(starts), self.departure_margin)
+            best = _kept_unless_clearly_lower(best, _greedy_best(starts, self.departure_margin), self.departure_margin)
         return build_plan(self.name, best, started, batch, partial=deadline.hit, reused_s=sum(reused))
 
 
-def _max_load(states: list[DeviceState]) -> float:
-    return max(s.load for s in states)
-
-
-def _greedy_best(starts: dict[int | None, tuple[Placement, Placement | None]]) -> list[DeviceState]:
-    """cost_greedy's plan: its searched placement at the split cap where it is lowest."""
-    return min((list(greedy.devices) for _, greedy in starts.values() if greedy is not None), key=_max_load)
+def _greedy_best(starts: dict[int | None, tuple[Placement, Placement | None]], margin: float) -> list[DeviceState]:
+    """cost_greedy's plan: of its searched placements at the planned split caps, the one it
+    returns (``chosen_over_split``)."""
+    return chosen_over_split([list(greedy.devices) for _, greedy in starts.values() if greedy is not None], margin)
 
 
 def _kept_unless_clearly_lower(found: list[DeviceState], greedy: list[DeviceState],
                                margin: float) -> list[DeviceState]:
     """``found`` if it is cost_greedy's placement or predicted more than ``margin`` below it; else
     cost_greedy's."""
-    if assignment(found) == assignment(greedy) or _max_load(found) < _max_load(greedy) * (1 - margin):
+    if assignment(found) == assignment(greedy) or max_load(found) < max_load(greedy) * (1 - margin):
         return found
     return greedy

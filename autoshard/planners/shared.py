@@ -52,6 +52,11 @@ class SharedWork:
         self._steps: dict[Hashable, StepCosts] = {}
         self.reused = 0  # how many placements were handed out instead of computed (for tests)
 
+    @property
+    def kept(self) -> int:
+        """How many placements are kept to hand out (for tests)."""
+        return len(self._kept)
+
     def placement(self, workload: Workload, topology: Topology, key: Hashable,
                   compute: Callable[[], tuple[Placement, bool]]) -> Placement:
         """The placement kept under ``key`` (a copy), or ``compute()``'s: (placement, whether
