@@ -351,8 +351,12 @@ def best_over_split_caps(topology: Topology, allow_split: bool, plan_at: Callabl
         planned += found
     if planned and deadline is not None and deadline.expired:
         return chosen_over_split(planned, margin)
-    worth = [g for g in splits if not planned or whole is None or g.additive < (1 - margin) * whole.additive]
-    for group in worth[:1] if planned else worth:  # without an unsplit plan: until one plans
+    if planned:  # the best-balanced split candidate, where its balance could clear the margin
+        assert whole is not None
+        candidates = [g for g in splits if g.additive < (1 - margin) * whole.additive][:1]
+    else:  # nothing fits unsplit: the split candidates, best first, until one plans
+        candidates = splits
+    for group in candidates:
         found, error = _plan_group(group, plan_at, error)
         planned += found
         if found:
