@@ -376,10 +376,16 @@ def chosen_over_split(placements: Sequence[list[DeviceState]], margin: float) ->
     split = [p for p in placements if _has_shards(p)]
     best_whole = min(whole, key=max_load) if whole else None
     best_split = min(split, key=max_load) if split else None
-    if best_whole is None or (best_split is not None and max_load(best_split) < (1 - margin) * max_load(best_whole)):
+    if best_whole is None or (best_split is not None and clearly_lower(best_split, best_whole, margin)):
         assert best_split is not None
         return best_split
     return best_whole
+
+
+def clearly_lower(found: Sequence[DeviceState], than: Sequence[DeviceState], margin: float) -> bool:
+    """Whether ``found``'s max load is more than ``margin`` (a fraction) below ``than``'s: what a
+    plan other than the plain one must be predicted to be chosen (``DEPARTURE_MARGIN``)."""
+    return max_load(found) < (1 - margin) * max_load(than)
 
 
 def _has_shards(states: Sequence[DeviceState]) -> bool:

@@ -13,8 +13,8 @@ from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.cost_greedy import searched_greedy
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, assignment,
-                                          best_over_split_caps, build_plan, chosen_over_split, max_load,
-                                          place_together, place_workload, split_units_at)
+                                          best_over_split_caps, build_plan, chosen_over_split, clearly_lower,
+                                          max_load, place_together, place_workload, split_units_at)
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
 from autoshard.planners.units import Unit, model_costs
@@ -174,6 +174,6 @@ def _kept_unless_clearly_lower(found: list[DeviceState], greedy: list[DeviceStat
                                margin: float) -> list[DeviceState]:
     """``found`` if it is cost_greedy's placement or predicted more than ``margin`` below it; else
     cost_greedy's."""
-    if assignment(found) == assignment(greedy) or max_load(found) < max_load(greedy) * (1 - margin):
+    if assignment(found) == assignment(greedy) or clearly_lower(found, greedy, margin):
         return found
     return greedy
