@@ -8,13 +8,15 @@ service groups them), on the load test's ``--fresh`` bodies, without HTTP or wor
 What the planners of one request cost is what limits the service's throughput on distinct
 requests (docs/service.md): two cores at 100 req/s leave 20 ms of CPU per request for the server,
 the client and every planner. The first ``--warmup`` bodies are planned and not counted (caches,
-lazy imports). Each request's time is process CPU time (``time.process_time``), so that a busy
+lazy imports). Like a planning worker, it freezes the collector's view of what start-up
+loaded (``gc.freeze()``), so that its figures are not full collections walking torch. Each request's time is process CPU time (``time.process_time``), so that a busy
 machine slows its wall clock, not its figures; the planners' own ``plan_time_s`` is wall time.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -47,6 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     one_thread()
     store = load_models(args.models)
+    gc.freeze()  # as a planning worker does after start-up: a full collection need not walk torch and the models
     loaded = store.resolve(None)
     catalog = planner_catalog(store)
     names = [n for n, info in catalog.items() if info.default and info.available]

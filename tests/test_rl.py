@@ -619,3 +619,47 @@ def test_a_sampled_device_is_the_draw_numpys_choice_makes():
         logits = np.random.default_rng(k).normal(size=k % 16 + 1) * 4
         p = np.exp(logits - logits.max())
         assert draw(ours, logits) == numpys.choice(len(logits), p=p / p.sum())
+
+
+@pytest.mark.parametrize("departing", [False, True], ids=["clone", "departing"])
+def test_the_argmax_rollout_checked_in_one_pass_is_the_policy_stepped_one_pass_a_step(model, monkeypatch, departing):
+    """``argmax_rollout`` runs greedy's device at each step and scores all the steps in one pass
+    of the policy: its placement is the policy's argmax rollout stepped one pass a step, for the
+    shipped policy (greedy's clone: a pass or two for the whole task) and for one that departs
+    from greedy nearly every step (its scores negated: restarts, then stepping), on a 40-table
+    task and on one where the first split (halves) runs into a dead end and quarters are placed."""
+    from autoshard.planners.placement import assignment, place_workload
+    from autoshard.planners.units import model_costs
+    from autoshard.rl.env import guarded_state
+    from autoshard.rl.rollout import PolicyChooser, argmax_rollout
+
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    if departing:
+        (w, b), *rest = policy.layers[::-1]
+        policy = DevicePolicy([*rest[::-1], (-w, -b)], policy.info)
+    passes = []
+    scores = DevicePolicy.scores
+    monkeypatch.setattr(DevicePolicy, "scores", lambda self, observed: passes.append(1) or scores(self, observed))
+    pooled = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(5))
+    dead_end = Workload(tuple(Table(f"t{i}", 1200, 128) for i in range(3)))  # 1.2 devices each: halves cannot pair
+    cases = [(pooled, Topology(4, memory_for(pooled, 4, 1.3)), None), (dead_end, Topology(4, 512_000), 4)]
+    counted = []
+    for workload, topology, cap in cases:
+        def run(choose):
+            return place_workload(workload, topology, model_costs(model, workload.batch_size), cap is not None, choose,
+                                  lambda units: guarded_state(units, topology, model, workload.batch_size, 1.25),
+                                  max_ways=cap)
+
+        passes.clear()
+        stepped = run(PolicyChooser(policy))
+        steps = len(passes)
+        passes.clear()
+        checked = argmax_rollout(run, policy)
+        assert assignment(checked.devices) == assignment(stepped.devices)
+        np.testing.assert_allclose(checked.loads, stepped.loads, rtol=1e-6)
+        counted.append((len(passes), steps))
+    (passes_40, steps_40), _ = counted
+    if departing:
+        assert passes_40 > steps_40  # the speculative passes, then the stepped ones
+    else:
+        assert passes_40 <= 2 < steps_40

@@ -19,7 +19,7 @@ from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recrea
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.env import guarded_state
-from autoshard.rl.rollout import PolicyChooser
+from autoshard.rl.rollout import PolicyChooser, argmax_rollout
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class RLPlanner:
 
         def argmax_at(cap: int | None) -> Placement:
             def place() -> tuple[Placement, bool]:
-                state = rollout(cap, PolicyChooser(self.policy))
+                state = argmax_rollout(lambda choose: rollout(cap, choose), self.policy)
                 return Placement(tuple(state.units), tuple(state.devices)), True
 
             key = ("rl argmax", cap, id(self.policy), self.set_size_headroom)

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from autoshard.planners.placement import CANDIDATES, PlacementState, candidates, first_alike
+from autoshard.errors import PlannerError
+from autoshard.planners.placement import CANDIDATES, Chooser, PlacementState, StepCosts, candidates, first_alike
+from autoshard.planners.units import Unit
 from autoshard.rl.observation import observe_many
+from autoshard.types import Topology
 
 if TYPE_CHECKING:
     from autoshard.rl.policy import DevicePolicy
+
+SPECULATIONS = 4
+"""``argmax_rollout`` checks at most this many speculative runs before it steps the policy."""
 
 
 class PolicyChooser:
@@ -65,3 +72,119 @@ def draw(rng: np.random.Generator, logits: np.ndarray) -> int:
     cdf = np.cumsum(p / p.sum())  # as numpy's choice computes it, so that the draw is its draw
     cdf /= cdf[-1]
     return int(cdf.searchsorted(rng.random(), side="right"))
+
+
+@dataclass(frozen=True, slots=True)
+class StepView:
+    """What ``observe_many`` reads of a placement, as it was at one step (copies of its arrays),
+    and where the step sits in its ``StepCosts`` (if any)."""
+
+    topology: Topology
+    units: Sequence[Unit]
+    position: int
+    cost_bound: float
+    remaining_cost: float
+    remaining_bytes: int
+    loads: np.ndarray
+    free: np.ndarray
+    count: np.ndarray
+    steps: StepCosts | None
+    history: int
+
+    @property
+    def current(self) -> Unit:
+        return self.units[self.position]
+
+    @classmethod
+    def of(cls, state: PlacementState) -> StepView:
+        return cls(state.topology, state.units, state.position, state.cost_bound, state.remaining_cost,
+                   state.remaining_bytes, state.loads.copy(), state.free.copy(), state.count.copy(), state.steps,
+                   state.history)
+
+
+class _Departed(Exception):
+    """A speculative run left the policy's path in an earlier attempt of ``place_workload``."""
+
+    def __init__(self, path: dict[int, list[int]]) -> None:
+        super().__init__("the policy departs from the speculative run")
+        self.path = path
+
+
+class _Speculation:
+    """A ``Chooser`` for one run of ``place_workload``: on each attempt (a fresh placement; an
+    attempt that ran into a dead end is retried with smaller shards) it takes the devices of
+    ``path[attempt]``, then greedy's device at each step (the cheapest after: the cloned policy's
+    choice almost always), recording what the policy would observe there. ``departure`` scores
+    every recorded step in one pass of the policy."""
+
+    def __init__(self, policy: DevicePolicy, path: dict[int, list[int]], limit: int) -> None:
+        self.policy, self.path, self.limit = policy, path, limit
+        self.state: PlacementState | None = None
+        self.attempt = -1
+        self.views: list[StepView] = []
+        self.rows: list[np.ndarray] = []
+        self.added: list[np.ndarray] = []
+        self.taken: list[int] = []
+
+    def __call__(self, state: PlacementState, allowed: np.ndarray) -> int:
+        if state is not self.state:  # a new attempt: the last one ran into a dead end
+            if self.state is not None and (path := self.departure()) is not None:
+                raise _Departed(path)  # ... on the speculative path, not necessarily on the policy's
+            self.state, self.attempt = state, self.attempt + 1
+            self.views, self.rows, self.added, self.taken = [], [], [], []
+        rows = candidates(state, allowed, self.limit)
+        added = state.costs_if_added(rows)  # as the policy's step scores them (and ``apply`` reads them)
+        prefix = self.path.get(self.attempt, [])
+        if state.position < len(prefix):
+            return prefix[state.position]
+        self.views.append(StepView.of(state))
+        self.rows.append(rows)
+        self.added.append(added)
+        self.taken.append(int(rows[np.argmin(added)]))
+        return self.taken[-1]
+
+    def departure(self) -> dict[int, list[int]] | None:
+        """None if the policy's argmax is the device taken at every recorded step of this
+        attempt; else the path to replay: this attempt's devices up to the first step where it
+        is not, and the policy's device there. The scores go to the steps' ``StepCosts``, where
+        the policy's sampled rollouts read them."""
+        if not self.views:
+            return None
+        observed = observe_many(self.views, self.rows, self.added, [None] * len(self.views))
+        scores = self.policy.scores(observed)
+        prefix = self.path.get(self.attempt, [])
+        for k, (a, b) in enumerate(itertools.pairwise(observed.starts)):
+            view, mine = self.views[k], scores[a:b]
+            if view.steps is not None:
+                view.steps.scores(view.history)[(id(self.policy), self.rows[k].tobytes())] = mine
+            device = int(self.rows[k][np.argmax(mine)])
+            if device != self.taken[k]:
+                return {**self.path, self.attempt: prefix + self.taken[:k] + [device]}
+        return None
+
+
+def argmax_rollout(run: Callable[[Chooser], PlacementState], policy: DevicePolicy,
+                   limit: int = CANDIDATES) -> PlacementState:
+    """``run(PolicyChooser(policy))`` (a ``place_workload`` with that chooser), computed
+    speculatively: the policy is a clone of greedy placement, so greedy's device is run at every
+    step and the policy then scores all the steps in one pass instead of one pass a step. Where
+    the policy departs, the run restarts on the path up to there plus the policy's device (the
+    costs of that path come from its ``StepCosts``, where there are some), at most
+    ``SPECULATIONS`` times before stepping the policy one pass a step."""
+    path: dict[int, list[int]] = {}
+    for _ in range(SPECULATIONS):
+        chooser = _Speculation(policy, path, limit)
+        try:
+            state = run(chooser)
+        except _Departed as departed:
+            path = departed.path
+            continue
+        except PlannerError:
+            if (departed_at := chooser.departure()) is None:
+                raise  # the policy's own path ends there too
+            path = departed_at
+            continue
+        if (departed_at := chooser.departure()) is None:
+            return state
+        path = departed_at
+    return run(PolicyChooser(policy, candidates=limit))
