@@ -224,12 +224,23 @@ def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):
     assert [d.shards for d in again.devices] == [d.shards for d in refined.devices]
 
 
+def _refined_counting_samples(monkeypatch, context: PlannerContext, workload: Workload,
+                              topology: Topology) -> tuple[int, object]:
+    """rl+refine's plan, and how many times it drew sampled rollouts (``place_together`` calls)."""
+    import autoshard.planners.rl as rl_planners
+
+    sampled = []
+    place_together = rl_planners.place_together
+    monkeypatch.setattr(rl_planners, "place_together", lambda *a, **k: sampled.append(1) or place_together(*a, **k))
+    plan = make_planner("rl+refine", context).plan(workload, topology)
+    return len(sampled), plan
+
+
 def test_with_column_splits_rl_refine_samples_at_the_planned_caps_only(model, monkeypatch):
     """16 devices: 5 split caps (none, 2, 4, 8, 16). No split and the cap whose units balance
     best by their own costs get the argmax rollout, cost_greedy's placement and the sampled
     rollouts (one ``place_together`` call per cap; at margin 0, so that a sample could be
     returned). The plan is no worse than rl's or cost_greedy's."""
-    import autoshard.planners.rl as rl_planners
 
     rng = np.random.default_rng(2)
     tables = tuple(Table(f"huge{i}", 100_000, 128, 40.0) for i in range(2)) + tuple(
@@ -238,12 +249,9 @@ def test_with_column_splits_rl_refine_samples_at_the_planned_caps_only(model, mo
     workload, topology = Workload(tables, batch_size=2048, name="mix16"), Topology(16, 1.0)
     context = PlannerContext(model, DevicePolicy.load(SHIPPED / "policy.pt"), allow_column_split=True,
                              departure_margin=0.0)
-    sampled = []
-    place_together = rl_planners.place_together
-    monkeypatch.setattr(rl_planners, "place_together", lambda *a, **k: sampled.append(1) or place_together(*a, **k))
-    refined = make_planner("rl+refine", context).plan(workload, topology)
+    sampled, refined = _refined_counting_samples(monkeypatch, context, workload, topology)
     validate_plan(refined, workload, topology)
-    assert 1 <= len(sampled) <= 2
+    assert 1 <= sampled <= 2
     assert refined.max_cost_ms <= make_planner("cost_greedy", context).plan(workload, topology).max_cost_ms * (1 + 1e-9)
     assert refined.max_cost_ms <= make_planner("rl", context).plan(workload, topology).max_cost_ms * (1 + 1e-9)
 
@@ -274,7 +282,6 @@ def test_rl_refine_does_not_sample_where_no_plan_could_clear_the_departure_margi
     """One table of 2M rows among 54 small ones on 4 devices: cost_greedy's plan is 1-10% above
     the lower bound (that table alone), so no plan can be predicted 10% below it and rl+refine
     draws no samples; with no margin it does."""
-    import autoshard.planners.rl as rl_planners
     from autoshard.planners.units import model_costs
 
     rng = np.random.default_rng(3)
@@ -286,12 +293,34 @@ def test_rl_refine_does_not_sample_where_no_plan_could_clear_the_departure_margi
     greedy = make_planner("cost_greedy", PlannerContext(model, policy)).plan(workload, topology)
     bound = max(model_costs(model, 2048)(tables))
     assert bound * 1.001 < greedy.max_cost_ms < bound / (1 - DEPARTURE_MARGIN)
-    sampled = []
-    place_together = rl_planners.place_together
-    monkeypatch.setattr(rl_planners, "place_together", lambda *a, **k: sampled.append(1) or place_together(*a, **k))
-    refined = make_planner("rl+refine", PlannerContext(model, policy)).plan(workload, topology)
+    sampled, refined = _refined_counting_samples(monkeypatch, PlannerContext(model, policy), workload, topology)
     assert not sampled and [d.shards for d in refined.devices] == [d.shards for d in greedy.devices]
-    make_planner("rl+refine", PlannerContext(model, policy, departure_margin=0.0)).plan(workload, topology)
+    sampled, _ = _refined_counting_samples(monkeypatch, PlannerContext(model, policy, departure_margin=0.0), workload,
+                                           topology)
+    assert sampled
+
+
+def test_rl_refine_does_not_sample_where_cost_greedys_plan_is_too_even_for_a_plan_to_clear_the_margin(
+        model, monkeypatch):
+    """80 pool tables on 4 devices: cost_greedy's plan is twice the lower bound but within 1% of
+    its own mean device cost. A plan 10% lower would need
+    a total more than ``TOTAL_SLACK`` below cost_greedy's, so rl+refine draws no samples and
+    returns cost_greedy's plan; with no margin it samples."""
+    import autoshard.planners.rl as rl_planners
+    from autoshard.planners.units import model_costs
+
+    workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 80, np.random.default_rng(4))
+    topology = Topology(4, memory_for(workload, 4, 1.3))
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    greedy = make_planner("cost_greedy", PlannerContext(model, policy)).plan(workload, topology)
+    mean = sum(d.cost_ms for d in greedy.devices) / 4
+    bound = max(model_costs(model, workload.batch_size)(workload.tables))
+    assert greedy.max_cost_ms > bound / (1 - DEPARTURE_MARGIN)  # the lower bound alone leaves room
+    assert greedy.max_cost_ms * (1 - DEPARTURE_MARGIN) <= (1 - rl_planners.TOTAL_SLACK) * mean  # too even
+    sampled, refined = _refined_counting_samples(monkeypatch, PlannerContext(model, policy), workload, topology)
+    assert not sampled and [d.shards for d in refined.devices] == [d.shards for d in greedy.devices]
+    sampled, _ = _refined_counting_samples(monkeypatch, PlannerContext(model, policy, departure_margin=0.0), workload,
+                                           topology)
     assert sampled
 
 
@@ -415,8 +444,9 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
     workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 120, np.random.default_rng(3))
     topology = Topology(4, memory_for(workload, 4, 1.3))
-    # seed 0: a draw whose samples part from greedy's choices (a sharp policy's often do not)
-    context = PlannerContext(model, policy, seed=0)
+    # seed 0: a draw whose samples part from greedy's choices (a sharp policy's often do not);
+    # margin 0: cost_greedy's plan is even enough that rl+refine would not sample at the default
+    context = PlannerContext(model, policy, seed=0, departure_margin=0.0)
     communication = CommunicationModel.load(SHIPPED / "communication.json")
     priced = replace(context, cost_model=WithCommunication(model, communication, topology.num_devices))
     asked = []
