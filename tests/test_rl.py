@@ -431,13 +431,15 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     """rl's argmax rollout after cost_greedy in one task (the policy is greedy's clone) makes
     greedy placement's choices, so every step's costs-if-added are the ones greedy placement
     asked for (``StepCosts``): it asks the cost model nothing, and plans what it plans alone.
+    Nor does it check again which devices leave the rest packable (its mask adds a rule on
+    top; the check is a fact of the state).
     rl+refine's sampled rollouts ask only from the first step where their choices part. Each
     planner runs in its own ``compare_planners`` call, with the all-to-all, as the service runs
     them (each call wraps the cost model anew)."""
     from autoshard.communication import CommunicationModel, WithCommunication
     from autoshard.planners.compare import compare_planners
     from autoshard.planners.cost_greedy import greedy_placement
-    from autoshard.planners.placement import assignment
+    from autoshard.planners.placement import PlacementState, assignment
     from autoshard.planners.shared import SharedWork
     from cost_model.accumulator import SetAccumulator
 
@@ -452,9 +454,13 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     asked = []
     costs_if_added = SetAccumulator.costs_if_added
     monkeypatch.setattr(SetAccumulator, "costs_if_added", lambda self, *a, **k: asked.append(1) or costs_if_added(self, *a, **k))
+    checked = []  # the packing lookahead's first-fit checks
+    first_fit = PlacementState._first_fit_after
+    monkeypatch.setattr(PlacementState, "_first_fit_after", lambda self: checked.append(1) or first_fit(self))
 
     def calls(run):
         asked.clear()
+        checked.clear()
         result = run()
         return len(asked), result
 
@@ -462,9 +468,11 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
         return compare_planners(workload, topology, [name], replace(context, shared=shared), communication).plans[0]
 
     alone_calls, alone = calls(lambda: make_planner("rl", priced).plan(workload, topology))
+    alone_checks = len(checked)
     shared = SharedWork(workload, topology)
     planned("cost_greedy", shared)
     rl_calls, plan = calls(lambda: planned("rl", shared))
+    assert alone_checks > 0 and not checked
     greedy = greedy_placement(workload, topology, priced.cost_model, None)
     assert assignment(greedy.devices) == tuple(tuple(s.table.name for s in d.shards) for d in plan.devices)
     assert alone_calls >= len(workload.tables) - topology.num_devices and rl_calls == 0

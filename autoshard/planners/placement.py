@@ -74,6 +74,7 @@ class StepCosts:
         self._children: dict[tuple[int, int], int] = {}  # (history, device chosen) -> the history after it
         self._costs: dict[int, dict[int, float]] = {}  # history -> {device: cost with the next unit added}
         self._scores: dict[int, dict[Hashable, np.ndarray]] = {}  # history -> {(policy, rows): scores}
+        self._known: dict[Hashable, np.ndarray] = {}  # (fact, history, ...) -> its value (``once``)
 
     def after(self, history: int, device: int) -> int:
         """The history of a placement at ``history`` that puts its current unit on ``device``."""
@@ -88,6 +89,17 @@ class StepCosts:
         """A policy's scores of candidate devices computed at ``history``, by (policy, rows): the
         policy's argmax rollout and its sampled rollouts alike so far observe the same state."""
         return self._scores.setdefault(history, {})
+
+    def once(self, key: Hashable, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        """A fact about the state at a history (``key`` names the fact and the history), computed
+        once (read-only): the devices that leave the rest packable (state only), the devices a
+        mask allows (state and mask rules). Greedy placement, the policy's argmax rollout (the
+        same steps under an extra rule) and its sampled rollouts compute the steps they share once."""
+        found = self._known.get(key)
+        if found is None:
+            found = self._known[key] = compute()
+            found.flags.writeable = False
+        return found
 
 
 class PlacementState:
@@ -163,10 +175,24 @@ class PlacementState:
             ok = safe if safe.any() else ok
         return ok
 
+    def allowed(self) -> np.ndarray:
+        """Indices of the devices ``mask`` allows; once for placements alike so far (``StepCosts``)."""
+        key = self.alike_key
+        if key is None:
+            return np.flatnonzero(self.mask())
+        assert self.steps is not None
+        return self.steps.once(("allowed", key), lambda: np.flatnonzero(self.mask()))
+
     def _packable_after(self) -> np.ndarray:
         """For each device: would the units after the current one still pack if it took it?
-        O(D) per step from running totals; the full first-fit check runs only for devices the
-        quick test cannot clear."""
+        Once for placements at the same history (``StepCosts``)."""
+        if self.steps is None:
+            return self._first_fit_after()
+        return self.steps.once(("packable", self.history), self._first_fit_after)
+
+    def _first_fit_after(self) -> np.ndarray:
+        """``_packable_after``, computed: O(D) per step from running totals; the full first-fit
+        check runs only for devices the quick test cannot clear."""
         size, rest = self.current.memory_bytes, self._rest
         at = bisect.bisect_left(rest, size)  # the current unit's own entry, removed below
         if len(rest) <= 1:
@@ -500,7 +526,7 @@ def place(state: PlacementState, choose: Chooser) -> PlacementState:
     """Step ``state`` to the end, each unit on the device ``choose`` picks among the allowed
     ones; ``PlannerError`` naming the unit when no device has room."""
     while not state.done:
-        allowed = np.flatnonzero(state.mask())
+        allowed = state.allowed()
         if not len(allowed):
             raise no_room_error(state.current, state.devices)
         state.apply(choose(state, allowed))
@@ -551,7 +577,7 @@ def place_together(states: Sequence[PlacementState], choose: BatchChooser, share
         if deadline is not None and deadline.expired:
             return [None] * len(states)
         unit = states[live[0]].current
-        allowed = _allowed_devices(states, live)
+        allowed = {k: states[k].allowed() for k in live}
         live = [k for k in live if len(allowed[k])]
         rows = {k: candidates(states[k], allowed[k], limit) for k in live}
         if not live:
@@ -574,14 +600,6 @@ def first_alike(states: Sequence[PlacementState], indices: Sequence[int]) -> lis
     (``PlacementState.alike_key``; itself when there is none)."""
     first: dict[object, int] = {}
     return [first.setdefault(k if (key := states[k].alike_key) is None else key, k) for k in indices]
-
-
-def _allowed_devices(states: Sequence[PlacementState], live: list[int]) -> dict[int, np.ndarray]:
-    """Each live placement's allowed devices, computed once for placements alike so far."""
-    allowed: dict[int, np.ndarray] = {}
-    for k, like in zip(live, first_alike(states, live)):
-        allowed[k] = allowed[like] if like in allowed else np.flatnonzero(states[k].mask())
-    return allowed
 
 
 def cheapest_after(state: PlacementState, allowed: np.ndarray) -> int:
