@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from autoshard.errors import InputError
 from autoshard.types import DeviceSet, Table
 from cost_model.bench import check_benchable, measure
-from cost_model.profile import detect_profile, malloc_settings_active
+from cost_model.profile import DeviceProfile, detect_profile, malloc_settings_active
 from cost_model.traces import TraceSet, TraceWriter, make_header, measured_passes
 
 PlanMembership = tuple[str, str, int]
@@ -35,6 +35,21 @@ def distinct_sets(device_sets: Sequence[DeviceSet]) -> list[tuple[tuple[Table, .
     return list(found.values())
 
 
+def check_same_machine(here: DeviceProfile, anchors: DeviceProfile) -> None:
+    """Plan sets are labels beside the anchors': refuse to measure them on another machine (or
+    mode) than the anchors'. Anchors recorded before traces named the CPU's family and model
+    (``cpu`` None) cannot tell whether a machine is theirs, and the error says so."""
+    if here.id == anchors.id:
+        return
+    if anchors.cpu is None and here.cpu is not None and replace(here, cpu=None).id == anchors.id:
+        raise InputError("traces", f"this machine is profile {here.id}; the anchor traces ({anchors.id}) were recorded "
+                         "before traces named the CPU's family and model, so they cannot tell whether this machine "
+                         "is theirs", "collect anchor traces here (`autoshard bench collect`) and measure plan sets "
+                         "against them; `autoshard bench drift` tells how this machine compares with the old ones")
+    raise InputError("traces", f"this machine is profile {here.id}, the anchor traces are {anchors.id}",
+                     "measure plan sets on the machine (and with the mode) the anchor traces came from")
+
+
 def collect_plan_sets(memberships: Sequence[DeviceSet], anchors: TraceSet,
                       split: str, out: Path, passes: int, plan: dict,
                       on_progress: Callable[[int, int], None] = lambda done, total: None) -> int:
@@ -45,9 +60,7 @@ def collect_plan_sets(memberships: Sequence[DeviceSet], anchors: TraceSet,
     sets = distinct_sets(memberships)
     check_benchable([t for tables, _, _ in sets for t in tables], bench.mode)
     profile = detect_profile(bench.device, bench.mode, bench.threads)
-    if profile.id != anchors.profile.id:
-        raise InputError("traces", f"this machine is profile {profile.id}, the anchor traces are {anchors.profile.id}",
-                         "measure plan sets on the machine (and with the mode) the anchor traces came from")
+    check_same_machine(profile, anchors.profile)
     bench_dict = {**asdict(bench), "mode": bench.mode.value, "malloc_settings": malloc_settings_active()}
     header = make_header(profile, bench_dict, plan, [(t, split) for t in
                                                      sorted({t for tables, _, _ in sets for t in tables}, key=lambda t: t.name)])

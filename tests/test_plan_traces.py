@@ -100,6 +100,29 @@ def test_traces_of_another_profile_do_not_merge(profile, tmp_path):
         merge_traces([anchors, other])
 
 
+def test_plan_sets_are_refused_on_another_machine_and_old_anchors_say_why():
+    """Plan sets are labels beside the anchors': measured on another machine (or mode) they would
+    mix two machines' costs. Anchors recorded before traces named the CPU's family and model
+    cannot tell whether a machine is theirs, and the error says so instead of naming a machine."""
+    from dataclasses import replace
+
+    from autoshard.errors import InputError
+    from cost_model.plan_traces import check_same_machine
+    from cost_model.profile import DeviceProfile
+
+    here = DeviceProfile("cpu", "AMD EPYC", ExecutionMode.FBGEMM_TBE, 1, "2.13.0", "1.8.0", "AuthenticAMD family 25 model 1")
+    check_same_machine(here, replace(here, torch_version="2.12.0"))  # the same machine: no error
+    with pytest.raises(InputError, match="the anchor traces are cpu-amd-epyc-f26m2-fbgemm_tbe-t1") as other:
+        check_same_machine(here, replace(here, cpu="AuthenticAMD family 26 model 2"))
+    with pytest.raises(InputError, match="the anchor traces are cpu-amd-epyc-f25m1-fbgemm_tbe-t1"):
+        check_same_machine(replace(here, cpu="AuthenticAMD family 26 model 2"), here)
+    with pytest.raises(InputError, match="before traces named the CPU's family and model") as old:
+        check_same_machine(here, replace(here, cpu=None))
+    assert other.value.field == old.value.field == "traces" and "bench collect" in old.value.fix
+    with pytest.raises(InputError, match="the anchor traces are cpu-other-cpu-fbgemm_tbe-t1"):
+        check_same_machine(here, replace(here, device_name="Other CPU", cpu=None))
+
+
 def test_traces_at_other_batch_sizes_merge_and_keep_each_samples_batch(profile):
     from dataclasses import replace
 
