@@ -92,8 +92,8 @@ class StepCosts:
 
     def once(self, key: Hashable, compute: Callable[[], np.ndarray]) -> np.ndarray:
         """A fact about the state at a history (``key`` names the fact and the history), computed
-        once (read-only): the devices that leave the rest packable (state only), the devices a
-        mask allows (state and mask rules). Greedy placement, the policy's argmax rollout (the
+        once (read-only): the devices that leave the rest packable (state only), the mask
+        (state and mask rules). Greedy placement, the policy's argmax rollout (the
         same steps under an extra rule) and its sampled rollouts compute the steps they share once."""
         found = self._known.get(key)
         if found is None:
@@ -176,12 +176,13 @@ class PlacementState:
         return ok
 
     def allowed(self) -> np.ndarray:
-        """Indices of the devices ``mask`` allows; once for placements alike so far (``StepCosts``)."""
+        """Indices of the devices ``mask`` allows; the mask once for placements alike so far
+        (``StepCosts``; kept as D booleans a step, not as indices)."""
         key = self.alike_key
         if key is None:
             return np.flatnonzero(self.mask())
         assert self.steps is not None
-        return self.steps.once(("allowed", key), lambda: np.flatnonzero(self.mask()))
+        return np.flatnonzero(self.steps.once(("mask", key), self.mask))
 
     def _packable_after(self) -> np.ndarray:
         """For each device: would the units after the current one still pack if it took it?
