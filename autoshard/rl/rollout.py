@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class PolicyChooser:
         rows = {k: candidates(states[k], allowed[k], self.candidates) for k in scored}
         # and placements alike at a history (a StepCosts') that another chooser of this policy
         # scored there already (the argmax rollout, before the sampled ones) read its scores
-        kept = {k: (states[k].steps.scores(states[k].history), (id(self.policy), rows[k].tobytes()))
+        kept = {k: (states[k].steps.scores(states[k].history), _score_key(self.policy, rows[k]))
                 for k in scored if states[k].steps is not None}
         mine = {k: kept[k][0][kept[k][1]] for k in kept if kept[k][1] in kept[k][0]}
         fresh = [k for k in scored if k not in mine]
@@ -62,6 +62,12 @@ class PolicyChooser:
                 continue
             chosen.append(int(rows[k][draw(self.rng, mine[k] / self.temperature)]))
         return chosen
+
+
+def _score_key(policy: DevicePolicy, rows: np.ndarray) -> Hashable:
+    """Where a policy's scores of the candidate devices ``rows`` are kept in a ``StepCosts``
+    history: the argmax rollout writes them, the sampled rollouts at that history read them."""
+    return id(policy), rows.tobytes()
 
 
 def draw(rng: np.random.Generator, logits: np.ndarray) -> int:
@@ -156,7 +162,7 @@ class _Speculation:
         for k, (a, b) in enumerate(itertools.pairwise(observed.starts)):
             view, mine = self.views[k], scores[a:b]
             if view.steps is not None:
-                view.steps.scores(view.history)[(id(self.policy), self.rows[k].tobytes())] = mine
+                view.steps.scores(view.history)[_score_key(self.policy, self.rows[k])] = mine
             device = int(self.rows[k][np.argmax(mine)])
             if device != self.taken[k]:
                 return {**self.path, self.attempt: prefix + self.taken[:k] + [device]}
