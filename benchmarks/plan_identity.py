@@ -1,7 +1,7 @@
 """Whether a change leaves the plans alone: plan a fixed set of tasks with cost_greedy, rl and
 rl+refine (each alone, and the three side by side as the service plans them, sharing their
-work; with and without column splits) in this checkout, write every plan, and compare two such
-files.
+work; with and without column splits) and the six heuristics (side by side, scored together as
+the service scores them) in this checkout, write every plan, and compare two such files.
 
     python benchmarks/plan_identity.py --out /tmp/new.json
     (cd /tmp/base && python /path/to/benchmarks/plan_identity.py --out /tmp/base.json)  # the commit before
@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 PLANNERS = ("cost_greedy", "rl", "rl+refine")
+HEURISTICS = ("random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 
 
 def plan_all(out: Path) -> None:
@@ -51,7 +52,8 @@ def plan_all(out: Path) -> None:
             alone = [compare_planners(task.workload, task.topology, [name], context, profile.communication).plans[0]
                      for name in PLANNERS]
             together = compare_planners(task.workload, task.topology, PLANNERS, context, profile.communication).plans
-            for how, found in (("", alone), ("together/", together)):
+            heuristics = compare_planners(task.workload, task.topology, HEURISTICS, context, profile.communication).plans
+            for how, found in (("", alone), ("together/", together), ("heuristics/", heuristics)):
                 for plan in found:
                     plans[f"{task.name}/{'split' if split else 'whole'}/{how}{plan.planner}"] = {
                         "max_ms": plan.max_cost_ms,

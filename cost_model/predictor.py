@@ -81,8 +81,12 @@ class NeuralCostModel(SetCostModel):
                 self._codes.clear()
             with torch.inference_mode():
                 fresh = self.network.encode(self.normalise(self.features(missing, batch_size)))
-            for table, code in zip(missing, fresh):
+            if len(self._code_arrays) + len(missing) > self._max_cached:
+                self._code_arrays.clear()
+            # ``code_array``'s answers too, in one conversion: planning asks each table's, one by one
+            for table, code, array in zip(missing, fresh, fresh.double().numpy()):
                 self._codes[(table, batch_size)] = code
+                self._code_arrays[(table, batch_size)] = array
         return torch.stack([self._codes[(t, batch_size)] for t in tables])
 
     def predict_detail_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> np.ndarray:

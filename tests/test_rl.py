@@ -701,3 +701,37 @@ def test_the_argmax_rollout_checked_in_one_pass_is_the_policy_stepped_one_pass_a
         assert passes_40 > steps_40  # the speculative passes, then the stepped ones
     else:
         assert passes_40 <= 2 < steps_40
+
+
+@pytest.mark.parametrize("departing", [False, True], ids=["clone", "departing"])
+def test_rl_after_cost_greedy_checks_greedys_recorded_steps_and_plans_as_it_does_alone(model, monkeypatch, departing):
+    """Planned after cost_greedy in one task (the service's model task), ``rl`` checks greedy
+    placement's recorded steps in one pass of the policy instead of stepping a placement of its
+    own: for the shipped policy (greedy's clone) it places no unit itself; a policy that departs
+    (scores negated) steps from where it departs. Either way its plan is the one it makes alone."""
+    from autoshard.planners.compare import compare_planners
+    from autoshard.planners.placement import PlacementState
+    from autoshard.planners.shared import SharedWork
+
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    if departing:
+        (w, b), *rest = policy.layers[::-1]
+        policy = DevicePolicy([*rest[::-1], (-w, -b)], policy.info)
+    workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(5))
+    topology = Topology(4, memory_for(workload, 4, 1.3))
+    context = PlannerContext(model, policy, 0, False)
+    alone = compare_planners(workload, topology, ["rl"], context).plans[0]
+    shared = replace(context, shared=SharedWork(workload, topology))
+    compare_planners(workload, topology, ["cost_greedy"], shared)
+    applied = []
+    apply = PlacementState.apply
+    monkeypatch.setattr(PlacementState, "apply", lambda self, device: applied.append(device) or apply(self, device))
+    after = compare_planners(workload, topology, ["rl"], shared).plans[0]
+    assert assignment_of(after) == assignment_of(alone)
+    assert [d.cost_ms for d in after.devices] == pytest.approx([d.cost_ms for d in alone.devices], rel=1e-9)
+    assert (len(applied) > 0) if departing else not applied
+
+
+def assignment_of(plan) -> list[list[str]]:
+    """Each device's table names, in order."""
+    return [[s.table.name for s in d.shards] for d in plan.devices]

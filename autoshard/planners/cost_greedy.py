@@ -9,6 +9,7 @@ from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.local_search import improve
 from autoshard.planners.placement import (Deadline, DeviceState, PlacementState, assignment, best_over_split_caps,
                                           build_plan, cheapest_after, place_workload, split_units_at)
+from autoshard.planners.recording import RecordingChooser
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
 from autoshard.planners.units import Unit, model_costs
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
@@ -74,12 +75,23 @@ def greedy_placement(workload: Workload, topology: Topology, cost_model: CostMod
     """cost_greedy's placement before local search: largest predicted cost first, each unit to
     the device whose predicted cost with it is lowest, with the packing lookahead (shards of at
     most ``cap`` ways, or none without a cap). With ``shared``, its steps' costs are the task's
-    ``StepCosts``."""
+    ``StepCosts``, and its steps are recorded there (``greedy_steps_key``) for ``rl``."""
     batch_size = workload.batch_size
 
     def start(units: list[Unit]) -> PlacementState:
         return PlacementState(units, topology, cost_model.accumulator(topology.num_devices, batch_size), lookahead=True,
                               steps=steps_of(shared, workload, topology, units))
 
-    return place_workload(workload, topology, model_costs(cost_model, batch_size), cap is not None, cheapest_after,
-                          start, max_ways=cap)
+    if shared is None:
+        return place_workload(workload, topology, model_costs(cost_model, batch_size), cap is not None, cheapest_after,
+                              start, max_ways=cap)
+    choose = RecordingChooser()  # cheapest_after, keeping each step for the policy's argmax rollout
+    state = place_workload(workload, topology, model_costs(cost_model, batch_size), cap is not None, choose, start,
+                           max_ways=cap)
+    shared.record(workload, topology, greedy_steps_key(cap), choose.recorded(state))
+    return state
+
+
+def greedy_steps_key(cap: int | None) -> tuple:
+    """Where a ``SharedWork`` keeps greedy placement's recorded steps at split cap ``cap``."""
+    return ("greedy steps", cap)

@@ -76,7 +76,7 @@ class RoundRobinPlanner:
         devices = topology.num_devices
 
         def choose(state: PlacementState, allowed: np.ndarray) -> int:
-            return int(min(allowed, key=lambda d: (d - state.position) % devices))
+            return min(allowed.tolist(), key=lambda d: (d - state.position) % devices)
 
         return _plan(self.name, workload, topology, lookup_proxy, self.allow_column_split,
                      self.cost_model, False, choose)

@@ -537,8 +537,8 @@ def place(state: PlacementState, choose: Chooser) -> PlacementState:
 def least_loaded(state: PlacementState, allowed: np.ndarray) -> int:
     """The device with the lowest load; ties to the one with less memory used, then the lowest
     index (as DreamShard's greedy sharders); load is a running sum of unit costs."""
-    devices = state.devices
-    return min((devices[d] for d in allowed), key=lambda s: (s.load, s.memory_bytes, s.index)).index
+    loads, free = state.loads.tolist(), state.free.tolist()  # memory used: the capacity less free
+    return min(allowed.tolist(), key=lambda d: (loads[d], -free[d]))  # the first of equals: lowest index
 
 
 CANDIDATES = 16

@@ -10,7 +10,7 @@ import numpy as np
 
 from autoshard.costing import AccumulatorView
 from autoshard.planners.context import DEPARTURE_MARGIN
-from autoshard.planners.cost_greedy import searched_greedy
+from autoshard.planners.cost_greedy import greedy_steps_key, searched_greedy
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, assignment,
                                           best_over_split_caps, build_plan, chosen_over_split, clearly_lower,
@@ -18,8 +18,8 @@ from autoshard.planners.placement import (Chooser, Deadline, DeviceState, Placem
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
 from autoshard.planners.units import Unit, model_costs
-from autoshard.rl.env import guarded_state
-from autoshard.rl.rollout import PolicyChooser, argmax_rollout
+from autoshard.rl.env import guarded_state, unit_cap
+from autoshard.rl.rollout import PolicyChooser, argmax_rollout, recorded_departure
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 
 if TYPE_CHECKING:
@@ -113,7 +113,15 @@ class RLPlanner:
 
         def argmax_at(cap: int | None) -> Placement:
             def place() -> tuple[Placement, bool]:
-                state = argmax_rollout(lambda choose: rollout(cap, choose), self.policy)
+                path = None
+                record = None if self.shared is None else self.shared.recorded(workload, topology,
+                                                                                greedy_steps_key(cap))
+                if record is not None and record.same_under_cap(
+                        unit_cap(self.cost_model, len(record.units), topology.num_devices, self.set_size_headroom)):
+                    path = recorded_departure(record, self.policy)  # greedy placed these units already
+                    if path is None:  # ... and the policy's argmax takes greedy's device at every step
+                        return Placement(record.units, tuple(d.copy() for d in record.devices)), True
+                state = argmax_rollout(lambda choose: rollout(cap, choose), self.policy, path=path)
                 return Placement(tuple(state.units), tuple(state.devices)), True
 
             key = ("rl argmax", cap, id(self.policy), self.set_size_headroom)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Hashable, Sequence
 
 from autoshard.planners.placement import Assignment, DeviceState, StepCosts
+from autoshard.planners.recording import RecordedSteps
 from autoshard.planners.units import Unit
 from autoshard.types import Topology, Workload
 
@@ -41,8 +42,8 @@ class Placement:
 
 class SharedWork:
     """Placements of one task (``workload`` on ``topology``, with one cost model and context),
-    by key (what computed it, with the settings it depends on), and the ``StepCosts`` of its
-    placements, by unit order. Only a placement computed within its planner's budget is kept:
+    by key (what computed it, with the settings it depends on), the ``StepCosts`` of its
+    placements, by unit order, and greedy placement's recorded steps (``RecordedSteps``). Only a placement computed within its planner's budget is kept:
     one cut short stays that planner's own. A planner asking about another task computes on its
     own."""
 
@@ -50,6 +51,7 @@ class SharedWork:
         self.workload, self.topology = workload, topology
         self._kept: dict[Hashable, Placement] = {}
         self._steps: dict[Hashable, StepCosts] = {}
+        self._records: dict[Hashable, RecordedSteps] = {}
         self.reused = 0  # how many placements were handed out instead of computed (for tests)
 
     @property
@@ -71,6 +73,17 @@ class SharedWork:
         if complete:
             self._kept[key] = found.copy()
         return found
+
+    def record(self, workload: Workload, topology: Topology, key: Hashable, steps: RecordedSteps | None) -> None:
+        """Keep a placement's recorded steps under ``key`` (nothing for another task, or None)."""
+        if steps is not None and workload is self.workload and topology == self.topology:
+            self._records[key] = steps
+
+    def recorded(self, workload: Workload, topology: Topology, key: Hashable) -> RecordedSteps | None:
+        """The recorded steps kept under ``key`` (read-only), if any."""
+        if workload is not self.workload or topology != self.topology:
+            return None
+        return self._records.get(key)
 
     def steps(self, workload: Workload, topology: Topology, units: Sequence[Unit]) -> StepCosts | None:
         """The step costs of placements of ``units`` (of this task), in this order; None for

@@ -67,72 +67,76 @@ class Observations:
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
-    """Each value's rank, ascending, ties by position (the inverse of a stable argsort)."""
-    order = np.argsort(values, kind="stable")
+    """Each value's rank along the last axis, ascending, ties by position (the inverse of a
+    stable argsort)."""
+    order = np.argsort(values, axis=-1, kind="stable")
     ranks = np.empty_like(order)
-    ranks[order] = np.arange(len(order))
+    np.put_along_axis(ranks, order, np.broadcast_to(np.arange(values.shape[-1]), values.shape), axis=-1)
     return ranks
+
+
+def first_lowest(values: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
+    """For each of ``groups`` groups of consecutive rows (``group``: each row's, ascending), the
+    row of its lowest value, the first of equals (``np.argmin`` of each group); none for a group
+    whose values are all infinite."""
+    lowest = np.full(groups, np.inf)
+    np.minimum.at(lowest, group, values)
+    hits = np.flatnonzero((values == lowest[group]) & (values < np.inf))
+    return hits[np.concatenate([[True], group[hits[1:]] != group[hits[:-1]]])] if len(hits) else hits
 
 
 def observe_many(states: Sequence[PlacementState], rows: Sequence[np.ndarray], if_added: Sequence[np.ndarray],
                  allowed: Sequence[np.ndarray | None]) -> Observations:
     """``observe`` of several placements of one topology in one pass (rl+refine's sampled
-    rollouts step side by side): state k with its ``rows[k]``, ``if_added[k]`` and
-    ``allowed[k]`` (``None``: every row allowed), its costs scaled by its own ``cost_bound``."""
+    rollouts step side by side; the argmax rollout's steps are checked together): state k with
+    its ``rows[k]``, ``if_added[k]`` and ``allowed[k]`` (``None``: every row allowed), its costs
+    scaled by its own ``cost_bound``. The placements' per-device arrays are stacked, so the work
+    is a few array operations whatever their number."""
     topology = states[0].topology
-    scales = np.array([s.cost_bound for s in states])
     n, capacity = topology.num_devices, float(topology.device_memory_bytes)
     units = [s.current for s in states]
-    one = len(states) == 1
     lengths = [len(r) for r in rows]
     starts = tuple(itertools.accumulate(lengths, initial=0))
-    of_row = None if one else np.repeat(np.arange(len(states)), lengths)
-
-    def pick(arrays: Sequence[np.ndarray]) -> np.ndarray:
-        """Each row's device's entry of its placement's per-device array."""
-        return arrays[0][rows[0]] if one else np.stack(arrays)[of_row, at]
-
-    def per_row(values: Sequence[float]) -> np.ndarray | float:
-        """Each row's placement's value (a scalar for one placement)."""
-        return values[0] if one else np.asarray(values)[of_row]
-
-    at = rows[0] if one else np.concatenate(rows)
-    all_loads = [s.loads for s in states]
-    loads, free, count = pick(all_loads), pick([s.free for s in states]), pick([s.count for s in states])
-    added = if_added[0] if one else np.concatenate(if_added)
-    current_max = [float(x.max()) for x in all_loads]
-    contexts = np.array([[
-        s.position / len(s.units),
-        s.remaining_cost / (scale * n),
-        s.remaining_bytes / max(float(s.free.sum()), 1.0),
-        top / scale,
-        float(x.mean()) / scale,
-        math.log2(n) / 7.0,
-        unit.cost / scale,
-        unit.memory_bytes / capacity,
-        math.log10(unit.table.num_embeddings) / 8.0,
-        math.log2(unit.table.embedding_dim) / 8.0,
-        math.log10(unit.table.pooling_factor) / 3.0,
-        unit.table.zipf_alpha,
-    ] for s, unit, scale, top, x in zip(states, units, scales.tolist(), current_max, all_loads)], dtype=np.float32)
-    rank = pick([_ranks(x) for x in all_loads])
+    of_row = np.repeat(np.arange(len(states)), lengths)
+    at = np.concatenate(rows)
+    all_loads, all_free = np.stack([s.loads for s in states]), np.stack([s.free for s in states])
+    loads, free, count = all_loads[of_row, at], all_free[of_row, at], np.stack([s.count for s in states])[of_row, at]
+    added = np.concatenate(if_added)
+    scales = np.array([s.cost_bound for s in states])
+    current_max = all_loads.max(axis=1)
+    unit_features = [(unit.cost, unit.memory_bytes / capacity, math.log10(unit.table.num_embeddings) / 8.0,
+                      math.log2(unit.table.embedding_dim) / 8.0, math.log10(unit.table.pooling_factor) / 3.0,
+                      unit.table.zipf_alpha) for unit in units]
+    per_unit = np.array(unit_features, dtype=np.float64).reshape(len(states), U)
+    per_unit[:, 0] /= scales
+    contexts = np.empty((len(states), G + U), dtype=np.float32)
+    contexts[:, 0] = np.array([s.position / len(s.units) for s in states])
+    contexts[:, 1] = np.array([s.remaining_cost for s in states]) / (scales * n)
+    contexts[:, 2] = np.array([s.remaining_bytes for s in states], dtype=np.float64) / np.maximum(
+        all_free.sum(axis=1).astype(np.float64), 1.0)
+    contexts[:, 3] = current_max / scales
+    contexts[:, 4] = all_loads.mean(axis=1) / scales
+    contexts[:, 5] = math.log2(n) / 7.0
+    contexts[:, G:] = per_unit
+    # greedy's choice: per placement, the first allowed row whose cost with the unit added is lowest
+    if all(a is None for a in allowed):
+        masked = added
+    else:
+        ok = np.concatenate([np.ones(k, dtype=bool) if a is None else a for k, a in zip(lengths, allowed)])
+        masked = np.where(ok, added, np.inf)
     greedy = np.zeros(len(at))
-    for k, (a, b) in enumerate(itertools.pairwise(starts)):
-        if allowed[k] is None:  # every row allowed
-            greedy[a + int(np.argmin(added[a:b]))] = 1.0
-        elif allowed[k].any():
-            candidates = np.flatnonzero(allowed[k])
-            greedy[a + candidates[np.argmin(added[a:b][candidates])]] = 1.0
-    scale = per_row(scales)
+    greedy[first_lowest(masked, of_row, len(states))] = 1.0
+    scale = scales[of_row]
     devices = np.empty((len(at), F), dtype=np.float32)
     devices[:, 0] = 1.0
     devices[:, 1] = loads / scale
     devices[:, 2] = added / scale
     devices[:, 3] = devices[:, 2] - devices[:, 1]
-    devices[:, 4] = (added - per_row(current_max)) / scale
+    devices[:, 4] = (added - current_max[of_row]) / scale
     devices[:, 5] = (capacity - free) / capacity
-    devices[:, 6] = np.minimum(np.maximum((free - per_row([u.memory_bytes for u in units])) / capacity, -1.0), 1.0)
-    devices[:, 7] = count / per_row([len(s.units) / n for s in states])
-    devices[:, 8] = rank / max(n - 1, 1)
+    memory = np.array([u.memory_bytes for u in units], dtype=np.int64)
+    devices[:, 6] = np.minimum(np.maximum((free - memory[of_row]) / capacity, -1.0), 1.0)
+    devices[:, 7] = count / np.array([len(s.units) / n for s in states])[of_row]
+    devices[:, 8] = _ranks(all_loads)[of_row, at] / max(n - 1, 1)
     devices[:, 9] = greedy
     return Observations(contexts, devices, starts)

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Hashable, Sequence
 
 import numpy as np
 
 from autoshard.errors import PlannerError
-from autoshard.planners.placement import CANDIDATES, Chooser, PlacementState, StepCosts, candidates, first_alike
-from autoshard.planners.units import Unit
-from autoshard.rl.observation import observe_many
-from autoshard.types import Topology
+from autoshard.planners.placement import CANDIDATES, Chooser, PlacementState, candidates, first_alike
+from autoshard.planners.recording import RecordedSteps, RecordingChooser
+from autoshard.rl.observation import first_lowest, observe_many
 
 if TYPE_CHECKING:
     from autoshard.rl.policy import DevicePolicy
@@ -80,34 +78,6 @@ def draw(rng: np.random.Generator, logits: np.ndarray) -> int:
     return int(cdf.searchsorted(rng.random(), side="right"))
 
 
-@dataclass(frozen=True, slots=True)
-class StepView:
-    """What ``observe_many`` reads of a placement, as it was at one step (copies of its arrays),
-    and where the step sits in its ``StepCosts`` (if any)."""
-
-    topology: Topology
-    units: Sequence[Unit]
-    position: int
-    cost_bound: float
-    remaining_cost: float
-    remaining_bytes: int
-    loads: np.ndarray
-    free: np.ndarray
-    count: np.ndarray
-    steps: StepCosts | None
-    history: int
-
-    @property
-    def current(self) -> Unit:
-        return self.units[self.position]
-
-    @classmethod
-    def of(cls, state: PlacementState) -> StepView:
-        return cls(state.topology, state.units, state.position, state.cost_bound, state.remaining_cost,
-                   state.remaining_bytes, state.loads.copy(), state.free.copy(), state.count.copy(), state.steps,
-                   state.history)
-
-
 class _Departed(Exception):
     """A speculative run left the policy's path in an earlier attempt of ``place_workload``."""
 
@@ -116,7 +86,7 @@ class _Departed(Exception):
         self.path = path
 
 
-class _Speculation:
+class _Speculation(RecordingChooser):
     """A ``Chooser`` for one run of ``place_workload``: on each attempt (a fresh placement; an
     attempt that ran into a dead end is retried with smaller shards) it takes the devices of
     ``path[attempt]``, then greedy's device at each step (the cheapest after: the cloned policy's
@@ -124,30 +94,26 @@ class _Speculation:
     every recorded step in one pass of the policy."""
 
     def __init__(self, policy: DevicePolicy, path: dict[int, list[int]], limit: int) -> None:
-        self.policy, self.path, self.limit = policy, path, limit
-        self.state: PlacementState | None = None
-        self.attempt = -1
-        self.views: list[StepView] = []
-        self.rows: list[np.ndarray] = []
-        self.added: list[np.ndarray] = []
-        self.taken: list[int] = []
+        super().__init__(limit)
+        self.policy, self.path = policy, path
 
-    def __call__(self, state: PlacementState, allowed: np.ndarray) -> int:
-        if state is not self.state:  # a new attempt: the last one ran into a dead end
-            if self.state is not None and (path := self.departure()) is not None:
-                raise _Departed(path)  # ... on the speculative path, not necessarily on the policy's
-            self.state, self.attempt = state, self.attempt + 1
-            self.views, self.rows, self.added, self.taken = [], [], [], []
-        rows = candidates(state, allowed, self.limit)
-        added = state.costs_if_added(rows)  # as the policy's step scores them (and ``apply`` reads them)
+    @classmethod
+    def of(cls, record: RecordedSteps, policy: DevicePolicy) -> _Speculation:
+        """The speculation whose one attempt recorded ``record``'s steps."""
+        speculation = cls(policy, {}, CANDIDATES)
+        speculation.attempt = 0
+        speculation.views, speculation.rows = list(record.views), list(record.rows)
+        speculation.added, speculation.taken = list(record.added), list(record.taken)
+        return speculation
+
+    def begin(self, state: PlacementState) -> None:
+        if self.state is not None and (path := self.departure()) is not None:
+            raise _Departed(path)  # ... on the speculative path, not necessarily on the policy's
+        super().begin(state)
+
+    def forced(self, state: PlacementState) -> int | None:
         prefix = self.path.get(self.attempt, [])
-        if state.position < len(prefix):
-            return prefix[state.position]
-        self.views.append(StepView.of(state))
-        self.rows.append(rows)
-        self.added.append(added)
-        self.taken.append(int(rows[np.argmin(added)]))
-        return self.taken[-1]
+        return prefix[state.position] if state.position < len(prefix) else None
 
     def departure(self) -> dict[int, list[int]] | None:
         """None if the policy's argmax is the device taken at every recorded step of this
@@ -158,26 +124,35 @@ class _Speculation:
             return None
         observed = observe_many(self.views, self.rows, self.added, [None] * len(self.views))
         scores = self.policy.scores(observed)
-        prefix = self.path.get(self.attempt, [])
-        for k, (a, b) in enumerate(itertools.pairwise(observed.starts)):
-            view, mine = self.views[k], scores[a:b]
-            if view.steps is not None:
-                view.steps.scores(view.history)[_score_key(self.policy, self.rows[k])] = mine
-            device = int(self.rows[k][np.argmax(mine)])
-            if device != self.taken[k]:
-                return {**self.path, self.attempt: prefix + self.taken[:k] + [device]}
-        return None
+        for view, rows, (a, b) in zip(self.views, self.rows, itertools.pairwise(observed.starts)):
+            if view.steps is not None:  # a pure function of the step's state: kept for every step
+                view.steps.scores(view.history)[_score_key(self.policy, rows)] = scores[a:b]
+        chosen = np.concatenate(self.rows)[first_lowest(-scores, observed.placement_of_row, len(self.views))]
+        departs = np.flatnonzero(chosen != np.asarray(self.taken))
+        if not len(departs):
+            return None
+        k = int(departs[0])
+        return {**self.path, self.attempt: self.path.get(self.attempt, []) + self.taken[:k] + [int(chosen[k])]}
+
+
+def recorded_departure(record: RecordedSteps, policy: DevicePolicy) -> dict[int, list[int]] | None:
+    """Where the policy's argmax leaves greedy placement's recorded steps (``departure``: None if
+    nowhere; else the path for ``argmax_rollout`` to start from), checked in one pass of the
+    policy. The record must be of the placement the policy's rollout makes (the same units in the
+    same order, under the same mask, ``RecordedSteps.same_under_cap``)."""
+    return _Speculation.of(record, policy).departure()
 
 
 def argmax_rollout(run: Callable[[Chooser], PlacementState], policy: DevicePolicy,
-                   limit: int = CANDIDATES) -> PlacementState:
+                   limit: int = CANDIDATES, path: dict[int, list[int]] | None = None) -> PlacementState:
     """``run(PolicyChooser(policy))`` (a ``place_workload`` with that chooser), computed
     speculatively: the policy is a clone of greedy placement, so greedy's device is run at every
     step and the policy then scores all the steps in one pass instead of one pass a step. Where
     the policy departs, the run restarts on the path up to there plus the policy's device (the
     costs of that path come from its ``StepCosts``, where there are some), at most
-    ``SPECULATIONS`` times before stepping the policy one pass a step."""
-    path: dict[int, list[int]] = {}
+    ``SPECULATIONS`` times before stepping the policy one pass a step. ``path``: the first run's
+    (``recorded_departure``'s), default greedy's all the way."""
+    path = {} if path is None else path
     for _ in range(SPECULATIONS):
         chooser = _Speculation(policy, path, limit)
         try:
