@@ -93,3 +93,25 @@ def test_preplace_puts_units_where_told_and_prices_each_device_once():
     small = Topology(2, (10_000 + 0.5) / GIB)  # 10,000 bytes: t0 and t1 (3,200 + 6,400), not t2 too
     with pytest.raises(ValueError, match="cannot take 't2'"):
         PlacementState(units, small, model.accumulator(2, 2048)).preplace([0, 0, 0])
+
+
+def test_recorded_greedy_steps_by_hand():
+    """``RecordingChooser`` places as ``cheapest_after`` and records every step: weights 4, 3, 2,
+    1 on 2 devices go 4 -> d0, 3 -> d1, 2 -> d1 (5 against 6), 1 -> d0 (5 against 6). The
+    devices' unit counts before each step are [0 0], [1 0], [1 1], [1 2]: a guard of 2 units a
+    device would have masked d1 at the last step, one of 3 never."""
+    from autoshard.planners.recording import RecordingChooser
+
+    tables = [Table(f"t{w}", 10, 4, float(w)) for w in (4, 3, 2, 1)]
+    units = [Unit.of(TableShard(t), t.pooling_factor) for t in tables]
+    topology = Topology(2, 1.0)
+    choose = RecordingChooser()
+    state = place(start_for(WEIGHT)(by_cost(units), topology), choose)
+    record = choose.recorded(state)
+    assert record is not None and record.taken == (0, 1, 1, 0)
+    assert [[u.name for u in d.units] for d in record.devices] == [["t4", "t1"], ["t3", "t2"]]
+    assert [list(v.count) for v in record.views] == [[0, 0], [1, 0], [1, 1], [1, 2]]
+    assert [list(r) for r in record.rows] == [[0], [0, 1], [0, 1], [0, 1]]  # of two empty devices, the first
+    assert [list(a) for a in record.added] == [[4], [7, 3], [6, 5], [5, 6]]
+    assert record.same_under_cap(None) and record.same_under_cap(3) and not record.same_under_cap(2)
+    assert choose.recorded(place(start_for(WEIGHT)(by_cost(units), topology), cheapest_after)) is None  # not its placement
