@@ -93,16 +93,16 @@ class SplitHead:
         return tuple(store[index] for store in self._stores)  # type: ignore[return-value]
 
     def first_input(self, sums: np.ndarray, means: np.ndarray, count: np.ndarray, limit: int | None,
-                    ) -> tuple[np.ndarray, np.ndarray]:
-        """(the first layer's input without its max part, each set's ``linear_scale``) of sets
-        with these projected sums of the sum and mean parts and ``count`` tables, priced linearly
-        past ``limit`` as ``SetCostNetwork.predict_pooled`` does."""
+                    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """(the first layer's input without its max part, each set's ``linear_scale``, None when
+        no set is past ``limit``) of sets with these projected sums of the sum and mean parts and
+        ``count`` tables, priced linearly past ``limit`` as ``SetCostNetwork.predict_pooled`` does."""
         n = np.maximum(count, 1.0).astype(np.float32)
         if limit is None or not len(n) or n.max() <= limit:  # no set past the limit: nothing to scale
             first = self.first_bias + sums  # a new array (the inputs may be views of running sets),
             first += means / n[:, None]  # summed in the order of the scaled expression below
             first += np.log(n)[:, None] * self.w_log
-            return first, np.ones_like(n)
+            return first, None
         scale = linear_scale(n, limit)
         first = self.first_bias + sums / scale[:, None] + means / n[:, None] + np.log(n / scale)[:, None] * self.w_log
         return first.astype(np.float32), scale
@@ -118,9 +118,12 @@ class SplitHead:
             x += b
         return x[:, 0].astype(np.float64)
 
-    def ms(self, first: np.ndarray, largest: np.ndarray, scale: np.ndarray) -> np.ndarray:
-        """Total milliseconds, with each set's ``linear_scale`` (``[n]``)."""
-        return np.exp(np.clip(self.log_total(first, largest) + np.log(scale), LOG_MS_MIN, LOG_MS_MAX))
+    def ms(self, first: np.ndarray, largest: np.ndarray, scale: np.ndarray | None) -> np.ndarray:
+        """Total milliseconds, with each set's ``linear_scale`` (``[n]``; None: 1, no set scaled)."""
+        log_ms = self.log_total(first, largest)
+        if scale is not None:
+            log_ms += np.log(scale)
+        return np.exp(np.clip(log_ms, LOG_MS_MIN, LOG_MS_MAX))
 
 
 class EditedSets:
@@ -244,7 +247,7 @@ class PooledRows:
         self._pending: list[tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
 
     def first(self, rows: np.ndarray | slice, added: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """The head's first-layer input without its max part, the max-pooled codes and the
         ``linear_scale`` of sets ``rows`` (with ``added``'s code and projections, if given),
         priced linearly past the size limit as ``SetCostNetwork.predict_pooled`` does."""

@@ -201,7 +201,10 @@ class PlacementState:
         largest, total = (rest[-1] if at != len(rest) - 1 else rest[-2]), self.remaining_bytes - size
         # FFD's first check, for every device at once: room beyond the largest item covers the total
         spare = np.maximum(self.free - largest, 0)
-        after = spare.sum() - spare + np.maximum(self.free - size - largest, 0)
+        room = spare.sum()
+        if room - size >= total:  # every device passes: taking the unit costs its spare at most size
+            return self.free >= size
+        after = room - spare + np.maximum(self.free - size - largest, 0)
         ok = after >= total
         failing = np.flatnonzero(~ok & (self.free >= size))
         ok[self.free < size] = False
