@@ -9,9 +9,11 @@ service groups them), on the load test's ``--fresh`` bodies, without HTTP or wor
 What the planners of one request cost is what limits the service's throughput on distinct
 requests (docs/service.md): two cores at 100 req/s leave 20 ms of CPU per request for the server,
 the client and every planner. The first ``--warmup`` bodies are planned and not counted (caches,
-lazy imports). Like a planning worker, it freezes the collector's view of what start-up
-loaded (``gc.freeze()``, after the planners' imports, torchrec's included), so that its figures are not full collections walking torch. Each request's time is process CPU time (``time.process_time``), so that a busy
-machine slows its wall clock, not its figures; the planners' own ``plan_time_s`` is wall time.
+lazy imports). Like a planning worker, it freezes the collector's view of what start-up loaded
+(``gc.freeze()``, after the planners' imports, torchrec's included), so that its figures are not
+full collections walking torch. Each request's time is process CPU time (``time.process_time``),
+so that a busy machine slows its wall clock, not its figures; the planners' own ``plan_time_s``
+is wall time.
 
 ``--base DIR`` (a ``git worktree`` of an earlier commit) compares two checkouts request by
 request: each plans in its own process (``--serve``, that checkout's code on this checkout's

@@ -43,9 +43,9 @@ class Placement:
 class SharedWork:
     """Placements of one task (``workload`` on ``topology``, with one cost model and context),
     by key (what computed it, with the settings it depends on), the ``StepCosts`` of its
-    placements, by unit order, and greedy placement's recorded steps (``RecordedSteps``). Only a placement computed within its planner's budget is kept:
-    one cut short stays that planner's own. A planner asking about another task computes on its
-    own."""
+    placements, by unit order, and greedy placement's recorded steps (``RecordedSteps``). Only a
+    placement computed within its planner's budget is kept: one cut short stays that planner's
+    own. A planner asking about another task computes on its own."""
 
     def __init__(self, workload: Workload, topology: Topology) -> None:
         self.workload, self.topology = workload, topology
