@@ -76,10 +76,12 @@ class Table:
                  "pick a supported optimizer")
 
     def __hash__(self) -> int:
-        # Names are unique within a workload, and Python caches a string's hash: hot loops
-        # (cost-model caches keyed by table) hash tables millions of times. Equality still
-        # compares every field.
-        return hash(self.name)
+        # Every field but the optimizer (an Enum hashes in Python, and these loops are hot):
+        # caches keyed by table live as long as a server, and users name their tables alike
+        # from one workload to the next ("t0", "C1"); hashed by name alone, every table of that
+        # name ever cached collided, and planning slowed with each distinct workload served.
+        return hash((self.name, self.num_embeddings, self.embedding_dim, self.pooling_factor, self.zipf_alpha,
+                     self.bytes_per_element))
 
     @property
     def weight_bytes(self) -> int:

@@ -76,6 +76,7 @@ class Config:
     planners: tuple[str, ...] | None = None  # None: the service's defaults
     fresh: bool = False  # every request its own tables and seed: none is answered from the plan cache
     client: str = "auto"  # ab (ApacheBench, when on PATH and one body is sent), or httpx: the async Python loop
+    same_names: bool = False  # with fresh: every request's tables named t0, t1, ... as one model's workloads are
 
 
 def free_port() -> int:
@@ -136,6 +137,8 @@ def request_body(config: Config, draw: int = 0) -> dict:
     """``config.tables`` tables of the pool, drawn with seed ``draw`` (``--fresh``: each request
     its own draw, so that no planner sees a workload twice)."""
     workload = sample_task(_pool(), config.tables, np.random.default_rng(draw), name=f"load{config.tables}")
+    if config.same_names:  # the pool's tables, named as every request names them
+        workload = replace(workload, tables=tuple(replace(t, name=f"t{i}") for i, t in enumerate(workload.tables)))
     body = {"workload": workload_to_dict(workload),
             "topology": {"num_devices": config.devices, "device_memory_gb": config.device_memory_gb}}
     if config.planners:
@@ -435,10 +438,14 @@ def parse() -> Config:
                         help="The load generator (auto: ab when it is on PATH and the requests are alike).")
     parser.add_argument("--fresh", action="store_true",
                         help="Give every request its own seed, so that none is answered from the plan cache.")
+    parser.add_argument("--same-names", action="store_true",
+                        help="With --fresh: name every request's tables t0, t1, ..., as a model's workloads are named "
+                             "from one request to the next (distinct tables under names the server has seen).")
     args = parser.parse_args()
     return Config(args.requests, args.concurrency, args.tables, args.devices, defaults.device_memory_gb,
                   args.warmup, args.workers, args.out, args.note, args.profile,
-                  tuple(args.planners.split(",")) if args.planners else None, args.fresh, args.client)
+                  tuple(args.planners.split(",")) if args.planners else None, args.fresh, args.client,
+                  args.same_names)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ service groups them), on the load test's ``--fresh`` bodies, without HTTP or wor
     python benchmarks/request_cpu.py --requests 40                   # median ms per planner and in all
     python benchmarks/request_cpu.py --requests 40 --out runs/request_cpu.json
     python benchmarks/request_cpu.py --requests 200 --base /tmp/base # this checkout against another, interleaved
+    python benchmarks/request_cpu.py --requests 400 --same-names      # every request's tables named t0, t1, ...
 
 What the planners of one request cost is what limits the service's throughput on distinct
 requests (docs/service.md): two cores at 100 req/s leave 20 ms of CPU per request for the server,
@@ -81,7 +82,7 @@ def bodies(args: argparse.Namespace) -> list[tuple[dict, int]]:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from load_test import Config, request_body
 
-    config = Config(tables=args.tables, devices=args.devices, fresh=True)
+    config = Config(tables=args.tables, devices=args.devices, fresh=True, same_names=args.same_names)
     return [(request_body(config, draw), draw) for draw in range(1, args.warmup + args.requests + 1)]
 
 
@@ -158,6 +159,12 @@ def interleaved(args: argparse.Namespace) -> dict:
                              for n in names},
         "same_predicted_max": {n: sum(abs(p["this"]["planners"][n][1] / p["base"]["planners"][n][1] - 1) < 1e-6
                                       for p in pairs) for n in names},
+        "same_names": args.same_names,
+        # a trend over the run (caches that grow with every request served): each quarter's medians
+        "by_quarter": [{side: statistics.median(p[side]["cpu_ms"] for p in quarter) for side in ("base", "this")}
+                       | {"ratio": statistics.median(p["this"]["cpu_ms"] / p["base"]["cpu_ms"] for p in quarter)}
+                       for quarter in (pairs[k * len(pairs) // 4:(k + 1) * len(pairs) // 4] for k in range(4))
+                       if quarter],
     }
     for name in names:
         r, b, t = summary["ratio_planner_ms"][name], *(summary["planner_ms"][name][s]["median"] for s in ("base", "this"))
@@ -166,6 +173,8 @@ def interleaved(args: argparse.Namespace) -> dict:
     r, c = summary["ratio_cpu_per_request"], summary["cpu_ms_per_request"]
     print(f"{'all (CPU)':>18}: {c['base']['median']:7.2f} -> {c['this']['median']:7.2f} ms   "
           f"ratio {r['median']:.3f} [{r['q1']:.3f}, {r['q3']:.3f}]")
+    print("by quarter of the run: " + ", ".join(f"{q['base']:.1f} -> {q['this']:.1f} ms ({q['ratio']:.3f})"
+                                                for q in summary["by_quarter"]))
     return summary
 
 
@@ -176,6 +185,8 @@ def main() -> None:
     parser.add_argument("--tables", type=int, default=80)
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--models", type=Path, default=ROOT / "data" / "models")
+    parser.add_argument("--same-names", action="store_true",
+                        help="Name every request's tables t0, t1, ... (distinct tables under names seen before).")
     parser.add_argument("--base", type=Path, help="Another checkout to compare with, request by request.")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--checkout", type=Path, default=ROOT, help=argparse.SUPPRESS)

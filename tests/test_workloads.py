@@ -1,6 +1,7 @@
 """Data types, the workload file format, the synthetic generator and the bundled workloads."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from autoshard.presets import PRESETS, load_preset
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task
 from autoshard.types import GIB, Optimizer, Table, Topology, Workload
 from autoshard.workload_file import load_workload, save_workload, workload_from_dict
+from cost_model.features import FeatureCache
 
 
 @pytest.mark.parametrize("kwargs, field", [
@@ -37,6 +39,27 @@ def test_memory_is_derived_from_shape_and_optimizer():
     assert Table("t", 1000, 64, bytes_per_element=2).memory_bytes == 1000 * 64 * 2
     assert Table("t", 1000, 64, optimizer=Optimizer.ROWWISE_ADAGRAD).memory_bytes == 1000 * 64 * 4 + 1000 * 4
     assert Table("t", 1000, 64, optimizer=Optimizer.ADAGRAD).memory_bytes == 2 * 1000 * 64 * 4
+
+
+def test_a_cache_of_tables_named_alike_finds_each_in_one_comparison(monkeypatch):
+    """Caches keyed by table outlive a request (the cost model's, in a server); users name their
+    tables alike from one workload to the next. Hashed by name alone, a lookup compared the table
+    with every cached one of that name, and planning slowed with each workload served."""
+    cache = FeatureCache(row_cap_bytes=128 << 20)
+    sweep = [Table("t0", 1_000 + i, 16 * (1 + i % 4), 1.0 + i % 7) for i in range(400)]  # one name, 400 shapes
+    first = cache(sweep, 2048)
+    comparisons = 0
+    equal = Table.__eq__
+
+    def counted(a, b):
+        nonlocal comparisons
+        comparisons += 1
+        return equal(a, b)
+
+    monkeypatch.setattr(Table, "__eq__", counted)
+    again = cache([replace(t) for t in sweep], 2048)  # equal tables, other objects: as the next request brings
+    np.testing.assert_array_equal(first, again)
+    assert comparisons <= 2 * len(sweep)  # one per table found (hashed by name: ~80,000)
 
 
 def test_workload_and_topology_validation():
