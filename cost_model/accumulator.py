@@ -24,6 +24,7 @@ import torch
 
 from autoshard.costing import EditBatch, Edits
 from autoshard.types import Table
+from cost_model.features import CACHED_TABLES
 from cost_model.network import LOG_MS_MAX, LOG_MS_MIN, OUTPUTS, linear_scale
 
 if TYPE_CHECKING:
@@ -62,19 +63,30 @@ class SplitHead:
     def projected(self, model: NeuralCostModel, table: Table, batch_size: int,
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(code, its projection through the sum part, through the mean part), float32, cached."""
-        key = (table, batch_size)
-        found = self._projected.get(key)
+        found = self._projected.get((table, batch_size))
         if found is None:
-            if self._used >= 200_000:
-                self._clear()
-            if self._used == len(self._stores[0]):  # grow: rows handed out before keep their values
-                self._stores = [np.concatenate([a, np.zeros_like(a)]) for a in self._stores]
-            code = model.code_array(table, batch_size).astype(np.float32)
-            row = self._row[key] = self._used
-            self._used += 1
-            for store, value in zip(self._stores, (code, code @ self.w_sum, code @ self.w_mean)):
-                store[row] = value
-            found = self._projected[key] = tuple(store[row] for store in self._stores)  # type: ignore[assignment]
+            self._make_room(1)
+            found = self._project(model, table, batch_size)
+        return found
+
+    def _make_room(self, count: int) -> bool:
+        """Start afresh if ``count`` more tables would pass ``CACHED_TABLES``; whether it did."""
+        if self._used > 1 and self._used - 1 + count > CACHED_TABLES:
+            self._clear()
+            return True
+        return False
+
+    def _project(self, model: NeuralCostModel, table: Table, batch_size: int,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        key = (table, batch_size)
+        if self._used == len(self._stores[0]):  # grow: rows handed out before keep their values
+            self._stores = [np.concatenate([a, np.zeros_like(a)]) for a in self._stores]
+        code = model.code_array(table, batch_size).astype(np.float32)
+        row = self._row[key] = self._used
+        self._used += 1
+        for store, value in zip(self._stores, (code, code @ self.w_sum, code @ self.w_mean)):
+            store[row] = value
+        found = self._projected[key] = tuple(store[row] for store in self._stores)  # type: ignore[assignment]
         return found
 
     def projected_many(self, model: NeuralCostModel, tables: Sequence[Table], batch_size: int,
@@ -84,9 +96,11 @@ class SplitHead:
         cached yet are encoded in one call."""
         missing = [t for t in dict.fromkeys(tables) if (t, batch_size) not in self._row]
         if missing:
+            if self._make_room(len(missing)):  # before, not during: the rows below must stay put
+                missing = list(dict.fromkeys(tables))
             model.codes(missing, batch_size)  # one encoder call; code_array then reads its cache
             for t in missing:
-                self.projected(model, t, batch_size)
+                self._project(model, t, batch_size)
         rows = [self._row[(t, batch_size)] for t in tables]
         index = np.array([0, *rows] if leading_none else rows, dtype=np.int64)
         return tuple(store[index] for store in self._stores)  # type: ignore[return-value]

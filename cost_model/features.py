@@ -34,6 +34,24 @@ import numpy as np
 from autoshard.types import Optimizer, Table
 
 NUM_FEATURES = 15
+CACHED_TABLES = 25_000
+"""How many (table, batch size) entries each per-table cache of a cost model keeps (features,
+codes, costs alone, the head's projections) before it starts afresh. They live as long as the
+process, a planning worker's as long as the server, and every distinct table a request brings
+adds about 7 KB over all of them: this caps a process at about 170 MB, five times the largest
+request (5,000 tables). A request that needs more keeps them all for its call (docs/service.md,
+"Tables named alike")."""
+
+
+def keys_to_fill(cache: dict, keys: Sequence, limit: int) -> list:
+    """The distinct ``keys`` that ``cache`` lacks, in order; if adding them would take it past
+    ``limit``, it starts afresh and every distinct one of ``keys`` is to fill, so that a call
+    never finds only some of its keys (a call that needs more than ``limit`` keeps them all)."""
+    missing = [k for k in dict.fromkeys(keys) if k not in cache]
+    if missing and len(cache) + len(missing) > limit:
+        cache.clear()
+        return list(dict.fromkeys(keys))
+    return missing
 _BUCKETS = 48
 
 
@@ -104,15 +122,13 @@ def table_features_many(tables: Sequence[Table], batch_size: int, row_cap_bytes:
 class FeatureCache:
     """Memoised per-table features: planners and the RL env ask for the same tables again and again."""
 
-    def __init__(self, row_cap_bytes: int, max_entries: int = 200_000) -> None:
+    def __init__(self, row_cap_bytes: int, max_entries: int = CACHED_TABLES) -> None:
         self.row_cap_bytes, self.max_entries = row_cap_bytes, max_entries
         self._cache: dict[tuple[Table, int], np.ndarray] = {}
 
     def __call__(self, tables: Sequence[Table], batch_size: int) -> np.ndarray:
-        missing = [t for t in dict.fromkeys(tables) if (t, batch_size) not in self._cache]
+        missing = [t for t, _ in keys_to_fill(self._cache, [(t, batch_size) for t in tables], self.max_entries)]
         if missing:  # computed in one pass
-            if len(self._cache) + len(missing) > self.max_entries:
-                self._cache.clear()
             for table, row in zip(missing, table_features_many(missing, batch_size, self.row_cap_bytes)):
                 self._cache[(table, batch_size)] = row
         out = np.empty((len(tables), NUM_FEATURES), dtype=np.float32)

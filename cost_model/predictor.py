@@ -21,7 +21,7 @@ import torch
 from autoshard.costing import EditBatch, Edits, SetCostModel
 from autoshard.types import Table, Workload
 from cost_model.accumulator import leave_one_out_max
-from cost_model.features import FeatureCache, op_key
+from cost_model.features import CACHED_TABLES, FeatureCache, keys_to_fill, op_key
 from cost_model.network import LOG_MS_MAX, LOG_MS_MIN, OpIndex, SetCostNetwork, pool
 from cost_model.profile import DeviceProfile
 from cost_model.ranges import TrainedRanges
@@ -32,14 +32,14 @@ class NeuralCostModel(SetCostModel):
 
     def __init__(self, network: SetCostNetwork, feature_mean: Any, feature_std: Any,
                  profile: DeviceProfile, row_cap_bytes: int, trained_batch_size: int,
-                 metrics: dict[str, Any] | None = None, max_cached: int = 200_000,
+                 metrics: dict[str, Any] | None = None, max_cached: int = CACHED_TABLES,
                  ranges: TrainedRanges | None = None, linear_beyond: int | None = None) -> None:
         self.network = network.eval()
         self.feature_mean = torch.as_tensor(feature_mean, dtype=torch.float32)
         self.feature_std = torch.as_tensor(feature_std, dtype=torch.float32)
         self.profile, self.row_cap_bytes = profile, row_cap_bytes
         self.trained_batch_size, self.metrics = trained_batch_size, metrics or {}
-        self.features = FeatureCache(row_cap_bytes)
+        self.features = FeatureCache(row_cap_bytes, max_cached)
         self._codes: dict[tuple[Table, int], torch.Tensor] = {}
         self._code_arrays: dict[tuple[Table, int], np.ndarray] = {}
         self._alone: dict[tuple[Table, int], float] = {}
@@ -75,14 +75,12 @@ class NeuralCostModel(SetCostModel):
     def codes(self, tables: Sequence[Table], batch_size: int) -> torch.Tensor:
         # in the order given, not a set's: the encoder's float32 sums depend on a row's place in the
         # batch, and a set's order changes with PYTHONHASHSEED (plans differed from run to run)
-        missing = list(dict.fromkeys(t for t in tables if (t, batch_size) not in self._codes))
+        missing = [t for t, _ in keys_to_fill(self._codes, [(t, batch_size) for t in tables], self._max_cached)]
         if missing:
-            if len(self._codes) + len(missing) > self._max_cached:
-                self._codes.clear()
             with torch.inference_mode():
                 fresh = self.network.encode(self.normalise(self.features(missing, batch_size)))
             if len(self._code_arrays) + len(missing) > self._max_cached:
-                self._code_arrays.clear()
+                self._code_arrays.clear()  # ``code_array`` refills from ``_codes``: none is read below
             # ``code_array``'s answers too, in one conversion: planning asks each table's, one by one
             for table, code, array in zip(missing, fresh, fresh.double().numpy()):
                 self._codes[(table, batch_size)] = code
@@ -102,10 +100,8 @@ class NeuralCostModel(SetCostModel):
 
     def alone_ms(self, tables: Sequence[Table], batch_size: int) -> np.ndarray:
         """Each table's total milliseconds alone on a device (cached per table and batch size)."""
-        missing = [t for t in dict.fromkeys(tables) if (t, batch_size) not in self._alone]
+        missing = [t for t, _ in keys_to_fill(self._alone, [(t, batch_size) for t in tables], self._max_cached)]
         if missing:
-            if len(self._alone) + len(missing) > self._max_cached:
-                self._alone.clear()
             for table, cost in zip(missing, self._network_detail([[t] for t in missing], batch_size)[:, 2]):
                 self._alone[(table, batch_size)] = float(cost)
         return np.array([self._alone[(t, batch_size)] for t in tables])

@@ -198,6 +198,36 @@ def test_an_edit_scorer_prices_batches_as_predict_edits_prices_them_at_once():
     assert scorer.positions(EditBatch.of(inside).added) is not None and scorer.positions([TABLES[250]]) is None
 
 
+def test_the_per_table_caches_stay_bounded_and_price_as_a_fresh_model(monkeypatch):
+    """A planning worker's caches outlive its requests: past ``CACHED_TABLES`` they start afresh,
+    between calls and never during one (a call that needs more keeps them all for itself), and
+    every price equals a fresh model's."""
+    import cost_model.accumulator as accumulator
+
+    monkeypatch.setattr(accumulator, "CACHED_TABLES", 20)
+    torch.manual_seed(3)
+    capped = NeuralCostModel(SetCostNetwork(NetworkConfig()), torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES),
+                             PROFILE, 128 * 2**20, 2048, max_cached=20)
+    head = capped.split_head
+    for start in range(0, 240, 8):  # 30 requests of 8 tables each, one after the other
+        tables = list(TABLES[start:start + 8])
+        fresh = untrained_model(3)
+        edits = [(0, r, TABLES[start + 8]) for r in range(8)]
+        assert capped.predict_edits([tables], edits, 2048) == pytest.approx(fresh.predict_edits([tables], edits, 2048),
+                                                                            rel=1e-6)
+        running, sets = capped.accumulator(2, 2048), [[], []]
+        for k, table in enumerate(tables):
+            assert running.costs_if_added(table) == pytest.approx(
+                fresh.predict_many([s + [table] for s in sets], 2048), rel=1e-5)
+            running.add(k % 2, table)
+            sets[k % 2].append(table)
+        assert len(head._row) <= 20 and len(capped._codes) <= 20 and len(capped.features._cache) <= 20
+    many = list(TABLES[:60])  # one call past the cap: its rows stay put for the call
+    edits = [(0, r, TABLES[100]) for r in range(0, 60, 7)]
+    assert capped.predict_edits([many], edits, 2048) == pytest.approx(
+        untrained_model(3).predict_edits([many], edits, 2048), rel=1e-6)
+
+
 def test_expected_unique_rows_is_the_bounded_zipf_expectation():
     """Feature 8: E[distinct rows] = sum_i 1 - (1 - p_i)^n ~ sum_i 1 - exp(-n p_i), p_i ~ i^-a.
     Exact per rank up to 48 rows, rank buckets beyond (within 1% of the per-rank sum); a batch of
