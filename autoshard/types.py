@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
 MAX_ZIPF_ALPHA = 3.0
 GIB = 1024**3
+MAX_ROWS, MAX_DIM, MAX_POOLING, MAX_BATCH = 10**12, 65_536, 10**6, 2**31 - 1
+MAX_DEVICES, MAX_DEVICE_GB = 4_096, 10**6
+"""Beyond any model or cluster, and small enough that every memory total the planners keep in
+int64 arrays holds (4,096 devices x 10^6 GiB < 2^63 bytes): a larger value is an input error,
+not an overflow (or, for the device count, every core's memory)."""
 
 
 class Optimizer(str, Enum):
@@ -40,6 +45,10 @@ def _require(ok: bool, field_name: str, message: str, fix: str) -> None:
         raise InputError(field_name, message, fix)
 
 
+def _require_at_most(value: float, limit: float, field_name: str, fix: str) -> None:
+    _require(value <= limit, field_name, f"must be at most {limit:,}, got {value!r}", fix)
+
+
 @dataclass(frozen=True, slots=True)
 class Table:
     """An embedding table as the cost depends on it.
@@ -61,11 +70,15 @@ class Table:
                  "must be a non-empty string", "give every table a unique name")
         _require(is_int(self.num_embeddings) and self.num_embeddings >= 1, "num_embeddings",
                  f"must be an integer >= 1, got {self.num_embeddings!r}", "set the table's row count")
+        _require_at_most(self.num_embeddings, MAX_ROWS, "num_embeddings", "set the table's row count")
         _require(is_int(self.embedding_dim) and self.embedding_dim >= 1, "embedding_dim",
                  f"must be an integer >= 1, got {self.embedding_dim!r}", "set the embedding dimension")
+        _require_at_most(self.embedding_dim, MAX_DIM, "embedding_dim", "set the embedding dimension")
         _require(is_number(self.pooling_factor) and self.pooling_factor > 0, "pooling_factor",
                  f"must be a number > 0, got {self.pooling_factor!r}",
                  "use the mean number of lookups per sample (1 for one-hot features)")
+        _require_at_most(self.pooling_factor, MAX_POOLING, "pooling_factor",
+                         "use the mean number of lookups per sample (1 for one-hot features)")
         _require(is_number(self.zipf_alpha) and 0 <= self.zipf_alpha <= MAX_ZIPF_ALPHA, "zipf_alpha",
                  f"must be in [0, {MAX_ZIPF_ALPHA}], got {self.zipf_alpha!r}",
                  "use 0 for uniform access, about 1 for production-like skew")
@@ -105,6 +118,7 @@ class Workload:
         _require(len(self.tables) >= 1, "tables", "must hold at least one table", "add tables")
         _require(is_int(self.batch_size) and self.batch_size >= 1, "batch_size",
                  f"must be an integer >= 1, got {self.batch_size!r}", "set the per-iteration batch size")
+        _require_at_most(self.batch_size, MAX_BATCH, "batch_size", "set the per-iteration batch size")
         seen: set[str] = set()
         for i, table in enumerate(self.tables):
             if table.name in seen:
@@ -127,9 +141,12 @@ class Topology:
     def __post_init__(self) -> None:
         _require(is_int(self.num_devices) and self.num_devices >= 1, "num_devices",
                  f"must be an integer >= 1, got {self.num_devices!r}", "set the number of devices")
+        _require_at_most(self.num_devices, MAX_DEVICES, "num_devices", "set the number of devices")
         _require(is_number(self.device_memory_gb) and self.device_memory_gb > 0, "device_memory_gb",
                  f"must be a number > 0, got {self.device_memory_gb!r}",
                  "set the memory per device available to embeddings, in GiB")
+        _require_at_most(self.device_memory_gb, MAX_DEVICE_GB, "device_memory_gb",
+                         "set the memory per device available to embeddings, in GiB")
 
     @property
     def device_memory_bytes(self) -> int:

@@ -78,6 +78,14 @@ def test_serve_with_fail_fast_and_no_models_exits_2_with_the_reasons(tmp_path, m
     assert bad.exit_code == 2 and "AUTOSHARD_POOL_SIZE" in said(bad) and "'abc'" in said(bad)
 
 
+@pytest.mark.parametrize("option, value", [("--devices", "100000000000000000000"), ("--memory-gb", "1e15")])
+def test_a_topology_past_its_bounds_is_refused_by_its_option(option, value):
+    """Once a traceback (memory past int64) or a process killed for memory (10^20 devices)."""
+    args = {"--devices": "4", "--memory-gb": "8", option: value}
+    result = runner.invoke(app, ["plan", "criteo_kaggle", "--model", "none", *(x for kv in args.items() for x in kv)])
+    assert result.exit_code == 2 and option in said(result) and "Traceback" not in said(result)
+
+
 def test_version():
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.startswith("autoshard ")

@@ -493,7 +493,7 @@ def test_a_task_does_not_start_a_planner_that_would_lose_the_plans_before_it(mon
 
     for name in ("slow_a", "slow_b"):
         monkeypatch.setitem(PLANNERS, name, PlannerSpec(name, PlannerKind.HEURISTIC, lambda c: SlowPlanner(0.4)))
-    workload, topology = synthetic_workload(5), Topology(2, 16 * 2**30)
+    workload, topology = synthetic_workload(5), Topology(2, 16.0)
 
     def outcomes(budget_s: float) -> list[str]:
         task = PlannerTask(("slow_a", "slow_b"), workload, topology, None, time.monotonic() + budget_s)

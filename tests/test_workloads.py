@@ -9,7 +9,7 @@ import pytest
 from autoshard.errors import InputError
 from autoshard.presets import PRESETS, load_preset
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task
-from autoshard.types import GIB, Optimizer, Table, Topology, Workload
+from autoshard.types import GIB, MAX_DEVICE_GB, MAX_DEVICES, Optimizer, Table, Topology, Workload
 from autoshard.workload_file import load_workload, save_workload, workload_from_dict
 from cost_model.features import FeatureCache
 
@@ -24,6 +24,9 @@ from cost_model.features import FeatureCache
     ({"zipf_alpha": 3.5}, "zipf_alpha"),
     ({"bytes_per_element": 3}, "bytes_per_element"),
     ({"name": ""}, "name"),
+    ({"num_embeddings": 10**13}, "num_embeddings"),  # past every bound below: an error, not an int64 overflow
+    ({"embedding_dim": 2**17}, "embedding_dim"),
+    ({"pooling_factor": 1e7}, "pooling_factor"),
 ])
 def test_table_rejects_bad_values_naming_the_field(kwargs, field):
     args = {"name": "t", "num_embeddings": 10, "embedding_dim": 8, **kwargs}
@@ -73,6 +76,13 @@ def test_workload_and_topology_validation():
         Topology(0, 1.0)
     with pytest.raises(InputError, match="device_memory_gb"):
         Topology(2, -1)
+    with pytest.raises(InputError, match="batch_size"):
+        Workload((Table("a", 1, 1),), batch_size=2**31)
+    with pytest.raises(InputError, match="num_devices"):  # arrays of 10^20 devices took every byte of memory
+        Topology(10**20, 1.0)
+    with pytest.raises(InputError, match="device_memory_gb"):  # bytes past int64: the planners' arrays overflowed
+        Topology(2, 1e15)
+    assert Topology(MAX_DEVICES, MAX_DEVICE_GB).device_memory_bytes * MAX_DEVICES < 2**63
     assert Topology(2, 1.5).device_memory_bytes == int(1.5 * GIB)
 
 

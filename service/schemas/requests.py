@@ -15,16 +15,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoshard.types import MAX_ZIPF_ALPHA, Optimizer, Table, Workload
+from autoshard.types import (MAX_BATCH, MAX_DEVICE_GB, MAX_DIM, MAX_POOLING, MAX_ROWS, MAX_ZIPF_ALPHA, Optimizer,
+                             Table, Workload)
 
 _TABLE_DEFAULTS = {f.name: f.default for f in fields(Table) if f.default is not MISSING}
 _WORKLOAD_DEFAULTS = {f.name: f.default for f in fields(Workload) if f.default is not MISSING}
 
-MAX_ROWS = 10**12
-MAX_DIM = 65_536
-MAX_POOLING = 10**6
-MAX_BATCH = 2**31 - 1
-MAX_DEVICE_GB = 10**6
 MAX_PLANNERS = 64
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
