@@ -548,3 +548,43 @@ def test_heuristics_planned_side_by_side_are_scored_as_each_alone(with_model):
         alone = make_planner(plan.planner, PlannerContext(scorer)).plan(workload, topology)
         assert [d.shards for d in plan.devices] == [d.shards for d in alone.devices]
         assert [d.cost_ms for d in plan.devices] == pytest.approx([d.cost_ms for d in alone.devices], rel=1e-9)
+
+
+def test_the_packing_lookahead_by_hand_devices_of_equal_room_alike_and_of_other_room_not():
+    """4 devices of 10 GiB, 3 GiB already on devices 2 and 3; the next unit takes 4 GiB and 7, 7,
+    6 and 5 follow. On device 0 or 1 the rest fits by first-fit decreasing (bins 10, 7, 7, 6:
+    7 -> 10, 7 -> 7, 6 -> 7, 5 -> 6); on device 2 or 3 it does not (bins 10, 10, 7, 3: the 5 finds
+    no room)."""
+    from autoshard.planners.placement import PlacementState
+
+    units = [Unit.of(TableShard(Table(f"t{i}", size * GIB // 64, 16)), float(size))  # size GiB each
+             for i, size in enumerate((3, 3, 4, 7, 7, 6, 5))]
+    state = PlacementState(units, Topology(4, 10.0), lookahead=True)
+    state.apply(2)
+    state.apply(3)
+    assert state._first_fit_after().tolist() == [True, True, False, False]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(1, 12), min_size=3, max_size=14), st.integers(2, 6), st.integers(0, 13),
+       st.floats(1.0, 1.4))
+def test_the_packing_lookahead_checks_devices_of_equal_room_once_and_answers_for_each(sizes, devices, placed, slack):
+    """``_first_fit_after`` runs first-fit decreasing once per distinct free room (devices with as
+    much room left leave the same bins); each device's answer is still its own FFD's."""
+    from autoshard.planners.placement import PlacementState, packable_many
+
+    gib = GIB
+    units = [Unit.of(TableShard(Table(f"t{i}", s * gib // 64, 16)), float(s))  # s / 64 GiB each
+             for i, s in enumerate(sorted(sizes, reverse=True))]
+    state = PlacementState(units, Topology(devices, max(slack * sum(sizes) / devices, max(sizes)) / 64), lookahead=True)
+    for k in range(min(placed, len(units) - 1)):  # some units placed round robin, where they fit
+        room = state.room()
+        if not room.any():
+            break
+        state.apply(k % devices if room[k % devices] else int(room.argmax()))
+    size, rest = state.current.memory_bytes, sorted((u.memory_bytes for u in units[state.position + 1:]), reverse=True)
+    for d in range(devices):
+        free = state.free.copy()
+        free[d] -= size
+        alone = bool(free[d] >= 0 and packable_many(rest, free[None, :])[0])
+        assert state._first_fit_after()[d] == alone

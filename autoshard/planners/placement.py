@@ -208,10 +208,13 @@ class PlacementState:
         ok = after >= total
         failing = np.flatnonzero(~ok & (self.free >= size))
         ok[self.free < size] = False
-        if len(failing):  # first-fit decreasing for each, all at once
-            free = np.tile(self.free, (len(failing), 1))
-            free[np.arange(len(failing)), failing] -= size
-            ok[failing] = packable_many((rest[:at] + rest[at + 1:])[::-1], free)
+        if len(failing):  # first-fit decreasing, all at once, once per free room: devices with as
+            # much room left leave the same bins (FFD sorts them), so they pass or fail alike
+            _, first, alike = np.unique(self.free[failing], return_index=True, return_inverse=True)
+            taking = failing[first]
+            free = np.tile(self.free, (len(taking), 1))
+            free[np.arange(len(taking)), taking] -= size
+            ok[failing] = packable_many((rest[:at] + rest[at + 1:])[::-1], free)[alike.reshape(-1)]
         return ok
 
     def costs_if_added(self, rows: np.ndarray | None = None) -> np.ndarray:
