@@ -14,7 +14,7 @@ import torch
 
 from autoshard.errors import InputError
 from autoshard.synthetic import PoolConfig, generate_pool
-from autoshard.types import Optimizer, Table, Workload
+from autoshard.types import MAX_DIM, MAX_POOLING, MAX_ROWS, Optimizer, Table, Workload
 from cost_model.bench import BenchConfig, _build_tbe, check_benchable, groups, make_batch, measure
 from cost_model.checkpoint import load_cost_model, trace_sources
 from cost_model.collect import CollectConfig, collect
@@ -156,7 +156,8 @@ def test_fp16_and_rowwise_adagrad_are_trained_inputs_and_change_the_cost(shipped
 
 
 def test_prediction_is_finite_for_extreme_single_tables(shipped):
-    grid = itertools.product([1, 10**4, 10**13], [1, 4096, 10**6], [0.01, 1e4, 1e7], [0.0, 3.0], [1, 2, 4, 8])
+    # to the bounds a table may have (autoshard.types: larger is an input error)
+    grid = itertools.product([1, 10**4, MAX_ROWS], [1, 4096, MAX_DIM], [0.01, 1e4, MAX_POOLING], [0.0, 3.0], [1, 2, 4, 8])
     tables = [Table(f"x{i}", *spec) for i, spec in enumerate(grid)]
     for batch in (1, 2048, 10**7):
         costs = shipped.predict_detail_many([[t] for t in tables], batch)
@@ -164,7 +165,7 @@ def test_prediction_is_finite_for_extreme_single_tables(shipped):
 
 
 def test_prediction_is_finite_for_huge_sets_of_extreme_tables(shipped):
-    tables = [Table(f"x{i}", 10**13, 10**6, 1e7, 0.0) for i in range(500)]
+    tables = [Table(f"x{i}", MAX_ROWS, MAX_DIM, MAX_POOLING, 0.0) for i in range(500)]
     assert np.isfinite(shipped.predict_detail_many([tables], 10**7)).all()
     accumulator = shipped.accumulator(2, 10**7)
     for table in tables:
