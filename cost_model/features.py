@@ -34,6 +34,7 @@ import numpy as np
 from autoshard.types import Optimizer, Table
 
 NUM_FEATURES = 15
+_BUCKETS = 48
 CACHED_TABLES = 25_000
 """How many (table, batch size) entries each per-table cache of a cost model keeps (features,
 codes, costs alone, the head's projections) before it starts afresh. They live as long as the
@@ -52,7 +53,6 @@ def keys_to_fill(cache: dict, keys: Sequence, limit: int) -> list:
         cache.clear()
         return list(dict.fromkeys(keys))
     return missing
-_BUCKETS = 48
 
 
 def op_key(table: Table) -> tuple[int, Optimizer]:
