@@ -573,8 +573,7 @@ def test_the_packing_lookahead_checks_devices_of_equal_room_once_and_answers_for
     much room left leave the same bins); each device's answer is still its own FFD's."""
     from autoshard.planners.placement import PlacementState, packable_many
 
-    gib = GIB
-    units = [Unit.of(TableShard(Table(f"t{i}", s * gib // 64, 16)), float(s))  # s / 64 GiB each
+    units = [Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s / 64 GiB each
              for i, s in enumerate(sorted(sizes, reverse=True))]
     state = PlacementState(units, Topology(devices, max(slack * sum(sizes) / devices, max(sizes)) / 64), lookahead=True)
     for k in range(min(placed, len(units) - 1)):  # some units placed round robin, where they fit
