@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 PARTS = {  # part: substrings of a py-spy frame ("function (file:line)")
     "greedy placement (place)": ["place (autoshard/planners/placement.py"],
     "  scoring candidates (costs_if_added)": ["costs_if_added ("],
-    "  packing lookahead (_packable_after)": ["_packable_after ("],
+    "  packing lookahead (_first_fit_after)": ["_first_fit_after ("],
     "  policy (observe + scores)": ["observe (autoshard/rl/observation.py", "observe_many (", "DevicePolicy.scores"],
     "local search (improve)": ["improve (autoshard/planners/local_search.py"],
     "  neighbourhood scoring (predict_edits, edit scorers)": ["predict_edits (", "EditedSets.predict ("],

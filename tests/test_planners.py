@@ -573,9 +573,9 @@ def test_the_packing_lookahead_checks_devices_of_equal_room_once_and_answers_for
     much room left leave the same bins); each device's answer is still its own FFD's."""
     from autoshard.planners.placement import PlacementState, packable_many
 
-    units = [Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s / 64 GiB each
+    units = [Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s GiB each
              for i, s in enumerate(sorted(sizes, reverse=True))]
-    state = PlacementState(units, Topology(devices, max(slack * sum(sizes) / devices, max(sizes)) / 64), lookahead=True)
+    state = PlacementState(units, Topology(devices, max(slack * sum(sizes) / devices, max(sizes))), lookahead=True)
     for k in range(min(placed, len(units) - 1)):  # some units placed round robin, where they fit
         room = state.room()
         if not room.any():
@@ -587,3 +587,79 @@ def test_the_packing_lookahead_checks_devices_of_equal_room_once_and_answers_for
         free[d] -= size
         alone = bool(free[d] >= 0 and packable_many(rest, free[None, :])[0])
         assert state._first_fit_after()[d] == alone
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(1, 12), min_size=6, max_size=24), st.integers(2, 12), st.integers(0, 23),
+       st.floats(1.0, 1.15), st.integers(1, 5), st.integers(0, 2**32 - 1))
+def test_the_devices_allowed_to_a_chooser_of_few_candidates_give_the_mask_s_candidates(sizes, devices, placed, slack,
+                                                                                        limit, seed):
+    """``allowed(limit)`` checks the packing lookahead only on the least-loaded devices until
+    ``limit`` pass, and its ``candidates`` are those of the whole mask: at every step of a
+    placement (random choices, some devices of equal load), for limits 1-5."""
+    from autoshard.planners.placement import PlacementState, candidates
+
+    rng = np.random.default_rng(seed)
+    units = [Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s GiB each
+             for i, s in enumerate(sorted(sizes, reverse=True))]
+    state = PlacementState(units, Topology(devices, max(slack * sum(sizes) / devices, max(sizes))), lookahead=True)
+    for _ in range(min(placed, len(units) - 1)):
+        scoped = candidates(state, state.allowed(limit), limit)
+        whole = candidates(state, np.flatnonzero(state.mask()), limit)
+        assert scoped.tolist() == whole.tolist()
+        if not len(whole):
+            break
+        device = int(rng.choice(whole))
+        state.apply(device)
+        state.loads[device] = float(rng.integers(0, 3))  # loads tie often
+
+
+def test_a_chooser_of_one_candidate_has_the_lookahead_check_only_the_least_loaded_device():
+    """The by-hand lookahead above (4 devices of 10 GiB, 3 GiB on devices 2 and 3, a 4 GiB unit
+    next, then 7, 7, 6, 5): a chooser of one candidate gets device 0, the first empty device
+    (``candidates`` keeps only that one of the empty devices: device 1 needs no check), after
+    one first-fit check a room (10 GiB: passes; 7 GiB, devices 2 and 3 alike: fails); the whole
+    mask is devices 0 and 1."""
+    from autoshard.planners.placement import PlacementState
+
+    units = [Unit.of(TableShard(Table(f"t{i}", size * GIB // 64, 16)), float(size))
+             for i, size in enumerate((3, 3, 4, 7, 7, 6, 5))]
+    state = PlacementState(units, Topology(4, 10.0), lookahead=True)
+    state.apply(2)
+    state.apply(3)
+    state.loads[2:] = [0.5, 1.0]
+    assert state.allowed(1).tolist() == [0]
+    assert state._rooms == {7 * GIB: False, 10 * GIB: True}
+    assert np.flatnonzero(state.mask()).tolist() == [0, 1]
+
+
+def test_past_its_deadline_placement_drops_the_lookahead_and_places_again_with_it_after_a_dead_end():
+    """The by-hand lookahead above, with a chooser that takes the highest-index device allowed:
+    under the lookahead the 4 GiB unit goes to device 1 and the rest packs (7 to device 3, 7 to
+    2, 6 to 1, 5 to 0); past the deadline it goes to device 3, and the 7 (device 2), 7 (1) and
+    6 (0) leave no room for the 5 (``place`` raises). ``place_workload``
+    then places again with the lookahead."""
+    import time
+
+    from autoshard.planners.placement import Deadline, PlacementState, place, place_workload
+
+    sizes = (3, 3, 4, 7, 7, 6, 5)
+    tables = [Table(f"t{i}", size * GIB // 64, 16) for i, size in enumerate(sizes)]
+    units = [Unit.of(TableShard(t), float(size)) for t, size in zip(tables, sizes)]
+    topology = Topology(4, 10.0)
+    expired = Deadline(time.perf_counter() - 10.0, 1.0)
+
+    def highest(state, allowed):
+        return int(allowed.max()) if state.position >= 2 else 2 + state.position  # the 3s to devices 2 and 3
+
+    placed = place(PlacementState(units, topology, lookahead=True), highest)
+    assert [[u.name for u in d.units] for d in placed.devices] == [["t6"], ["t2", "t5"], ["t0", "t4"], ["t1", "t3"]]
+    assert not placed.dropped_lookahead
+    dropped = PlacementState(units, topology, lookahead=True)
+    with pytest.raises(PlannerError):
+        place(dropped, highest, deadline=expired)
+    assert dropped.dropped_lookahead and dropped.devices[3].units[-1].name == "t2"
+    again = place_workload(Workload(tuple(tables)), topology, lambda ts: [float(t.memory_bytes) for t in ts], False,
+                           highest, lambda us: PlacementState(us, topology, lookahead=True), order_by_cost=False,
+                           deadline=expired)
+    assert [[u.name for u in d.units] for d in again.devices] == [[u.name for u in d.units] for d in placed.devices]

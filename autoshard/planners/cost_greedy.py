@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.local_search import improve
-from autoshard.planners.placement import (Deadline, DeviceState, PlacementState, assignment, best_over_split_caps,
+from autoshard.planners.placement import (CANDIDATES, Deadline, DeviceState, PlacementState, assignment, best_over_split_caps,
                                           build_plan, cheapest_after, place_workload, split_units_at)
 from autoshard.planners.recording import RecordingChooser
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
@@ -28,7 +28,8 @@ class CostGreedyPlanner:
     units balance best by their own costs; the split plan only if it is predicted more than
     ``departure_margin`` below the other (``best_over_split_caps``).
     Device ``cost_ms`` is the cost model's prediction. Past ``time_budget_s`` the search stops
-    (no further local-search round or split cap) and the best plan so far comes back ``partial``.
+    (greedy placement places the rest without the packing lookahead; no further local-search
+    round or split cap) and the best plan so far comes back ``partial``.
     With ``shared``, a placement another planner of the task searched already is reused."""
 
     cost_model: CostModel
@@ -62,7 +63,7 @@ def searched_greedy(workload: Workload, topology: Topology, cost_model: CostMode
     planner of the task searched it already within its budget); the devices are the caller's."""
 
     def search() -> tuple[Placement, bool]:
-        state = greedy_placement(workload, topology, cost_model, cap, shared)
+        state = greedy_placement(workload, topology, cost_model, cap, shared, deadline)
         start = assignment(state.devices)
         improve(state.devices, cost_model, workload.batch_size, max_rounds, deadline)
         return Placement(tuple(state.units), tuple(state.devices), start), not deadline.hit
@@ -71,11 +72,12 @@ def searched_greedy(workload: Workload, topology: Topology, cost_model: CostMode
 
 
 def greedy_placement(workload: Workload, topology: Topology, cost_model: CostModel, cap: int | None,
-                     shared: SharedWork | None = None) -> PlacementState:
+                     shared: SharedWork | None = None, deadline: Deadline | None = None) -> PlacementState:
     """cost_greedy's placement before local search: largest predicted cost first, each unit to
-    the device whose predicted cost with it is lowest, with the packing lookahead (shards of at
-    most ``cap`` ways, or none without a cap). With ``shared``, its steps' costs are the task's
-    ``StepCosts``, and its steps are recorded there (``greedy_steps_key``) for ``rl``."""
+    the device whose predicted cost with it is lowest, with the packing lookahead until the
+    ``deadline`` (``place``; shards of at most ``cap`` ways, or none without a cap). With
+    ``shared``, its steps' costs are the task's ``StepCosts``, and its steps are recorded there
+    (``greedy_steps_key``) for ``rl``, if it kept the lookahead to the end."""
     batch_size = workload.batch_size
 
     def start(units: list[Unit]) -> PlacementState:
@@ -84,11 +86,12 @@ def greedy_placement(workload: Workload, topology: Topology, cost_model: CostMod
 
     if shared is None:
         return place_workload(workload, topology, model_costs(cost_model, batch_size), cap is not None, cheapest_after,
-                              start, max_ways=cap)
+                              start, max_ways=cap, scope=CANDIDATES, deadline=deadline)
     choose = RecordingChooser()  # cheapest_after, keeping each step for the policy's argmax rollout
     state = place_workload(workload, topology, model_costs(cost_model, batch_size), cap is not None, choose, start,
-                           max_ways=cap)
-    shared.record(workload, topology, greedy_steps_key(cap), choose.recorded(state))
+                           max_ways=cap, scope=CANDIDATES, deadline=deadline)
+    if not state.dropped_lookahead:  # else not the steps of a placement under the mask
+        shared.record(workload, topology, greedy_steps_key(cap), choose.recorded(state))
     return state
 
 

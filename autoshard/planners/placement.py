@@ -75,6 +75,7 @@ class StepCosts:
         self._costs: dict[int, dict[int, float]] = {}  # history -> {device: cost with the next unit added}
         self._scores: dict[int, dict[Hashable, np.ndarray]] = {}  # history -> {(policy, rows): scores}
         self._known: dict[Hashable, np.ndarray] = {}  # (fact, history, ...) -> its value (``once``)
+        self._rooms: dict[int, dict[int, bool]] = {}  # history -> {free room: packable after taking the unit}
 
     def after(self, history: int, device: int) -> int:
         """The history of a placement at ``history`` that puts its current unit on ``device``."""
@@ -85,6 +86,12 @@ class StepCosts:
         history reads and adds to."""
         return self._costs.setdefault(history, {})
 
+    def rooms(self, history: int) -> dict[int, bool]:
+        """The packing lookahead's answers at ``history``, by a device's free room: whether the
+        units after the current one still pack once a device with that much room takes it (the
+        one dict every placement at that history reads and adds to)."""
+        return self._rooms.setdefault(history, {})
+
     def scores(self, history: int) -> dict[Hashable, np.ndarray]:
         """A policy's scores of candidate devices computed at ``history``, by (policy, rows): the
         policy's argmax rollout and its sampled rollouts alike so far observe the same state."""
@@ -92,9 +99,9 @@ class StepCosts:
 
     def once(self, key: Hashable, compute: Callable[[], np.ndarray]) -> np.ndarray:
         """A fact about the state at a history (``key`` names the fact and the history), computed
-        once (read-only): the devices that leave the rest packable (state only), the mask
-        (state and mask rules). Greedy placement, the policy's argmax rollout (the
-        same steps under an extra rule) and its sampled rollouts compute the steps they share once."""
+        once (read-only): the devices allowed (state, mask rules and the choosers' ``limit``).
+        Greedy placement, the policy's argmax rollout (the same steps under an extra rule) and its
+        sampled rollouts compute the steps they share once."""
         found = self._known.get(key)
         if found is None:
             found = self._known[key] = compute()
@@ -108,7 +115,8 @@ class PlacementState:
     ``mask()`` says which devices may take the current unit: those with room and no other shard
     of its table; then, where it leaves a choice, those holding fewer than ``max_units_per_device``
     units; then, with ``lookahead``, those that leave the remaining units packable (first-fit
-    decreasing; FFD is not exact, so if no device passes, every device left stays allowed).
+    decreasing; FFD is not exact, so if no device passes, every device left stays allowed;
+    ``drop_lookahead`` turns it off for the remaining steps).
     With an ``accumulator`` a device's load is the cost model's prediction for its whole set,
     floored while placing so that an addition never lowers it (a model that says otherwise is
     wrong there, and the choices must not seek it out) and, once the last unit is placed, its
@@ -124,6 +132,7 @@ class PlacementState:
         self.units, self.topology = list(units), topology
         self.devices = [DeviceState(d, topology.device_memory_bytes) for d in range(topology.num_devices)]
         self.accumulator, self.lookahead, self.max_units_per_device = accumulator, lookahead, max_units_per_device
+        self.dropped_lookahead = False
         self.position = 0
         self.free = np.full(topology.num_devices, topology.device_memory_bytes, dtype=np.int64)
         self.count = np.zeros(topology.num_devices, dtype=np.int64)
@@ -138,6 +147,8 @@ class PlacementState:
         self._if_added: np.ndarray | None = None
         self.steps, self.history = steps, 0
         self._partial: dict[int, float] = {} if steps is None else steps.at(0)  # costs if added, by device
+        self._rooms: dict[int, bool] = {} if steps is None else steps.rooms(0)  # the lookahead's, by free room
+        self.scope: int | None = None  # the ``limit`` of the last ``allowed``
 
     @property
     def done(self) -> bool:
@@ -164,57 +175,102 @@ class PlacementState:
                     ok[d] = False
         return ok
 
+    def drop_lookahead(self) -> None:
+        """No packing lookahead for the remaining steps (``place`` past its deadline)."""
+        self.lookahead, self.dropped_lookahead = False, self.dropped_lookahead or self.lookahead
+
     def mask(self) -> np.ndarray:
         """Devices the current unit may go to (see the class docstring)."""
+        ok = np.zeros(len(self.devices), dtype=bool)
+        ok[self._allowed(None)] = True
+        return ok
+
+    def allowed(self, limit: int | None = None) -> np.ndarray:
+        """Indices of the devices ``mask`` allows. With ``limit``, only as many as a chooser of
+        the ``limit`` ``candidates`` needs: the allowed devices in order of load (ties: lowest
+        index) until ``limit`` of them (of empty devices only the first, as ``candidates``), so
+        the packing lookahead checks those and no more; their ``candidates`` are the mask's.
+        Once for placements alike so far (``StepCosts``; kept as indices)."""
+        self.scope = limit
+        key = self.alike_key
+        if key is None:
+            return self._allowed(limit)
+        assert self.steps is not None
+        return self.steps.once(("allowed", key, limit), lambda: self._allowed(limit))
+
+    def _allowed(self, limit: int | None) -> np.ndarray:
+        """``allowed``, computed."""
         ok = self.room()
         if self.max_units_per_device is not None and ok.sum() > 1:
             capped = ok & (self.count < self.max_units_per_device)
             ok = capped if capped.any() else ok
-        if self.lookahead and ok.sum() > 1:
-            safe = ok & self._packable_after()
-            ok = safe if safe.any() else ok
-        return ok
+        open_ = np.flatnonzero(ok)
+        if not self.lookahead or len(open_) <= 1 or self._rest_packs_anywhere():
+            return open_
+        if limit is None:
+            safe = open_[self._first_fit_after(open_)]
+            return safe if len(safe) else open_
+        # ``candidates`` keeps one empty device, the first (all have the same room), and the least
+        # loaded of the others: those in order of load until ``limit`` pass, checked in chunks
+        # that double (each chunk's rooms in one first-fit pass), the empty one with the first
+        empty, loaded = open_[self.count[open_] == 0], open_[self.count[open_] > 0]
+        walk = loaded[np.argsort(self.loads[loaded], kind="stable")]
+        chunk, at, found = np.concatenate([empty[:1], walk[:limit]]), limit, 0
+        passing: list[int] = []
+        while len(chunk):
+            ok = chunk[self._first_fit_after(chunk)]
+            passing += ok.tolist()
+            found += int((self.count[ok] > 0).sum())
+            if found >= limit:
+                break
+            chunk, at = walk[at:2 * at], 2 * at
+        return np.sort(np.array(passing, dtype=np.int64)) if passing else open_
 
-    def allowed(self) -> np.ndarray:
-        """Indices of the devices ``mask`` allows; the mask once for placements alike so far
-        (``StepCosts``; kept as D booleans a step, not as indices)."""
-        key = self.alike_key
-        if key is None:
-            return np.flatnonzero(self.mask())
-        assert self.steps is not None
-        return np.flatnonzero(self.steps.once(("mask", key), self.mask))
+    def _first_fit_after(self, devices: np.ndarray | None = None) -> np.ndarray:
+        """For each of ``devices`` (default: every device): would the units after the current one
+        still pack by first-fit decreasing if it took the current one (False where it has no
+        room)? Devices with as much room left leave the same bins (FFD sorts them), so each free
+        room is checked once per step, and once for placements at the same history
+        (``StepCosts.rooms``)."""
+        free = self.free if devices is None else self.free[devices]
+        size, known = self.current.memory_bytes, self._rooms
+        fits = free >= size
+        unknown = [r for r in np.unique(free[fits]).tolist() if r not in known]
+        if unknown:
+            known.update(zip(unknown, self._packable_at(np.array(unknown, dtype=np.int64)).tolist()))
+        return np.array([f and known[r] for f, r in zip(fits.tolist(), free.tolist())], dtype=bool)
 
-    def _packable_after(self) -> np.ndarray:
-        """For each device: would the units after the current one still pack if it took it?
-        Once for placements at the same history (``StepCosts``)."""
-        if self.steps is None:
-            return self._first_fit_after()
-        return self.steps.once(("packable", self.history), self._first_fit_after)
+    def _rest_packs_anywhere(self) -> bool:
+        """FFD's first check for every device at once: the units after the current one pack
+        wherever it goes (room beyond the largest of them covers their total, less the current
+        unit's size at most)."""
+        if len(self._rest) <= 1:
+            return True
+        spare = int(np.maximum(self.free - self._largest_after(), 0).sum())
+        return spare >= self.remaining_bytes  # spare - the unit's size >= the rest's total
 
-    def _first_fit_after(self) -> np.ndarray:
-        """``_packable_after``, computed: O(D) per step from running totals; the full first-fit
-        check runs only for devices the quick test cannot clear."""
+    def _largest_after(self) -> int:
+        """The largest unit not yet placed, the current one aside (needs another one left)."""
+        rest, size = self._rest, self.current.memory_bytes
+        return rest[-1] if bisect.bisect_left(rest, size) != len(rest) - 1 else rest[-2]
+
+    def _packable_at(self, rooms: np.ndarray) -> np.ndarray:
+        """For each free room (of devices with room for the current unit): do the units after it
+        still pack once a device with that room takes it? O(D) from running totals; first-fit
+        decreasing only for rooms the quick test cannot clear."""
+        if self._rest_packs_anywhere():
+            return np.ones(len(rooms), dtype=bool)
         size, rest = self.current.memory_bytes, self._rest
-        at = bisect.bisect_left(rest, size)  # the current unit's own entry, removed below
-        if len(rest) <= 1:
-            return np.ones(len(self.devices), dtype=bool)
-        largest, total = (rest[-1] if at != len(rest) - 1 else rest[-2]), self.remaining_bytes - size
-        # FFD's first check, for every device at once: room beyond the largest item covers the total
-        spare = np.maximum(self.free - largest, 0)
-        room = spare.sum()
-        if room - size >= total:  # every device passes: taking the unit costs its spare at most size
-            return self.free >= size
-        after = room - spare + np.maximum(self.free - size - largest, 0)
-        ok = after >= total
-        failing = np.flatnonzero(~ok & (self.free >= size))
-        ok[self.free < size] = False
-        if len(failing):  # first-fit decreasing, all at once, once per free room: devices with as
-            # much room left leave the same bins (FFD sorts them), so they pass or fail alike
-            _, first, alike = np.unique(self.free[failing], return_index=True, return_inverse=True)
-            taking = failing[first]
+        largest, total = self._largest_after(), self.remaining_bytes - size
+        spare = np.maximum(self.free - largest, 0).sum()  # room beyond the largest item must cover the total
+        ok = spare - np.maximum(rooms - largest, 0) + np.maximum(rooms - size - largest, 0) >= total
+        failing = np.flatnonzero(~ok)
+        if len(failing):  # first-fit decreasing, all rooms at once
+            at = bisect.bisect_left(rest, size)  # the current unit's own entry, left out
+            taking = np.array([int(np.argmax(self.free == r)) for r in rooms[failing].tolist()])
             free = np.tile(self.free, (len(taking), 1))
             free[np.arange(len(taking)), taking] -= size
-            ok[failing] = packable_many((rest[:at] + rest[at + 1:])[::-1], free)[alike.reshape(-1)]
+            ok[failing] = packable_many((rest[:at] + rest[at + 1:])[::-1], free)
         return ok
 
     def costs_if_added(self, rows: np.ndarray | None = None) -> np.ndarray:
@@ -297,10 +353,10 @@ class PlacementState:
             self._price_sets()  # choices' guard); the finished plan's are its sets' predictions
         self._if_added = None
         if self.steps is None:
-            self._partial = {}
+            self._partial, self._rooms = {}, {}
         else:
             self.history = self.steps.after(self.history, device)
-            self._partial = self.steps.at(self.history)
+            self._partial, self._rooms = self.steps.at(self.history), self.steps.rooms(self.history)
 
 
 Assignment = tuple[tuple[str, ...], ...]
@@ -331,16 +387,25 @@ def prepare_units(workload: Workload, topology: Topology, cost_fn: CostFn, allow
 
 def place_workload(workload: Workload, topology: Topology, cost_fn: CostFn, allow_split: bool,
                    choose: Chooser, start: Callable[[list[Unit]], PlacementState],
-                   order_by_cost: bool = True, max_ways: int | None = None) -> PlacementState:
+                   order_by_cost: bool = True, max_ways: int | None = None,
+                   scope: int | None = None, deadline: Deadline | None = None) -> PlacementState:
     """``prepare_units``, then ``place`` them (heaviest first, or in the given order) on the
-    fresh state ``start`` makes for them. When splitting is allowed and placement runs into a
-    dead end, retry with shards of at most half, a quarter, ... of a device's memory, until the
-    split stops changing."""
+    fresh state ``start`` makes for them (``scope``, ``deadline``: ``place``'s; a placement that
+    dropped its lookahead at the deadline and then ran into a dead end is placed again with it).
+    When splitting is allowed and placement runs into a dead end, retry with shards of at most
+    half, a quarter, ... of a device's memory, until the split stops changing."""
     limit, count = topology.device_memory_bytes, -1
     while True:
         units = prepare_units(workload, topology, cost_fn, allow_split, limit, max_ways)
+        ordered = by_cost(units) if order_by_cost else units
         try:
-            return place(start(by_cost(units) if order_by_cost else units), choose)
+            state = start(ordered)
+            try:
+                return place(state, choose, scope, deadline)
+            except PlannerError:
+                if not state.dropped_lookahead:
+                    raise
+            return place(start(ordered), choose, scope)  # the lookahead was needed after all
         except PlannerError:
             if not allow_split or len(units) == count:
                 raise
@@ -529,11 +594,17 @@ def packable_many(sizes_desc: Sequence[int], free: np.ndarray) -> np.ndarray:
     return fits_all
 
 
-def place(state: PlacementState, choose: Chooser) -> PlacementState:
+def place(state: PlacementState, choose: Chooser, scope: int | None = None,
+          deadline: Deadline | None = None) -> PlacementState:
     """Step ``state`` to the end, each unit on the device ``choose`` picks among the allowed
-    ones; ``PlannerError`` naming the unit when no device has room."""
+    ones (with ``scope``, for a chooser of at most that many ``candidates``: ``allowed(scope)``);
+    ``PlannerError`` naming the unit when no device has room. Past the ``deadline`` the packing
+    lookahead stops (``drop_lookahead``): its first-fit checks grow with units x devices, and
+    the placement must finish to make a plan."""
     while not state.done:
-        allowed = state.allowed()
+        if state.lookahead and deadline is not None and deadline.expired:
+            state.drop_lookahead()
+        allowed = state.allowed(scope)
         if not len(allowed):
             raise no_room_error(state.current, state.devices)
         state.apply(choose(state, allowed))
@@ -556,14 +627,16 @@ every device gave placements of the same predicted max (``docs/planners.md``).""
 
 
 def candidates(state: PlacementState, allowed: np.ndarray, limit: int = CANDIDATES) -> np.ndarray:
-    """The ``limit`` least-loaded of the ``allowed`` devices, in index order; of several empty
-    devices (all alike) only the first."""
+    """The ``limit`` least-loaded of the ``allowed`` devices (ties: lowest index), in index
+    order; of several empty devices (all alike) only the first. ``allowed`` may be the state's
+    ``allowed(scope)`` for a scope of at least ``limit``."""
+    assert state.scope is None or limit <= state.scope, "the devices allowed were cut to fewer candidates"
     empty = state.count[allowed] == 0
     if empty.sum() > 1:  # keep the first empty device, drop the others
         empty[np.argmax(empty)] = False
         allowed = allowed[~empty]
     if len(allowed) > limit:
-        allowed = np.sort(allowed[np.argpartition(state.loads[allowed], limit - 1)[:limit]])
+        allowed = np.sort(allowed[np.argsort(state.loads[allowed], kind="stable")[:limit]])
     return allowed
 
 
@@ -584,7 +657,7 @@ def place_together(states: Sequence[PlacementState], choose: BatchChooser, share
         if deadline is not None and deadline.expired:
             return [None] * len(states)
         unit = states[live[0]].current
-        allowed = {k: states[k].allowed() for k in live}
+        allowed = {k: states[k].allowed(limit) for k in live}
         live = [k for k in live if len(allowed[k])]
         rows = {k: candidates(states[k], allowed[k], limit) for k in live}
         if not live:

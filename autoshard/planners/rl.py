@@ -12,7 +12,7 @@ from autoshard.costing import AccumulatorView
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.cost_greedy import greedy_steps_key, searched_greedy
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
-from autoshard.planners.placement import (Chooser, Deadline, DeviceState, PlacementState, assignment,
+from autoshard.planners.placement import (CANDIDATES, Chooser, Deadline, DeviceState, PlacementState, assignment,
                                           best_over_split_caps, build_plan, chosen_over_split, clearly_lower,
                                           max_load, place_together, place_workload, split_units_at)
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
@@ -65,7 +65,7 @@ class RLPlanner:
     not where cost_greedy's plan is so even that the plan would need a total ``TOTAL_SLACK``
     lower than its).
     Past ``time_budget_s`` the search stops and the best plan so far comes back ``partial``
-    (the argmax rollout always completes). With ``shared``, the argmax rollout and cost_greedy's
+    (the argmax rollout always completes, past the budget without the packing lookahead: ``place``). With ``shared``, the argmax rollout and cost_greedy's
     searched placement come from the planners of the task that computed them first (``rl``,
     ``cost_greedy``).
     """
@@ -96,7 +96,8 @@ class RLPlanner:
                                  steps=steps_of(self.shared, workload, devices, units))
 
         def rollout(cap: int | None, choose: Chooser) -> PlacementState:
-            return place_workload(workload, topology, cost_fn, cap is not None, choose, start, max_ways=cap)
+            return place_workload(workload, topology, cost_fn, cap is not None, choose, start, max_ways=cap,
+                                  scope=CANDIDATES, deadline=deadline)  # argmax_rollout's choosers score that many
 
         def sampled(units: list[Unit]) -> list[list[DeviceState]]:
             """``samples`` rollouts side by side (one head call per step for all of them)."""
