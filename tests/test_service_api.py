@@ -503,6 +503,27 @@ def test_a_task_does_not_start_a_planner_that_would_lose_the_plans_before_it(mon
     assert outcomes(5.0) == ["ok", "ok"]
 
 
+def test_a_planner_past_its_budget_has_time_to_finish_its_plan_within_the_request_s(monkeypatch, model_dir):
+    """Past its budget a planner still finishes its placement and scores its plan, and the request
+    answers at its budget: planners stop ``RETURN_MARGIN`` of the budget before it. A planner
+    that takes its whole budget and then 15% of the request's comes back in time."""
+    from service.routers.plans import RETURN_MARGIN
+
+    budgets = []
+
+    def budgeted(context):  # the service also builds planners without a budget (to list them)
+        if context.time_budget_s is not None:
+            budgets.append(context.time_budget_s)
+        return SlowPlanner((context.time_budget_s or 0.0) + 0.15 * 2.0)
+
+    monkeypatch.setitem(PLANNERS, "budgeted", PlannerSpec("budgeted", PlannerKind.COST_MODEL, budgeted, default=False))
+    with serve(model_dir=model_dir, pool_size=1) as c:
+        report = PlanResponse.model_validate(
+            c.post("/v1/plans", json=plan_body(5, planners=["budgeted"], time_budget_s=2.0)).json())
+    assert (1 - RETURN_MARGIN) * 2.0 - 0.5 < budgets[0] <= (1 - RETURN_MARGIN) * 2.0
+    assert not report.partial and report.timed_out == [] and len(report.plans) == 1
+
+
 def test_an_identical_request_gets_the_kept_answer_and_a_different_one_plans(model_dir, body):
     with serve(model_dir=model_dir, pool_size=1) as c:
         first = c.post("/v1/plans", json=body)

@@ -79,7 +79,7 @@ async def create_plans(
         _check_torchrec()
 
     async def plan() -> Answer:
-        stop = deadline - min(RETURN_MARGIN * budget, MAX_RETURN_MARGIN_S)
+        stop = deadline - RETURN_MARGIN * budget
         tasks = [PlannerTask(group, workload, topology, model.profile if model else None, stop, body.seed,
                              body.allow_column_split, format == "torchrec") for group in _task_groups(state, names)]
         try:
@@ -98,9 +98,12 @@ async def create_plans(
     return _send(state, answer, source, arrived)
 
 
-RETURN_MARGIN, MAX_RETURN_MARGIN_S = 0.1, 0.05
-"""Planners stop this share of the budget (at most 50 ms) before the request's deadline, so that
-a search cut short still comes back within the budget (its last round, the trip from the worker)."""
+RETURN_MARGIN = 0.2
+"""Planners stop this share of the budget before the request's deadline, so that a search cut
+short still comes back within the budget: past its budget a planner finishes its placement and
+scores its plan (0.7 s past a 5 s budget on 3,000 tables x 512 devices, memory binding:
+``benchmarks/tight_memory.py``), then the trip from the worker. (A planner that ends before its
+budget, as on most requests, loses nothing.)"""
 
 
 def _task_groups(state: ServiceState, names: Sequence[str]) -> list[tuple[str, ...]]:
