@@ -589,6 +589,29 @@ def test_the_packing_lookahead_checks_devices_of_equal_room_once_and_answers_for
         assert state._first_fit_after()[d] == alone
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 40), max_size=40), st.lists(st.lists(st.integers(0, 60), min_size=1, max_size=8),
+                                                          min_size=1, max_size=5))
+def test_packable_many_answers_as_plain_first_fit_decreasing(sizes, rows):
+    """``packable_many`` (all rows at once, stopping a row once the rest provably fits, checked
+    every ``SETTLED_EVERY`` items) answers as first-fit decreasing item by item, to the end."""
+    from autoshard.planners.placement import packable_many
+
+    def first_fit_decreasing(items, bins):
+        bins = sorted(bins, reverse=True)
+        for item in items:
+            slot = next((i for i, room in enumerate(bins) if room >= item), None)
+            if slot is None:
+                return False
+            bins[slot] -= item
+        return True
+
+    width = max(len(r) for r in rows)
+    free = np.array([r + [0] * (width - len(r)) for r in rows], dtype=np.int64)
+    items = sorted(sizes, reverse=True)
+    assert packable_many(items, free).tolist() == [first_fit_decreasing(items, list(r)) for r in free]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(1, 12), min_size=6, max_size=24), st.integers(2, 12), st.integers(0, 23),
        st.floats(1.0, 1.15), st.integers(1, 5), st.integers(0, 2**32 - 1))
