@@ -65,9 +65,9 @@ class RLPlanner:
     not where cost_greedy's plan is so even that the plan would need a total ``TOTAL_SLACK``
     lower than its).
     Past ``time_budget_s`` the search stops and the best plan so far comes back ``partial``
-    (the argmax rollout always completes, past the budget without the packing lookahead: ``place``). With ``shared``, the argmax rollout and cost_greedy's
-    searched placement come from the planners of the task that computed them first (``rl``,
-    ``cost_greedy``).
+    (the argmax rollout always completes, past the budget without the packing lookahead:
+    ``place``). With ``shared``, the argmax rollout and cost_greedy's searched placement come
+    from the planners of the task that computed them first (``rl``, ``cost_greedy``).
     """
 
     cost_model: CostModel
