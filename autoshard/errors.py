@@ -39,6 +39,7 @@ class PlannerErrorKind(str, Enum):
     INSUFFICIENT_MEMORY = "insufficient_memory"
     TABLE_DOES_NOT_FIT = "table_does_not_fit"
     UNAVAILABLE = "unavailable"
+    TIME_BUDGET = "time_budget"  # a planner without a best-so-far plan (TorchRec's) ran out of it
 
 
 class PlannerError(AutoShardError):

@@ -603,6 +603,27 @@ def test_the_cache_drops_least_recently_used_answers_past_its_weight():
     asyncio.run(run())
 
 
+def test_a_planner_stopped_at_its_time_budget_alone_is_504(monkeypatch, model_dir):
+    """A planner without a best-so-far plan (TorchRec's) raises ``PlannerError(TIME_BUDGET)`` at
+    its budget: the request answers 504 naming it, as if it had timed out in the pool."""
+    from autoshard.errors import PlannerError, PlannerErrorKind
+
+    class Stopped:
+        name = "stopped"
+
+        def plan(self, workload, topology):
+            raise PlannerError(PlannerErrorKind.TIME_BUDGET, "did not finish within the time budget of 1 s")
+
+    monkeypatch.setitem(PLANNERS, "stopped", PlannerSpec("stopped", PlannerKind.REFERENCE, lambda c: Stopped(),
+                                                         default=False))
+    with serve(model_dir=model_dir, pool_size=1) as c:
+        error = only_error(c.post("/v1/plans", json=plan_body(5, planners=["stopped"])), 504)
+        assert error.type == "timeout" and "stopped" in error.msg
+        answer = c.post("/v1/plans", json=plan_body(5, planners=["stopped", "size_greedy"]))
+        both = PlanResponse.model_validate(answer.json())
+    assert [p.planner for p in both.plans] == ["size_greedy"] and both.skipped[0].planner == "stopped"
+
+
 def test_a_tiny_time_budget_is_504(client, body):
     error = only_error(client.post("/v1/plans", json={**body, "time_budget_s": 1e-6}), 504)
     assert "time budget" in error.msg and error.ctx["planners"]

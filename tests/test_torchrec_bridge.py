@@ -105,6 +105,20 @@ def test_torchrec_planner_raises_our_error_when_memory_is_short(gib, kind):
     assert info.value.kind is kind and info.value.fixes
 
 
+def test_torchrec_planner_stops_at_its_time_budget_and_the_timer_is_put_back():
+    """TorchRec's planner takes no budget of its own: past ours it is stopped (SIGALRM) with
+    ``PlannerError(TIME_BUDGET)``; the alarm handler and timer are restored after, and without a
+    budget it plans."""
+    import signal
+
+    previous = signal.getsignal(signal.SIGALRM)
+    with pytest.raises(PlannerError) as info:
+        TorchRecPlanner(time_budget_s=1e-4).plan(small_workload(), Topology(3, 0.03))
+    assert info.value.kind is PlannerErrorKind.TIME_BUDGET and "time budget" in info.value.message
+    assert signal.getsignal(signal.SIGALRM) is previous and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert TorchRecPlanner(time_budget_s=60.0).plan(small_workload(), Topology(3, 0.03)).devices
+
+
 def test_torchrec_planner_is_unavailable_without_torchrec(monkeypatch):
     import autoshard
 

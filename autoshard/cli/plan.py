@@ -26,7 +26,7 @@ def plan_cmd(
                                                        "'none': the heuristics alone, with proxy costs.")] = None,
     column_split: Annotated[bool, typer.Option(help="Split costly or large tables column-wise.")] = False,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the random planner and of rl+refine's sampling.")] = 0,
-    time_budget: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds each searching planner (cost_greedy, rl+refine) may search; past it, its best plan so far, marked partial.")] = None,
+    time_budget: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds each searching planner (cost_greedy, rl, rl+refine) may search; past it, its best plan so far, marked partial (TorchRec's planner, which has none, is stopped and skipped).")] = None,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) to its cost.")] = True,
     search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
     departure_margin: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP)] = None,

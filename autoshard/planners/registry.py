@@ -79,7 +79,7 @@ def _torchrec(compute_device: str) -> Callable[[PlannerContext], Planner]:
             raise PlannerError(PlannerErrorKind.UNAVAILABLE, f"TorchRec's planner cannot load ({error})",
                                ("install the torchrec extra",)) from None
         return TorchRecPlanner(allow_column_split=context.allow_column_split, cost_model=context.cost_model,
-                               compute_device=compute_device)
+                               compute_device=compute_device, time_budget_s=context.time_budget_s)
     return build
 
 

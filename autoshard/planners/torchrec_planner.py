@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
+import threading
 import time
 import warnings
 from contextlib import contextmanager
@@ -50,11 +52,16 @@ class TorchRecPlanner:
             the planner ``torchrec``) or ``"cpu"`` (its CPU perf model, memory as DDR; the planner
             ``torchrec_cpu``, the fair reference when plans are measured on a CPU).
 
+        time_budget_s: TorchRec's planner takes no budget of its own (minutes on thousands of
+            tables): past this one it is stopped and ``plan`` raises ``PlannerError(TIME_BUDGET)``
+            (``_stopped_after``).
+
     Raises ``PlannerError(UNAVAILABLE)`` when constructed without torchrec installed.
     """
 
     def __init__(self, allow_column_split: bool = False, cost_model: CostModel | None = None,
-                 storage_reservation: float = 0.15, compute_device: str = "cuda") -> None:
+                 storage_reservation: float = 0.15, compute_device: str = "cuda",
+                 time_budget_s: float | None = None) -> None:
         if compute_device not in ("cuda", "cpu"):
             raise ValueError(f"compute_device must be cuda or cpu, not {compute_device!r}")
         self.compute_device = compute_device
@@ -69,6 +76,7 @@ class TorchRecPlanner:
         self.allow_column_split = allow_column_split
         self.cost_model = cost_model
         self.storage_reservation = storage_reservation
+        self.time_budget_s = time_budget_s
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         """Our plan, carrying TorchRec's own per-device estimate in ``own_estimate_ms``."""
@@ -98,7 +106,8 @@ class TorchRecPlanner:
                     percentage=self.storage_reservation, dense_tensor_estimate=0),
                 constraints=self._constraints(workload), stats=[], debug=False)
             try:
-                torchrec_plan = planner.plan(self._module(workload), [EmbeddingBagCollectionSharder()])
+                with _stopped_after(self.time_budget_s, started):
+                    torchrec_plan = planner.plan(self._module(workload), [EmbeddingBagCollectionSharder()])
             except TorchRecPlannerError as error:
                 check_feasible(units, topology, self.allow_column_split)
                 raise self._no_plan_error(workload, topology, error) from None
@@ -173,3 +182,32 @@ def _quiet_torchrec() -> Iterator[None]:
 
 
 __all__ = ["TorchRecPlanResult", "TorchRecPlanner"]
+
+
+class _OutOfTime(Exception):
+    """The time budget of ``_stopped_after`` ran out."""
+
+
+@contextmanager
+def _stopped_after(budget_s: float | None, started: float) -> Iterator[None]:
+    """Raise ``PlannerError(TIME_BUDGET)`` once ``budget_s`` has passed since ``started``
+    (``time.perf_counter``) inside the block. By SIGALRM, so only in a main thread (the CLI, a
+    service worker process); elsewhere the block runs to its end."""
+    if budget_s is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _OutOfTime
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, max(budget_s - (time.perf_counter() - started), 1e-6))
+        yield
+    except _OutOfTime:
+        raise PlannerError(PlannerErrorKind.TIME_BUDGET,
+                           f"TorchRec's planner did not finish within the time budget of {budget_s:g} s",
+                           ("raise the time budget", "leave torchrec out of the planners")) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -205,6 +205,8 @@ def _raise_no_plan(outcome: PlanningOutcome, budget: float, workload: Workload, 
         raise PlanningTimeout(budget, outcome.timed_out)
     for error in outcome.errors:
         if isinstance(error, PlannerError):
+            if error.kind is PlannerErrorKind.TIME_BUDGET:
+                raise PlanningTimeout(budget, [name for name, _ in outcome.skipped])
             if error.kind is PlannerErrorKind.UNAVAILABLE:
                 raise error
             raise infeasible_error(error, workload, topology)
