@@ -244,30 +244,32 @@ class PlacementState:
         """FFD's first check for every device at once: the units after the current one pack
         wherever it goes (room beyond the largest of them covers their total, less the current
         unit's size at most)."""
-        if len(self._rest) <= 1:
-            return True
-        spare = int(np.maximum(self.free - self._largest_after(), 0).sum())
-        return spare >= self.remaining_bytes  # spare - the unit's size >= the rest's total
+        return self._largest_and_spare()[1] >= self.remaining_bytes  # spare - size >= the rest's total
 
-    def _largest_after(self) -> int:
-        """The largest unit not yet placed, the current one aside (needs another one left)."""
+    def _largest_and_spare(self) -> tuple[int, int]:
+        """The largest unit not yet placed, the current one aside (0 if none), and the devices'
+        room beyond it, summed (infinite with no unit after the current one)."""
         rest, size = self._rest, self.current.memory_bytes
-        return rest[-1] if bisect.bisect_left(rest, size) != len(rest) - 1 else rest[-2]
+        if len(rest) <= 1:
+            return 0, np.iinfo(np.int64).max
+        largest = rest[-1] if bisect.bisect_left(rest, size) != len(rest) - 1 else rest[-2]
+        return largest, int(np.maximum(self.free - largest, 0).sum())
 
     def _packable_at(self, rooms: np.ndarray) -> np.ndarray:
         """For each free room (of devices with room for the current unit): do the units after it
         still pack once a device with that room takes it? O(D) from running totals; first-fit
         decreasing only for rooms the quick test cannot clear."""
-        if self._rest_packs_anywhere():
-            return np.ones(len(rooms), dtype=bool)
         size, rest = self.current.memory_bytes, self._rest
-        largest, total = self._largest_after(), self.remaining_bytes - size
-        spare = np.maximum(self.free - largest, 0).sum()  # room beyond the largest item must cover the total
+        largest, spare = self._largest_and_spare()
+        if spare >= self.remaining_bytes:  # ``_rest_packs_anywhere``
+            return np.ones(len(rooms), dtype=bool)
+        total = self.remaining_bytes - size  # room beyond the largest item must cover it
         ok = spare - np.maximum(rooms - largest, 0) + np.maximum(rooms - size - largest, 0) >= total
         failing = np.flatnonzero(~ok)
         if len(failing):  # first-fit decreasing, all rooms at once
             at = bisect.bisect_left(rest, size)  # the current unit's own entry, left out
-            taking = np.array([int(np.argmax(self.free == r)) for r in rooms[failing].tolist()])
+            values, first = np.unique(self.free, return_index=True)  # a device of each free room
+            taking = first[np.searchsorted(values, rooms[failing])]
             free = np.tile(self.free, (len(taking), 1))
             free[np.arange(len(taking)), taking] -= size
             ok[failing] = packable_many((rest[:at] + rest[at + 1:])[::-1], free)
