@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,7 +24,7 @@ import httpx
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from load_test import Config, _children, cpu_seconds, free_port, request_body  # noqa: E402
+from load_test import Config, _children, cpu_seconds, request_body, start_service, stop_service  # noqa: E402
 from tight_memory import workload  # noqa: E402
 
 
@@ -43,22 +41,8 @@ def main() -> None:
     sys.path.insert(0, str(root))
     from autoshard.workload_file import workload_to_dict
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "autoshard", "serve", "--port", str(port), "--model-dir",
-                               str(root / "data" / "models"), "--no-access-log", "--log-level", "warning"],
-                              cwd=root, env={**os.environ, "AUTOSHARD_NO_REEXEC": "1"})
+    server, url = start_service(root, root / "data" / "models")
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                sys.exit("error: the server did not start")
-            time.sleep(0.2)
         big = {"workload": workload_to_dict(workload(args.tables, 0)), "allow_column_split": True,
                "topology": {"num_devices": args.devices, "device_memory_gb": args.memory_gb},
                "time_budget_s": args.budget}
@@ -85,11 +69,7 @@ def main() -> None:
                                         "big": {"status": answer.status_code, "seconds": big_s, "plans": plans},
                                         "small": small, "workers_busy_after_answer_s": busy_s}, indent=1))
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_service(server)
 
 
 def busy_after(server: int, answered: float, limit_s: float = 300.0) -> float:

@@ -331,20 +331,15 @@ def busy_processes(own: set[int]) -> list[str]:
     return rows
 
 
-def main(config: Config) -> dict:
-    client = config.client if config.client != "auto" else (
-        "ab" if shutil.which("ab") and not config.fresh else "httpx")
-    if client == "ab" and (config.fresh or not shutil.which("ab")):
-        sys.exit("error: --client ab needs ab on PATH (apt-get install apache2-utils) and one body (not --fresh); "
-                 "or use --client httpx")
-    folder, model_note = model_dir()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "AUTOSHARD_NO_REEXEC": "1"}
-    server = subprocess.Popen([sys.executable, "-m", "autoshard", "serve", "--port", str(port),
-                               "--model-dir", str(folder), "--workers", str(config.workers),
-                               "--no-access-log", "--log-level", "warning"],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start_service(root: Path, models: Path, *options: str) -> tuple[subprocess.Popen, str]:
+    """The service of the checkout ``root`` (models from ``models``; more ``autoshard serve``
+    options) on a free port, once ``/readyz`` says ready: (the process, its URL). Fails with the
+    server's output if it stops first, or after 180 s."""
+    url = f"http://127.0.0.1:{free_port()}"
+    server = subprocess.Popen([sys.executable, "-m", "autoshard", "serve", "--port", url.rsplit(":", 1)[1],
+                               "--model-dir", str(models), "--no-access-log", "--log-level", "warning", *options],
+                              cwd=root, env={**os.environ, "AUTOSHARD_NO_REEXEC": "1"}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 180
         while True:
@@ -353,11 +348,35 @@ def main(config: Config) -> dict:
                 ready = httpx.get(f"{url}/readyz", timeout=2)
                 if ready.status_code == 200:
                     assert ready.json()["status"] == "ready", f"the server is degraded: {ready.json()}"
-                    break
+                    return server, url
             except httpx.HTTPError:
                 pass
             assert time.monotonic() < deadline, "the server did not start"
             time.sleep(0.2)
+    except BaseException:
+        server.kill()
+        raise
+
+
+def stop_service(server: subprocess.Popen) -> int | None:
+    """SIGTERM, then the exit code (None: still running after 30 s, killed)."""
+    server.send_signal(signal.SIGTERM)
+    try:
+        return server.wait(30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        return None
+
+
+def main(config: Config) -> dict:
+    client = config.client if config.client != "auto" else (
+        "ab" if shutil.which("ab") and not config.fresh else "httpx")
+    if client == "ab" and (config.fresh or not shutil.which("ab")):
+        sys.exit("error: --client ab needs ab on PATH (apt-get install apache2-utils) and one body (not --fresh); "
+                 "or use --client httpx")
+    folder, model_note = model_dir()
+    server, url = start_service(ROOT, folder, "--workers", str(config.workers))
+    try:
         body = request_body(config)
         rss_before = rss_bytes(server.pid)
         load_before = os.getloadavg()
@@ -373,12 +392,7 @@ def main(config: Config) -> dict:
         load_after = os.getloadavg()
         others = busy_processes({os.getpid(), server.pid})
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            exit_code = server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            exit_code = None
+        exit_code = stop_service(server)
 
     health_ms = [x * 1000 for x in result["health"]]
     errors = result["error_count"]
