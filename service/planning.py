@@ -31,6 +31,7 @@ from functools import partial
 from typing import Any, Callable, Sequence
 
 from autoshard.errors import AutoShardError, PlannerErrorKind
+from autoshard.planners.registry import import_planners
 from autoshard.types import ShardingPlan
 from service.models import LoadedModel, ModelStore
 from service.tasks import ErrorInfo, PlannerResult, PlannerTask, run_task
@@ -147,6 +148,9 @@ class ThreadPlanningPool(PlanningPool):
     def _function(self) -> TaskFunction:
         return self._call
 
+    async def start(self) -> None:
+        import_planners()  # in this process, where the threads plan
+
     def _call(self, task: PlannerTask) -> list[PlannerResult]:
         if not task.profile:
             return run_task(task, None)
@@ -189,6 +193,7 @@ def _worker_ready(seconds: float) -> int:
         import autoshard.torchrec_bridge  # noqa: F401
     except (ImportError, OSError):
         pass
+    import_planners()
     gc.freeze()  # torchrec's objects too (~165k): a full collection walking them took 70-90 ms
     time.sleep(seconds)  # hold this worker so that the next warm-up call starts another
     return len(_WORKER["store"].models)
