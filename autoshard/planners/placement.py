@@ -170,7 +170,7 @@ class PlacementState:
         unit = self.current
         ok = self.free >= unit.memory_bytes
         if unit.parent in self._placed_parents:  # another shard of its table is placed: not there
-            for d in np.flatnonzero(ok):
+            for d in ok.nonzero()[0]:
                 if unit.parent in self.devices[d].parents:
                     ok[d] = False
         return ok
@@ -204,7 +204,7 @@ class PlacementState:
         if self.max_units_per_device is not None and ok.sum() > 1:
             capped = ok & (self.count < self.max_units_per_device)
             ok = capped if capped.any() else ok
-        open_ = np.flatnonzero(ok)
+        open_ = ok.nonzero()[0]
         if not self.lookahead or len(open_) <= 1 or self._rest_packs_anywhere():
             return open_
         if limit is None:
@@ -265,7 +265,7 @@ class PlacementState:
             return np.ones(len(rooms), dtype=bool)
         total = self.remaining_bytes - size  # room beyond the largest item must cover it
         ok = spare - np.maximum(rooms - largest, 0) + np.maximum(rooms - size - largest, 0) >= total
-        failing = np.flatnonzero(~ok)
+        failing = (~ok).nonzero()[0]
         if len(failing):  # first-fit decreasing, all rooms at once
             at = bisect.bisect_left(rest, size)  # the current unit's own entry, left out
             values, first = np.unique(self.free, return_index=True)  # a device of each free room
