@@ -20,6 +20,7 @@ import numpy as np
 
 from autoshard.communication import CommunicationModel
 from autoshard.errors import InputError
+from autoshard.model_error import centred, device_errors, expected_max
 from autoshard.planners.compare import Comparison, compare_planners
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.registry import planner_spec
@@ -303,6 +304,66 @@ def suite_summary(per_task: Sequence[Sequence[AgainstHeuristic]]) -> dict[str, d
     return {planner: {"geomean_vs_best_heuristic": round(math.exp(sum(math.log(r.ratio) for r in got) / len(got)), 4),
                       "tasks": len(got), **{v: sum(r.verdict == v for r in got) for v in ("faster", "tie", "slower")}}
             for planner, got in rows.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """A planner's max over the best heuristic's (the one ``against_best_heuristic`` compares
+    with): predicted, and expected under the cost model's errors on measured device sets (the
+    optimizer's curse, ``autoshard.model_error``)."""
+
+    planner: str
+    heuristic: str
+    predicted: float
+    expected: float
+
+
+def expected_against_best_heuristic(results: Sequence[TaskResult]) -> list[list[Expected]]:
+    """Per task of a measured suite, every planner that is not a heuristic against the best
+    heuristic: its predicted ratio, and the ratio that the model's errors on the measured devices
+    of the suite's *other* tasks lead to expect (nothing of the task's own measurement). Empty
+    for a task that was not measured or had no heuristic, and for every task of a suite of one.
+    Predicted and measured costs must be of one kind: compute only (``--no-communication``)."""
+    errors = [task_device_errors(r) for r in results]
+    out: list[list[Expected]] = []
+    for i, result in enumerate(results):
+        others = [e for j, e in enumerate(errors) if j != i and len(e)]
+        heuristics = [m for m in result.measured if _kind(m.planner) is PlannerKind.HEURISTIC]
+        if not others or not heuristics:
+            out.append([])
+            continue
+        pool = np.concatenate(others)
+        plans = {p.planner: p for p in result.comparison.plans}
+        best = plans[min(heuristics, key=lambda m: m.max_ms).planner]
+        against = expected_max([d.cost_ms for d in best.devices], pool)
+        out.append([Expected(m.planner, best.planner, plans[m.planner].max_cost_ms / best.max_cost_ms,
+                             expected_max([d.cost_ms for d in plans[m.planner].devices], pool) / against)
+                    for m in result.measured if _kind(m.planner) is not PlannerKind.HEURISTIC])
+    return out
+
+
+def task_device_errors(result: TaskResult) -> np.ndarray:
+    """The model's error on each device set of a measured task (once per set, however many
+    plans hold it), less the task's median (``model_error.centred``)."""
+    plans = {p.planner: p for p in result.comparison.plans} if result.comparison is not None else {}
+    by_set: dict[Any, tuple[float, float]] = {}
+    for m in result.measured:
+        for device, measured in zip(plans[m.planner].devices if m.planner in plans else (), m.device_ms):
+            by_set.setdefault(device.set_key, (device.cost_ms, measured))
+    if not by_set:
+        return np.zeros(0)
+    predicted, measured = zip(*by_set.values())
+    return centred(device_errors(predicted, measured))
+
+
+def expected_summary(per_task: Sequence[Sequence[Expected]]) -> dict[str, dict[str, float]]:
+    """Per planner over the tasks: the geometric means of its predicted and expected ratios."""
+    rows: dict[str, list[Expected]] = {}
+    for task in per_task:
+        for row in task:
+            rows.setdefault(row.planner, []).append(row)
+    return {planner: {key: round(math.exp(sum(math.log(getattr(r, key)) for r in got) / len(got)), 4)
+                      for key in ("predicted", "expected")} for planner, got in rows.items()}
 
 
 def write_task_outputs(result: TaskResult, out: Path) -> dict[str, str]:

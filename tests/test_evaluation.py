@@ -4,14 +4,19 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from autoshard.cli import app
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.errors import InputError
-from autoshard.evaluation import (Task, TaskResult, against_best_heuristic, against_held_out_heuristic, evaluate_task, load_suite, memory_for,
+from autoshard.evaluation import (Task, TaskResult, against_best_heuristic, against_held_out_heuristic, evaluate_task,
+                                  expected_against_best_heuristic, expected_summary, load_suite, memory_for,
                                   suite_summary, task_rows, write_task_outputs)
+from autoshard.model_error import expected_max
+from autoshard.planners.compare import Comparison
+from autoshard.types import DevicePlan, ShardingPlan, TableShard
 from autoshard.planners import PlannerContext, make_planner
 from autoshard.types import Table, Topology, Workload
 from cost_model.bench import BenchConfig
@@ -205,8 +210,9 @@ def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_
     monkeypatch.setenv("AUTOSHARD_NO_REEXEC", "1")  # no re-exec of pytest for the allocator settings
     save_workload(tmp_path / "tiny.json", TINY)
     suite = tmp_path / "s.json"
-    suite.write_text(json.dumps({"name": "s", "tasks": [{"name": "tiny", "workload": str(tmp_path / "tiny.json"),
-                                                         "num_devices": 2, "device_memory_gb": 1}]}))
+    suite.write_text(json.dumps({"name": "s", "tasks": [{"name": name, "workload": str(tmp_path / "tiny.json"),
+                                                         "num_devices": 2, "device_memory_gb": 1}
+                                                        for name in ("tiny", "tiny_again")]}))
     result = CliRunner().invoke(app, ["evaluate", str(suite), "--planners", "round_robin,cost_greedy", "--measure",
                                       "--rounds", "2", "--drift-samples", "1", "--no-communication",
                                       "--out", str(tmp_path / "out"), "--json"])
@@ -215,7 +221,11 @@ def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_
     (against,) = report["tasks"][0]["against_best_heuristic"]  # cost_greedy against round_robin, the one heuristic
     assert against["planner"] == "cost_greedy" and against["heuristic"] == "round_robin"
     assert against["ci95"][0] <= against["ratio"] <= against["ci95"][1]
-    assert report["against_best_heuristic"]["cost_greedy"]["tasks"] == 1
+    assert report["against_best_heuristic"]["cost_greedy"]["tasks"] == 2
+    # each task's ratio expected under the model's errors on the other task's measured devices
+    assert against["predicted_ratio"] > 0 and against["expected_ratio"] > 0
+    summary = report["against_best_heuristic"]["cost_greedy"]
+    assert summary["geomean_predicted"] > 0 and summary["geomean_expected"] > 0
     drift = report["machine_drift"]
     assert drift["traces"].endswith("cpu-amd-epyc-fbgemm_tbe-t1.jsonl.gz")
     for when in ("before", "after"):
@@ -279,6 +289,51 @@ def test_the_held_out_heuristic_is_chosen_on_the_other_pairs_of_rounds():
     short = TaskResult(result.task, None, tuple(_measured(m.planner, m.round_max_ms[:2]) for m in measured),
                        "cost_greedy")
     assert against_held_out_heuristic(short) == []
+
+
+def test_the_expected_max_of_a_plan_under_device_errors_is_hand_computed():
+    """Errors +a and -a, drawn independently per device: one device of 10 ms expects 10 E[e^e];
+    two devices of 10 ms expect 10 (3 e^a + e^-a) / 4 (the max is the lower draw only when both
+    draw -a); a device with no work counts for nothing; no errors: the predicted max."""
+    a = 0.1
+    errors = np.array([a, -a])
+    assert expected_max([10.0], errors) == pytest.approx(10 * (math.exp(a) + math.exp(-a)) / 2, rel=2e-3)
+    assert expected_max([10.0, 10.0, 0.0], errors) == pytest.approx(10 * (3 * math.exp(a) + math.exp(-a)) / 4, rel=2e-3)
+    assert expected_max([10.0, 4.0], np.zeros(3)) == 10.0 and expected_max([10.0, 4.0], np.zeros(0)) == 10.0
+
+
+def _plan(planner: str, device_tables: list[list[int]], costs: list[float]) -> ShardingPlan:
+    return ShardingPlan(planner, tuple(DevicePlan(tuple(TableShard(TINY.tables[i]) for i in tables), cost)
+                                       for tables, cost in zip(device_tables, costs)))
+
+
+def test_a_task_s_expected_ratio_comes_from_the_other_tasks_device_errors_alone():
+    """Two tasks of the same plans: the heuristic's devices predicted 10 and 6 ms, cost_greedy's
+    8 and 8 (predicted ratio 0.8). Task "exact" measured every device as predicted (errors 0);
+    task "noisy" 10% off (+-). The noisy task expects what the exact one's errors say, none: 0.8.
+    The exact task expects under the noisy one's: cost_greedy's two devices at the max each draw
+    an error, so its max rises by about 5% (draws of e^0.095 or e^-0.1 and e^-0.095: 8 x 1.051),
+    the heuristic's by about 0.2% (its 6 ms device never passes its 10 ms one): about 0.839."""
+    heuristic = _plan("lookup_greedy", [[0, 1], [2, 3]], [10.0, 6.0])
+    greedy = _plan("cost_greedy", [[0, 2], [1, 3]], [8.0, 8.0])
+    comparison = Comparison((heuristic, greedy), (), (), (), ("lookup_greedy", "cost_greedy"))
+
+    def measured(heuristic_ms: tuple[float, float], greedy_ms: tuple[float, float]) -> tuple[MeasuredPlan, ...]:
+        return (MeasuredPlan("lookup_greedy", heuristic_ms, max(heuristic_ms), 0.0, 1.0, (1.0, 1.0), (max(heuristic_ms),)),
+                MeasuredPlan("cost_greedy", greedy_ms, max(greedy_ms), 0.0, 1.0, (1.0, 1.0), (max(greedy_ms),)))
+
+    exact = TaskResult(Task("exact", TINY, Topology(2, 1.0)), comparison, measured((10.0, 6.0), (8.0, 8.0)), "cost_greedy")
+    noisy = TaskResult(Task("noisy", TINY, Topology(2, 1.0)), comparison,
+                       measured((11.0, 5.4), (8.8, 8.0 / 1.1)), "cost_greedy")
+    (on_exact,), (on_noisy,) = expected_against_best_heuristic([exact, noisy])
+    assert on_exact.heuristic == on_noisy.heuristic == "lookup_greedy"
+    assert on_noisy.predicted == on_exact.predicted == pytest.approx(0.8)
+    assert on_noisy.expected == pytest.approx(0.8)
+    assert on_exact.expected == pytest.approx(0.839, abs=0.005)
+    assert expected_against_best_heuristic([exact]) == [[]]  # a suite of one: no other task's errors
+    summary = expected_summary([[on_exact], [on_noisy]])
+    assert summary["cost_greedy"]["predicted"] == pytest.approx(0.8)
+    assert summary["cost_greedy"]["expected"] == pytest.approx(math.sqrt(on_exact.expected * 0.8), abs=1e-4)
 
 
 def test_the_drift_check_finds_the_traces_of_a_model_trained_on_one_file():

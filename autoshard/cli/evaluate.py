@@ -44,8 +44,9 @@ def evaluate_cmd(
         raise InputError("--verify", "verifies by measuring, and --measure is off", "add --measure")
     if measure:
         ensure_malloc_settings()
-    from autoshard.evaluation import (against_best_heuristic, against_held_out_heuristic, evaluate_task, load_suite,
-                                      suite_summary, task_rows, write_task_outputs)
+    from autoshard.evaluation import (against_best_heuristic, against_held_out_heuristic, evaluate_task,
+                                      expected_against_best_heuristic, expected_summary, load_suite, suite_summary,
+                                      task_rows, write_task_outputs)
 
     from autoshard.planners import PlannerContext
 
@@ -72,6 +73,7 @@ def evaluate_cmd(
               **({"row_cap_mb": row_cap_mb} if measure else {})}
     against = []  # per task: every planner but the heuristics against the best heuristic, measured
     held_out = []  # the same, each round against the heuristic chosen on the other rounds' pairs
+    results = []
     drift_traces = _anchor_traces(profile) if measure and drift_samples and profile else None
     if drift_traces is not None:
         report["machine_drift"] = {"traces": str(drift_traces), "before": _drift(drift_traces, drift_samples, "before")}
@@ -82,6 +84,7 @@ def evaluate_cmd(
         for warning in warnings:
             console.print(f"[yellow]warning:[/yellow] {task.name}: {warning}", highlight=False)
         result = evaluate_task(task, names, context, measurer, run_distributed, comm, verifier)
+        results.append(result)
         files = write_task_outputs(result, out / name)
         against.append(against_best_heuristic(result))
         held_out.append(against_held_out_heuristic(result))
@@ -104,6 +107,8 @@ def evaluate_cmd(
         report["machine_drift"]["after"] = _drift(drift_traces, drift_samples, "after")
     if any(against):
         report["against_best_heuristic"] = suite_summary(against)
+        if comm is None and cost_model is not None:  # both compute-only milliseconds: the model's errors compare them
+            _add_expected(report, expected_against_best_heuristic(results), expected_summary)
         if not json_out:
             _print_summary(report["against_best_heuristic"])
     if any(held_out):
@@ -127,6 +132,22 @@ def _settings(profile, context, names: list[str], communication: bool, measure: 
             "rounds": rounds if measure else None, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
+def _add_expected(report: dict, per_task: list, summarise) -> None:
+    """Each task's planners against the best heuristic gain their predicted ratio and the ratio
+    expected under the model's errors on the other tasks' devices (the optimizer's curse); the
+    suite's summary, their geometric means."""
+    for task, expected in zip(report["tasks"], per_task):
+        by_planner = {e.planner: e for e in expected}
+        for row in task.get("against_best_heuristic", []):
+            if row["planner"] in by_planner:
+                row["predicted_ratio"] = round(by_planner[row["planner"]].predicted, 4)
+                row["expected_ratio"] = round(by_planner[row["planner"]].expected, 4)
+    for planner, means in summarise(per_task).items():
+        if planner in report["against_best_heuristic"]:
+            report["against_best_heuristic"][planner].update(
+                {"geomean_predicted": means["predicted"], "geomean_expected": means["expected"]})
+
+
 def _row(against) -> dict:
     return {"planner": against.planner, "heuristic": against.heuristic, "ratio": round(against.ratio, 4),
             "ci95": [round(v, 4) for v in against.ci95], "verdict": against.verdict}
@@ -136,12 +157,14 @@ def _print_summary(summary: dict) -> None:
     """Each planner against each task's best heuristic, measured, over the suite."""
     from rich.table import Table as RichTable
 
-    table = RichTable(title="measured, against each task's best heuristic (paired by round, 95% CI)")
-    for col in ("planner", "geomean", "faster", "tie", "slower", "tasks"):
+    table = RichTable(title="measured, against each task's best heuristic (paired by round, 95% CI); predicted, "
+                            "and expected under the model's errors on the other tasks' devices")
+    for col in ("planner", "geomean", "faster", "tie", "slower", "tasks", "predicted", "expected"):
         table.add_column(col)
     for planner, row in summary.items():
         table.add_row(planner, f"{row['geomean_vs_best_heuristic']:.3f}",
-                      *(str(row[k]) for k in ("faster", "tie", "slower", "tasks")))
+                      *(str(row[k]) for k in ("faster", "tie", "slower", "tasks")),
+                      *(f"{row[k]:.3f}" if k in row else "-" for k in ("geomean_predicted", "geomean_expected")))
     console.print(table)
 
 

@@ -1,0 +1,116 @@
+"""Why predicted gains measure smaller: the optimizer's curse, on reports measured before
+``autoshard evaluate --measure`` reported it (``expected_ratio``, ``geomean_expected``).
+
+A planner balances the predicted costs of its devices, so the slowest device of its plan is one
+of many near the max, and the model's error on each of them lifts the measured max above the
+predicted one; a heuristic's plan has one device well above the others, and the error moves its
+max less (``autoshard.model_error``). This script asks whether that error, and nothing else,
+explains the gap between the predicted and the measured ratios of cost_greedy to the best
+heuristic in earlier reports:
+
+    python benchmarks/optimizers_curse.py docs/figures/evaluation_session34_f25m1/*/report.json \\
+        docs/figures/evaluation_session36_f25m1/*/report.json --out docs/figures/optimizers_curse.json
+
+Reports before 2026-12-04 hold each plan's measured devices but not its predicted ones: the
+script plans each report's tasks again with this checkout and the shipped model (the tasks of
+the ``default`` and ``rl_grid`` suites, by name; the report's seed and column splits, compute
+only as the measured runs were, ``--no-communication``), and keeps the plans whose predicted max
+is the report's (the same plans; the others are counted as skipped). Then, per report, what
+``evaluate`` now computes (``expected_against_best_heuristic``: each task under the model's
+errors on the other tasks' devices of the same run), beside the report's measured ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def replanned(report: dict, profile) -> tuple[list, list[str]]:
+    """The report's measured tasks as ``TaskResult``s of this checkout's plans (those alike the
+    report's), and what was skipped."""
+    from autoshard.evaluation import Task, TaskResult, load_suite
+    from autoshard.planners import PlannerContext
+    from autoshard.planners.compare import compare_planners
+    from cost_model.measure_plan import MeasuredPlan
+
+    settings = report.get("settings", {})
+    if settings.get("communication", True):
+        return [], ["a report with the all-to-all in its predictions (measured: compute only)"]
+    tasks = {t.name: t for suite in ("default", ROOT / "autoshard" / "suites" / "rl_grid.json")
+             for t in load_suite(suite)[1]}
+    context = PlannerContext(profile.model, profile.policy, settings.get("seed", 0), settings.get("column_split", False))
+    results, skipped = [], []
+    for row in report["tasks"]:
+        task: Task | None = tasks.get(row["task"])
+        measured_rows = [p for p in row["planners"] if p.get("measured_device_ms")]
+        if task is None or not measured_rows:
+            skipped.append(f"{row['task']}: not a bundled task, or not measured")
+            continue
+        comparison = compare_planners(task.workload, task.topology, [p["planner"] for p in measured_rows], context)
+        ours = dict(zip(comparison.planned, comparison.plans))
+        alike = [p for p in measured_rows if p["planner"] in ours
+                 and math.isclose(ours[p["planner"]].max_cost_ms, p["predicted_max_ms"], rel_tol=1e-3)]
+        skipped += [f"{row['task']} {p['planner']}: planned otherwise now" for p in measured_rows if p not in alike]
+        measured = tuple(MeasuredPlan(p["planner"], tuple(p["measured_device_ms"]), p["measured_max_ms"], 0.0, 1.0,
+                                      (1.0, 1.0), ()) for p in alike)
+        results.append(TaskResult(task, comparison, measured, "cost_greedy"))
+    return results, skipped
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("reports", nargs="+", type=Path)
+    parser.add_argument("--planner", default="cost_greedy")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
+    from autoshard.evaluation import expected_against_best_heuristic, task_device_errors
+
+    one_thread()
+    profile = load_profile_or_exit(DEFAULT_MODEL)
+    rows, skipped, errors = [], [], []
+    for path in args.reports:
+        report = json.loads(path.read_text())
+        results, missed = replanned(report, profile)
+        skipped += [f"{path}: {m}" for m in missed]
+        errors += [task_device_errors(r) for r in results]
+        measured = {t["task"]: {a["planner"]: a for a in t.get("against_best_heuristic", [])} for t in report["tasks"]}
+        for result, expected in zip(results, expected_against_best_heuristic(results)):
+            for e in expected:
+                found = measured.get(result.task.name, {}).get(e.planner)
+                if e.planner == args.planner and found is not None and found["heuristic"] == e.heuristic:
+                    rows.append({"run": f"{path.parent.parent.name}/{path.parent.name}", "task": result.task.name,
+                                 "heuristic": e.heuristic, "predicted": e.predicted, "expected": e.expected,
+                                 "measured": found["ratio"], "measured_ci95": found["ci95"]})
+    pooled = np.concatenate(errors) if errors else np.zeros(0)
+    geo = {k: math.exp(float(np.mean([math.log(r[k]) for r in rows]))) for k in ("predicted", "expected", "measured")}
+    miss = {k: float(np.mean([abs(math.log(r[k] / r["measured"])) for r in rows])) for k in ("predicted", "expected")}
+    for r in rows:
+        print(f"{r['run']:45s} {r['task']:28s} predicted {r['predicted']:.3f}  expected {r['expected']:.3f}  "
+              f"measured {r['measured']:.3f} [{r['measured_ci95'][0]:.3f}, {r['measured_ci95'][1]:.3f}]")
+    sigma = 1.4826 * float(np.median(np.abs(pooled))) if len(pooled) else float("nan")
+    print(f"{len(pooled)} measured device sets; the model's error on them (each task's median taken out): "
+          f"MAD sigma {sigma:.3f}, std {pooled.std():.3f}")
+    print(f"{args.planner} over {len(rows)} tasks, geometric mean against the best heuristic: predicted "
+          f"{geo['predicted']:.3f}, expected {geo['expected']:.3f}, measured {geo['measured']:.3f}; mean "
+          f"|log(x / measured)|: predicted {miss['predicted']:.3f}, expected {miss['expected']:.3f}")
+    if skipped:
+        print(f"skipped {len(skipped)} (reports, tasks or plans not reproduced by this checkout)")
+    if args.out:
+        args.out.write_text(json.dumps({
+            "reports": [str(p) for p in args.reports], "planner": args.planner, "device_sets": len(pooled),
+            "error_mad_sigma": sigma, "error_std": float(pooled.std()), "tasks": rows, "geometric_mean": geo,
+            "mean_abs_log_error": miss, "skipped": skipped}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
