@@ -44,9 +44,8 @@ def evaluate_cmd(
         raise InputError("--verify", "verifies by measuring, and --measure is off", "add --measure")
     if measure:
         ensure_malloc_settings()
-    from autoshard.evaluation import (against_best_heuristic, against_held_out_heuristic, evaluate_task,
-                                      expected_against_best_heuristic, expected_summary, load_suite, suite_summary,
-                                      task_rows, write_task_outputs)
+    from autoshard.evaluation import (against_best_heuristic, against_held_out_heuristic, evaluate_task, load_suite,
+                                      suite_summary, task_rows, write_task_outputs)
 
     from autoshard.planners import PlannerContext
 
@@ -108,7 +107,7 @@ def evaluate_cmd(
     if any(against):
         report["against_best_heuristic"] = suite_summary(against)
         if comm is None and cost_model is not None:  # both compute-only milliseconds: the model's errors compare them
-            _add_expected(report, expected_against_best_heuristic(results), expected_summary)
+            _add_expected(report, results)
         if not json_out:
             _print_summary(report["against_best_heuristic"])
     if any(held_out):
@@ -132,17 +131,20 @@ def _settings(profile, context, names: list[str], communication: bool, measure: 
             "rounds": rounds if measure else None, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
-def _add_expected(report: dict, per_task: list, summarise) -> None:
+def _add_expected(report: dict, results: list) -> None:
     """Each task's planners against the best heuristic gain their predicted ratio and the ratio
     expected under the model's errors on the other tasks' devices (the optimizer's curse); the
     suite's summary, their geometric means."""
+    from autoshard.evaluation import expected_against_best_heuristic, expected_summary
+
+    per_task = expected_against_best_heuristic(results)
     for task, expected in zip(report["tasks"], per_task):
         by_planner = {e.planner: e for e in expected}
         for row in task.get("against_best_heuristic", []):
             if row["planner"] in by_planner:
                 row["predicted_ratio"] = round(by_planner[row["planner"]].predicted, 4)
                 row["expected_ratio"] = round(by_planner[row["planner"]].expected, 4)
-    for planner, means in summarise(per_task).items():
+    for planner, means in expected_summary(per_task).items():
         if planner in report["against_best_heuristic"]:
             report["against_best_heuristic"][planner].update(
                 {"geomean_predicted": means["predicted"], "geomean_expected": means["expected"]})
