@@ -329,7 +329,7 @@ def expected_against_best_heuristic(results: Sequence[TaskResult]) -> list[list[
     for i, result in enumerate(results):
         others = [e for j, e in enumerate(errors) if j != i and len(e)]
         heuristics = [m for m in result.measured if _kind(m.planner) is PlannerKind.HEURISTIC]
-        if not others or not heuristics:
+        if not others or not heuristics or result.comparison is None:
             out.append([])
             continue
         pool = np.concatenate(others)
