@@ -226,6 +226,7 @@ def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_
     assert against["predicted_ratio"] > 0 and against["expected_ratio"] > 0
     summary = report["against_best_heuristic"]["cost_greedy"]
     assert summary["geomean_predicted"] > 0 and summary["geomean_expected"] > 0
+    assert "predicted / expected under the model's errors" in Path(report["tasks"][0]["files"]["markdown"]).read_text()
     drift = report["machine_drift"]
     assert drift["traces"].endswith("cpu-amd-epyc-fbgemm_tbe-t1.jsonl.gz")
     for when in ("before", "after"):
