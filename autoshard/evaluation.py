@@ -343,17 +343,21 @@ def expected_against_best_heuristic(results: Sequence[TaskResult]) -> list[list[
 
 
 def task_device_errors(result: TaskResult) -> np.ndarray:
-    """The model's error on each device set of a measured task (once per set, however many
-    plans hold it), less the task's median (``model_error.centred``)."""
+    """The model's error on each device set of a measured task (``model_error.device_errors``),
+    less the task's median (``model_error.centred``)."""
+    return centred(device_errors(*task_device_costs(result)))
+
+
+def task_device_costs(result: TaskResult) -> tuple[np.ndarray, np.ndarray]:
+    """The predicted and the measured cost of each device set of a measured task, once per set
+    however many plans hold it."""
     plans = {p.planner: p for p in result.comparison.plans} if result.comparison is not None else {}
     by_set: dict[Any, tuple[float, float]] = {}
     for m in result.measured:
         for device, measured in zip(plans[m.planner].devices if m.planner in plans else (), m.device_ms):
             by_set.setdefault(device.set_key, (device.cost_ms, measured))
-    if not by_set:
-        return np.zeros(0)
-    predicted, measured = zip(*by_set.values())
-    return centred(device_errors(predicted, measured))
+    predicted, measured = zip(*by_set.values()) if by_set else ((), ())
+    return np.array(predicted, dtype=float), np.array(measured, dtype=float)
 
 
 def expected_summary(per_task: Sequence[Sequence[Expected]]) -> dict[str, dict[str, float]]:

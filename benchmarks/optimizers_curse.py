@@ -73,16 +73,22 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
-    from autoshard.evaluation import expected_against_best_heuristic, task_device_errors
+    from scipy.stats import theilslopes
+
+    from autoshard.evaluation import expected_against_best_heuristic, task_device_costs, task_device_errors
 
     one_thread()
     profile = load_profile_or_exit(DEFAULT_MODEL)
-    rows, skipped, errors = [], [], []
+    rows, skipped, errors, spread = [], [], [], []  # spread: per task, log predicted and log measured, centred
     for path in args.reports:
         report = json.loads(path.read_text())
         results, missed = replanned(report, profile)
         skipped += [f"{path}: {m}" for m in missed]
         errors += [task_device_errors(r) for r in results]
+        for predicted, measured in map(task_device_costs, results):
+            held = (predicted > 0) & (measured > 0)
+            logs = np.log(predicted[held]), np.log(measured[held])
+            spread.append(tuple(v - v.mean() for v in logs))
         measured = {t["task"]: {a["planner"]: a for a in t.get("against_best_heuristic", [])} for t in report["tasks"]}
         for result, expected in zip(results, expected_against_best_heuristic(results)):
             for e in expected:
@@ -103,12 +109,17 @@ def main() -> None:
     print(f"{args.planner} over {len(rows)} tasks, geometric mean against the best heuristic: predicted "
           f"{geo['predicted']:.3f}, expected {geo['expected']:.3f}, measured {geo['measured']:.3f}; mean "
           f"|log(x / measured)|: predicted {miss['predicted']:.3f}, expected {miss['expected']:.3f}")
+    x, y = (np.concatenate([s[k] for s in spread]) for k in (0, 1))
+    slope = {"least_squares": float((x * y).sum() / (x * x).sum()),
+             "theil_sen": [float(v) for v in np.array(theilslopes(y, x))[[0, 2, 3]]]}
+    print(f"within a task, log measured on log predicted: slope {slope['least_squares']:.3f} (least squares), "
+          f"{slope['theil_sen'][0]:.3f} [{slope['theil_sen'][1]:.3f}, {slope['theil_sen'][2]:.3f}] (Theil-Sen)")
     if skipped:
         print(f"skipped {len(skipped)} (reports, tasks or plans not reproduced by this checkout)")
     if args.out:
         args.out.write_text(json.dumps({
             "reports": [str(p) for p in args.reports], "planner": args.planner, "device_sets": len(pooled),
-            "error_mad_sigma": sigma, "error_std": float(pooled.std()), "tasks": rows, "geometric_mean": geo,
+            "error_mad_sigma": sigma, "error_std": float(pooled.std()), "within_task_slope": slope, "tasks": rows, "geometric_mean": geo,
             "mean_abs_log_error": miss, "skipped": skipped}, indent=1) + "\n")
 
 
