@@ -200,22 +200,14 @@ class PlacementState:
 
     def _allowed(self, limit: int | None) -> np.ndarray:
         """``allowed``, computed."""
-        ok = self.room()
-        if self.max_units_per_device is not None and ok.sum() > 1:
-            capped = ok & (self.count < self.max_units_per_device)
-            ok = capped if capped.any() else ok
-        open_ = ok.nonzero()[0]
-        if not self.lookahead or len(open_) <= 1 or self._rest_packs_anywhere():
+        open_, check = self._open()
+        if not check:
             return open_
+        chunk, walk = self._first_chunk(open_, limit)
         if limit is None:
-            safe = open_[self._first_fit_after(open_)]
+            safe = open_[self._first_fit_after(chunk)]
             return safe if len(safe) else open_
-        # ``candidates`` keeps one empty device, the first (all have the same room), and the least
-        # loaded of the others: those in order of load until ``limit`` pass, checked in chunks
-        # that double (each chunk's rooms in one first-fit pass), the empty one with the first
-        empty, loaded = open_[self.count[open_] == 0], open_[self.count[open_] > 0]
-        walk = loaded[np.argsort(self.loads[loaded], kind="stable")]
-        chunk, at, found = np.concatenate([empty[:1], walk[:limit]]), limit, 0
+        at, found = limit, 0
         passing: list[int] = []
         while len(chunk):
             ok = chunk[self._first_fit_after(chunk)]
@@ -226,6 +218,28 @@ class PlacementState:
             chunk, at = walk[at:2 * at], 2 * at
         return np.sort(np.array(passing, dtype=np.int64)) if passing else open_
 
+    def _open(self) -> tuple[np.ndarray, bool]:
+        """The devices with room for the current unit (under the unit cap, where it leaves a
+        choice), and whether the packing lookahead must check them."""
+        ok = self.room()
+        if self.max_units_per_device is not None and ok.sum() > 1:
+            capped = ok & (self.count < self.max_units_per_device)
+            ok = capped if capped.any() else ok
+        open_ = ok.nonzero()[0]
+        return open_, self.lookahead and len(open_) > 1 and not self._rest_packs_anywhere()
+
+    def _first_chunk(self, open_: np.ndarray, limit: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """The devices the lookahead checks first, and the loaded ones in order of load (the rest of
+        its walk). Without ``limit``, every open device at once. With it: ``candidates`` keeps one
+        empty device, the first (all have the same room), and the least loaded of the others, so the
+        lookahead checks those in order of load until ``limit`` pass, in chunks that double (each
+        chunk's rooms in one first-fit pass), the empty one with the first."""
+        if limit is None:
+            return open_, open_[:0]
+        empty, loaded = open_[self.count[open_] == 0], open_[self.count[open_] > 0]
+        walk = loaded[np.argsort(self.loads[loaded], kind="stable")]
+        return np.concatenate([empty[:1], walk[:limit]]), walk
+
     def _first_fit_after(self, devices: np.ndarray | None = None) -> np.ndarray:
         """For each of ``devices`` (default: every device): would the units after the current one
         still pack by first-fit decreasing if it took the current one (False where it has no
@@ -233,12 +247,17 @@ class PlacementState:
         room is checked once per step, and once for placements at the same history
         (``StepCosts.rooms``)."""
         free = self.free if devices is None else self.free[devices]
-        size, known = self.current.memory_bytes, self._rooms
-        fits = free >= size
-        unknown = [r for r in np.unique(free[fits]).tolist() if r not in known]
-        if unknown:
-            known.update(zip(unknown, self._packable_at(np.array(unknown, dtype=np.int64)).tolist()))
+        fits = free >= self.current.memory_bytes
+        unknown = self._unknown_rooms(free[fits])
+        if len(unknown):
+            self._rooms.update(zip(unknown.tolist(), self._packable_at(unknown).tolist()))
+        known = self._rooms
         return np.array([f and known[r] for f, r in zip(fits.tolist(), free.tolist())], dtype=bool)
+
+    def _unknown_rooms(self, rooms: np.ndarray) -> np.ndarray:
+        """The distinct ``rooms`` whose lookahead answer this step does not know yet."""
+        known = self._rooms
+        return np.array([r for r in np.unique(rooms).tolist() if r not in known], dtype=np.int64)
 
     def _rest_packs_anywhere(self) -> bool:
         """FFD's first check for every device at once: the units after the current one pack
@@ -259,21 +278,34 @@ class PlacementState:
         """For each free room (of devices with room for the current unit): do the units after it
         still pack once a device with that room takes it? O(D) from running totals; first-fit
         decreasing only for rooms the quick test cannot clear."""
-        size, rest = self.current.memory_bytes, self._rest
+        ok = self._quick_packable(rooms)
+        failing = (~ok).nonzero()[0]
+        if len(failing):  # first-fit decreasing, all rooms at once
+            ok[failing] = packable_many(self._sizes_after(), self._bins_taking(rooms[failing]))
+        return ok
+
+    def _quick_packable(self, rooms: np.ndarray) -> np.ndarray:
+        """``_packable_at``'s quick test: True where the units after the current one surely pack
+        once a device with that room takes it (room beyond the largest of them covers their total)."""
+        size = self.current.memory_bytes
         largest, spare = self._largest_and_spare()
         if spare >= self.remaining_bytes:  # ``_rest_packs_anywhere``
             return np.ones(len(rooms), dtype=bool)
         total = self.remaining_bytes - size  # room beyond the largest item must cover it
-        ok = spare - np.maximum(rooms - largest, 0) + np.maximum(rooms - size - largest, 0) >= total
-        failing = (~ok).nonzero()[0]
-        if len(failing):  # first-fit decreasing, all rooms at once
-            at = bisect.bisect_left(rest, size)  # the current unit's own entry, left out
-            values, first = np.unique(self.free, return_index=True)  # a device of each free room
-            taking = first[np.searchsorted(values, rooms[failing])]
-            free = np.tile(self.free, (len(taking), 1))
-            free[np.arange(len(taking)), taking] -= size
-            ok[failing] = packable_many((rest[:at] + rest[at + 1:])[::-1], free)
-        return ok
+        return spare - np.maximum(rooms - largest, 0) + np.maximum(rooms - size - largest, 0) >= total
+
+    def _sizes_after(self) -> list[int]:
+        """The sizes of the units after the current one, largest first (first-fit's items)."""
+        rest, at = self._rest, bisect.bisect_left(self._rest, self.current.memory_bytes)  # its own entry, left out
+        return (rest[:at] + rest[at + 1:])[::-1]
+
+    def _bins_taking(self, rooms: np.ndarray) -> np.ndarray:
+        """Per room, every device's free bytes once a device with that room takes the current unit."""
+        values, first = np.unique(self.free, return_index=True)  # a device of each free room
+        taking = first[np.searchsorted(values, rooms)]
+        free = np.tile(self.free, (len(taking), 1))
+        free[np.arange(len(taking)), taking] -= self.current.memory_bytes
+        return free
 
     def costs_if_added(self, rows: np.ndarray | None = None) -> np.ndarray:
         """The predicted cost of every device (or of the devices ``rows``, in that order) with
@@ -670,6 +702,7 @@ def place_together(states: Sequence[PlacementState], choose: BatchChooser, share
         if deadline is not None and deadline.expired:
             return [None] * len(states)
         unit = states[live[0]].current
+        prefetch_lookahead([states[k] for k in live], limit)  # their first-fit checks in one pass
         allowed = {k: states[k].allowed(limit) for k in live}
         live = [k for k in live if len(allowed[k])]
         rows = {k: candidates(states[k], allowed[k], limit) for k in live}
@@ -686,6 +719,40 @@ def place_together(states: Sequence[PlacementState], choose: BatchChooser, share
         for k, device in zip(live, choose([states[k] for k in live], [allowed[k] for k in live])):
             states[k].apply(device)
     return [states[k] if k in live else None for k in range(len(states))]
+
+
+def prefetch_lookahead(states: Sequence[PlacementState], limit: int | None) -> None:
+    """The packing lookahead's answers for the rooms that each placement's ``allowed(limit)``
+    checks first, with one first-fit pass for all of them: ``place_together``'s placements are at
+    the same step of the same units, so first-fit packs the same items into each one's bins
+    (first-fit is row by row: the answers are those each would compute alone). Placements alike
+    so far share their answers (``StepCosts.rooms``) and are checked once."""
+    jobs: list[tuple[PlacementState, np.ndarray, np.ndarray]] = []
+    seen: set[int] = set()
+    for state in states:
+        if state.done or id(state._rooms) in seen:
+            continue
+        seen.add(id(state._rooms))
+        open_, check = state._open()
+        if not check:
+            continue
+        chunk, _ = state._first_chunk(open_, limit)
+        free = state.free[chunk]
+        rooms = state._unknown_rooms(free[free >= state.current.memory_bytes])
+        if not len(rooms):
+            continue
+        ok = state._quick_packable(rooms)
+        state._rooms.update(zip(rooms[ok].tolist(), [True] * int(ok.sum())))
+        if not ok.all():
+            jobs.append((state, rooms[~ok], state._bins_taking(rooms[~ok])))
+    if not jobs:
+        return
+    assert len({(s.position, len(s._rest)) for s, _, _ in jobs}) == 1, "one step of one unit order"
+    answers = packable_many(jobs[0][0]._sizes_after(), np.concatenate([bins for _, _, bins in jobs])).tolist()
+    at = 0
+    for state, rooms, _ in jobs:
+        state._rooms.update(zip(rooms.tolist(), answers[at:at + len(rooms)]))
+        at += len(rooms)
 
 
 def first_alike(states: Sequence[PlacementState], indices: Sequence[int]) -> list[int]:
