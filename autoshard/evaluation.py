@@ -25,7 +25,7 @@ from autoshard.planners.compare import Comparison, compare_planners
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.registry import planner_spec
 from autoshard.presets import load_workload_or_preset
-from autoshard.stats import ratio_ci95, verdict
+from autoshard.stats import geomean, ratio_ci95, verdict
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task
 from autoshard.types import GIB, ShardingPlan, Topology, Workload, is_int, is_number
 from autoshard.verification import VERIFIED, Verification
@@ -297,13 +297,18 @@ def against_held_out_heuristic(result: TaskResult) -> list[AgainstHeuristic]:
 def suite_summary(per_task: Sequence[Sequence[AgainstHeuristic]]) -> dict[str, dict[str, Any]]:
     """Per planner over the measured tasks: the geometric mean of its ratio to each task's best
     heuristic, and on how many tasks its interval says faster, tie or slower."""
-    rows: dict[str, list[AgainstHeuristic]] = {}
+    return {planner: {"geomean_vs_best_heuristic": round(geomean([r.ratio for r in got]), 4),
+                      "tasks": len(got), **{v: sum(r.verdict == v for r in got) for v in ("faster", "tie", "slower")}}
+            for planner, got in _by_planner(per_task).items()}
+
+
+def _by_planner(per_task: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
+    """A suite's per-task rows (each with a ``planner``), gathered by planner."""
+    rows: dict[str, list[Any]] = {}
     for task in per_task:
         for row in task:
             rows.setdefault(row.planner, []).append(row)
-    return {planner: {"geomean_vs_best_heuristic": round(math.exp(sum(math.log(r.ratio) for r in got) / len(got)), 4),
-                      "tasks": len(got), **{v: sum(r.verdict == v for r in got) for v in ("faster", "tie", "slower")}}
-            for planner, got in rows.items()}
+    return rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,12 +367,8 @@ def task_device_costs(result: TaskResult) -> tuple[np.ndarray, np.ndarray]:
 
 def expected_summary(per_task: Sequence[Sequence[Expected]]) -> dict[str, dict[str, float]]:
     """Per planner over the tasks: the geometric means of its predicted and expected ratios."""
-    rows: dict[str, list[Expected]] = {}
-    for task in per_task:
-        for row in task:
-            rows.setdefault(row.planner, []).append(row)
-    return {planner: {key: round(math.exp(sum(math.log(getattr(r, key)) for r in got) / len(got)), 4)
-                      for key in ("predicted", "expected")} for planner, got in rows.items()}
+    return {planner: {key: round(geomean([getattr(r, key) for r in got]), 4) for key in ("predicted", "expected")}
+            for planner, got in _by_planner(per_task).items()}
 
 
 def write_task_outputs(result: TaskResult, out: Path) -> dict[str, str]:

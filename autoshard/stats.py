@@ -21,9 +21,14 @@ def ratio_ci95(numerators: Sequence[float], denominators: Sequence[float]) -> tu
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
+def geomean(values: Sequence[float]) -> float:
+    """The geometric mean of positive ``values``."""
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
 def verdict(low: float, high: float) -> str:
     """``faster`` when the whole interval of a ratio lies below 1, ``slower`` above, else ``tie``."""
     return "faster" if high < 1 else "slower" if low > 1 else "tie"
 
 
-__all__ = ["ratio_ci95", "verdict"]
+__all__ = ["geomean", "ratio_ci95", "verdict"]

@@ -76,6 +76,7 @@ def main() -> None:
     from scipy.stats import theilslopes
 
     from autoshard.evaluation import expected_against_best_heuristic, task_device_costs, task_device_errors
+    from autoshard.stats import geomean
 
     one_thread()
     profile = load_profile_or_exit(DEFAULT_MODEL)
@@ -98,7 +99,7 @@ def main() -> None:
                                  "heuristic": e.heuristic, "predicted": e.predicted, "expected": e.expected,
                                  "measured": found["ratio"], "measured_ci95": found["ci95"]})
     pooled = np.concatenate(errors) if errors else np.zeros(0)
-    geo = {k: math.exp(float(np.mean([math.log(r[k]) for r in rows]))) for k in ("predicted", "expected", "measured")}
+    geo = {k: geomean([r[k] for r in rows]) for k in ("predicted", "expected", "measured")}
     miss = {k: float(np.mean([abs(math.log(r[k] / r["measured"])) for r in rows])) for k in ("predicted", "expected")}
     for r in rows:
         print(f"{r['run']:45s} {r['task']:28s} predicted {r['predicted']:.3f}  expected {r['expected']:.3f}  "

@@ -730,8 +730,8 @@ def prefetch_lookahead(states: Sequence[PlacementState], limit: int | None) -> N
     jobs: list[tuple[PlacementState, np.ndarray, np.ndarray]] = []
     seen: set[int] = set()
     for state in states:
-        if state.done or id(state._rooms) in seen:
-            continue
+        if state.done or id(state._rooms) in seen or not state.lookahead or state._rest_packs_anywhere():
+            continue  # done, checked with an alike placement, or nothing for the lookahead to check (cheap first)
         seen.add(id(state._rooms))
         open_, check = state._open()
         if not check:
