@@ -26,12 +26,12 @@ from scipy.stats import spearmanr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
-from autoshard.evaluation import load_suite  # noqa: E402
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from error_runs import shipped_planning  # noqa: E402
+
 from autoshard.planners import PlannerContext  # noqa: E402
 from autoshard.planners.compare import compare_planners  # noqa: E402
 
-SUITES = ("default", "rl_grid")
 FEATURES = ("tables", "lookups_per_sample", "mean_zipf", "mean_dim", "log10_rows", "predicted_ms")
 
 
@@ -68,10 +68,7 @@ def main() -> None:
     parser.add_argument("reports", nargs="+", type=Path)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    one_thread()
-    profile = load_profile_or_exit(DEFAULT_MODEL)
-    context = PlannerContext(profile.model, profile.policy)
-    tasks = {t.name: t for suite in SUITES for t in load_suite(suite)[1]}
+    _, context, tasks = shipped_planning()
     rows = [r for path in args.reports for r in device_rows(json.loads(path.read_text()), tasks, context)]
     correlations = {}
     for name, chosen in (("every device", rows), ("devices within 2% of their plan's predicted max",

@@ -17,12 +17,16 @@ the ``default`` and ``rl_grid`` suites, by name; the report's seed and column sp
 only as the measured runs were, ``--no-communication``), and keeps the plans whose predicted max
 is the report's (the same plans; the others are counted as skipped). Then, per report, what
 ``evaluate`` now computes (``expected_against_best_heuristic``: each task under the model's
-errors on the other tasks' devices of the same run), beside the report's measured ratio.
+errors on the other tasks' devices of the same run), beside the report's measured ratio; and
+whether the expected max would choose plans better than the predicted one (``plan_choices``: of
+the pairs of a task's distinct plans whose measured maxima differ, how often each names the
+faster).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -66,6 +70,45 @@ def replanned(report: dict, profile) -> tuple[list, list[str]]:
     return results, skipped
 
 
+def plan_pairs(results: list) -> list[tuple[float, float, float]]:
+    """Per task, every pair of its distinct measured plans: the ratios of their predicted maxima,
+    of their expected maxima (under the other tasks' device errors, as ``evaluate`` expects) and
+    of their measured maxima."""
+    from autoshard.evaluation import task_device_errors
+    from autoshard.model_error import expected_max
+
+    errors = [task_device_errors(r) for r in results]
+    pairs = []
+    for i, result in enumerate(results):
+        others = [e for j, e in enumerate(errors) if j != i and len(e)]
+        if not others:
+            continue
+        pool, plans = np.concatenate(others), {p.planner: p for p in result.comparison.plans}
+        distinct = {}
+        for m in result.measured:
+            plan = plans[m.planner]
+            distinct.setdefault(tuple(d.set_key for d in plan.devices), (plan, m.max_ms))
+        scored = [(plan.max_cost_ms, expected_max([d.cost_ms for d in plan.devices], pool), measured)
+                  for plan, measured in distinct.values()]
+        pairs += [(a[0] / b[0], a[1] / b[1], a[2] / b[2]) for a, b in itertools.combinations(scored, 2)]
+    return pairs
+
+
+def choices(pairs: list[tuple[float, float, float]], measured_apart: float, predicted_within: float | None = None,
+            ) -> dict[str, float]:
+    """How often the predicted and the expected maxima name the faster plan of a pair whose measured
+    maxima differ by more than ``measured_apart`` (and, if given, whose predicted ones by less than
+    ``predicted_within``); a tie counts a half."""
+    kept = [p for p in pairs if abs(math.log(p[2])) > math.log(1 + measured_apart)
+            and (predicted_within is None or abs(math.log(p[0])) < math.log(1 + predicted_within))]
+
+    def right(ratio: float, measured: float) -> float:
+        return 0.5 if math.isclose(ratio, 1.0, rel_tol=1e-9) else float((ratio < 1) == (measured < 1))
+
+    return {"pairs": len(kept), **{name: sum(right(p[k], p[2]) for p in kept) / max(len(kept), 1)
+                                   for k, name in ((0, "predicted"), (1, "expected"))}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("reports", nargs="+", type=Path)
@@ -81,11 +124,13 @@ def main() -> None:
     one_thread()
     profile = load_profile_or_exit(DEFAULT_MODEL)
     rows, skipped, errors, spread = [], [], [], []  # spread: per task, log predicted and log measured, centred
+    pairs: list[tuple[float, float, float]] = []
     for path in args.reports:
         report = json.loads(path.read_text())
         results, missed = replanned(report, profile)
         skipped += [f"{path}: {m}" for m in missed]
         errors += [task_device_errors(r) for r in results]
+        pairs += plan_pairs(results)
         for predicted, measured in map(task_device_costs, results):
             held = (predicted > 0) & (measured > 0)
             logs = np.log(predicted[held]), np.log(measured[held])
@@ -115,13 +160,18 @@ def main() -> None:
              "theil_sen": [float(v) for v in np.array(theilslopes(y, x))[[0, 2, 3]]]}
     print(f"within a task, log measured on log predicted: slope {slope['least_squares']:.3f} (least squares), "
           f"{slope['theil_sen'][0]:.3f} [{slope['theil_sen'][1]:.3f}, {slope['theil_sen'][2]:.3f}] (Theil-Sen)")
+    named = {"measured_more_than_5pct_apart": choices(pairs, 0.05),
+             "predicted_within_6pct_measured_more_than_2pct_apart": choices(pairs, 0.02, 0.06)}
+    for name, c in named.items():
+        print(f"plan choices, {name.replace('_', ' ')}: {c['pairs']} pairs, the faster named by the predicted max "
+              f"{c['predicted']:.3f}, by the expected max {c['expected']:.3f}")
     if skipped:
         print(f"skipped {len(skipped)} (reports, tasks or plans not reproduced by this checkout)")
     if args.out:
         args.out.write_text(json.dumps({
             "reports": [str(p) for p in args.reports], "planner": args.planner, "device_sets": len(pooled),
             "error_mad_sigma": sigma, "error_std": float(pooled.std()), "within_task_slope": slope, "tasks": rows, "geometric_mean": geo,
-            "mean_abs_log_error": miss, "skipped": skipped}, indent=1) + "\n")
+            "mean_abs_log_error": miss, "plan_choices": named, "skipped": skipped}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ score each model's prediction of every device against the device's measured medi
         --report docs/figures/evaluation_before_refine/default_report.json:default \\
         --report docs/figures/evaluation_before_refine/rl_grid_report.json:rl_grid
 
-Reports per model: MAPE and median predicted / measured over the non-empty device sets, the
-same for each plan's slowest device, and **plan choices**: over the pairs of plans of one task
+Reports per model: MAPE and median predicted / measured over the non-empty device sets, their
+spread within a task (``relative_mad_sigma``: what the planners rank by, a run's speed taken out),
+the same for each plan's slowest device, and **plan choices**: over the pairs of plans of one task
 whose measured slowest devices differ by more than 5%, the share the model orders the same way
 (a tie in prediction counts a half). These sets are where plans go, and no model trained on them.
 """
@@ -33,6 +34,16 @@ from cost_model.checkpoint import load_cost_model  # noqa: E402
 PLANNERS = ("cost_greedy", "rl+refine", "rl", "size_lookup_greedy", "lookup_greedy", "dim_greedy", "round_robin")
 
 
+def relative_spread(log_errors: np.ndarray, plans: list[tuple[int, int, float, str]]) -> float:
+    """MAD sigma of the devices' log(measured / predicted), each less its task's median (a run's
+    speed that hour is common to a task's devices; the plans choose by the rest)."""
+    by_task: dict[str, list[int]] = {}
+    for start, n, _, task in plans:
+        by_task.setdefault(task, []).extend(range(start, start + n))
+    centred = np.concatenate([log_errors[i] - np.median(log_errors[i]) for i in map(np.array, by_task.values())])
+    return float(1.4826 * np.median(np.abs(centred - np.median(centred))))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, action="append", default=[], help="model folders to score (besides the shipped one)")
@@ -53,7 +64,8 @@ def main() -> None:
                 row = report[task.name][name]
                 devices = [([s.as_table for s in d.shards], ms) for d, ms in zip(plan.devices, row["measured_device_ms"])]
                 devices = [(tables, ms) for tables, ms in devices if tables]
-                plans.append((len(sets), len(devices), row["measured_max_ms"], f"{suite}/{task.name}"))
+                label = f"{suite}/{task.name}" if len(args.report) == 1 else f"{ref}/{task.name}"  # one run's task
+                plans.append((len(sets), len(devices), row["measured_max_ms"], label))
                 sets += [(tables, task.workload.batch_size) for tables, _ in devices]
                 measured += [ms for _, ms in devices]
     true = np.array(measured)
@@ -71,7 +83,8 @@ def main() -> None:
                 task = by_task.setdefault(a[3], [0.0, 0.0])
                 task[0], task[1] = task[0] + ok, task[1] + 1
         print(json.dumps({"model": name, "device_sets": len(true), "mape": round(float(np.mean(abs(pred - true) / true)), 4),
-                          "median_ratio": round(float(np.median(pred / true)), 3), "plans": len(plans),
+                          "median_ratio": round(float(np.median(pred / true)), 3),
+                          "relative_mad_sigma": round(relative_spread(np.log(true / pred), plans), 4), "plans": len(plans),
                           "max_mape": round(float(np.mean(abs(worst - truth) / truth)), 4),
                           "max_median_ratio": round(float(np.median(worst / truth)), 3),
                           "plan_choices": round(right / pairs, 3) if pairs else None, "plan_pairs": int(pairs),

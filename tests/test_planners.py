@@ -251,6 +251,29 @@ def test_improve_moves_and_swaps_off_the_max_device_within_memory():
     assert [u.name for u in states[1].units] == ["t0"]
 
 
+def test_evening_out_the_top_lowers_a_max_that_two_devices_share():
+    # A device costs the sum of its tables' weights (pooling). A = {6, 4}, B = {6, 4}, C = {3, 3}:
+    # max 10 on two devices. No one move or swap lowers it (the best, A's 6 for a 3 of C, leaves B
+    # at 10), so local search stops there. Evening out takes that swap (A 7, C 9), and then B's 6
+    # for A's 4 lowers the max to 9: the optimum (26 over 3 devices, in whole weights).
+    weight = ProxyCostModel(lambda t: t.pooling_factor)
+
+    def start() -> list[DeviceState]:
+        states = [DeviceState(k, GIB) for k in range(3)]
+        for k, weights in enumerate(((6, 4), (6, 4), (3, 3))):
+            for i, w in enumerate(weights):
+                table = Table(f"d{k}t{i}", 10, 4, float(w))
+                states[k].add(Unit.of(TableShard(table), float(w)), states[k].load + w)
+        return states
+
+    stopped = start()
+    assert improve(stopped, weight, 1) == 0 and max(s.load for s in stopped) == 10.0
+    evened = start()
+    assert improve(evened, weight, 1, even_out=True) == 2
+    assert [s.load for s in evened] == [9.0, 8.0, 9.0]
+    assert sorted(sorted(u.table.pooling_factor for u in s.units) for s in evened) == [[3, 6], [3, 6], [4, 4]]
+
+
 # --- column splitting -------------------------------------------------------------------------
 
 SKEWED = Workload((Table("huge", 1000, 128, 50.0),) + tuple(Table(f"s{i}", 100, 8) for i in range(7)),

@@ -31,7 +31,8 @@ class CostGreedyPlanner:
     Device ``cost_ms`` is the cost model's prediction. Past ``time_budget_s`` the search stops
     (greedy placement places the rest without the packing lookahead; no further local-search
     round or split cap) and the best plan so far comes back ``partial``.
-    With ``shared``, a placement another planner of the task searched already is reused."""
+    With ``shared``, a placement another planner of the task searched already is reused.
+    ``even_out``: local search's ``even_out`` (off: measured slower, docs/planners.md)."""
 
     cost_model: CostModel
     allow_column_split: bool = False
@@ -40,6 +41,7 @@ class CostGreedyPlanner:
     name: str = "cost_greedy"
     shared: SharedWork | None = None
     departure_margin: float = DEPARTURE_MARGIN
+    even_out: bool = False
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
@@ -47,7 +49,8 @@ class CostGreedyPlanner:
         reused: list[float] = []  # seconds of the placements taken from the task's other planners
 
         def plan_at(cap: int | None) -> list[DeviceState]:
-            found = searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared)
+            found = searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared,
+                                    self.even_out)
             reused.append(found.reused_s)
             return list(found.devices)
 
@@ -59,17 +62,17 @@ class CostGreedyPlanner:
 
 
 def searched_greedy(workload: Workload, topology: Topology, cost_model: CostModel, cap: int | None, max_rounds: int,
-                    deadline: Deadline, shared: SharedWork | None = None) -> Placement:
+                    deadline: Deadline, shared: SharedWork | None = None, even_out: bool = False) -> Placement:
     """cost_greedy's placement of a split cap after its local search (``shared``'s, if another
     planner of the task searched it already within its budget); the devices are the caller's."""
 
     def search() -> tuple[Placement, bool]:
         state = greedy_placement(workload, topology, cost_model, cap, shared, deadline)
         start = assignment(state.devices)
-        improve(state.devices, cost_model, workload.batch_size, max_rounds, deadline)
+        improve(state.devices, cost_model, workload.batch_size, max_rounds, deadline, even_out)
         return Placement(tuple(state.units), tuple(state.devices), start), not deadline.hit
 
-    return placement_of(shared, workload, topology, ("cost_greedy", cap, max_rounds), search)
+    return placement_of(shared, workload, topology, ("cost_greedy", cap, max_rounds, even_out), search)
 
 
 def greedy_placement(workload: Workload, topology: Topology, cost_model: CostModel, cap: int | None,
