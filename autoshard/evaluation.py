@@ -203,6 +203,8 @@ def _kind(name: str) -> PlannerKind:
 
 
 def task_rows(result: TaskResult) -> list[dict[str, Any]]:
+    """One row per plan of a task: predicted and measured figures, and the plan itself (each
+    device's tables, a column shard named ``table[first:end]``, in the order of its devices)."""
     measured = {m.planner: m for m in result.measured}
     distributed = {d.plan_name: d for d in result.distributed}
     rows = []
@@ -219,6 +221,7 @@ def task_rows(result: TaskResult) -> list[dict[str, Any]]:
             f"measured_ratio_to_{result.reference}": round(m.ratio_to_reference, 4) if m else None,
             "ratio_ci95": [round(v, 4) for v in m.ratio_ci95] if m else None,
             "measured_device_ms": [round(v, 4) for v in m.device_ms] if m else None,
+            "devices": [[s.as_table.name for s in d.shards] for d in plan.devices],  # the plan: each device's tables
             "distributed_iteration_ms": round(dist.median_ms, 4) if dist else None,
             "distributed_iqr_ms": round(dist.iqr_ms, 4) if dist else None,
         })

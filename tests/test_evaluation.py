@@ -140,6 +140,16 @@ def test_cli_evaluate_json(tmp_path):
     report = json.loads(result.stdout[result.stdout.index("{"):])
     assert [p["planner"] for p in report["tasks"][0]["planners"]] == ["round_robin", "size_greedy"]
     assert (tmp_path / "out" / "s" / "kaggle.md").exists()
+    # the report holds what was planned: the task's workload and topology, and each plan's devices
+    from autoshard.presets import load_preset
+    from autoshard.workload_file import workload_from_dict
+
+    workload, topology = workload_from_dict(report["tasks"][0]["workload"])
+    assert workload == load_preset("criteo_kaggle")[0] and (topology.num_devices, topology.device_memory_gb) == (4, 2)
+    for row in report["tasks"][0]["planners"]:  # every table on exactly one of the 4 devices
+        assert len(row["devices"]) == 4
+        assert sorted(name for device in row["devices"] for name in device) == sorted(t.name for t in workload.tables)
+    assert report["tasks"][0]["planners"][0]["devices"][0] == ["C1", "C5", "C9", "C13", "C17", "C21", "C25"]
 
 
 def test_evaluate_task_runs_plans_distributed(tmp_path):

@@ -48,6 +48,7 @@ def evaluate_cmd(
                                       suite_summary, task_rows, write_task_outputs)
 
     from autoshard.planners import PlannerContext
+    from autoshard.workload_file import workload_to_dict
 
     name, tasks = load_suite(suite)
     one_thread()
@@ -91,6 +92,7 @@ def evaluate_cmd(
                                 "num_devices": task.topology.num_devices,
                                 "device_memory_gb": task.topology.device_memory_gb,
                                 "reference": result.reference, "planners": task_rows(result),
+                                "workload": workload_to_dict(task.workload, task.topology),
                                 "warnings": list(warnings),
                                 **({"verification": {"measures": verification_measures(comm),
                                                      **result.verification.to_dict()}}
