@@ -229,6 +229,16 @@ class DeviceSet:
     batch_size: int
 
 
+@dataclass(frozen=True, slots=True)
+class MeasuredDeviceSet:
+    """A ``DeviceSet`` measured in one run (``run``: a name for the tasks measured together), at
+    ``measured_ms`` per iteration (compute, the median over that run's rounds)."""
+
+    run: str
+    device: DeviceSet
+    measured_ms: float
+
+
 @runtime_checkable
 class CostModel(Protocol):
     """Predicts one device's cost (ms per iteration) for the set of tables it holds, and answers

@@ -10,9 +10,9 @@ task (MAD sigma), before and after.
     python benchmarks/plan_set_finetune.py docs/figures/evaluation_session34_f25m1 docs/figures/evaluation_session36_f25m1 \\
         docs/figures/evaluation_session38_f25m1 --out docs/figures/plan_set_finetune.json
 
-A diagnostic, not a model to ship: the sets are the evaluation suites' own, so a model trained on
-them would be scored on its training data by every later ``evaluate``. Forward and backward
-labels are the model's own, scaled with the total.
+The labels are ``cost_model.relative_labels``'s, what ``autoshard cost adapt --measured`` learns
+from. A diagnostic, not a model to ship: the sets are the evaluation suites' own, so a model
+trained on them would be scored on its training data by every later ``evaluate``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from error_runs import errors_in_every_run, mad_sigma, measured_runs  # noqa: E402
 
 from autoshard.cli.cost import ADAPT_LEARNING_RATE, ADAPT_MAX_EPOCHS, ADAPT_PATIENCE  # noqa: E402
-from cost_model.dataset import Labelled, Splits  # noqa: E402
+from autoshard.types import DeviceSet, MeasuredDeviceSet  # noqa: E402
+from cost_model.dataset import Splits  # noqa: E402
+from cost_model.relative_labels import relative_labels  # noqa: E402
 from cost_model.train import TrainConfig, train_cost_model  # noqa: E402
 
 SHARED_POOL = ("syn80_s1", "syn80_s2", "syn80_s3", "syn80x4")  # held out together
@@ -71,16 +73,11 @@ def plan_choices(model, runs: list, held: tuple[str, ...], batch: dict[str, int]
 def main() -> None:
     args, profile, tasks, runs = measured_runs(__doc__)
     base = profile.model
-    common, errors = errors_in_every_run(runs)
-    sets = []
-    for key, error in zip(common, errors.mean(1)):
-        tables, predicted, _ = runs[0].sets[key]
-        batch = tasks[key[0]].workload.batch_size
-        label = predicted * math.exp(float(error))
-        forward, backward, total = base.predict_detail_many([tables], batch)[0]
-        scale = label / total
-        sets.append({"task": key[0], "tables": tables, "batch": batch, "label": label,
-                     "labelled": Labelled(tables, forward * scale, backward * scale, label, (label,), batch)})
+    common, _ = errors_in_every_run(runs)
+    measured = [MeasuredDeviceSet(str(k), DeviceSet((key[0], "", 0), run.sets[key][0], tasks[key[0]].workload.batch_size),
+                                  run.sets[key][2]) for k, run in enumerate(runs) for key in common]
+    sets = [{"task": label.plans[0][0], "tables": label.tables, "batch": label.batch_size, "label": label.total_ms,
+             "labelled": label} for label in relative_labels(base, measured)]  # what `cost adapt --measured` learns
     groups = {"syn80 (4 tasks)": SHARED_POOL} | {t: (t,) for t in sorted({s["task"] for s in sets}) if t not in SHARED_POOL}
     rng, config = np.random.default_rng(0), TrainConfig(learning_rate=ADAPT_LEARNING_RATE, max_epochs=ADAPT_MAX_EPOCHS,
                                                         patience=ADAPT_PATIENCE)

@@ -11,7 +11,8 @@ form split (c), ``plan_sets``.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Sequence
 
 import numpy as np
 
@@ -65,6 +66,15 @@ def make_splits(traces: TraceSet, seed: int = 0, validation: float = 0.1, unseen
              for split in ("train", "test")}
     return Splits(tuple(singles) + pick(order[n_val + n_test:]) + plans["train"], pick(order[:n_val]),
                   pick(order[n_val:n_val + n_test]), test_pool, plans["test"])
+
+
+def with_measured(splits: Splits, measured: Sequence[Labelled], seed: int = 0, validation: float = 1 / 6) -> Splits:
+    """``splits`` with the sets of measured plans (``cost_model.relative_labels``) shuffled into
+    training and, ``validation`` of them, the validation split that stops training early."""
+    order = np.random.default_rng(seed).permutation(len(measured))
+    held = int(len(measured) * validation)
+    return replace(splits, train=splits.train + tuple(measured[i] for i in order[held:]),
+                   validation=splits.validation + tuple(measured[i] for i in order[:held]))
 
 
 def every_set(traces: TraceSet) -> tuple[Labelled, ...]:

@@ -6,7 +6,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Optional, Sequence
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -54,19 +54,27 @@ def train_cmd(
 def adapt_cmd(
     model: Annotated[Path, typer.Option(help="The profile folder to start from: its cost_model.pt is fine-tuned; its "
                                              "communication.json and policy.pt are copied.")],
-    traces: Annotated[list[Path], typer.Option(help="Traces measured on this machine (`autoshard bench collect`: a few "
-                                                    "hundred sets); repeat it to add files of the same profile.")],
     out: Annotated[Path, typer.Option(help="Folder for the adapted profile (cost_model.pt, metrics.json, ...).")],
+    traces: Annotated[Optional[list[Path]], typer.Option(
+        help="Traces measured on this machine (`autoshard bench collect`: a few hundred sets); repeat it to add files "
+             "of the same profile.")] = None,
+    measured: Annotated[Optional[list[Path]], typer.Option(
+        help="Measured evaluations (`autoshard evaluate --measure --json --out DIR`: DIR or a report.json; repeat it "
+             "for more runs) of plans on the model's machine: their device sets, each labelled by its cost relative "
+             "to its task's other sets.")] = None,
     seed: Annotated[int, typer.Option(min=0, help="Split seed (train / validation / held-out) of the new traces.")] = 0,
     learning_rate: Annotated[float, typer.Option(min=1e-6, max=1e-1, help="Fine-tuning learning rate.")] = ADAPT_LEARNING_RATE,
     max_epochs: Annotated[int, typer.Option(min=1)] = ADAPT_MAX_EPOCHS,
     patience: Annotated[int, typer.Option(min=1)] = ADAPT_PATIENCE,
 ) -> None:
-    """Adapt a profile of other hardware to this machine: fine-tune its cost model on sets measured
-    here (minutes of collection, where a profile from scratch takes an hour; docs/profiles.md)."""
+    """Adapt a profile to this machine: fine-tune its cost model on sets measured here (minutes of
+    collection, where a profile from scratch takes an hour; docs/profiles.md), and on the device
+    sets of plans measured here (docs/cost_model.md, "Labels good enough to learn from where plans go")."""
     import shutil
 
-    from cost_model.checkpoint import CHECKPOINT_NAME, load_cost_model
+    from autoshard.measured_reports import measured_device_sets
+    from cost_model.checkpoint import CHECKPOINT_NAME, load_cost_model, trace_sources
+    from cost_model.relative_labels import relative_labels
 
     folder = model.parent if model.name == CHECKPOINT_NAME else model
     if not (folder / CHECKPOINT_NAME).is_file():
@@ -74,11 +82,23 @@ def adapt_cmd(
     if out.resolve() == folder.resolve():
         raise InputError("--out", f"{out} is the profile being adapted; adapting would overwrite it",
                          "pass a new folder, e.g. data/models/<this machine's profile id>")
+    if not traces and not measured:
+        raise InputError("--traces", "nothing to adapt on", "pass --traces (sets measured here) and/or --measured "
+                         "(evaluations measured here)")
     base = load_cost_model(folder)
+    labelled = relative_labels(base, measured_device_sets(measured)) if measured else []
+    if measured and len(labelled) < 6:  # a validation sixth of at least one set
+        raise InputError("--measured", f"{len(labelled)} measured device sets: too few to fine-tune and stop early",
+                         "measure more tasks or planners (`autoshard evaluate SUITE --measure`)")
     command = "autoshard cost adapt " + " ".join(shlex.quote(a) for a in sys.argv[3:])
-    metrics = train_and_save(read_all(traces), out, seed, max_epochs, patience, command, [str(t) for t in traces],
-                             learning_rate=learning_rate, start_from=base,
-                             adapted_from={"model": str(folder), "profile": base.profile.id})
+    # without new traces, the base's stand as the profile's anchors (`bench drift`, `evaluate --measure`)
+    sources = [str(t) for t in traces] if traces else trace_sources(json.loads((folder / "metrics.json").read_text())
+                                                                    if (folder / "metrics.json").is_file() else {})
+    metrics = train_and_save(read_all(traces) if traces else None, out, seed, max_epochs, patience, command,
+                             sources, learning_rate=learning_rate, start_from=base,
+                             adapted_from={"model": str(folder), "profile": base.profile.id,
+                                           **({"measured": [str(m) for m in measured]} if measured else {})},
+                             measured=labelled)
     for name in ("communication.json", "policy.pt"):
         if (folder / name).is_file() and not (out / name).exists():
             shutil.copy2(folder / name, out / name)
@@ -96,34 +116,39 @@ def read_all(paths: list[Path]):
 
 def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, command: str,
                    sources: list[str], tune: bool = False, network=None, learning_rate: float | None = None,
-                   start_from=None, adapted_from: dict | None = None) -> dict:
+                   start_from=None, adapted_from: dict | None = None, measured: Sequence = ()) -> dict:
     """Train on ``data`` (a ``TraceSet``) and save the checkpoint, metrics.json and train_log.csv in
     ``out``; returns the metrics. ``tune``: choose the network and learning rate on the validation
     split first (``cost_model.tune``); else ``network`` / ``learning_rate`` (default: the
     defaults); ``start_from``: fine-tune that ``NeuralCostModel`` instead (its network), recorded as
-    ``adapted_from``. ``autoshard cost train``, ``cost adapt`` and ``bench refine`` share it."""
+    ``adapted_from``, and ``measured``: the labelled sets of measured plans to add
+    (``cost_model.relative_labels``; ``data`` may then be None, the model keeping its profile and
+    row cap). ``autoshard cost train``, ``cost adapt`` and ``bench refine`` share it."""
     import shutil
     from dataclasses import asdict, replace
 
     import torch
 
     from cost_model.checkpoint import save_checkpoint
-    from cost_model.dataset import make_splits
+    from cost_model.dataset import Splits, make_splits, with_measured
     from cost_model.evaluate import evaluate_all
     from cost_model.network import NetworkConfig
     from cost_model.train import TrainConfig, train_cost_model
 
     torch.set_num_threads(1)
-    splits = make_splits(data, seed)
+    splits = make_splits(data, seed) if data is not None else Splits((), (), (), ())
+    if measured:
+        splits = with_measured(splits, measured, seed)
+    profile = data.profile if data is not None else start_from.profile
     config = TrainConfig(network=network or NetworkConfig(), seed=seed, max_epochs=max_epochs, patience=patience,
                          learning_rate=learning_rate or TrainConfig().learning_rate)
-    row_cap = int(data.header["bench"]["row_cap_bytes"])
+    row_cap = int(data.header["bench"]["row_cap_bytes"]) if data is not None else start_from.row_cap_bytes
     tuning = None
     if tune:
         from cost_model.tune import GRID, tune as tune_grid
 
         with console.status(f"tuning: {len(GRID)} candidates on the validation split") as status:
-            result, chosen, rows = tune_grid(splits, data.profile, row_cap, config, log_dir=out / "tuning",
+            result, chosen, rows = tune_grid(splits, profile, row_cap, config, log_dir=out / "tuning",
                                              on_candidate=lambda c, r: status.update(
                                                  f"tuning: {c.name} validation MAPE {r.best_validation_mape:.4f}"))
         shutil.copy2(out / "tuning" / f"{chosen.name}.csv", out / "train_log.csv")
@@ -134,17 +159,17 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
         with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("val MAPE {task.fields[mape]:.3f}"), console=console) as progress:
             task = progress.add_task("train", total=max_epochs, mape=float("nan"))
-            result = train_cost_model(splits, data.profile, row_cap, config, out / "train_log.csv",
+            result = train_cost_model(splits, profile, row_cap, config, out / "train_log.csv",
                                       lambda epoch, m: progress.update(task, completed=epoch, mape=m), start_from)
     metrics = {
         "command": command, "traces": sources[0] if len(sources) == 1 else sources,
-        "profile": data.profile.to_dict(), "splits": splits.sizes(),
+        "profile": profile.to_dict(), "splits": splits.sizes(), **({"measured_sets": len(measured)} if measured else {}),
         "train_seconds": round(result.seconds, 1), "best_epoch": result.best_epoch,
         "epochs_run": result.epochs_run, "validation_mape": round(result.best_validation_mape, 4),
         "validation_loss": {"first": round(result.first_validation_loss, 5), "best": round(result.best_validation_loss, 5)},
         "network": asdict(result.model.network.config), "learning_rate": config.learning_rate,
         **({"tuning": tuning} if tuning else {}), **({"adapted_from": adapted_from} if adapted_from else {}),
-        "evaluation": evaluate_all(result.model, splits, data),
+        "evaluation": evaluate_all(result.model, splits, data) if data is not None else {},
     }
     save_checkpoint(result.model, out, metrics)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
