@@ -68,6 +68,7 @@ def evaluate_cmd(
             plans, workload, DistributedConfig(world_size=len(plans[0].devices), steps=distributed_steps,
                                                batch_size=workload.batch_size, seed=seed), rounds)
     names = planner_names(planners, "--planners")
+    warnings_of = _priceable(tasks, cost_model)  # before anything is planned or measured
     report = {"suite": name, "cost_unit": "ms" if cost_model else "proxy",
               "settings": _settings(profile, context, names, communication, measure, rounds), "tasks": [],
               **({"row_cap_mb": row_cap_mb} if measure else {})}
@@ -80,7 +81,7 @@ def evaluate_cmd(
     for task in tasks:
         console.print(f"[bold]{task.name}[/bold]: {len(task.workload.tables)} tables, "
                       f"{task.topology.num_devices} devices", highlight=False)
-        warnings = cost_model.check_workload(task.workload) if cost_model is not None else ()
+        warnings = warnings_of[task.name]
         for warning in warnings:
             console.print(f"[yellow]warning:[/yellow] {task.name}: {warning}", highlight=False)
         result = evaluate_task(task, names, context, measurer, run_distributed, comm, verifier)
@@ -119,6 +120,23 @@ def evaluate_cmd(
     (out / name / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     if json_out:
         print_json(report)
+
+
+def _priceable(tasks, cost_model) -> dict[str, tuple[str, ...]]:
+    """Each task's warnings from the cost model, checked for every task up front: a task the
+    model cannot price (``InputError``, e.g. fp16 tables for a model trained on fp32 only) stops
+    the run before any task is planned or measured, naming the task, not after the others."""
+    if cost_model is None:
+        return {task.name: () for task in tasks}
+    found = {}
+    for task in tasks:
+        try:
+            found[task.name] = tuple(cost_model.check_workload(task.workload))
+        except InputError as error:
+            fix = (f"{error.fix}; or evaluate a suite without task {task.name!r} (autoshard/suites/fp32.json: "
+                   "the default suite's fp32 + SGD tasks)")
+            raise InputError(error.field, error.message, fix, f"task {task.name!r} {error.where}".strip()) from None
+    return found
 
 
 def _settings(profile, context, names: list[str], communication: bool, measure: bool, rounds: int) -> dict:

@@ -80,6 +80,7 @@ def plan_cmd(
     plans = list(result.plans)
     report = plans_report(loaded, topology, plans, skipped, "ms" if cost_model else PROXY_UNIT)
     report["warnings"] = list(warnings)
+    report["profile"] = profile.profile if profile else None  # which device's costs these are (as the service says)
     best = next(p for p, r in zip(plans, report["plans"]) if r["best"])
     verification = None
     if verify:

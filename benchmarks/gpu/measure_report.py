@@ -1,0 +1,169 @@
+"""Measure the plans of an ``autoshard evaluate --json`` report on this machine's device, where
+the planners themselves cannot run (a GPU machine without TorchRec, say): every plan of every
+task, interleaved as ``evaluate --measure`` measures them (``cost_model.measure_plan``).
+
+    python benchmarks/gpu/measure_report.py runs/gpu_plans/fp32/report.json --device cuda \\
+        --mode embedding_bag --rounds 4 --out runs/gpu_measured.json
+
+Writes, per task, each plan's predicted max and its measured max in each round (the max over
+its devices), after each task, so that a run cut short keeps the tasks it finished.
+``--seconds`` stops starting tasks past that many seconds. ``--summary`` reads such a file
+back: per task, each planner's measured max over the best heuristic's (the heuristic with the
+lowest median measured max, chosen after measuring, as ``evaluate`` chooses it), paired by
+round, with its 95% interval and verdict, beside the predicted ratio; and the geometric means.
+
+    python benchmarks/gpu/measure_report.py --summary docs/figures/gpu_h200/measured.json \
+        docs/figures/gpu_h200/report.json --model data/models/cuda-nvidia-h200-embedding_bag-t1 \
+        --out docs/figures/gpu_h200/summary.json
+
+With ``--model`` (and the report), also the model's error on every distinct device set measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from autoshard.measured_reports import SHARD  # noqa: E402
+from autoshard.types import DevicePlan, ShardingPlan, TableShard  # noqa: E402
+from autoshard.workload_file import workload_from_dict  # noqa: E402
+
+
+def shard(name: str, tables: dict) -> TableShard:
+    """A device's entry of a report: a whole table, or a column shard ``table[first:end]``."""
+    if name in tables:
+        return TableShard(tables[name])
+    found = SHARD.match(name)
+    first, end = int(found["first"]), int(found["end"])
+    return TableShard(tables[found["table"]], first, end - first)
+
+
+def task_plans(task: dict) -> tuple[list[ShardingPlan], int]:
+    """The task's plans as the report holds them, and its batch size."""
+    workload, _ = workload_from_dict(task["workload"])
+    tables = {t.name: t for t in workload.tables}
+    plans = [ShardingPlan(row["planner"], tuple(DevicePlan(tuple(shard(n, tables) for n in names), 0.0)
+                                                for names in row["devices"]), 0.0)
+             for row in task["planners"]]
+    return plans, workload.batch_size
+
+
+HEURISTICS = ("random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
+
+
+def summary(measured: dict) -> dict:
+    """``--summary``: every non-heuristic planner against each task's best measured heuristic."""
+    import statistics
+
+    from autoshard.stats import geomean, ratio_ci95, verdict
+
+    rows, by_planner = [], {}
+    for task in measured["tasks"]:
+        plans = {p["planner"]: p for p in task["planners"]}
+        heuristics = [plans[h] for h in HEURISTICS if h in plans]
+        best = min(heuristics, key=lambda p: statistics.median(p["round_max_ms"]))
+        for name, plan in plans.items():
+            if name in HEURISTICS:
+                continue
+            ratio, low, high = ratio_ci95(plan["round_max_ms"], best["round_max_ms"])
+            predicted = plan["predicted_max_ms"] / min(h["predicted_max_ms"] for h in heuristics)
+            row = {"task": task["task"], "planner": name, "heuristic": best["planner"],
+                   "measured_max_ms": statistics.median(plan["round_max_ms"]),
+                   "predicted_max_ms": plan["predicted_max_ms"], "ratio": ratio, "ci95": [low, high],
+                   "verdict": verdict(low, high), "predicted_ratio": predicted}
+            rows.append(row)
+            by_planner.setdefault(name, []).append(row)
+    means = {name: {"geomean_vs_best_heuristic": geomean([r["ratio"] for r in got]),
+                    "geomean_predicted": geomean([r["predicted_ratio"] for r in got]), "tasks": len(got),
+                    **{v: sum(r["verdict"] == v for r in got) for v in ("faster", "tie", "slower")}}
+             for name, got in by_planner.items()}
+    for r in rows:
+        print(f"{r['task']:>20} {r['planner']:>12} vs {r['heuristic']:<18} measured {r['ratio']:.3f} "
+              f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] {r['verdict']:<6} predicted {r['predicted_ratio']:.3f}  "
+              f"({r['measured_max_ms']:.3f} ms measured, {r['predicted_max_ms']:.3f} predicted)")
+    for name, m in means.items():
+        print(f"{name}: measured {m['geomean_vs_best_heuristic']:.3f} of the best heuristic (predicted "
+              f"{m['geomean_predicted']:.3f}), {m['faster']} faster / {m['tie']} tie / {m['slower']} slower")
+    return {"measured": measured.get("report"), "device": measured.get("device"), "mode": measured.get("mode"),
+            "rounds": measured.get("rounds"), "rows": rows, "by_planner": means}
+
+
+def device_errors(measured: dict, report: dict, model_dir: Path) -> dict:
+    """The model's error on every distinct device set the run measured (each once per task):
+    MAPE, the median of measured / predicted, and the spread within a task (MAD sigma of the log
+    ratios, each task's median taken out: what ranking a task's plans depends on)."""
+    import numpy as np
+
+    from cost_model.checkpoint import load_cost_model
+
+    model = load_cost_model(model_dir)
+    tasks = {t["task"]: t for t in report["tasks"]}
+    logs: dict[str, dict[tuple, float]] = {}
+    for task in measured["tasks"]:
+        plans, batch = task_plans(tasks[task["task"]])
+        for plan, row in zip(plans, task["planners"]):
+            sets = [[s.as_table for s in d.shards] for d in plan.devices]
+            for tables, predicted, ms in zip(sets, model.predict_many(sets, batch), row["measured_device_ms"]):
+                if ms > 0:
+                    logs.setdefault(task["task"], {})[tuple(sorted(t.name for t in tables))] = math.log(ms / predicted)
+    every = np.array([v for found in logs.values() for v in found.values()])
+    centred = np.concatenate([np.array(list(f.values())) - np.median(list(f.values())) for f in logs.values()])
+    return {"device_sets": len(every), "mape": float(np.mean(np.abs(np.exp(-every) - 1))),
+            "median_measured_over_predicted": float(np.exp(np.median(every))),
+            "within_task_mad_sigma": float(1.4826 * np.median(np.abs(centred - np.median(centred))))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("report", type=Path, nargs="?")
+    parser.add_argument("--summary", type=Path, help="Summarise a file this script wrote.")
+    parser.add_argument("--model", type=Path, help="With --summary and the report: the model's error on each "
+                                                   "measured device set.")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--mode", default="embedding_bag")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--row-cap-mb", type=int, default=128)
+    parser.add_argument("--seconds", type=float, default=1e9)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    if args.summary:
+        measured = json.loads(args.summary.read_text())
+        found = summary(measured)
+        if args.model:  # the plans: the report beside the measurements, as the run read it
+            found["device_errors"] = device_errors(measured, json.loads(args.report.read_text()), args.model)
+            print(json.dumps(found["device_errors"]))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(found, indent=1) + "\n")
+        return
+    from cost_model.bench import BenchConfig
+    from cost_model.measure_plan import measure_plans
+    from cost_model.profile import ExecutionMode
+
+    started = time.monotonic()
+    report = json.loads(args.report.read_text())
+    config = BenchConfig(device=args.device, mode=ExecutionMode(args.mode), row_cap_bytes=args.row_cap_mb * 1024**2)
+    out = {"report": str(args.report), "device": args.device, "mode": args.mode, "rounds": args.rounds, "tasks": []}
+    for task in report["tasks"]:
+        if time.monotonic() - started > args.seconds:
+            print(f"{task['task']}: not started (past {args.seconds:.0f} s)", flush=True)
+            continue
+        plans, batch = task_plans(task)
+        measured = measure_plans(plans, batch, config, args.rounds)
+        out["tasks"].append({"task": task["task"], "planners": [
+            {"planner": row["planner"], "predicted_max_ms": row["predicted_max_ms"],
+             "round_max_ms": list(m.round_max_ms), "measured_device_ms": list(m.device_ms)}
+            for row, m in zip(task["planners"], measured)]})
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        line = ", ".join(f"{m.planner} {m.max_ms:.3f}" for m in measured)
+        print(f"{task['task']} ({time.monotonic() - started:.0f} s): {line}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
