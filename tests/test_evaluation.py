@@ -360,3 +360,33 @@ def test_the_drift_check_finds_the_traces_of_a_model_trained_on_one_file():
     many = ["data/traces/cpu-amd-epyc-fbgemm_tbe-t1.jsonl.gz", one]
     assert _anchor_traces(SimpleNamespace(metrics={"traces": many})) == root / many[0]
     assert _anchor_traces(SimpleNamespace(metrics={})) is None
+
+
+def test_a_run_stopped_after_its_first_task_keeps_that_task_in_its_report(tmp_path, monkeypatch):
+    """report.json is written after every task (``complete: false``), then once more at the end:
+    a measured run that dies part-way keeps what it measured."""
+    import autoshard.evaluation
+
+    planned = []
+
+    def evaluate_then_die(task, *args, **kwargs):
+        if planned:
+            raise KeyboardInterrupt  # the second task: as a kill would
+        planned.append(task.name)
+        return evaluate_task(task, *args, **kwargs)
+
+    monkeypatch.setattr(autoshard.evaluation, "evaluate_task", evaluate_then_die)
+    out = tmp_path / "o"
+    result = CliRunner().invoke(app, ["evaluate", "default", "--model", "none", "--planners", "size_greedy,round_robin",
+                                      "--out", str(out)])
+    assert result.exit_code == 130  # interrupted: progress so far is saved
+    report = json.loads((out / "default" / "report.json").read_text())
+    assert report["complete"] is False and [t["task"] for t in report["tasks"]] == planned == ["syn80_s1"]
+    assert {p["planner"] for p in report["tasks"][0]["planners"]} == {"size_greedy", "round_robin"}
+
+    monkeypatch.undo()
+    suite = Path(__file__).resolve().parents[1] / "autoshard" / "suites" / "rl_grid.json"
+    finished = CliRunner().invoke(app, ["evaluate", str(suite), "--model", "none",
+                                        "--planners", "size_greedy", "--out", str(out)])
+    assert finished.exit_code == 0, finished.output
+    assert json.loads((out / "rl_grid" / "report.json").read_text())["complete"] is True

@@ -103,6 +103,7 @@ def evaluate_cmd(
                                 **({"against_held_out_heuristic": [_row(a) for a in held_out[-1]]}
                                    if held_out[-1] else {}),
                                 "files": files})
+        _write_report(report | {"complete": False}, out / name)  # a run cut short keeps the tasks it finished
         if not json_out:
             console.print(Path(files["markdown"]).read_text(), highlight=False, markup=False)
     if drift_traces is not None:
@@ -115,11 +116,20 @@ def evaluate_cmd(
             _print_summary(report["against_best_heuristic"])
     if any(held_out):
         report["against_held_out_heuristic"] = suite_summary(held_out)
-    (out / name).mkdir(parents=True, exist_ok=True)
-    import json
-    (out / name / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    report["complete"] = True
+    _write_report(report, out / name)
     if json_out:
         print_json(report)
+
+
+def _write_report(report: dict, folder: Path) -> None:
+    """``folder/report.json``: written after each task (``complete: false``), so that a run
+    stopped part-way (a kill, a lost machine) keeps every task it measured, and once more at the
+    end with the suite's summaries (``complete: true``)."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "report.json").write_text(json.dumps(report, indent=1) + "\n")
 
 
 def _priceable(tasks, cost_model) -> dict[str, tuple[str, ...]]:
