@@ -221,6 +221,10 @@ def task_rows(result: TaskResult) -> list[dict[str, Any]]:
             f"measured_ratio_to_{result.reference}": round(m.ratio_to_reference, 4) if m else None,
             "ratio_ci95": [round(v, 4) for v in m.ratio_ci95] if m else None,
             "measured_device_ms": [round(v, 4) for v in m.device_ms] if m else None,
+            # each round's measurements, device by device, and what the model predicted for each
+            # device: the noise and the model's error can be read from the report alone
+            "measured_round_device_ms": [[round(v, 4) for v in r] for r in m.round_device_ms] if m else None,
+            "predicted_device_ms": [round(d.cost_ms, 4) for d in plan.devices],
             "devices": [[s.as_table.name for s in d.shards] for d in plan.devices],  # the plan: each device's tables
             "distributed_iteration_ms": round(dist.median_ms, 4) if dist else None,
             "distributed_iqr_ms": round(dist.iqr_ms, 4) if dist else None,

@@ -248,6 +248,11 @@ def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_
     assert "machine before measuring" in result.output
     settings = report["settings"]  # what the figures were made with, recorded with them
     assert settings["planners"] == ["round_robin", "cost_greedy"] and settings["rounds"] == 2
+    for row in report["tasks"][0]["planners"]:  # each round, device by device, and each device's prediction
+        rounds = row["measured_round_device_ms"]
+        assert len(rounds) == 2 and all(len(r) == len(row["devices"]) for r in rounds)
+        assert row["measured_device_ms"] == pytest.approx([float(np.median(d)) for d in zip(*rounds)], abs=1e-3)
+        assert max(row["predicted_device_ms"]) == pytest.approx(row["predicted_max_ms"], abs=1e-3)
     assert settings["communication"] is False and settings["column_split"] is False
     assert settings["profile"] == "cpu-amd-epyc-fbgemm_tbe-t1" and len(settings["model_sha256"]) == 64
     assert settings["departure_margin"] == DEPARTURE_MARGIN and settings["search_iterations"] == 0
