@@ -27,7 +27,7 @@ from autoshard.planners.registry import planner_spec
 from autoshard.presets import load_workload_or_preset
 from autoshard.stats import geomean, ratio_ci95, verdict
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task
-from autoshard.types import GIB, ShardingPlan, Topology, Workload, is_int, is_number
+from autoshard.types import GIB, MeasuredPlan, ShardingPlan, Topology, Workload, is_int, is_number
 from autoshard.verification import VERIFIED, Verification
 from autoshard.workload_file import read_json_file
 
@@ -39,15 +39,8 @@ class Task:
     topology: Topology
 
 
-class Measured(Protocol):
-    planner: str
-    device_ms: tuple[float, ...]
-    max_ms: float
-    max_iqr_ms: float
-    ratio_to_reference: float
-    ratio_ci95: tuple[float, float]
-    round_max_ms: tuple[float, ...]
-
+Measured = MeasuredPlan
+"""A plan measured in rounds (measured here, or read back from a report)."""
 
 PlanMeasurer = Callable[[Sequence[ShardingPlan], int, int], Sequence[Measured]]  # plans, batch, reference
 

@@ -1,4 +1,5 @@
-"""The device sets that measured evaluations ran, read back from their reports.
+"""What measured evaluations ran, read back from their reports: the device sets, and a task's
+result for ``evaluate --resume``.
 
 ``autoshard evaluate --measure --json --out DIR`` writes ``DIR/<suite>/report.json``; since
 2026-12-04 a report holds each task's workload and each plan's devices beside their measured
@@ -13,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from autoshard.errors import InputError
-from autoshard.types import DeviceSet, MeasuredDeviceSet, Table, TableShard
+from autoshard.evaluation import Task, TaskResult
+from autoshard.planners.compare import Comparison
+from autoshard.types import DevicePlan, DeviceSet, MeasuredDeviceSet, MeasuredPlan, ShardingPlan, Table, TableShard
 from autoshard.workload_file import read_json_file, workload_from_dict
 
 SHARD = re.compile(r"^(?P<table>.+)\[(?P<first>\d+):(?P<end>\d+)\]$")  # a column shard, as TableShard.as_table names it
@@ -68,12 +71,43 @@ def _report_sets(report: Any, run: str) -> list[MeasuredDeviceSet]:
 
 
 def _table(name: str, tables: dict[str, Table], run: str) -> Table:
-    """A device's table by name: a workload table, or a column shard of one (``name[first:end]``)."""
+    """A device's table by name (``shard_of``), as a table."""
+    return shard_of(name, tables, run).as_table
+
+
+def shard_of(name: str, tables: dict[str, Table], run: str, option: str = OPTION) -> TableShard:
+    """A device's entry in a report: a workload table, or a column shard of one (``name[first:end]``)."""
     if name in tables:
-        return tables[name]
+        return TableShard(tables[name])
     shard = SHARD.match(name)
     if shard is None or shard["table"] not in tables:
-        raise InputError(OPTION, f"{run}: a plan holds {name!r}, which is not a table of its task's workload",
+        raise InputError(option, f"{run}: a plan holds {name!r}, which is not a table of its task's workload",
                          "pass the report as `autoshard evaluate` wrote it")
     first, end = int(shard["first"]), int(shard["end"])
-    return TableShard(tables[shard["table"]], first, end - first).as_table
+    return TableShard(tables[shard["table"]], first, end - first)
+
+
+def reported_result(task: Task, entry: dict[str, Any]) -> TaskResult:
+    """A task's result as a report's entry for it holds it (its plans with their per-device
+    predictions, and their rounds where measured): what ``evaluate --resume`` needs of a task an
+    unfinished run did, to summarise the suite without planning or measuring it again. Raises
+    ``InputError`` for an entry of a report made before reports held every round."""
+    rows = entry["planners"]
+    if any("predicted_device_ms" not in r or "measured_round_device_ms" not in r for r in rows):
+        raise InputError("--resume", f"task {task.name!r}: the unfinished report does not hold every round (made "
+                         "before 2026-12-04 17:16)", "run again without --resume")
+    tables = {t.name: t for t in task.workload.tables}
+    plans, measured = [], []
+    for row in rows:
+        devices = tuple(DevicePlan(tuple(shard_of(n, tables, task.name, "--resume") for n in names), cost)
+                        for names, cost in zip(row["devices"], row["predicted_device_ms"]))
+        plans.append(ShardingPlan(row["planner"], devices, row["plan_time_s"], reused_s=row["reused_s"]))
+        rounds = row["measured_round_device_ms"]
+        if rounds:
+            measured.append(MeasuredPlan(
+                row["planner"], tuple(row["measured_device_ms"]), row["measured_max_ms"], row["measured_max_iqr_ms"],
+                row[f"measured_ratio_to_{entry['reference']}"], tuple(row["ratio_ci95"]),
+                tuple(max(r) for r in rounds), tuple(tuple(r) for r in rounds)))
+    comparison = Comparison(tuple(plans), tuple((s["planner"], s["reason"]) for s in entry["skipped"]), (),
+                            planned=tuple(p.planner for p in plans))
+    return TaskResult(task, comparison, tuple(measured), entry["reference"])

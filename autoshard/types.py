@@ -239,6 +239,21 @@ class MeasuredDeviceSet:
     measured_ms: float
 
 
+@dataclass(frozen=True, slots=True)
+class MeasuredPlan:
+    """A plan measured in interleaved rounds (``cost_model.measure_plan.measure_plans``), or read
+    back from a report (``autoshard.evaluation.reported_result``)."""
+
+    planner: str
+    device_ms: tuple[float, ...]  # per-device median over rounds
+    max_ms: float  # median over rounds of the per-round max
+    max_iqr_ms: float
+    ratio_to_reference: float  # geometric mean over rounds of max / reference max
+    ratio_ci95: tuple[float, float]
+    round_max_ms: tuple[float, ...]  # the max in each round (pairs with another plan's by round)
+    round_device_ms: tuple[tuple[float, ...], ...] = ()  # each round's per-device measurements
+
+
 @runtime_checkable
 class CostModel(Protocol):
     """Predicts one device's cost (ms per iteration) for the set of tables it holds, and answers
@@ -277,5 +292,5 @@ def is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-__all__ = ["CostModel", "DevicePlan", "DeviceSet", "GIB", "Optimizer", "Planner", "ShardingPlan", "Table",
-           "TableShard", "Topology", "Workload"]
+__all__ = ["CostModel", "DevicePlan", "DeviceSet", "GIB", "MeasuredPlan", "Optimizer", "Planner", "ShardingPlan",
+           "Table", "TableShard", "Topology", "Workload"]

@@ -18,27 +18,13 @@ max with its spread, and the ratio of each plan's max to the reference plan's, p
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
 from autoshard.stats import ratio_ci95
-from autoshard.types import ShardingPlan
+from autoshard.types import MeasuredPlan, ShardingPlan
 from cost_model.bench import BenchConfig, measure
-
-
-@dataclass(frozen=True, slots=True)
-class MeasuredPlan:
-    planner: str
-    device_ms: tuple[float, ...]  # per-device median over rounds
-    max_ms: float  # median over rounds of the per-round max
-    max_iqr_ms: float
-    ratio_to_reference: float  # geometric mean over rounds of max / reference max
-    ratio_ci95: tuple[float, float]
-    round_max_ms: tuple[float, ...]  # the max in each round (pairs with another plan's by round)
-    round_device_ms: tuple[tuple[float, ...], ...] = ()  # each round's per-device measurements
-
 
 MIN_DEVICE_MS = 50.0
 """Each device of each round is timed for at least this long (``bench.measure``'s

@@ -253,6 +253,22 @@ def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_
         assert len(rounds) == 2 and all(len(r) == len(row["devices"]) for r in rounds)
         assert row["measured_device_ms"] == pytest.approx([float(np.median(d)) for d in zip(*rounds)], abs=1e-3)
         assert max(row["predicted_device_ms"]) == pytest.approx(row["predicted_max_ms"], abs=1e-3)
+    # as if the run had died after its first task: --resume measures the second only, and the
+    # first task's verdict, read back from its rows, is what it was
+    path = tmp_path / "out" / "s" / "report.json"
+    path.write_text(json.dumps(report | {"tasks": report["tasks"][:1], "complete": False}))
+    resumed = CliRunner().invoke(app, ["evaluate", str(suite), "--planners", "round_robin,cost_greedy", "--measure",
+                                       "--rounds", "2", "--drift-samples", "0", "--no-communication",
+                                       "--out", str(tmp_path / "out"), "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "tiny: taken from the unfinished run" in resumed.output
+    again = json.loads(path.read_text())
+    assert again["complete"] is True and [t["task"] for t in again["tasks"]] == ["tiny", "tiny_again"]
+    assert again["tasks"][0]["planners"] == report["tasks"][0]["planners"]  # its plans and rounds, as they were
+    assert again["against_best_heuristic"]["cost_greedy"]["tasks"] == 2
+    (read_back,) = [a for a in again["tasks"][0]["against_best_heuristic"]]
+    assert read_back["ratio"] == pytest.approx(against["ratio"], rel=1e-3)
+
     assert settings["communication"] is False and settings["column_split"] is False
     assert settings["profile"] == "cpu-amd-epyc-fbgemm_tbe-t1" and len(settings["model_sha256"]) == 64
     assert settings["departure_margin"] == DEPARTURE_MARGIN and settings["search_iterations"] == 0
@@ -367,9 +383,9 @@ def test_the_drift_check_finds_the_traces_of_a_model_trained_on_one_file():
     assert _anchor_traces(SimpleNamespace(metrics={})) is None
 
 
-def test_a_run_stopped_after_its_first_task_keeps_that_task_in_its_report(tmp_path, monkeypatch):
+def test_a_run_stopped_after_its_first_task_keeps_that_task_and_resume_plans_only_the_rest(tmp_path, monkeypatch):
     """report.json is written after every task (``complete: false``), then once more at the end:
-    a measured run that dies part-way keeps what it measured."""
+    a run that dies part-way keeps what it did, and ``--resume`` takes those tasks as they are."""
     import autoshard.evaluation
 
     planned = []
@@ -382,16 +398,24 @@ def test_a_run_stopped_after_its_first_task_keeps_that_task_in_its_report(tmp_pa
 
     monkeypatch.setattr(autoshard.evaluation, "evaluate_task", evaluate_then_die)
     out = tmp_path / "o"
-    result = CliRunner().invoke(app, ["evaluate", "default", "--model", "none", "--planners", "size_greedy,round_robin",
-                                      "--out", str(out)])
+    options = ["--model", "none", "--planners", "size_greedy,round_robin", "--out", str(out)]
+    result = CliRunner().invoke(app, ["evaluate", "default", *options])
     assert result.exit_code == 130  # interrupted: progress so far is saved
     report = json.loads((out / "default" / "report.json").read_text())
     assert report["complete"] is False and [t["task"] for t in report["tasks"]] == planned == ["syn80_s1"]
-    assert {p["planner"] for p in report["tasks"][0]["planners"]} == {"size_greedy", "round_robin"}
+    first = report["tasks"][0]
+    assert {p["planner"] for p in first["planners"]} == {"size_greedy", "round_robin"}
 
-    monkeypatch.undo()
-    suite = Path(__file__).resolve().parents[1] / "autoshard" / "suites" / "rl_grid.json"
-    finished = CliRunner().invoke(app, ["evaluate", str(suite), "--model", "none",
-                                        "--planners", "size_greedy", "--out", str(out)])
+    other = CliRunner().invoke(app, ["evaluate", "default", *options[:3], "size_greedy", *options[4:], "--resume"])
+    assert other.exit_code == 2 and "planners" in other.output  # made with other options: refused
+
+    resumed = []
+    monkeypatch.setattr(autoshard.evaluation, "evaluate_task",
+                        lambda task, *args, **kwargs: resumed.append(task.name) or evaluate_task(task, *args, **kwargs))
+    finished = CliRunner().invoke(app, ["evaluate", "default", *options, "--resume"])
     assert finished.exit_code == 0, finished.output
-    assert json.loads((out / "rl_grid" / "report.json").read_text())["complete"] is True
+    report = json.loads((out / "default" / "report.json").read_text())
+    assert report["complete"] is True and len(report["tasks"]) == 8 and report["tasks"][0] == first
+    assert "syn80_s1" not in resumed and len(resumed) == 7
+    again = CliRunner().invoke(app, ["evaluate", "default", *options, "--resume"])
+    assert again.exit_code == 2 and "finished" in again.output

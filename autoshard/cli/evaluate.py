@@ -38,6 +38,9 @@ def evaluate_cmd(
     verify_top: Annotated[int, typer.Option(min=2, help="With --verify: how many distinct plans to measure.")] = 4,
     verify_rounds: Annotated[int, typer.Option(min=2, help="With --verify: its measurement rounds.")] = 6,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    resume: Annotated[bool, typer.Option(help="Take the tasks an unfinished run with the same options wrote "
+                                              "to OUT/<suite>/report.json as they are; plan (and measure) the "
+                                              "rest.")] = False,
 ) -> None:
     """Plan every task of a suite with every planner; with --measure, run the plans for real."""
     if verify and not measure:
@@ -46,6 +49,7 @@ def evaluate_cmd(
         ensure_malloc_settings()
     from autoshard.evaluation import (against_best_heuristic, against_held_out_heuristic, evaluate_task, load_suite,
                                       suite_summary, task_rows, write_task_outputs)
+    from autoshard.measured_reports import reported_result
 
     from autoshard.planners import PlannerContext
     from autoshard.workload_file import workload_to_dict
@@ -75,10 +79,20 @@ def evaluate_cmd(
     against = []  # per task: every planner but the heuristics against the best heuristic, measured
     held_out = []  # the same, each round against the heuristic chosen on the other rounds' pairs
     results = []
+    if resume and (distributed or verify):
+        raise InputError("--resume", "resumes measured and planned tasks only", "run --distributed or --verify afresh")
+    done = _unfinished(out / name / "report.json", report) if resume else {}
     drift_traces = _anchor_traces(profile) if measure and drift_samples and profile else None
     if drift_traces is not None:
         report["machine_drift"] = {"traces": str(drift_traces), "before": _drift(drift_traces, drift_samples, "before")}
     for task in tasks:
+        if task.name in done:  # --resume: as the unfinished run planned (and measured) it
+            console.print(f"[bold]{task.name}[/bold]: taken from the unfinished run", highlight=False)
+            results.append(reported_result(task, done[task.name]))
+            against.append(against_best_heuristic(results[-1]))
+            held_out.append(against_held_out_heuristic(results[-1]))
+            report["tasks"].append(done[task.name])
+            continue
         console.print(f"[bold]{task.name}[/bold]: {len(task.workload.tables)} tables, "
                       f"{task.topology.num_devices} devices", highlight=False)
         warnings = warnings_of[task.name]
@@ -130,6 +144,30 @@ def _write_report(report: dict, folder: Path) -> None:
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+
+
+def _unfinished(path: Path, new: dict) -> dict[str, dict]:
+    """``--resume``: the tasks of the unfinished report at ``path``, by name, if it was made with
+    the settings and row cap of the ``new`` report (its start time aside); none if there is no
+    report yet."""
+    import json
+
+    if not path.is_file():
+        console.print(f"[yellow]note:[/yellow] no unfinished run at {path}: starting afresh", highlight=False)
+        return {}
+    report = json.loads(path.read_text())
+    if report.get("complete", True):
+        raise InputError("--resume", f"the run at {path} is finished", "run again without --resume to start afresh")
+    def made_with(run: dict) -> dict:  # what a run's figures depend on: its settings but the start, its row cap
+        settings = {k: v for k, v in run.get("settings", {}).items() if k != "started"}
+        return settings | {"row_cap_mb": run.get("row_cap_mb")}
+
+    same, old = made_with(new), made_with(report)
+    differ = sorted(k for k in same.keys() | old.keys() if same.get(k) != old.get(k))
+    if differ:
+        raise InputError("--resume", f"the unfinished run at {path} was made with other {', '.join(differ)}",
+                         "resume with the options it ran with, or run again without --resume")
+    return {t["task"]: t for t in report["tasks"]}
 
 
 def _priceable(tasks, cost_model) -> dict[str, tuple[str, ...]]:

@@ -31,26 +31,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.measured_reports import SHARD  # noqa: E402
-from autoshard.types import DevicePlan, ShardingPlan, TableShard  # noqa: E402
+from autoshard.measured_reports import shard_of  # noqa: E402
+from autoshard.types import DevicePlan, ShardingPlan  # noqa: E402
 from autoshard.workload_file import workload_from_dict  # noqa: E402
-
-
-def shard(name: str, tables: dict) -> TableShard:
-    """A device's entry of a report: a whole table, or a column shard ``table[first:end]``."""
-    if name in tables:
-        return TableShard(tables[name])
-    found = SHARD.match(name)
-    first, end = int(found["first"]), int(found["end"])
-    return TableShard(tables[found["table"]], first, end - first)
 
 
 def task_plans(task: dict) -> tuple[list[ShardingPlan], int]:
     """The task's plans as the report holds them, and its batch size."""
     workload, _ = workload_from_dict(task["workload"])
     tables = {t.name: t for t in workload.tables}
-    plans = [ShardingPlan(row["planner"], tuple(DevicePlan(tuple(shard(n, tables) for n in names), 0.0)
-                                                for names in row["devices"]), 0.0)
+    def device(names: list[str]) -> DevicePlan:
+        return DevicePlan(tuple(shard_of(n, tables, task["task"]) for n in names), 0.0)
+
+    plans = [ShardingPlan(row["planner"], tuple(device(names) for names in row["devices"]), 0.0)
              for row in task["planners"]]
     return plans, workload.batch_size
 
