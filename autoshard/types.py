@@ -242,7 +242,7 @@ class MeasuredDeviceSet:
 @dataclass(frozen=True, slots=True)
 class MeasuredPlan:
     """A plan measured in interleaved rounds (``cost_model.measure_plan.measure_plans``), or read
-    back from a report (``autoshard.evaluation.reported_result``)."""
+    back from a report (``autoshard.measured_reports.reported_result``)."""
 
     planner: str
     device_ms: tuple[float, ...]  # per-device median over rounds
