@@ -1,4 +1,5 @@
-"""Paired ratios of measurements: the geometric mean of per-round ratios, with a 95% interval."""
+"""Paired ratios of measurements: the geometric mean of per-round ratios, with a 95% interval;
+and a robust spread."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import math
 import statistics
 from typing import Sequence
 
+import numpy as np
 from scipy import stats
 
 
@@ -31,4 +33,11 @@ def verdict(low: float, high: float) -> str:
     return "faster" if high < 1 else "slower" if low > 1 else "tie"
 
 
-__all__ = ["geomean", "ratio_ci95", "verdict"]
+def mad_sigma(values: Sequence[float] | np.ndarray) -> float:
+    """1.4826 x the median absolute deviation: the standard deviation of a normal sample, robust
+    to the few values far off."""
+    values = np.asarray(values, dtype=float)
+    return float(1.4826 * np.median(np.abs(values - np.median(values))))
+
+
+__all__ = ["geomean", "mad_sigma", "ratio_ci95", "verdict"]

@@ -32,17 +32,15 @@ sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.evaluation import load_suite  # noqa: E402
+from autoshard.model_error import centred  # noqa: E402
 from autoshard.planners import PlannerContext  # noqa: E402
 from autoshard.planners.compare import compare_planners  # noqa: E402
+from autoshard.stats import mad_sigma  # noqa: E402
 from autoshard.types import Table  # noqa: E402
 
 SUITES = ("default", ROOT / "autoshard" / "suites" / "rl_grid.json")
 SetKey = tuple[str, tuple[str, ...]]
 """(task, the set's tables as name:dim, sorted): one device set of one task, in any run."""
-
-
-def mad_sigma(values: np.ndarray) -> float:
-    return float(1.4826 * np.median(np.abs(values - np.median(values))))
 
 
 @dataclass(frozen=True)
@@ -82,7 +80,7 @@ def errors_in_every_run(runs: list[Run]) -> tuple[list[SetKey], np.ndarray]:
         logs = np.array([math.log(run.sets[key][2] / run.sets[key][1]) for key in common])
         for task in {key[0] for key in common}:
             at = np.array([key[0] == task for key in common])
-            errors[at, k] = logs[at] - np.median(logs[at])
+            errors[at, k] = centred(logs[at])
     return common, errors
 
 
@@ -115,7 +113,8 @@ def main() -> None:
     summary = {
         "runs": [str(f) for f in args.runs], "sets_in_every_run": len(common),
         "one_run": {"sd": float(errors.std()), "mad_sigma": mad_sigma(errors.ravel())},
-        "noise_between_runs": {"sd": math.sqrt(noise_var), "mad_sigma": mad_sigma(within.ravel()) * math.sqrt(k / (k - 1))},
+        "noise_between_runs": {"sd": math.sqrt(noise_var),
+                               "mad_sigma": mad_sigma(within.ravel()) * math.sqrt(k / (k - 1))},
         "mean_of_runs": {"sd": float(means.std()), "mad_sigma": mad_sigma(means)},
         "model": {"sd": math.sqrt(max(float(means.var()) - noise_var / k, 0.0))},
     }

@@ -5,8 +5,9 @@ closer to what another run will measure.
 The sets are the device sets of the default suite's 80-table tasks as the six heuristics and
 cost_greedy plan them (``--sets`` of them, drawn with a fixed seed). ``--processes`` fresh
 processes, one after the other, each measure every set for ``--rounds`` rounds
-(``bench.measure`` as ``evaluate --measure`` calls it, seeds by round and set). Each round's measurements are centred by their median over the sets (the host's speed
-moves between rounds and processes). Then, per set:
+(``bench.measure`` as ``evaluate --measure`` calls it, seeds by round and set). Each round's
+measurements are centred by their median over the sets (the host's speed moves between rounds
+and processes). Then, per set:
 
 - **a run in one process**: the median of one process's rounds. Runs of different processes
   differ by the round-to-round noise left in a median and by any per-process offset;
@@ -33,6 +34,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from autoshard.stats import mad_sigma  # noqa: E402
 
 TASKS = ("syn80_s1", "syn80_s2", "syn80_s3", "syn80x4")
 
@@ -78,10 +81,6 @@ def worker(path: Path, rounds: int) -> None:
     out = [[measure(tables, config, r * 7919 + k, MIN_DEVICE_MS).total.median for k, tables in enumerate(sets)]
            for r in range(rounds)]
     print(json.dumps(out))
-
-
-def mad_sigma(values: np.ndarray) -> float:
-    return float(1.4826 * np.median(np.abs(values - np.median(values))))
 
 
 def spread_between(runs: np.ndarray) -> float:

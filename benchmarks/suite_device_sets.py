@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.evaluation import load_suite  # noqa: E402
 from autoshard.planners import PlannerContext, make_planner  # noqa: E402
+from autoshard.stats import mad_sigma  # noqa: E402
 from cost_model.checkpoint import load_cost_model  # noqa: E402
 
 PLANNERS = ("cost_greedy", "rl+refine", "rl", "size_lookup_greedy", "lookup_greedy", "dim_greedy", "round_robin")
@@ -41,7 +42,7 @@ def relative_spread(log_errors: np.ndarray, plans: list[tuple[int, int, float, s
     for start, n, _, task in plans:
         by_task.setdefault(task, []).extend(range(start, start + n))
     centred = np.concatenate([log_errors[i] - np.median(log_errors[i]) for i in map(np.array, by_task.values())])
-    return float(1.4826 * np.median(np.abs(centred - np.median(centred))))
+    return mad_sigma(centred)
 
 
 def main() -> None:

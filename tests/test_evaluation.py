@@ -419,3 +419,11 @@ def test_a_run_stopped_after_its_first_task_keeps_that_task_and_resume_plans_onl
     assert "syn80_s1" not in resumed and len(resumed) == 7
     again = CliRunner().invoke(app, ["evaluate", "default", *options, "--resume"])
     assert again.exit_code == 2 and "finished" in again.output
+
+
+def test_mad_sigma_by_hand_ignores_the_far_off_value():
+    from autoshard.stats import mad_sigma
+
+    # median 3, absolute deviations 2, 1, 0, 1, 97: their median 1
+    assert mad_sigma([1.0, 2.0, 3.0, 4.0, 100.0]) == pytest.approx(1.4826)
+    assert mad_sigma(np.array([5.0, 5.0, 5.0])) == 0.0

@@ -56,12 +56,12 @@ def adapt_cmd(
                                              "communication.json and policy.pt are copied.")],
     out: Annotated[Path, typer.Option(help="Folder for the adapted profile (cost_model.pt, metrics.json, ...).")],
     traces: Annotated[Optional[list[Path]], typer.Option(
-        metavar="<path>", help="Traces measured on this machine (`autoshard bench collect`: a few hundred sets); repeat it to add files "
-             "of the same profile.")] = None,
+        metavar="<path>", help="Traces measured on this machine (`autoshard bench collect`: a few hundred "
+                               "sets); repeat it to add files of the same profile.")] = None,
     measured: Annotated[Optional[list[Path]], typer.Option(
-        metavar="<path>", help="Measured evaluations (`autoshard evaluate --measure --json --out DIR`: DIR or a report.json; repeat it "
-             "for more runs) of plans on the model's machine: their device sets, each labelled by its cost relative "
-             "to its task's other sets.")] = None,
+        metavar="<path>", help="Measured evaluations (`autoshard evaluate --measure --json --out DIR`: DIR or a "
+                               "report.json; repeat it for more runs) of plans on the model's machine: their device "
+                               "sets, each labelled by its cost relative to its task's other sets.")] = None,
     seed: Annotated[int, typer.Option(min=0, help="Split seed (train / validation / held-out) of the new traces and "
                                                   "of the measured sets.")] = 0,
     learning_rate: Annotated[float, typer.Option(min=1e-6, max=1e-1, help="Fine-tuning learning rate.")] = ADAPT_LEARNING_RATE,

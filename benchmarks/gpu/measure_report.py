@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,8 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from autoshard.evaluation import (Task, TaskResult, against_best_heuristic, against_held_out_heuristic,  # noqa: E402
+                                  suite_summary)
 from autoshard.measured_reports import shard_of  # noqa: E402
-from autoshard.types import DevicePlan, ShardingPlan  # noqa: E402
+from autoshard.planners import HEURISTICS  # noqa: E402
+from autoshard.planners.compare import Comparison  # noqa: E402
+from autoshard.stats import geomean, mad_sigma  # noqa: E402
+from autoshard.types import DevicePlan, MeasuredPlan, ShardingPlan  # noqa: E402
 from autoshard.workload_file import workload_from_dict  # noqa: E402
 
 
@@ -48,42 +54,50 @@ def task_plans(task: dict) -> tuple[list[ShardingPlan], int]:
     return plans, workload.batch_size
 
 
-HEURISTICS = ("random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
+def task_result(task: dict, measured: dict) -> TaskResult:
+    """A report's task with the rounds this script measured of its plans, as ``evaluate`` holds one."""
+    workload, topology = workload_from_dict(task["workload"])
+    plans, _ = task_plans(task)
+    rounds = {p["planner"]: p for p in measured["planners"]}
+    found = tuple(MeasuredPlan(p.planner, tuple(rounds[p.planner]["measured_device_ms"]),
+                               statistics.median(rounds[p.planner]["round_max_ms"]), 0.0, 1.0, (math.nan, math.nan),
+                               tuple(rounds[p.planner]["round_max_ms"])) for p in plans)
+    return TaskResult(Task(task["task"], workload, topology), Comparison(tuple(plans), (), ()), found, "cost_greedy")
 
 
-def summary(measured: dict) -> dict:
-    """``--summary``: every non-heuristic planner against each task's best measured heuristic."""
-    import statistics
-
-    from autoshard.stats import geomean, ratio_ci95, verdict
-
-    rows, by_planner = [], {}
-    for task in measured["tasks"]:
-        plans = {p["planner"]: p for p in task["planners"]}
-        heuristics = [plans[h] for h in HEURISTICS if h in plans]
-        best = min(heuristics, key=lambda p: statistics.median(p["round_max_ms"]))
-        for name, plan in plans.items():
-            if name in HEURISTICS:
-                continue
-            ratio, low, high = ratio_ci95(plan["round_max_ms"], best["round_max_ms"])
-            predicted = plan["predicted_max_ms"] / min(h["predicted_max_ms"] for h in heuristics)
-            row = {"task": task["task"], "planner": name, "heuristic": best["planner"],
-                   "measured_max_ms": statistics.median(plan["round_max_ms"]),
-                   "predicted_max_ms": plan["predicted_max_ms"], "ratio": ratio, "ci95": [low, high],
-                   "verdict": verdict(low, high), "predicted_ratio": predicted}
-            rows.append(row)
-            by_planner.setdefault(name, []).append(row)
-    means = {name: {"geomean_vs_best_heuristic": geomean([r["ratio"] for r in got]),
-                    "geomean_predicted": geomean([r["predicted_ratio"] for r in got]), "tasks": len(got),
-                    **{v: sum(r["verdict"] == v for r in got) for v in ("faster", "tie", "slower")}}
-             for name, got in by_planner.items()}
+def summary(measured: dict, report: dict) -> dict:
+    """``--summary``: every planner that is not a heuristic against each task's best measured
+    heuristic and against one held out (``autoshard.evaluation``, as ``evaluate --measure``
+    compares them), beside the ratio predicted for it."""
+    tasks = {t["task"]: t for t in report["tasks"]}
+    rows, best, held_out = [], [], []
+    for entry in measured["tasks"]:
+        task = tasks[entry["task"]]
+        predicted = {p["planner"]: p["predicted_max_ms"] for p in task["planners"]}
+        result = task_result(task, entry)
+        best.append(against_best_heuristic(result))
+        held_out.append(against_held_out_heuristic(result))
+        lowest = min(predicted[m.planner] for m in result.measured if m.planner in HEURISTICS)
+        for against, out in zip(best[-1], held_out[-1]):
+            measured_max = next(m.max_ms for m in result.measured if m.planner == against.planner)
+            rows.append({"task": entry["task"], "planner": against.planner, "heuristic": against.heuristic,
+                         "measured_max_ms": measured_max, "predicted_max_ms": predicted[against.planner],
+                         "ratio": against.ratio, "ci95": list(against.ci95), "verdict": against.verdict,
+                         "predicted_ratio": predicted[against.planner] / lowest,
+                         "held_out_ratio": out.ratio, "held_out_verdict": out.verdict})
+    means = suite_summary(best)
+    for name, got in means.items():
+        got["geomean_predicted"] = geomean([r["predicted_ratio"] for r in rows if r["planner"] == name])
+        got["held_out"] = suite_summary(held_out)[name]
     for r in rows:
         print(f"{r['task']:>20} {r['planner']:>12} vs {r['heuristic']:<18} measured {r['ratio']:.3f} "
-              f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] {r['verdict']:<6} predicted {r['predicted_ratio']:.3f}  "
-              f"({r['measured_max_ms']:.3f} ms measured, {r['predicted_max_ms']:.3f} predicted)")
+              f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] {r['verdict']:<6} predicted {r['predicted_ratio']:.3f} "
+              f"held out {r['held_out_ratio']:.3f} ({r['measured_max_ms']:.3f} ms measured, "
+              f"{r['predicted_max_ms']:.3f} predicted)")
     for name, m in means.items():
         print(f"{name}: measured {m['geomean_vs_best_heuristic']:.3f} of the best heuristic (predicted "
-              f"{m['geomean_predicted']:.3f}), {m['faster']} faster / {m['tie']} tie / {m['slower']} slower")
+              f"{m['geomean_predicted']:.3f}; held out {m['held_out']['geomean_vs_best_heuristic']:.3f}), "
+              f"{m['faster']} faster / {m['tie']} tie / {m['slower']} slower")
     return {"measured": measured.get("report"), "device": measured.get("device"), "mode": measured.get("mode"),
             "rounds": measured.get("rounds"), "rows": rows, "by_planner": means}
 
@@ -110,7 +124,7 @@ def device_errors(measured: dict, report: dict, model_dir: Path) -> dict:
     centred = np.concatenate([np.array(list(f.values())) - np.median(list(f.values())) for f in logs.values()])
     return {"device_sets": len(every), "mape": float(np.mean(np.abs(np.exp(-every) - 1))),
             "median_measured_over_predicted": float(np.exp(np.median(every))),
-            "within_task_mad_sigma": float(1.4826 * np.median(np.abs(centred - np.median(centred))))}
+            "within_task_mad_sigma": mad_sigma(centred)}
 
 
 def main() -> None:
@@ -127,10 +141,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.summary:
-        measured = json.loads(args.summary.read_text())
-        found = summary(measured)
-        if args.model:  # the plans: the report beside the measurements, as the run read it
-            found["device_errors"] = device_errors(measured, json.loads(args.report.read_text()), args.model)
+        if args.report is None:
+            parser.error("--summary needs the report whose plans were measured")
+        measured, report = json.loads(args.summary.read_text()), json.loads(args.report.read_text())
+        found = summary(measured, report)
+        if args.model:
+            found["device_errors"] = device_errors(measured, report, args.model)
             print(json.dumps(found["device_errors"]))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(found, indent=1) + "\n")
