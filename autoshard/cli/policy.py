@@ -37,6 +37,8 @@ def train_cmd(
     subprocess: Annotated[bool, typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).")] = False,
     reward: Annotated[str, typer.Option(help="'step', 'greedy_relative' or 'refined' (see ShardingEnv).")] = "step",
     slots: Annotated[int, typer.Option(min=2, help="Device slots while training (the largest training device count).")] = 16,
+    repair_rounds: Annotated[int, typer.Option(min=0, help="Repair steps after the placement: the agent revisits it, "
+                                                         "one change off the max-cost device a step (0: none).")] = 50,
     work_dir: Annotated[Optional[Path], typer.Option(help=f"Checkpoints, TensorBoard logs, eval log (default PROFILE/{TRAINING_DIR}).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue from the latest checkpoint in the work dir.")] = False,
     fresh: Annotated[bool, typer.Option(help="Discard a previous run in the work dir and replace the profile's "
@@ -73,12 +75,14 @@ def train_cmd(
     devices = tuple(d for d in TaskDistribution().num_devices if d <= slots)
     eval_devices = tuple(d for d in (4, 8, 16) if d <= slots) or (slots,)
     config = TrainConfig(steps=steps, seed=seed, envs=envs, subprocess=subprocess, checkpoint_every=checkpoint_every,
-                         eval_every=eval_every, eval_tasks=eval_tasks, env=EnvConfig(slots=slots, reward=reward_kind),
+                         eval_every=eval_every, eval_tasks=eval_tasks,
+                         env=EnvConfig(slots=slots, reward=reward_kind, repair_rounds=repair_rounds),
                          imitation_episodes=imitation_episodes, learning_rate=learning_rate, ent_coef=ent_coef,
                          tasks=TaskDistribution(num_devices=devices),
                          eval_distribution=replace(TrainConfig().eval_distribution, num_devices=eval_devices))
     command = (f"autoshard policy train --profile {shlex.quote(str(profile))} --steps {steps} --seed {seed} "
-               f"--envs {envs} --reward {reward} --slots {slots} --imitation-episodes {imitation_episodes} "
+               f"--envs {envs} --reward {reward} --slots {slots} --repair-rounds {repair_rounds} "
+               f"--imitation-episodes {imitation_episodes} "
                f"--learning-rate {learning_rate:g} --ent-coef {ent_coef:g}" + (" --subprocess" if subprocess else ""))
     policy = train_policy(loaded.model, work, config, loaded.device.get("id", loaded.profile), loaded.communication,
                           resume, command,

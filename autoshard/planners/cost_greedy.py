@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 
 from autoshard.planners.context import DEPARTURE_MARGIN
-from autoshard.planners.local_search import improve
+from autoshard.planners.local_search import SearchRound, improve
 from autoshard.planners.placement import (CANDIDATES, Deadline, DeviceState, PlacementState, assignment,
                                           best_over_split_caps, build_plan, cheapest_after, place_workload,
                                           split_units_at)
@@ -64,13 +64,17 @@ class CostGreedyPlanner:
 def searched_greedy(workload: Workload, topology: Topology, cost_model: CostModel, cap: int | None, max_rounds: int,
                     deadline: Deadline, shared: SharedWork | None = None, even_out: bool = False) -> Placement:
     """cost_greedy's placement of a split cap after its local search (``shared``'s, if another
-    planner of the task searched it already within its budget); the devices are the caller's."""
+    planner of the task searched it already within its budget); the devices are the caller's.
+    With ``shared``, the search's rounds are recorded for the rl planner's repair steps."""
 
     def search() -> tuple[Placement, bool]:
         state = greedy_placement(workload, topology, cost_model, cap, shared, deadline)
         start = assignment(state.devices)
-        improve(state.devices, cost_model, workload.batch_size, max_rounds, deadline, even_out)
-        return Placement(tuple(state.units), tuple(state.devices), start), not deadline.hit
+        rounds: list[SearchRound] | None = [] if shared is not None and not even_out else None
+        improve(state.devices, cost_model, workload.batch_size, max_rounds, deadline, even_out, rounds)
+        complete = not deadline.hit
+        return Placement(tuple(state.units), tuple(state.devices), start,
+                         tuple(rounds) if rounds is not None and complete else None), complete
 
     return placement_of(shared, workload, topology, ("cost_greedy", cap, max_rounds, even_out), search)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ class Change:
 
 
 def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, max_rounds: int = 50,
-            deadline: Deadline | None = None, even_out: bool = False) -> int:
+            deadline: Deadline | None = None, even_out: bool = False, record: list[SearchRound] | None = None) -> int:
     """Apply the best move off the max-cost device, or when no move helps the best swap, while
     it lowers the max by more than 0.1% (the best: the lowest new max, then the lowest max and
     sum of the two devices it changes). Swap partners: least loaded first, up to ``SWAPS``.
@@ -37,13 +37,32 @@ def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, m
     one-shard-per-device rule hold throughout. A round prices its neighbourhood in batches on one
     ``edit_scorer`` of the devices' sets (the moves; then the swaps' source sides, and their
     target sides only where the source side helps); returns the number of changes applied.
-    Stops early once ``deadline`` expires.
+    Stops early once ``deadline`` expires. ``record``: each round (``SearchRound``) is appended
+    to it, with every target's best change (the rl planner checks its policy's repair steps
+    against them).
 
     ``even_out``: where no change lowers the max (another device is as loaded), take the best
     one that leaves both devices it touches below it, so that a later round can lower the max
     (the sorted device costs still fall with every change); swaps then up to ``PLATEAU_SWAPS``.
     Predicted 1-2% lower on most 80- to 200-table tasks, it measured 1.7% *slower* over 14 tasks
     (the optimizer's curse: more devices near the max; docs/planners.md), so it is off."""
+    if even_out:
+        return _evened_out(states, cost_model, batch_size, max_rounds, deadline)
+    for done in range(max_rounds):
+        if deadline is not None and deadline.expired:
+            return done
+        step = round_changes(states, cost_model, batch_size, per_target=record is not None)
+        if step is None:
+            return done
+        if record is not None:
+            record.append(SearchRound(tuple(s.copy() for s in states), step))
+        apply_change(states, step.changes[0])
+    return max_rounds
+
+
+def _evened_out(states: list[DeviceState], cost_model: CostModel, batch_size: int, max_rounds: int,
+                deadline: Deadline | None) -> int:
+    """``improve(even_out=True)``."""
     bound = lower_bound(states)
     budget = SWAPS
     for done in range(max_rounds):
@@ -54,24 +73,64 @@ def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, m
         source = max(states, key=lambda s: (s.load, -s.index))
         targets = sorted((s for s in states if s is not source), key=lambda s: (s.load, s.index))  # least loaded first
         level = len(targets) > 1 and targets[-2].load >= source.load * (1 - REL_TOL)
-        if level and not even_out:
-            return done  # two other devices are (about) as loaded: no one change lowers the max
         scorer = cost_model.edit_scorer([s.tables for s in (source, *targets)], batch_size)  # set k: [source, *targets][k]
         # moves are ~10x fewer than swaps: price swaps only when no move lowers the max
-        change = move = _best_change(source, targets, scorer, False, SWAPS, even_out)
+        change = move = _best_change(source, targets, scorer, False, SWAPS, True)
         if move is None or not (move.lowers_max or level):
-            swap = _best_change(source, targets, scorer, True, budget, even_out)
+            swap = _best_change(source, targets, scorer, True, budget, True)
             change = swap if swap is not None and (swap.lowers_max or move is None) else move
         if change is None:
             return done
         if not change.lowers_max:
             budget = PLATEAU_SWAPS  # from the first change that only evens the top out
-        source, target = states[change.source], states[change.target]
-        unit = source.remove(change.out, change.source_cost)
-        if change.back is not None:
-            source.add(target.remove(change.back, change.target_cost), change.source_cost)
-        target.add(unit, change.target_cost)
+        apply_change(states, change)
     return max_rounds
+
+
+def apply_change(states: Sequence[DeviceState], change: Change) -> None:
+    """Make ``change`` on ``states`` (indexed by device), with its predicted costs."""
+    source, target = states[change.source], states[change.target]
+    unit = source.remove(change.out, change.source_cost)
+    if change.back is not None:
+        source.add(target.remove(change.back, change.target_cost), change.source_cost)
+    target.add(unit, change.target_cost)
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """A round of local search on a placement: its max-cost device ``source`` and, for each other
+    device, the best change between the two that lowers the max, best first (the first is the one
+    ``improve`` makes): moves, or swaps where no move lowers it."""
+
+    source: int
+    changes: tuple[Change, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRound:
+    """A round ``improve`` made: the devices before it (copies), and its changes."""
+
+    devices: tuple[DeviceState, ...]
+    changes: Round
+
+
+def round_changes(states: Sequence[DeviceState], cost_model: CostModel, batch_size: int,
+                  allows: Callable[[Change], bool] = lambda change: True, per_target: bool = True) -> Round | None:
+    """``improve``'s next round with every target's best change (only those ``allows``; without
+    ``per_target`` only the best), or None where it stops: at the lower bound, where another
+    device is about as loaded as the max, or where no change lowers the max."""
+    if max(s.load for s in states) <= lower_bound(states) * (1 + REL_TOL):
+        return None
+    source = max(states, key=lambda s: (s.load, -s.index))
+    targets = sorted((s for s in states if s is not source), key=lambda s: (s.load, s.index))
+    if len(targets) > 1 and targets[-2].load >= source.load * (1 - REL_TOL):
+        return None
+    scorer = cost_model.edit_scorer([s.tables for s in (source, *targets)], batch_size)
+    for swaps in (False, True):
+        changes = [c for c in _ranked_changes(source, targets, scorer, swaps, per_target=per_target) if allows(c)]
+        if changes:
+            return Round(source.index, tuple(changes))
+    return None
 
 
 SWAPS = 2048
@@ -162,12 +221,20 @@ def _best_change(source: DeviceState, targets: Sequence[DeviceState], scorer: Ed
     """The best move (or swap, up to ``budget``) off ``source``, the max-cost device, to one of
     ``targets``, priced by ``scorer`` (edits of the sets ``[source, *targets]``), that lowers the
     max; with ``even_out``, failing that, one that leaves both devices it touches below it."""
+    best = _ranked_changes(source, targets, scorer, swaps, budget, even_out)
+    return best[0] if best else None
+
+
+def _ranked_changes(source: DeviceState, targets: Sequence[DeviceState], scorer: EditScorer, swaps: bool,
+                    budget: int = SWAPS, even_out: bool = False, per_target: bool = False) -> list[Change]:
+    """``_best_change`` as a list (empty or the best), or with ``per_target`` each target's
+    best change, best first."""
     if not targets:
-        return None
+        return []
     involved = [source, *targets]  # set k of the edits is involved[k]
     near = _swaps(source, targets, budget) if swaps else _moves(source, targets)
     if not len(near.k):
-        return None
+        return []
     # the max of the devices a change leaves alone: the highest other load, or the next one
     # where the change's target is the highest
     target_index = np.array([s.index for s in involved])[near.k]
@@ -178,13 +245,13 @@ def _best_change(source: DeviceState, targets: Sequence[DeviceState], scorer: Ed
     untouched = np.where(target_index == targets[order[0]].index, runner_up, top)
     bar = source.load * (1 - REL_TOL)  # a change must lower the max by more than the tolerance
     if not even_out and not (untouched < bar).any():  # another device is (about) as loaded: none can
-        return None
+        return []
     if swaps:  # a swap's two edits are its own: price the targets' only where the source's helps
         source_after = scorer.predict(near.edits.take(near.source_at))
         target_after = np.full(len(source_after), np.inf)
         live = np.flatnonzero((source_after < bar) & ((untouched < bar) | even_out))
         if not len(live):
-            return None
+            return []
         target_after[live] = scorer.predict(near.edits.take(near.target_at[live]))
     else:
         costs = scorer.predict(near.edits)
@@ -193,12 +260,14 @@ def _best_change(source: DeviceState, targets: Sequence[DeviceState], scorer: Ed
     new_max = np.maximum(pair_max, untouched)
     helps = np.flatnonzero((pair_max if even_out else new_max) < bar)
     if not len(helps):
-        return None
+        return []
     # the best: lowest new max, then lowest pair max, then lowest pair sum; ties to the first generated
-    best = helps[np.lexsort((source_after[helps] + target_after[helps], pair_max[helps], new_max[helps]))[0]]
-    back = int(near.back[best])
-    return Change(source.index, involved[int(near.k[best])].index, int(near.out[best]), None if back < 0 else back,
-                  float(source_after[best]), float(target_after[best]), bool(new_max[best] < bar))
+    ranked = helps[np.lexsort((source_after[helps] + target_after[helps], pair_max[helps], new_max[helps]))]
+    if per_target:  # each target's first in that order
+        ranked = ranked[np.sort(np.unique(near.k[ranked], return_index=True)[1])]
+    return [Change(source.index, involved[int(near.k[c])].index, int(near.out[c]),
+                   None if near.back[c] < 0 else int(near.back[c]), float(source_after[c]), float(target_after[c]),
+                   bool(new_max[c] < bar)) for c in (ranked if per_target else ranked[:1])]
 
 
 def lower_bound(states: Sequence[DeviceState]) -> float:

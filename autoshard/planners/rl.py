@@ -19,6 +19,7 @@ from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recrea
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.env import guarded_state, unit_cap
+from autoshard.rl.repair import follow_recorded, policy_repair
 from autoshard.rl.rollout import PolicyChooser, argmax_rollout, recorded_departure
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 
@@ -112,6 +113,26 @@ class RLPlanner:
 
         reused: list[float] = []  # seconds of the placements taken from the task's other planners
 
+        def repaired(placed: Placement, cap: int | None, from_greedy: bool) -> Placement:
+            """The policy's repair steps on its placement of split cap ``cap``, if it was trained
+            to repair. Where the placement is greedy's (``from_greedy``), they start by following
+            the rounds of cost_greedy's local search from it, checked in one pass of the policy."""
+            if not self.policy.info.repair_rounds:
+                return placed
+            devices = list(placed.devices)
+            guard = unit_cap(self.cost_model, len(placed.units), topology.num_devices, self.set_size_headroom)
+            made = 0
+            if from_greedy and self.shared is not None:
+                greedy = searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline,
+                                         self.shared)
+                reused.append(greedy.reused_s)
+                if greedy.rounds is not None and greedy.searched_from == assignment(devices):
+                    made = follow_recorded(devices, greedy.rounds, self.policy, guard)
+                    if made == len(greedy.rounds):  # the search stopped there, and so would the policy's
+                        return placed
+            policy_repair(devices, self.policy, self.cost_model, batch, guard, self.max_rounds - made, deadline)
+            return placed
+
         def argmax_at(cap: int | None) -> Placement:
             def place() -> tuple[Placement, bool]:
                 path = None
@@ -121,9 +142,10 @@ class RLPlanner:
                         unit_cap(self.cost_model, len(record.units), topology.num_devices, self.set_size_headroom)):
                     path = recorded_departure(record, self.policy)  # greedy placed these units already
                     if path is None:  # ... and the policy's argmax takes greedy's device at every step
-                        return Placement(record.units, tuple(d.copy() for d in record.devices)), True
+                        greedys = Placement(record.units, tuple(d.copy() for d in record.devices))
+                        return repaired(greedys, cap, True), True
                 state = argmax_rollout(lambda choose: rollout(cap, choose), self.policy, path=path)
-                return Placement(tuple(state.units), tuple(state.devices)), True
+                return repaired(Placement(tuple(state.units), tuple(state.devices)), cap, False), True
 
             key = ("rl argmax", cap, id(self.policy), self.set_size_headroom)
             found = placement_of(self.shared, workload, topology, key, place)
@@ -160,6 +182,8 @@ class RLPlanner:
                 found += sampled(list(argmax.units))  # else no plan it could return is lower than the floor
             found.sort(key=max_load)
             searched = {greedy.searched_from}
+            if greedy.rounds is not None and len(greedy.rounds) < self.max_rounds:  # its search stopped by itself:
+                searched.add(assignment(list(greedy.devices)))  # from its end, a search ends there (rl's repair's)
             for states in found[:self.refine_top]:
                 start = assignment(states)
                 if start in searched:  # the search from here ends where it did: greedy's (the policy is

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Hashable, Sequence
 
+from autoshard.planners.local_search import SearchRound
 from autoshard.planners.placement import Assignment, DeviceState, StepCosts
 from autoshard.planners.recording import RecordedSteps
 from autoshard.planners.units import Unit
@@ -21,13 +22,14 @@ from autoshard.types import Topology, Workload
 @dataclass(frozen=True, slots=True)
 class Placement:
     """A finished placement: its units in the order they were placed, its devices, and, for a
-    placement local search improved, the ``assignment`` the search started from. ``seconds``:
-    the time it took to compute; ``reused``: handed out by a ``SharedWork``, not computed by
-    the planner that holds it."""
+    placement local search improved, the ``assignment`` the search started from and, where it
+    was recorded and ran to its end, its rounds (read-only). ``seconds``: the time it took to
+    compute; ``reused``: handed out by a ``SharedWork``, not computed by the planner that holds it."""
 
     units: tuple[Unit, ...]
     devices: tuple[DeviceState, ...]
     searched_from: Assignment | None = None
+    rounds: tuple[SearchRound, ...] | None = None
     seconds: float = 0.0
     reused: bool = False
 

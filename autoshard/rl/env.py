@@ -14,10 +14,11 @@ from autoshard.communication import CommunicationModel, WithCommunication
 from autoshard.costing import Accumulator
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
-from autoshard.planners.local_search import improve
+from autoshard.planners.local_search import Round, improve
 from autoshard.planners.placement import PlacementState, StepCosts, by_cost, cheapest_after, place, prepare_units
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.observation import OBS_BOUND, observation_size, observe
+from autoshard.rl.repair import make, observe_repair, repair_mask, repair_round
 from autoshard.rl.tasks import TaskDistribution, TaskSource
 from autoshard.types import CostModel, Topology
 
@@ -36,17 +37,21 @@ REFINE_ROUNDS = 20  # local-search rounds of the ``refined`` reward's plans (rl+
 @dataclass(frozen=True, slots=True)
 class EnvConfig:
     """``slots``: device rows in the observation (the largest device count of a training task);
-    ``set_size_headroom``: see ``unit_cap``."""
+    ``set_size_headroom``: see ``unit_cap``; ``repair_rounds``: repair steps after the last unit
+    is placed (``autoshard.rl.repair``; 0: none, the episode ends with the placement)."""
 
     slots: int = 16
     reward: Reward = Reward.STEP
     set_size_headroom: float = 1.25
+    repair_rounds: int = 0
 
     def __post_init__(self) -> None:
         if self.slots < 1:
             raise InputError("slots", f"must be >= 1, got {self.slots}")
         if self.set_size_headroom < 1:
             raise InputError("set_size_headroom", f"must be >= 1, got {self.set_size_headroom}")
+        if self.repair_rounds < 0:
+            raise InputError("repair_rounds", f"must be >= 0, got {self.repair_rounds}")
 
 
 def unit_cap(cost_model: CostModel, num_units: int, num_devices: int, headroom: float) -> int | None:
@@ -80,11 +85,11 @@ def priced(task: Task, cost_model: CostModel, communication: CommunicationModel 
 
 
 def refined_max(state: PlacementState, task: Task, cost_model: CostModel,
-                communication: CommunicationModel | None) -> float:
-    """The max of a finished placement's plan after ``REFINE_ROUNDS`` of local search, on copies
-    of its devices (the placement itself stays as it was)."""
+                communication: CommunicationModel | None, rounds: int = REFINE_ROUNDS) -> float:
+    """The max of a finished placement's plan after ``rounds`` of local search, on copies of its
+    devices (the placement itself stays as it was)."""
     devices = [d.copy() for d in state.devices]
-    improve(devices, priced(task, cost_model, communication), task.workload.batch_size, REFINE_ROUNDS)
+    improve(devices, priced(task, cost_model, communication), task.workload.batch_size, rounds)
     return max(d.load for d in devices)
 
 
@@ -135,7 +140,19 @@ class ShardingEnv(gym.Env):
     own. A dead end (no device allowed), or an action the mask forbids (possible only when the
     mask is ignored), ends the episode with -2.
 
-    **Episode end.** Terminated when every unit is placed, or at a dead end. Never truncated.
+    **Repair** (``config.repair_rounds`` > 0). Once every unit is placed, the agent revisits
+    its placement (``autoshard.rl.repair``): each step offers, per device, the best change
+    between it and the max-cost device that lowers the max (a move, or a swap where no move
+    lowers it), in the same observation layout (``progress`` 1, no unit; a row's "with the
+    unit" is its cost after its change, "over max" the change's new max over the current one,
+    greedy's choice the change local search makes). The action picks a device: a target makes
+    its change, the max-cost device stops. Rewards as while placing: minus the increase of the
+    max (``greedy_relative`` then measures against greedy placement after as many rounds of
+    local search). The mask allows the targets of a change and the max-cost device.
+
+    **Episode end.** Terminated when every unit is placed and, with repair, when the agent stops,
+    no change lowers the max, or after ``repair_rounds`` repair steps; or at a dead end. Never
+    truncated.
 
     **Arguments.** ``cost_model`` (the simulator), ``tasks``, ``config``, ``communication``
     (the profile's all-to-all, added to device costs).
@@ -151,6 +168,8 @@ class ShardingEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(config.slots)
         self.state: PlacementState | None = None
         self.actions: list[int] = []
+        self.repair: Round | None = None  # the repair step offered, once every unit is placed
+        self.repairs = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -164,7 +183,7 @@ class ShardingEnv(gym.Env):
         self.state = start(task, self.cost_model, self.communication, self.config)
         self.scale = self.state.cost_bound
         self.greedy_max = self._greedy_max() if self.config.reward is not Reward.STEP else 0.0
-        self.actions = []
+        self.actions, self.repair, self.repairs = [], None, 0
         self._allowed = self.state.mask()
         return self._get_obs(), self._get_info()
 
@@ -175,6 +194,8 @@ class ShardingEnv(gym.Env):
             placed = place(greedy, cheapest_after)
         except PlannerError:
             return 0.0
+        if self.config.repair_rounds:  # greedy placement after as many rounds of local search
+            return refined_max(placed, self.task, self.cost_model, self.communication, self.config.repair_rounds)
         return self._refined_max(placed) if self.config.reward is Reward.REFINED else float(placed.loads.max())
 
     def _refined_max(self, state: PlacementState) -> float:
@@ -184,18 +205,32 @@ class ShardingEnv(gym.Env):
         assert self.state is not None
         state = self.state
         rows = np.arange(len(state.devices))
+        if self.repair is not None:
+            return observe_repair(state.devices, self.repair, self.scale, rows).padded(self.config.slots)
         return observe(state, rows, state.costs_if_added(), self._allowed).padded(self.config.slots)
+
+    def _max(self) -> float:
+        assert self.state is not None
+        return max(d.load for d in self.state.devices)
 
     def _get_info(self) -> dict[str, Any]:
         assert self.state is not None
-        return {"max_cost": float(self.state.loads.max()), "greedy_max": self.greedy_max,
-                "placed": self.state.position, "units": len(self.state.units)}
+        return {"max_cost": self._max(), "greedy_max": self.greedy_max, "placed": self.state.position,
+                "units": len(self.state.units), "repairs": self.repairs}
 
     def action_masks(self) -> np.ndarray:
         mask = np.zeros(self.config.slots, dtype=bool)
-        if self.state is not None and not self.state.done:
+        if self.state is not None and (not self.state.done or self.repair is not None):
             mask[:len(self._allowed)] = self._allowed
         return mask
+
+    def _next_repair(self) -> Round | None:
+        """The next repair step, or None: repair off, its rounds spent, or nothing lowers the max."""
+        assert self.state is not None
+        if self.repairs >= self.config.repair_rounds:
+            return None
+        model = priced(self.task, self.cost_model, self.communication)
+        return repair_round(self.state.devices, model, self.task.workload.batch_size, self.state.max_units_per_device)
 
     def step(self, action: int):
         assert self.state is not None, "call reset() first"
@@ -203,18 +238,28 @@ class ShardingEnv(gym.Env):
         if not (0 <= action < len(self._allowed) and self._allowed[action]):  # only without the mask
             info = {**self._get_info(), "invalid_action": True}
             return self._get_obs(), -DEAD_END_PENALTY, True, False, info
-        before = float(self.state.loads.max())
-        self.state.apply(action)
+        before = self._max()
         self.actions.append(action)
-        reward = -(float(self.state.loads.max()) - before) / self.scale
-        terminated = self.state.done
-        if not terminated:
+        if self.repair is not None:  # a repair step: a change, or stop
+            changed = make(self.state.devices, self.repair, action)
+            self.repairs += 1
+            self.repair = self._next_repair() if changed else None
+        else:
+            self.state.apply(action)
+            if self.state.done:
+                self.repair = self._next_repair()
+        reward = -(self._max() - before) / self.scale
+        terminated = self.state.done and self.repair is None
+        if not self.state.done:
             self._allowed = self.state.mask()
             if not self._allowed.any():  # a packing dead end the lookahead could not avoid
                 terminated, reward = True, reward - DEAD_END_PENALTY
+        elif self.repair is not None:
+            self._allowed = repair_mask(self.repair, len(self.state.devices))
         if terminated and self.state.done:
             if self.config.reward is Reward.REFINED:  # the return becomes the refined plans' difference
-                reward += (float(self.state.loads.max()) - self._refined_max(self.state)) / self.scale
+                reward += (self._max() - self._refined_max(self.state)) / self.scale
             reward += self.greedy_max / self.scale
-        obs = self._get_obs() if not self.state.done else np.zeros(self.observation_space.shape, np.float32)
+        done = terminated and self.state.done
+        obs = np.zeros(self.observation_space.shape, np.float32) if done else self._get_obs()
         return obs, float(reward), terminated, False, self._get_info()

@@ -39,7 +39,10 @@ Expert = Callable[[ShardingEnv, np.ndarray], int]
 
 
 def greedy_expert(env: ShardingEnv, allowed: np.ndarray) -> int:
+    """Greedy placement's device; while repairing, the target of the change local search makes."""
     assert env.state is not None
+    if env.repair is not None:
+        return env.repair.changes[0].target
     return cheapest_after(env.state, allowed)
 
 

@@ -101,6 +101,7 @@ class PolicyInfo:
     steps: int
     command: str = ""
     eval_ratio_to_greedy: float | None = None
+    repair_rounds: int = 0  # the env's: 0, a policy that only places (``autoshard.rl.repair``)
 
 
 class DevicePolicy:

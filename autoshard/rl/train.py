@@ -21,9 +21,10 @@ from autoshard.communication import CommunicationModel
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
 from autoshard.planners.placement import cheapest_after, place
-from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, refined_max, start
+from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, priced, refined_max, start
 from autoshard.rl.imitation import clone, demonstrations
 from autoshard.rl.policy import POLICY_FILE, DevicePolicy, DeviceScoringPolicy, PolicyInfo
+from autoshard.rl.repair import policy_repair
 from autoshard.rl.rollout import PolicyChooser
 from autoshard.rl.tasks import TaskDistribution
 from autoshard.types import CostModel
@@ -72,31 +73,38 @@ def eval_tasks(distribution: TaskDistribution, count: int, seed: int) -> list[Ta
 
 
 def _plan_max(task: Task, choose, cost_model: CostModel, communication: CommunicationModel | None,
-              config: EnvConfig) -> float:
+              config: EnvConfig, policy: DevicePolicy | None = None) -> float:
     """The predicted max of ``choose``'s placement of ``task``; after local search when the env's
-    reward is ``refined`` (the objective it trains for)."""
+    reward is ``refined`` (the objective it trains for); with repair, after ``policy``'s repair
+    steps, or without a policy (greedy) as many rounds of local search."""
     placed = place(start(task, cost_model, communication, config), choose)
     if config.reward is Reward.REFINED:
         return refined_max(placed, task, cost_model, communication)
-    return float(placed.loads.max())
+    if config.repair_rounds:
+        model, batch = priced(task, cost_model, communication), task.workload.batch_size
+        if policy is None:
+            return refined_max(placed, task, cost_model, communication, config.repair_rounds)
+        policy_repair(placed.devices, policy, model, batch, placed.max_units_per_device, config.repair_rounds)
+    return max(d.load for d in placed.devices)
 
 
 def greedy_maxima(tasks: list[Task], cost_model: CostModel, communication: CommunicationModel | None,
                   config: EnvConfig) -> list[float]:
     """Greedy placement's predicted max on each task (after local search for the ``refined``
-    reward): the evaluation's yardstick, computed once per training run."""
+    reward and with repair): the evaluation's yardstick, computed once per training run."""
     return [_plan_max(task, cheapest_after, cost_model, communication, config) for task in tasks]
 
 
 def ratio_to_greedy(policy: DevicePolicy, tasks: list[Task], greedy: list[float], cost_model: CostModel,
                     communication: CommunicationModel | None, config: EnvConfig) -> float:
     """Geometric mean over tasks of the policy's predicted max / greedy placement's (``greedy``,
-    from ``greedy_maxima``; both after local search for the ``refined`` reward): below 1 means
-    the policy places better than greedy."""
+    from ``greedy_maxima``; both after local search for the ``refined`` reward, and with repair
+    the policy's after its repair steps, greedy's after local search): below 1 means the policy
+    places better than greedy."""
     logs = []
     for task, greedy_max in zip(tasks, greedy):
         try:
-            agent = _plan_max(task, PolicyChooser(policy), cost_model, communication, config)
+            agent = _plan_max(task, PolicyChooser(policy), cost_model, communication, config, policy)
         except PlannerError:
             return math.inf
         logs.append(math.log(agent / greedy_max))
@@ -155,7 +163,7 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
 
     def info(steps: int, ratio: float | None) -> PolicyInfo:
         return PolicyInfo(profile, config.hidden, config.env.slots, config.env.reward.value,
-                          config.env.set_size_headroom, steps, command, ratio)
+                          config.env.set_size_headroom, steps, command, ratio, config.env.repair_rounds)
 
     def evaluate(steps: int) -> float:
         """Score the current actor on the held-out tasks; keep it as policy.pt if it is the best."""
