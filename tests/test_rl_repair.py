@@ -173,3 +173,57 @@ def test_a_policy_file_keeps_its_repair_rounds_and_an_older_one_reads_as_none(tm
     del data["info"]["repair_rounds"]  # as files written before the repair phase
     torch.save(data, tmp_path / "old.pt")
     assert DevicePolicy.load(tmp_path / "old.pt").info.repair_rounds == 0
+
+
+def placing_greedy_repairing_otherwise() -> DevicePolicy:
+    """A hand-made two-layer policy: greedy's device while placing (``progress`` < 1), and while
+    repairing any row but local search's change (``progress`` 1): its score is g - h - 1 with g
+    the greedy-choice flag and h = tanh(500 (g + progress - 1.99)), which is +1 only for the
+    flagged row of a repair step."""
+    flag = CONTEXT + DEVICE_FEATURES.index("greedy_choice")
+    first = np.zeros((ROW, 2), dtype=np.float32)
+    first[flag, 0] = 0.01  # tanh(0.01 g) ~ 0.01 g: g, passed on
+    first[flag, 1] = first[0, 1] = 500.0  # context row 0 is progress
+    second = np.array([[100.0], [-1.0]], dtype=np.float32)
+    info = PolicyInfo("hand-made", 2, 16, "step", 1.25, 0, repair_rounds=50)
+    return DevicePolicy([(first, np.array([0.0, -995.0], dtype=np.float32)), (second, np.array([-1.0], np.float32))],
+                        info)
+
+
+@pytest.mark.parametrize("departing", [False, True], ids=["clone", "departing"])
+def test_rl_after_cost_greedy_follows_its_search_and_plans_as_it_does_alone(model, monkeypatch, departing):
+    """Planned after cost_greedy in one task, ``rl`` (its placement greedy's) follows the rounds
+    cost_greedy's local search recorded, checked in one pass of the policy: the shipped clone
+    follows all of them; a policy that repairs otherwise departs at the first, and repairs on
+    its own from there. Either way its plan is the one it makes alone."""
+    from autoshard.planners.compare import compare_planners
+    from autoshard.planners.shared import SharedWork
+    from autoshard.rl import repair
+    from autoshard.synthetic import PoolConfig, generate_pool, sample_task
+    from autoshard.evaluation import memory_for
+
+    policy = placing_greedy_repairing_otherwise() if departing else DevicePolicy.load(SHIPPED / "policy.pt")
+    workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(0))
+    topology = Topology(4, memory_for(workload, 4, 1.3))
+    context = PlannerContext(model, policy, 0, False)
+    alone = compare_planners(workload, topology, ["rl"], context).plans[0]
+    shared = replace(context, shared=SharedWork(workload, topology))
+    greedy = compare_planners(workload, topology, ["cost_greedy"], shared).plans[0]
+    followed = []
+    follow = repair.follow_recorded
+    monkeypatch.setattr("autoshard.planners.rl.follow_recorded",
+                        lambda devices, rounds, *a: followed.append((follow(devices, rounds, *a), len(rounds)))
+                        or followed[-1][0])
+    after = compare_planners(workload, topology, ["rl"], shared).plans[0]
+    assert tables_of(after) == tables_of(alone)
+    assert [d.cost_ms for d in after.devices] == pytest.approx([d.cost_ms for d in alone.devices], rel=1e-9)
+    (made, rounds), = followed
+    assert rounds > 0  # cost_greedy's search made changes here
+    if departing:
+        assert made == 0 and tables_of(after) != tables_of(greedy)
+    else:
+        assert made == rounds and tables_of(after) == tables_of(greedy)
+
+
+def tables_of(plan) -> list[list[str]]:
+    return [[s.table.name for s in d.shards] for d in plan.devices]

@@ -88,8 +88,9 @@ def train_cmd(
                           resume, command,
                           progress_bar=progress, log=lambda m: console.print(m, highlight=False), fresh=fresh)
     policy.save(folder / POLICY_FILE)
-    console.print(f"wrote {folder / POLICY_FILE}: best at {policy.info.steps:,} steps, placement "
-                  f"{policy.info.eval_ratio_to_greedy:.4f}x greedy's predicted max on held-out tasks", highlight=False)
+    yardstick = "greedy placement's, after local search," if repair_rounds else "greedy placement's"
+    console.print(f"wrote {folder / POLICY_FILE}: best at {policy.info.steps:,} steps, its plans "
+                  f"{policy.info.eval_ratio_to_greedy:.4f}x {yardstick} predicted max on held-out tasks", highlight=False)
 
 
 @app.command("eval")

@@ -112,7 +112,8 @@ class DevicePolicy:
 
     @property
     def name(self) -> str:
-        return f"{self.info.profile}/{POLICY_FILE} ({self.info.steps:,} steps, {self.info.reward} reward)"
+        repair = f", {self.info.repair_rounds} repair rounds" if self.info.repair_rounds else ""
+        return f"{self.info.profile}/{POLICY_FILE} ({self.info.steps:,} steps, {self.info.reward} reward{repair})"
 
     @classmethod
     def from_net(cls, net: DeviceScorerNet, info: PolicyInfo) -> "DevicePolicy":

@@ -133,21 +133,21 @@ def follow_recorded(devices: list[DeviceState], rounds: Sequence[SearchRound], p
     round, so ``rl`` after ``cost_greedy`` repairs at the cost of one pass of its policy."""
     def guarded(done: SearchRound) -> bool:
         return max_units is not None and any(c.back is None and len(done.devices[c.target].units) >= max_units
-                                             for c in done.changes.changes)
+                                             for c in done.step.changes)
 
     followed = list(itertools.takewhile(lambda done: not guarded(done), rounds))
     if not followed:
         return 0
     scale = cost_scale(devices)
-    rows = [np.flatnonzero(repair_mask(done.changes, len(devices))) for done in followed]
-    seen = [observe_repair(done.devices, done.changes, scale, r) for done, r in zip(followed, rows)]
+    rows = [np.flatnonzero(repair_mask(done.step, len(devices))) for done in followed]
+    seen = [observe_repair(done.devices, done.step, scale, r) for done, r in zip(followed, rows)]
     starts = tuple(itertools.accumulate((len(r) for r in rows), initial=0))
     observed = Observations(np.stack([s.context for s in seen]), np.concatenate([s.devices for s in seen]), starts)
     chosen = np.concatenate(rows)[first_lowest(-policy.scores(observed), observed.placement_of_row, len(followed))]
     for made, (done, device) in enumerate(zip(followed, chosen)):
-        if device != done.changes.changes[0].target:
+        if device != done.step.changes[0].target:
             return made
-        apply_change(devices, done.changes.changes[0])
+        apply_change(devices, done.step.changes[0])
     return len(followed)
 
 
