@@ -80,11 +80,11 @@ def _plan_max(task: Task, choose, cost_model: CostModel, communication: Communic
     placed = place(start(task, cost_model, communication, config), choose)
     if config.reward is Reward.REFINED:
         return refined_max(placed, task, cost_model, communication)
+    if config.repair_rounds and policy is None:  # greedy's: as many rounds of local search
+        return refined_max(placed, task, cost_model, communication, config.repair_rounds)
     if config.repair_rounds:
-        model, batch = priced(task, cost_model, communication), task.workload.batch_size
-        if policy is None:
-            return refined_max(placed, task, cost_model, communication, config.repair_rounds)
-        policy_repair(placed.devices, policy, model, batch, placed.max_units_per_device, config.repair_rounds)
+        policy_repair(placed.devices, policy, priced(task, cost_model, communication), task.workload.batch_size,
+                      placed.max_units_per_device, config.repair_rounds)
     return max(d.load for d in placed.devices)
 
 
