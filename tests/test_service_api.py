@@ -689,7 +689,9 @@ def _cpu_ticks(pid: int) -> int:
 
 def test_a_worker_killed_mid_request_gives_that_request_a_clear_503_and_the_next_succeed(model_dir):
     with serve(model_dir=model_dir, pool="process", pool_size=1, plan_cache_shards=0) as c:  # every request plans
-        slow = plan_body(400, {"num_devices": 64, "device_memory_gb": 16}, planners=["rl+refine"])
+        # about a second of planning (column splits searched on 256 devices): the kill lands mid-request
+        slow = plan_body(400, {"num_devices": 256, "device_memory_gb": 16}, planners=["rl+refine"],
+                         allow_column_split=True)
         error = only_error(_kill_workers_while(lambda: c.post("/v1/plans", json=slow), c.app.state.service.pool), 503)
         assert "worker" in error.msg and "retry" in error.msg
         for _ in range(2):
