@@ -70,10 +70,10 @@ def _evened_out(states: list[DeviceState], cost_model: CostModel, batch_size: in
             return done
         if max(s.load for s in states) <= bound * (1 + REL_TOL):
             return done  # at the lower bound: nothing can lower the max
-        source = max(states, key=lambda s: (s.load, -s.index))
-        targets = sorted((s for s in states if s is not source), key=lambda s: (s.load, s.index))  # least loaded first
-        level = len(targets) > 1 and targets[-2].load >= source.load * (1 - REL_TOL)
-        scorer = cost_model.edit_scorer([s.tables for s in (source, *targets)], batch_size)  # set k: [source, *targets][k]
+        source, targets = _max_and_others(states)
+        level = _level(source, targets)
+        # set k of the edits: [source, *targets][k]
+        scorer = cost_model.edit_scorer([s.tables for s in (source, *targets)], batch_size)
         # moves are ~10x fewer than swaps: price swaps only when no move lowers the max
         change = move = _best_change(source, targets, scorer, False, SWAPS, True)
         if move is None or not (move.lowers_max or level):
@@ -121,9 +121,8 @@ def round_changes(states: Sequence[DeviceState], cost_model: CostModel, batch_si
     device is about as loaded as the max, or where no change lowers the max."""
     if max(s.load for s in states) <= lower_bound(states) * (1 + REL_TOL):
         return None
-    source = max(states, key=lambda s: (s.load, -s.index))
-    targets = sorted((s for s in states if s is not source), key=lambda s: (s.load, s.index))
-    if len(targets) > 1 and targets[-2].load >= source.load * (1 - REL_TOL):
+    source, targets = _max_and_others(states)
+    if _level(source, targets):
         return None
     scorer = cost_model.edit_scorer([s.tables for s in (source, *targets)], batch_size)
     for swaps in (False, True):  # moves are ~10x fewer than swaps: swaps only where no move lowers the max
@@ -131,6 +130,17 @@ def round_changes(states: Sequence[DeviceState], cost_model: CostModel, batch_si
         if changes:
             return Round(source.index, tuple(changes))
     return None
+
+
+def _max_and_others(states: Sequence[DeviceState]) -> tuple[DeviceState, list[DeviceState]]:
+    """A round's max-cost device (ties: the lowest index), and the others least loaded first."""
+    source = max(states, key=lambda s: (s.load, -s.index))
+    return source, sorted((s for s in states if s is not source), key=lambda s: (s.load, s.index))
+
+
+def _level(source: DeviceState, targets: Sequence[DeviceState]) -> bool:
+    """Two other devices are (about) as loaded as the max: no one change lowers it."""
+    return len(targets) > 1 and targets[-2].load >= source.load * (1 - REL_TOL)
 
 
 SWAPS = 2048

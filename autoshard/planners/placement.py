@@ -139,9 +139,7 @@ class PlacementState:
         self.loads = np.zeros(topology.num_devices)
         self._rest = sorted(u.memory_bytes for u in self.units)  # ascending: units not yet placed
         self.remaining_cost = float(sum(u.cost for u in self.units))  # of the units not yet placed
-        costs = [u.cost for u in self.units]
-        # no placement's max is lower than the even share of the units' own costs, or the largest
-        self.cost_bound = max(sum(costs) / topology.num_devices, max(costs, default=0.0), 1e-9)
+        self.cost_bound = cost_bound(self.units, topology.num_devices)
         self.remaining_bytes = int(sum(u.memory_bytes for u in self.units))
         self._placed_parents: set[str] = set()
         self._if_added: np.ndarray | None = None
@@ -391,6 +389,13 @@ class PlacementState:
         else:
             self.history = self.steps.after(self.history, device)
             self._partial, self._rooms = self.steps.at(self.history), self.steps.rooms(self.history)
+
+
+def cost_bound(units: Sequence[Unit], num_devices: int) -> float:
+    """No placement's max is lower than the even share of the units' own costs, or the largest
+    (and never 0: observations divide by it)."""
+    costs = [u.cost for u in units]
+    return max(sum(costs) / num_devices, max(costs, default=0.0), 1e-9)
 
 
 Assignment = tuple[tuple[str, ...], ...]

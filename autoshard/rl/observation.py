@@ -127,16 +127,25 @@ def observe_many(states: Sequence[PlacementState], rows: Sequence[np.ndarray], i
     greedy = np.zeros(len(at))
     greedy[first_lowest(masked, of_row, len(states))] = 1.0
     scale = scales[of_row]
-    devices = np.empty((len(at), F), dtype=np.float32)
-    devices[:, 0] = 1.0
-    devices[:, 1] = loads / scale
-    devices[:, 2] = added / scale
-    devices[:, 3] = devices[:, 2] - devices[:, 1]
-    devices[:, 4] = (added - current_max[of_row]) / scale
-    devices[:, 5] = (capacity - free) / capacity
     memory = np.array([u.memory_bytes for u in units], dtype=np.int64)
-    devices[:, 6] = np.minimum(np.maximum((free - memory[of_row]) / capacity, -1.0), 1.0)
-    devices[:, 7] = count / np.array([len(s.units) / n for s in states])[of_row]
-    devices[:, 8] = _ranks(all_loads)[of_row, at] / max(n - 1, 1)
-    devices[:, 9] = greedy
+    devices = device_rows(loads / scale, added / scale, (added - current_max[of_row]) / scale,
+                          (capacity - free) / capacity,
+                          np.minimum(np.maximum((free - memory[of_row]) / capacity, -1.0), 1.0),
+                          count / np.array([len(s.units) / n for s in states])[of_row],
+                          _ranks(all_loads)[of_row, at] / max(n - 1, 1), greedy)
     return Observations(contexts, devices, starts)
+
+
+def device_rows(cost: np.ndarray, cost_if_added: np.ndarray, over_max: np.ndarray, memory_used: np.ndarray,
+                free_after: np.ndarray, count: np.ndarray, rank: np.ndarray, greedy_choice: np.ndarray) -> np.ndarray:
+    """Device rows in ``DEVICE_FEATURES``' order from their columns, already scaled (``real`` 1,
+    ``added_cost`` the difference of the two costs as float32 holds them); the placing steps'
+    and the repair steps' (``autoshard.rl.repair``) observations both write them here."""
+    rows = np.empty((len(cost), F), dtype=np.float32)
+    rows[:, 0] = 1.0
+    rows[:, 1] = cost
+    rows[:, 2] = cost_if_added
+    rows[:, 3] = rows[:, 2] - rows[:, 1]
+    for k, column in enumerate((over_max, memory_used, free_after, count, rank, greedy_choice), start=4):
+        rows[:, k] = column
+    return rows

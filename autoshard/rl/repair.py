@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from autoshard.planners.local_search import Change, Round, SearchRound, apply_change, round_changes
-from autoshard.planners.placement import Deadline, DeviceState
-from autoshard.rl.observation import (DEVICE_FEATURES, GLOBAL_FEATURES, UNIT_FEATURES, Observation, Observations,
+from autoshard.planners.placement import Deadline, DeviceState, cost_bound
+from autoshard.rl.observation import (GLOBAL_FEATURES, UNIT_FEATURES, Observation, Observations, device_rows,
                                       first_lowest)
 from autoshard.types import CostModel
 
@@ -82,17 +82,11 @@ def observe_repair(devices: Sequence[DeviceState], step: Round, scale: float, ro
     context = np.zeros(len(GLOBAL_FEATURES) + len(UNIT_FEATURES), dtype=np.float32)
     context[0] = REPAIR_PROGRESS
     context[3], context[4], context[5] = current_max / scale, loads.mean() / scale, math.log2(n) / 7.0
-    out = np.zeros((len(rows), len(DEVICE_FEATURES)), dtype=np.float32)
-    out[:, 0] = 1.0
-    out[:, 1] = loads[rows] / scale
-    out[:, 2] = after[rows] / scale
-    out[:, 3] = out[:, 2] - out[:, 1]
-    out[:, 4] = (new_max[rows] - current_max) / scale
-    out[:, 5] = np.array([devices[d].memory_bytes for d in rows]) / capacity
-    out[:, 6] = np.clip(free[rows] / capacity, -1.0, 1.0)
-    out[:, 7] = np.array([len(devices[d].units) for d in rows]) / max(even, 1e-9)
-    out[:, 8] = ranks[rows] / max(n - 1, 1)
-    out[:, 9] = rows == step.changes[0].target
+    out = device_rows(loads[rows] / scale, after[rows] / scale, (new_max[rows] - current_max) / scale,
+                      np.array([devices[d].memory_bytes for d in rows]) / capacity,
+                      np.clip(free[rows] / capacity, -1.0, 1.0),
+                      np.array([len(devices[d].units) for d in rows]) / max(even, 1e-9), ranks[rows] / max(n - 1, 1),
+                      rows == step.changes[0].target)
     return Observation(context, out)
 
 
@@ -153,5 +147,4 @@ def follow_recorded(devices: list[DeviceState], rounds: Sequence[SearchRound], p
 
 def cost_scale(devices: Sequence[DeviceState]) -> float:
     """What the observation divides costs by: the placement's ``PlacementState.cost_bound``."""
-    costs = [u.cost for d in devices for u in d.units]
-    return max(sum(costs) / len(devices), max(costs, default=0.0), 1e-9)
+    return cost_bound([u for d in devices for u in d.units], len(devices))
