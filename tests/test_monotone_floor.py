@@ -4,7 +4,8 @@ the paths planners use (whole sets, running sets, edited sets, the placement sta
 import numpy as np
 import pytest
 
-from autoshard.planners.placement import PlacementState, candidates, packable
+from autoshard.planners.packing import packable
+from autoshard.planners.placement import PlacementState, candidates
 from autoshard.planners.units import Unit
 from autoshard.synthetic import PoolConfig, generate_pool
 from autoshard.planners import PLANNERS, PlannerContext, make_planner

@@ -12,7 +12,8 @@ from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.planners import (HEURISTICS, PLANNERS, CostGreedyPlanner, PlannerContext, ProxyCostModel, make_planner,
                                 plan_to_dict, plans_report, validate_plan)
 from autoshard.planners.local_search import improve
-from autoshard.planners.placement import DeviceState, additive_max, best_over_split_caps
+from autoshard.planners.placement import DeviceState
+from autoshard.planners.split_caps import additive_max, best_over_split_caps
 from autoshard.planners.proxies import lookup_proxy, size_lookup_proxy
 from autoshard.planners.report import best_plan_index
 from autoshard.planners.splitting import split_ways
@@ -594,7 +595,8 @@ def test_the_packing_lookahead_by_hand_devices_of_equal_room_alike_and_of_other_
 def test_the_packing_lookahead_checks_devices_of_equal_room_once_and_answers_for_each(sizes, devices, placed, slack):
     """``_first_fit_after`` runs first-fit decreasing once per distinct free room (devices with as
     much room left leave the same bins); each device's answer is still its own FFD's."""
-    from autoshard.planners.placement import PlacementState, packable_many
+    from autoshard.planners.packing import packable_many
+    from autoshard.planners.placement import PlacementState
 
     units = [Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s GiB each
              for i, s in enumerate(sorted(sizes, reverse=True))]
@@ -618,7 +620,7 @@ def test_the_packing_lookahead_checks_devices_of_equal_room_once_and_answers_for
 def test_packable_many_answers_as_plain_first_fit_decreasing(sizes, rows):
     """``packable_many`` (all rows at once, stopping a row once the rest provably fits, checked
     every ``SETTLED_EVERY`` items) answers as first-fit decreasing item by item, to the end."""
-    from autoshard.planners.placement import packable_many
+    from autoshard.planners.packing import packable_many
 
     def first_fit_decreasing(items, bins):
         bins = sorted(bins, reverse=True)

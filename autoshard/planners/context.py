@@ -23,7 +23,7 @@ over the heuristics hold from about 10% (predicted 10-20% lower: 0.906 measured;
 A search that keeps the lowest of many predictions finds where the model under-prices first
 (``benchmarks/departures_measured.py``, docs/rl.md "Departures from cost_greedy, measured").
 With column splits, the same margin decides whether a plan with split tables replaces the plan
-without (``placement.chosen_over_split``): a split plan predicted 0.07% lower measured 1.10x."""
+without (``split_caps.chosen_over_split``): a split plan predicted 0.07% lower measured 1.10x."""
 
 
 class PlannerKind(str, Enum):

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.local_search import SearchRound, improve
 from autoshard.planners.placement import (CANDIDATES, Deadline, DeviceState, PlacementState, assignment,
-                                          best_over_split_caps, build_plan, cheapest_after, place_workload,
-                                          split_units_at)
+                                          build_plan, cheapest_after, place_workload)
 from autoshard.planners.recording import RecordingChooser
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
+from autoshard.planners.split_caps import best_over_split_caps, split_units_at
 from autoshard.planners.units import Unit, model_costs
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 

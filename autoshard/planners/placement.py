@@ -1,11 +1,11 @@
 """Memory-aware placement shared by every planner: the steppable ``PlacementState`` (devices,
 running costs, memory, the feasibility mask), the greedy placement loop over it, and the final
-frozen ``ShardingPlan``. Greedy planners, local search and the RL environment all use it."""
+frozen ``ShardingPlan``. Greedy planners, local search and the RL environment all use it. Which
+split cap to plan is ``split_caps``'s; the packing lookahead's first-fit check is ``packing``'s."""
 
 from __future__ import annotations
 
 import bisect
-import heapq
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Sequence
@@ -15,6 +15,7 @@ import numpy as np
 from autoshard.costing import Accumulator, predict_nonempty
 from autoshard.errors import PlannerError
 from autoshard.planners.feasibility import check_feasible, no_room_error
+from autoshard.planners.packing import packable_many
 from autoshard.planners.splitting import split_units
 from autoshard.planners.units import CostFn, Unit
 from autoshard.types import CostModel, DevicePlan, ShardingPlan, Table, TableShard, Topology, Workload
@@ -407,6 +408,10 @@ def assignment(devices: Sequence[DeviceState]) -> Assignment:
     return tuple(tuple(u.name for u in d.units) for d in devices)
 
 
+def max_load(states: Sequence[DeviceState]) -> float:
+    return max(s.load for s in states)
+
+
 Chooser = Callable[[PlacementState, np.ndarray], int]
 """(the placement, indices of the devices allowed for its current unit) -> the device to take it."""
 
@@ -451,197 +456,9 @@ def place_workload(workload: Workload, topology: Topology, cost_fn: CostFn, allo
             limit, count = limit // 2, len(units)
 
 
-@dataclass(frozen=True, slots=True)
-class CapGroup:
-    """Split caps (None: no split) that split the tables alike: their units, and the max of
-    those units placed by their own costs (``additive_max``)."""
-
-    units: frozenset[Unit]
-    caps: tuple[int | None, ...]
-    additive: float
-
-
-def best_over_split_caps(topology: Topology, allow_split: bool, plan_at: Callable[[int | None], list[DeviceState]],
-                         units_at: Callable[[int | None], Sequence[Unit]], margin: float = 0.0,
-                         deadline: Deadline | None = None) -> list[DeviceState]:
-    """Without splitting, ``plan_at(None)``. With it, the plan without splits and, where
-    splitting could pay, the plan of the split cap (2, 4, ... D ways) whose units balance best
-    by their own costs; the plan with splits only if it is predicted more than ``margin``
-    below the one without (``chosen_over_split``).
-
-    Caps that split the tables alike (``units_at``, ``split_units_at``; only tables above the
-    average load split, into the fewest shards that bring them under it, no finer than their
-    widths allow) are one candidate (``CapGroup``). Placement depends only on its units, so a
-    cap of a group places as the group's first did, unless that one ran into a dead end and
-    retried with smaller shards (``place_workload``): then the next cap of the group is
-    planned too. The split candidate is planned only if its ``additive_max`` is more than
-    ``margin`` below the unsplit one's: the additive balance, found without the model, tells
-    where splitting could clear the margin (docs/planners.md). Without a plan that fits
-    unsplit, the split candidates are planned best first until one plans. A ``PlannerError``
-    is raised only if nothing plans. Past the ``deadline``, the plan without splits is kept."""
-    if not allow_split:
-        return plan_at(None)
-    whole, splits, error = _cap_groups(topology, units_at)
-    planned: list[list[DeviceState]] = []
-    if whole is not None:
-        found, error = _plan_group(whole, plan_at, error)
-        planned += found
-    if planned and deadline is not None and deadline.expired:
-        return chosen_over_split(planned, margin)
-    if planned:  # the best-balanced split candidate, where its balance could clear the margin
-        assert whole is not None
-        candidates = [g for g in splits if g.additive < (1 - margin) * whole.additive][:1]
-    else:  # nothing fits unsplit: the split candidates, best first, until one plans
-        candidates = splits
-    for group in candidates:
-        found, error = _plan_group(group, plan_at, error)
-        planned += found
-        if found:
-            break
-    if not planned:
-        assert error is not None
-        raise error
-    return chosen_over_split(planned, margin)
-
-
-def chosen_over_split(placements: Sequence[list[DeviceState]], margin: float) -> list[DeviceState]:
-    """Of placements of one task, the lowest-max one holding column shards if it is predicted
-    more than ``margin`` below the lowest-max one without (or there is none without); else
-    that one. Measured, plans chosen for smaller predicted gains were slower as often as not
-    (``DEPARTURE_MARGIN``): a split plan predicted 0.07% lower measured 1.10x (docs/planners.md)."""
-    whole = [p for p in placements if not _has_shards(p)]
-    split = [p for p in placements if _has_shards(p)]
-    best_whole = min(whole, key=max_load) if whole else None
-    best_split = min(split, key=max_load) if split else None
-    if best_whole is None or (best_split is not None and clearly_lower(best_split, best_whole, margin)):
-        assert best_split is not None
-        return best_split
-    return best_whole
-
-
-def clearly_lower(found: Sequence[DeviceState], than: Sequence[DeviceState], margin: float) -> bool:
-    """Whether ``found``'s max load is more than ``margin`` (a fraction) below ``than``'s: what a
-    plan other than the plain one must be predicted to be chosen (``DEPARTURE_MARGIN``)."""
-    return max_load(found) < (1 - margin) * max_load(than)
-
-
-def _has_shards(states: Sequence[DeviceState]) -> bool:
-    return any(u.shard.columns is not None for s in states for u in s.units)
-
-
-def max_load(states: Sequence[DeviceState]) -> float:
-    return max(s.load for s in states)
-
-
-def _plan_group(group: CapGroup, plan_at: Callable[[int | None], list[DeviceState]],
-                error: PlannerError | None) -> tuple[list[list[DeviceState]], PlannerError | None]:
-    """The group's placements: its first cap's, and the next one's while a cap retried with
-    smaller shards or failed; and the last ``PlannerError`` (``error`` if none)."""
-    found: list[list[DeviceState]] = []
-    for cap in group.caps:
-        try:
-            states = plan_at(cap)
-        except PlannerError as failed:
-            error = failed
-            continue
-        found.append(states)
-        if frozenset(u for s in states for u in s.units) == group.units:  # placed as split: so would the others
-            break
-    return found, error
-
-
-def _cap_groups(topology: Topology, units_at: Callable[[int | None], Sequence[Unit]],
-                ) -> tuple[CapGroup | None, list[CapGroup], PlannerError | None]:
-    """The group of no split (None if its units cannot fit), the other groups lowest
-    ``additive_max`` first (ties: fewer ways), and the error of a cap whose units cannot fit."""
-    caps: list[int | None] = [None, *(2**k for k in range(1, topology.num_devices.bit_length()))]
-    members: dict[frozenset[Unit], list[int | None]] = {}
-    first: dict[frozenset[Unit], int] = {}
-    error: PlannerError | None = None
-    for order, cap in enumerate(caps):
-        try:
-            units = frozenset(units_at(cap))
-        except PlannerError as failed:
-            error = failed
-            continue
-        first.setdefault(units, order)
-        members.setdefault(units, []).append(cap)
-    groups = [CapGroup(units, tuple(c), additive_max(list(units), topology.num_devices)) for units, c in members.items()]
-    whole = next((g for g in groups if g.caps[0] is None), None)
-    splits = sorted((g for g in groups if g is not whole), key=lambda g: (g.additive, first[g.units]))
-    return whole, splits, error
-
-
-def additive_max(units: Sequence[Unit], num_devices: int) -> float:
-    """The max device load of the units placed largest first, each on the least-loaded device
-    without another shard of its table, loads the sums of the units' own costs (memory
-    ignored): how well a split cap's units can balance, found without the set-level model."""
-    loads = [(0.0, d) for d in range(num_devices)]  # a heap of (load, device)
-    parents: list[set[str]] = [set() for _ in range(num_devices)]
-    for unit in by_cost(units):
-        passed = []
-        while loads and unit.parent in parents[loads[0][1]]:
-            passed.append(heapq.heappop(loads))
-        if loads:
-            load, device = heapq.heappop(loads)
-            parents[device].add(unit.parent)
-            heapq.heappush(loads, (load + unit.cost, device))
-        for entry in passed:
-            heapq.heappush(loads, entry)
-    return max(load for load, _ in loads)
-
-
-def split_units_at(workload: Workload, topology: Topology, cost_fn: CostFn) -> Callable[[int | None], list[Unit]]:
-    """The units that split cap k (None: no split) starts placement from (``place_workload``'s
-    first try, before any retry with smaller shards)."""
-    return lambda cap: prepare_units(workload, topology, cost_fn, cap is not None, max_ways=cap)
-
-
 def by_cost(units: Sequence[Unit]) -> list[Unit]:
     """Heaviest first; ties by name."""
     return sorted(units, key=lambda u: (-u.cost, u.name))
-
-
-def packable(sizes_desc: Sequence[int], free: Sequence[int]) -> bool:
-    """Whether items (sizes, largest first) fit into bins with ``free`` bytes, by first-fit
-    decreasing (``packable_many`` on one set of bins)."""
-    return bool(packable_many(sizes_desc, np.asarray(free, dtype=np.int64)[None, :])[0])
-
-
-SETTLED_EVERY = 8
-"""``packable_many`` checks whether a row has settled (the rest provably fits) every this many
-items: once true it stays true (placing x bytes lowers the room beyond the next, smaller item by
-at most x, and the total left by exactly x), so the answers are the same. Against every item,
-0.48x the time of the check (0.80x for keeping only the open rows' bins; the 994 checks of a
-1,000-table, 128-device placement with memory binding, replayed, a throwaway script)."""
-
-
-def packable_many(sizes_desc: Sequence[int], free: np.ndarray) -> np.ndarray:
-    """For each row of ``free`` (``[n, bins]`` bytes), whether the items (sizes, largest first)
-    fit by first-fit decreasing, all rows at once; a row stops early once the rest provably
-    fits (every bin's room beyond the current item adds up to the remaining total, so any-fit
-    cannot fail; checked every ``SETTLED_EVERY`` items)."""
-    bins = -np.sort(-np.asarray(free, dtype=np.int64), axis=1)  # each row's bins, largest first
-    fits_all = np.ones(len(bins), dtype=bool)
-    rows = np.arange(len(bins))  # the rows still open; ``bins`` holds theirs only
-    remaining = int(sum(sizes_desc))
-    for k, size in enumerate(sizes_desc):
-        if k % SETTLED_EVERY == 0:
-            unsettled = np.maximum(bins - size, 0).sum(axis=1) < remaining
-            if not unsettled.all():
-                bins, rows = bins[unsettled], rows[unsettled]
-        if not len(rows):
-            break
-        room = bins >= size
-        slot = room.argmax(axis=1)
-        at = np.arange(len(rows))
-        placed = room[at, slot]
-        if not placed.all():
-            fits_all[rows[~placed]] = False
-            bins, rows, slot, at = bins[placed], rows[placed], slot[placed], at[:int(placed.sum())]
-        bins[at, slot] -= size
-        remaining -= size
-    return fits_all
 
 
 def place(state: PlacementState, choose: Chooser, scope: int | None = None,

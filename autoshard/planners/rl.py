@@ -13,10 +13,10 @@ from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.cost_greedy import greedy_steps_key, searched_greedy
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import (CANDIDATES, Chooser, Deadline, DeviceState, PlacementState, assignment,
-                                          best_over_split_caps, build_plan, chosen_over_split, clearly_lower,
-                                          max_load, place_together, place_workload, split_units_at)
+                                          build_plan, max_load, place_together, place_workload)
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
+from autoshard.planners.split_caps import best_over_split_caps, chosen_over_split, clearly_lower, split_units_at
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.env import guarded_state, unit_cap
 from autoshard.rl.repair import follow_recorded, policy_repair

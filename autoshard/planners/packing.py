@@ -1,0 +1,50 @@
+"""Whether items fit into bins by first-fit decreasing: the packing lookahead of placement
+(``PlacementState``'s mask), for many sets of bins at once."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def packable(sizes_desc: Sequence[int], free: Sequence[int]) -> bool:
+    """Whether items (sizes, largest first) fit into bins with ``free`` bytes, by first-fit
+    decreasing (``packable_many`` on one set of bins)."""
+    return bool(packable_many(sizes_desc, np.asarray(free, dtype=np.int64)[None, :])[0])
+
+
+SETTLED_EVERY = 8
+"""``packable_many`` checks whether a row has settled (the rest provably fits) every this many
+items: once true it stays true (placing x bytes lowers the room beyond the next, smaller item by
+at most x, and the total left by exactly x), so the answers are the same. Against every item,
+0.48x the time of the check (0.80x for keeping only the open rows' bins; the 994 checks of a
+1,000-table, 128-device placement with memory binding, replayed, a throwaway script)."""
+
+
+def packable_many(sizes_desc: Sequence[int], free: np.ndarray) -> np.ndarray:
+    """For each row of ``free`` (``[n, bins]`` bytes), whether the items (sizes, largest first)
+    fit by first-fit decreasing, all rows at once; a row stops early once the rest provably
+    fits (every bin's room beyond the current item adds up to the remaining total, so any-fit
+    cannot fail; checked every ``SETTLED_EVERY`` items)."""
+    bins = -np.sort(-np.asarray(free, dtype=np.int64), axis=1)  # each row's bins, largest first
+    fits_all = np.ones(len(bins), dtype=bool)
+    rows = np.arange(len(bins))  # the rows still open; ``bins`` holds theirs only
+    remaining = int(sum(sizes_desc))
+    for k, size in enumerate(sizes_desc):
+        if k % SETTLED_EVERY == 0:
+            unsettled = np.maximum(bins - size, 0).sum(axis=1) < remaining
+            if not unsettled.all():
+                bins, rows = bins[unsettled], rows[unsettled]
+        if not len(rows):
+            break
+        room = bins >= size
+        slot = room.argmax(axis=1)
+        at = np.arange(len(rows))
+        placed = room[at, slot]
+        if not placed.all():
+            fits_all[rows[~placed]] = False
+            bins, rows, slot, at = bins[placed], rows[placed], slot[placed], at[:int(placed.sum())]
+        bins[at, slot] -= size
+        remaining -= size
+    return fits_all
