@@ -11,13 +11,24 @@ error were all that stood between prediction and measurement.
 
 from __future__ import annotations
 
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-DRAWS = 20_000
-"""Monte Carlo draws of every device's error (20,000: the expected max of an 8-device plan
-within about 0.1%)."""
+from autoshard.errors import InputError
+
+GRID = 256
+"""Steps of ``expected_max``'s integral: its answer is within (hi - lo) / (2 GRID) of the exact
+one by construction, [lo, hi] the range the max can take (0.2% of the max for errors spanning
++-0.5); on the shipped profile's errors, within 0.005% of the answer on 1,024 steps, at a quarter
+of the time (0.05 ms for 8 devices)."""
+
+DEVICE_ERRORS_FILE = "device_errors.json"
+"""A profile's measured device errors (``autoshard cost errors``), beside its cost model."""
 
 
 def device_errors(predicted: Sequence[float], measured: Sequence[float]) -> np.ndarray:
@@ -33,14 +44,66 @@ def centred(errors: np.ndarray) -> np.ndarray:
     return errors - np.median(errors) if len(errors) else errors
 
 
-def expected_max(predicted: Sequence[float], errors: np.ndarray, seed: int = 0, draws: int = DRAWS) -> float:
+def expected_max(predicted: Sequence[float], errors: Sequence[float] | np.ndarray) -> float:
     """E[max_d predicted_d exp(e_d)] over the devices that hold work, each e_d drawn
-    independently from ``errors`` (seeded: plans compared with one seed meet the same draws)."""
+    independently from ``errors`` (an empirical distribution), without sampling: the max's
+    distribution function is the product of the devices' own, and E[max] = lo + the integral
+    of 1 - F over [lo, hi], the range the max can take, by the trapezoid rule on ``GRID`` steps
+    (F rises along it, so its left and right sums bound the integral)."""
     costs = np.asarray(predicted, dtype=float)
     costs = costs[costs > 0]
     if not len(costs):
         return 0.0
-    if not len(errors):
+    factors = np.exp(np.sort(np.asarray(errors, dtype=float)))  # a device's cost is c_d times one of these
+    if not len(factors):
         return float(costs.max())
-    drawn = np.random.default_rng(seed).choice(errors, size=(draws, len(costs)))
-    return float((costs[None, :] * np.exp(drawn)).max(1).mean())
+    lo, hi = costs.max() * factors[0], costs.max() * factors[-1]
+    if hi <= lo:
+        return float(lo)
+    rivals = costs[costs * factors[-1] > lo]  # the others are below lo whatever their error
+    edges = np.linspace(lo, hi, GRID + 1)
+    below = np.searchsorted(factors, edges / rivals[:, None], side="right") / len(factors)  # each rival's F
+    rest = 1.0 - below.prod(axis=0)  # P(max > x) at each edge
+    return float(lo + (rest[:-1].sum() + rest[1:].sum()) / 2 * (hi - lo) / GRID)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceErrors:
+    """A cost model's errors on measured device sets of plans (centred log errors, one per set
+    and task, ``cost_model.relative_labels.centred_errors``), and the reports they came from:
+    what a plan's ``expected_max`` is computed under."""
+
+    errors: tuple[float, ...]
+    tasks: int
+    reports: tuple[str, ...]
+    array: np.ndarray = field(init=False, repr=False, compare=False)  # the errors, sorted, for ``expected_max``
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "array", np.sort(np.asarray(self.errors, dtype=float)))
+
+    @property
+    def spread(self) -> float:
+        """The errors' standard deviation (log scale: about the relative error of one set)."""
+        return float(np.std(self.errors))
+
+    def summary(self) -> dict[str, float | int]:
+        return {"sets": len(self.errors), "tasks": self.tasks, "spread": round(self.spread, 4)}
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps({**self.summary(), "reports": list(self.reports),
+                                    "errors": [round(e, 5) for e in self.errors]}, indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> DeviceErrors:
+        """``InputError`` naming the file for anything but a list of finite errors."""
+        fix = "make it again: `autoshard cost errors --model DIR --measured REPORTS`"
+        try:
+            data = json.loads(path.read_text())
+            errors = tuple(float(e) for e in data["errors"])
+            tasks, reports = int(data.get("tasks", 0)), tuple(str(r) for r in data.get("reports", ()))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
+            raise InputError("errors", f"unreadable device errors ({type(error).__name__}: {error})", fix,
+                             str(path)) from None
+        if not errors or not all(math.isfinite(e) for e in errors):
+            raise InputError("errors", "must be a non-empty list of finite numbers", fix, str(path))
+        return cls(errors, tasks, reports)

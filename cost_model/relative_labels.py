@@ -36,22 +36,11 @@ def relative_labels(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet
     """One ``Labelled`` per distinct set of ``measured`` (its non-empty sets measured above 0), its
     total the model's prediction times exp(the set's mean error relative to its task); forward and
     backward the model's, scaled alike."""
-    measured = [m for m in measured if m.device.tables and m.measured_ms > 0]
-    devices = {set_key(m.device): m.device for m in measured}
-    predicted: dict[SetKey, tuple[float, tuple[float, float, float]]] = {}
-    for batch in sorted({key[2] for key in devices}):
-        keys = [key for key in devices if key[2] == batch]
-        sets = [devices[key].tables for key in keys]
-        predicted.update(zip(keys, zip(model.predict_many(sets, batch), map(tuple, model.predict_detail_many(sets, batch)))))
-    in_run: dict[tuple[str, str], dict[SetKey, float]] = defaultdict(dict)  # (run, task) -> a set's log error, once
-    for m in measured:
-        key = set_key(m.device)
-        in_run[(m.run, key[0])][key] = math.log(m.measured_ms / predicted[key][0])
+    devices, predicted = _predicted(model, measured)
     errors: dict[SetKey, list[float]] = defaultdict(list)
-    for logs in in_run.values():
-        middle = statistics.median(logs.values())
+    for logs in _centred(measured, predicted).values():
         for key, error in logs.items():
-            errors[key].append(error - middle)
+            errors[key].append(error)
     labels = []
     for key, device in devices.items():
         total, (forward, backward, network_total) = predicted[key]
@@ -60,3 +49,40 @@ def relative_labels(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet
         labels.append(Labelled(device.tables, forward * scale, backward * scale, label, (label,), device.batch_size,
                                (device.member,)))
     return labels
+
+
+def centred_errors(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet]) -> dict[tuple[str, str], list[float]]:
+    """Per (run, task) of ``measured``: each distinct set's log(measured / the model's prediction)
+    less the median of those of the task's sets in that run (the run's drift and the host's
+    scale taken out), the model's error on where plans go (``autoshard.model_error``)."""
+    _, predicted = _predicted(model, measured)
+    return {task: list(logs.values()) for task, logs in _centred(measured, predicted).items()}
+
+
+Predicted = dict[SetKey, tuple[float, tuple[float, float, float]]]
+"""A set's predicted total, and its (forward, backward, the network's total) (``predict_detail_many``)."""
+
+
+def _predicted(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet]) -> tuple[dict[SetKey, DeviceSet], Predicted]:
+    """The distinct non-empty sets measured above 0, and the model's predictions of each."""
+    devices = {set_key(m.device): m.device for m in measured if m.device.tables and m.measured_ms > 0}
+    predicted: Predicted = {}
+    for batch in sorted({key[2] for key in devices}):
+        keys = [key for key in devices if key[2] == batch]
+        sets = [devices[key].tables for key in keys]
+        predicted.update(zip(keys, zip(model.predict_many(sets, batch), map(tuple, model.predict_detail_many(sets, batch)))))
+    return devices, predicted
+
+
+def _centred(measured: Sequence[MeasuredDeviceSet], predicted: Predicted) -> dict[tuple[str, str], dict[SetKey, float]]:
+    """(run, task) -> each of its sets' log error, once, less their median."""
+    in_run: dict[tuple[str, str], dict[SetKey, float]] = defaultdict(dict)
+    for m in measured:
+        key = set_key(m.device)
+        if key in predicted:
+            in_run[(m.run, key[0])][key] = math.log(m.measured_ms / predicted[key][0])
+    out = {}
+    for task, logs in in_run.items():
+        middle = statistics.median(logs.values())
+        out[task] = {key: error - middle for key, error in logs.items()}
+    return out

@@ -1,7 +1,8 @@
 """The models the service loaded at start-up, and what they make available.
 
 Every ``<model_dir>/<profile>/cost_model.pt`` is loaded (the profile is the folder's name), with
-the profile's all-to-all (``communication.json``) and RL policy (``policy.pt``) when present;
+the profile's all-to-all (``communication.json``), RL policy (``policy.pt``) and the model's
+measured device errors (``device_errors.json``) when present;
 ``<model_dir>/default`` names the default profile, as a symlink to a profile folder or a text
 file holding its name. A missing or corrupt file does not stop the service: it starts with the
 heuristics and says why it is degraded (unless ``fail_fast``). Request fields only ever select
@@ -19,6 +20,7 @@ from typing import Any
 
 from autoshard.communication import COMMUNICATION_FILE, CommunicationModel
 from autoshard.errors import InputError, ModelError
+from autoshard.model_error import DEVICE_ERRORS_FILE, DeviceErrors
 from autoshard.types import CostModel
 
 CHECKPOINT = "cost_model.pt"
@@ -40,6 +42,8 @@ class LoadedModel:
     policy: Any = None  # autoshard.rl.policy.DevicePolicy: the rl planners' policy, when one loaded
     policy_sha256: str | None = None
     policy_problem: str | None = None  # why the profile has no policy (missing or corrupt policy.pt)
+    device_errors: DeviceErrors | None = None  # the model's measured errors: plans' expected max (device_errors.json)
+    device_errors_problem: str | None = None  # why device_errors.json, which is there, did not load
 
 
 @dataclass
@@ -96,9 +100,10 @@ def _default_name(model_dir: Path) -> str | None:
 
 def load_profile(folder: Path, problems: list[str]) -> LoadedModel | None:
     """One profile folder's artifacts: the cost model (``None`` if it cannot load), and its
-    all-to-all and policy when present. What cannot load is appended to ``problems``; a missing
-    or corrupt policy leaves the rl planners unavailable, not the profile. The CLI and the
-    service both load profiles here."""
+    all-to-all, policy and measured device errors when present. What cannot load is appended to
+    ``problems``; a missing or corrupt policy leaves the rl planners unavailable, and corrupt
+    device errors the plans' expected max, not the profile. The CLI and the service both load
+    profiles here."""
     from cost_model.checkpoint import file_sha256, load_cost_model
 
     file = folder / CHECKPOINT
@@ -128,8 +133,15 @@ def load_profile(folder: Path, problems: list[str]) -> LoadedModel | None:
         policy_problem = f"{folder.name}/{POLICY_FILE} is missing"
         problems.append(f"profile {folder.name!r} has no {POLICY_FILE}: the rl planners are unavailable "
                         "(train one with `autoshard policy train`)")
+    device_errors, errors_problem = None, None
+    if (folder / DEVICE_ERRORS_FILE).exists():
+        try:
+            device_errors = DeviceErrors.load(folder / DEVICE_ERRORS_FILE)
+        except InputError as error:
+            errors_problem = f"profile {folder.name!r}: {error}; plans carry no expected max"
+            problems.append(errors_problem)
     return LoadedModel(folder.name, model, model.profile.to_dict(), sha, _metrics(folder, model.metrics, problems),
-                       communication, policy, policy_sha, policy_problem)
+                       communication, policy, policy_sha, policy_problem, device_errors, errors_problem)
 
 
 def load_models(model_dir: Path, default_profile: str | None = None) -> ModelStore:

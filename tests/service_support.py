@@ -25,20 +25,22 @@ def save_test_model(folder: Path, metrics: dict[str, Any] | None = None) -> Path
     return folder
 
 
-def copy_shipped_profile(folder: Path, policy: bool | bytes = True) -> Path:
+def copy_shipped_profile(folder: Path, policy: bool | bytes = True, device_errors: bool | bytes = True) -> Path:
     """The shipped profile's cost model (trained ranges: fp32, SGD) and all-to-all copied to
     ``folder/<profile>/``, with its trained policy (``policy=True``), without one (``False``), or
-    with these bytes as ``policy.pt`` (a corrupt policy); returns ``folder``."""
+    with these bytes as ``policy.pt`` (a corrupt policy); its measured device errors alike;
+    returns ``folder``."""
     import shutil
 
     target = folder / SHIPPED_PROFILE.name
     target.mkdir(parents=True, exist_ok=True)
     for name in ("cost_model.pt", "communication.json"):
         shutil.copyfile(SHIPPED_PROFILE / name, target / name)
-    if policy is True:
-        shutil.copyfile(SHIPPED_PROFILE / "policy.pt", target / "policy.pt")
-    elif policy:
-        (target / "policy.pt").write_bytes(policy)
+    for name, wanted in (("policy.pt", policy), ("device_errors.json", device_errors)):
+        if wanted is True:
+            shutil.copyfile(SHIPPED_PROFILE / name, target / name)
+        elif wanted:
+            (target / name).write_bytes(wanted)
     return folder
 
 

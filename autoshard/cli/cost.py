@@ -74,12 +74,10 @@ def adapt_cmd(
     import shutil
 
     from autoshard.measured_reports import measured_device_sets
-    from cost_model.checkpoint import CHECKPOINT_NAME, load_cost_model, trace_sources
+    from cost_model.checkpoint import load_cost_model, trace_sources
     from cost_model.relative_labels import relative_labels
 
-    folder = model.parent if model.name == CHECKPOINT_NAME else model
-    if not (folder / CHECKPOINT_NAME).is_file():
-        raise InputError("--model", f"no {CHECKPOINT_NAME} in {folder}", "pass a profile folder, e.g. data/models/default")
+    folder = profile_folder(model)
     if out.resolve() == folder.resolve():
         raise InputError("--out", f"{out} is the profile being adapted; adapting would overwrite it",
                          "pass a new folder, e.g. data/models/<this machine's profile id>")
@@ -106,6 +104,57 @@ def adapt_cmd(
             hint = f" (the base's all-to-all: measure this machine's with `autoshard bench comm --out {out}`)"
             console.print(f"copied {name} from {folder}{hint if name == 'communication.json' else ''}", highlight=False)
     console.print(f"adapted the cost model of {base.profile.id} to {metrics['profile']['id']} in {out}", highlight=False)
+
+
+MIN_ERROR_SETS = 20  # fewer measured sets say little about the tails of the model's error
+
+
+@app.command("errors")
+@friendly_errors
+def errors_cmd(
+    model: Annotated[Path, typer.Option(help="The profile folder: device_errors.json is written there.")],
+    measured: Annotated[list[Path], typer.Option(
+        metavar="<path>", help="Measured evaluations of plans on the profile's hardware (`autoshard evaluate "
+                               "--measure --json --out DIR`: DIR or a report.json; repeat it for more runs).")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Record the cost model's error on measured device sets of plans (log(measured / predicted), its
+    prediction made now, centred per task and run), from which `autoshard plan` and the service report
+    each plan's expected max (docs/evaluation.md, "Why predicted gains measure smaller")."""
+    import numpy as np
+
+    from autoshard.measured_reports import measured_device_sets, report_paths
+    from autoshard.model_error import DEVICE_ERRORS_FILE, DeviceErrors
+    from cost_model.checkpoint import load_cost_model
+    from cost_model.relative_labels import centred_errors
+
+    folder = profile_folder(model)
+    per_task = centred_errors(load_cost_model(folder), measured_device_sets(measured))
+    errors = tuple(e for task in per_task.values() for e in task)
+    if len(errors) < MIN_ERROR_SETS:
+        raise InputError("--measured", f"{len(errors)} measured device sets: too few to describe the model's error "
+                         f"(at least {MIN_ERROR_SETS})", "measure more tasks (`autoshard evaluate SUITE --measure`)")
+    found = DeviceErrors(errors, len({task for _, task in per_task}), tuple(str(p) for p in report_paths(measured)))
+    found.save(folder / DEVICE_ERRORS_FILE)
+    summary = {**found.summary(), "file": str(folder / DEVICE_ERRORS_FILE),
+               "quantiles": dict(zip(("p5", "p25", "p50", "p75", "p95"),
+                                     (round(float(q), 4) for q in np.quantile(errors, [0.05, 0.25, 0.5, 0.75, 0.95]))))}
+    if json_out:
+        print_json(summary)
+    else:
+        console.print(f"{summary['sets']} device sets of {summary['tasks']} tasks: the model's error spreads "
+                      f"{summary['spread']:.1%} (log scale; 5-95%: {summary['quantiles']['p5']:+.3f} .. "
+                      f"{summary['quantiles']['p95']:+.3f}) -> {summary['file']}", highlight=False)
+
+
+def profile_folder(model: Path) -> Path:
+    """The profile folder ``--model`` names (a folder, or its cost_model.pt); ``InputError`` without a model."""
+    from cost_model.checkpoint import CHECKPOINT_NAME
+
+    folder = model.parent if model.name == CHECKPOINT_NAME else model
+    if not (folder / CHECKPOINT_NAME).is_file():
+        raise InputError("--model", f"no {CHECKPOINT_NAME} in {folder}", "pass a profile folder, e.g. data/models/default")
+    return folder
 
 
 def read_all(paths: list[Path]):
@@ -242,10 +291,7 @@ def add_ranges_cmd(
     inputs it cannot answer and warns on extrapolation; weights and predictions are unchanged."""
     from cost_model.checkpoint import CHECKPOINT_NAME, add_trained_ranges
 
-    folder = model.parent if model.name == CHECKPOINT_NAME else model
-    if not (folder / CHECKPOINT_NAME).is_file():
-        raise InputError("--model", f"no {CHECKPOINT_NAME} in {folder}",
-                         "pass the folder `autoshard cost train --out` wrote")
+    folder = profile_folder(model)
     for path in traces:
         if not path.is_file():
             raise InputError("--traces", f"no trace file at {path}", "pass the traces the model was trained on")

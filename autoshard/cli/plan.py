@@ -60,6 +60,8 @@ def plan_cmd(
     if why_no_model:  # on stderr, so it does not mix into --json
         console.print(f"[yellow]note:[/yellow] {why_no_model}; cost_greedy needs a model (so do rl and rl+refine), "
                       "and costs below are a proxy (dim x pooling), not milliseconds", highlight=False)
+    if profile and profile.device_errors_problem:
+        console.print(f"[yellow]note:[/yellow] {profile.device_errors_problem}", highlight=False)
     try:
         warnings = cost_model.check_workload(loaded, None) if cost_model is not None else ()
     except InputError as error:  # a table the model cannot answer: say which file holds it
@@ -78,7 +80,8 @@ def plan_cmd(
         raise result.errors[0] if result.errors else PlannerError(
             PlannerErrorKind.UNAVAILABLE, "no planner could run", ("see the skipped planners",))
     plans = list(result.plans)
-    report = plans_report(loaded, topology, plans, skipped, "ms" if cost_model else PROXY_UNIT)
+    report = plans_report(loaded, topology, plans, skipped, "ms" if cost_model else PROXY_UNIT,
+                          profile.device_errors if profile else None)
     report["warnings"] = list(warnings)
     report["profile"] = profile.profile if profile else None  # which device's costs these are (as the service says)
     best = next(p for p, r in zip(plans, report["plans"]) if r["best"])
@@ -143,7 +146,9 @@ def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
     unit = "ms" if report["cost_unit"] == "ms" else "proxy"
     table = RichTable(title=f"{workload.name}: {len(workload.tables)} tables on {topology.num_devices} "
                             f"x {topology.device_memory_gb:g} GiB")
-    for column in ("planner", f"max cost ({unit})", "imbalance", "plan time (s)", "best"):
+    errors = report.get("model_error")
+    for column in ("planner", f"max cost ({unit})", *(("expected max (ms)",) if errors else ()), "imbalance",
+                   "plan time (s)", "best"):
         table.add_column(column)
     lowest = min((plan["max_cost_ms"] for plan in report["plans"]), default=0.0)
     marks = ["*" if plan["best"] else "=" if plan["max_cost_ms"] <= lowest * (1 + TIE) else ""
@@ -151,10 +156,15 @@ def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
     for plan, mark in zip(report["plans"], marks):
         reused = f" (+{plan['reused_s']:.3g} shared)" if plan["reused_s"] else ""
         partial = " partial" if plan["partial"] else ""
-        table.add_row(plan["planner"], f"{plan['max_cost_ms']:.4g}", f"{plan['imbalance']:.1%}",
+        expected = (f"{plan['expected_max_ms']:.4g}",) if errors else ()
+        table.add_row(plan["planner"], f"{plan['max_cost_ms']:.4g}", *expected, f"{plan['imbalance']:.1%}",
                       f"{plan['plan_time_s']:.3g}{reused}{partial}", mark)
     out = Console()
     out.print(table)
+    if errors:
+        out.print(f"expected max: what the profile's measured error on each device ({errors['sets']} device sets of "
+                  f"{errors['tasks']} measured tasks, spread {errors['spread']:.1%}) leads to expect of the max; a lead "
+                  "that shrinks there is partly the model's error (docs/evaluation.md)", highlight=False)
     if any(plan["partial"] for plan in report["plans"]):
         out.print("partial: the planner's time budget (--time-budget) ran out; its best plan so far", highlight=False)
     if "=" in marks:

@@ -220,7 +220,8 @@ def _response(workload: Workload, topology: Topology, outcome: PlanningOutcome,
     """``plans_report`` (shared with the CLI), plus structured shards, the TorchRec exports, the
     best planner and its improvement over each heuristic, and the time-budget flags."""
     plans = outcome.plans
-    report = plans_report(workload, topology, plans, outcome.skipped, "ms" if model else PROXY_UNIT)
+    report = plans_report(workload, topology, plans, outcome.skipped, "ms" if model else PROXY_UNIT,
+                          model.device_errors if model else None)
     for plan, entry in zip(plans, report["plans"]):
         for device, out in zip(plan.devices, entry["devices"]):
             out["shards"] = [{"table": s.table.name, "column_offset": s.column_offset, "columns": s.width}

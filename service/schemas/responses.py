@@ -38,6 +38,10 @@ class TorchRecTableOut(BaseModel):
 class PlanOut(BaseModel):
     planner: str
     max_cost_ms: float = Field(description="The plan's cost: the max over devices.")
+    expected_max_ms: float | None = Field(
+        None, description="The max that the profile's measured device errors (model_error) lead to expect: each "
+                          "device's cost times exp(an error drawn from them), independently; the max's mean. "
+                          "Above max_cost_ms the more devices sit near the max. Null without measured errors.")
     imbalance: float = Field(description="max / mean device cost - 1 (0 = balanced).")
     plan_time_s: float
     reused_s: float = Field(0.0, description="Planning time of placements this planner took from the request's other "
@@ -47,6 +51,14 @@ class PlanOut(BaseModel):
     devices: list[DeviceOut]
     torchrec: dict[str, TorchRecTableOut] | None = Field(
         None, description="With ?format=torchrec: per table, its TorchRec sharding (ParameterConstraints / plan).")
+
+
+class ModelErrorOut(BaseModel):
+    """The profile's measured device errors (``device_errors.json``, ``autoshard cost errors``)."""
+
+    sets: int = Field(description="Measured device sets of plans the errors come from.")
+    tasks: int = Field(description="Tasks those plans planned.")
+    spread: float = Field(description="Standard deviation of log(measured / predicted), centred per task.")
 
 
 class WorkloadSummary(BaseModel):
@@ -70,7 +82,9 @@ PLAN_EXAMPLE: dict[str, Any] = {
     "workload": {"name": "example", "tables": 2, "batch_size": 2048, "memory_bytes": 2_052_000_000},
     "topology": {"num_devices": 2, "device_memory_gb": 4.0},
     "cost_unit": "ms", "profile": "cpu-example-fbgemm_tbe-t1",
-    "plans": [{"planner": "cost_greedy", "max_cost_ms": 3.1, "imbalance": 0.02, "plan_time_s": 0.004,
+    "model_error": {"sets": 412, "tasks": 11, "spread": 0.094},
+    "plans": [{"planner": "cost_greedy", "max_cost_ms": 3.1, "expected_max_ms": 3.32, "imbalance": 0.02,
+               "plan_time_s": 0.004,
                "best": True, "torchrec": None,
                "devices": [{"tables": ["user_id"], "cost_ms": 3.1, "memory_bytes": 2_048_000_000,
                             "shards": [{"table": "user_id", "column_offset": 0, "columns": 128}]},
@@ -90,6 +104,9 @@ class PlanResponse(BaseModel):
     topology: TopologyOut
     cost_unit: str = Field(description="'ms' with a cost model; otherwise a proxy unit.")
     profile: str | None = Field(description="The cost model profile that scored every plan.")
+    model_error: ModelErrorOut | None = Field(
+        None, description="The profile's measured device errors that expected_max_ms is computed under; null "
+                          "when the profile has none.")
     plans: list[PlanOut]
     best: str = Field(description="The planner with the lowest max cost (of plans tied on it, the one whose "
                                   "next costliest devices are lowest).")
