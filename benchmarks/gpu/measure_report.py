@@ -17,6 +17,9 @@ round, with its 95% interval and verdict, beside the predicted ratio; and the ge
         --out docs/figures/gpu_h200/summary.json
 
 With ``--model`` (and the report), also the model's error on every distinct device set measured.
+``--merged PATH`` (with ``--summary`` and the report) writes the report with each plan's measured
+devices in it, as ``evaluate --measure --json`` writes one, so that ``autoshard cost errors --model
+data/models/cuda-nvidia-h200-embedding_bag-t1 --measured PATH`` records the profile's device errors.
 """
 
 from __future__ import annotations
@@ -102,6 +105,14 @@ def summary(measured: dict, report: dict) -> dict:
             "rounds": measured.get("rounds"), "rows": rows, "by_planner": means}
 
 
+def merged(measured: dict, report: dict) -> dict:
+    """``report`` with each plan's measured device costs (``measured_device_ms``) from ``measured``."""
+    rows = {(t["task"], p["planner"]): p["measured_device_ms"] for t in measured["tasks"] for p in t["planners"]}
+    return {**report, "tasks": [{**task, "planners": [{**row, "measured_device_ms": rows.get((task["task"], row["planner"]))}
+                                                      for row in task["planners"]]}
+                                for task in report["tasks"]]}
+
+
 def device_errors(measured: dict, report: dict, model_dir: Path) -> dict:
     """The model's error on every distinct device set the run measured (each once per task):
     MAPE, the median of measured / predicted, and the spread within a task (MAD sigma of the log
@@ -138,6 +149,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--row-cap-mb", type=int, default=128)
     parser.add_argument("--seconds", type=float, default=1e9)
+    parser.add_argument("--merged", type=Path, help="With --summary and the report: write the report with the "
+                                                    "measured devices in it (for `autoshard cost errors`).")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.summary:
@@ -150,6 +163,8 @@ def main() -> None:
             print(json.dumps(found["device_errors"]))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(found, indent=1) + "\n")
+        if args.merged:
+            args.merged.write_text(json.dumps(merged(measured, report)) + "\n")
         return
     from cost_model.bench import BenchConfig
     from cost_model.measure_plan import measure_plans
