@@ -56,7 +56,8 @@ def main() -> None:
     for name, values in sides.items():
         q = statistics.quantiles(values, n=4)
         print(f"{name:>8} device errors: {statistics.median(values):.3f} ms a request [{q[0]:.3f}, {q[2]:.3f}]")
-    print(f"difference of the medians: {statistics.median(sides['with']) - statistics.median(sides['without']):+.3f} ms")
+    difference = statistics.median(sides["with"]) - statistics.median(sides["without"])
+    print(f"difference of the medians: {difference:+.3f} ms")
 
 
 if __name__ == "__main__":

@@ -63,14 +63,16 @@ Predicted = dict[SetKey, tuple[float, tuple[float, float, float]]]
 """A set's predicted total, and its (forward, backward, the network's total) (``predict_detail_many``)."""
 
 
-def _predicted(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet]) -> tuple[dict[SetKey, DeviceSet], Predicted]:
+def _predicted(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet],
+               ) -> tuple[dict[SetKey, DeviceSet], Predicted]:
     """The distinct non-empty sets measured above 0, and the model's predictions of each."""
     devices = {set_key(m.device): m.device for m in measured if m.device.tables and m.measured_ms > 0}
     predicted: Predicted = {}
     for batch in sorted({key[2] for key in devices}):
         keys = [key for key in devices if key[2] == batch]
         sets = [devices[key].tables for key in keys]
-        predicted.update(zip(keys, zip(model.predict_many(sets, batch), map(tuple, model.predict_detail_many(sets, batch)))))
+        details = map(tuple, model.predict_detail_many(sets, batch))
+        predicted.update(zip(keys, zip(model.predict_many(sets, batch), details)))
     return devices, predicted
 
 

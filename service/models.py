@@ -44,6 +44,7 @@ class LoadedModel:
     policy_problem: str | None = None  # why the profile has no policy (missing or corrupt policy.pt)
     device_errors: DeviceErrors | None = None  # the model's measured errors: plans' expected max (device_errors.json)
     device_errors_problem: str | None = None  # why device_errors.json, which is there, did not load
+    device_errors_sha256: str | None = None
 
 
 @dataclass
@@ -133,15 +134,16 @@ def load_profile(folder: Path, problems: list[str]) -> LoadedModel | None:
         policy_problem = f"{folder.name}/{POLICY_FILE} is missing"
         problems.append(f"profile {folder.name!r} has no {POLICY_FILE}: the rl planners are unavailable "
                         "(train one with `autoshard policy train`)")
-    device_errors, errors_problem = None, None
-    if (folder / DEVICE_ERRORS_FILE).exists():
+    device_errors, errors_problem, errors_sha = None, None, None
+    errors_file = folder / DEVICE_ERRORS_FILE
+    if errors_file.exists():
         try:
-            device_errors = DeviceErrors.load(folder / DEVICE_ERRORS_FILE)
-        except InputError as error:
+            device_errors, errors_sha = DeviceErrors.load(errors_file), file_sha256(errors_file)
+        except (InputError, OSError) as error:
             errors_problem = f"profile {folder.name!r}: {error}; plans carry no expected max"
             problems.append(errors_problem)
     return LoadedModel(folder.name, model, model.profile.to_dict(), sha, _metrics(folder, model.metrics, problems),
-                       communication, policy, policy_sha, policy_problem, device_errors, errors_problem)
+                       communication, policy, policy_sha, policy_problem, device_errors, errors_problem, errors_sha)
 
 
 def load_models(model_dir: Path, default_profile: str | None = None) -> ModelStore:

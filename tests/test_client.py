@@ -21,7 +21,7 @@ TOKEN = "launcher-token"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    served = ServedProcess(copy_shipped_profile(tmp_path_factory.mktemp("models")),  # cost model, all-to-all, policy
+    served = ServedProcess(copy_shipped_profile(tmp_path_factory.mktemp("models")),  # model, all-to-all, policy, errors
                            env={"AUTOSHARD_API_TOKEN": TOKEN})
     yield served
     code = served.stop()
@@ -56,7 +56,8 @@ def test_the_rl_planners_and_the_extrapolation_warnings(client):
     planners = {p["name"]: p for p in client.planners()["planners"]}
     assert planners["rl"]["kind"] == planners["rl+refine"]["kind"] == "policy"
     assert planners["rl"]["default"] and "policy.pt" in planners["rl"]["policy"]
-    assert {a["kind"] for a in client.profiles()["profiles"][0]["artifacts"]} == {"cost_model", "policy"}
+    kinds = {a["kind"] for a in client.profiles()["profiles"][0]["artifacts"]}
+    assert kinds == {"cost_model", "policy", "device_errors"}
     tables = [Table("user", 100_000, 64, 1.0), Table("deep", 300_000_000, 4, 1.0), Table("ctx", 100, 8)]
     result = client.plan(tables, Topology(2, 16), ["rl", "rl+refine"])
     assert list(result.plans) == ["rl", "rl+refine"]

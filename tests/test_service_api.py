@@ -289,7 +289,7 @@ def test_without_a_usable_policy_rl_is_503_and_everything_else_serves(tmp_path, 
             assert "policy" in planners[name]["reason"]
         assert planners["cost_greedy"]["available"]
         [profile] = c.get("/v1/profiles").json()["profiles"]
-        assert [a["kind"] for a in profile["artifacts"]] == ["cost_model"]
+        assert [a["kind"] for a in profile["artifacts"]] == ["cost_model", "device_errors"]
 
         report = c.post("/v1/plans", json=body)
         assert report.status_code == 200, report.text
@@ -411,7 +411,7 @@ def test_planners_and_profiles_describe_what_is_loaded(client, model_dir):
     [profile] = profiles.profiles
     assert profile.profile == folder.name == planners.default_profile and profile.default
     assert profile.device["device_type"] == "cpu" and profile.device["id"] == folder.name
-    model, policy = profile.artifacts
+    model, policy, errors = profile.artifacts
     assert (model.kind, model.file) == ("cost_model", f"{folder.name}/cost_model.pt")
     assert model.sha256 == file_sha256(folder / "cost_model.pt")
     assert model.metrics["test_mape"] == 0.15 and "evaluation" in model.metrics  # metrics.json + the checkpoint's
@@ -421,6 +421,8 @@ def test_planners_and_profiles_describe_what_is_loaded(client, model_dir):
     shipped = DevicePolicy.load(folder / "policy.pt").info  # the shipped one is the clone of greedy, at step 0
     assert policy.sha256 == file_sha256(folder / "policy.pt")
     assert (policy.metrics["steps"], policy.metrics["command"]) == (shipped.steps, shipped.command)
+    assert (errors.kind, errors.file) == ("device_errors", f"{folder.name}/device_errors.json")
+    assert errors.sha256 == file_sha256(folder / "device_errors.json") and errors.metrics["sets"] > 100
     assert profiles.problems == []
 
 

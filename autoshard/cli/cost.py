@@ -153,7 +153,8 @@ def profile_folder(model: Path) -> Path:
 
     folder = model.parent if model.name == CHECKPOINT_NAME else model
     if not (folder / CHECKPOINT_NAME).is_file():
-        raise InputError("--model", f"no {CHECKPOINT_NAME} in {folder}", "pass a profile folder, e.g. data/models/default")
+        raise InputError("--model", f"no {CHECKPOINT_NAME} in {folder}",
+                         "pass a profile folder, e.g. data/models/default")
     return folder
 
 

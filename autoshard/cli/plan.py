@@ -162,9 +162,9 @@ def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
     out = Console()
     out.print(table)
     if errors:
-        out.print(f"expected max: what the profile's measured error on each device ({errors['sets']} device sets of "
-                  f"{errors['tasks']} measured tasks, spread {errors['spread']:.1%}) leads to expect of the max; a lead "
-                  "that shrinks there is partly the model's error (docs/evaluation.md)", highlight=False)
+        out.print(f"expected max: what the profile's measured error on each device ({errors['sets']} device sets "
+                  f"of {errors['tasks']} measured tasks, spread {errors['spread']:.1%}) leads to expect of the max; "
+                  "a lead that shrinks there is partly the model's error (docs/evaluation.md)", highlight=False)
     if any(plan["partial"] for plan in report["plans"]):
         out.print("partial: the planner's time budget (--time-budget) ran out; its best plan so far", highlight=False)
     if "=" in marks:

@@ -20,7 +20,8 @@ def plan_to_dict(plan: ShardingPlan, best: bool = False, device_errors: DeviceEr
     what the model's measured error on each device leads to expect of the max), else None."""
     expected = expected_max([d.cost_ms for d in plan.devices], device_errors.array) if device_errors else None
     out = {"planner": plan.planner, "max_cost_ms": plan.max_cost_ms, "expected_max_ms": expected,
-           "imbalance": plan.imbalance, "plan_time_s": plan.plan_time_s, "reused_s": plan.reused_s, "best": best, "partial": plan.partial,
+           "imbalance": plan.imbalance, "plan_time_s": plan.plan_time_s, "reused_s": plan.reused_s, "best": best,
+           "partial": plan.partial,
            "devices": [{"tables": [shard_label(s) for s in d.shards], "cost_ms": d.cost_ms,
                         "memory_bytes": d.memory_bytes} for d in plan.devices]}
     if plan.own_estimate_ms:  # e.g. TorchRec's perf model, next to ours

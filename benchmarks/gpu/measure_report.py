@@ -108,9 +108,10 @@ def summary(measured: dict, report: dict) -> dict:
 def merged(measured: dict, report: dict) -> dict:
     """``report`` with each plan's measured device costs (``measured_device_ms``) from ``measured``."""
     rows = {(t["task"], p["planner"]): p["measured_device_ms"] for t in measured["tasks"] for p in t["planners"]}
-    return {**report, "tasks": [{**task, "planners": [{**row, "measured_device_ms": rows.get((task["task"], row["planner"]))}
-                                                      for row in task["planners"]]}
-                                for task in report["tasks"]]}
+    return {**report, "tasks": [
+        {**task, "planners": [{**row, "measured_device_ms": rows.get((task["task"], row["planner"]))}
+                              for row in task["planners"]]}
+        for task in report["tasks"]]}
 
 
 def device_errors(measured: dict, report: dict, model_dir: Path) -> dict:

@@ -1,5 +1,5 @@
-"""GET /v1/profiles: the loaded cost models and RL policies per device profile, with
-their training metrics and file hashes."""
+"""GET /v1/profiles: the loaded cost models, RL policies and measured device errors per device
+profile, with their training metrics (or summary) and file hashes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import asdict
 from fastapi import APIRouter
 
 from service.deps import StateDep
+from autoshard.model_error import DEVICE_ERRORS_FILE
 from service.models import CHECKPOINT, POLICY_FILE
 from service.schemas.responses import ArtifactOut, ErrorResponse, ProfileOut, ProfilesResponse
 
@@ -25,6 +26,11 @@ async def list_profiles(state: StateDep) -> ProfilesResponse:
                                                     sha256=m.sha256, metrics=m.metrics),
                                         *([ArtifactOut(kind="policy", file=f"{m.profile}/{POLICY_FILE}",
                                                        sha256=m.policy_sha256, metrics=asdict(m.policy.info))]
-                                          if m.policy is not None and m.policy_sha256 else [])])
+                                          if m.policy is not None and m.policy_sha256 else []),
+                                        *([ArtifactOut(kind="device_errors", file=f"{m.profile}/{DEVICE_ERRORS_FILE}",
+                                                       sha256=m.device_errors_sha256,
+                                                       metrics={**m.device_errors.summary(),
+                                                                "reports": list(m.device_errors.reports)})]
+                                          if m.device_errors is not None and m.device_errors_sha256 else [])])
                   for m in store.models.values()],
         problems=list(store.problems))

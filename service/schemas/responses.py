@@ -124,12 +124,13 @@ class PlanResponse(BaseModel):
 
 
 class ArtifactOut(BaseModel):
-    """A loaded model file: a cost model or an RL policy."""
+    """A loaded model file: a cost model, an RL policy, or the model's measured device errors."""
 
-    kind: Literal["cost_model", "policy"]
+    kind: Literal["cost_model", "policy", "device_errors"]
     file: str
     sha256: str
-    metrics: dict[str, Any] = Field(description="Training metrics stored with it (and metrics.json).")
+    metrics: dict[str, Any] = Field(description="Training metrics stored with it (and metrics.json); for device "
+                                                "errors, their summary and the reports they came from.")
 
 
 class ProfileOut(BaseModel):
