@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autoshard.cli import app
+from autoshard.cli.support import DEFAULT_MODEL
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.errors import InputError
 from autoshard.evaluation import (Task, TaskResult, against_best_heuristic, against_held_out_heuristic, evaluate_task,
@@ -262,6 +263,8 @@ def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_
                                        "--out", str(tmp_path / "out"), "--resume"])
     assert resumed.exit_code == 0, resumed.output
     assert "tiny: taken from the unfinished run" in resumed.output
+    hint = f"autoshard cost errors --model {DEFAULT_MODEL} --measured {tmp_path / 'out' / 's'}"
+    assert "".join(hint.split()) in "".join(resumed.output.split())  # how to record the model's error on these plans
     again = json.loads(path.read_text())
     assert again["complete"] is True and [t["task"] for t in again["tasks"]] == ["tiny", "tiny_again"]
     assert again["tasks"][0]["planners"] == report["tasks"][0]["planners"]  # its plans and rounds, as they were

@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP, console, ensure_malloc_settings,
-                                   friendly_errors, load_profile_or_none, one_thread, planner_names, plans_measurer,
-                                   plans_verifier, print_json, verification_measures)
+from autoshard.cli.support import (DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP, console,
+                                   ensure_malloc_settings, friendly_errors, load_profile_or_none, one_thread,
+                                   planner_names, plans_measurer, plans_verifier, print_json, verification_measures)
 from autoshard.errors import InputError
 
 
@@ -134,6 +134,9 @@ def evaluate_cmd(
     _write_report(report, out / name)
     if json_out:
         print_json(report)
+    elif measure and profile is not None:
+        console.print(f"the model's error on these plans, for the expected max of every plan it makes: `autoshard "
+                      f"cost errors --model {model or DEFAULT_MODEL} --measured {out / name}`", highlight=False)
 
 
 def _write_report(report: dict, folder: Path) -> None:
