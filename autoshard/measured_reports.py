@@ -46,6 +46,14 @@ def measured_device_sets(paths: list[Path]) -> list[MeasuredDeviceSet]:
     return [m for path in report_paths(paths) for m in _report_sets(read_json_file(path, OPTION), str(path))]
 
 
+def measured_on(path: Path) -> tuple[str | None, str | None]:
+    """(device name, CPU) of the machine a report's plans were measured on, as its drift check
+    recorded them (``machine_drift``; None where the report does not say)."""
+    report = read_json_file(path, OPTION)
+    before = ((report.get("machine_drift") or {}).get("before") or {}) if isinstance(report, dict) else {}
+    return before.get("this_device"), before.get("this_cpu")
+
+
 def _report_sets(report: Any, run: str) -> list[MeasuredDeviceSet]:
     tasks = report.get("tasks") if isinstance(report, dict) else None
     if not isinstance(tasks, list):

@@ -73,11 +73,16 @@ def test_cost_errors_refuses_bad_input_by_name(tmp_path):
     (tmp_path / "one" / "x").mkdir(parents=True)
     (tmp_path / "one" / "x" / "report.json").write_text(json.dumps(one_plan))
     cases.append((["--model", str(profile), "--measured", str(tmp_path / "one")], "too few"))
+    other = tmp_path / "f25m17"  # a profile of another host (family 25 model 17) than the reports' (model 1)
+    other.mkdir()
+    shutil.copyfile(ROOT / "data" / "models" / "cpu-amd-epyc-f25m17-fbgemm_tbe-t1" / "cost_model.pt",
+                    other / "cost_model.pt")
+    cases.append((["--model", str(other), "--measured", str(MEASURED)], "family 25 model 1, not on the profile's"))
     for args, says in cases:
         run = runner.invoke(app, ["cost", "errors", *args])
-        assert run.exit_code == 2 and says in run.output, (args, run.output)
+        assert run.exit_code == 2 and says in " ".join(run.output.split()), (args, run.output)
         assert "Traceback" not in run.output
-    assert not (profile / DEVICE_ERRORS_FILE).exists()
+    assert not (profile / DEVICE_ERRORS_FILE).exists() and not (other / DEVICE_ERRORS_FILE).exists()
 
 
 @pytest.mark.parametrize("errors", [True, b"{not json", False], ids=["shipped", "corrupt", "missing"])

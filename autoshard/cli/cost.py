@@ -123,13 +123,21 @@ def errors_cmd(
     each plan's expected max (docs/evaluation.md, "Why predicted gains measure smaller")."""
     import numpy as np
 
-    from autoshard.measured_reports import measured_device_sets, report_paths
+    from autoshard.measured_reports import measured_device_sets, measured_on, report_paths
     from autoshard.model_error import DEVICE_ERRORS_FILE, DeviceErrors
     from cost_model.checkpoint import load_cost_model
     from cost_model.relative_labels import centred_errors
 
     folder = profile_folder(model)
-    per_task = centred_errors(load_cost_model(folder), measured_device_sets(measured))
+    cost_model = load_cost_model(folder)
+    profile = cost_model.profile
+    for path in report_paths(measured):  # errors measured on other hardware do not describe this profile's
+        device, cpu = measured_on(path)
+        if (device and device != profile.device_name) or (cpu and profile.cpu and cpu != profile.cpu):
+            raise InputError("--measured", f"{path} was measured on {cpu or device}, not on the profile's "
+                             f"{profile.cpu or profile.device_name}",
+                             "pass evaluations measured on the hardware the profile describes")
+    per_task = centred_errors(cost_model, measured_device_sets(measured))
     errors = tuple(e for task in per_task.values() for e in task)
     if len(errors) < MIN_ERROR_SETS:
         raise InputError("--measured", f"{len(errors)} measured device sets: too few to describe the model's error "
