@@ -150,6 +150,11 @@ def test_plan_verify_reports_predicted_and_measured_side_by_side(tmp_path):
     exported = runner.invoke(app, [*args, "--format", "torchrec", "--out", str(tmp_path / "plan.json")])
     assert exported.exit_code == 0, exported.output
     assert json.loads((tmp_path / "plan.json").read_text())["planner"] in planned
+    # the table: predicted, expected (the shipped profile's device errors) and measured side by side
+    shown = runner.invoke(app, args)
+    assert shown.exit_code == 0, shown.output
+    headers = [line for line in shown.stdout.splitlines() if "┃" in line]
+    assert any(all(word in line for word in ("predicted", "expected", "measured")) for line in headers), headers
 
 
 def test_evaluate_verify_needs_measure_and_verify_top_at_least_two(tmp_path):

@@ -106,7 +106,8 @@ def plan_cmd(
     else:
         _print_table(loaded, topology, report)
         if verification is not None:
-            _print_verification(report["verification"], report["cost_unit"])
+            expected = {plan["planner"]: plan["expected_max_ms"] for plan in report["plans"]}
+            _print_verification(report["verification"], report["cost_unit"], expected)
         if not column_split and (alone := _bound_by_one_table(best, topology)):
             console.print(f"[yellow]note:[/yellow] the slowest device holds one table alone ({alone}): no placement "
                           "lowers it; --column-split lets the planners split it (Criteo Terabyte measured 0.64x "
@@ -174,20 +175,26 @@ def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
         console.print(f"[yellow]skipped[/yellow] {skipped['planner']}: {skipped['reason']}", highlight=False)
 
 
-def _print_verification(verification: dict, cost_unit: str) -> None:
+def _print_verification(verification: dict, cost_unit: str, expected: dict[str, float | None]) -> None:
+    """The measured candidates beside their predicted (and, with the profile's device errors,
+    expected) max; ``expected`` by planner."""
     from rich.console import Console
     from rich.table import Table as RichTable
 
     unit = "ms" if cost_unit == "ms" else "proxy"
     table = RichTable(title=f"measured on this machine, {verification['rounds']} rounds (ratio to the predicted "
                             "best, paired by round, 95% interval)")
-    for column in ("plan of", f"predicted max ({unit})", "measured max (ms)", "ratio", "verdict", "chosen"):
+    with_expected = any(value is not None for value in expected.values())
+    for column in ("plan of", f"predicted max ({unit})", *(("expected max (ms)",) if with_expected else ()),
+                   "measured max (ms)", "ratio", "verdict", "chosen"):
         table.add_column(column)
     for row in verification["candidates"]:
         ci = f" [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}]" if row["ci95"] else ""
-        table.add_row(", ".join(row["planners"]), f"{row['predicted_max_ms']:.4g}", f"{row['measured_max_ms']:.4g}",
-                      f"{row['measured_ratio_to_predicted_best']:.3f}{ci}", row["verdict"] or "(reference)",
-                      "*" if row["chosen"] else "")
+        value = expected.get(row["planners"][0])
+        expects = ("-" if value is None else f"{value:.4g}",) if with_expected else ()
+        table.add_row(", ".join(row["planners"]), f"{row['predicted_max_ms']:.4g}", *expects,
+                      f"{row['measured_max_ms']:.4g}", f"{row['measured_ratio_to_predicted_best']:.3f}{ci}",
+                      row["verdict"] or "(reference)", "*" if row["chosen"] else "")
     Console().print(table)
     chosen = next(row for row in verification["candidates"] if row["chosen"])
     why = ("it measured fastest; the predicted best is the first row" if verification["changed"]
