@@ -120,7 +120,7 @@ def errors_cmd(
 ) -> None:
     """Record the cost model's error on measured device sets of plans (log(measured / predicted), its
     prediction made now, centred per task and run), from which `autoshard plan` and the service report
-    each plan's expected max (docs/evaluation.md, "Why predicted gains measure smaller")."""
+    each plan's expected max (docs/evaluation.md, "Every plan's expected max")."""
     import numpy as np
 
     from autoshard.measured_reports import measured_device_sets, measured_on, report_paths
@@ -131,7 +131,8 @@ def errors_cmd(
     folder = profile_folder(model)
     cost_model = load_cost_model(folder)
     profile = cost_model.profile
-    for path in report_paths(measured):  # errors measured on other hardware do not describe this profile's
+    reports = report_paths(measured)
+    for path in reports:  # errors measured on other hardware do not describe this profile's
         device, cpu = measured_on(path)
         if (device and device != profile.device_name) or (cpu and profile.cpu and cpu != profile.cpu):
             raise InputError("--measured", f"{path} was measured on {cpu or device}, not on the profile's "
@@ -142,11 +143,12 @@ def errors_cmd(
     if len(errors) < MIN_ERROR_SETS:
         raise InputError("--measured", f"{len(errors)} measured device sets: too few to describe the model's error "
                          f"(at least {MIN_ERROR_SETS})", "measure more tasks (`autoshard evaluate SUITE --measure`)")
-    found = DeviceErrors(errors, len({task for _, task in per_task}), tuple(str(p) for p in report_paths(measured)))
+    found = DeviceErrors(errors, len({task for _, task in per_task}), tuple(str(p) for p in reports))
     found.save(folder / DEVICE_ERRORS_FILE)
+    levels = (0.05, 0.25, 0.5, 0.75, 0.95)
     summary = {**found.summary(), "file": str(folder / DEVICE_ERRORS_FILE),
-               "quantiles": dict(zip(("p5", "p25", "p50", "p75", "p95"),
-                                     (round(float(q), 4) for q in np.quantile(errors, [0.05, 0.25, 0.5, 0.75, 0.95]))))}
+               "quantiles": {f"p{round(q * 100)}": round(float(v), 4)
+                             for q, v in zip(levels, np.quantile(errors, levels))}}
     if json_out:
         print_json(summary)
     else:
