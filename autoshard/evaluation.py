@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import re
 import statistics
 from dataclasses import dataclass, replace
@@ -311,6 +310,10 @@ def _by_planner(per_task: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
     return rows
 
 
+OTHER_TASKS = "the other tasks' devices"
+PROFILE_ERRORS = "the profile's measured device errors"
+
+
 @dataclass(frozen=True, slots=True)
 class Expected:
     """A planner's max over the best heuristic's (the one ``against_best_heuristic`` compares
@@ -321,28 +324,33 @@ class Expected:
     heuristic: str
     predicted: float
     expected: float
+    errors_from: str = OTHER_TASKS  # whose errors: ``OTHER_TASKS`` or ``PROFILE_ERRORS``
 
 
-def expected_against_best_heuristic(results: Sequence[TaskResult]) -> list[list[Expected]]:
+def expected_against_best_heuristic(results: Sequence[TaskResult], profile_errors: np.ndarray | None = None,
+                                    ) -> list[list[Expected]]:
     """Per task of a measured suite, every planner that is not a heuristic against the best
     heuristic: its predicted ratio, and the ratio that the model's errors on the measured devices
-    of the suite's *other* tasks lead to expect (nothing of the task's own measurement). Empty
-    for a task that was not measured or had no heuristic, and for every task of a suite of one.
-    Predicted and measured costs must be of one kind: compute only (``--no-communication``)."""
+    of the suite's *other* tasks lead to expect (nothing of the task's own measurement); where no
+    other task was measured (a suite of one), under ``profile_errors`` (the profile's
+    ``device_errors.json``) if given. Empty for a task that was not measured or had no heuristic,
+    and where neither errors exist. Predicted and measured costs must be of one kind: compute
+    only (``--no-communication``)."""
     errors = [task_device_errors(r) for r in results]
     out: list[list[Expected]] = []
     for i, result in enumerate(results):
         others = [e for j, e in enumerate(errors) if j != i and len(e)]
         heuristics = [m for m in result.measured if _kind(m.planner) is PlannerKind.HEURISTIC]
-        if not others or not heuristics or result.comparison is None:
+        has_profile = profile_errors is not None and len(profile_errors) > 0
+        if not (others or has_profile) or not heuristics or result.comparison is None:
             out.append([])
             continue
-        pool = np.concatenate(others)
+        pool, source = (np.concatenate(others), OTHER_TASKS) if others else (profile_errors, PROFILE_ERRORS)
         plans = {p.planner: p for p in result.comparison.plans}
         best = plans[min(heuristics, key=lambda m: m.max_ms).planner]
         against = expected_max([d.cost_ms for d in best.devices], pool)
         out.append([Expected(m.planner, best.planner, plans[m.planner].max_cost_ms / best.max_cost_ms,
-                             expected_max([d.cost_ms for d in plans[m.planner].devices], pool) / against)
+                             expected_max([d.cost_ms for d in plans[m.planner].devices], pool) / against, source)
                     for m in result.measured if _kind(m.planner) is not PlannerKind.HEURISTIC])
     return out
 

@@ -12,9 +12,10 @@ from autoshard.cli import app
 from autoshard.cli.support import DEFAULT_MODEL
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.errors import InputError
-from autoshard.evaluation import (Task, TaskResult, against_best_heuristic, against_held_out_heuristic, evaluate_task,
-                                  expected_against_best_heuristic, expected_summary, load_suite, memory_for,
-                                  suite_summary, task_rows, write_task_outputs)
+from autoshard.evaluation import (OTHER_TASKS, PROFILE_ERRORS, Task, TaskResult, against_best_heuristic,
+                                  against_held_out_heuristic, evaluate_task, expected_against_best_heuristic,
+                                  expected_summary, load_suite, memory_for, suite_summary, task_rows,
+                                  write_task_outputs)
 from autoshard.model_error import DeviceErrors, expected_max
 from autoshard.planners.compare import Comparison
 from autoshard.types import DevicePlan, ShardingPlan, TableShard
@@ -396,6 +397,13 @@ def test_a_task_s_expected_ratio_comes_from_the_other_tasks_device_errors_alone(
     assert on_noisy.expected == pytest.approx(0.8)
     assert on_exact.expected == pytest.approx(0.839, abs=0.005)
     assert expected_against_best_heuristic([exact]) == [[]]  # a suite of one: no other task's errors
+    # ... unless the profile ships its measured device errors: +-0.1 here. cost_greedy's two 8 ms
+    # devices expect 8 (3 e^0.1 + e^-0.1) / 4, the heuristic's max is its 10 ms device's, 10 E[e^e]
+    (alone,), = expected_against_best_heuristic([exact], profile_errors=np.array([0.1, -0.1]))
+    greedy_expects = 8 * (3 * math.exp(0.1) + math.exp(-0.1)) / 4
+    assert alone.expected == pytest.approx(greedy_expects / (10 * (math.exp(0.1) + math.exp(-0.1)) / 2), rel=1e-3)
+    assert (alone.errors_from, on_exact.errors_from) == (PROFILE_ERRORS, OTHER_TASKS)
+    assert expected_against_best_heuristic([exact, noisy], np.array([0.5]))[0] == [on_exact]  # other tasks first
     summary = expected_summary([[on_exact], [on_noisy]])
     assert summary["cost_greedy"]["predicted"] == pytest.approx(0.8)
     assert summary["cost_greedy"]["expected"] == pytest.approx(math.sqrt(on_exact.expected * 0.8), abs=1e-4)

@@ -125,7 +125,7 @@ def evaluate_cmd(
     if any(against):
         report["against_best_heuristic"] = suite_summary(against)
         if comm is None and cost_model is not None:  # both compute-only milliseconds: the model's errors compare them
-            _add_expected(report, results)
+            _add_expected(report, results, profile)
         if not json_out:
             _print_summary(report["against_best_heuristic"])
     if any(held_out):
@@ -202,24 +202,27 @@ def _settings(profile, context, names: list[str], communication: bool, measure: 
             "rounds": rounds if measure else None, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
-def _add_expected(report: dict, results: list) -> None:
+def _add_expected(report: dict, results: list, profile) -> None:
     """Each task's planners against the best heuristic gain their predicted ratio and the ratio
-    expected under the model's errors on the other tasks' devices (the optimizer's curse); the
-    suite's summary, their geometric means."""
+    expected under the model's errors on the other tasks' devices, or, without another measured
+    task, on the ``profile``'s measured device errors (the optimizer's curse); the suite's summary,
+    their geometric means."""
     from autoshard.evaluation import expected_against_best_heuristic, expected_summary
 
-    per_task = expected_against_best_heuristic(results)
+    profile_errors = profile.device_errors.array if profile.device_errors is not None else None
+    per_task = expected_against_best_heuristic(results, profile_errors)
     for task, expected in zip(report["tasks"], per_task):
         if expected:  # the task's Markdown gains the line (it was written before the other tasks ran)
             with open(task["files"]["markdown"], "a") as markdown:
                 markdown.write(f"\nagainst {expected[0].heuristic}, predicted / expected under the model's errors "
-                               "on the other tasks' devices: "
+                               f"on {expected[0].errors_from}: "
                                + "; ".join(f"{e.planner} {e.predicted:.3f} / {e.expected:.3f}" for e in expected) + "\n")
         by_planner = {e.planner: e for e in expected}
         for row in task.get("against_best_heuristic", []):
             if row["planner"] in by_planner:
                 row["predicted_ratio"] = round(by_planner[row["planner"]].predicted, 4)
                 row["expected_ratio"] = round(by_planner[row["planner"]].expected, 4)
+                row["expected_from"] = by_planner[row["planner"]].errors_from
     for planner, means in expected_summary(per_task).items():
         if planner in report["against_best_heuristic"]:
             report["against_best_heuristic"][planner].update(
@@ -236,7 +239,8 @@ def _print_summary(summary: dict) -> None:
     from rich.table import Table as RichTable
 
     table = RichTable(title="measured, against each task's best heuristic (paired by round, 95% CI); predicted, "
-                            "and expected under the model's errors on the other tasks' devices")
+                            "and expected under the model's errors on the other tasks' devices (in a suite of one, the "
+                            "profile's measured device errors)")
     for col in ("planner", "geomean", "faster", "tie", "slower", "tasks", "predicted", "expected"):
         table.add_column(col)
     for planner, row in summary.items():
