@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from autoshard.cli import app
@@ -16,7 +18,7 @@ from autoshard.evaluation import (OTHER_TASKS, PROFILE_ERRORS, Task, TaskResult,
                                   against_held_out_heuristic, evaluate_task, expected_against_best_heuristic,
                                   expected_summary, load_suite, memory_for, suite_summary, task_rows,
                                   write_task_outputs)
-from autoshard.model_error import DeviceErrors, expected_max
+from autoshard.model_error import GRID, DeviceErrors, expected_max
 from autoshard.planners.compare import Comparison
 from autoshard.types import DevicePlan, ShardingPlan, TableShard
 from autoshard.planners import PlannerContext, make_planner
@@ -352,6 +354,24 @@ def test_the_expected_max_is_what_sampling_the_errors_finds():
         drawn = rng.choice(errors, size=(400_000, devices))
         sampled = float((costs * np.exp(drawn)).max(1).mean())
         assert expected_max(costs, errors) == pytest.approx(sampled, rel=2e-3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(costs=st.lists(st.floats(0.1, 100.0), min_size=1, max_size=40),
+       errors=st.lists(st.floats(-1.0, 1.0), min_size=1, max_size=50),
+       device=st.integers(0, 39), raise_by=st.floats(0.0, 50.0))
+def test_the_expected_max_stays_in_its_range_and_rises_with_any_device_s_cost(costs, errors, device, raise_by):
+    """Whatever the costs and errors: the expected max lies between the max at the lowest and at
+    the highest error, and raising one device's cost never lowers it (beyond the integral's
+    (hi - lo) / (2 GRID) of each)."""
+    top, low, high = max(costs), math.exp(min(errors)), math.exp(max(errors))
+    tolerance = top * (high - low) / (2 * GRID) * 1.001 + 1e-9
+    found = expected_max(costs, errors)
+    assert top * low - tolerance <= found <= top * high + tolerance
+    raised = list(costs)
+    raised[device % len(costs)] += raise_by
+    slack = max(raised) * (high - low) / (2 * GRID) * 1.001 + 1e-9
+    assert expected_max(raised, errors) >= found - tolerance - slack
 
 
 def test_device_errors_round_trip_and_refuse_a_broken_file(tmp_path):
