@@ -15,14 +15,15 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 from autoshard.evaluation import Task
 from autoshard.planners import PlannerContext, ProxyCostModel, make_planner, validate_plan
 from autoshard.planners.local_search import improve, round_changes
-from autoshard.planners.placement import assignment, cheapest_after, place
+from autoshard.planners.placement import DeviceState, assignment, cheapest_after, place
+from autoshard.planners.units import Unit
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, refined_max, start
 from autoshard.rl.imitation import greedy_expert
 from autoshard.rl.observation import DEVICE_FEATURES
 from autoshard.rl.policy import CONTEXT, ROW, DevicePolicy, PolicyInfo
 from autoshard.rl.repair import REPAIR_PROGRESS, policy_repair, repair_mask
 from autoshard.rl.tasks import FixedTasks, TaskDistribution
-from autoshard.types import Table, Topology, Workload
+from autoshard.types import Table, TableShard, Topology, Workload
 from cost_model.checkpoint import load_cost_model
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "default"
@@ -163,6 +164,28 @@ def test_policy_repair_follows_the_policys_argmax_and_respects_the_guard(model):
         cap = max(len(d.units) for d in devices)
         policy_repair(guarded, policy, model, task.workload.batch_size, cap, 50)
         assert max(len(d.units) for d in guarded) <= cap
+        searched_under_cap = [d.copy() for d in devices]  # local search with the guard: the same changes
+        improve(searched_under_cap, model, task.workload.batch_size, 50, max_units=cap)
+        assert assignment(searched_under_cap) == assignment(guarded)
+
+
+def test_local_search_under_the_guard_makes_no_move_to_a_full_device():
+    """Costs add up. Device 0 holds 3, 2, 2 (7), device 1 holds 1. Alone, local search moves the
+    3 over: 4 | 4. With at most one unit a device, moves into device 1 are barred: it swaps the
+    3 for the 1 (5 | 3), after which no swap lowers the max: 5 | 3, one unit on device 1."""
+    cost_model = ProxyCostModel(lambda t: t.pooling_factor)
+    tables = [Table(f"t{i}", 100, 8, pooling) for i, pooling in enumerate((3.0, 2.0, 2.0, 1.0))]
+    devices = [DeviceState(0, 10**9), DeviceState(1, 10**9)]
+    for device, table in zip((0, 0, 0, 1), tables):
+        devices[device].add(Unit.of(TableShard(table), table.pooling_factor), 0.0)
+    for d in devices:
+        d.load = sum(u.cost for u in d.units)
+    free = [d.copy() for d in devices]
+    improve(free, cost_model, 1, 50)
+    assert [d.load for d in free] == [4.0, 4.0]
+    capped = [d.copy() for d in devices]
+    improve(capped, cost_model, 1, 50, max_units=1)
+    assert [d.load for d in capped] == [5.0, 3.0] and [len(d.units) for d in capped] == [3, 1]
 
 
 def test_a_policy_file_keeps_its_repair_rounds_and_an_older_one_reads_as_none(tmp_path):

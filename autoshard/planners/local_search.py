@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -29,7 +29,8 @@ class Change:
 
 
 def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, max_rounds: int = 50,
-            deadline: Deadline | None = None, even_out: bool = False, record: list[SearchRound] | None = None) -> int:
+            deadline: Deadline | None = None, even_out: bool = False, record: list[SearchRound] | None = None,
+            max_units: int | None = None) -> int:
     """Apply the best move off the max-cost device, or when no move helps the best swap, while
     it lowers the max by more than 0.1% (the best: the lowest new max, then the lowest max and
     sum of the two devices it changes). Swap partners: least loaded first, up to ``SWAPS``.
@@ -39,7 +40,8 @@ def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, m
     target sides only where the source side helps); returns the number of changes applied.
     Stops early once ``deadline`` expires. ``record``: each round (``SearchRound``) is appended
     to it, with every target's best change (the rl planner checks its policy's repair steps
-    against them).
+    against them). ``max_units``: no move may leave a device holding more units (the rl
+    planners' extrapolation guard).
 
     ``even_out``: where no change lowers the max (another device is as loaded), take the best
     one that leaves both devices it touches below it, so that a later round can lower the max
@@ -51,7 +53,7 @@ def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, m
     for done in range(max_rounds):
         if deadline is not None and deadline.expired:
             return done
-        step = round_changes(states, cost_model, batch_size, per_target=record is not None)
+        step = round_changes(states, cost_model, batch_size, max_units, per_target=record is not None)
         if step is None:
             return done
         if record is not None:
@@ -115,10 +117,11 @@ class SearchRound:
 
 
 def round_changes(states: Sequence[DeviceState], cost_model: CostModel, batch_size: int,
-                  allows: Callable[[Change], bool] = lambda change: True, per_target: bool = True) -> Round | None:
-    """``improve``'s next round with every target's best change (only those ``allows``; without
-    ``per_target`` only the best), or None where it stops: at the lower bound, where another
-    device is about as loaded as the max, or where no change lowers the max."""
+                  max_units: int | None = None, per_target: bool = True) -> Round | None:
+    """``improve``'s next round with every target's best change (without ``per_target`` only the
+    best; no move to a device holding ``max_units`` units already), or None where it stops: at the
+    lower bound, where another device is about as loaded as the max, or where no change lowers
+    the max."""
     if max(s.load for s in states) <= lower_bound(states) * (1 + REL_TOL):
         return None
     source, targets = _max_and_others(states)
@@ -126,7 +129,7 @@ def round_changes(states: Sequence[DeviceState], cost_model: CostModel, batch_si
         return None
     scorer = cost_model.edit_scorer([s.tables for s in (source, *targets)], batch_size)
     for swaps in (False, True):  # moves are ~10x fewer than swaps: swaps only where no move lowers the max
-        changes = [c for c in _ranked_changes(source, targets, scorer, swaps, per_target=per_target) if allows(c)]
+        changes = _ranked_changes(source, targets, scorer, swaps, per_target=per_target, max_units=max_units)
         if changes:
             return Round(source.index, tuple(changes))
     return None
@@ -178,15 +181,17 @@ def _units(states: Sequence[DeviceState], parents: dict[str, int]) -> tuple[np.n
     return memory, parent, (held[:, None] == np.arange(len(states))[None, :]).astype(np.int64)
 
 
-def _moves(source: DeviceState, targets: Sequence[DeviceState]) -> Neighbourhood:
-    """Each unit of the source to each target that accepts it (room, and no shard of its table)."""
+def _moves(source: DeviceState, targets: Sequence[DeviceState], max_units: int | None = None) -> Neighbourhood:
+    """Each unit of the source to each target that accepts it (room, no shard of its table, and
+    fewer than ``max_units`` units)."""
     parents: dict[str, int] = {}
     memory, parent, _ = _units([source], parents)
     _, t_parent, held = _units(targets, parents)
     free = np.array([t.free_bytes for t in targets], dtype=np.int64)
     n = len(source.units)
     shares = (parent[:, None] == t_parent[None, :]).astype(np.int64) @ held > 0  # a shard of its table is on target k
-    i, k = np.nonzero((memory[:, None] <= free[None, :]) & ~shares)
+    open_ = np.array([max_units is None or len(t.units) < max_units for t in targets])
+    i, k = np.nonzero((memory[:, None] <= free[None, :]) & ~shares & open_[None, :])
     removals = np.arange(n)  # edit i: the source without unit i, shared by its moves
     edits = EditBatch(np.concatenate([np.zeros(n, np.int64), k + 1]), np.concatenate([removals, np.full(len(i), -1)]),
                       np.concatenate([np.full(n, -1), i]), tuple(source.tables))
@@ -236,13 +241,14 @@ def _best_change(source: DeviceState, targets: Sequence[DeviceState], scorer: Ed
 
 
 def _ranked_changes(source: DeviceState, targets: Sequence[DeviceState], scorer: EditScorer, swaps: bool,
-                    budget: int = SWAPS, even_out: bool = False, per_target: bool = False) -> list[Change]:
+                    budget: int = SWAPS, even_out: bool = False, per_target: bool = False,
+                    max_units: int | None = None) -> list[Change]:
     """``_best_change`` as a list (empty or the best), or with ``per_target`` each target's
-    best change, best first."""
+    best change, best first; no move to a target holding ``max_units`` units already."""
     if not targets:
         return []
     involved = [source, *targets]  # set k of the edits is involved[k]
-    near = _swaps(source, targets, budget) if swaps else _moves(source, targets)
+    near = _swaps(source, targets, budget) if swaps else _moves(source, targets, max_units)
     if not len(near.k):
         return []
     # the max of the devices a change leaves alone: the highest other load, or the next one

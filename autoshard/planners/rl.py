@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -92,6 +92,10 @@ class RLPlanner:
         cost_fn = model_costs(self.cost_model, batch)
         rng = np.random.default_rng(self.seed)
 
+        def guard(units: Sequence[Unit]) -> int | None:
+            """The extrapolation guard of a placement of ``units`` (``unit_cap``)."""
+            return unit_cap(self.cost_model, len(units), topology.num_devices, self.set_size_headroom)
+
         def start(units: list[Unit], devices: Topology = topology) -> PlacementState:
             return guarded_state(units, devices, self.cost_model, batch, self.set_size_headroom,
                                  steps=steps_of(self.shared, workload, devices, units))
@@ -120,17 +124,17 @@ class RLPlanner:
             if not self.policy.info.repair_rounds:
                 return placed
             devices = list(placed.devices)
-            guard = unit_cap(self.cost_model, len(placed.units), topology.num_devices, self.set_size_headroom)
+            cap_units = guard(placed.units)
             made = 0
             if from_greedy and self.shared is not None:
                 greedy = searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline,
                                          self.shared)
                 reused.append(greedy.reused_s)
                 if greedy.rounds is not None and greedy.searched_from == assignment(devices):
-                    made = follow_recorded(devices, greedy.rounds, self.policy, guard)
+                    made = follow_recorded(devices, greedy.rounds, self.policy, cap_units)
                     if made == len(greedy.rounds):  # the search stopped there, and so would the policy's
                         return placed
-            policy_repair(devices, self.policy, self.cost_model, batch, guard, self.max_rounds - made, deadline)
+            policy_repair(devices, self.policy, self.cost_model, batch, cap_units, self.max_rounds - made, deadline)
             return placed
 
         def argmax_at(cap: int | None) -> Placement:
@@ -138,8 +142,7 @@ class RLPlanner:
                 path = None
                 record = None if self.shared is None else self.shared.recorded(workload, topology,
                                                                                 greedy_steps_key(cap))
-                if record is not None and record.same_under_cap(
-                        unit_cap(self.cost_model, len(record.units), topology.num_devices, self.set_size_headroom)):
+                if record is not None and record.same_under_cap(guard(record.units)):
                     path = recorded_departure(record, self.policy)  # greedy placed these units already
                     if path is None:  # ... and the policy's argmax takes greedy's device at every step
                         greedys = Placement(record.units, tuple(d.copy() for d in record.devices))
@@ -189,7 +192,7 @@ class RLPlanner:
                 if start in searched:  # the search from here ends where it did: greedy's (the policy is
                     continue  # its clone), or one of these placements sampled twice
                 searched.add(start)
-                improve(states, self.cost_model, batch, self.max_rounds, deadline)
+                improve(states, self.cost_model, batch, self.max_rounds, deadline, max_units=guard(argmax.units))
             return min(found, key=max_load)
 
         def sampler() -> PolicyChooser:

@@ -87,9 +87,11 @@ def priced(task: Task, cost_model: CostModel, communication: CommunicationModel 
 def refined_max(state: PlacementState, task: Task, cost_model: CostModel,
                 communication: CommunicationModel | None, rounds: int = REFINE_ROUNDS) -> float:
     """The max of a finished placement's plan after ``rounds`` of local search, on copies of its
-    devices (the placement itself stays as it was)."""
+    devices (the placement itself stays as it was), within the placement's extrapolation guard
+    (as the agent's repair steps are)."""
     devices = [d.copy() for d in state.devices]
-    improve(devices, priced(task, cost_model, communication), task.workload.batch_size, rounds)
+    improve(devices, priced(task, cost_model, communication), task.workload.batch_size, rounds,
+            max_units=state.max_units_per_device)
     return max(d.load for d in devices)
 
 

@@ -37,10 +37,7 @@ def repair_round(devices: Sequence[DeviceState], cost_model: CostModel, batch_si
                  max_units: int | None) -> Round | None:
     """The next repair step's changes (None: nothing lowers the max), none that would put more
     than ``max_units`` units on a device (the extrapolation guard)."""
-    def allows(change: Change) -> bool:
-        return max_units is None or change.back is not None or len(devices[change.target].units) < max_units
-
-    return round_changes(devices, cost_model, batch_size, allows)
+    return round_changes(devices, cost_model, batch_size, max_units)
 
 
 def repair_mask(step: Round, num_devices: int) -> np.ndarray:
@@ -74,20 +71,20 @@ def observe_repair(devices: Sequence[DeviceState], step: Round, scale: float, ro
     untouched = np.where(targets == others[0], loads[others[1]] if len(others) > 1 else 0.0, loads[others[0]])
     after[targets] = [c.target_cost for c in changes]
     new_max[targets] = np.maximum(untouched, np.maximum([c.source_cost for c in changes], after[targets]))
-    out = [devices[source].units[c.out].memory_bytes for c in changes]
-    back = [0 if c.back is None else devices[c.target].units[c.back].memory_bytes for c in changes]
-    free[targets] += np.subtract(back, out)
+    moved_out = [devices[source].units[c.out].memory_bytes for c in changes]
+    moved_back = [0 if c.back is None else devices[c.target].units[c.back].memory_bytes for c in changes]
+    free[targets] += np.subtract(moved_back, moved_out)
     ranks = np.empty(n)
     ranks[np.argsort(loads, kind="stable")] = np.arange(n)
     context = np.zeros(len(GLOBAL_FEATURES) + len(UNIT_FEATURES), dtype=np.float32)
     context[0] = REPAIR_PROGRESS
     context[3], context[4], context[5] = current_max / scale, loads.mean() / scale, math.log2(n) / 7.0
-    out = device_rows(loads[rows] / scale, after[rows] / scale, (new_max[rows] - current_max) / scale,
+    rows_out = device_rows(loads[rows] / scale, after[rows] / scale, (new_max[rows] - current_max) / scale,
                       np.array([devices[d].memory_bytes for d in rows]) / capacity,
                       np.clip(free[rows] / capacity, -1.0, 1.0),
                       np.array([len(devices[d].units) for d in rows]) / max(even, 1e-9), ranks[rows] / max(n - 1, 1),
                       rows == step.changes[0].target)
-    return Observation(context, out)
+    return Observation(context, rows_out)
 
 
 def make(devices: list[DeviceState], step: Round, device: int) -> bool:
@@ -105,8 +102,9 @@ def policy_repair(devices: list[DeviceState], policy: DevicePolicy, cost_model: 
     ``deadline`` expires; returns the number of changes made."""
     scale = cost_scale(devices)
     for made in range(rounds):
-        step = None if deadline is not None and deadline.expired else repair_round(devices, cost_model, batch_size,
-                                                                                  max_units)
+        if deadline is not None and deadline.expired:
+            return made
+        step = repair_round(devices, cost_model, batch_size, max_units)
         if step is None:
             return made
         rows = np.flatnonzero(repair_mask(step, len(devices)))
