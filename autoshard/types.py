@@ -40,13 +40,20 @@ class Optimizer(str, Enum):
         return 0
 
 
-def _require(ok: bool, field_name: str, message: str, fix: str) -> None:
+_ZIPF_RANGE = f"must be in [0, {MAX_ZIPF_ALPHA}], got {{value!r}}"
+_OPTIMIZERS = f"must be one of {[o.value for o in Optimizer]}, got {{value!r}}"
+
+
+def _require(ok: bool, field_name: str, message: str, fix: str, value: object = None) -> None:
+    """Raise ``InputError`` unless ``ok``; ``message`` may name ``{value!r}`` (formatted only
+    then: a workload of thousands of tables is checked field by field on every request)."""
     if not ok:
-        raise InputError(field_name, message, fix)
+        raise InputError(field_name, message.format(value=value), fix)
 
 
 def _require_at_most(value: float, limit: float, field_name: str, fix: str) -> None:
-    _require(value <= limit, field_name, f"must be at most {limit:,}, got {value!r}", fix)
+    if not value <= limit:
+        raise InputError(field_name, f"must be at most {limit:,}, got {value!r}", fix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,24 +76,27 @@ class Table:
         _require(isinstance(self.name, str) and bool(self.name.strip()), "name",
                  "must be a non-empty string", "give every table a unique name")
         _require(is_int(self.num_embeddings) and self.num_embeddings >= 1, "num_embeddings",
-                 f"must be an integer >= 1, got {self.num_embeddings!r}", "set the table's row count")
+                 "must be an integer >= 1, got {value!r}",
+                 "set the table's row count", self.num_embeddings)
         _require_at_most(self.num_embeddings, MAX_ROWS, "num_embeddings", "set the table's row count")
         _require(is_int(self.embedding_dim) and self.embedding_dim >= 1, "embedding_dim",
-                 f"must be an integer >= 1, got {self.embedding_dim!r}", "set the embedding dimension")
+                 "must be an integer >= 1, got {value!r}",
+                 "set the embedding dimension", self.embedding_dim)
         _require_at_most(self.embedding_dim, MAX_DIM, "embedding_dim", "set the embedding dimension")
         _require(is_number(self.pooling_factor) and self.pooling_factor > 0, "pooling_factor",
-                 f"must be a number > 0, got {self.pooling_factor!r}",
-                 "use the mean number of lookups per sample (1 for one-hot features)")
+                 "must be a number > 0, got {value!r}",
+                 "use the mean number of lookups per sample (1 for one-hot features)", self.pooling_factor)
         _require_at_most(self.pooling_factor, MAX_POOLING, "pooling_factor",
                          "use the mean number of lookups per sample (1 for one-hot features)")
         _require(is_number(self.zipf_alpha) and 0 <= self.zipf_alpha <= MAX_ZIPF_ALPHA, "zipf_alpha",
-                 f"must be in [0, {MAX_ZIPF_ALPHA}], got {self.zipf_alpha!r}",
-                 "use 0 for uniform access, about 1 for production-like skew")
+                 _ZIPF_RANGE,
+                 "use 0 for uniform access, about 1 for production-like skew", self.zipf_alpha)
         _require(is_int(self.bytes_per_element) and self.bytes_per_element in (1, 2, 4, 8), "bytes_per_element",
-                 f"must be 1, 2, 4 or 8, got {self.bytes_per_element!r}", "use 4 for fp32, 2 for fp16")
+                 "must be 1, 2, 4 or 8, got {value!r}",
+                 "use 4 for fp32, 2 for fp16", self.bytes_per_element)
         _require(isinstance(self.optimizer, Optimizer), "optimizer",
-                 f"must be one of {[o.value for o in Optimizer]}, got {self.optimizer!r}",
-                 "pick a supported optimizer")
+                 _OPTIMIZERS,
+                 "pick a supported optimizer", self.optimizer)
 
     def __hash__(self) -> int:
         # Every field but the optimizer (an Enum hashes in Python, and these loops are hot):
@@ -117,7 +127,8 @@ class Workload:
     def __post_init__(self) -> None:
         _require(len(self.tables) >= 1, "tables", "must hold at least one table", "add tables")
         _require(is_int(self.batch_size) and self.batch_size >= 1, "batch_size",
-                 f"must be an integer >= 1, got {self.batch_size!r}", "set the per-iteration batch size")
+                 "must be an integer >= 1, got {value!r}",
+                 "set the per-iteration batch size", self.batch_size)
         _require_at_most(self.batch_size, MAX_BATCH, "batch_size", "set the per-iteration batch size")
         seen: set[str] = set()
         for i, table in enumerate(self.tables):
@@ -140,11 +151,12 @@ class Topology:
 
     def __post_init__(self) -> None:
         _require(is_int(self.num_devices) and self.num_devices >= 1, "num_devices",
-                 f"must be an integer >= 1, got {self.num_devices!r}", "set the number of devices")
+                 "must be an integer >= 1, got {value!r}",
+                 "set the number of devices", self.num_devices)
         _require_at_most(self.num_devices, MAX_DEVICES, "num_devices", "set the number of devices")
         _require(is_number(self.device_memory_gb) and self.device_memory_gb > 0, "device_memory_gb",
-                 f"must be a number > 0, got {self.device_memory_gb!r}",
-                 "set the memory per device available to embeddings, in GiB")
+                 "must be a number > 0, got {value!r}",
+                 "set the memory per device available to embeddings, in GiB", self.device_memory_gb)
         _require_at_most(self.device_memory_gb, MAX_DEVICE_GB, "device_memory_gb",
                          "set the memory per device available to embeddings, in GiB")
 

@@ -1,4 +1,4 @@
-"""Load test of the planning service on 127.0.0.1: a bounded async httpx loop.
+"""Load test of the planning service on 127.0.0.1: a bounded async client loop.
 
 Starts ``autoshard serve`` itself on a free port, then sends ``--requests`` POST /v1/plans
 (80 synthetic tables on 8 devices, every default planner) at ``--concurrency``, while a probe in
@@ -13,12 +13,13 @@ load, then writes them to docs/figures/load_test.json.
                                                               # every request planned (no plan cache)
 
 The load comes from ApacheBench when it is installed (``apt-get install apache2-utils``; ``--client
-ab``) and every request is alike, else from an async httpx loop (``--client httpx``). On two cores the client shares the CPU with the
+ab``) and every request is alike, else from an async aiohttp loop (``--client aiohttp``; ``--client
+httpx``, the loop of the figures before 2026-12-04 22:00, spends about twice its CPU per request:
+3.1-3.7 against 1.5-1.6 ms on 80 x 8 answers). On two cores the client shares the CPU with the
 server, and the Python loop spends about as much of it per request as the server's cache does: its
-own scheduling then is most of the latency it reports (p99 ~300 ms, while the server's /healthz,
-probed at the same time, answers in 3 ms). ab, in C, takes a small share of a core, so its
-latencies are the server's. (``--fresh`` sends distinct bodies, which ab cannot: there planning
-dominates and the Python loop's share does not matter.)
+own scheduling then is most of the latency it reports. ab, in C, takes a small share of a core,
+so its latencies are the server's. (``--fresh`` sends distinct bodies, which ab cannot: there
+planning dominates and the Python loop's share matters less.)
 
 One body, sent again and again, is what launch scripts and CI send: after the first, the plan
 cache answers it (``service/plan_cache.py``). ``--fresh`` gives each request its own tables
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import multiprocessing
@@ -49,7 +51,9 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable
+
+import aiohttp
 
 import httpx
 import numpy as np
@@ -75,7 +79,7 @@ class Config:
     profile: Path | None = None
     planners: tuple[str, ...] | None = None  # None: the service's defaults
     fresh: bool = False  # every request its own tables and seed: none is answered from the plan cache
-    client: str = "auto"  # ab (ApacheBench, when on PATH and one body is sent), or httpx: the async Python loop
+    client: str = "auto"  # ab (ApacheBench, when on PATH and one body is sent), else aiohttp (or httpx): an async loop
     same_names: bool = False  # with fresh: every request's tables named t0, t1, ... as one model's workloads are
 
 
@@ -193,21 +197,20 @@ def run_ab(url: str, body: dict, config: Config, rss: Callable[[], int], cpu: Cp
             "rss_every_1000": [float(np.mean(c)) for c in np.array_split(rss_samples, 10) if len(c)]}
 
 
-async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int], cpu: CpuReader) -> dict:
-    limits = httpx.Limits(max_connections=config.concurrency + 2, max_keepalive_connections=config.concurrency + 2)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
-        # --fresh: tables and a seed no request used before, each body drawn and encoded before
-        # the clock starts, so that the client's own share of the two cores is the HTTP alone
-        count = config.warmup + config.requests
-        encoded = iter([json.dumps({**request_body(config, draw), "seed": draw}).encode()
-                        for draw in range(1, count + 1)] if config.fresh else [json.dumps(body).encode()] * count)
-        headers = {"content-type": "application/json"}
-
-        def post() -> Awaitable[httpx.Response]:
-            return client.post("/v1/plans", content=next(encoded), headers=headers)
-
+async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int], cpu: CpuReader,
+                   client_kind: str) -> dict:
+    """The load from an async Python loop on this process: aiohttp (``--client aiohttp``, about
+    half httpx's CPU per request, which the two cores share with the server) or httpx."""
+    # --fresh: tables and a seed no request used before, each body drawn and encoded before
+    # the clock starts, so that the client's own share of the two cores is the HTTP alone
+    count = config.warmup + config.requests
+    encoded = iter([json.dumps({**request_body(config, draw), "seed": draw}).encode()
+                    for draw in range(1, count + 1)] if config.fresh else [json.dumps(body).encode()] * count)
+    async with http_session(url, config.concurrency + 2, client_kind) as post:
         for _ in range(config.warmup):
-            (await post()).raise_for_status()
+            status, _ = await post(next(encoded))
+            if status != 200:
+                raise RuntimeError(f"a warm-up request answered {status}")
         latencies: list[float] = []
         statuses: dict[int, int] = {}
         errors: list[str] = []
@@ -222,16 +225,16 @@ async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int],
                 remaining -= 1
                 started = time.perf_counter()
                 try:
-                    response = await post()
+                    status, text = await post(next(encoded))
                     latencies.append(time.perf_counter() - started)
-                    statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
-                    if response.status_code == 200:
-                        report = response.json()
+                    statuses[status] = statuses.get(status, 0) + 1
+                    if status == 200:
+                        report = json.loads(text)
                         partial += bool(report["partial"])
                         planners.update(p["planner"] for p in report["plans"])
                     else:
-                        errors.append(response.text[:200])
-                except httpx.HTTPError as error:
+                        errors.append(text[:200].decode(errors="replace"))
+                except (aiohttp.ClientError, httpx.HTTPError, asyncio.TimeoutError) as error:
                     errors.append(f"{type(error).__name__}: {error}")
                 if (len(latencies) + len(errors)) % 1000 == 0:
                     rss_every_1000.append(rss() / 2**20)
@@ -240,11 +243,35 @@ async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int],
             cpu_before, started = cpu(), time.perf_counter()
             await asyncio.gather(*(worker() for _ in range(config.concurrency)))
             elapsed, cpu_after = time.perf_counter() - started, cpu()
-        metrics = (await client.get("/metrics")).text
+    metrics = httpx.get(f"{url}/metrics").text
     return {"elapsed_s": elapsed, "answered": len(latencies), "error_count": len(errors),  # a non-200 or a failure each
             "latency_ms": latency_summary([x * 1000 for x in latencies]), "statuses": statuses, "errors": errors,
             "partial": partial, "planners": sorted(planners), "health": probe.latencies, "metrics": metrics,
             "rss_every_1000": rss_every_1000, "cpu_s": cpu_spent(cpu_before, cpu_after)}
+
+
+Post = Callable[[bytes], Awaitable[tuple[int, bytes]]]
+"""POST /v1/plans with this JSON body -> (status, body)."""
+
+
+@contextlib.asynccontextmanager
+async def http_session(url: str, connections: int, kind: str) -> AsyncIterator[Post]:
+    """``Post`` over ``connections`` kept-alive connections, from aiohttp or httpx."""
+    headers = {"content-type": "application/json"}
+    if kind == "aiohttp":
+        async with aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=connections),
+                                         timeout=aiohttp.ClientTimeout(total=60)) as session:
+            async def post(data: bytes) -> tuple[int, bytes]:
+                async with session.post("/v1/plans", data=data, headers=headers) as response:
+                    return response.status, await response.read()
+            yield post
+        return
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+        async def post(data: bytes) -> tuple[int, bytes]:
+            response = await client.post("/v1/plans", content=data, headers=headers)
+            return response.status_code, response.content
+        yield post
 
 
 def probe_health(url: str, stop: multiprocessing.synchronize.Event, out: multiprocessing.Queue) -> None:
@@ -290,7 +317,7 @@ def cpu_seconds(pid: int) -> float:
 
 def cpu_by_part(server: int) -> dict[str, float]:
     """CPU seconds so far of the server's own process (HTTP, validation, answers), its planning
-    workers and this process (the httpx client; with ab, only its RSS sampling)."""
+    workers and this process (the Python client; with ab, only its RSS sampling)."""
     return {"server": cpu_seconds(server), "planning_workers": sum(cpu_seconds(c) for c in _children(server)),
             "client": cpu_seconds(os.getpid())}
 
@@ -370,10 +397,10 @@ def stop_service(server: subprocess.Popen) -> int | None:
 
 def main(config: Config) -> dict:
     client = config.client if config.client != "auto" else (
-        "ab" if shutil.which("ab") and not config.fresh else "httpx")
+        "ab" if shutil.which("ab") and not config.fresh else "aiohttp")
     if client == "ab" and (config.fresh or not shutil.which("ab")):
         sys.exit("error: --client ab needs ab on PATH (apt-get install apache2-utils) and one body (not --fresh); "
-                 "or use --client httpx")
+                 "or use --client aiohttp")
     folder, model_note = model_dir()
     server, url = start_service(ROOT, folder, "--workers", str(config.workers))
     try:
@@ -384,7 +411,7 @@ def main(config: Config) -> dict:
         rss = lambda: rss_bytes(server.pid)  # noqa: E731
         cpu = functools.partial(cpu_by_part, server.pid)
         result = (run_ab(url, body, config, rss, cpu) if client == "ab"
-                  else asyncio.run(run_load(url, body, config, rss, cpu)))
+                  else asyncio.run(run_load(url, body, config, rss, cpu, client)))
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(60)
@@ -402,7 +429,8 @@ def main(config: Config) -> dict:
                     "requests_alike": "no: each its own tables and seed, every planner runs" if config.fresh else
                     "yes: one body, answered from the plan cache after the first",
                     "planners": result["planners"], "workers": config.workers, "cost_model": model_note,
-                    "client": ("ApacheBench (ab, one process in C)" if client == "ab" else "httpx.AsyncClient")
+                    "client": {"ab": "ApacheBench (ab, one process in C)", "aiohttp": "aiohttp.ClientSession",
+                               "httpx": "httpx.AsyncClient"}[client]
                               + " on the same machine", "cpus": os.cpu_count()},
         "throughput_rps": result["answered"] / result["elapsed_s"],
         "elapsed_s": result["elapsed_s"],
@@ -412,7 +440,7 @@ def main(config: Config) -> dict:
         "healthz_under_load_ms": {"probes": len(health_ms), "p50": percentile(health_ms, 50),
                                   "p99": percentile(health_ms, 99), "max": max(health_ms) if health_ms else None},
         "server_rss_mb": {"before": rss_before / 2**20, "after": rss_after / 2**20,
-                          # httpx: after every 1,000 answers; ab: the means of ten equal spans of time
+                          # Python loop: after every 1,000 answers; ab: the means of ten equal spans of time
                           "every_1000_requests": result["rss_every_1000"],
                           "last_over_first_1000": (result["rss_every_1000"][-1] / result["rss_every_1000"][0]
                                                    if len(result["rss_every_1000"]) > 1 else None)},
@@ -448,8 +476,9 @@ def parse() -> Config:
     parser.add_argument("--note", default="", help="Free text stored with the figures (e.g. what else ran).")
     parser.add_argument("--profile", type=Path, help="Also record the server with py-spy (collapsed stacks).")
     parser.add_argument("--planners", help="Comma-separated planners (default: the service's defaults).")
-    parser.add_argument("--client", choices=("auto", "ab", "httpx"), default=defaults.client,
-                        help="The load generator (auto: ab when it is on PATH and the requests are alike).")
+    parser.add_argument("--client", choices=("auto", "ab", "aiohttp", "httpx"), default=defaults.client,
+                        help="The load generator (auto: ab when it is on PATH and the requests are alike, else "
+                             "aiohttp; httpx, the loop of figures before 2026-12-04 22:00, spends twice its CPU).")
     parser.add_argument("--fresh", action="store_true",
                         help="Give every request its own seed, so that none is answered from the plan cache.")
     parser.add_argument("--same-names", action="store_true",
