@@ -100,10 +100,11 @@ class AutoShardClient:
 
     def plan(self, tables: Workload | Sequence[Table], topology: Topology,
              planners: Sequence[str] | None = None, *, batch_size: int = 2048, name: str = "workload",
-             profile: str | None = None, allow_column_split: bool = False, seed: int = 0,
+             profile: str | None = None, allow_column_split: bool | None = None, seed: int = 0,
              time_budget_s: float | None = None, torchrec_export: bool = False) -> PlanResult:
         """Plan ``tables`` (a Workload, or tables with ``batch_size``) on ``topology`` with the
-        named planners (default: every planner the service runs by default)."""
+        named planners (default: every planner the service runs by default); ``allow_column_split``:
+        which may split tables (None: the service's default, the cost-model planners; True: all; False: none)."""
         workload = tables if isinstance(tables, Workload) else Workload(tuple(tables), batch_size, name)
         body: dict[str, Any] = {
             "workload": {"name": workload.name, "batch_size": workload.batch_size,

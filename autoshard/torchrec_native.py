@@ -78,7 +78,8 @@ class AutoShardShardingPlanner(ShardingPlanner):
         pooling_factors, zipf_alphas: per table name (defaults 1.0 and 0).
         batch_size: samples per iteration on each device.
         compute_device: TorchRec's device type of the plan ("cuda", or "cpu" for CPU training).
-        allow_column_split: let the service split costly or large tables column-wise (an
+        allow_column_split: which of the service's planners may split costly or large tables
+            column-wise (None: its default, the cost-model planners; True: all; False: none; an
             in-process ``planner`` keeps its own setting).
 
     After planning, ``last_plan`` holds AutoShard's plan (costs, devices) for inspection.
@@ -89,7 +90,7 @@ class AutoShardShardingPlanner(ShardingPlanner):
                  planners: Sequence[str] | None = None,
                  pooling_factors: Mapping[str, float] | None = None,
                  zipf_alphas: Mapping[str, float] | None = None, batch_size: int = 2048,
-                 compute_device: str | None = None, allow_column_split: bool = False) -> None:
+                 compute_device: str | None = None, allow_column_split: bool | None = None) -> None:
         if (planner is None) == (client is None):
             raise InputError("planner", "give exactly one of planner (in process) or client (HTTP)",
                              "pass planner=make_planner(...) or client=AutoShardClient(url)")

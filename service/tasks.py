@@ -40,7 +40,7 @@ class PlannerTask:
     profile: str | None
     deadline: float  # when its planners stop, before the request's deadline (time.monotonic(): one clock)
     seed: int = 0
-    allow_column_split: bool = False
+    allow_column_split: bool | None = None  # PlannerContext's rule
     export: bool = False
 
 

@@ -71,7 +71,8 @@ def test_service_errors_come_back_as_the_librarys_errors(client, server):
                                                                                "embedding_dim": 0}]},
                                                       "topology": {"num_devices": 1, "device_memory_gb": 1}})
     with pytest.raises(PlannerError) as info:
-        client.plan([Table("huge", 40 * 2**20, 128), Table("small", 10, 4)], Topology(2, 16))  # 20 GiB
+        client.plan([Table("huge", 40 * 2**20, 128), Table("small", 10, 4)], Topology(2, 16),  # 20 GiB
+                    allow_column_split=False)
     assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT and "huge" in info.value.message
     assert "Fixes:" not in info.value.message and info.value.fixes  # listed once
     with pytest.raises(InputError, match="unknown planner"):

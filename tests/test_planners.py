@@ -160,7 +160,8 @@ def test_every_planner_places_every_table_once_within_memory_or_raises_when_infe
     total, largest = workload.memory_bytes, max(t.memory_bytes for t in workload.tables)
     easy = total <= 0.5 * topology.num_devices * capacity and largest <= 0.5 * capacity
     try:
-        plan = make_planner(planner, PlannerContext(AnalyticalTestCostModel())).plan(workload, topology)
+        plan = make_planner(planner, PlannerContext(AnalyticalTestCostModel(), allow_column_split=False)).plan(
+            workload, topology)
     except PlannerError as error:
         assert not easy, f"raised on an easy task: {error}"
         if total > topology.num_devices * capacity:
@@ -290,11 +291,30 @@ def test_split_ways_need_widths_multiple_of_four_and_at_most_one_shard_per_devic
     assert split_ways(128, 1) == []
 
 
+def test_by_default_the_cost_model_planners_split_and_the_heuristics_place_whole_tables():
+    from autoshard.planners.context import PlannerKind
+
+    kinds = list(PlannerKind)
+    assert {k: PlannerContext().splits(k) for k in kinds} == {PlannerKind.HEURISTIC: False, PlannerKind.COST_MODEL: True,
+                                                             PlannerKind.POLICY: True, PlannerKind.REFERENCE: True}
+    assert not any(PlannerContext(allow_column_split=False).splits(k) for k in kinds)
+    assert all(PlannerContext(allow_column_split=True).splits(k) for k in kinds)
+    # SKEWED on 4 devices: "huge" is 50x128 lookups against 7 x 8; cost_greedy splits it (a third
+    # of the max at most), size_greedy keeps it whole
+    model, topology = AnalyticalTestCostModel(), topo(4, AMPLE)
+    default = {name: make_planner(name, PlannerContext(model)).plan(SKEWED, topology)
+               for name in ("cost_greedy", "size_greedy")}
+    whole = make_planner("cost_greedy", PlannerContext(model, allow_column_split=False)).plan(SKEWED, topology)
+    shards = lambda plan: sorted(s.width for d in plan.devices for s in d.shards if s.table.name == "huge")  # noqa: E731
+    assert shards(default["size_greedy"]) == [128] and shards(whole) == [128]
+    assert len(shards(default["cost_greedy"])) > 1 and default["cost_greedy"].max_cost_ms < 0.9 * whole.max_cost_ms
+
+
 @pytest.mark.parametrize("planner", ["cost_greedy", "lookup_greedy", "size_lookup_greedy"])
 def test_column_split_lowers_the_max_and_places_shards_on_distinct_devices(planner):
     model = AnalyticalTestCostModel()
     topology = topo(4, AMPLE)
-    whole = make_planner(planner, PlannerContext(model)).plan(SKEWED, topology)
+    whole = make_planner(planner, PlannerContext(model, allow_column_split=False)).plan(SKEWED, topology)
     split = make_planner(planner, PlannerContext(model, allow_column_split=True)).plan(SKEWED, topology)
     validate_plan(split, SKEWED, topology)
     shards = [(d, s) for d, device in enumerate(split.devices) for s in device.shards if s.table.name == "huge"]

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP, console,
-                                   ensure_malloc_settings, friendly_errors, load_profile_or_none, one_thread,
+from autoshard.cli.support import (COLUMN_SPLIT_HELP, DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP,
+                                   console, ensure_malloc_settings, friendly_errors, load_profile_or_none, one_thread,
                                    planner_names, plans_measurer, plans_verifier, print_json, verification_measures)
 from autoshard.errors import InputError
 
@@ -21,7 +21,8 @@ def evaluate_cmd(
     rounds: Annotated[int, typer.Option(min=1, help="Measurement rounds (plans interleaved in each; an even number balances the order).")] = 4,
     model: Annotated[Optional[Path], typer.Option(help="Cost model folder (default: the shipped one).")] = None,
     out: Annotated[Path, typer.Option(help="Folder for the per-task Markdown, CSV and PNG.")] = Path("runs/evaluate"),
-    column_split: Annotated[bool, typer.Option(help="Allow column-wise splits.")] = False,
+    column_split: Annotated[Optional[bool],
+                            typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP)] = None,
     distributed: Annotated[bool, typer.Option(help="Also run every plan with TorchRec DMP, one process per device.")] = False,
     distributed_steps: Annotated[int, typer.Option(min=1)] = 10,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all to its predicted cost.")] = True,
@@ -197,7 +198,7 @@ def _settings(profile, context, names: list[str], communication: bool, measure: 
     return {"profile": profile.model.profile.id if profile else None,
             "model_sha256": profile.sha256 if profile else None,
             "policy_sha256": profile.policy_sha256 if profile else None, "planners": names,
-            "column_split": context.allow_column_split, "communication": communication, "seed": context.seed,
+            "column_split": context.split_setting, "communication": communication, "seed": context.seed,
             "search_iterations": context.search_iterations, "departure_margin": context.margin,
             "rounds": rounds if measure else None, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 

@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP, console,
-                                   ensure_malloc_settings, friendly_errors, load_profile_or_none, one_thread,
+from autoshard.cli.support import (COLUMN_SPLIT_HELP, DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP,
+                                   console, ensure_malloc_settings, friendly_errors, load_profile_or_none, one_thread,
                                    planner_names, plans_verifier, print_json, verification_measures)
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.types import ShardingPlan, Topology, Workload
@@ -24,7 +24,8 @@ def plan_cmd(
     planner: Annotated[str, typer.Option(help="'all', a planner name, or a comma-separated list of them.")] = "all",
     model: Annotated[Optional[Path], typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL} if it exists); "
                                                        "'none': the heuristics alone, with proxy costs.")] = None,
-    column_split: Annotated[bool, typer.Option(help="Split costly or large tables column-wise.")] = False,
+    column_split: Annotated[Optional[bool],
+                            typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP)] = None,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the random planner and of rl+refine's sampling.")] = 0,
     time_budget: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds each searching planner (cost_greedy, rl, rl+refine) may search; past it, its best plan so far, marked partial (TorchRec's planner, which has none, is stopped and skipped).")] = None,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) to its cost.")] = True,
@@ -108,10 +109,14 @@ def plan_cmd(
         if verification is not None:
             expected = {plan["planner"]: plan["expected_max_ms"] for plan in report["plans"]}
             _print_verification(report["verification"], report["cost_unit"], expected)
-        if not column_split and (alone := _bound_by_one_table(best, topology)):
+        if column_split is not True and (alone := _bound_by_one_table(best, topology)):
             console.print(f"[yellow]note:[/yellow] the slowest device holds one table alone ({alone}): no placement "
-                          "lowers it; --column-split lets the planners split it (Criteo Terabyte measured 0.64x "
-                          "the unsplit plan's max, docs/planners.md)", highlight=False)
+                          "lowers it, a column-wise split can (Criteo Terabyte measured 0.62x the unsplit plan's "
+                          "max, docs/evaluation.md); " + (
+                              "without --no-column-split the cost-model planners split it where it pays"
+                              if column_split is False else
+                              "the cost-model planners found no split predicted more than the departure margin "
+                              "lower; --column-split lets every planner split it"), highlight=False)
 
 
 def _bound_by_one_table(plan: ShardingPlan, topology: Topology) -> str | None:

@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP, console,
-                                   friendly_errors, load_profile_or_none, one_thread, print_json)
+from autoshard.cli.support import (COLUMN_SPLIT_HELP, DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP,
+                                   console, friendly_errors, load_profile_or_none, one_thread, print_json)
 from autoshard.errors import InputError, ModelError
 
 app = typer.Typer(help="The RL placement policy: train it against a profile's cost model, evaluate it.",
@@ -103,8 +103,8 @@ def eval_cmd(
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all to its cost.")] = True,
     search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
     departure_margin: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP)] = None,
-    column_split: Annotated[bool, typer.Option(help="Let every planner split tables column-wise "
-                                                    "(there is then no lower bound to mark).")] = False,
+    column_split: Annotated[Optional[bool],
+                            typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP)] = None,
     out: Annotated[Optional[Path], typer.Option(help="Folder for grid.json, grid.md and grid.png.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -125,7 +125,7 @@ def eval_cmd(
     summary = summarise(rows)
     report = {"policy": loaded.policy.name, "config": {"tables": config.tables, "devices": config.devices,
                                                        "seed": seed, "slack": config.slack,
-                                                       "column_split": column_split},
+                                                       "column_split": context.split_setting},
               "summary": summary, "tasks": rows}
     shown = [n for n in ("cost_greedy", "rl", "rl+refine") if n in names]
     if out is not None:

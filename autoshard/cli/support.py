@@ -31,6 +31,10 @@ SEARCH_ITERATIONS_HELP = ("rl+refine: iterations of ruin and recreate after its 
 DEPARTURE_MARGIN_HELP = ("How much lower (a fraction) rl+refine's plan must be predicted than cost_greedy's to be "
                          "returned instead, and a plan with column splits than the plan without (default 0.1; 0: the "
                          "lowest prediction wins; measured, smaller predicted gains were losses: docs/rl.md).")
+COLUMN_SPLIT_HELP = ("Which planners may split costly or large tables column-wise. Default: the cost-model planners "
+                     "(cost_greedy, rl, rl+refine: a split plan only where predicted more than the departure margin "
+                     "lower) and TorchRec's; the heuristics place whole tables, as the classic baselines do. "
+                     "--column-split: every planner; --no-column-split: none.")
 
 
 

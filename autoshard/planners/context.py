@@ -45,17 +45,42 @@ class PlannerContext:
     docs/rl.md). ``departure_margin``: how much lower than cost_greedy's plan rl+refine's must be
     predicted to be returned instead, and a plan with column splits than the plan without
     (``None``: ``DEPARTURE_MARGIN``; 0: the lowest prediction wins).
+    ``allow_column_split``: which planners may split tables column-wise (``splits``).
     ``shared``: placements the planners of one task compute alike, done once
     (``autoshard.planners.shared``; ``compare_planners`` makes one per task)."""
 
     cost_model: CostModel | None = None
     policy: DevicePolicy | None = None
     seed: int = 0
-    allow_column_split: bool = False
+    allow_column_split: bool | None = None
     time_budget_s: float | None = None
     search_iterations: int = 0
     departure_margin: float | None = None
     shared: SharedWork | None = field(default=None, compare=False, repr=False)
+
+    def splits(self, kind: PlannerKind) -> bool:
+        """Whether a planner of ``kind`` may split tables column-wise. ``allow_column_split``
+        True: every planner (the heuristics split a table whose proxy exceeds the average device
+        load); False: none; ``None``, the default: the planners that choose with a cost model
+        (cost_greedy, rl and rl+refine, which keep a split plan only where it is predicted more
+        than the departure margin below the plan without; TorchRec's planner, by its own), while
+        the heuristics place whole tables, as the classic baselines do. Measured, the split plans
+        that margin lets through ran faster on every task where one was returned (0.43-0.79x the
+        unsplit plan), and heuristics that split by their proxy lost to their own unsplit plans
+        on the 80-table tasks (docs/planners.md, docs/evaluation.md)."""
+        if self.allow_column_split is None:
+            return kind is not PlannerKind.HEURISTIC
+        return self.allow_column_split
+
+    @property
+    def split_setting(self) -> bool | str:
+        """``allow_column_split`` as reports record it: True, False, or "auto" (``None``'s rule)."""
+        return "auto" if self.allow_column_split is None else self.allow_column_split
+
+    @property
+    def any_splits(self) -> bool:
+        """Whether some planner may split tables (``splits``)."""
+        return self.allow_column_split is not False
 
     @property
     def margin(self) -> float:

@@ -72,7 +72,7 @@ def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
         from autoshard.planners.rl import RLPlanner
 
         assert context.cost_model is not None and context.policy is not None
-        return RLPlanner(context.cost_model, context.policy, context.allow_column_split, samples,
+        return RLPlanner(context.cost_model, context.policy, context.splits(PlannerKind.POLICY), samples,
                          seed=context.seed, search=replace(REFINE_SEARCH, iterations=context.search_iterations),
                          departure_margin=context.margin, time_budget_s=context.time_budget_s, name=name,
                          shared=context.shared)
@@ -86,21 +86,23 @@ def _torchrec(compute_device: str) -> Callable[[PlannerContext], Planner]:
         except ImportError as error:
             raise PlannerError(PlannerErrorKind.UNAVAILABLE, f"TorchRec's planner cannot load ({error})",
                                ("install the torchrec extra",)) from None
-        return TorchRecPlanner(allow_column_split=context.allow_column_split, cost_model=context.cost_model,
+        return TorchRecPlanner(allow_column_split=context.splits(PlannerKind.REFERENCE), cost_model=context.cost_model,
                                compute_device=compute_device, time_budget_s=context.time_budget_s)
     return build
 
 
 def _greedy(name: str) -> Callable[[PlannerContext], Planner]:
-    return lambda c: GreedyProxyPlanner(name, PROXIES[name], c.cost_model, c.allow_column_split)
+    return lambda c: GreedyProxyPlanner(name, PROXIES[name], c.cost_model, c.splits(PlannerKind.HEURISTIC))
 
 
 _SPECS = (
-    PlannerSpec("random", PlannerKind.HEURISTIC, lambda c: RandomPlanner(c.cost_model, c.seed, c.allow_column_split)),
-    PlannerSpec("round_robin", PlannerKind.HEURISTIC, lambda c: RoundRobinPlanner(c.cost_model, c.allow_column_split)),
+    PlannerSpec("random", PlannerKind.HEURISTIC,
+                lambda c: RandomPlanner(c.cost_model, c.seed, c.splits(PlannerKind.HEURISTIC))),
+    PlannerSpec("round_robin", PlannerKind.HEURISTIC,
+                lambda c: RoundRobinPlanner(c.cost_model, c.splits(PlannerKind.HEURISTIC))),
     *(PlannerSpec(name, PlannerKind.HEURISTIC, _greedy(name)) for name in PROXIES),
     PlannerSpec("cost_greedy", PlannerKind.COST_MODEL,
-                lambda c: CostGreedyPlanner(c.cost_model, c.allow_column_split,  # type: ignore[arg-type]
+                lambda c: CostGreedyPlanner(c.cost_model, c.splits(PlannerKind.COST_MODEL),  # type: ignore[arg-type]
                                             time_budget_s=c.time_budget_s, shared=c.shared,
                                             departure_margin=c.margin)),
     PlannerSpec("rl", PlannerKind.POLICY, _rl(0, "rl")),

@@ -60,9 +60,9 @@ def evaluate_grid(tasks: Sequence[Task], context: PlannerContext, communication:
 
 def lower_bound_ms(task: Task, context: PlannerContext, communication: CommunicationModel | None) -> float | None:
     """No plan of the task (without column splits) has a lower predicted max: a device costs at
-    least its costliest table alone (the cost model's floor). None with column splits (a split
-    table's shards cost less than it) or without a cost model."""
-    if context.cost_model is None or context.allow_column_split:
+    least its costliest table alone (the cost model's floor). None where a planner may split (a
+    split table's shards cost less than it) or without a cost model."""
+    if context.cost_model is None or context.any_splits:
         return None
     priced = (WithCommunication(context.cost_model, communication, task.topology.num_devices)
               if communication is not None else context.cost_model)

@@ -72,7 +72,7 @@ async def create_plans(
     warnings = _check_inputs(model, workload)
     names = state.planners_for(body.planners, model)
     try:
-        prepare_units(workload, topology, proxy_costs(size_proxy), body.allow_column_split)
+        prepare_units(workload, topology, proxy_costs(size_proxy), body.allow_column_split is not False)
     except PlannerError as error:  # it cannot fit, whatever the planner
         raise infeasible_error(error, workload, topology) from None
     if format == "torchrec":

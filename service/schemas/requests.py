@@ -121,7 +121,11 @@ class PlanRequest(BaseModel):
                     "except torchrec, which runs when asked.")
     profile: str | None = Field(None, max_length=200,
                                 description="Cost model profile (GET /v1/profiles); default: the service's default.")
-    allow_column_split: bool = Field(False, description="Let planners split costly or large tables column-wise.")
+    allow_column_split: bool | None = Field(
+        None, description="Which planners may split costly or large tables column-wise. null (the default): the "
+                          "cost-model planners (cost_greedy, rl, rl+refine keep a split plan only where it is "
+                          "predicted more than 10% lower) and TorchRec's; the heuristics place whole tables, as the "
+                          "classic baselines do. true: every planner; false: none.")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed of the random planner.")
     time_budget_s: float | None = Field(
         None, gt=0, le=3600,
