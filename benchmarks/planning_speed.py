@@ -51,7 +51,9 @@ def main() -> None:
     parser.add_argument("--torchrec", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=120.0)
-    parser.add_argument("--column-split", action="store_true", help="Let the planners split tables column-wise.")
+    parser.add_argument("--column-split", action=argparse.BooleanOptionalAction, default=None,
+                        help="Let every planner split tables column-wise (--no-column-split: none; default: the "
+                             "product's, the cost-model planners).")
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "planning_speed.json")
     args = parser.parse_args()
@@ -104,7 +106,7 @@ def main() -> None:
     rows += [{"task": task, "planner": name, "timed_out_after_s": args.timeout} for task, name in sorted(timed_out)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "policy": profile.policy.name
-                                    if profile.policy else None, "column_split": args.column_split, "rows": rows},
+                                    if profile.policy else None, "column_split": context.split_setting, "rows": rows},
                                    indent=1) + "\n")
     _chart(rows, args.out.with_suffix(".png"))
     for r in rows:
