@@ -111,7 +111,7 @@ def plan_cmd(
             _print_verification(report["verification"], report["cost_unit"], expected)
         if column_split is not True and (alone := _bound_by_one_table(best, topology)):
             console.print(f"[yellow]note:[/yellow] the slowest device holds one table alone ({alone}): no placement "
-                          "lowers it, a column-wise split can (Criteo Terabyte measured 0.62x the unsplit plan's "
+                          "lowers it, a column-wise split can (Criteo Terabyte measured 0.60-0.64x the unsplit plan's "
                           "max, docs/evaluation.md); " + (
                               "without --no-column-split the cost-model planners split it where it pays"
                               if column_split is False else

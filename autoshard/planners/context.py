@@ -65,7 +65,7 @@ class PlannerContext:
         (cost_greedy, rl and rl+refine, which keep a split plan only where it is predicted more
         than the departure margin below the plan without; TorchRec's planner, by its own), while
         the heuristics place whole tables, as the classic baselines do. Measured, the split plans
-        that margin lets through ran faster on every task where one was returned (0.43-0.79x the
+        that margin lets through ran faster on every task where one was returned (0.46-0.81x the
         unsplit plan), and heuristics that split by their proxy lost to their own unsplit plans
         on the 80-table tasks (docs/planners.md, docs/evaluation.md)."""
         if self.allow_column_split is None:
