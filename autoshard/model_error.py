@@ -50,12 +50,17 @@ def expected_max(predicted: Sequence[float], errors: Sequence[float] | np.ndarra
     distribution function is the product of the devices' own, and E[max] = lo + the integral
     of 1 - F over [lo, hi], the range the max can take, by the trapezoid rule on ``GRID`` steps
     (F rises along it, so its left and right sums bound the integral)."""
+    return expected_max_of(predicted, np.exp(np.sort(np.asarray(errors, dtype=float))))
+
+
+def expected_max_of(predicted: Sequence[float], factors: np.ndarray) -> float:
+    """``expected_max`` under the error factors exp(e), ascending (``DeviceErrors.factors``: a
+    profile's, computed once for every plan priced under them)."""
     costs = np.asarray(predicted, dtype=float)
     costs = costs[costs > 0]
     if not len(costs):
         return 0.0
-    factors = np.exp(np.sort(np.asarray(errors, dtype=float)))  # a device's cost is c_d times one of these
-    if not len(factors):
+    if not len(factors):  # a device's cost is c_d times one of the factors
         return float(costs.max())
     lo, hi = costs.max() * factors[0], costs.max() * factors[-1]
     if hi <= lo:
@@ -76,10 +81,16 @@ class DeviceErrors:
     errors: tuple[float, ...]
     tasks: int
     reports: tuple[str, ...]
-    array: np.ndarray = field(init=False, repr=False, compare=False)  # the errors, sorted, for ``expected_max``
+    array: np.ndarray = field(init=False, repr=False, compare=False)  # the errors, sorted
+    factors: np.ndarray = field(init=False, repr=False, compare=False)  # exp of them, for ``expected_max_of``
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "array", np.sort(np.asarray(self.errors, dtype=float)))
+        object.__setattr__(self, "factors", np.exp(self.array))
+
+    def expected_max(self, predicted: Sequence[float]) -> float:
+        """``expected_max`` of a plan's device costs under these errors."""
+        return expected_max_of(predicted, self.factors)
 
     @property
     def spread(self) -> float:

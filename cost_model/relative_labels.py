@@ -70,9 +70,8 @@ def _predicted(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet],
     predicted: Predicted = {}
     for batch in sorted({key[2] for key in devices}):
         keys = [key for key in devices if key[2] == batch]
-        sets = [devices[key].tables for key in keys]
-        details = map(tuple, model.predict_detail_many(sets, batch))
-        predicted.update(zip(keys, zip(model.predict_many(sets, batch), details)))
+        details = model.predict_detail_many([devices[key].tables for key in keys], batch)
+        predicted.update(zip(keys, zip(details[:, 2].tolist(), map(tuple, details))))  # the total is its [2]
     return devices, predicted
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from autoshard.model_error import DeviceErrors, expected_max
+from autoshard.model_error import DeviceErrors
 from autoshard.types import ShardingPlan, TableShard, Topology, Workload
 
 
@@ -16,9 +16,9 @@ def shard_label(shard: TableShard) -> str:
 
 
 def plan_to_dict(plan: ShardingPlan, best: bool = False, device_errors: DeviceErrors | None = None) -> dict[str, Any]:
-    """The plan; with ``device_errors``, its ``expected_max_ms`` under them (``model_error.expected_max``:
+    """The plan; with ``device_errors``, its ``expected_max_ms`` under them (``DeviceErrors.expected_max``:
     what the model's measured error on each device leads to expect of the max), else None."""
-    expected = expected_max([d.cost_ms for d in plan.devices], device_errors.array) if device_errors else None
+    expected = device_errors.expected_max([d.cost_ms for d in plan.devices]) if device_errors else None
     out = {"planner": plan.planner, "max_cost_ms": plan.max_cost_ms, "expected_max_ms": expected,
            "imbalance": plan.imbalance, "plan_time_s": plan.plan_time_s, "reused_s": plan.reused_s, "best": best,
            "partial": plan.partial,
