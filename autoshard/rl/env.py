@@ -14,11 +14,11 @@ from autoshard.communication import CommunicationModel, WithCommunication
 from autoshard.costing import Accumulator
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
-from autoshard.planners.local_search import Round, improve
+from autoshard.planners.local_search import Round, improve, round_changes
 from autoshard.planners.placement import PlacementState, StepCosts, by_cost, cheapest_after, place, prepare_units
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.observation import OBS_BOUND, observation_size, observe
-from autoshard.rl.repair import make, observe_repair, repair_mask, repair_round
+from autoshard.rl.repair import make, observe_repair, repair_mask
 from autoshard.rl.tasks import TaskDistribution, TaskSource
 from autoshard.types import CostModel, Topology
 
@@ -232,7 +232,8 @@ class ShardingEnv(gym.Env):
         if self.repairs >= self.config.repair_rounds:
             return None
         model = priced(self.task, self.cost_model, self.communication)
-        return repair_round(self.state.devices, model, self.task.workload.batch_size, self.state.max_units_per_device)
+        return round_changes(self.state.devices, model, self.task.workload.batch_size,
+                             self.state.max_units_per_device)  # none past the extrapolation guard
 
     def step(self, action: int):
         assert self.state is not None, "call reset() first"

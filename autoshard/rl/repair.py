@@ -33,13 +33,6 @@ REPAIR_PROGRESS = 1.0
 (n - 1) / n), so the policy tells the phases apart without a feature of its own."""
 
 
-def repair_round(devices: Sequence[DeviceState], cost_model: CostModel, batch_size: int,
-                 max_units: int | None) -> Round | None:
-    """The next repair step's changes (None: nothing lowers the max), none that would put more
-    than ``max_units`` units on a device (the extrapolation guard)."""
-    return round_changes(devices, cost_model, batch_size, max_units)
-
-
 def repair_mask(step: Round, num_devices: int) -> np.ndarray:
     """Devices the policy may pick: the targets of a change, and the max-cost device (stop)."""
     ok = np.zeros(num_devices, dtype=bool)
@@ -79,12 +72,11 @@ def observe_repair(devices: Sequence[DeviceState], step: Round, scale: float, ro
     context = np.zeros(len(GLOBAL_FEATURES) + len(UNIT_FEATURES), dtype=np.float32)
     context[0] = REPAIR_PROGRESS
     context[3], context[4], context[5] = current_max / scale, loads.mean() / scale, math.log2(n) / 7.0
-    rows_out = device_rows(loads[rows] / scale, after[rows] / scale, (new_max[rows] - current_max) / scale,
-                      np.array([devices[d].memory_bytes for d in rows]) / capacity,
-                      np.clip(free[rows] / capacity, -1.0, 1.0),
-                      np.array([len(devices[d].units) for d in rows]) / max(even, 1e-9), ranks[rows] / max(n - 1, 1),
-                      rows == step.changes[0].target)
-    return Observation(context, rows_out)
+    return Observation(context, device_rows(
+        loads[rows] / scale, after[rows] / scale, (new_max[rows] - current_max) / scale,
+        np.array([devices[d].memory_bytes for d in rows]) / capacity, np.clip(free[rows] / capacity, -1.0, 1.0),
+        np.array([len(devices[d].units) for d in rows]) / max(even, 1e-9), ranks[rows] / max(n - 1, 1),
+        rows == step.changes[0].target))
 
 
 def make(devices: list[DeviceState], step: Round, device: int) -> bool:
@@ -104,7 +96,7 @@ def policy_repair(devices: list[DeviceState], policy: DevicePolicy, cost_model: 
     for made in range(rounds):
         if deadline is not None and deadline.expired:
             return made
-        step = repair_round(devices, cost_model, batch_size, max_units)
+        step = round_changes(devices, cost_model, batch_size, max_units)  # each repair step: a round
         if step is None:
             return made
         rows = np.flatnonzero(repair_mask(step, len(devices)))
