@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.planners.placement import prepare_units
 from autoshard.planners.proxies import size_proxy
-from autoshard.planners.context import PlannerKind
+from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.registry import HEURISTICS
 from autoshard.planners.report import plans_report
 from autoshard.planners.units import proxy_costs
@@ -72,7 +72,8 @@ async def create_plans(
     warnings = _check_inputs(model, workload)
     names = state.planners_for(body.planners, model)
     try:
-        prepare_units(workload, topology, proxy_costs(size_proxy), body.allow_column_split is not False)
+        prepare_units(workload, topology, proxy_costs(size_proxy),  # with splits if any planner may split
+                      PlannerContext(allow_column_split=body.allow_column_split).any_splits)
     except PlannerError as error:  # it cannot fit, whatever the planner
         raise infeasible_error(error, workload, topology) from None
     if format == "torchrec":
