@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from autoshard.cli.support import DEFAULT_MODEL, ensure_malloc_settings, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.communication import WithCommunication  # noqa: E402
 from autoshard.evaluation import memory_for  # noqa: E402
-from autoshard.planners.placement import PlacementState, cheapest_after, place_workload  # noqa: E402
+from autoshard.planners.placement import PlacementState, TaskUnits, cheapest_after, place_workload  # noqa: E402
 from autoshard.planners.units import model_costs  # noqa: E402
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
 from autoshard.types import Topology  # noqa: E402
@@ -50,7 +50,7 @@ def main() -> None:
     batch = workload.batch_size
     topology = Topology(args.devices, memory_for(workload, args.devices, 1.3))
     priced = WithCommunication(model, profile.communication, args.devices)
-    devices = place_workload(workload, topology, model_costs(priced, batch), False, cheapest_after,
+    devices = place_workload(TaskUnits(workload, topology, model_costs(priced, batch)), False, cheapest_after,
                              lambda units: PlacementState(units, topology, priced.accumulator(args.devices, batch),
                                                           lookahead=True)).devices
     costly = max(max(devices, key=lambda s: s.load).tables, key=lambda t: model.predict([t], batch))

@@ -743,7 +743,7 @@ def test_past_its_deadline_placement_drops_the_lookahead_and_places_again_with_i
     then places again with the lookahead."""
     import time
 
-    from autoshard.planners.placement import Deadline, PlacementState, place, place_workload
+    from autoshard.planners.placement import Deadline, PlacementState, TaskUnits, place, place_workload
 
     sizes = (3, 3, 4, 7, 7, 6, 5)
     tables = [Table(f"t{i}", size * GIB // 64, 16) for i, size in enumerate(sizes)]
@@ -761,7 +761,7 @@ def test_past_its_deadline_placement_drops_the_lookahead_and_places_again_with_i
     with pytest.raises(PlannerError):
         place(dropped, highest, deadline=expired)
     assert dropped.dropped_lookahead and dropped.devices[3].units[-1].name == "t2"
-    again = place_workload(Workload(tuple(tables)), topology, lambda ts: [float(t.memory_bytes) for t in ts], False,
-                           highest, lambda us: PlacementState(us, topology, lookahead=True), order_by_cost=False,
-                           deadline=expired)
+    memory_costs = TaskUnits(Workload(tuple(tables)), topology, lambda ts: [float(t.memory_bytes) for t in ts])
+    again = place_workload(memory_costs, False, highest, lambda us: PlacementState(us, topology, lookahead=True),
+                           order_by_cost=False, deadline=expired)
     assert [[u.name for u in d.units] for d in again.devices] == [[u.name for u in d.units] for d in placed.devices]

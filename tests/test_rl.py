@@ -671,7 +671,7 @@ def test_the_argmax_rollout_checked_in_one_pass_is_the_policy_stepped_one_pass_a
     shipped policy (greedy's clone: a pass or two for the whole task) and for one that departs
     from greedy nearly every step (its scores negated: restarts, then stepping), on a 40-table
     task and on one where the first split (halves) runs into a dead end and quarters are placed."""
-    from autoshard.planners.placement import assignment, place_workload
+    from autoshard.planners.placement import TaskUnits, assignment, place_workload
     from autoshard.planners.units import model_costs
     from autoshard.rl.env import guarded_state
     from autoshard.rl.rollout import PolicyChooser, argmax_rollout
@@ -689,7 +689,8 @@ def test_the_argmax_rollout_checked_in_one_pass_is_the_policy_stepped_one_pass_a
     counted = []
     for workload, topology, cap in cases:
         def run(choose):
-            return place_workload(workload, topology, model_costs(model, workload.batch_size), cap is not None, choose,
+            return place_workload(TaskUnits(workload, topology, model_costs(model, workload.batch_size)), cap is not None,
+                                  choose,
                                   lambda units: guarded_state(units, topology, model, workload.batch_size, 1.25),
                                   max_ways=cap)
 

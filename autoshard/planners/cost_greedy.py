@@ -10,9 +10,9 @@ from autoshard.planners.local_search import SearchRound, improve
 from autoshard.planners.placement import (CANDIDATES, Deadline, DeviceState, PlacementState, assignment,
                                           build_plan, cheapest_after, place_workload)
 from autoshard.planners.recording import RecordingChooser
-from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
-from autoshard.planners.split_caps import best_over_split_caps, split_units_at
-from autoshard.planners.units import Unit, model_costs
+from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of, units_of
+from autoshard.planners.split_caps import best_over_split_caps
+from autoshard.planners.units import Unit
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 
 
@@ -55,9 +55,9 @@ class CostGreedyPlanner:
             return list(found.devices)
 
         deadline = Deadline(started, self.time_budget_s)
-        units_at = split_units_at(workload, topology, model_costs(self.cost_model, batch_size))
-        best = best_over_split_caps(topology, self.allow_column_split, plan_at, units_at, self.departure_margin,
-                                    deadline)
+        task_units = units_of(self.shared, workload, topology, self.cost_model)
+        best = best_over_split_caps(topology, self.allow_column_split, plan_at, task_units.at_cap,
+                                    self.departure_margin, deadline)
         return build_plan(self.name, best, started, batch_size, partial=deadline.hit, reused_s=sum(reused))
 
 
@@ -87,17 +87,18 @@ def greedy_placement(workload: Workload, topology: Topology, cost_model: CostMod
     ``shared``, its steps' costs are the task's ``StepCosts``, and its steps are recorded there
     (``greedy_steps_key``) for ``rl``, if it kept the lookahead to the end."""
     batch_size = workload.batch_size
+    task_units = units_of(shared, workload, topology, cost_model)
 
     def start(units: list[Unit]) -> PlacementState:
         return PlacementState(units, topology, cost_model.accumulator(topology.num_devices, batch_size), lookahead=True,
                               steps=steps_of(shared, workload, topology, units))
 
     if shared is None:
-        return place_workload(workload, topology, model_costs(cost_model, batch_size), cap is not None, cheapest_after,
-                              start, max_ways=cap, scope=CANDIDATES, deadline=deadline)
+        return place_workload(task_units, cap is not None, cheapest_after, start, max_ways=cap, scope=CANDIDATES,
+                              deadline=deadline)
     choose = RecordingChooser()  # cheapest_after, keeping each step for the policy's argmax rollout
-    state = place_workload(workload, topology, model_costs(cost_model, batch_size), cap is not None, choose, start,
-                           max_ways=cap, scope=CANDIDATES, deadline=deadline)
+    state = place_workload(task_units, cap is not None, choose, start, max_ways=cap, scope=CANDIDATES,
+                           deadline=deadline)
     if not state.dropped_lookahead:  # else not the steps of a placement under the mask
         shared.record(workload, topology, greedy_steps_key(cap), choose.recorded(state))
     return state

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoshard.planners.placement import Chooser, PlacementState, build_plan, least_loaded, place_workload
+from autoshard.planners.placement import (Chooser, PlacementState, TaskUnits, build_plan, least_loaded,
+                                          place_workload)
 from autoshard.planners.proxies import Proxy, lookup_proxy
 from autoshard.planners.units import proxy_costs
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
@@ -23,7 +24,7 @@ from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 def _plan(name: str, workload: Workload, topology: Topology, proxy: Proxy, allow_split: bool,
           cost_model: CostModel | None, order_by_cost: bool, choose: Chooser) -> ShardingPlan:
     started = time.perf_counter()
-    state = place_workload(workload, topology, proxy_costs(proxy), allow_split, choose,
+    state = place_workload(TaskUnits(workload, topology, proxy_costs(proxy)), allow_split, choose,
                            lambda units: PlacementState(units, topology), order_by_cost)
     return build_plan(name, state.devices, started, workload.batch_size, cost_model)
 

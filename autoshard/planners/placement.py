@@ -421,27 +421,64 @@ def prepare_units(workload: Workload, topology: Topology, cost_fn: CostFn, allow
     """The workload's tables as units with their costs alone, split column-wise if allowed
     (shards at most ``shard_memory_limit`` bytes if they can be, default the device memory);
     raises ``PlannerError`` if they cannot fit."""
-    tables = workload.tables
-    units = [Unit.of(TableShard(t), c) for t, c in zip(tables, cost_fn(tables))]
-    if allow_split and topology.num_devices > 1:
-        units = split_units(units, cost_fn, topology, shard_memory_limit, max_ways)
-    check_feasible(units, topology, allow_split)
-    return units
+    return TaskUnits(workload, topology, cost_fn)(allow_split, shard_memory_limit, max_ways)
 
 
-def place_workload(workload: Workload, topology: Topology, cost_fn: CostFn, allow_split: bool,
-                   choose: Chooser, start: Callable[[list[Unit]], PlacementState],
-                   order_by_cost: bool = True, max_ways: int | None = None,
-                   scope: int | None = None, deadline: Deadline | None = None) -> PlacementState:
-    """``prepare_units``, then ``place`` them (heaviest first, or in the given order) on the
+class TaskUnits:
+    """``prepare_units`` of one task under one cost function, each split (whether to split, the
+    shard memory limit, the cap on ways) computed once and handed out as a new list: a planner
+    asks for the units of every split cap to choose the caps it plans, then places them, and the
+    planners of a task that share a ``SharedWork`` ask alike (``units_of``)."""
+
+    def __init__(self, workload: Workload, topology: Topology, cost_fn: CostFn) -> None:
+        self.workload, self.topology, self.cost_fn = workload, topology, cost_fn
+        self._whole: list[Unit] | None = None
+        self._found: dict[tuple[bool, int, int | None], list[Unit] | PlannerError] = {}
+
+    def __call__(self, allow_split: bool, shard_memory_limit: int | None = None,
+                 max_ways: int | None = None) -> list[Unit]:
+        limit = self.topology.device_memory_bytes if shard_memory_limit is None else shard_memory_limit
+        key = (allow_split, limit, max_ways)
+        found = self._found.get(key)
+        if found is None:
+            try:
+                found = self._prepared(allow_split, limit, max_ways)
+            except PlannerError as error:
+                found = error
+            self._found[key] = found
+        if isinstance(found, PlannerError):
+            raise found
+        return list(found)
+
+    def _prepared(self, allow_split: bool, limit: int, max_ways: int | None) -> list[Unit]:
+        if self._whole is None:  # every split starts from the whole tables: costed once
+            tables = self.workload.tables
+            self._whole = [Unit.of(TableShard(t), c) for t, c in zip(tables, self.cost_fn(tables))]
+        units = self._whole
+        if allow_split and self.topology.num_devices > 1:
+            units = split_units(units, self.cost_fn, self.topology, limit, max_ways)
+        check_feasible(units, self.topology, allow_split)
+        return units
+
+    def at_cap(self, cap: int | None) -> list[Unit]:
+        """The units that split cap ``cap`` (None: no split) starts placement from
+        (``place_workload``'s first try, before any retry with smaller shards)."""
+        return self(cap is not None, max_ways=cap)
+
+
+def place_workload(units: TaskUnits, allow_split: bool, choose: Chooser,
+                   start: Callable[[list[Unit]], PlacementState], order_by_cost: bool = True,
+                   max_ways: int | None = None, scope: int | None = None,
+                   deadline: Deadline | None = None) -> PlacementState:
+    """The task's ``units``, then ``place`` them (heaviest first, or in the given order) on the
     fresh state ``start`` makes for them (``scope``, ``deadline``: ``place``'s; a placement that
     dropped its lookahead at the deadline and then ran into a dead end is placed again with it).
     When splitting is allowed and placement runs into a dead end, retry with shards of at most
     half, a quarter, ... of a device's memory, until the split stops changing."""
-    limit, count = topology.device_memory_bytes, -1
+    limit, count = units.topology.device_memory_bytes, -1
     while True:
-        units = prepare_units(workload, topology, cost_fn, allow_split, limit, max_ways)
-        ordered = by_cost(units) if order_by_cost else units
+        found = units(allow_split, limit, max_ways)
+        ordered = by_cost(found) if order_by_cost else found
         try:
             state = start(ordered)
             try:
@@ -451,9 +488,9 @@ def place_workload(workload: Workload, topology: Topology, cost_fn: CostFn, allo
                     raise
             return place(start(ordered), choose, scope)  # the lookahead was needed after all
         except PlannerError:
-            if not allow_split or len(units) == count:
+            if not allow_split or len(found) == count:
                 raise
-            limit, count = limit // 2, len(units)
+            limit, count = limit // 2, len(found)
 
 
 def by_cost(units: Sequence[Unit]) -> list[Unit]:

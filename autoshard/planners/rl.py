@@ -15,9 +15,9 @@ from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import (CANDIDATES, Chooser, Deadline, DeviceState, PlacementState, assignment,
                                           build_plan, max_load, place_together, place_workload)
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
-from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of
-from autoshard.planners.split_caps import best_over_split_caps, chosen_over_split, clearly_lower, split_units_at
-from autoshard.planners.units import Unit, model_costs
+from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of, units_of
+from autoshard.planners.split_caps import best_over_split_caps, chosen_over_split, clearly_lower
+from autoshard.planners.units import Unit
 from autoshard.rl.env import guarded_state, unit_cap
 from autoshard.rl.repair import follow_recorded, policy_repair
 from autoshard.rl.rollout import PolicyChooser, argmax_rollout, recorded_departure
@@ -89,7 +89,7 @@ class RLPlanner:
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
         batch = workload.batch_size
-        cost_fn = model_costs(self.cost_model, batch)
+        task_units = units_of(self.shared, workload, topology, self.cost_model)
         rng = np.random.default_rng(self.seed)
 
         def guard(units: Sequence[Unit]) -> int | None:
@@ -101,8 +101,8 @@ class RLPlanner:
                                  steps=steps_of(self.shared, workload, devices, units))
 
         def rollout(cap: int | None, choose: Chooser) -> PlacementState:
-            return place_workload(workload, topology, cost_fn, cap is not None, choose, start, max_ways=cap,
-                                  scope=CANDIDATES, deadline=deadline)  # argmax_rollout's choosers score that many
+            return place_workload(task_units, cap is not None, choose, start, max_ways=cap, scope=CANDIDATES,
+                                  deadline=deadline)  # argmax_rollout's choosers score that many
 
         def sampled(units: list[Unit]) -> list[list[DeviceState]]:
             """``samples`` rollouts side by side (one head call per step for all of them)."""
@@ -200,7 +200,7 @@ class RLPlanner:
 
         deadline = Deadline(started, self.time_budget_s)
         best = best_over_split_caps(topology, self.allow_column_split, start_at,
-                                    split_units_at(workload, topology, cost_fn), self.departure_margin, deadline)
+                                    task_units.at_cap, self.departure_margin, deadline)
         if self.samples:  # the samples and their local search at each planned cap, the lowest start first
             ranked = sorted(starts, key=lambda cap: max_load(lower_start(cap)))
             best = min([best, *(refined(cap) for cap in ranked)], key=max_load)

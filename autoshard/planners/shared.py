@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from typing import Callable, Hashable, Sequence
 
 from autoshard.planners.local_search import SearchRound
-from autoshard.planners.placement import Assignment, DeviceState, StepCosts
+from autoshard.planners.placement import Assignment, DeviceState, StepCosts, TaskUnits
 from autoshard.planners.recording import RecordedSteps
-from autoshard.planners.units import Unit
-from autoshard.types import Topology, Workload
+from autoshard.planners.units import Unit, model_costs
+from autoshard.types import CostModel, Topology, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,7 @@ class SharedWork:
         self._kept: dict[Hashable, Placement] = {}
         self._steps: dict[Hashable, StepCosts] = {}
         self._records: dict[Hashable, RecordedSteps] = {}
+        self._units: dict[int, tuple[CostModel, TaskUnits]] = {}  # by the cost model's id (it is kept alive)
         self.reused = 0  # how many placements were handed out instead of computed (for tests)
 
     @property
@@ -87,6 +88,15 @@ class SharedWork:
             return None
         return self._records.get(key)
 
+    def units(self, workload: Workload, topology: Topology, cost_model: CostModel) -> TaskUnits:
+        """The task's units costed alone by ``cost_model`` (``model_costs``), one ``TaskUnits``
+        for all its planners; a new one for another task."""
+        if workload is not self.workload or topology != self.topology:
+            return _model_units(workload, topology, cost_model)
+        if id(cost_model) not in self._units:
+            self._units[id(cost_model)] = cost_model, _model_units(workload, topology, cost_model)
+        return self._units[id(cost_model)][1]
+
     def steps(self, workload: Workload, topology: Topology, units: Sequence[Unit]) -> StepCosts | None:
         """The step costs of placements of ``units`` (of this task), in this order; None for
         another task."""
@@ -99,6 +109,16 @@ def steps_of(shared: SharedWork | None, workload: Workload, topology: Topology,
              units: Sequence[Unit]) -> StepCosts | None:
     """``shared.steps(...)``, or None without a ``SharedWork``."""
     return None if shared is None else shared.steps(workload, topology, units)
+
+
+def units_of(shared: SharedWork | None, workload: Workload, topology: Topology, cost_model: CostModel) -> TaskUnits:
+    """``shared.units(...)``, or a new ``TaskUnits`` of ``model_costs`` without a ``SharedWork``."""
+    return _model_units(workload, topology, cost_model) if shared is None else shared.units(workload, topology,
+                                                                                            cost_model)
+
+
+def _model_units(workload: Workload, topology: Topology, cost_model: CostModel) -> TaskUnits:
+    return TaskUnits(workload, topology, model_costs(cost_model, workload.batch_size))
 
 
 def placement_of(shared: SharedWork | None, workload: Workload, topology: Topology, key: Hashable,

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from autoshard.errors import PlannerError
-from autoshard.planners.placement import Deadline, DeviceState, by_cost, max_load, prepare_units
-from autoshard.planners.units import CostFn, Unit
-from autoshard.types import Topology, Workload
+from autoshard.planners.placement import Deadline, DeviceState, by_cost, max_load
+from autoshard.planners.units import Unit
+from autoshard.types import Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ def best_over_split_caps(topology: Topology, allow_split: bool, plan_at: Callabl
     by their own costs; the plan with splits only if it is predicted more than ``margin``
     below the one without (``chosen_over_split``).
 
-    Caps that split the tables alike (``units_at``, ``split_units_at``; only tables above the
+    Caps that split the tables alike (``units_at``, ``TaskUnits.at_cap``; only tables above the
     average load split, into the fewest shards that bring them under it, no finer than their
     widths allow) are one candidate (``CapGroup``). Placement depends only on its units, so a
     cap of a group places as the group's first did, unless that one ran into a dead end and
@@ -148,9 +148,3 @@ def additive_max(units: Sequence[Unit], num_devices: int) -> float:
         for entry in passed:
             heapq.heappush(loads, entry)
     return max(load for load, _ in loads)
-
-
-def split_units_at(workload: Workload, topology: Topology, cost_fn: CostFn) -> Callable[[int | None], list[Unit]]:
-    """The units that split cap k (None: no split) starts placement from (``place_workload``'s
-    first try, before any retry with smaller shards)."""
-    return lambda cap: prepare_units(workload, topology, cost_fn, cap is not None, max_ways=cap)
