@@ -304,7 +304,7 @@ def test_rl_refine_does_not_sample_where_cost_greedys_plan_is_too_even_for_a_pla
         model, monkeypatch):
     """80 pool tables on 4 devices: cost_greedy's plan is twice the lower bound but within 1% of
     its own mean device cost. A plan 10% lower would need
-    a total more than ``TOTAL_SLACK`` below cost_greedy's, so rl+refine draws no samples and
+    a total more than ``OWN_TOTAL_SLACK`` below cost_greedy's, so rl+refine draws no samples and
     returns cost_greedy's plan; with no margin it samples."""
     import autoshard.planners.rl as rl_planners
     from autoshard.planners.units import model_costs
@@ -316,10 +316,36 @@ def test_rl_refine_does_not_sample_where_cost_greedys_plan_is_too_even_for_a_pla
     mean = sum(d.cost_ms for d in greedy.devices) / 4
     bound = max(model_costs(model, workload.batch_size)(workload.tables))
     assert greedy.max_cost_ms > bound / (1 - DEPARTURE_MARGIN)  # the lower bound alone leaves room
-    assert greedy.max_cost_ms * (1 - DEPARTURE_MARGIN) <= (1 - rl_planners.TOTAL_SLACK) * mean  # too even
+    assert greedy.max_cost_ms * (1 - DEPARTURE_MARGIN) <= (1 - rl_planners.OWN_TOTAL_SLACK) * mean  # too even
     sampled, refined = _refined_counting_samples(monkeypatch, PlannerContext(model, policy), workload, topology)
     assert not sampled and [d.shards for d in refined.devices] == [d.shards for d in greedy.devices]
     sampled, _ = _refined_counting_samples(monkeypatch, PlannerContext(model, policy, departure_margin=0.0), workload,
+                                           topology)
+    assert sampled
+
+
+def test_without_ruin_and_recreate_rl_refine_samples_only_where_its_own_placements_could_clear_the_margin(
+        model, monkeypatch):
+    """Criteo Kaggle on 4 x 2 GiB with the all-to-all: cost_greedy's plan is about 1.04x its mean
+    device cost, so a plan 10% lower would need a total about 6.5% below cost_greedy's: further
+    than rl+refine's own placements went (``OWN_TOTAL_SLACK``), not as far as ruin and
+    recreate's regrouping may (``TOTAL_SLACK``). By default rl+refine draws no samples and
+    returns cost_greedy's plan; with ruin and recreate on it samples (so the lower bound leaves
+    room). With the floor at ``TOTAL_SLACK`` alone it samples by default too."""
+    import autoshard.planners.rl as rl_planners
+    from autoshard.communication import CommunicationModel, WithCommunication
+
+    workload, _ = load_preset("criteo_kaggle")
+    topology = Topology(4, 2.0)
+    priced = WithCommunication(model, CommunicationModel.load(SHIPPED / "communication.json"), 4)
+    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    greedy = make_planner("cost_greedy", PlannerContext(priced, policy)).plan(workload, topology)
+    mean = sum(d.cost_ms for d in greedy.devices) / 4
+    needed = greedy.max_cost_ms * (1 - DEPARTURE_MARGIN)  # a plan's max at most this, so its mean too
+    assert (1 - rl_planners.TOTAL_SLACK) * mean < needed <= (1 - rl_planners.OWN_TOTAL_SLACK) * mean
+    sampled, refined = _refined_counting_samples(monkeypatch, PlannerContext(priced, policy), workload, topology)
+    assert not sampled and [d.shards for d in refined.devices] == [d.shards for d in greedy.devices]
+    sampled, _ = _refined_counting_samples(monkeypatch, PlannerContext(priced, policy, search_iterations=2), workload,
                                            topology)
     assert sampled
 

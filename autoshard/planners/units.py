@@ -21,6 +21,11 @@ class Unit:
     table: Table
     memory_bytes: int
 
+    def __hash__(self) -> int:
+        # the name and cost alone (equal units have equal tables): the derived hash walked the
+        # shard's table and the table again, field by field, and planning hashes units in sets
+        return hash((self.table.name, self.cost))
+
     @classmethod
     def of(cls, shard: TableShard, cost: float) -> Unit:
         table = shard.as_table
