@@ -84,7 +84,9 @@ def main() -> None:
         rows.append({"task": task.name, "same_plan": same, "predicted_ratio": new.max_cost_ms / old.max_cost_ms,
                      "measured_ratio": m.ratio_to_reference, "ci95": list(m.ratio_ci95),
                      "verdict": verdict(*m.ratio_ci95), "measured_max_ms": [measured[0].max_ms, m.max_ms],
-                     "shards": [sum(shards(old)), sum(shards(new))]})
+                     "shards": [sum(shards(old)), sum(shards(new))],
+                     "predicted_device_ms": [[d.cost_ms for d in p.devices] for p in (old, new)],
+                     "measured_device_ms": [list(x.device_ms) for x in measured]})
         low, high = m.ratio_ci95
         print(f"{task.name:12s} shards {sum(shards(old))} -> {sum(shards(new))}  predicted "
               f"{rows[-1]['predicted_ratio']:.3f}  measured {m.ratio_to_reference:.3f} [{low:.3f}, {high:.3f}] "
