@@ -421,13 +421,20 @@ def test_past_its_time_budget_a_search_returns_its_best_plan_so_far_marked_parti
 
 
 @pytest.mark.parametrize("column_split", [False, True])
-def test_planners_of_one_task_share_their_placements_and_plan_as_they_do_alone(model, column_split):
+def test_planners_of_one_task_share_their_placements_and_plan_as_they_do_alone(model, column_split, monkeypatch):
     """rl+refine starts from cost_greedy's searched placement and from rl's argmax rollout: side
     by side (``compare_planners``, as the CLI's ``--planner all`` and the service's model task
     run them) it takes both from the planners before it instead of computing them again, in
-    whichever order they run, and every plan is the one each planner makes alone."""
+    whichever order they run, and every plan is the one each planner makes alone. The units of
+    each split (cap) are made once for the three (``TaskUnits``), though each asks for them to
+    choose its caps and again to place them."""
     from autoshard.planners.compare import compare_planners
+    from autoshard.planners.placement import TaskUnits
     from autoshard.planners.shared import SharedWork
+
+    prepared = []
+    prepare = TaskUnits._prepared
+    monkeypatch.setattr(TaskUnits, "_prepared", lambda self, *a: prepared.append(a) or prepare(self, *a))
 
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
     workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(4))
@@ -437,7 +444,9 @@ def test_planners_of_one_task_share_their_placements_and_plan_as_they_do_alone(m
     alone = {n: make_planner(n, context).plan(workload, topology) for n in names}
     for order in (names, names[::-1]):
         shared = SharedWork(workload, topology)
+        prepared.clear()
         plans = compare_planners(workload, topology, order, replace(context, shared=shared)).plans
+        assert prepared and len(prepared) == len(set(prepared))  # each split made once for the three
         # each planned split cap's searched greedy placement and argmax rollout: computed once, handed out
         # once to rl+refine, and the searched placement once more to rl where cost_greedy ran before it (rl's
         # repair steps follow its search)
@@ -715,8 +724,8 @@ def test_the_argmax_rollout_checked_in_one_pass_is_the_policy_stepped_one_pass_a
     counted = []
     for workload, topology, cap in cases:
         def run(choose):
-            return place_workload(TaskUnits(workload, topology, model_costs(model, workload.batch_size)), cap is not None,
-                                  choose,
+            units = TaskUnits(workload, topology, model_costs(model, workload.batch_size))
+            return place_workload(units, cap is not None, choose,
                                   lambda units: guarded_state(units, topology, model, workload.batch_size, 1.25),
                                   max_ways=cap)
 
