@@ -292,20 +292,25 @@ def test_split_ways_need_widths_multiple_of_four_and_at_most_one_shard_per_devic
 
 
 def test_tables_split_no_finer_than_the_costliest_unit_can_get():
-    """Costs dim x pooling on 8 devices: 168 in all, 21 a device. "hot" (dim 8) splits only in
-    two, 40 each, so no plan's max is below 40; "wide" (64) then splits into the fewest shards
-    at or under 40, two of 32 (not four of 16, under the average, which would lower no max and
-    add two shards' lookups). Tables under the average stay whole."""
+    """Eight devices, costs by table and width (a shard pays every lookup, so "hot" in four costs
+    more a shard than in two): 253 in all, 31.6 a device. "hot" at its cheapest is two shards of
+    40, so no plan's max is below 40: "wide" splits into the fewest shards at or under it, two of
+    32 (not four of 16, which would lower no max and add two shards' lookups), "big" (45) into two;
+    "mid" (40, above the average) stays whole, as do the tables under the average. (Had the
+    level been "hot"'s finest split, 50, "big" would stay whole.)"""
     from autoshard.planners.units import Unit
     from autoshard.planners.splitting import split_units
 
-    tables = [Table("hot", 1000, 8, 10.0), Table("wide", 1000, 64), *(Table(f"s{i}", 1000, 4) for i in range(6))]
-    cost = lambda ts: [t.embedding_dim * t.pooling_factor for t in ts]  # noqa: E731
+    costs = {"hot": {16: 80.0, 8: 40.0, 4: 50.0}, "wide": {64: 64.0, 32: 32.0, 16: 16.0, 8: 8.0},
+             "mid": {40: 40.0, 20: 20.0}, "big": {48: 45.0, 24: 22.5, 12: 11.25},
+             **{f"s{i}": {4: 4.0} for i in range(6)}}
+    tables = [Table(name, 1000, max(widths)) for name, widths in costs.items()]
+    cost = lambda ts: [costs[t.name.split("[")[0]][t.embedding_dim] for t in ts]  # noqa: E731
     units = [Unit.of(TableShard(t), c) for t, c in zip(tables, cost(tables))]
     split = split_units(units, cost, Topology(8, 1.0))
     assert [(u.parent, u.shard.width, u.cost) for u in split] == [
-        ("hot", 4, 40.0), ("hot", 4, 40.0), ("wide", 32, 32.0), ("wide", 32, 32.0),
-        *((f"s{i}", 4, 4.0) for i in range(6))]
+        ("hot", 8, 40.0), ("hot", 8, 40.0), ("wide", 32, 32.0), ("wide", 32, 32.0), ("mid", 40, 40.0),
+        ("big", 24, 22.5), ("big", 24, 22.5), *((f"s{i}", 4, 4.0) for i in range(6))]
 
 
 def test_by_default_the_cost_model_planners_split_and_the_heuristics_place_whole_tables():

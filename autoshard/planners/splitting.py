@@ -22,11 +22,12 @@ def split_ways(dim: int, max_ways: int) -> list[int]:
 
 def split_units(units: Sequence[Unit], cost_fn: CostFn, topology: Topology,
                 memory_limit: int | None = None, max_ways: int | None = None) -> list[Unit]:
-    """Split each whole-table unit whose cost exceeds the average device load (total / D), or
-    whose memory exceeds ``memory_limit`` (default: a device's memory), into the fewest shards
-    at or under both, the cost level raised to that of the costliest unit as finely as it may
-    split where that is higher (no plan's max is below it); if none qualify, into as many as
-    allowed (at most ``max_ways``, default D). Shard costs come from one ``cost_fn`` call."""
+    """Split each whole-table unit whose cost exceeds a level, or whose memory exceeds
+    ``memory_limit`` (default: a device's memory), into the fewest shards at or under both; if
+    none are, into as many as allowed (at most ``max_ways``, default D). The level is the
+    average device load (total / D), or, where higher, the cost of the costliest unit at its
+    cheapest (whole, or split as it may be): no plan's max is below it, so a cheaper shard would
+    lower no max. Shard costs come from one ``cost_fn`` call."""
     average = sum(u.cost for u in units) / topology.num_devices
     max_ways = topology.num_devices if max_ways is None else min(max_ways, topology.num_devices)
     capacity = topology.device_memory_bytes if memory_limit is None else memory_limit
@@ -42,14 +43,15 @@ def split_units(units: Sequence[Unit], cost_fn: CostFn, topology: Topology,
     candidates = [table for opts in options.values() for _, table in opts]
     costs = iter(cost_fn(candidates))
     priced = {i: [(k, table, next(costs)) for k, table in opts] for i, opts in options.items()}
-    # no plan's max is below the costliest unit as finely split as it may be: a shard cheaper than
-    # that lowers no max, and adds a shard's lookups
-    level = max([average, *(found[-1][2] for found in priced.values()),
+    # no plan's max is below the costliest unit at its cheapest (whole, or its cheapest split: a
+    # shard still pays every lookup, so the finest is not always the cheapest); a shard cheaper
+    # than that lowers no max, and adds a shard's lookups
+    level = max([average, *(min(units[i].cost, *(p[2] for p in found)) for i, found in priced.items()),
                  *(u.cost for i, u in enumerate(units) if i not in options and u.cost > average)])
     out: list[Unit] = []
     for i, unit in enumerate(units):
-        if i not in options:
-            out.append(unit)
+        if i not in options or (unit.cost <= level and unit.memory_bytes <= capacity):
+            out.append(unit)  # whole: it fits, and no cheaper shard could lower the max
             continue
         k, table, cost = next((p for p in priced[i] if p[2] <= level and p[1].memory_bytes <= capacity),
                               priced[i][-1])
