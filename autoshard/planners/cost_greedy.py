@@ -23,10 +23,11 @@ class CostGreedyPlanner:
     devices with room that leave the remaining tables packable (ties: lowest index; one batched
     call per table). Then ``improve``: moves
     and swaps off the max-cost device for at most ``max_rounds`` rounds (0 turns it off).
-    Column splitting, if allowed, splits tables predicted above the average device load into
-    at most 2, 4, ... D shards (a shard still pays every lookup, so more shards are not always
-    cheaper): the plan without splits and, where splitting could pay, the plan of the cap whose
-    units balance best by their own costs; the split plan only if it is predicted more than
+    Column splitting, if allowed, splits tables predicted above the split level (``split_units``:
+    the average device load, or the costliest unit at its cheapest) into at most 2, 4, ... D
+    shards (a shard still pays every lookup, so more shards are not always cheaper): the plan
+    without splits and, where splitting could pay, the plan of the cap whose units balance best
+    by their own costs; the split plan only if it is predicted more than
     ``departure_margin`` below the other (``best_over_split_caps``).
     Device ``cost_ms`` is the cost model's prediction. Past ``time_budget_s`` the search stops
     (greedy placement places the rest without the packing lookahead; no further local-search

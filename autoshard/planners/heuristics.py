@@ -33,7 +33,7 @@ def _plan(name: str, workload: Workload, topology: Topology, proxy: Proxy, allow
 class GreedyProxyPlanner:
     """Tables by proxy, descending (ties by name); each to the device with the smallest proxy
     sum among those with room (ties: less memory used, then lowest index). Column splitting,
-    if allowed, splits tables whose proxy exceeds the average device load."""
+    if allowed, splits tables whose proxy exceeds the split level (``split_units``)."""
 
     name: str
     proxy: Proxy

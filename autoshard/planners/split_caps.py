@@ -33,8 +33,8 @@ def best_over_split_caps(topology: Topology, allow_split: bool, plan_at: Callabl
     below the one without (``chosen_over_split``).
 
     Caps that split the tables alike (``units_at``, ``TaskUnits.at_cap``; only tables above the
-    average load split, into the fewest shards that bring them under it, no finer than their
-    widths allow) are one candidate (``CapGroup``). Placement depends only on its units, so a
+    split level split, into the fewest shards that bring them under it, no finer than their
+    widths allow: ``split_units``) are one candidate (``CapGroup``). Placement depends only on its units, so a
     cap of a group places as the group's first did, unless that one ran into a dead end and
     retried with smaller shards (``place_workload``): then the next cap of the group is
     planned too. The split candidate is planned only if its ``additive_max`` is more than
