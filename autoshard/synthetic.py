@@ -4,6 +4,8 @@ Distributions (per table, independent):
 - rows: log-uniform on [10^2, 10^7.6] (heavy tail: half the tables under ~63k rows, some ~40M);
 - dim: one of 4..256 (powers of two), mostly 16-128;
 - pooling factor: 30% one-hot, else log-normal (median ~2.7, sigma 1.5) clipped to [1, 500];
+  or, with ``pooling`` (low, high), log-uniform on it and never one-hot (a pool of heavy tables:
+  the multi-hot giants that plans split, such as Criteo Terabyte's);
 - access skew: Zipf alpha uniform on [0, 1.4].
 The dims and the one-hot share can be set (``PoolConfig``: e.g. a Criteo-like pool, every table
 one-hot, of dims 8-32).
@@ -28,7 +30,8 @@ DIM_WEIGHTS = (0.05, 0.10, 0.20, 0.20, 0.20, 0.15, 0.10)
 class PoolConfig:
     """``dims``: draw each table's dim uniformly from these (default: ``DIMS`` with
     ``DIM_WEIGHTS``); ``one_hot_share``: the share of tables with pooling factor 1 (Criteo's
-    tables are all one-hot, of dims 16-128)."""
+    tables are all one-hot, of dims 16-128); ``pooling``: (low, high) draws every table's pooling
+    factor log-uniformly from it instead (``one_hot_share`` then does not apply)."""
 
     size: int = 500
     test_fraction: float = 0.2
@@ -38,6 +41,7 @@ class PoolConfig:
     max_zipf_alpha: float = 1.4
     dims: tuple[int, ...] = ()
     one_hot_share: float = 0.3
+    pooling: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.size < 2:
@@ -48,6 +52,8 @@ class PoolConfig:
             raise InputError("dims", f"must be positive integers, got {self.dims!r}", "e.g. 16,32,64")
         if not 0 <= self.one_hot_share <= 1:
             raise InputError("one_hot_share", f"must be in [0, 1], got {self.one_hot_share}")
+        if self.pooling is not None and not (len(self.pooling) == 2 and 1 <= self.pooling[0] <= self.pooling[1]):
+            raise InputError("pooling", f"must be two numbers 1 <= low <= high, got {self.pooling!r}", "e.g. 10,200")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +72,12 @@ class TablePool:
 def generate_table(name: str, rng: np.random.Generator, config: PoolConfig = PoolConfig()) -> Table:
     rows = int(round(10 ** rng.uniform(config.min_log10_rows, config.max_log10_rows)))
     dim = int(rng.choice(config.dims) if config.dims else rng.choice(DIMS, p=DIM_WEIGHTS))
-    one_hot = rng.random() < config.one_hot_share
-    pooling = 1.0 if one_hot else float(np.clip(round(rng.lognormal(1.0, 1.5), 1), 1.0, 500.0))
+    if config.pooling is None:
+        one_hot = rng.random() < config.one_hot_share
+        pooling = 1.0 if one_hot else float(np.clip(round(rng.lognormal(1.0, 1.5), 1), 1.0, 500.0))
+    else:
+        low, high = np.log(config.pooling)
+        pooling = round(float(np.exp(rng.uniform(low, high))), 1)
     alpha = round(float(rng.uniform(0.0, config.max_zipf_alpha)), 2)
     return Table(name, rows, dim, pooling, alpha)
 

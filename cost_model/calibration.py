@@ -10,6 +10,11 @@ measured / predicted; a set with a table outside the model's trained ranges
 (``TrainedRanges.covers``) is no anchor, since the model is not known to be right there. The
 factor is stored in the file as a ``calibration`` line; the raw measurements stay as they were,
 and ``read_traces`` divides every timing by the factor.
+
+Where the file's small sets are not sets the model is known to be right on (a pool of heavy
+tables, collected because the model prices them wrong), the factor comes instead from ``bench
+drift`` checks run beside the collection: the profile's own traced sets re-measured then, the
+median of now / then over every set of every check (``calibration_from_drift``).
 """
 
 from __future__ import annotations
@@ -54,6 +59,34 @@ def estimate_calibration(path: Path, model: NeuralCostModel, model_name: str, ma
     ratios = [s.cost_ms / model.predict(s.tables, s.batch_size) for s in anchors]
     low, high = np.quantile(ratios, [0.25, 0.75])
     return Calibration(float(statistics.median(ratios)), len(anchors), (float(low), float(high)), max_tables, model_name)
+
+
+def calibration_from_drift(path: Path, checks: list[tuple[str, dict]]) -> Calibration:
+    """The factor of ``path``'s raw measurements from ``bench drift --json`` checks (name, report)
+    of this host run beside its collection: the median now / then over their sets."""
+    traces = read_traces(path, calibrated=False)
+    ratios = []
+    for name, check in checks:
+        try:
+            this_cpu, alike, same = check["this_cpu"], check["sets_alike"], check["same_device"]
+            ratios += [float(s["ratio"]) for s in check["sets"]]
+        except (KeyError, TypeError, ValueError):
+            raise InputError("--drift", f"{name} is not a report of `autoshard bench drift --json`",
+                             "pass what `autoshard bench drift --traces <profile traces> --json` prints") from None
+        if this_cpu != traces.profile.cpu or not same:
+            raise InputError("--drift", f"{name} was measured on {this_cpu!r} against traces of another machine; "
+                             f"{path} is of {traces.profile.cpu!r}",
+                             "run `bench drift` with the profile's own traces on the machine that collected the file")
+        if not alike:
+            raise InputError("--drift", f"{name}: the profile's sets no longer keep their relative costs here, so no "
+                             "one factor puts this machine's timings on the profile's scale",
+                             "collect a profile on this machine instead (docs/profiles.md)")
+    if len(ratios) < MIN_ANCHORS:
+        raise InputError("--drift", f"{len(ratios)} re-measured sets: too few (at least {MIN_ANCHORS})",
+                         "run `bench drift --samples 24`")
+    low, high = np.quantile(ratios, [0.25, 0.75])
+    return Calibration(float(statistics.median(ratios)), len(ratios), (float(low), float(high)), 0,
+                       "bench drift: " + ", ".join(name for name, _ in checks))
 
 
 def write_calibration(path: Path, calibration: Calibration) -> None:

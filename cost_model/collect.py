@@ -9,7 +9,11 @@ By default every pool table is fp32 with SGD (the shipped traces). ``precisions`
 ``optimizers`` give each pool table a seeded draw of its bytes per element and optimizer instead;
 the header's table rows record them, so every sample's tables carry them. ``batch_sizes`` gives
 each sample a seeded draw of its batch size; by default every sample runs at the benchmark's one
-batch size. Every line records its ``batch``.
+batch size. Every line records its ``batch``. ``column_shard_share`` replaces that share of the
+tables of every set (not the singles) by a column shard of them, ``name[0:w]`` with ``w`` a half,
+a quarter or an eighth of the dim (at least 4 columns): what a device holds where a plan splits a
+table, and the same rows, lookups and skew at a narrower width. The header lists those shards
+apart (split ``shard``: not pool tables, so no plan task draws them).
 
 Under ``torchrun`` (``WORLD_SIZE`` > 1) rank r measures the ids with ``id % world == r`` on its
 own device into ``OUT.rank<r>.part``; rank 0 then gathers all parts into ``OUT``.
@@ -26,7 +30,7 @@ import numpy as np
 
 from autoshard.errors import InputError
 from autoshard.synthetic import PoolConfig, TablePool, generate_pool
-from autoshard.types import Optimizer, Table
+from autoshard.types import Optimizer, Table, TableShard
 from cost_model.bench import BenchConfig, check_benchable, measure
 from cost_model.features import physical_rows
 from cost_model.profile import detect_profile, malloc_settings_active
@@ -49,6 +53,7 @@ class CollectConfig:
     precisions: tuple[int, ...] = (4,)  # bytes per element drawn for each pool table
     optimizers: tuple[str, ...] = ("sgd",)  # Optimizer values drawn for each pool table
     batch_sizes: tuple[int, ...] = ()  # drawn for each sample; () = the benchmark's batch size
+    column_shard_share: float = 0.0  # share of a set's tables measured as one column shard of them
 
     def __post_init__(self) -> None:
         valid_optimizers = {o.value for o in Optimizer}
@@ -61,7 +66,8 @@ class CollectConfig:
                    f"above --max-tables ({self.max_tables})"),
                   ("passes", self.passes >= 1, ">= 1"), ("test_fraction", 0 <= self.test_fraction <= 1, "in [0, 1]"),
                   ("set_memory_gb", self.set_memory_gb > 0, "> 0"),
-                  ("batch_sizes", all(b >= 1 for b in self.batch_sizes), "integers >= 1")]
+                  ("batch_sizes", all(b >= 1 for b in self.batch_sizes), "integers >= 1"),
+                  ("column_shard_share", 0 <= self.column_shard_share <= 1, "in [0, 1]")]
         for name, ok, valid in checks:
             if not ok:
                 option = "--" + name.replace("_", "-")
@@ -75,11 +81,11 @@ class CollectConfig:
         out.pop("bench")
         out.pop("passes")
         defaults = {f.name: f.default for f in fields(self)}
-        for name in ("precisions", "optimizers", "batch_sizes"):  # absent at the default: older trace headers still match
-            if out[name] == defaults[name]:
+        for name in ("precisions", "optimizers", "batch_sizes", "column_shard_share"):  # absent at the default:
+            if out[name] == defaults[name]:  # older trace headers still match
                 out.pop(name)
         pool_defaults = asdict(PoolConfig())
-        for name in ("dims", "one_hot_share"):
+        for name in ("dims", "one_hot_share", "pooling"):
             if out["pool"][name] == pool_defaults[name]:
                 out["pool"].pop(name)
         return out
@@ -129,8 +135,29 @@ def sample_specs(config: CollectConfig, pool: TablePool) -> list[SampleSpec]:
                 used += cost
             if len(chosen) == size:
                 break
-        specs.append(SampleSpec(sample_id, "set", split, tuple(chosen), _batch_of(config, sample_id)))
+        specs.append(SampleSpec(sample_id, "set", split, _column_shards(config, sample_id, chosen),
+                                _batch_of(config, sample_id)))
     return specs
+
+
+SHARD_PARTS = (2, 4, 8)
+MIN_SHARD_COLUMNS = 4
+
+
+def _column_shards(config: CollectConfig, sample_id: int, tables: list[Table]) -> tuple[Table, ...]:
+    """``tables`` with a seeded ``column_shard_share`` of them replaced by a column shard (its own
+    stream, so the sets drawn do not depend on it)."""
+    if not config.column_shard_share:
+        return tuple(tables)
+    rng = np.random.default_rng([config.seed, sample_id, 3_000_017])
+    out = []
+    for table in tables:
+        widths = [table.embedding_dim // k for k in SHARD_PARTS
+                  if table.embedding_dim % k == 0 and table.embedding_dim // k >= MIN_SHARD_COLUMNS]
+        if rng.random() < config.column_shard_share and widths:
+            table = TableShard(table, 0, int(rng.choice(widths))).as_table
+        out.append(table)
+    return tuple(out)
 
 
 def _batch_of(config: CollectConfig, sample_id: int) -> int:
@@ -160,14 +187,17 @@ def collect(config: CollectConfig, out: Path,
     profile = detect_profile(bench.device, bench.mode, bench.threads)
     bench_dict = {**asdict(bench), "mode": bench.mode.value, "device": bench.device.split(":")[0],
                   "malloc_settings": malloc_settings_active()}
+    specs = sample_specs(config, pool)
+    pool_names = {t.name for t in pool.all}
+    shards = {t.name: (t, "shard") for s in specs for t in s.tables if t.name not in pool_names}
     header = make_header(profile, bench_dict, config.plan_dict,
-                         [(t, "train") for t in pool.train] + [(t, "test") for t in pool.test])
+                         [(t, "train") for t in pool.train] + [(t, "test") for t in pool.test] + list(shards.values()))
     out.parent.mkdir(parents=True, exist_ok=True)
     target = out if world == 1 else out.with_name(f"{out.name}.rank{rank}.part")
     gathered = ({(l["id"], l["pass"]) for l in iter_lines(out) if l.get("type") == "sample"}
                 if world > 1 and has_header(out, header) else set())  # samples earlier runs gathered
     done = measured_passes(target, header) | gathered
-    specs = [s for s in sample_specs(config, pool) if s.id % world == rank]
+    specs = [s for s in specs if s.id % world == rank]
     todo = [(p, s) for p in range(config.passes) for s in specs if (s.id, p) not in done]
     total, measured = len(specs) * config.passes, 0
     on_progress(total - len(todo), total)

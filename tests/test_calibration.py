@@ -95,3 +95,44 @@ def test_a_complete_calibrated_collection_is_left_alone_and_an_incomplete_one_re
     write_trace(out, lines[0], lines[1:-1])  # one measurement short
     with pytest.raises(InputError, match="calibrated"):
         collect(config, out)
+
+
+def _drift(ratios, cpu=None, alike=True, same=True) -> dict:
+    """A `bench drift --json` report whose re-measured sets ran ``ratios`` x their traced time."""
+    return {"median_ratio": sorted(ratios)[len(ratios) // 2], "this_cpu": cpu, "sets_alike": alike,
+            "same_device": same, "sets": [{"id": i, "ratio": r} for i, r in enumerate(ratios)]}
+
+
+def test_drift_checks_beside_a_collection_give_its_factor_and_mismatched_ones_are_refused(tmp_path):
+    from cost_model.calibration import calibration_from_drift
+
+    path = _copy(tmp_path, "heavy.jsonl.gz")
+    raw = read_traces(path)
+    checks = [("before", _drift([0.6, 0.7, 0.8, 0.65, 0.75, 0.7])), ("after", _drift([0.5, 0.7, 0.72, 0.68, 0.9, 0.7]))]
+    calibration = calibration_from_drift(path, checks)
+    assert calibration.factor == pytest.approx(0.7) and calibration.anchors == 12  # the median over both checks
+    assert calibration.model == "bench drift: before, after"
+    write_calibration(path, calibration)
+    for a, b in zip(raw.samples, read_traces(path).samples):
+        assert b.cost_ms == pytest.approx(a.cost_ms / 0.7, rel=1e-4)  # measured fast: put back on the profile's scale
+    for bad, words in ((_drift([0.7] * 12, cpu="AuthenticAMD family 26 model 2"), "another machine"),
+                       (_drift([0.7] * 12, alike=False), "relative costs"),
+                       (_drift([0.7] * 4), "too few"), ({"median_ratio": 0.7}, "not a report")):
+        with pytest.raises(InputError, match=words) as error:
+            calibration_from_drift(path, [("check", bad)])
+        assert error.value.field == "--drift"
+
+
+def test_the_cli_takes_either_a_model_or_drift_checks(tmp_path):
+    path = _copy(tmp_path, "t.jsonl.gz")
+    check = tmp_path / "drift.json"
+    check.write_text(json.dumps(_drift([0.8, 0.9, 1.0, 0.85, 0.95, 0.9, 0.9, 0.88, 0.92, 0.9])))
+    runner = CliRunner()
+    result = runner.invoke(app, ["bench", "calibrate", "--traces", str(path), "--drift", str(check), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["factor"] == pytest.approx(0.9)
+    for args in ([], ["--model", str(MODEL), "--drift", str(check)]):
+        neither = runner.invoke(app, ["bench", "calibrate", "--traces", str(path), *args])
+        assert neither.exit_code != 0 and "--model" in neither.output and "Traceback" not in neither.output
+    missing = runner.invoke(app, ["bench", "calibrate", "--traces", str(path), "--drift", str(tmp_path / "no.json")])
+    assert missing.exit_code != 0 and "--drift" in missing.output

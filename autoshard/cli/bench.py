@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from autoshard.cli.support import console, ensure_malloc_settings, friendly_errors, print_json
 from autoshard.errors import InputError
+from autoshard.workload_file import read_json_file
 
 app = typer.Typer(help="Microbenchmarks: measure table sets on a device and record traces.",
                   no_args_is_help=True)
@@ -34,6 +35,12 @@ def collect_cmd(
                                                      "(e.g. 16,32,64; default: 4-256, mostly 16-128).")] = None,
     one_hot_share: Annotated[float, typer.Option(min=0, max=1, help="Share of pool tables with pooling factor 1 "
                                                                     "(1: every table one-hot, as Criteo's).")] = 0.3,
+    pooling: Annotated[Optional[str], typer.Option(help="LOW,HIGH: draw every pool table's pooling factor "
+                                                        "log-uniformly from it (e.g. 10,200: heavy multi-hot "
+                                                        "tables; default: 30% one-hot, else log-normal).")] = None,
+    column_shards: Annotated[float, typer.Option(min=0, max=1, help="Share of each set's tables measured as a "
+                                                                    "column shard of them (a half, quarter or "
+                                                                    "eighth of the dim), as split plans hold.")] = 0.0,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the sampled sets and index batches.")] = 0,
     batch_size: Annotated[int, typer.Option(min=1)] = 2048,
     warmups: Annotated[int, typer.Option(min=0)] = 2,
@@ -56,6 +63,7 @@ def collect_cmd(
     optimizer_values = _optimizers(optimizers)
     batch_values = _positive_ints("--batch-sizes", batch_sizes) if batch_sizes is not None else ()
     dim_values = _positive_ints("--dims", dims) if dims is not None else ()
+    pooling_range = _pooling_range(pooling) if pooling is not None else None
     ensure_malloc_settings()
     from autoshard.synthetic import PoolConfig
     from cost_model.bench import BenchConfig
@@ -75,9 +83,10 @@ def collect_cmd(
     config = CollectConfig(
         bench=BenchConfig(batch_size, warmups, repeats, device, chosen, threads, row_cap_mb * 1024**2),
         pool=PoolConfig(size=pool_size, seed=pool_seed, min_log10_rows=min_log10_rows, dims=dim_values,
-                        one_hot_share=one_hot_share), samples=samples, max_tables=max_tables,
+                        one_hot_share=one_hot_share, pooling=pooling_range), samples=samples, max_tables=max_tables,
         large_samples=large_samples, large_max_tables=large_max_tables, passes=passes, singles=singles,
-        seed=seed, precisions=precision_values, optimizers=optimizer_values, batch_sizes=batch_values)
+        seed=seed, precisions=precision_values, optimizers=optimizer_values, batch_sizes=batch_values,
+        column_shard_share=column_shards)
     with Progress(TextColumn("[bold]collect"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=console, transient=False) as progress:
         task = progress.add_task("collect", total=None)
@@ -85,8 +94,8 @@ def collect_cmd(
     console.print(f"measured {measured} samples into {out}")
 
 
-_EXAMPLES = {"--precisions": "4,2", "--optimizers": "sgd,rowwise_adagrad", "--batch-sizes": "512,2048,16384",
-             "--devices": "4,8,16,32,64", "--dims": "16,32,64"}
+_EXAMPLES = {"--pooling": "10,200", "--precisions": "4,2", "--optimizers": "sgd,rowwise_adagrad",
+             "--batch-sizes": "512,2048,16384", "--devices": "4,8,16,32,64", "--dims": "16,32,64"}
 
 
 def _items(option: str, value: str) -> list[str]:
@@ -97,6 +106,19 @@ def _items(option: str, value: str) -> list[str]:
     if len(set(items)) != len(items):
         raise InputError(option, f"{value!r} names a value twice", "name each value once")
     return items
+
+
+def _pooling_range(value: str) -> tuple[float, float]:
+    """``--pooling 10,200`` as (low, high); ``InputError`` naming the option otherwise."""
+    items = _items("--pooling", value)
+    try:
+        bounds = tuple(float(item) for item in items)
+    except ValueError:
+        bounds = ()
+    if len(bounds) != 2 or not 1 <= bounds[0] <= bounds[1]:
+        raise InputError("--pooling", f"{value!r} is not LOW,HIGH with 1 <= LOW <= HIGH",
+                         "pass two pooling factors, e.g. --pooling 10,200")
+    return bounds
 
 
 def _precisions(value: str) -> tuple[int, ...]:
@@ -336,25 +358,38 @@ def drift_cmd(
 @friendly_errors
 def calibrate_cmd(
     traces: Annotated[Path, typer.Option(help="The trace file to calibrate (.jsonl or .jsonl.gz); rewritten in place.")],
-    model: Annotated[Path, typer.Option(help="The profile's cost model (a folder or cost_model.pt) to measure it against.")],
+    model: Annotated[Optional[Path], typer.Option(help="The profile's cost model (a folder or cost_model.pt) to "
+                                                       "measure it against.")] = None,
+    drift: Annotated[Optional[list[Path]], typer.Option(
+        metavar="<path>", help="Instead of --model: `bench drift --traces <profile traces> --json` reports run "
+                               "beside the collection (repeatable); the factor is their median now / then.")] = None,
     max_tables: Annotated[int, typer.Option(min=1, help="Anchor sets: those of at most this many tables.")] = 2,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Put traces collected while this machine ran slower or faster (`bench drift`) on the
-    profile's scale: the factor is the median measured / predicted over the file's small sets,
-    stored in the file; training and evaluation divide its timings by it."""
+    profile's scale: the factor is the median measured / predicted over the file's small sets
+    (--model), or the median now / then of drift checks run beside the collection (--drift: for
+    sets the model is not known to price right); stored in the file; training and evaluation
+    divide its timings by it."""
     _require_traces(traces)
-    from cost_model.calibration import estimate_calibration, write_calibration
+    from cost_model.calibration import calibration_from_drift, estimate_calibration, write_calibration
     from cost_model.checkpoint import load_cost_model
 
-    calibration = estimate_calibration(traces, load_cost_model(model), str(model), max_tables)
+    if (model is None) == (not drift):
+        raise InputError("--model", "pass either --model or --drift", "e.g. --model data/models/default")
+    if drift:
+        calibration = calibration_from_drift(traces, [(str(p), read_json_file(p, "--drift")) for p in drift])
+    else:
+        calibration = estimate_calibration(traces, load_cost_model(model), str(model), max_tables)
     write_calibration(traces, calibration)
     if json_out:
         print_json(calibration.to_record())
     else:
         low, high = calibration.quartiles
-        console.print(f"{traces}: measured / predicted = {calibration.factor:.3f} over {calibration.anchors} sets of "
-                      f"<= {max_tables} tables (quartiles {low:.3f}-{high:.3f}); its timings now read divided by it")
+        source = f"{calibration.anchors} sets of <= {max_tables} tables" if not drift else \
+            f"{calibration.anchors} re-measured sets of the profile's traces"
+        console.print(f"{traces}: factor {calibration.factor:.3f} over {source} (quartiles {low:.3f}-{high:.3f}); "
+                      "its timings now read divided by it")
 
 
 @app.command("comm")
