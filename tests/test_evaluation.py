@@ -73,6 +73,29 @@ def test_bundled_suite_and_memory_rule():
     assert by_name["syn80x4"].topology.num_devices == 4
 
 
+BUNDLED_SUITES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "autoshard" / "suites").glob("*.json"))
+
+
+@pytest.mark.parametrize("suite", BUNDLED_SUITES)
+def test_every_bundled_suite_loads_and_each_task_fits_its_devices(suite, monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # workload files are named from the repository root
+    name, tasks = load_suite(suite)
+    assert name == suite and tasks
+    for task in tasks:
+        assert task.workload.tables and task.topology.num_devices >= 1
+        assert task.topology.device_memory_bytes * task.topology.num_devices >= task.workload.memory_bytes
+
+
+def test_the_model_comparison_suite_holds_heavy_tables_and_tasks_the_grid_does_not():
+    tasks = {t.name: t for t in load_suite("model_ab_fresh")[1]}
+    heavy = tasks["heavy24x4"].workload.tables
+    assert len(heavy) == 24 and min(t.pooling_factor for t in heavy) >= 8  # the heavy pool's tables
+    assert {t.bytes_per_element for t in heavy} == {2, 4}
+    grid = {t.name: t.workload.tables for t in load_suite("rl_grid")[1]}
+    for name in ("fresh40x4", "fresh80x8", "fresh120x8", "fresh40x8", "fresh60x4"):
+        assert all(tasks[name].workload.tables != tables for tables in grid.values())
+
+
 def test_the_row_cap_suite_draws_from_a_pool_of_smaller_tables():
     name, tasks = load_suite("row_cap")
     small = {t.name: t for t in tasks}["syn40x4_small"]
