@@ -6,10 +6,10 @@ its predicted one, grouped per task by whether the device holds a column shard (
     python benchmarks/shard_errors.py docs/figures/evaluation_session44/*/report.json \
         docs/figures/evaluation_session43_split_default/*/report.json --out runs/shard_errors.json
 
-Without ``--model`` the predictions are the reports' own (the model that planned them); each
-``--model`` folder predicts every measured device again, so models compare on the same sets
-(``spread``: the MAD sigma of log(measured / predicted), each device less its task's and run's
-median, which is what the planners rank by).
+Without ``--model`` the predictions are the reports' own (the model that planned them), every
+plan's device counted. Each ``--model`` folder predicts every distinct set of a task and run
+again, as `autoshard cost errors` does, so models compare on the same sets: the groups' figures
+are then relative to the task's median set, and ``spread`` is the MAD sigma of those errors.
 
 A task's devices share its host's speed at the time (``bench drift``), so compare the two groups
 within a task, not tasks with each other.
@@ -22,7 +22,6 @@ import json
 import math
 import statistics
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,32 +45,29 @@ def reported_errors(paths: list[Path]) -> tuple[Errors, list[float]]:
                            plan.get("devices") or [])
                 for measured, predicted, tables in rows:
                     if measured > 0 and predicted > 0 and tables:
-                        kind = "shards" if any("[" in name for name in tables) else "whole"
                         logs.append(math.log(measured / predicted))
-                        out.setdefault(task["task"], {}).setdefault(kind, []).append(logs[-1])
+                        out.setdefault(task["task"], {}).setdefault(_kind(tables), []).append(logs[-1])
             centred += [v - statistics.median(logs) for v in logs] if logs else []
     return out, centred
 
 
 def model_errors(paths: list[Path], model_dir: Path) -> tuple[Errors, list[float]]:
-    """The same, each measured device predicted again by the model in ``model_dir``."""
+    """The same, each distinct measured set of a task and run predicted again by the model in
+    ``model_dir`` and centred on its task and run (``centred_set_errors``, as `cost errors`)."""
     from cost_model.checkpoint import load_cost_model
+    from cost_model.relative_labels import centred_set_errors
 
-    model = load_cost_model(model_dir)
-    sets = measured_device_sets(paths)
-    groups: dict[tuple[str, str], list] = defaultdict(list)
-    for m in sets:
-        groups[(m.run, m.device.member[0])].append(m)
     out: Errors = {}
     centred: list[float] = []
-    for (_, task), members in groups.items():
-        predicted = [model.predict(m.device.tables, m.device.batch_size) for m in members]
-        logs = [math.log(m.measured_ms / p) for m, p in zip(members, predicted)]
-        for m, value in zip(members, logs):
-            kind = "shards" if any("[" in t.name for t in m.device.tables) else "whole"
-            out.setdefault(task, {}).setdefault(kind, []).append(value)
-        centred += [v - statistics.median(logs) for v in logs]
+    for (_, task), errors in centred_set_errors(load_cost_model(model_dir), measured_device_sets(paths)).items():
+        for (_, names, _), value in errors.items():
+            out.setdefault(task, {}).setdefault(_kind(names), []).append(value)
+            centred.append(value)
     return out, centred
+
+
+def _kind(names) -> str:
+    return "shards" if any("[" in name for name in names) else "whole"
 
 
 def summarise(errors: Errors, centred: list[float], label: str) -> dict:

@@ -55,8 +55,14 @@ def centred_errors(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet]
     """Per (run, task) of ``measured``: each distinct set's log(measured / the model's prediction)
     less the median of those of the task's sets in that run (the run's drift and the host's
     scale taken out), the model's error on where plans go (``autoshard.model_error``)."""
+    return {task: list(logs.values()) for task, logs in centred_set_errors(model, measured).items()}
+
+
+def centred_set_errors(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet],
+                       ) -> dict[tuple[str, str], dict[SetKey, float]]:
+    """``centred_errors`` with each error under its set's key (which names its tables)."""
     _, predicted = _predicted(model, measured)
-    return {task: list(logs.values()) for task, logs in _centred(measured, predicted).items()}
+    return _centred(measured, predicted)
 
 
 Predicted = dict[SetKey, tuple[float, tuple[float, float, float]]]
