@@ -105,6 +105,25 @@ def test_torchrec_planner_raises_our_error_when_memory_is_short(gib, kind):
     assert info.value.kind is kind and info.value.fixes
 
 
+def test_torchrec_planner_says_which_table_it_cannot_cut_narrow_enough_to_fit():
+    """TorchRec cuts column-wise shards of at least 128 columns: a 128-column table too large
+    for one device is refused before planning, naming the table and TorchRec's limit (not only
+    the device's memory); a 512-column one of the same bytes is cut and placed."""
+    narrow = Table("narrow", 40_000, 128)  # 19.5 MiB (fp32, SGD)
+    wide = Table("wide", 10_000, 512)  # the same bytes, four 128-column shards of 4.9 MiB
+    small = Table("small", 1_000, 16)
+    topology = Topology(4, 0.015)  # 15.4 MiB a device
+    with pytest.raises(PlannerError) as info:
+        TorchRecPlanner(allow_column_split=True).plan(Workload((narrow, small)), topology)
+    error = info.value
+    assert error.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT
+    assert "'narrow'" in error.message and "128 columns" in error.message
+    assert any("cost_greedy" in fix for fix in error.fixes)
+    plan = TorchRecPlanner(allow_column_split=True).plan(Workload((wide, small)), topology)
+    validate_plan(plan, Workload((wide, small)), topology)
+    assert sum(1 for d in plan.devices for s in d.shards if s.table.name == "wide") > 1
+
+
 def test_torchrec_planner_stops_at_its_time_budget_and_the_timer_is_put_back():
     """TorchRec's planner takes no budget of its own: past ours it is stopped (SIGALRM) with
     ``PlannerError(TIME_BUDGET)``; the alarm handler and timer are restored after, and without a

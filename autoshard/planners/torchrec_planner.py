@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterator
 
 from autoshard.errors import PlannerError, PlannerErrorKind
-from autoshard.planners.feasibility import FIX_DEVICES, FIX_MEMORY, FIX_SPLIT, check_feasible
+from autoshard.planners.feasibility import FIX_DEVICES, FIX_MEMORY, FIX_SHRINK, FIX_SPLIT, check_feasible, fmt_bytes
 from autoshard.planners.units import Unit
 from autoshard.types import CostModel, Optimizer, ShardingPlan, TableShard, Topology, Workload
 
@@ -95,6 +95,8 @@ class TorchRecPlanner:
         units = [Unit.of(TableShard(t), 0.0) for t in workload.tables]
         if not self.allow_column_split:
             check_feasible(units, topology, split_allowed=False)
+        else:
+            _check_cuttable(workload, topology)
         world_size = topology.num_devices
         with _quiet_torchrec():
             planner = EmbeddingShardingPlanner(
@@ -161,6 +163,24 @@ class TorchRecPlanner:
         return PlannerError(PlannerErrorKind.INSUFFICIENT_MEMORY,
                             f"the tables fit {topology.num_devices} device(s) by AutoShard's count, "
                             f"but not within TorchRec's reservations: {reason}", fixes)
+
+
+def _check_cuttable(workload: Workload, topology: Topology) -> None:
+    """Raise before planning if a table too large for one device is too narrow for TorchRec to
+    cut: its column-wise shards are never narrower than ``MIN_CW_DIM`` (128) columns, so a
+    table of fewer than twice that stays whole (``TableShard``'s shards may be 4 columns wide)."""
+    from torchrec.distributed.planner.constants import MIN_CW_DIM
+
+    capacity = topology.device_memory_bytes
+    for table in workload.tables:
+        if table.memory_bytes > capacity and table.embedding_dim < 2 * MIN_CW_DIM:
+            raise PlannerError(
+                PlannerErrorKind.TABLE_DOES_NOT_FIT,
+                f"table {table.name!r} needs {fmt_bytes(table.memory_bytes)}, more than one device's "
+                f"{fmt_bytes(capacity)}, and TorchRec's column-wise sharding cuts no shard narrower than "
+                f"{MIN_CW_DIM} columns: its {table.embedding_dim} columns stay whole",
+                (FIX_MEMORY, FIX_SHRINK, "leave it to AutoShard's planners (cost_greedy, rl, rl+refine), "
+                                         "which split it into narrower column shards"))
 
 
 _UNPLACED = re.compile(r"Couldn't find a rank for shard .*?storage: Storage\(hbm=(?P<need>\d+).*?"
