@@ -173,10 +173,10 @@ def test_rl_refine_searches_only_when_asked(model):
 
 
 def test_policy_eval_reports_the_held_out_grid_with_and_without_column_splits(tmp_path):
-    """``policy eval`` plans held-out tasks with every default planner: without splits no plan is
-    below the lower bound (the costliest table alone), with splits there is no such bound (a
-    split table's shards cost less than it); rl+refine is never worse than rl or cost_greedy
-    (it keeps the best of their placements and its own), and the report says how it planned."""
+    """``policy eval`` plans held-out tasks with every default planner: no plan is below the
+    lower bound (the costliest table alone without splits; with them, each table's cheapest
+    form); rl+refine is never worse than rl or cost_greedy (it keeps the best of their
+    placements and its own), and the report says how it planned."""
     import json
 
     from typer.testing import CliRunner
@@ -195,12 +195,31 @@ def test_policy_eval_reports_the_held_out_grid_with_and_without_column_splits(tm
             costs, bound = task["max_ms"], task["lower_bound_ms"]
             assert {"cost_greedy", "rl", "rl+refine", "size_greedy"} <= set(costs)
             assert costs["rl+refine"] <= min(costs["rl"], costs["cost_greedy"]) * (1 + 1e-6)
-            if split:
-                assert bound is None
-            else:
-                assert bound is not None and min(costs.values()) >= bound * (1 - 1e-6)
+            assert bound is not None and min(costs.values()) >= bound * (1 - 1e-6)
     bad = CliRunner().invoke(app, ["policy", "eval", "--profile", str(SHIPPED), "--tables", "x"])
     assert bad.exit_code == 2 and "tables" in bad.output
+
+
+def test_the_grids_lower_bound_is_each_tables_cheapest_form_that_fits_a_device():
+    """By hand, on the analytical test model (a table alone costs 4e-4 x pooling x columns + 0.1
+    ms at batch 1000): "wide" (64 columns, pooling 10) costs 0.356 whole, 0.228 as halves and
+    0.164 as quarters; "mid" and "small" cost less in every form. Without splits the bound is
+    wide whole; with them its quarter; with too little memory for it whole, still its quarter."""
+    from autoshard.rl.grid import lower_bound_ms
+    from tests.cost_models import AnalyticalTestCostModel
+
+    wide, mid, small = Table("wide", 1000, 64, 10.0), Table("mid", 1000, 16), Table("small", 1000, 8)
+    workload = Workload((wide, mid, small), batch_size=1000)
+    model = AnalyticalTestCostModel()
+    roomy, tight = Topology(4, 1.0), Topology(4, wide.memory_bytes * 0.6 / 2**30)
+    whole = lower_bound_ms(Task("t", workload, roomy), PlannerContext(model, allow_column_split=False), None)
+    split = lower_bound_ms(Task("t", workload, roomy), PlannerContext(model), None)
+    squeezed = lower_bound_ms(Task("t", workload, tight), PlannerContext(model), None)
+    assert whole == pytest.approx(0.356) and split == pytest.approx(0.164) and squeezed == pytest.approx(0.164)
+    assert lower_bound_ms(Task("t", workload, roomy), PlannerContext(), None) is None
+    for topology in (roomy, tight):
+        plan = make_planner("cost_greedy", PlannerContext(model)).plan(workload, topology)
+        assert plan.max_cost_ms >= split * (1 - 1e-9)
 
 
 def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):

@@ -15,9 +15,10 @@ from autoshard.evaluation import Task, memory_for
 from autoshard.planners.compare import compare_planners
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.registry import planner_spec
+from autoshard.planners.splitting import split_ways
 from autoshard.planners.units import model_costs
 from autoshard.synthetic import PoolConfig, generate_pool, sample_task
-from autoshard.types import Topology
+from autoshard.types import Table, TableShard, Topology
 
 # A pool no training run draws from (training uses seed 0): every table here is unseen.
 EVAL_POOL = PoolConfig(size=2000, seed=7)  # its test split: 400 tables
@@ -59,14 +60,23 @@ def evaluate_grid(tasks: Sequence[Task], context: PlannerContext, communication:
 
 
 def lower_bound_ms(task: Task, context: PlannerContext, communication: CommunicationModel | None) -> float | None:
-    """No plan of the task (without column splits) has a lower predicted max: a device costs at
-    least its costliest table alone (the cost model's floor). None where a planner may split (a
-    split table's shards cost less than it) or without a cost model."""
-    if context.cost_model is None or context.any_splits:
+    """No plan of the task has a lower predicted max: a device costs at least its costliest unit
+    alone (the cost model's floor; with the all-to-all, which only grows with a device's tables),
+    and every table is on some device, whole or, where a planner may split, as equal column
+    shards of 2, 4, ... ways (``split_ways``: the cost-model planners' and the heuristics' shards),
+    so a device costs at least the table in its cheapest form that fits. None without a cost model."""
+    if context.cost_model is None:
         return None
-    priced = (WithCommunication(context.cost_model, communication, task.topology.num_devices)
+    topology, capacity = task.topology, task.topology.device_memory_bytes
+    priced = (WithCommunication(context.cost_model, communication, topology.num_devices)
               if communication is not None else context.cost_model)
-    return max(model_costs(priced, task.workload.batch_size)(task.workload.tables))
+    forms: list[list[Table]] = []  # each table's forms that fit a device: whole, and its shards
+    for table in task.workload.tables:
+        ways = split_ways(table.embedding_dim, topology.num_devices) if context.any_splits else []
+        shards = [TableShard(table, 0, table.embedding_dim // k).as_table for k in ways]
+        forms.append([t for t in (table, *shards) if t.memory_bytes <= capacity] or [table])
+    costs = iter(model_costs(priced, task.workload.batch_size)([t for f in forms for t in f]))
+    return max(min(next(costs) for _ in f) for f in forms)
 
 
 SAME = 1e-5
