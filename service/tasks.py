@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from autoshard.communication import CommunicationModel
+from autoshard.communication import CommunicationModel, WithCommunication
 from autoshard.errors import AutoShardError, InputError, PlannerError, PlannerErrorKind
 from autoshard.planners.compare import compare_planners
 from autoshard.planners.context import PlannerContext, PlannerKind
@@ -124,6 +124,9 @@ def run_task(task: PlannerTask, cost_model: CostModel | None, communication: Com
     call, under the same rule, so that one cost-model call scores all their plans."""
     index = {t.name: i for i, t in enumerate(task.workload.tables)}
     shared = SharedWork(task.workload, task.topology)
+    if cost_model is not None and communication is not None:  # one priced model for the task's planners:
+        # ``SharedWork`` hands out the units it costed by model, so that they are costed once
+        cost_model = WithCommunication(cost_model, communication, task.topology.num_devices)
     results: list[PlannerResult] = []
     for names in _batches(task.names):
         left = task.deadline - time.monotonic()
@@ -136,7 +139,7 @@ def run_task(task: PlannerTask, cost_model: CostModel | None, communication: Com
             return left > 0 and left >= max([longest_s, *(r.seconds for r in results)])
 
         context = PlannerContext(cost_model, policy, task.seed, task.allow_column_split, left, shared=shared)
-        results += _run_planners(names, task, context, communication, index, may_start)
+        results += _run_planners(names, task, context, index, may_start)
     return results
 
 
@@ -153,11 +156,11 @@ def _batches(names: tuple[str, ...]) -> list[tuple[str, ...]]:
     return batches
 
 
-def _run_planners(names: tuple[str, ...], task: PlannerTask, context: PlannerContext,
-                  communication: CommunicationModel | None, index: dict[str, int],
+def _run_planners(names: tuple[str, ...], task: PlannerTask, context: PlannerContext, index: dict[str, int],
                   may_start: Callable[[float], bool]) -> list[PlannerResult]:
-    """The planners ``names``, through ``compare_planners`` like the CLI; never raises. Each
-    result's time is its plan's ``plan_time_s`` (the batch's time for a planner without a plan)."""
+    """The planners ``names``, through ``compare_planners`` like the CLI (``context``'s cost model
+    prices the all-to-all already); never raises. Each result's time is its plan's
+    ``plan_time_s`` (the batch's time for a planner without a plan)."""
     started = time.perf_counter()
 
     def failed(outcome: str, reason: str, error: ErrorInfo | None = None) -> list[PlannerResult]:
@@ -165,7 +168,7 @@ def _run_planners(names: tuple[str, ...], task: PlannerTask, context: PlannerCon
                 for name in names]
 
     try:
-        result = compare_planners(task.workload, task.topology, list(names), context, communication, may_start)
+        result = compare_planners(task.workload, task.topology, list(names), context, None, may_start)
     except AutoShardError as error:  # e.g. a table TorchRec cannot represent
         return failed("skipped", str(error), ErrorInfo.of(error))
     except Exception as error:  # noqa: BLE001 - one broken planner must not fail the others

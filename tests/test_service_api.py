@@ -512,6 +512,35 @@ def test_a_task_does_not_start_a_planner_that_would_lose_the_plans_before_it(mon
     assert outcomes(5.0) == ["ok", "ok"]
 
 
+def test_the_model_task_costs_its_units_once_and_prices_the_all_to_all(monkeypatch):
+    """cost_greedy, rl and rl+refine plan one worker task, each in its own ``compare_planners``
+    call: the task wraps the cost model with the all-to-all once, so that their ``SharedWork``
+    (which keeps the units it costed by model) costs the task's units for all three, not once
+    each; every plan's device costs still carry the all-to-all."""
+    import autoshard.planners.shared as shared
+    from autoshard.communication import CommunicationModel, WithCommunication
+    from autoshard.rl.policy import DevicePolicy
+    from autoshard.types import Topology
+    from cost_model.checkpoint import load_cost_model
+    from service.tasks import PlannerTask, run_task
+    from tests.service_support import synthetic_workload
+
+    built = []
+    model_units = shared._model_units
+    monkeypatch.setattr(shared, "_model_units", lambda *a: built.append(a[2]) or model_units(*a))
+    model = load_cost_model(SHIPPED_PROFILE / "cost_model.pt")
+    communication = CommunicationModel.load(SHIPPED_PROFILE / "communication.json")
+    workload, topology = synthetic_workload(40), Topology(4, 16.0)
+    task = PlannerTask(("cost_greedy", "rl", "rl+refine"), workload, topology, None, time.monotonic() + 60)
+    results = run_task(task, model, communication, DevicePolicy.load(SHIPPED_PROFILE / "policy.pt"))
+    assert [r.outcome for r in results] == ["ok", "ok", "ok"]
+    assert len(built) == 1 and isinstance(built[0], WithCommunication)
+    plan = results[0].plan.plan(workload)
+    priced = WithCommunication(model, communication, topology.num_devices)
+    expected = priced.predict_many([[s.as_table for s in d.shards] for d in plan.devices], workload.batch_size)
+    assert [d.cost_ms for d in plan.devices] == pytest.approx(expected, rel=1e-4)
+
+
 def test_a_planner_past_its_budget_has_time_to_finish_its_plan_within_the_request_s(monkeypatch, model_dir):
     """Past its budget a planner still finishes its placement and scores its plan, and the request
     answers at its budget: planners stop ``RETURN_MARGIN`` of the budget before it. A planner
