@@ -558,6 +558,37 @@ def test_registry_names_and_errors():
         assert make_planner(name).plan(TINY, topo(2, AMPLE)).planner == name
 
 
+class SubAdditiveModel(AnalyticalTestCostModel):
+    """A set costs its tables' sum less 8% a table beyond the first (at most 80% off), fitted on
+    sets of at most 4 tables: every table added to a full device looks nearly free, as this
+    host's profile priced sets past its largest trained one (docs/evaluation.md)."""
+
+    max_set_size = 4
+
+    def predict(self, tables, batch_size):
+        alone = [AnalyticalTestCostModel.predict(self, [t], batch_size) for t in tables]
+        return sum(alone) * max(0.2, 1 - 0.08 * (len(tables) - 1))
+
+
+def test_cost_greedy_keeps_no_more_units_on_a_device_than_the_extrapolation_guard_allows():
+    """12 tables on 2 devices under a model that prices big sets ever cheaper: cost_greedy's
+    greedy placement and local search both hold each device to ``unit_cap``, max(4, 1.25 x the
+    even share of 6) = 8 tables (without the guard the placement piles more on one device: the
+    model's price of a 9th table there is below its price anywhere else)."""
+    from autoshard.planners.placement import unit_cap
+
+    workload = Workload(tuple(Table(f"t{i}", 1000 * (i + 1), 16, 1.0 + i) for i in range(12)), batch_size=1000)
+    topology, model = Topology(2, 16.0), SubAdditiveModel()
+    assert unit_cap(model, 12, 2) == 8 and unit_cap(AnalyticalTestCostModel(), 12, 2) is None
+    plan = make_planner("cost_greedy", PlannerContext(model, allow_column_split=False)).plan(workload, topology)
+    validate_plan(plan, workload, topology)
+    assert max(len(d.shards) for d in plan.devices) == 8
+    unguarded = SubAdditiveModel()
+    unguarded.max_set_size = None
+    piled = make_planner("cost_greedy", PlannerContext(unguarded, allow_column_split=False)).plan(workload, topology)
+    assert max(len(d.shards) for d in piled.devices) > 8
+
+
 def test_proxies_guard_single_row_tables():
     assert size_lookup_proxy(Table("one", 1, 4, 2.0)) == pytest.approx(8e-3)
     assert lookup_proxy(Table("one", 1, 4, 2.0)) == 8.0

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.local_search import SearchRound, improve
 from autoshard.planners.placement import (CANDIDATES, Deadline, DeviceState, PlacementState, assignment,
-                                          build_plan, cheapest_after, place_workload)
+                                          build_plan, cheapest_after, place_workload, unit_cap)
 from autoshard.planners.recording import RecordingChooser
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of, units_of
 from autoshard.planners.split_caps import best_over_split_caps
@@ -20,8 +20,9 @@ from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 class CostGreedyPlanner:
     """Tables by predicted cost alone, descending (ties by name; one batched call for all); each
     to the device whose predicted cost for its whole set with the table added is lowest, among
-    devices with room that leave the remaining tables packable (ties: lowest index; one batched
-    call per table). Then ``improve``: moves
+    devices with room that leave the remaining tables packable and that hold fewer units than
+    the extrapolation guard allows (``unit_cap``: the model's largest trained set, or 1.25x the
+    even share; ties: lowest index; one batched call per table). Then ``improve``: moves
     and swaps off the max-cost device for at most ``max_rounds`` rounds (0 turns it off).
     Column splitting, if allowed, splits tables predicted above the split level (``split_units``:
     the average device load, or the costliest unit at its cheapest) into at most 2, 4, ... D
@@ -72,7 +73,8 @@ def searched_greedy(workload: Workload, topology: Topology, cost_model: CostMode
         state = greedy_placement(workload, topology, cost_model, cap, shared, deadline)
         start = assignment(state.devices)
         rounds: list[SearchRound] | None = [] if shared is not None and not even_out else None
-        improve(state.devices, cost_model, workload.batch_size, max_rounds, deadline, even_out, rounds)
+        improve(state.devices, cost_model, workload.batch_size, max_rounds, deadline, even_out, rounds,
+                max_units=state.max_units_per_device)
         complete = not deadline.hit
         return Placement(tuple(state.units), tuple(state.devices), start,
                          tuple(rounds) if rounds is not None and complete else None), complete
@@ -92,6 +94,7 @@ def greedy_placement(workload: Workload, topology: Topology, cost_model: CostMod
 
     def start(units: list[Unit]) -> PlacementState:
         return PlacementState(units, topology, cost_model.accumulator(topology.num_devices, batch_size), lookahead=True,
+                              max_units_per_device=unit_cap(cost_model, len(units), topology.num_devices),
                               steps=steps_of(shared, workload, topology, units))
 
     if shared is None:

@@ -13,12 +13,12 @@ from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.cost_greedy import greedy_steps_key, searched_greedy
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import (CANDIDATES, Chooser, Deadline, DeviceState, PlacementState, assignment,
-                                          build_plan, max_load, place_together, place_workload)
+                                          build_plan, max_load, place_together, place_workload, unit_cap)
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of, units_of
 from autoshard.planners.split_caps import best_over_split_caps, chosen_over_split, clearly_lower
 from autoshard.planners.units import Unit
-from autoshard.rl.env import guarded_state, unit_cap
+from autoshard.rl.env import guarded_state
 from autoshard.rl.repair import follow_recorded, policy_repair
 from autoshard.rl.rollout import PolicyChooser, argmax_rollout, recorded_departure
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload

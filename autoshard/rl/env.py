@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -15,7 +14,8 @@ from autoshard.costing import Accumulator
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
 from autoshard.planners.local_search import Round, improve, round_changes
-from autoshard.planners.placement import PlacementState, StepCosts, by_cost, cheapest_after, place, prepare_units
+from autoshard.planners.placement import (PlacementState, StepCosts, by_cost, cheapest_after, place, prepare_units,
+                                          unit_cap)
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.observation import OBS_BOUND, observation_size, observe
 from autoshard.rl.repair import make, observe_repair, repair_mask
@@ -52,15 +52,6 @@ class EnvConfig:
             raise InputError("set_size_headroom", f"must be >= 1, got {self.set_size_headroom}")
         if self.repair_rounds < 0:
             raise InputError("repair_rounds", f"must be >= 0, got {self.repair_rounds}")
-
-
-def unit_cap(cost_model: CostModel, num_units: int, num_devices: int, headroom: float) -> int | None:
-    """The extrapolation guard: at most this many units on a device. The cost model's largest
-    fitted set, unless the task needs more for an even spread (then ``headroom`` x the even share:
-    every planner must extrapolate there, so the agent may not concentrate units further)."""
-    if cost_model.max_set_size is None:
-        return None
-    return max(cost_model.max_set_size, math.ceil(headroom * num_units / num_devices))
 
 
 def guarded_state(units: list[Unit], topology: Topology, cost_model: CostModel, batch_size: int,
