@@ -134,6 +134,7 @@ class PlacementState:
         self.units, self.topology = list(units), topology
         self.devices = [DeviceState(d, topology.device_memory_bytes) for d in range(topology.num_devices)]
         self.accumulator, self.lookahead, self.max_units_per_device = accumulator, lookahead, max_units_per_device
+        self._capped = False  # some device holds ``max_units_per_device`` units (until then the cap masks nothing)
         self.dropped_lookahead = False
         self.position = 0
         self.free = np.full(topology.num_devices, topology.device_memory_bytes, dtype=np.int64)
@@ -222,7 +223,7 @@ class PlacementState:
         """The devices with room for the current unit (under the unit cap, where it leaves a
         choice), and whether the packing lookahead must check them."""
         ok = self.room()
-        if self.max_units_per_device is not None and ok.sum() > 1:
+        if self._capped and ok.sum() > 1:
             capped = ok & (self.count < self.max_units_per_device)
             ok = capped if capped.any() else ok
         open_ = ok.nonzero()[0]
@@ -377,6 +378,8 @@ class PlacementState:
         state.add(unit, load)
         self.free[device] -= unit.memory_bytes
         self.count[device] += 1
+        if self.max_units_per_device is not None and self.count[device] >= self.max_units_per_device:
+            self._capped = True
         self.loads[device] = load
         del self._rest[bisect.bisect_left(self._rest, unit.memory_bytes)]
         self.remaining_cost -= unit.cost
