@@ -530,7 +530,8 @@ SET_SIZE_HEADROOM = 1.25
 """``unit_cap``'s headroom over the even share, for planners that place by the cost model."""
 
 
-def unit_cap(cost_model: CostModel, num_units: int, num_devices: int, headroom: float = SET_SIZE_HEADROOM) -> int | None:
+def unit_cap(cost_model: CostModel, num_units: int, num_devices: int,
+             headroom: float = SET_SIZE_HEADROOM) -> int | None:
     """The extrapolation guard: at most this many units on a device. The cost model's largest
     fitted set, unless the task needs more for an even spread (then ``headroom`` x the even share:
     every planner must extrapolate there, so none may concentrate units further). Measured: on 400
