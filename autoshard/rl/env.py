@@ -14,8 +14,8 @@ from autoshard.costing import Accumulator
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
 from autoshard.planners.local_search import Round, improve, round_changes
-from autoshard.planners.placement import (PlacementState, StepCosts, by_cost, cheapest_after, place, prepare_units,
-                                          unit_cap)
+from autoshard.planners.placement import (SET_SIZE_HEADROOM, PlacementState, StepCosts, by_cost, cheapest_after,
+                                          place, prepare_units, unit_cap)
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.observation import OBS_BOUND, observation_size, observe
 from autoshard.rl.repair import make, observe_repair, repair_mask
@@ -42,7 +42,7 @@ class EnvConfig:
 
     slots: int = 16
     reward: Reward = Reward.STEP
-    set_size_headroom: float = 1.25
+    set_size_headroom: float = SET_SIZE_HEADROOM
     repair_rounds: int = 0
 
     def __post_init__(self) -> None:
