@@ -1,6 +1,6 @@
 """Saving and loading the cost model: weights, constructor config, feature normalisation, the
-device profile and the trained input ranges, in one file that loads with
-``torch.load(..., weights_only=True)``."""
+device profile, the trained input ranges and the set size past which it prices linearly, in one
+file that loads with ``torch.load(..., weights_only=True)``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def save_checkpoint(model: NeuralCostModel, directory: Path, metrics: dict[str, 
         "trained_batch_size": model.trained_batch_size,
         "metrics": metrics or {},
         "trained_ranges": None if model.ranges is None else model.ranges.to_dict(),
+        "linear_beyond": model.linear_beyond,
     }, path)
     return path
 
@@ -100,4 +101,15 @@ def load_cost_model(path: str | Path, expected_profile: str | None = None) -> Ne
         raise ModelError(f"{file} does not match the cost-model network: {error}") from None
     return NeuralCostModel(network, data["feature_mean"], feature_scale(torch.as_tensor(data["feature_std"])),
                            profile, int(data["row_cap_bytes"]), int(data["trained_batch_size"]),
-                           metrics=data.get("metrics", {}), ranges=ranges)
+                           metrics=data.get("metrics", {}), ranges=ranges,
+                           linear_beyond=data.get("linear_beyond"))  # absent before 2026-12-05: the largest trained set
+
+
+def set_linear_beyond(directory: Path, tables: int | None) -> NeuralCostModel:
+    """Re-save the checkpoint in ``directory`` pricing sets of more than ``tables`` tables linearly
+    in their size (``NeuralCostModel.size_limit``; None: past the largest trained set); weights,
+    ranges and predictions of smaller sets unchanged."""
+    model = load_cost_model(directory)
+    model.linear_beyond = tables
+    save_checkpoint(model, directory, model.metrics)
+    return model

@@ -144,3 +144,37 @@ def test_files_that_are_not_traces_exit_2_naming_them(tmp_path):
             result = runner.invoke(app, args)
             said = " ".join(result.output.split())
             assert result.exit_code == 2 and expected in said and "Traceback" not in said, (args, result.output)
+
+
+def test_linear_beyond_is_saved_and_reprices_only_sets_past_it(tmp_path):
+    """`autoshard cost linear-beyond` re-saves the checkpoint: sets up to the limit keep their
+    prices, a larger one costs n / limit times a limit-sized set with its mean and max; metrics.json
+    records it; without --tables the limit is the largest trained set again."""
+    from autoshard.synthetic import PoolConfig, generate_pool
+    from cost_model.checkpoint import load_cost_model
+
+    shutil.copytree(SHIPPED, tmp_path, dirs_exist_ok=True)
+    before = load_cost_model(tmp_path)
+    assert before.linear_beyond is None and before.size_limit == before.max_set_size
+    pool = generate_pool(PoolConfig(size=300, seed=5)).all
+    small, limit_sized = pool[:6], pool[:12]
+    result = CliRunner().invoke(app, ["cost", "linear-beyond", "--model", str(tmp_path), "--tables", "12"])
+    assert result.exit_code == 0, result.output
+    after = load_cost_model(tmp_path)
+    assert after.linear_beyond == after.size_limit == 12 and after.max_set_size == before.max_set_size
+    assert after.predict_many([small, limit_sized], 2048) == pytest.approx(
+        before.predict_many([small, limit_sized], 2048), rel=1e-6)
+    one, three = after.predict_many([limit_sized, limit_sized * 3], 2048)  # same mean and max code, 3x the size
+    assert three == pytest.approx(3 * one, rel=1e-4) and three != pytest.approx(before.predict(limit_sized * 3, 2048))
+    recorded = json.loads((tmp_path / "metrics.json").read_text())["linear_beyond"]
+    assert recorded["tables"] == recorded["size_limit"] == 12 and "--tables 12" in recorded["command"]
+    result = CliRunner().invoke(app, ["cost", "linear-beyond", "--model", str(tmp_path)])
+    assert result.exit_code == 0 and load_cost_model(tmp_path).size_limit == before.max_set_size
+
+
+def test_linear_beyond_errors_name_the_option(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["cost", "linear-beyond", "--model", str(tmp_path), "--tables", "32"])
+    assert result.exit_code == 2 and "--model" in result.output and "cost_model.pt" in result.output
+    result = runner.invoke(app, ["cost", "linear-beyond", "--model", str(tmp_path), "--tables", "0"])
+    assert result.exit_code == 2 and "--tables" in result.output

@@ -316,3 +316,28 @@ def add_ranges_cmd(
                   f"{ranges.pooling[0]:g}-{ranges.pooling[1]:g}, bytes per element "
                   f"{', '.join(map(str, ranges.bytes_per_element))}, optimizers {', '.join(ranges.optimizers)}",
                   highlight=False)
+
+
+@app.command("linear-beyond")
+@friendly_errors
+def linear_beyond_cmd(
+    model: Annotated[Path, typer.Option(help="A model folder (holding cost_model.pt); its checkpoint is re-saved in place.")],
+    tables: Annotated[Optional[int], typer.Option(min=1, help="Price sets of more than this many tables linearly in "
+                                                             "their size; omit it for the largest trained set.")] = None,
+) -> None:
+    """Where the network stops answering for a set's size: past ``--tables`` a set of n tables costs
+    n / tables times a set of that size with the same mean and max table (docs/cost_model.md, "Sets
+    larger than any trained on"). Choose it on measured large sets (`benchmarks/large_sets.py --limits`);
+    smaller sets' predictions are unchanged. Recorded in the folder's metrics.json."""
+    from cost_model.checkpoint import CHECKPOINT_NAME, set_linear_beyond
+
+    folder = profile_folder(model)
+    found = set_linear_beyond(folder, tables)
+    metrics_file = folder / "metrics.json"
+    metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+    metrics["linear_beyond"] = {"tables": tables, "size_limit": found.size_limit,
+                                "command": f"autoshard cost linear-beyond --model {shlex.quote(str(model))}"
+                                           + (f" --tables {tables}" if tables is not None else "")}
+    metrics_file.write_text(json.dumps(metrics, indent=1) + "\n")
+    console.print(f"saved {folder / CHECKPOINT_NAME}: sets of more than {found.size_limit} tables are priced linearly "
+                  f"in their size" + ("" if tables is not None else " (the largest trained set)"), highlight=False)
