@@ -178,3 +178,22 @@ def test_linear_beyond_errors_name_the_option(tmp_path):
     assert result.exit_code == 2 and "--model" in result.output and "cost_model.pt" in result.output
     result = runner.invoke(app, ["cost", "linear-beyond", "--model", str(tmp_path), "--tables", "0"])
     assert result.exit_code == 2 and "--tables" in result.output
+
+
+def test_collect_keeps_each_set_within_the_set_memory_budget(tmp_path):
+    pytest.importorskip("fbgemm_gpu")
+    from cost_model.collect import physical_rows
+    from cost_model.traces import read_traces
+
+    out = tmp_path / "budget.jsonl"
+    budget_gb = 1.5 / 1024  # 1.5 MiB: at most a table or two of the 1 MiB row cap
+    result = _collect(out, *TINY_TBE, "--no-singles", "--set-memory-gb", str(budget_gb))
+    assert result.returncode == 0, result.stderr
+    traces = read_traces(out)
+    assert traces.header["plan"]["set_memory_gb"] == pytest.approx(budget_gb)
+    cap = traces.header["bench"]["row_cap_bytes"]
+    for sample in traces.samples:
+        used = sum(physical_rows(t, cap) * t.embedding_dim * t.bytes_per_element for t in sample.tables)
+        assert 0 < used <= budget_gb * 1024**3
+    refused = CliRunner().invoke(app, ["bench", "collect", "--out", str(tmp_path / "t.jsonl"), "--set-memory-gb", "0"])
+    assert refused.exit_code == 2 and "--set-memory-gb" in refused.output and "> 0" in refused.output

@@ -48,6 +48,9 @@ def collect_cmd(
     threads: Annotated[int, typer.Option(min=1)] = 1,
     mode: Annotated[Optional[str], typer.Option(help="fbgemm_tbe or embedding_bag (default: fbgemm_tbe if installed).")] = None,
     row_cap_mb: Annotated[int, typer.Option(min=1, help="Benchmark at most this many MiB of rows per table.")] = 128,
+    set_memory_gb: Annotated[float, typer.Option(help="Benchmarked GiB (after the row cap) of one set, at most: "
+                                                      "a set stops growing at it (large sets of big tables need "
+                                                      "more; mind the host's memory).")] = 3.0,
     singles: Annotated[bool, typer.Option(help="Also measure every pool table alone.")] = True,
     precisions: Annotated[str, typer.Option(help="Bytes per element drawn for each pool table, comma-separated "
                                                   "from 1, 2, 4, 8 (e.g. 4,2 for fp32 and fp16; fbgemm_tbe only "
@@ -86,7 +89,7 @@ def collect_cmd(
                         one_hot_share=one_hot_share, pooling=pooling_range), samples=samples, max_tables=max_tables,
         large_samples=large_samples, large_max_tables=large_max_tables, passes=passes, singles=singles,
         seed=seed, precisions=precision_values, optimizers=optimizer_values, batch_sizes=batch_values,
-        column_shard_share=column_shards)
+        column_shard_share=column_shards, set_memory_gb=set_memory_gb)
     with Progress(TextColumn("[bold]collect"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=console, transient=False) as progress:
         task = progress.add_task("collect", total=None)
