@@ -5,7 +5,7 @@ rule past the size limit (``SetCostNetwork.predict_pooled``) compare with measur
 
 For each rule (the network as it is, and linear beyond each of ``--limits``), per bucket of set
 size: MAPE, the median predicted/measured ratio, and ranking accuracy over all the sets. Labels
-are medians over the trace's passes. Writes ``--out`` (JSON).
+are medians over the trace's passes. Writes ``--out`` (JSON), if given.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--limits", default="64,48,32", help="size limits to try, besides the network alone")
     parser.add_argument("--buckets", default="1,65,97,129,1000000", help="set-size bucket edges")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "large_sets.json")
+    parser.add_argument("--out", type=Path, help="Also write the report here (JSON).")
     args = parser.parse_args()
     one_thread()
     profile = load_profile_or_exit(args.model)
@@ -62,8 +62,9 @@ def main() -> None:
                                  "median_ratio": round(float(np.median(ratio)), 3), "by_size": buckets}
         print(name, json.dumps(report["rules"][name]))
     model.linear_beyond = shipped
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":
