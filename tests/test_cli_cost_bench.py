@@ -146,15 +146,18 @@ def test_files_that_are_not_traces_exit_2_naming_them(tmp_path):
             assert result.exit_code == 2 and expected in said and "Traceback" not in said, (args, result.output)
 
 
-def test_linear_beyond_is_saved_and_reprices_only_sets_past_it(tmp_path):
+def test_linear_beyond_is_saved_and_reprices_only_sets_past_it(tmp_path, monkeypatch):
     """`autoshard cost linear-beyond` re-saves the checkpoint: sets up to the limit keep their
     prices, a larger one costs n / limit times a limit-sized set with its mean and max; metrics.json
-    records it; without --tables the limit is the largest trained set again."""
+    records it, its held-out evaluation measured again; without --tables the limit is the largest
+    trained set again."""
     from autoshard.synthetic import PoolConfig, generate_pool
     from cost_model.checkpoint import load_cost_model
 
+    monkeypatch.chdir(ROOT)  # metrics.json names its traces from the repository root
     shutil.copytree(SHIPPED, tmp_path, dirs_exist_ok=True)
     before = load_cost_model(tmp_path)
+    held_out = json.loads((SHIPPED / "metrics.json").read_text())["evaluation"]["unseen_sets"]["estimators"]["neural"]
     assert before.linear_beyond is None and before.size_limit == before.max_set_size
     pool = generate_pool(PoolConfig(size=300, seed=5)).all
     small, limit_sized = pool[:6], pool[:12]
@@ -166,8 +169,11 @@ def test_linear_beyond_is_saved_and_reprices_only_sets_past_it(tmp_path):
         before.predict_many([small, limit_sized], 2048), rel=1e-6)
     one, three = after.predict_many([limit_sized, limit_sized * 3], 2048)  # same mean and max code, 3x the size
     assert three == pytest.approx(3 * one, rel=1e-4) and three != pytest.approx(before.predict(limit_sized * 3, 2048))
-    recorded = json.loads((tmp_path / "metrics.json").read_text())["linear_beyond"]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    recorded = metrics["linear_beyond"]
     assert recorded["tables"] == recorded["size_limit"] == 12 and "--tables 12" in recorded["command"]
+    again = metrics["evaluation"]["unseen_sets"]["estimators"]["neural"]
+    assert again["samples"] == held_out["samples"] and again["mape"] != held_out["mape"]  # its sets of > 12 repriced
     result = CliRunner().invoke(app, ["cost", "linear-beyond", "--model", str(tmp_path)])
     assert result.exit_code == 0 and load_cost_model(tmp_path).size_limit == before.max_set_size
 

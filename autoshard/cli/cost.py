@@ -328,8 +328,12 @@ def linear_beyond_cmd(
     """Where the network stops answering for a set's size: past ``--tables`` a set of n tables costs
     n / tables times a set of that size with the same mean and max table (docs/cost_model.md, "Sets
     larger than any trained on"). Choose it on measured large sets (`benchmarks/large_sets.py --limits`);
-    smaller sets' predictions are unchanged. Recorded in the folder's metrics.json."""
-    from cost_model.checkpoint import CHECKPOINT_NAME, set_linear_beyond
+    smaller sets' predictions are unchanged. Recorded in the folder's metrics.json, whose held-out
+    evaluation is measured again on the traces it names (split seed 0, as `cost train` and `cost adapt`
+    split by default)."""
+    from cost_model.checkpoint import CHECKPOINT_NAME, set_linear_beyond, trace_sources
+    from cost_model.dataset import make_splits
+    from cost_model.evaluate import evaluate_all
 
     folder = profile_folder(model)
     found = set_linear_beyond(folder, tables)
@@ -338,6 +342,10 @@ def linear_beyond_cmd(
     metrics["linear_beyond"] = {"tables": tables, "size_limit": found.size_limit,
                                 "command": f"autoshard cost linear-beyond --model {shlex.quote(str(model))}"
                                            + (f" --tables {tables}" if tables is not None else "")}
+    sources = [Path(s) for s in trace_sources(metrics)]
+    if metrics.get("evaluation") and sources and all(p.is_file() for p in sources) and "measured_sets" not in metrics:
+        data = read_all(sources)
+        metrics["evaluation"] = evaluate_all(found, make_splits(data, 0), data)
     metrics_file.write_text(json.dumps(metrics, indent=1) + "\n")
     console.print(f"saved {folder / CHECKPOINT_NAME}: sets of more than {found.size_limit} tables are priced linearly "
                   f"in their size" + ("" if tables is not None else " (the largest trained set)"), highlight=False)
