@@ -41,8 +41,8 @@ from autoshard.evaluation import load_suite  # noqa: E402
 from autoshard.planners import PlannerContext  # noqa: E402
 from autoshard.planners.compare import compare_planners  # noqa: E402
 from autoshard.types import ShardingPlan  # noqa: E402
-from cost_model.checkpoint import load_cost_model  # noqa: E402
 from cost_model.bench import BenchConfig, measure  # noqa: E402
+from cost_model.checkpoint import load_cost_model  # noqa: E402
 from cost_model.measure_plan import measure_plans  # noqa: E402
 from cost_model.profile import default_mode  # noqa: E402
 

@@ -335,3 +335,24 @@ def test_adapt_refuses_to_overwrite_the_model_it_starts_from(tmp_path, trained):
                                    "--out", str(tmp_path / "base" / ".")])
     assert run.exit_code == 2 and "--out" in run.output and "overwrite" in run.output
     assert (tmp_path / "base" / "cost_model.pt").read_bytes() == before
+
+
+def test_linear_beyond_measures_the_evaluation_again_on_the_models_own_split(tmp_path):
+    """`cost train --seed` records its split seed; `cost linear-beyond` measures the held-out
+    evaluation again on that split (not seed 0's), the limit applied."""
+    from cost_model.checkpoint import load_cost_model
+    from cost_model.dataset import make_splits
+    from cost_model.evaluate import evaluate_all
+    from cost_model.traces import read_traces
+
+    runner = CliRunner()
+    out = tmp_path / "model"
+    result = runner.invoke(app, ["cost", "train", "--traces", str(FIXTURE), "--out", str(out), "--max-epochs", "2",
+                                 "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "metrics.json").read_text())["split_seed"] == 3
+    result = runner.invoke(app, ["cost", "linear-beyond", "--model", str(out), "--tables", "2"])
+    assert result.exit_code == 0, result.output
+    data = read_traces(FIXTURE)
+    expected = evaluate_all(load_cost_model(out), make_splits(data, 3), data)
+    assert json.loads((out / "metrics.json").read_text())["evaluation"] == json.loads(json.dumps(expected))

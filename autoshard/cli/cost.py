@@ -224,7 +224,8 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
                                       lambda epoch, m: progress.update(task, completed=epoch, mape=m), start_from)
     metrics = {
         "command": command, "traces": sources[0] if len(sources) == 1 else sources,
-        "profile": profile.to_dict(), "splits": splits.sizes(), **({"measured_sets": len(measured)} if measured else {}),
+        "profile": profile.to_dict(), "split_seed": seed, "splits": splits.sizes(),
+        **({"measured_sets": len(measured)} if measured else {}),
         "train_seconds": round(result.seconds, 1), "best_epoch": result.best_epoch,
         "epochs_run": result.epochs_run, "validation_mape": round(result.best_validation_mape, 4),
         "validation_loss": {"first": round(result.first_validation_loss, 5), "best": round(result.best_validation_loss, 5)},
@@ -329,8 +330,8 @@ def linear_beyond_cmd(
     n / tables times a set of that size with the same mean and max table (docs/cost_model.md, "Sets
     larger than any trained on"). Choose it on measured large sets (`benchmarks/large_sets.py --limits`);
     smaller sets' predictions are unchanged. Recorded in the folder's metrics.json, whose held-out
-    evaluation is measured again on the traces it names (split seed 0, as `cost train` and `cost adapt`
-    split by default)."""
+    evaluation is measured again on the traces and split seed it names (0 where it names none, the
+    default of `cost train` and `cost adapt`; not for a model adapted on measured plans)."""
     from cost_model.checkpoint import CHECKPOINT_NAME, set_linear_beyond, trace_sources
     from cost_model.dataset import make_splits
     from cost_model.evaluate import evaluate_all
@@ -345,7 +346,7 @@ def linear_beyond_cmd(
     sources = [Path(s) for s in trace_sources(metrics)]
     if metrics.get("evaluation") and sources and all(p.is_file() for p in sources) and "measured_sets" not in metrics:
         data = read_all(sources)
-        metrics["evaluation"] = evaluate_all(found, make_splits(data, 0), data)
+        metrics["evaluation"] = evaluate_all(found, make_splits(data, metrics.get("split_seed", 0)), data)
     metrics_file.write_text(json.dumps(metrics, indent=1) + "\n")
     console.print(f"saved {folder / CHECKPOINT_NAME}: sets of more than {found.size_limit} tables are priced linearly "
                   f"in their size" + ("" if tables is not None else " (the largest trained set)"), highlight=False)
