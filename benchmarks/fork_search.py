@@ -34,7 +34,10 @@ from autoshard.communication import CommunicationModel, WithCommunication  # noq
 from autoshard.planners.compare import compare_planners  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planners.local_search import improve  # noqa: E402
-from autoshard.planners.placement import Deadline, assignment, build_plan, candidates, prepare_units  # noqa: E402
+from autoshard.planners.deadline import Deadline
+from autoshard.planners.device_state import assignment, build_plan
+from autoshard.planners.placement import prepare_units  # noqa: E402
+from autoshard.planners.placing import candidates
 from autoshard.planners.shared import SharedWork  # noqa: E402
 from autoshard.planners.units import model_costs  # noqa: E402
 from autoshard.rl.env import guarded_state  # noqa: E402

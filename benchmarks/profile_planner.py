@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 PARTS = {  # part: substrings of a py-spy frame ("function (file:line)")
-    "greedy placement (place)": ["place (autoshard/planners/placement.py"],
+    "greedy placement (place)": ["place (autoshard/planners/placing.py"],
     "  scoring candidates (costs_if_added)": ["costs_if_added ("],
     "  packing lookahead (_first_fit_after)": ["_first_fit_after ("],
     "  policy (observe + scores)": ["observe (autoshard/rl/observation.py", "observe_many (", "DevicePolicy.scores"],

@@ -33,7 +33,8 @@ from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_threa
 from autoshard.errors import PlannerError  # noqa: E402
 from autoshard.planners.compare import compare_planners  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
-from autoshard.planners.placement import cheapest_after, place  # noqa: E402
+from autoshard.planners.placement import place  # noqa: E402
+from autoshard.planners.placing import cheapest_after
 from autoshard.rl.env import EnvConfig, ShardingEnv, start  # noqa: E402
 from autoshard.rl.grid import GridConfig, grid_tasks  # noqa: E402
 from autoshard.rl.imitation import Expert, clone, demonstrations, greedy_expert  # noqa: E402

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from autoshard.planners.packing import packable
-from autoshard.planners.placement import PlacementState, candidates
+from autoshard.planners.placement import PlacementState
+from autoshard.planners.placing import candidates
 from autoshard.planners.units import Unit
 from autoshard.synthetic import PoolConfig, generate_pool
 from autoshard.planners import PLANNERS, PlannerContext, make_planner

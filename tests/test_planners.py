@@ -12,7 +12,7 @@ from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.planners import (HEURISTICS, PLANNERS, CostGreedyPlanner, PlannerContext, ProxyCostModel, make_planner,
                                 plan_to_dict, plans_report, validate_plan)
 from autoshard.planners.local_search import improve
-from autoshard.planners.placement import DeviceState
+from autoshard.planners.device_state import DeviceState
 from autoshard.planners.split_caps import additive_max, best_over_split_caps
 from autoshard.planners.proxies import lookup_proxy, size_lookup_proxy
 from autoshard.planners.report import best_plan_index
@@ -718,7 +718,8 @@ def test_the_devices_allowed_to_a_chooser_of_few_candidates_give_the_mask_s_cand
     """``allowed(limit)`` checks the packing lookahead only on the least-loaded devices until
     ``limit`` pass, and its ``candidates`` are those of the whole mask: at every step of a
     placement (random choices, some devices of equal load), for limits 1-5."""
-    from autoshard.planners.placement import PlacementState, candidates
+    from autoshard.planners.placement import PlacementState
+    from autoshard.planners.placing import candidates
 
     rng = np.random.default_rng(seed)
     units = [Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s GiB each
@@ -796,7 +797,10 @@ def test_past_its_deadline_placement_drops_the_lookahead_and_places_again_with_i
     then places again with the lookahead."""
     import time
 
-    from autoshard.planners.placement import Deadline, PlacementState, TaskUnits, place, place_workload
+    from autoshard.planners.deadline import Deadline
+    from autoshard.planners.placement import PlacementState
+    from autoshard.planners.placing import place, place_workload
+    from autoshard.planners.task_units import TaskUnits
 
     sizes = (3, 3, 4, 7, 7, 6, 5)
     tables = [Table(f"t{i}", size * GIB // 64, 16) for i, size in enumerate(sizes)]

@@ -16,7 +16,7 @@ from autoshard.presets import load_preset
 from autoshard.evaluation import Task, memory_for
 from autoshard.planners import PlannerContext, ProxyCostModel, make_planner, validate_plan
 from autoshard.planners.context import DEPARTURE_MARGIN
-from autoshard.planners.placement import cheapest_after, place
+from autoshard.planners.placing import cheapest_after, place
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, start
 from autoshard.rl.policy import DevicePolicy, DeviceScoringPolicy, PolicyInfo
 from autoshard.rl.tasks import FixedTasks, TaskDistribution
@@ -448,7 +448,7 @@ def test_planners_of_one_task_share_their_placements_and_plan_as_they_do_alone(m
     each split (cap) are made once for the three (``TaskUnits``), though each asks for them to
     choose its caps and again to place them."""
     from autoshard.planners.compare import compare_planners
-    from autoshard.planners.placement import TaskUnits
+    from autoshard.planners.task_units import TaskUnits
     from autoshard.planners.shared import SharedWork
 
     prepared = []
@@ -497,7 +497,8 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     from autoshard.planners.compare import compare_planners
     from autoshard.planners.cost_greedy import greedy_placement
     from autoshard.planners.local_search import improve
-    from autoshard.planners.placement import PlacementState, assignment
+    from autoshard.planners.device_state import assignment
+    from autoshard.planners.placement import PlacementState
     from autoshard.planners.shared import SharedWork
     from cost_model.accumulator import SetAccumulator
 
@@ -551,7 +552,10 @@ def test_sampled_placements_alike_so_far_are_scored_once_and_draw_as_before(mode
     draws its own device from the same softmax in order: the rollouts are those of placements
     scored one by one (``alike_key`` hidden)."""
     from autoshard.costing import AccumulatorView
-    from autoshard.planners.placement import PlacementState, assignment, place_together, prepare_units
+    from autoshard.planners.device_state import assignment
+    from autoshard.planners.placement import PlacementState
+    from autoshard.planners.placing import place_together
+    from autoshard.planners.task_units import prepare_units
     from autoshard.planners.shared import SharedWork
     from autoshard.planners.units import model_costs
     from autoshard.rl.rollout import PolicyChooser
@@ -587,7 +591,10 @@ def test_sampled_rollouts_read_the_scores_the_argmax_rollout_made_at_their_histo
     sampled placement at a history the argmax rollout passed through is not observed and scored
     again, and it draws as it did from scores of its own."""
     from autoshard.costing import AccumulatorView
-    from autoshard.planners.placement import PlacementState, assignment, place_together, prepare_units
+    from autoshard.planners.device_state import assignment
+    from autoshard.planners.placement import PlacementState
+    from autoshard.planners.placing import place_together
+    from autoshard.planners.task_units import prepare_units
     from autoshard.planners.shared import SharedWork
     from autoshard.planners.units import model_costs
     from autoshard.rl.rollout import PolicyChooser
@@ -623,7 +630,7 @@ def test_rl_refine_never_searches_twice_from_one_placement(model, monkeypatch):
     usually is it) nor from a sample drawn twice; the plan is the one the full search makes."""
     import autoshard.planners.cost_greedy as cost_greedy
     import autoshard.planners.rl as rl
-    from autoshard.planners.placement import assignment
+    from autoshard.planners.device_state import assignment
 
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
     workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 60, np.random.default_rng(6))
@@ -647,7 +654,8 @@ def test_placements_stepped_side_by_side_equal_those_stepped_alone(model):
     (``place_together``): the same choosers make the same placements, at the same costs, as
     when each placement is stepped on its own."""
     from autoshard.costing import AccumulatorView
-    from autoshard.planners.placement import by_cost, place_together, prepare_units
+    from autoshard.planners.placing import place_together
+    from autoshard.planners.task_units import by_cost, prepare_units
     from autoshard.planners.units import model_costs
     from autoshard.rl.env import guarded_state
     from autoshard.rl.rollout import PolicyChooser
@@ -725,7 +733,9 @@ def test_the_argmax_rollout_checked_in_one_pass_is_the_policy_stepped_one_pass_a
     shipped policy (greedy's clone: a pass or two for the whole task) and for one that departs
     from greedy nearly every step (its scores negated: restarts, then stepping), on a 40-table
     task and on one where the first split (halves) runs into a dead end and quarters are placed."""
-    from autoshard.planners.placement import TaskUnits, assignment, place_workload
+    from autoshard.planners.device_state import assignment
+    from autoshard.planners.placing import place_workload
+    from autoshard.planners.task_units import TaskUnits
     from autoshard.planners.units import model_costs
     from autoshard.rl.env import guarded_state
     from autoshard.rl.rollout import PolicyChooser, argmax_rollout

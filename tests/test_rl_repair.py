@@ -15,7 +15,8 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 from autoshard.evaluation import Task
 from autoshard.planners import PlannerContext, ProxyCostModel, make_planner, validate_plan
 from autoshard.planners.local_search import improve, round_changes
-from autoshard.planners.placement import DeviceState, assignment, cheapest_after, place
+from autoshard.planners.device_state import DeviceState, assignment
+from autoshard.planners.placing import cheapest_after, place
 from autoshard.planners.units import Unit
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, refined_max, start
 from autoshard.rl.imitation import greedy_expert

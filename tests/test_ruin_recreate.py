@@ -8,7 +8,9 @@ import pytest
 
 from autoshard.planners.cost_greedy import greedy_placement
 from autoshard.planners.local_search import improve
-from autoshard.planners.placement import PlacementState, by_cost, cheapest_after, place
+from autoshard.planners.placement import PlacementState
+from autoshard.planners.placing import cheapest_after, place
+from autoshard.planners.task_units import by_cost
 from autoshard.planners.proxies import ProxyCostModel
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
 from autoshard.planners.units import Unit

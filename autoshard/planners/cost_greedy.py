@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.local_search import SearchRound, improve
-from autoshard.planners.placement import (CANDIDATES, Deadline, DeviceState, PlacementState, assignment,
-                                          build_plan, cheapest_after, place_workload, unit_cap)
+from autoshard.planners.deadline import Deadline
+from autoshard.planners.device_state import DeviceState, assignment, build_plan
+from autoshard.planners.placement import PlacementState, unit_cap
+from autoshard.planners.placing import CANDIDATES, cheapest_after, place_workload
 from autoshard.planners.recording import RecordingChooser
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of, units_of
 from autoshard.planners.split_caps import best_over_split_caps

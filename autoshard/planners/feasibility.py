@@ -8,7 +8,7 @@ from autoshard.errors import PlannerError, PlannerErrorKind
 from autoshard.types import GIB, Topology
 
 if TYPE_CHECKING:
-    from autoshard.planners.placement import DeviceState
+    from autoshard.planners.device_state import DeviceState
     from autoshard.planners.units import Unit
 
 FIX_DEVICES = "use more devices"

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoshard.planners.placement import (Chooser, PlacementState, TaskUnits, build_plan, least_loaded,
-                                          place_workload)
+from autoshard.planners.device_state import build_plan
+from autoshard.planners.placement import Chooser, PlacementState
+from autoshard.planners.placing import least_loaded, place_workload
+from autoshard.planners.task_units import TaskUnits
 from autoshard.planners.proxies import Proxy, lookup_proxy
 from autoshard.planners.units import proxy_costs
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload

@@ -8,7 +8,8 @@ from typing import Sequence
 import numpy as np
 
 from autoshard.costing import EditBatch, EditScorer
-from autoshard.planners.placement import Deadline, DeviceState
+from autoshard.planners.deadline import Deadline
+from autoshard.planners.device_state import DeviceState
 from autoshard.types import CostModel
 
 REL_TOL = 1e-3  # changes under 0.1% of the max are noise next to the cost model's error

@@ -1,114 +1,24 @@
-"""Memory-aware placement shared by every planner: the steppable ``PlacementState`` (devices,
-running costs, memory, the feasibility mask), the greedy placement loop over it, and the final
-frozen ``ShardingPlan``. Greedy planners, local search and the RL environment all use it. Which
-split cap to plan is ``split_caps``'s; the packing lookahead's first-fit check is ``packing``'s."""
+"""The steppable placement every planner shares: ``PlacementState`` (devices, running costs,
+memory, the feasibility mask and its packing lookahead), the extrapolation guard on units per
+device (``unit_cap``), and the lookahead's answers for placements stepped side by side. The loop
+that steps it is ``placing``'s; the devices are ``device_state``'s; what placements of one unit
+order share, ``step_costs``'s; which split cap to plan, ``split_caps``'s; the first-fit check,
+``packing``'s."""
 
 from __future__ import annotations
 
 import bisect
 import math
-import time
-from dataclasses import dataclass, field
-from typing import Callable, Hashable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from autoshard.costing import Accumulator, predict_nonempty
-from autoshard.errors import PlannerError
-from autoshard.planners.feasibility import check_feasible, no_room_error
+from autoshard.costing import Accumulator
+from autoshard.planners.device_state import DeviceState
 from autoshard.planners.packing import packable_many
-from autoshard.planners.splitting import split_units
-from autoshard.planners.units import CostFn, Unit
-from autoshard.types import CostModel, DevicePlan, ShardingPlan, Table, TableShard, Topology, Workload
-
-
-@dataclass(slots=True)
-class DeviceState:
-    """One device while planning: its units, memory used, and load (a proxy sum, or the cost
-    model's prediction for the whole set, depending on the planner)."""
-
-    index: int
-    capacity: int
-    units: list[Unit] = field(default_factory=list)
-    memory_bytes: int = 0
-    load: float = 0.0
-    parents: set[str] = field(default_factory=set)
-
-    @property
-    def free_bytes(self) -> int:
-        return self.capacity - self.memory_bytes
-
-    @property
-    def tables(self) -> list[Table]:
-        return [u.table for u in self.units]
-
-    def accepts(self, unit: Unit) -> bool:
-        """Room for ``unit``, and no other shard of its table here."""
-        return unit.parent not in self.parents and unit.memory_bytes <= self.free_bytes
-
-    def add(self, unit: Unit, load: float) -> None:
-        self.units.append(unit)
-        self.memory_bytes += unit.memory_bytes
-        self.parents.add(unit.parent)
-        self.load = load
-
-    def remove(self, position: int, load: float) -> Unit:
-        unit = self.units.pop(position)
-        self.memory_bytes -= unit.memory_bytes
-        self.parents.discard(unit.parent)
-        self.load = load
-        return unit
-
-    def copy(self) -> DeviceState:
-        """A copy that changes independently of this one (the units themselves are frozen)."""
-        return DeviceState(self.index, self.capacity, list(self.units), self.memory_bytes, self.load, set(self.parents))
-
-
-class StepCosts:
-    """Costs-if-added that placements of the same units, in the same order, on the same cost
-    model have computed, by the choices made before the step. Placements that made the same
-    choices hold the same sets, so the current unit costs the same on each device: greedy
-    placement, the policy's argmax rollout (the clone of greedy) and its sampled rollouts
-    (until they first draw otherwise) ask the cost model once for a step they share. A history
-    is a node of a tree of choices (0: none yet), so two histories never share an entry."""
-
-    def __init__(self) -> None:
-        self._children: dict[tuple[int, int], int] = {}  # (history, device chosen) -> the history after it
-        self._costs: dict[int, dict[int, float]] = {}  # history -> {device: cost with the next unit added}
-        self._scores: dict[int, dict[Hashable, np.ndarray]] = {}  # history -> {(policy, rows): scores}
-        self._known: dict[Hashable, np.ndarray] = {}  # (fact, history, ...) -> its value (``once``)
-        self._rooms: dict[int, dict[int, bool]] = {}  # history -> {free room: packable after taking the unit}
-
-    def after(self, history: int, device: int) -> int:
-        """The history of a placement at ``history`` that puts its current unit on ``device``."""
-        return self._children.setdefault((history, device), len(self._children) + 1)
-
-    def at(self, history: int) -> dict[int, float]:
-        """The costs computed at ``history``, by device: the one dict every placement at that
-        history reads and adds to."""
-        return self._costs.setdefault(history, {})
-
-    def rooms(self, history: int) -> dict[int, bool]:
-        """The packing lookahead's answers at ``history``, by a device's free room: whether the
-        units after the current one still pack once a device with that much room takes it (the
-        one dict every placement at that history reads and adds to)."""
-        return self._rooms.setdefault(history, {})
-
-    def scores(self, history: int) -> dict[Hashable, np.ndarray]:
-        """A policy's scores of candidate devices computed at ``history``, by (policy, rows): the
-        policy's argmax rollout and its sampled rollouts alike so far observe the same state."""
-        return self._scores.setdefault(history, {})
-
-    def once(self, key: Hashable, compute: Callable[[], np.ndarray]) -> np.ndarray:
-        """A fact about the state at a history (``key`` names the fact and the history), computed
-        once (read-only): the devices allowed (state, mask rules and the choosers' ``limit``).
-        Greedy placement, the policy's argmax rollout (the same steps under an extra rule) and its
-        sampled rollouts compute the steps they share once."""
-        found = self._known.get(key)
-        if found is None:
-            found = self._known[key] = compute()
-            found.flags.writeable = False
-        return found
+from autoshard.planners.step_costs import StepCosts
+from autoshard.planners.units import Unit
+from autoshard.types import CostModel, Topology
 
 
 class PlacementState:
@@ -403,127 +313,8 @@ def cost_bound(units: Sequence[Unit], num_devices: int) -> float:
     return max(sum(costs) / num_devices, max(costs, default=0.0), 1e-9)
 
 
-Assignment = tuple[tuple[str, ...], ...]
-"""Each device's unit names, in its order: placements with the same assignment are the same
-placement (local search from them ends in the same place)."""
-
-
-def assignment(devices: Sequence[DeviceState]) -> Assignment:
-    return tuple(tuple(u.name for u in d.units) for d in devices)
-
-
-def max_load(states: Sequence[DeviceState]) -> float:
-    return max(s.load for s in states)
-
-
 Chooser = Callable[[PlacementState, np.ndarray], int]
 """(the placement, indices of the devices allowed for its current unit) -> the device to take it."""
-
-
-def prepare_units(workload: Workload, topology: Topology, cost_fn: CostFn, allow_split: bool,
-                  shard_memory_limit: int | None = None, max_ways: int | None = None) -> list[Unit]:
-    """The workload's tables as units with their costs alone, split column-wise if allowed
-    (shards at most ``shard_memory_limit`` bytes if they can be, default the device memory);
-    raises ``PlannerError`` if they cannot fit."""
-    return TaskUnits(workload, topology, cost_fn)(allow_split, shard_memory_limit, max_ways)
-
-
-class TaskUnits:
-    """``prepare_units`` of one task under one cost function, each split (whether to split, the
-    shard memory limit, the cap on ways) computed once and handed out as a new list: a planner
-    asks for the units of every split cap to choose the caps it plans, then places them, and the
-    planners of a task that share a ``SharedWork`` ask alike (``units_of``)."""
-
-    def __init__(self, workload: Workload, topology: Topology, cost_fn: CostFn) -> None:
-        self.workload, self.topology, self.cost_fn = workload, topology, cost_fn
-        self._whole: list[Unit] | None = None
-        self._found: dict[tuple[bool, int, int | None], list[Unit] | PlannerError] = {}
-
-    def __call__(self, allow_split: bool, shard_memory_limit: int | None = None,
-                 max_ways: int | None = None) -> list[Unit]:
-        limit = self.topology.device_memory_bytes if shard_memory_limit is None else shard_memory_limit
-        key = (allow_split, limit, max_ways)
-        found = self._found.get(key)
-        if found is None:
-            try:
-                found = self._prepared(allow_split, limit, max_ways)
-            except PlannerError as error:
-                found = error
-            self._found[key] = found
-        if isinstance(found, PlannerError):
-            raise found
-        return list(found)
-
-    def _prepared(self, allow_split: bool, limit: int, max_ways: int | None) -> list[Unit]:
-        if self._whole is None:  # every split starts from the whole tables: costed once
-            tables = self.workload.tables
-            self._whole = [Unit.of(TableShard(t), c) for t, c in zip(tables, self.cost_fn(tables))]
-        units = self._whole
-        if allow_split and self.topology.num_devices > 1:
-            units = split_units(units, self.cost_fn, self.topology, limit, max_ways)
-        check_feasible(units, self.topology, allow_split)
-        return units
-
-    def at_cap(self, cap: int | None) -> list[Unit]:
-        """The units that split cap ``cap`` (None: no split) starts placement from
-        (``place_workload``'s first try, before any retry with smaller shards)."""
-        return self(cap is not None, max_ways=cap)
-
-
-def place_workload(units: TaskUnits, allow_split: bool, choose: Chooser,
-                   start: Callable[[list[Unit]], PlacementState], order_by_cost: bool = True,
-                   max_ways: int | None = None, scope: int | None = None,
-                   deadline: Deadline | None = None) -> PlacementState:
-    """The task's ``units``, then ``place`` them (heaviest first, or in the given order) on the
-    fresh state ``start`` makes for them (``scope``, ``deadline``: ``place``'s; a placement that
-    dropped its lookahead at the deadline and then ran into a dead end is placed again with it).
-    When splitting is allowed and placement runs into a dead end, retry with shards of at most
-    half, a quarter, ... of a device's memory, until the split stops changing."""
-    limit, count = units.topology.device_memory_bytes, -1
-    while True:
-        found = units(allow_split, limit, max_ways)
-        ordered = by_cost(found) if order_by_cost else found
-        try:
-            state = start(ordered)
-            try:
-                return place(state, choose, scope, deadline)
-            except PlannerError:
-                if not state.dropped_lookahead:
-                    raise
-            return place(start(ordered), choose, scope)  # the lookahead was needed after all
-        except PlannerError:
-            if not allow_split or len(found) == count:
-                raise
-            limit, count = limit // 2, len(found)
-
-
-def by_cost(units: Sequence[Unit]) -> list[Unit]:
-    """Heaviest first; ties by name."""
-    return sorted(units, key=lambda u: (-u.cost, u.name))
-
-
-def place(state: PlacementState, choose: Chooser, scope: int | None = None,
-          deadline: Deadline | None = None) -> PlacementState:
-    """Step ``state`` to the end, each unit on the device ``choose`` picks among the allowed
-    ones (with ``scope``, for a chooser of at most that many ``candidates``: ``allowed(scope)``);
-    ``PlannerError`` naming the unit when no device has room. Past the ``deadline`` the packing
-    lookahead stops (``drop_lookahead``): its first-fit checks grow with units x devices, and
-    the placement must finish to make a plan."""
-    while not state.done:
-        if state.lookahead and deadline is not None and deadline.expired:
-            state.drop_lookahead()
-        allowed = state.allowed(scope)
-        if not len(allowed):
-            raise no_room_error(state.current, state.devices)
-        state.apply(choose(state, allowed))
-    return state
-
-
-def least_loaded(state: PlacementState, allowed: np.ndarray) -> int:
-    """The device with the lowest load; ties to the one with less memory used, then the lowest
-    index (as DreamShard's greedy sharders); load is a running sum of unit costs."""
-    loads, free = state.loads.tolist(), state.free.tolist()  # memory used: the capacity less free
-    return min(allowed.tolist(), key=lambda d: (loads[d], -free[d]))  # the first of equals: lowest index
 
 
 SET_SIZE_HEADROOM = 1.25
@@ -541,64 +332,6 @@ def unit_cap(cost_model: CostModel, num_units: int, num_devices: int,
     if cost_model.max_set_size is None:
         return None
     return max(cost_model.max_set_size, math.ceil(headroom * num_units / num_devices))
-
-
-CANDIDATES = 16
-"""Scoring planners (cost_greedy, rl) score at most this many devices per unit: the least
-loaded of those allowed. A min-max placement almost never wants a unit on a device with many
-others below it, and the cost model's head runs once per scored device, so scoring all 128 of a
-128-device task costs 8x the time. On 200-1,000 tables over 16-128 devices, scoring 8, 16, 32 or
-every device gave placements of the same predicted max (``docs/planners.md``)."""
-
-
-def candidates(state: PlacementState, allowed: np.ndarray, limit: int = CANDIDATES) -> np.ndarray:
-    """The ``limit`` least-loaded of the ``allowed`` devices (ties: lowest index), in index
-    order; of several empty devices (all alike) only the first. ``allowed`` may be the state's
-    ``allowed(scope)`` for a scope of at least ``limit``."""
-    assert state.scope is None or limit <= state.scope, "the devices allowed were cut to fewer candidates"
-    empty = state.count[allowed] == 0
-    if empty.sum() > 1:  # keep the first empty device, drop the others
-        empty[np.argmax(empty)] = False
-        allowed = allowed[~empty]
-    if len(allowed) > limit:
-        allowed = np.sort(allowed[np.argsort(state.loads[allowed], kind="stable")[:limit]])
-    return allowed
-
-
-BatchChooser = Callable[[Sequence[PlacementState], Sequence[np.ndarray]], list[int]]
-"""(placements, each one's allowed devices) -> each one's device: ``Chooser`` for several at once."""
-
-
-def place_together(states: Sequence[PlacementState], choose: BatchChooser, shared: Accumulator,
-                   limit: int = CANDIDATES, deadline: Deadline | None = None) -> list[PlacementState | None]:
-    """Step placements of the same units side by side: state k's accumulator is sets k x D ..
-    of ``shared`` (``costing.AccumulatorView``), so each step scores the current unit on every
-    placement's ``candidates`` (``limit`` of them) in one call, then ``choose`` picks every
-    placement's device in one call. A placement that runs into a dead end comes back ``None``;
-    every one does once the ``deadline`` expires."""
-    devices = states[0].topology.num_devices
-    live = list(range(len(states)))
-    while live and not states[live[0]].done:
-        if deadline is not None and deadline.expired:
-            return [None] * len(states)
-        unit = states[live[0]].current
-        prefetch_lookahead([states[k] for k in live], limit)  # their first-fit checks in one pass
-        allowed = {k: states[k].allowed(limit) for k in live}
-        live = [k for k in live if len(allowed[k])]
-        rows = {k: candidates(states[k], allowed[k], limit) for k in live}
-        if not live:
-            break
-        assert all(states[k].current is unit for k in live), "place_together needs one unit order"
-        scored = [k for k in live if not states[k].knows(rows[k])]  # not known from another placement
-        if scored:
-            costs = shared.costs_if_added(unit.table, np.concatenate([rows[k] + k * devices for k in scored]))
-            at = 0
-            for k in scored:
-                states[k].prime(rows[k], costs[at:at + len(rows[k])])
-                at += len(rows[k])
-        for k, device in zip(live, choose([states[k] for k in live], [allowed[k] for k in live])):
-            states[k].apply(device)
-    return [states[k] if k in live else None for k in range(len(states))]
 
 
 def prefetch_lookahead(states: Sequence[PlacementState], limit: int | None) -> None:
@@ -640,37 +373,3 @@ def first_alike(states: Sequence[PlacementState], indices: Sequence[int]) -> lis
     (``PlacementState.alike_key``; itself when there is none)."""
     first: dict[object, int] = {}
     return [first.setdefault(k if (key := states[k].alike_key) is None else key, k) for k in indices]
-
-
-def cheapest_after(state: PlacementState, allowed: np.ndarray) -> int:
-    """Of the ``candidates``, the device whose predicted cost with the unit added is lowest
-    (ties: lowest index)."""
-    allowed = candidates(state, allowed)
-    return int(allowed[np.argmin(state.costs_if_added(allowed))])
-
-
-def build_plan(name: str, states: Sequence[DeviceState], started: float, batch_size: int,
-               cost_model: CostModel | None = None, partial: bool = False, reused_s: float = 0.0) -> ShardingPlan:
-    """The frozen plan. Device costs come from ``cost_model`` (one batched call), or, without
-    one, are the states' loads; ``plan_time_s`` runs from ``started`` (``time.perf_counter``);
-    ``reused_s``: the planning time of placements it took from other planners."""
-    costs = ([s.load for s in states] if cost_model is None
-             else predict_nonempty(cost_model, [s.tables for s in states], batch_size))
-    devices = tuple(DevicePlan(tuple(u.shard for u in s.units), float(c)) for s, c in zip(states, costs))
-    return ShardingPlan(name, devices, time.perf_counter() - started, partial=partial, reused_s=reused_s)
-
-
-@dataclass(slots=True)
-class Deadline:
-    """A searching planner's time budget: ``expired`` once ``budget_s`` has passed since
-    ``started`` (never, without a budget); ``hit`` records that the search was cut short."""
-
-    started: float
-    budget_s: float | None = None
-    hit: bool = False
-
-    @property
-    def expired(self) -> bool:
-        if self.budget_s is not None and time.perf_counter() - self.started > self.budget_s:
-            self.hit = True
-        return self.hit

@@ -12,8 +12,10 @@ from autoshard.costing import AccumulatorView
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.cost_greedy import greedy_steps_key, searched_greedy
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
-from autoshard.planners.placement import (CANDIDATES, SET_SIZE_HEADROOM, Chooser, Deadline, DeviceState, PlacementState,
-                                          assignment, build_plan, max_load, place_together, place_workload, unit_cap)
+from autoshard.planners.deadline import Deadline
+from autoshard.planners.device_state import DeviceState, assignment, build_plan, max_load
+from autoshard.planners.placement import Chooser, PlacementState, SET_SIZE_HEADROOM, unit_cap
+from autoshard.planners.placing import CANDIDATES, place_together, place_workload
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
 from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of, units_of
 from autoshard.planners.split_caps import best_over_split_caps, chosen_over_split, clearly_lower

@@ -18,7 +18,10 @@ import numpy as np
 
 from autoshard.errors import PlannerError
 from autoshard.planners.local_search import REL_TOL, improve, lower_bound
-from autoshard.planners.placement import Chooser, Deadline, DeviceState, PlacementState, place
+from autoshard.planners.deadline import Deadline
+from autoshard.planners.device_state import DeviceState
+from autoshard.planners.placement import Chooser, PlacementState
+from autoshard.planners.placing import place
 from autoshard.planners.units import Unit
 from autoshard.types import CostModel, Topology
 

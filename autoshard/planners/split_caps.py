@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from autoshard.errors import PlannerError
-from autoshard.planners.placement import Deadline, DeviceState, by_cost, max_load
+from autoshard.planners.deadline import Deadline
+from autoshard.planners.device_state import DeviceState, max_load
+from autoshard.planners.task_units import by_cost
 from autoshard.planners.units import Unit
 from autoshard.types import Topology
 

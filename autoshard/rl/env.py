@@ -14,8 +14,10 @@ from autoshard.costing import Accumulator
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
 from autoshard.planners.local_search import Round, improve, round_changes
-from autoshard.planners.placement import (SET_SIZE_HEADROOM, PlacementState, StepCosts, by_cost, cheapest_after,
-                                          place, prepare_units, unit_cap)
+from autoshard.planners.placement import PlacementState, SET_SIZE_HEADROOM, unit_cap
+from autoshard.planners.placing import cheapest_after, place
+from autoshard.planners.step_costs import StepCosts
+from autoshard.planners.task_units import by_cost, prepare_units
 from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.observation import OBS_BOUND, observation_size, observe
 from autoshard.rl.repair import make, observe_repair, repair_mask

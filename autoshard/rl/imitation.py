@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from autoshard.planners.placement import cheapest_after
+from autoshard.planners.placing import cheapest_after
 from autoshard.rl.env import ShardingEnv
 from autoshard.rl.policy import DeviceScoringPolicy
 

@@ -20,7 +20,7 @@ import numpy as np
 from autoshard.communication import CommunicationModel
 from autoshard.errors import InputError, PlannerError
 from autoshard.evaluation import Task
-from autoshard.planners.placement import cheapest_after, place
+from autoshard.planners.placing import cheapest_after, place
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, priced, refined_max, start
 from autoshard.rl.imitation import clone, demonstrations
 from autoshard.rl.policy import POLICY_FILE, DevicePolicy, DeviceScoringPolicy, PolicyInfo

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Sequence
 from fastapi import APIRouter, Query, Request, Response
 
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
-from autoshard.planners.placement import prepare_units
+from autoshard.planners.task_units import prepare_units
 from autoshard.planners.proxies import size_proxy
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.registry import HEURISTICS

@@ -1,0 +1,67 @@
+"""A task's tables as placement units, split column-wise where allowed, each split computed once
+per task (``TaskUnits``)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from autoshard.errors import PlannerError
+from autoshard.planners.feasibility import check_feasible
+from autoshard.planners.splitting import split_units
+from autoshard.planners.units import CostFn, Unit
+from autoshard.types import TableShard, Topology, Workload
+
+
+def prepare_units(workload: Workload, topology: Topology, cost_fn: CostFn, allow_split: bool,
+                  shard_memory_limit: int | None = None, max_ways: int | None = None) -> list[Unit]:
+    """The workload's tables as units with their costs alone, split column-wise if allowed
+    (shards at most ``shard_memory_limit`` bytes if they can be, default the device memory);
+    raises ``PlannerError`` if they cannot fit."""
+    return TaskUnits(workload, topology, cost_fn)(allow_split, shard_memory_limit, max_ways)
+
+
+class TaskUnits:
+    """``prepare_units`` of one task under one cost function, each split (whether to split, the
+    shard memory limit, the cap on ways) computed once and handed out as a new list: a planner
+    asks for the units of every split cap to choose the caps it plans, then places them, and the
+    planners of a task that share a ``SharedWork`` ask alike (``units_of``)."""
+
+    def __init__(self, workload: Workload, topology: Topology, cost_fn: CostFn) -> None:
+        self.workload, self.topology, self.cost_fn = workload, topology, cost_fn
+        self._whole: list[Unit] | None = None
+        self._found: dict[tuple[bool, int, int | None], list[Unit] | PlannerError] = {}
+
+    def __call__(self, allow_split: bool, shard_memory_limit: int | None = None,
+                 max_ways: int | None = None) -> list[Unit]:
+        limit = self.topology.device_memory_bytes if shard_memory_limit is None else shard_memory_limit
+        key = (allow_split, limit, max_ways)
+        found = self._found.get(key)
+        if found is None:
+            try:
+                found = self._prepared(allow_split, limit, max_ways)
+            except PlannerError as error:
+                found = error
+            self._found[key] = found
+        if isinstance(found, PlannerError):
+            raise found
+        return list(found)
+
+    def _prepared(self, allow_split: bool, limit: int, max_ways: int | None) -> list[Unit]:
+        if self._whole is None:  # every split starts from the whole tables: costed once
+            tables = self.workload.tables
+            self._whole = [Unit.of(TableShard(t), c) for t, c in zip(tables, self.cost_fn(tables))]
+        units = self._whole
+        if allow_split and self.topology.num_devices > 1:
+            units = split_units(units, self.cost_fn, self.topology, limit, max_ways)
+        check_feasible(units, self.topology, allow_split)
+        return units
+
+    def at_cap(self, cap: int | None) -> list[Unit]:
+        """The units that split cap ``cap`` (None: no split) starts placement from
+        (``place_workload``'s first try, before any retry with smaller shards)."""
+        return self(cap is not None, max_ways=cap)
+
+
+def by_cost(units: Sequence[Unit]) -> list[Unit]:
+    """Heaviest first; ties by name."""
+    return sorted(units, key=lambda u: (-u.cost, u.name))
