@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from autoshard.cli import bench, cost, evaluate, plan, policy, serve
+from autoshard.cli import bench, cost, evaluate, plan, policy, replan, serve
 
 app = typer.Typer(help="AutoShard: learned sharding of embedding tables across devices.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -30,6 +30,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 app.add_typer(bench.app, name="bench")
 app.command("plan")(plan.plan_cmd)
+app.command("replan")(replan.replan_cmd)
 app.add_typer(cost.app, name="cost")
 app.command("evaluate")(evaluate.evaluate_cmd)
 app.command("serve")(serve.serve)

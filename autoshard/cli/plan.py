@@ -9,7 +9,8 @@ import typer
 
 from autoshard.cli.support import (COLUMN_SPLIT_HELP, DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP,
                                    console, ensure_malloc_settings, friendly_errors, load_profile_or_none, one_thread,
-                                   planner_names, plans_verifier, print_json, verification_measures)
+                                   planner_names, plans_verifier, print_json, topology_of, verification_measures,
+                                   write_torchrec)
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.types import ShardingPlan, Topology, Workload
 
@@ -54,7 +55,7 @@ def plan_cmd(
     from autoshard.presets import load_workload_or_preset
 
     loaded, file_topology = load_workload_or_preset(workload)
-    topology = _topology(devices, memory_gb, file_topology)
+    topology = topology_of(devices, memory_gb, file_topology)
     one_thread()
     profile, why_no_model = load_profile_or_none(model)
     cost_model = profile.model if profile else None
@@ -101,7 +102,7 @@ def plan_cmd(
         report["verification"] = {"measures": verification_measures(comm), **verification.to_dict()}
         best = verification.plan
     if format == "torchrec":
-        _write_torchrec(loaded, topology, best, out)
+        write_torchrec(loaded, topology, best, out)
     elif json_out:
         print_json(report)
     else:
@@ -129,19 +130,6 @@ def _bound_by_one_table(plan: ShardingPlan, topology: Topology) -> str | None:
         return None
     table = slowest.shards[0].table
     return table.name if split_ways(table.embedding_dim, topology.num_devices) else None
-
-
-def _topology(devices: int | None, memory_gb: float | None, from_file: Topology | None) -> Topology:
-    devices = devices if devices is not None else (from_file.num_devices if from_file else None)
-    memory_gb = memory_gb if memory_gb is not None else (from_file.device_memory_gb if from_file else None)
-    if devices is None or memory_gb is None:
-        raise InputError("topology", "the workload names no topology",
-                         "pass --devices and --memory-gb (or add a topology to the file)")
-    try:
-        return Topology(devices, memory_gb)
-    except InputError as error:  # name the option that gave the value, not the file's field
-        option = {"num_devices": "--devices", "device_memory_gb": "--memory-gb"}.get(error.field, error.field)
-        raise InputError(option, error.message, error.fix) from None
 
 
 def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
@@ -208,22 +196,3 @@ def _print_verification(verification: dict, cost_unit: str, expected: dict[str, 
     if verification["changed"] and chosen["verdict"] == "tie":
         why += ", within the noise of it"
     Console().print(f"verified: the plan of {', '.join(verification['chosen'])} ({why})", highlight=False)
-
-
-def _write_torchrec(workload: Workload, topology: Topology, best: ShardingPlan, out: Path | None) -> None:
-    """A plan as TorchRec sharding: ``autoshard.torchrec_bridge.plan_from_export`` and
-    ``to_torchrec_plan`` turn it into the ``ShardingPlan`` DistributedModelParallel applies."""
-    try:
-        from autoshard.torchrec_bridge import export_torchrec
-    except ImportError as error:
-        raise InputError("format", f"torchrec is not installed ({error})",
-                         "install the torchrec extra (scripts/setup.sh does)") from None
-    data = {"planner": best.planner, "world_size": topology.num_devices, "workload": workload.name,
-            "max_cost_ms": best.max_cost_ms, "tables": export_torchrec(best, workload)}
-    if out is None:
-        print_json(data)
-    else:
-        import json
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(data, indent=1) + "\n")
-        console.print(f"wrote the {best.planner} plan as TorchRec sharding to {out}")

@@ -14,10 +14,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from autoshard.errors import AutoShardError, InputError
+from autoshard.types import Topology
 
 if TYPE_CHECKING:
     from autoshard.communication import CommunicationModel
-    from autoshard.types import ShardingPlan
+    from autoshard.types import ShardingPlan, Workload
     from autoshard.verification import Verification
     from service.models import LoadedModel
 
@@ -143,16 +144,22 @@ def plans_verifier(rounds: int, row_cap_mb: int, profile: LoadedModel | None, co
 
     def verified(plans: Sequence[ShardingPlan], batch_size: int) -> Verification:
         def measure(candidates: Sequence[ShardingPlan]) -> list[list[float]]:
-            out = []
-            for plan, measured in zip(candidates, measurer(candidates, batch_size)):
-                comm = [communication.cost_ms([s.as_table for s in d.shards], batch_size, len(plan.devices))
-                        if communication else 0.0 for d in plan.devices]
-                out.append([max(m + c for m, c in zip(devices, comm)) for devices in measured.round_device_ms])
-            return out
+            return [round_maxima(plan, measured.round_device_ms, communication, batch_size)
+                    for plan, measured in zip(candidates, measurer(candidates, batch_size))]
 
         return verify(plans, measure, top)
 
     return verified
+
+
+def round_maxima(plan: ShardingPlan, round_device_ms: Sequence[Sequence[float]],
+                 communication: CommunicationModel | None, batch_size: int) -> list[float]:
+    """Each round's max over the plan's devices of its measured compute (``round_device_ms``, a
+    ``measure_plans`` result's) plus its all-to-all as ``communication`` models it (one device
+    cannot measure an all-to-all)."""
+    comm = [communication.cost_ms([s.as_table for s in d.shards], batch_size, len(plan.devices))
+            if communication else 0.0 for d in plan.devices]
+    return [max(m + c for m, c in zip(devices, comm)) for devices in round_device_ms]
 
 
 def verification_measures(communication: CommunicationModel | None) -> str:
@@ -231,3 +238,37 @@ def one_thread() -> None:
 
     torch.set_num_threads(1)
     threadpool_limits(1)
+
+
+def topology_of(devices: int | None, memory_gb: float | None, from_file: Topology | None) -> Topology:
+    """The topology of the options, where given, else of the workload file; ``InputError`` naming
+    the option."""
+    devices = devices if devices is not None else (from_file.num_devices if from_file else None)
+    memory_gb = memory_gb if memory_gb is not None else (from_file.device_memory_gb if from_file else None)
+    if devices is None or memory_gb is None:
+        raise InputError("topology", "the workload names no topology",
+                         "pass --devices and --memory-gb (or add a topology to the file)")
+    try:
+        return Topology(devices, memory_gb)
+    except InputError as error:  # name the option that gave the value, not the file's field
+        option = {"num_devices": "--devices", "device_memory_gb": "--memory-gb"}.get(error.field, error.field)
+        raise InputError(option, error.message, error.fix) from None
+
+
+def write_torchrec(workload: Workload, topology: Topology, best: ShardingPlan, out: Path | None) -> None:
+    """A plan as TorchRec sharding: ``autoshard.torchrec_bridge.plan_from_export`` and
+    ``to_torchrec_plan`` turn it into the ``ShardingPlan`` DistributedModelParallel applies."""
+    try:
+        from autoshard.torchrec_bridge import export_torchrec
+    except ImportError as error:
+        raise InputError("format", f"torchrec is not installed ({error})",
+                         "install the torchrec extra (scripts/setup.sh does)") from None
+    data = {"planner": best.planner, "world_size": topology.num_devices, "workload": workload.name,
+            "max_cost_ms": best.max_cost_ms, "tables": export_torchrec(best, workload)}
+    if out is None:
+        print_json(data)
+    else:
+        import json
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(data, indent=1) + "\n")
+        console.print(f"wrote the {best.planner} plan as TorchRec sharding to {out}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -118,22 +118,30 @@ class SearchRound:
 
 
 def round_changes(states: Sequence[DeviceState], cost_model: CostModel, batch_size: int,
-                  max_units: int | None = None, per_target: bool = True) -> Round | None:
+                  max_units: int | None = None, per_target: bool = True, even_out: bool = False,
+                  price: ChangePrice | None = None) -> Round | None:
     """``improve``'s next round with every target's best change (without ``per_target`` only the
     best; no move to a device holding ``max_units`` units already), or None where it stops: at the
     lower bound, where another device is about as loaded as the max, or where no change lowers
-    the max."""
+    the max. With ``even_out`` (``improve``'s), where no change lowers the max, the changes that
+    leave both devices they touch below it (a swap's only where no move lowers the max). With
+    ``price``, only the changes it prices finite, the cheapest first among those of the same new
+    max (a re-plan's budget of moved shards)."""
     if max(s.load for s in states) <= lower_bound(states) * (1 + REL_TOL):
         return None
     source, targets = _max_and_others(states)
-    if _level(source, targets):
+    if not even_out and _level(source, targets):
         return None
     scorer = cost_model.edit_scorer([s.tables for s in (source, *targets)], batch_size)
+    found = None
     for swaps in (False, True):  # moves are ~10x fewer than swaps: swaps only where no move lowers the max
-        changes = _ranked_changes(source, targets, scorer, swaps, per_target=per_target, max_units=max_units)
-        if changes:
-            return Round(source.index, tuple(changes))
-    return None
+        changes = _ranked_changes(source, targets, scorer, swaps, even_out=even_out, per_target=per_target,
+                                  max_units=max_units, price=price)
+        if changes and (changes[0].lowers_max or found is None):
+            found = Round(source.index, tuple(changes))
+        if found is not None and found.changes[0].lowers_max:
+            break
+    return found
 
 
 def _max_and_others(states: Sequence[DeviceState]) -> tuple[DeviceState, list[DeviceState]]:
@@ -170,6 +178,11 @@ class Neighbourhood:
     k: np.ndarray
     out: np.ndarray
     back: np.ndarray
+
+
+ChangePrice = Callable[[Sequence[DeviceState], Neighbourhood], np.ndarray]
+"""(a round's devices, its max-cost device first; its neighbourhood) -> each change's price (inf: not
+to be made), which ranks changes of the same new max."""
 
 
 def _units(states: Sequence[DeviceState], parents: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -243,14 +256,17 @@ def _best_change(source: DeviceState, targets: Sequence[DeviceState], scorer: Ed
 
 def _ranked_changes(source: DeviceState, targets: Sequence[DeviceState], scorer: EditScorer, swaps: bool,
                     budget: int = SWAPS, even_out: bool = False, per_target: bool = False,
-                    max_units: int | None = None) -> list[Change]:
+                    max_units: int | None = None, price: ChangePrice | None = None) -> list[Change]:
     """``_best_change`` as a list (empty or the best), or with ``per_target`` each target's
-    best change, best first; no move to a target holding ``max_units`` units already."""
+    best change, best first; no move to a target holding ``max_units`` units already, and with
+    ``price`` only the changes it prices finite, the cheapest first among those of the same new max."""
     if not targets:
         return []
     involved = [source, *targets]  # set k of the edits is involved[k]
     near = _swaps(source, targets, budget) if swaps else _moves(source, targets, max_units)
-    if not len(near.k):
+    cost = np.zeros(len(near.k)) if price is None else price(involved, near)
+    allowed = np.isfinite(cost)
+    if not allowed.any():
         return []
     # the max of the devices a change leaves alone: the highest other load, or the next one
     # where the change's target is the highest
@@ -266,7 +282,7 @@ def _ranked_changes(source: DeviceState, targets: Sequence[DeviceState], scorer:
     if swaps:  # a swap's two edits are its own: price the targets' only where the source's helps
         source_after = scorer.predict(near.edits.take(near.source_at))
         target_after = np.full(len(source_after), np.inf)
-        live = np.flatnonzero((source_after < bar) & ((untouched < bar) | even_out))
+        live = np.flatnonzero((source_after < bar) & ((untouched < bar) | even_out) & allowed)
         if not len(live):
             return []
         target_after[live] = scorer.predict(near.edits.take(near.target_at[live]))
@@ -275,11 +291,11 @@ def _ranked_changes(source: DeviceState, targets: Sequence[DeviceState], scorer:
         source_after, target_after = costs[near.source_at], costs[near.target_at]
     pair_max = np.maximum(source_after, target_after)
     new_max = np.maximum(pair_max, untouched)
-    helps = np.flatnonzero((pair_max if even_out else new_max) < bar)
+    helps = np.flatnonzero(((pair_max if even_out else new_max) < bar) & allowed)
     if not len(helps):
         return []
-    # the best: lowest new max, then lowest pair max, then lowest pair sum; ties to the first generated
-    ranked = helps[np.lexsort((source_after[helps] + target_after[helps], pair_max[helps], new_max[helps]))]
+    # the best: lowest new max, then lowest price, pair max, pair sum; ties to the first generated
+    ranked = helps[np.lexsort((source_after[helps] + target_after[helps], pair_max[helps], cost[helps], new_max[helps]))]
     if per_target:  # each target's first in that order
         ranked = ranked[np.sort(np.unique(near.k[ranked], return_index=True)[1])]
     return [Change(source.index, involved[int(near.k[c])].index, int(near.out[c]),

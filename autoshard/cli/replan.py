@@ -1,0 +1,167 @@
+"""`autoshard replan WORKLOAD --from PLAN`: re-plan a deployed plan for a changed workload, moving
+few of the shards it already placed (``autoshard.planners.incremental``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from autoshard.cli.support import (DEFAULT_MODEL, console, ensure_malloc_settings, friendly_errors,
+                                   load_profile_or_none, one_thread, plans_measurer, print_json, round_maxima,
+                                   topology_of, write_torchrec)
+from autoshard.errors import InputError
+from autoshard.types import ShardingPlan
+
+
+@friendly_errors
+def replan_cmd(
+    workload: Annotated[str, typer.Argument(help="The workload as it is now: a workload file (.json) or a bundled "
+                                                 "preset name.")],
+    current: Annotated[Path, typer.Option("--from", help="The plan running today: a file written by `autoshard plan "
+                                                          "... --format torchrec --out FILE` (or by this command's "
+                                                          "--out).")],
+    max_moves: Annotated[str, typer.Option(help="How many of the current plan's shards may move to another device "
+                                                 "(tables new to it are placed freely); several, comma-separated "
+                                                 "(e.g. 2,4,8), plan one each, side by side.")] = "4",
+    devices: Annotated[Optional[int], typer.Option(min=1, help="Number of devices (default: the current plan's "
+                                                               "world size).")] = None,
+    memory_gb: Annotated[Optional[float], typer.Option(help="Memory per device for embeddings, GiB (default: the "
+                                                            "workload file's).")] = None,
+    model: Annotated[Optional[Path], typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL}).")] = None,
+    column_split: Annotated[bool, typer.Option("--column-split/--no-column-split", help="Whether new tables (and "
+                                                "cost_greedy's plan from scratch) may split column-wise where the "
+                                                "model predicts more than 10% gain; kept shards stay as they are.")
+                            ] = True,
+    communication: Annotated[bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) "
+                                                     "to its cost.")] = True,
+    time_budget: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds each plan may search; past it, its "
+                                                                         "best plan so far, marked partial.")] = None,
+    measure: Annotated[int, typer.Option(min=0, help="Measure the three plans on this machine over this many "
+                                                     "interleaved rounds (0: off; an even number balances the order): "
+                                                     "each device's compute, plus its modelled all-to-all.")] = 0,
+    row_cap_mb: Annotated[int, typer.Option(min=1, help="With --measure: benchmark at most this many MiB of rows "
+                                                        "per table (the traces' cap).")] = 128,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    out: Annotated[Optional[Path], typer.Option(help="Write the re-planned plan (of the one --max-moves) as TorchRec "
+                                                     "sharding, the format --from reads, to this file.")] = None,
+) -> None:
+    """Re-plan a deployed plan for a changed workload: keep its shards where they are, place the new
+    tables, then move at most --max-moves shards where that lowers the predicted max. Compared with
+    keeping every shard (0 moves) and with cost_greedy's plan from scratch, each with what it moves;
+    with --measure, each measured here too."""
+    budgets = _budgets(max_moves)
+    if out is not None and len(budgets) > 1:
+        raise InputError("--out", f"writes one plan, and --max-moves gives {len(budgets)}", "give one --max-moves")
+    if measure:
+        ensure_malloc_settings()
+    from autoshard.communication import WithCommunication
+    from autoshard.planners.compare import compare_planners
+    from autoshard.planners.context import PlannerContext
+    from autoshard.planners.incremental import CurrentPlacement, moves_from, replan
+    from autoshard.presets import load_workload_or_preset
+    from autoshard.workload_file import read_json_file
+
+    placement = CurrentPlacement.from_export(read_json_file(current, "--from"), str(current))
+    loaded, file_topology = load_workload_or_preset(workload)
+    topology = topology_of(devices if devices is not None else placement.world_size, memory_gb, file_topology)
+    one_thread()
+    profile, why_no_model = load_profile_or_none(model)
+    if profile is None:
+        raise InputError("--model", f"re-planning needs a cost model ({why_no_model})", "pass --model DIR")
+    warnings = profile.model.check_workload(loaded, None)
+    comm = profile.communication if communication else None
+    scorer = profile.model if comm is None else WithCommunication(profile.model, comm, topology.num_devices)
+    kept = replan(loaded, topology, scorer, placement, 0, "keep", time_budget, column_split)
+    moved = [replan(loaded, topology, scorer, placement, budget, f"replan (<= {budget} moves)", time_budget,
+                    column_split) for budget in budgets]
+    scratch = compare_planners(loaded, topology, ["cost_greedy"], PlannerContext(
+        profile.model, profile.policy, allow_column_split=None if column_split else False,
+        time_budget_s=time_budget), comm).plans
+    rows = [(kept.plan, kept.moves), *((r.plan, r.moves) for r in moved),
+            *((p, moves_from(placement, p, loaded)) for p in scratch)]
+    errors = profile.device_errors
+    report: dict[str, Any] = {
+        "workload": loaded.name, "tables": len(loaded.tables), "profile": profile.profile,
+        "topology": {"num_devices": topology.num_devices, "device_memory_gb": topology.device_memory_gb},
+        "max_moves": budgets, "dropped": list(kept.dropped), "replaced": list(kept.replaced),
+        "new_tables": [t.name for t in loaded.tables if not placement.of_table(t.name)],
+        "warnings": list(warnings),
+        "plans": [_row(plan, moves, errors.expected_max([d.cost_ms for d in plan.devices]) if errors else None)
+                  for plan, moves in rows]}
+    if measure:
+        _measure(report, [plan for plan, _ in rows], measure, row_cap_mb, profile, comm, loaded.batch_size)
+    if out is not None:
+        write_torchrec(loaded, topology, moved[0].plan, out)
+    if json_out:
+        print_json(report)
+    else:
+        for warning in warnings:
+            console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        _print(report)
+
+
+def _budgets(text: str) -> list[int]:
+    """``--max-moves``: integers >= 0, comma-separated; ascending, each once."""
+    try:
+        budgets = sorted({int(part) for part in text.split(",")})
+    except ValueError:
+        budgets = []
+    if not budgets or budgets[0] < 0:
+        raise InputError("--max-moves", f"must be integers >= 0, comma-separated, got {text!r}", "e.g. 4, or 2,4,8")
+    return budgets
+
+
+def _measure(report: dict[str, Any], plans: list[ShardingPlan], rounds: int, row_cap_mb: int, profile: Any,
+             comm: Any, batch_size: int) -> None:
+    """Each plan measured here, interleaved (``plans_measurer``), with its ratio to keep's max by round."""
+    import statistics
+
+    from autoshard.stats import ratio_ci95, verdict
+
+    console.print(f"measuring the {len(plans)} plans on this machine, {rounds} rounds", highlight=False)
+    measured = plans_measurer(rounds, row_cap_mb, profile)(plans, batch_size)
+    maxima = [round_maxima(plan, m.round_device_ms, comm, batch_size) for plan, m in zip(plans, measured)]
+    for row, found in zip(report["plans"], maxima):
+        ratio, low, high = ratio_ci95(found, maxima[0])
+        row["measured"] = {"max_ms": statistics.median(found), "vs_keep": ratio, "ci95": [low, high],
+                           "verdict": verdict(low, high), "rounds": rounds}
+
+
+def _row(plan: ShardingPlan, moves: tuple, expected: float | None) -> dict[str, Any]:
+    return {"plan": plan.planner, "max_cost_ms": plan.max_cost_ms, "expected_max_ms": expected,
+            "partial": plan.partial, "plan_time_s": plan.plan_time_s, "shards_moved": len(moves),
+            "bytes_moved": sum(m.memory_bytes for m in moves),
+            "moves": [{"shard": m.shard, "from_rank": m.from_rank, "to_rank": m.to_rank,
+                       "memory_bytes": m.memory_bytes} for m in moves],
+            "devices": [{"tables": [s.as_table.name for s in d.shards], "cost_ms": d.cost_ms} for d in plan.devices]}
+
+
+def _print(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    topology = report["topology"]
+    table = RichTable(title=f"{report['workload']}: {report['tables']} tables on {topology['num_devices']} x "
+                            f"{topology['device_memory_gb']:g} GiB, from the current plan")
+    with_expected = any(row["expected_max_ms"] is not None for row in report["plans"])
+    measured = "measured" in report["plans"][0]
+    for column in ("plan", "max cost (ms)", *(("expected max (ms)",) if with_expected else ()), "vs keep",
+                   *(("measured max (ms)", "measured vs keep [95%]") if measured else ()), "shards moved",
+                   "GiB moved"):
+        table.add_column(column)
+    keep = report["plans"][0]["max_cost_ms"]
+    for row in report["plans"]:
+        expected = (f"{row['expected_max_ms']:.4g}",) if with_expected else ()
+        found = row.get("measured")
+        measured_cells = (f"{found['max_ms']:.4g}", f"{found['vs_keep']:.3f} [{found['ci95'][0]:.3f}, "
+                          f"{found['ci95'][1]:.3f}] {found['verdict']}") if found else ()
+        table.add_row(row["plan"] + (" partial" if row["partial"] else ""), f"{row['max_cost_ms']:.4g}", *expected,
+                      f"{row['max_cost_ms'] / keep:.3f}" if keep else "-", *measured_cells, str(row["shards_moved"]),
+                      f"{row['bytes_moved'] / 2**30:.3g}")
+    Console().print(table)
+    for key, what in (("new_tables", "new tables, placed"), ("replaced", "tables whose columns changed, placed anew"),
+                      ("dropped", "tables gone from the workload, dropped")):
+        if report[key]:
+            console.print(f"{what}: {', '.join(report[key])}", highlight=False)

@@ -1,0 +1,260 @@
+"""Re-planning a deployed plan with few moves: a model gains or loses tables, and moving a shard
+that already lives on a device means moving its weights (and optimizer state) between devices, so
+the plan it runs today is the starting point, not a blank slate.
+
+``replan`` keeps every shard of the current placement (``CurrentPlacement``) where it is, places
+the tables it does not hold as cost_greedy places (each to the device whose predicted cost with it
+is lowest, with the packing lookahead), then lets local search (cost_greedy's moves and swaps off
+the max-cost device) move at most ``max_moves`` of the kept shards off their devices. Tables new
+to the placement move freely: they are not deployed yet. ``moves_from`` counts what any plan would
+move relative to the current placement, so a plan from scratch compares like with like.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from autoshard.errors import InputError, PlannerError
+from autoshard.planners.context import DEPARTURE_MARGIN
+from autoshard.planners.deadline import Deadline
+from autoshard.planners.device_state import DeviceState, build_plan, max_load
+from autoshard.planners.local_search import REL_TOL, ChangePrice, Neighbourhood, apply_change, round_changes
+from autoshard.planners.placement import PlacementState, unit_cap
+from autoshard.planners.placing import cheapest_after, place
+from autoshard.planners.split_caps import clearly_lower
+from autoshard.planners.splitting import split_units
+from autoshard.planners.task_units import by_cost
+from autoshard.planners.units import Unit, model_costs
+from autoshard.types import CostModel, ShardingPlan, TableShard, Topology, Workload
+
+MAX_ROUNDS = 50
+"""Local search rounds at most, as cost_greedy's."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeptShard:
+    """A column slice ``[column_offset, column_offset + columns)`` of table ``table`` on device ``rank``."""
+
+    table: str
+    rank: int
+    column_offset: int
+    columns: int
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentPlacement:
+    """Where a deployed plan's shards live (``from_export``: an ``autoshard plan --format torchrec`` file)."""
+
+    shards: tuple[KeptShard, ...]
+    world_size: int
+
+    @classmethod
+    def from_export(cls, data: object, source: str) -> CurrentPlacement:
+        """From the JSON of an ``autoshard plan --format torchrec`` export; ``InputError`` naming
+        ``source`` and the field for anything else."""
+        fix = "pass a file written by `autoshard plan ... --format torchrec --out FILE`"
+        if not isinstance(data, dict) or not isinstance(data.get("tables"), dict):
+            raise InputError("tables", "must be an object of tables, each with its shards", fix, source)
+        world = data.get("world_size")
+        if not isinstance(world, int) or isinstance(world, bool) or world < 1:
+            raise InputError("world_size", f"must be an integer >= 1, got {world!r}", fix, source)
+        shards = []
+        for name, entry in data["tables"].items():
+            listed = entry.get("shards") if isinstance(entry, dict) else None
+            if not isinstance(listed, list) or not listed:
+                raise InputError("shards", f"table {name!r} lists no shards", fix, source)
+            for shard in listed:
+                values = [shard.get(k) if isinstance(shard, dict) else None for k in ("rank", "column_offset", "columns")]
+                if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values) or values[2] < 1:
+                    raise InputError("shards", f"table {name!r} has a shard {shard!r}: each needs integer rank >= 0, "
+                                     "column_offset >= 0 and columns >= 1", fix, source)
+                if values[0] >= world:
+                    raise InputError("rank", f"table {name!r} has a shard on rank {values[0]}, past the plan's "
+                                     f"world_size {world}", fix, source)
+                shards.append(KeptShard(name, *values))
+        return cls(tuple(shards), world)
+
+    def of_table(self, name: str) -> list[KeptShard]:
+        return [s for s in self.shards if s.table == name]
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """A shard that a plan puts elsewhere than the current placement (``from_rank`` None: a shard
+    the current placement does not hold in that form; ``to_rank`` None: gone from the plan)."""
+
+    shard: str
+    from_rank: int | None
+    to_rank: int | None
+    memory_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Replanned:
+    """``replan``'s plan, what it moved, and what it could not keep."""
+
+    plan: ShardingPlan
+    moves: tuple[Move, ...]
+    dropped: tuple[str, ...]  # tables of the current placement that the workload no longer has
+    replaced: tuple[str, ...]  # tables whose current shards no longer tile them (``kept_tables``): placed anew
+
+
+def replan(workload: Workload, topology: Topology, cost_model: CostModel, current: CurrentPlacement,
+           max_moves: int, name: str = "replan", time_budget_s: float | None = None, allow_split: bool = True,
+           margin: float = DEPARTURE_MARGIN) -> Replanned:
+    """The current placement's shards kept where they are, the workload's other tables placed by
+    cost_greedy's rule, then local search moving at most ``max_moves`` kept shards (module
+    docstring). With ``allow_split``, the new tables may split column-wise as cost_greedy splits
+    (``split_units``, the kept shards counted as they are): the split placement is kept where it is
+    predicted more than ``margin`` below the one of whole new tables (``clearly_lower``), or where
+    those fit nowhere. ``InputError`` where the current placement cannot hold on this topology (a
+    rank past its devices, a device over its memory); ``PlannerError`` where a new table fits
+    nowhere beside the kept shards."""
+    started = time.perf_counter()
+    beyond = [s.rank for s in current.shards if s.rank >= topology.num_devices]
+    if beyond:
+        raise InputError("--devices", f"the current placement has shards on rank {max(beyond)}, and this topology "
+                         f"has {topology.num_devices} devices", f"plan for at least {max(beyond) + 1} devices")
+    held, replaced = kept_tables(current, workload)
+    dropped = tuple(sorted({s.table for s in current.shards} - {t.name for t in workload.tables}))
+    kept = [(TableShard(t) if s.columns == t.embedding_dim else TableShard(t, s.column_offset, s.columns), s.rank)
+            for t in workload.tables for s in held.get(t.name, ())]
+    fresh = [TableShard(t) for t in workload.tables if t.name not in held]
+    cost_fn = model_costs(cost_model, workload.batch_size)
+    costs = cost_fn([s.as_table for s, _ in kept] + [s.as_table for s in fresh])
+    kept_units = [Unit.of(shard, cost) for (shard, _), cost in zip(kept, costs)]
+    whole = by_cost([Unit.of(shard, cost) for shard, cost in zip(fresh, costs[len(kept):])])
+    candidates = [whole]
+    if allow_split and topology.num_devices > 1:
+        split = by_cost(split_units(kept_units + whole, cost_fn, topology, frozen=len(kept_units))[len(kept_units):])
+        if split != whole:
+            candidates.append(split)
+    deadline = Deadline(started, time_budget_s)
+    placed, error = [], None
+    for new_units in candidates:
+        try:
+            placed.append(_placed(kept, kept_units, new_units, topology, cost_model, workload.batch_size, max_moves,
+                                  deadline))
+        except PlannerError as failed:
+            error = failed
+    if not placed:
+        assert error is not None
+        raise PlannerError(error.kind, f"{error.message}, beside the current placement's shards",
+                           ("plan from scratch (`autoshard plan`), which may move every table", *error.fixes))
+    devices = placed[-1] if len(placed) == 1 or clearly_lower(placed[1], placed[0], margin) else placed[0]
+    plan = build_plan(name, devices, started, workload.batch_size, cost_model, partial=deadline.hit)
+    return Replanned(plan, moves_from(current, plan, workload), dropped, replaced)
+
+
+def _placed(kept: Sequence[tuple[TableShard, int]], kept_units: Sequence[Unit], new_units: Sequence[Unit],
+            topology: Topology, cost_model: CostModel, batch_size: int, max_moves: int,
+            deadline: Deadline) -> list[DeviceState]:
+    """The kept units preplaced on their devices, ``new_units`` placed (heaviest first, each where
+    its predicted cost is lowest), then ``_search``."""
+    units = [*kept_units, *new_units]
+    state = PlacementState(units, topology, cost_model.accumulator(topology.num_devices, batch_size),
+                           lookahead=True, max_units_per_device=unit_cap(cost_model, len(units), topology.num_devices))
+    try:
+        state.preplace([rank for _, rank in kept])
+    except ValueError:
+        raise InputError("--memory-gb", "the current placement does not fit this topology: "
+                         f"{_over_memory(kept, topology)}", "plan for devices with more memory") from None
+    place(state, cheapest_after, deadline=deadline)
+    home = {unit: rank for unit, (_, rank) in zip(kept_units, kept)}
+    return _search(state.devices, cost_model, batch_size, home, max_moves, state.max_units_per_device, deadline)
+
+
+def moves_from(current: CurrentPlacement, plan: ShardingPlan, workload: Workload) -> tuple[Move, ...]:
+    """The shards of ``plan`` that the current placement does not hold on the same device in the
+    same form, of the tables it keeps (``kept_tables``): a table new to it, or replaced, moves nothing."""
+    held, _ = kept_tables(current, workload)
+    at = {(name, s.column_offset, s.columns): s.rank for name, shards in held.items() for s in shards}
+    moves = []
+    for rank, device in enumerate(plan.devices):
+        for shard in device.shards:
+            if shard.table.name in held:
+                was = at.get((shard.table.name, shard.column_offset, shard.width))
+                if was != rank:
+                    moves.append(Move(shard.as_table.name, was, rank, shard.memory_bytes))
+    return tuple(moves)
+
+
+def kept_tables(current: CurrentPlacement, workload: Workload) -> tuple[dict[str, list[KeptShard]], tuple[str, ...]]:
+    """The workload's tables that the current placement holds, with their shards by column (those
+    whose shards tile the table's columns exactly, on distinct devices), and the names of those it
+    holds in a form that no longer fits them (their columns changed: ``replaced``)."""
+    held: dict[str, list[KeptShard]] = {}
+    replaced = []
+    for table in workload.tables:
+        shards = sorted(current.of_table(table.name), key=lambda s: s.column_offset)
+        if not shards:
+            continue
+        if _tiles(shards, table.embedding_dim) and len({s.rank for s in shards}) == len(shards):
+            held[table.name] = shards
+        else:
+            replaced.append(table.name)
+    return held, tuple(replaced)
+
+
+def _search(states: list[DeviceState], cost_model: CostModel, batch_size: int, home: dict[Unit, int],
+            max_moves: int, max_units: int | None, deadline: Deadline) -> list[DeviceState]:
+    """Local search's rounds (``round_changes``) off the max-cost device, each making the best change
+    that leaves at most ``max_moves`` kept shards off their devices; where no change lowers the max
+    (other devices as loaded), one that takes the max device below it (``even_out``: a kept plan's
+    devices are rarely balanced, and its top is relieved one device at a time). The devices of the
+    lowest max reached (the fewest moves for it), which the rounds after it may not have lowered."""
+    best, best_max = [s.copy() for s in states], max_load(states)
+    for _ in range(MAX_ROUNDS):
+        if deadline.expired:
+            break
+        moved = sum(home.get(u, s.index) != s.index for s in states for u in s.units)
+        step = round_changes(states, cost_model, batch_size, max_units, even_out=True,
+                             price=_moved_shards(home, max_moves - moved))
+        if step is None:
+            break
+        apply_change(states, step.changes[0])
+        if max_load(states) < best_max * (1 - REL_TOL):
+            best, best_max = [s.copy() for s in states], max_load(states)
+    return best
+
+
+def _moved_shards(home: dict[Unit, int], left: int) -> ChangePrice:
+    """Each change's price: how many more kept shards it takes off their devices (``home``; one
+    moved back home gives one back; tables new to the placement move freely), inf past ``left``."""
+
+    def price(involved: Sequence[DeviceState], near: Neighbourhood) -> np.ndarray:
+        source, index = involved[0], np.array([d.index for d in involved])
+        out_home = np.array([home.get(u, -1) for u in source.units])[near.out]
+        target = index[near.k]
+        delta = np.where(out_home < 0, 0, (out_home != target).astype(int) - (out_home != source.index))
+        swaps = np.flatnonzero(near.back >= 0)
+        if len(swaps):
+            back_home = np.array([home.get(involved[k].units[j], -1) for k, j in zip(near.k[swaps], near.back[swaps])])
+            delta[swaps] += np.where(back_home < 0, 0, (back_home != source.index).astype(int)
+                                     - (back_home != target[swaps]))
+        return np.where(delta <= left, delta, np.inf)
+
+    return price
+
+
+def _tiles(shards: Sequence[KeptShard], dim: int) -> bool:
+    """Whether the shards, sorted by column, tile ``[0, dim)`` exactly."""
+    at = 0
+    for shard in shards:
+        if shard.column_offset != at:
+            return False
+        at += shard.columns
+    return at == dim
+
+
+def _over_memory(kept: Sequence[tuple[TableShard, int]], topology: Topology) -> str:
+    used: dict[int, int] = {}
+    for shard, rank in kept:
+        used[rank] = used.get(rank, 0) + shard.memory_bytes
+    rank = max(used, key=lambda r: used[r])
+    return (f"device {rank} would hold {used[rank] / 2**30:.3g} GiB of its shards, more than "
+            f"{topology.device_memory_gb:g} GiB")
