@@ -10,6 +10,8 @@ result.best_plan                 # our ShardingPlan (every planner's: result.pla
 result.torchrec_plan()           # TorchRec ShardingPlan for DistributedModelParallel(plan=...)
 result.parameter_constraints()   # TorchRec ParameterConstraints, for TorchRec's own planner
 result.warnings                  # inputs the service's cost model extrapolates to
+report = client.replan(new_tables, Topology(8, 16), current_plan, max_moves=(2, 4))  # the model changed
+report["plans"][1]["placement"]  # the 2-move re-plan, as the next re-plan's current_plan
 ```
 
 The service's errors come back as the same typed errors the library raises in process:
@@ -107,15 +109,25 @@ class AutoShardClient:
         which may split tables (None: the service's default, the cost-model planners; True: all; False: none)."""
         workload = tables if isinstance(tables, Workload) else Workload(tuple(tables), batch_size, name)
         body: dict[str, Any] = {
-            "workload": {"name": workload.name, "batch_size": workload.batch_size,
-                         "tables": [table_to_dict(t) for t in workload.tables]},
-            "topology": {"num_devices": topology.num_devices, "device_memory_gb": topology.device_memory_gb},
+            **_task_body(workload, topology),
             "planners": list(planners) if planners is not None else None,
             "profile": profile, "allow_column_split": allow_column_split, "seed": seed,
             "time_budget_s": time_budget_s}
         params = {"format": "torchrec"} if torchrec_export else None
         report = self._request("POST", "/v1/plans", json=body, params=params)
         return _result(workload, topology, report)
+
+    def replan(self, tables: Workload | Sequence[Table], topology: Topology, current_plan: Mapping[str, Any],
+               max_moves: Sequence[int] = (4,), *, batch_size: int = 2048, name: str = "workload",
+               profile: str | None = None, allow_column_split: bool = True,
+               time_budget_s: float | None = None) -> dict[str, Any]:
+        """Re-plan ``current_plan`` (a ``--format torchrec`` export, or a previous answer's plan's
+        ``placement``) for the workload as it is now, moving at most each of ``max_moves`` of its
+        shards: the service's answer (``POST /v1/replans``), each plan with its ``placement``."""
+        workload = tables if isinstance(tables, Workload) else Workload(tuple(tables), batch_size, name)
+        body = {**_task_body(workload, topology), "current_plan": dict(current_plan), "max_moves": list(max_moves),
+                "profile": profile, "allow_column_split": allow_column_split, "time_budget_s": time_budget_s}
+        return self._request("POST", "/v1/replans", json=body)
 
     def torchrec_sharding_plan(self, tables: Workload | Sequence[Table], topology: Topology,
                                planners: Sequence[str] | None = None, compute_device: str = "cuda",
@@ -148,6 +160,12 @@ class AutoShardClient:
                                                          f"{path} answered {response.text[:200]!r}")
             return body
         raise _error(response)
+
+
+def _task_body(workload: Workload, topology: Topology) -> dict[str, Any]:
+    return {"workload": {"name": workload.name, "batch_size": workload.batch_size,
+                         "tables": [table_to_dict(t) for t in workload.tables]},
+            "topology": {"num_devices": topology.num_devices, "device_memory_gb": topology.device_memory_gb}}
 
 
 def _error(response: httpx.Response) -> AutoShardError:

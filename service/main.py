@@ -16,7 +16,7 @@ from service.deps import require_token
 from service.errors import install_error_handlers
 from service.limits import BodySizeLimitMiddleware
 from service.metrics import Metrics, MetricsMiddleware
-from service.routers import health, metrics, planners, plans, profiles
+from service.routers import health, metrics, planners, plans, profiles, replans
 from service.settings import Settings
 from service.state import build_state
 
@@ -24,8 +24,9 @@ log = logging.getLogger("autoshard.service")
 
 DESCRIPTION = """Shard DLRM embedding tables across devices: every planner side by side (heuristics,
 the cost-model greedy, the RL planners `rl` and `rl+refine` when the profile has a policy,
-TorchRec's planner on request), scored by one learned cost model per device profile. Inputs the
-cost model extrapolates to come back as `warnings`.
+TorchRec's planner on request), scored by one learned cost model per device profile; and
+re-plans of a deployed plan for a changed workload that move few of its shards (`/v1/replans`).
+Inputs the cost model extrapolates to come back as `warnings`.
 
 Errors answer `{"detail": [{"loc", "msg", "type"}]}`: 422 names the field (a table the cost model
 cannot answer, such as fp16 for a model trained on fp32, or the table that does not fit, and by
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(metrics.router)
     v1: dict[str, Any] = {"prefix": "/v1", "dependencies": [Depends(require_token)]}
     app.include_router(plans.router, **v1)
+    app.include_router(replans.router, **v1)
     app.include_router(planners.router, **v1)
     app.include_router(profiles.router, **v1)
     return app

@@ -34,7 +34,7 @@ from autoshard.errors import AutoShardError, PlannerErrorKind
 from autoshard.planners.registry import import_planners
 from autoshard.types import ShardingPlan
 from service.models import LoadedModel, ModelStore
-from service.tasks import ErrorInfo, PlannerResult, PlannerTask, run_task
+from service.tasks import ErrorInfo, PlannerResult, PlannerTask, ReplanResult, ReplanTask, run_replan, run_task
 
 log = logging.getLogger("autoshard.service")
 TaskFunction = Callable[[PlannerTask], list[PlannerResult]]
@@ -119,6 +119,25 @@ class PlanningPool:
         if result.error is not None:
             outcome.errors.append(result.error.exception())
 
+    async def replan(self, task: ReplanTask, budget_s: float) -> ReplanResult:
+        """One re-plan in the pool; ``asyncio.TimeoutError`` past ``budget_s`` (a re-plan already
+        running finishes, and its answer is dropped), ``PlanningUnavailable`` if its worker died."""
+        loop = asyncio.get_running_loop()
+        try:
+            future = loop.run_in_executor(self._executor, self._replan_function(), task)
+        except BrokenProcessPool:  # a worker died since the last request: start afresh
+            self._restart()
+            future = loop.run_in_executor(self._executor, self._replan_function(), task)
+        try:
+            return await asyncio.wait_for(future, timeout=max(budget_s, 0.0))
+        except BrokenProcessPool:
+            self._restart()
+            raise PlanningUnavailable("a planning worker process died (out of memory?); the pool has been "
+                                      "restarted: retry the request") from None
+
+    def _replan_function(self) -> Callable[[ReplanTask], ReplanResult]:
+        raise NotImplementedError
+
     def _submit(self, tasks: Sequence[PlannerTask]) -> list[asyncio.Future]:
         loop = asyncio.get_running_loop()
         function = self._function()
@@ -150,6 +169,13 @@ class ThreadPlanningPool(PlanningPool):
 
     async def start(self) -> None:
         import_planners()  # in this process, where the threads plan
+
+    def _replan_function(self) -> Callable[[ReplanTask], ReplanResult]:
+        return self._replan
+
+    def _replan(self, task: ReplanTask) -> ReplanResult:
+        loaded = self.store.models[task.profile]
+        return run_replan(task, self.store.for_thread(task.profile), loaded.communication, loaded.device_errors)
 
     def _call(self, task: PlannerTask) -> list[PlannerResult]:
         if not task.profile:
@@ -183,6 +209,14 @@ def _worker_call(task: PlannerTask) -> list[PlannerResult]:
     if model is None:
         return run_task(task, None)
     return run_task(task, model.model, model.communication, model.policy)
+
+
+def _worker_replan(task: ReplanTask) -> ReplanResult:
+    model = _WORKER["store"].models.get(task.profile)
+    if model is None:  # a guard: the router resolves the profile first
+        return ReplanResult(error=ErrorInfo("planner", f"profile {task.profile!r} did not load in the planning worker",
+                                            PlannerErrorKind.UNAVAILABLE.value))
+    return run_replan(task, model.model, model.communication, model.device_errors)
 
 
 def _worker_ready(seconds: float) -> int:
@@ -227,6 +261,9 @@ class ProcessPlanningPool(PlanningPool):
 
     def _function(self) -> TaskFunction:
         return _worker_call  # module-level: the executor pickles it by name
+
+    def _replan_function(self) -> Callable[[ReplanTask], ReplanResult]:
+        return _worker_replan
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

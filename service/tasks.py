@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from autoshard.communication import CommunicationModel, WithCommunication
 from autoshard.errors import AutoShardError, InputError, PlannerError, PlannerErrorKind
+from autoshard.model_error import DeviceErrors
 from autoshard.planners.compare import compare_planners
+from autoshard.planners.incremental import CurrentPlacement
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.registry import PLANNERS
+from autoshard.planners.replan_report import compare_replans
 from autoshard.planners.shared import SharedWork
 from autoshard.types import CostModel, DevicePlan, ShardingPlan, TableShard, Topology, Workload
 
@@ -208,4 +211,45 @@ def _result(name: str, plan: ShardingPlan, task: PlannerTask, index: dict[str, i
     return PlannerResult(name, "ok", seconds, plan=CompactPlan.of(plan, index), export=export)
 
 
-__all__ = ["CompactPlan", "ErrorInfo", "PlannerResult", "PlannerTask", "run_task"]
+@dataclass(frozen=True, slots=True)
+class ReplanTask:
+    """A re-plan to run in a planning worker (``autoshard.planners.replan_report.compare_replans``):
+    each of its ``2 + len(budgets)`` plans may search for ``plan_budget_s``."""
+
+    workload: Workload
+    topology: Topology
+    current: CurrentPlacement
+    budgets: tuple[int, ...]
+    profile: str
+    allow_split: bool
+    plan_budget_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReplanResult:
+    """The report, or why there is none (never an exception: they may not pickle)."""
+
+    report: dict[str, Any] | None = None
+    error: ErrorInfo | None = None
+
+
+def run_replan(task: ReplanTask, cost_model: CostModel, communication: CommunicationModel | None = None,
+               device_errors: DeviceErrors | None = None) -> ReplanResult:
+    """``compare_replans`` of the task; never raises."""
+    try:
+        report, plans = compare_replans(task.workload, task.topology, cost_model, task.current, task.budgets,
+                                        task.allow_split, task.plan_budget_s, communication, device_errors)
+    except AutoShardError as error:
+        return ReplanResult(error=ErrorInfo.of(error))
+    except Exception as error:  # noqa: BLE001 - a bug must be a clear 500-free answer, and logged
+        log.exception("replan failed")
+        return ReplanResult(error=ErrorInfo.of(error))
+    if not all(math.isfinite(d.cost_ms) for plan in plans for d in plan.devices):
+        return ReplanResult(error=ErrorInfo("input", "the cost model predicted a non-finite cost: the tables are far "
+                                                     "outside what it was trained on", field="tables",
+                                            fix="plan tables within the profile's trained ranges"))
+    return ReplanResult(report)
+
+
+__all__ = ["CompactPlan", "ErrorInfo", "PlannerResult", "PlannerTask", "ReplanResult", "ReplanTask", "run_replan",
+           "run_task"]

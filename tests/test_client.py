@@ -65,6 +65,24 @@ def test_the_rl_planners_and_the_extrapolation_warnings(client):
     assert result.plans["rl+refine"].max_cost_ms <= result.plans["rl"].max_cost_ms * (1 + 1e-6)  # float32 sums
 
 
+def test_replan_keeps_a_plans_shards_and_its_placement_chains(client):
+    """A plan from the service, its workload changed (a table gone, one new), re-planned with a
+    budget of one move; the re-plan's placement is the next request's current plan."""
+    tables = [Table(f"t{i}", 100_000 * (i + 1), 32, 2.0 + i) for i in range(6)]
+    topology = Topology(2, 1)
+    plan = client.plan(tables, topology, ["cost_greedy"], batch_size=512, allow_column_split=False).best_plan
+    current = {"world_size": 2, "tables": {s.table.name: {"shards": [{"rank": rank, "column_offset": 0,
+                                                                       "columns": 32}]}
+                                           for rank, d in enumerate(plan.devices) for s in d.shards}}
+    now = tables[1:] + [Table("new", 50_000, 32, 3.0)]
+    report = client.replan(now, topology, current, (1,), batch_size=512)
+    keep, moved, scratch = report["plans"]
+    assert (report["new_tables"], report["dropped"]) == (["new"], ["t0"])
+    assert keep["shards_moved"] == 0 and moved["shards_moved"] <= 1 and scratch["plan"] == "cost_greedy"
+    again = client.replan(now, topology, moved["placement"], (0,), batch_size=512)
+    assert again["plans"][0]["max_cost_ms"] == moved["max_cost_ms"]
+
+
 def test_service_errors_come_back_as_the_librarys_errors(client, server):
     with pytest.raises(InputError, match="embedding_dim"):
         client._request("POST", "/v1/plans", json={"workload": {"tables": [{"name": "t", "num_embeddings": 5,

@@ -128,10 +128,10 @@ def test_the_current_placement_must_fit_the_topology():
     tables = tuple(Table(n, rows, 16) for n in "abc")
     with pytest.raises(InputError, match="rank 3") as error:
         replan(Workload(tables), Topology(2, 1.0), MODEL, current, 0)
-    assert error.value.field == "--devices"
+    assert error.value.field == "num_devices"
     with pytest.raises(InputError, match="device 0 would hold 1.2 GiB") as error:
         replan(Workload(tables), Topology(4, 1.0), MODEL, current, 0)
-    assert error.value.field == "--memory-gb"
+    assert error.value.field == "device_memory_gb"
 
 
 @pytest.mark.parametrize("data, field", [

@@ -20,6 +20,7 @@ from tests.service_support import ServedProcess, copy_shipped_profile  # noqa: E
 # docs/service.md is a 2x run (`AUTOSHARD_SCHEMATHESIS_SCALE=2 pytest tests/test_service_schemathesis.py -s`)
 SCALE = float(os.environ.get("AUTOSHARD_SCHEMATHESIS_SCALE", "1"))
 PLAN_CASES = {"positive": round(300 * SCALE), "negative": round(250 * SCALE)}  # POST /v1/plans: the input space
+REPLAN_CASES = {"positive": round(60 * SCALE), "negative": round(60 * SCALE)}  # POST /v1/replans
 OTHER_CASES = round(25 * SCALE)  # per GET operation: they take no input (no negative cases exist)
 
 
@@ -42,7 +43,7 @@ def test_no_generated_request_gets_a_server_error(live):
     for result in schema.get_all_operations():
         operation = result.ok()
         label = operation.label
-        modes = PLAN_CASES if label == "POST /v1/plans" else {"positive": OTHER_CASES}
+        modes = {"POST /v1/plans": PLAN_CASES, "POST /v1/replans": REPLAN_CASES}.get(label, {"positive": OTHER_CASES})
         for mode, examples in modes.items():
             strategy = operation.as_strategy(generation_mode=schemathesis.GenerationMode(mode))
 

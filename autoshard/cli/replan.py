@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from autoshard.cli.support import (DEFAULT_MODEL, console, ensure_malloc_settings, friendly_errors,
+from autoshard.cli.support import (DEFAULT_MODEL, as_option, console, ensure_malloc_settings, friendly_errors,
                                    load_profile_or_none, one_thread, plans_measurer, print_json, round_maxima,
                                    topology_of, write_torchrec)
 from autoshard.errors import InputError
@@ -56,10 +56,8 @@ def replan_cmd(
         raise InputError("--out", f"writes one plan, and --max-moves gives {len(budgets)}", "give one --max-moves")
     if measure:
         ensure_malloc_settings()
-    from autoshard.communication import WithCommunication
-    from autoshard.planners.compare import compare_planners
-    from autoshard.planners.context import PlannerContext
-    from autoshard.planners.incremental import CurrentPlacement, moves_from, replan
+    from autoshard.planners.incremental import CurrentPlacement
+    from autoshard.planners.replan_report import compare_replans
     from autoshard.presets import load_workload_or_preset
     from autoshard.workload_file import read_json_file
 
@@ -72,28 +70,16 @@ def replan_cmd(
         raise InputError("--model", f"re-planning needs a cost model ({why_no_model})", "pass --model DIR")
     warnings = profile.model.check_workload(loaded, None)
     comm = profile.communication if communication else None
-    scorer = profile.model if comm is None else WithCommunication(profile.model, comm, topology.num_devices)
-    kept = replan(loaded, topology, scorer, placement, 0, "keep", time_budget, column_split)
-    moved = [replan(loaded, topology, scorer, placement, budget, f"replan (<= {budget} moves)", time_budget,
-                    column_split) for budget in budgets]
-    scratch = compare_planners(loaded, topology, ["cost_greedy"], PlannerContext(
-        profile.model, profile.policy, allow_column_split=None if column_split else False,
-        time_budget_s=time_budget), comm).plans
-    rows = [(kept.plan, kept.moves), *((r.plan, r.moves) for r in moved),
-            *((p, moves_from(placement, p, loaded)) for p in scratch)]
-    errors = profile.device_errors
-    report: dict[str, Any] = {
-        "workload": loaded.name, "tables": len(loaded.tables), "profile": profile.profile,
-        "topology": {"num_devices": topology.num_devices, "device_memory_gb": topology.device_memory_gb},
-        "max_moves": budgets, "dropped": list(kept.dropped), "replaced": list(kept.replaced),
-        "new_tables": [t.name for t in loaded.tables if not placement.of_table(t.name)],
-        "warnings": list(warnings),
-        "plans": [_row(plan, moves, errors.expected_max([d.cost_ms for d in plan.devices]) if errors else None)
-                  for plan, moves in rows]}
+    try:
+        report, plans = compare_replans(loaded, topology, profile.model, placement, budgets, column_split,
+                                        time_budget, comm, profile.device_errors)
+    except InputError as error:  # the current placement against the topology: name the option
+        raise as_option(error) from None
+    report = {**report, "profile": profile.profile, "warnings": list(warnings)}
     if measure:
-        _measure(report, [plan for plan, _ in rows], measure, row_cap_mb, profile, comm, loaded.batch_size)
+        _measure(report, plans, measure, row_cap_mb, profile, comm, loaded.batch_size)
     if out is not None:
-        write_torchrec(loaded, topology, moved[0].plan, out)
+        write_torchrec(loaded, topology, plans[1], out)
     if json_out:
         print_json(report)
     else:
@@ -127,15 +113,6 @@ def _measure(report: dict[str, Any], plans: list[ShardingPlan], rounds: int, row
         ratio, low, high = ratio_ci95(found, maxima[0])
         row["measured"] = {"max_ms": statistics.median(found), "vs_keep": ratio, "ci95": [low, high],
                            "verdict": verdict(low, high), "rounds": rounds}
-
-
-def _row(plan: ShardingPlan, moves: tuple, expected: float | None) -> dict[str, Any]:
-    return {"plan": plan.planner, "max_cost_ms": plan.max_cost_ms, "expected_max_ms": expected,
-            "partial": plan.partial, "plan_time_s": plan.plan_time_s, "shards_moved": len(moves),
-            "bytes_moved": sum(m.memory_bytes for m in moves),
-            "moves": [{"shard": m.shard, "from_rank": m.from_rank, "to_rank": m.to_rank,
-                       "memory_bytes": m.memory_bytes} for m in moves],
-            "devices": [{"tables": [s.as_table.name for s in d.shards], "cost_ms": d.cost_ms} for d in plan.devices]}
 
 
 def _print(report: dict[str, Any]) -> None:

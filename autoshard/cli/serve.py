@@ -32,7 +32,7 @@ def serve(
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
-    """Serve the planners over HTTP: POST /v1/plans, GET /v1/planners, /v1/profiles, /healthz,
+    """Serve the planners over HTTP: POST /v1/plans, /v1/replans, GET /v1/planners, /v1/profiles, /healthz,
     /readyz, /metrics; OpenAPI at /docs."""
     import uvicorn
     from pydantic import ValidationError

@@ -240,6 +240,15 @@ def one_thread() -> None:
     threadpool_limits(1)
 
 
+OPTION_OF_FIELD = {"num_devices": "--devices", "device_memory_gb": "--memory-gb"}
+"""The command-line option that gives a topology field."""
+
+
+def as_option(error: InputError) -> InputError:
+    """``error`` about a topology field, named by the option that gives it."""
+    return InputError(OPTION_OF_FIELD.get(error.field, error.field), error.message, error.fix, error.where)
+
+
 def topology_of(devices: int | None, memory_gb: float | None, from_file: Topology | None) -> Topology:
     """The topology of the options, where given, else of the workload file; ``InputError`` naming
     the option."""
@@ -251,8 +260,7 @@ def topology_of(devices: int | None, memory_gb: float | None, from_file: Topolog
     try:
         return Topology(devices, memory_gb)
     except InputError as error:  # name the option that gave the value, not the file's field
-        option = {"num_devices": "--devices", "device_memory_gb": "--memory-gb"}.get(error.field, error.field)
-        raise InputError(option, error.message, error.fix) from None
+        raise as_option(error) from None
 
 
 def write_torchrec(workload: Workload, topology: Topology, best: ShardingPlan, out: Path | None) -> None:

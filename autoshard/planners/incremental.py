@@ -4,16 +4,18 @@ the plan it runs today is the starting point, not a blank slate.
 
 ``replan`` keeps every shard of the current placement (``CurrentPlacement``) where it is, places
 the tables it does not hold as cost_greedy places (each to the device whose predicted cost with it
-is lowest, with the packing lookahead), then lets local search (cost_greedy's moves and swaps off
-the max-cost device) move at most ``max_moves`` of the kept shards off their devices. Tables new
-to the placement move freely: they are not deployed yet. ``moves_from`` counts what any plan would
-move relative to the current placement, so a plan from scratch compares like with like.
+is lowest, with the packing lookahead; split column-wise as cost_greedy splits, where that is
+predicted clearly lower), then lets local search (cost_greedy's moves and swaps off the max-cost
+device, evening the top out where no one change lowers it) move at most ``max_moves`` of the kept
+shards off their devices. Tables new to the placement move freely: they are not deployed yet.
+``moves_from`` counts what any plan would move relative to the current placement, so a plan from
+scratch compares like with like (docs/planners.md, "Re-planning a deployed plan").
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -51,6 +53,13 @@ class CurrentPlacement:
 
     shards: tuple[KeptShard, ...]
     world_size: int
+    _by_table: dict[str, tuple[KeptShard, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        found: dict[str, list[KeptShard]] = {}
+        for shard in self.shards:
+            found.setdefault(shard.table, []).append(shard)
+        object.__setattr__(self, "_by_table", {name: tuple(shards) for name, shards in found.items()})
 
     @classmethod
     def from_export(cls, data: object, source: str) -> CurrentPlacement:
@@ -68,7 +77,8 @@ class CurrentPlacement:
             if not isinstance(listed, list) or not listed:
                 raise InputError("shards", f"table {name!r} lists no shards", fix, source)
             for shard in listed:
-                values = [shard.get(k) if isinstance(shard, dict) else None for k in ("rank", "column_offset", "columns")]
+                keys = ("rank", "column_offset", "columns")
+                values = [shard.get(k) if isinstance(shard, dict) else None for k in keys]
                 if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values) or values[2] < 1:
                     raise InputError("shards", f"table {name!r} has a shard {shard!r}: each needs integer rank >= 0, "
                                      "column_offset >= 0 and columns >= 1", fix, source)
@@ -78,18 +88,18 @@ class CurrentPlacement:
                 shards.append(KeptShard(name, *values))
         return cls(tuple(shards), world)
 
-    def of_table(self, name: str) -> list[KeptShard]:
-        return [s for s in self.shards if s.table == name]
+    def of_table(self, name: str) -> tuple[KeptShard, ...]:
+        return self._by_table.get(name, ())
 
 
 @dataclass(frozen=True, slots=True)
 class Move:
     """A shard that a plan puts elsewhere than the current placement (``from_rank`` None: a shard
-    the current placement does not hold in that form; ``to_rank`` None: gone from the plan)."""
+    the current placement does not hold in that form)."""
 
     shard: str
     from_rank: int | None
-    to_rank: int | None
+    to_rank: int
     memory_bytes: int
 
 
@@ -117,7 +127,7 @@ def replan(workload: Workload, topology: Topology, cost_model: CostModel, curren
     started = time.perf_counter()
     beyond = [s.rank for s in current.shards if s.rank >= topology.num_devices]
     if beyond:
-        raise InputError("--devices", f"the current placement has shards on rank {max(beyond)}, and this topology "
+        raise InputError("num_devices", f"the current placement has shards on rank {max(beyond)}, and this topology "
                          f"has {topology.num_devices} devices", f"plan for at least {max(beyond) + 1} devices")
     held, replaced = kept_tables(current, workload)
     dropped = tuple(sorted({s.table for s in current.shards} - {t.name for t in workload.tables}))
@@ -161,7 +171,7 @@ def _placed(kept: Sequence[tuple[TableShard, int]], kept_units: Sequence[Unit], 
     try:
         state.preplace([rank for _, rank in kept])
     except ValueError:
-        raise InputError("--memory-gb", "the current placement does not fit this topology: "
+        raise InputError("device_memory_gb", "the current placement does not fit this topology: "
                          f"{_over_memory(kept, topology)}", "plan for devices with more memory") from None
     place(state, cheapest_after, deadline=deadline)
     home = {unit: rank for unit, (_, rank) in zip(kept_units, kept)}

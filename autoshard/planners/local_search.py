@@ -295,7 +295,8 @@ def _ranked_changes(source: DeviceState, targets: Sequence[DeviceState], scorer:
     if not len(helps):
         return []
     # the best: lowest new max, then lowest price, pair max, pair sum; ties to the first generated
-    ranked = helps[np.lexsort((source_after[helps] + target_after[helps], pair_max[helps], cost[helps], new_max[helps]))]
+    keys = (source_after[helps] + target_after[helps], pair_max[helps], cost[helps], new_max[helps])
+    ranked = helps[np.lexsort(keys)]
     if per_target:  # each target's first in that order
         ranked = ranked[np.sort(np.unique(near.k[ranked], return_index=True)[1])]
     return [Change(source.index, involved[int(near.k[c])].index, int(near.out[c]),

@@ -16,16 +16,15 @@ from autoshard.planners.registry import HEURISTICS
 from autoshard.planners.report import plans_report
 from autoshard.planners.units import proxy_costs
 from autoshard.types import Topology, Workload
-from autoshard.workload_file import topology_from_dict, workload_from_dict
 from service.deps import StateDep
-from service.errors import FieldError, PlanningTimeout, infeasible_error, input_error_at
+from service.errors import PlanningTimeout, infeasible_error, input_error_at
+from service.inputs import check_inputs, parse_body, resolve_profile
 from service.models import LoadedModel
 from service.plan_cache import Answer
 from service.planning import PlanningOutcome, PlanningUnavailable
 from service.tasks import PlannerTask
 from service.schemas.requests import Format, PlanRequest
 from service.schemas.responses import ErrorResponse, PlanResponse
-from service.settings import Settings
 from service.state import ServiceState
 
 PROXY_UNIT = "proxy: dim x pooling summed per device (no cost model)"
@@ -67,9 +66,9 @@ async def create_plans(
     settings = state.settings
     budget = min(body.time_budget_s or settings.plan_timeout_s, settings.plan_timeout_s)
     deadline = arrived + budget
-    workload, topology = _parse(body, settings)
-    model = _resolve_profile(state, body.profile)
-    warnings = _check_inputs(model, workload)
+    workload, topology = parse_body(body, settings)
+    model = resolve_profile(state, body.profile)
+    warnings = check_inputs(model, workload)
     names = state.planners_for(body.planners, model)
     try:
         prepare_units(workload, topology, proxy_costs(size_proxy),  # with splits if any planner may split
@@ -139,57 +138,6 @@ def _send(state: ServiceState, answer: Answer, source: str, arrived: float) -> R
     state.metrics.plan_cache.labels(source).inc()
     return Response(answer.body(time.monotonic() - arrived), media_type="application/json",
                     headers={CACHE_HEADER: source})
-
-
-def _parse(body: PlanRequest, settings: Settings) -> tuple[Workload, Topology]:
-    """Our frozen types from the body; every rule is ``autoshard.workload_file``'s, located by
-    its path in the body. Then the service's limits."""
-    count = len(body.workload.tables)
-    if count > settings.max_tables:
-        raise FieldError(("body", "workload", "tables"),
-                         f"{count} tables, more than this service's limit of {settings.max_tables} "
-                         "(AUTOSHARD_MAX_TABLES); plan fewer tables per request", "limit.max_tables",
-                         {"limit": settings.max_tables, "given": count})
-    try:
-        workload, file_topology = workload_from_dict(body.workload.to_file_dict())
-    except InputError as error:
-        raise input_error_at(error, ("body", "workload")) from None
-    if body.topology is not None:
-        try:
-            topology = topology_from_dict(body.topology.model_dump())
-        except InputError as error:
-            raise input_error_at(error, ("body", "topology")) from None
-    elif file_topology is not None:
-        topology = file_topology
-    else:
-        raise FieldError(("body", "topology"), "a topology is required: give 'topology' "
-                         "{num_devices, device_memory_gb} (or put one in the workload)", "missing")
-    if topology.num_devices > settings.max_devices:
-        loc = ("body", "topology", "num_devices") if body.topology is not None else (
-            "body", "workload", "topology", "num_devices")
-        raise FieldError(loc, f"{topology.num_devices} devices, more than this service's limit of "
-                         f"{settings.max_devices} (AUTOSHARD_MAX_DEVICES)", "limit.max_devices",
-                         {"limit": settings.max_devices, "given": topology.num_devices})
-    return workload, topology
-
-
-def _resolve_profile(state: StateDep, profile: str | None) -> LoadedModel | None:
-    try:
-        return state.store.resolve(profile)
-    except InputError as error:
-        raise input_error_at(error, ("body",)) from None
-
-
-def _check_inputs(model: LoadedModel | None, workload: Workload) -> list[str]:
-    """The profile's cost model scores every plan: inputs it cannot answer (a precision or an
-    optimizer it never saw) are a 422 at the table's field; mild extrapolation comes back as
-    warnings in the answer."""
-    if model is None:
-        return []
-    try:
-        return list(model.model.check_workload(workload))
-    except InputError as error:
-        raise input_error_at(error, ("body", "workload")) from None
 
 
 def _check_torchrec() -> None:

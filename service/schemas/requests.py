@@ -11,12 +11,12 @@ a float or a tensor size.
 from __future__ import annotations
 
 from dataclasses import MISSING, fields
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoshard.types import (MAX_BATCH, MAX_DEVICE_GB, MAX_DIM, MAX_POOLING, MAX_ROWS, MAX_ZIPF_ALPHA, Optimizer,
-                             Table, Workload)
+from autoshard.types import (MAX_BATCH, MAX_DEVICE_GB, MAX_DEVICES, MAX_DIM, MAX_POOLING, MAX_ROWS, MAX_ZIPF_ALPHA,
+                             Optimizer, Table, Workload)
 
 _TABLE_DEFAULTS = {f.name: f.default for f in fields(Table) if f.default is not MISSING}
 _WORKLOAD_DEFAULTS = {f.name: f.default for f in fields(Workload) if f.default is not MISSING}
@@ -133,3 +133,64 @@ class PlanRequest(BaseModel):
 
 
 Format = Literal["json", "torchrec"]
+
+
+MAX_BUDGETS = 8
+MAX_TABLES_BOUND = 10**6  # a budget of moves beyond any workload's shards
+
+
+class PlacedShardIn(BaseModel):
+    """Where one column slice of a table lives in the current plan."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(ge=0, le=MAX_DEVICES, description="The device (TorchRec rank) that holds it.")
+    column_offset: int = Field(ge=0, le=MAX_DIM, description="Its first column.")
+    columns: int = Field(ge=1, le=MAX_DIM, description="Its width.")
+
+
+class PlacedTableIn(BaseModel):
+    """A table of the current plan: its shards (a whole table is one shard of every column). A
+    TorchRec export's other fields (sharding_type, ranks, compute_kernel, pooling_factor) may come
+    along, and are not read."""
+
+    model_config = ConfigDict(extra="allow")
+
+    shards: list[PlacedShardIn] = Field(min_length=1, max_length=MAX_DEVICES)
+
+
+class CurrentPlanIn(BaseModel):
+    """The plan running today: a re-plan's `placement` from this service, or the file `autoshard plan
+    --format torchrec --out` writes (its other fields are not read)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    world_size: int = Field(ge=1, le=MAX_DEVICES, description="The plan's number of devices.")
+    tables: dict[str, PlacedTableIn] = Field(description="Per table name, where its shards are.")
+
+
+class ReplanRequest(BaseModel):
+    """Re-plan the plan running today for a changed workload, moving few of its shards."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, json_schema_extra={"examples": [{
+        "workload": EXAMPLE_REQUEST["workload"], "topology": EXAMPLE_REQUEST["topology"],
+        "current_plan": {"world_size": 2, "tables": {
+            "user_id": {"shards": [{"rank": 0, "column_offset": 0, "columns": 128}]},
+            "item_id": {"shards": [{"rank": 1, "column_offset": 0, "columns": 64}]}}},
+        "max_moves": [1, 2]}]})
+
+    workload: WorkloadIn = Field(description="The workload as it is now.")
+    topology: TopologyIn | None = Field(None, description="Required unless the workload holds one.")
+    current_plan: CurrentPlanIn
+    max_moves: list[Annotated[int, Field(ge=0, le=MAX_TABLES_BOUND)]] = Field(
+        [4], min_length=1, max_length=MAX_BUDGETS,
+        description="Budgets: how many of the current plan's shards may move to another device (tables new to "
+                    "it are placed freely); one re-plan each.")
+    profile: str | None = Field(None, max_length=200,
+                                description="Cost model profile (GET /v1/profiles); default: the service's default.")
+    allow_column_split: bool = Field(True, description="Whether new tables (and cost_greedy's plan from scratch) "
+                                                       "may split column-wise where the model predicts more than "
+                                                       "10% gain; the current plan's shards stay as they are.")
+    time_budget_s: float | None = Field(
+        None, gt=0, le=3600,
+        description="Planning time budget; the service's own budget (AUTOSHARD_PLAN_TIMEOUT_S) caps it.")

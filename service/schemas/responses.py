@@ -123,6 +123,56 @@ class PlanResponse(BaseModel):
                     "cannot answer at all (a precision or optimizer it was not trained on) are a 422 instead.")
 
 
+class MoveOut(BaseModel):
+    shard: str = Field(description="The shard ('name', or 'name[a:b]' for a column shard).")
+    from_rank: int | None = Field(description="Where the current plan holds it (null: not in that form).")
+    to_rank: int = Field(description="Where this plan puts it.")
+    memory_bytes: int = Field(description="What moves: its weights and optimizer state.")
+
+
+class PlacedTableOut(BaseModel):
+    shards: list[TorchRecShardOut]
+
+
+class PlacementOut(BaseModel):
+    """A plan in the form `current_plan` takes: send it back as the next re-plan's `current_plan`."""
+
+    world_size: int
+    tables: dict[str, PlacedTableOut]
+
+
+class ReplanOut(BaseModel):
+    plan: str = Field(description="'keep' (every current shard where it is), 'replan (<= N moves)', or "
+                                  "'cost_greedy' (from scratch).")
+    max_cost_ms: float
+    expected_max_ms: float | None = Field(None, description="As in POST /v1/plans: the max the profile's measured "
+                                                             "device errors lead to expect.")
+    partial: bool = Field(description="True when the time budget ran out: the best plan found so far.")
+    plan_time_s: float
+    shards_moved: int = Field(description="Shards of tables the current plan holds that this plan puts elsewhere.")
+    bytes_moved: int
+    moves: list[MoveOut]
+    devices: list[DeviceOut]
+    placement: PlacementOut
+
+
+class ReplanResponse(BaseModel):
+    """The plan that keeps every current shard, a re-plan per budget of moves, and cost_greedy's plan
+    from scratch, each with the shards it moves."""
+
+    workload: str
+    tables: int
+    topology: TopologyOut
+    profile: str = Field(description="The cost model profile that scored every plan.")
+    max_moves: list[int]
+    new_tables: list[str] = Field(description="Tables the current plan does not hold: placed freely.")
+    dropped: list[str] = Field(description="Tables of the current plan gone from the workload.")
+    replaced: list[str] = Field(description="Tables whose current shards no longer tile their columns: placed anew.")
+    plans: list[ReplanOut]
+    elapsed_s: float = Field(description="Time spent on the request, queueing included.")
+    warnings: list[str] = Field(default_factory=list, description="As in POST /v1/plans.")
+
+
 class ArtifactOut(BaseModel):
     """A loaded model file: a cost model, an RL policy, or the model's measured device errors."""
 
