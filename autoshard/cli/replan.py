@@ -38,7 +38,7 @@ def replan_cmd(
                                                      "to its cost.")] = True,
     time_budget: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds each plan may search; past it, its "
                                                                          "best plan so far, marked partial.")] = None,
-    measure: Annotated[int, typer.Option(min=0, help="Measure the three plans on this machine over this many "
+    measure: Annotated[int, typer.Option(min=0, help="Measure every plan on this machine over this many "
                                                      "interleaved rounds (0: off; an even number balances the order): "
                                                      "each device's compute, plus its modelled all-to-all.")] = 0,
     row_cap_mb: Annotated[int, typer.Option(min=1, help="With --measure: benchmark at most this many MiB of rows "
