@@ -1,7 +1,12 @@
-"""Shared by the service, client and container tests: a cost model folder and request bodies."""
+"""Shared by the service, client and container tests: a cost model folder, request bodies, a served
+process, and planning workers killed mid-request."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +72,7 @@ class ServedProcess:
     """``autoshard serve`` in a subprocess on a free 127.0.0.1 port, ready when /readyz answers."""
 
     def __init__(self, model_dir: Path, env: dict[str, str] | None = None, timeout_s: float = 120) -> None:
-        import os
         import subprocess
-        import time
 
         import httpx
 
@@ -98,7 +101,6 @@ class ServedProcess:
 
     def stop(self, timeout_s: float = 20) -> int:
         """SIGTERM, then the exit code (0 for a graceful stop)."""
-        import signal
 
         self.process.send_signal(signal.SIGTERM)
         try:
@@ -109,3 +111,24 @@ class ServedProcess:
 
     def output(self) -> str:
         return self.process.stdout.read() if self.process.stdout else ""
+
+
+def kill_workers_while(request, pool) -> Any:
+    """Send ``request()`` in a thread, kill every planning worker once it is planning, and
+    return the request's answer."""
+    answer: dict = {}
+    thread = threading.Thread(target=lambda: answer.setdefault("response", request()))
+    busy = {pid: _cpu_ticks(pid) for pid in pool._executor._processes}
+    thread.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not any(_cpu_ticks(pid) > busy[pid] + 10 for pid in busy):
+        time.sleep(0.02)  # until a worker has spent 0.1 s of CPU on the request
+    for pid in list(pool._executor._processes):
+        os.kill(pid, signal.SIGKILL)
+    thread.join(60)
+    return answer["response"]
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks

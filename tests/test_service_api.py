@@ -13,7 +13,6 @@ import math
 import threading
 import time
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -26,7 +25,8 @@ from cost_model.checkpoint import file_sha256
 from service.main import create_app
 from service.schemas.responses import ErrorResponse, PlanResponse, PlannersResponse, ProfilesResponse
 from service.settings import Settings
-from tests.service_support import EIGHT_DEVICES, SHIPPED_PROFILE, copy_shipped_profile, plan_body, save_test_model
+from tests.service_support import (EIGHT_DEVICES, SHIPPED_PROFILE, copy_shipped_profile, kill_workers_while, plan_body,
+                                   save_test_model)
 
 GIB = 1024**3
 DEFAULT_PLANNERS = [*HEURISTICS, "cost_greedy", "rl", "rl+refine"]
@@ -699,36 +699,12 @@ def test_openapi_has_examples_for_the_request_and_the_answer(client):
 
 # --- faults: a worker killed mid-request, a model file that vanishes after start-up ------------
 
-def _kill_workers_while(request, pool) -> "httpx.Response":
-    """Send ``request()`` in a thread, kill every planning worker once it is planning, and
-    return the request's answer."""
-    import os
-    import signal
-
-    answer: dict = {}
-    thread = threading.Thread(target=lambda: answer.setdefault("response", request()))
-    busy = {pid: _cpu_ticks(pid) for pid in pool._executor._processes}
-    thread.start()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not any(_cpu_ticks(pid) > busy[pid] + 10 for pid in busy):
-        time.sleep(0.02)  # until a worker has spent 0.1 s of CPU on the request
-    for pid in list(pool._executor._processes):
-        os.kill(pid, signal.SIGKILL)
-    thread.join(60)
-    return answer["response"]
-
-
-def _cpu_ticks(pid: int) -> int:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
-
-
 def test_a_worker_killed_mid_request_gives_that_request_a_clear_503_and_the_next_succeed(model_dir):
     with serve(model_dir=model_dir, pool="process", pool_size=1, plan_cache_shards=0) as c:  # every request plans
         # about a second of planning (column splits searched on 256 devices): the kill lands mid-request
         slow = plan_body(400, {"num_devices": 256, "device_memory_gb": 16}, planners=["rl+refine"],
                          allow_column_split=True)
-        error = only_error(_kill_workers_while(lambda: c.post("/v1/plans", json=slow), c.app.state.service.pool), 503)
+        error = only_error(kill_workers_while(lambda: c.post("/v1/plans", json=slow), c.app.state.service.pool), 503)
         assert "worker" in error.msg and "retry" in error.msg
         for _ in range(2):
             assert c.post("/v1/plans", json=plan_body(20, planners=["cost_greedy"])).status_code == 200

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from service.main import create_app
 from service.schemas.responses import ErrorResponse, ReplanResponse
 from service.settings import Settings
-from tests.service_support import EIGHT_DEVICES, copy_shipped_profile, plan_body
+from tests.service_support import EIGHT_DEVICES, copy_shipped_profile, kill_workers_while, plan_body
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +137,21 @@ def test_a_replan_runs_in_the_planning_processes(model_dir):
                                                   "current_plan": current, "max_moves": [1]})
     assert answer.status_code == 200, answer.text
     assert ReplanResponse.model_validate(answer.json()).plans[1].shards_moved <= 1
+
+
+def test_a_worker_killed_mid_replan_gives_a_clear_503_and_the_next_replan_succeeds(model_dir):
+    """400 tables on 256 devices, 300 of them kept round-robin: seconds of re-planning, so the kill
+    lands while the worker plans."""
+    with TestClient(create_app(Settings(model_dir=model_dir, pool="process", pool_size=1))) as client:
+        workload = plan_body(400)["workload"]
+        current = {"world_size": 256, "tables": {t["name"]: {"shards": [{"rank": i % 256, "column_offset": 0,
+                                                                          "columns": t["embedding_dim"]}]}
+                                                 for i, t in enumerate(workload["tables"][:300])}}
+        slow = {"workload": workload, "topology": {"num_devices": 256, "device_memory_gb": 16},
+                "current_plan": current, "max_moves": [8, 64]}
+        answer = kill_workers_while(lambda: client.post("/v1/replans", json=slow), client.app.state.service.pool)
+        assert answer.status_code == 503, answer.text
+        assert "worker" in answer.json()["detail"][0]["msg"] and "retry" in answer.json()["detail"][0]["msg"]
+        current, workload = _deployed(client)
+        assert client.post("/v1/replans", json={"workload": workload, "topology": EIGHT_DEVICES,
+                                                "current_plan": current}).status_code == 200

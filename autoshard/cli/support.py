@@ -276,7 +276,6 @@ def write_torchrec(workload: Workload, topology: Topology, best: ShardingPlan, o
     if out is None:
         print_json(data)
     else:
-        import json
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(data, indent=1) + "\n")
         console.print(f"wrote the {best.planner} plan as TorchRec sharding to {out}")
