@@ -17,7 +17,7 @@ from autoshard.communication import CommunicationModel, WithCommunication
 from autoshard.errors import AutoShardError, InputError, PlannerError, PlannerErrorKind
 from autoshard.model_error import DeviceErrors
 from autoshard.planners.compare import compare_planners
-from autoshard.planners.incremental import CurrentPlacement
+from autoshard.planners.incremental import CurrentPlacement, MoveBudget
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.registry import PLANNERS
 from autoshard.planners.replan_report import compare_replans
@@ -219,7 +219,7 @@ class ReplanTask:
     workload: Workload
     topology: Topology
     current: CurrentPlacement
-    budgets: tuple[int, ...]
+    budgets: tuple[MoveBudget, ...]
     profile: str
     allow_split: bool
     plan_budget_s: float

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from autoshard.cli import app
 from autoshard.errors import InputError, PlannerError
-from autoshard.planners.incremental import CurrentPlacement, KeptShard, moves_from, replan
+from autoshard.planners.incremental import CurrentPlacement, KeptShard, MoveBudget, moves_from, replan
 from autoshard.planners.validate import validate_plan
 from autoshard.types import GIB, ShardingPlan, Table, Topology, Workload
 from autoshard.workload_file import save_workload
@@ -40,7 +40,7 @@ def test_without_moves_the_kept_tables_stay_and_the_new_one_goes_where_it_costs_
     on device 1: 0.64 x 1.05 + 0.2 = 0.872: it goes to device 1, and device 0 keeps 1.28 x 1.05 +
     0.2 = 1.544."""
     workload, current = _four_tables()
-    found = replan(workload, Topology(2, 1.0), MODEL, current, max_moves=0)
+    found = replan(workload, Topology(2, 1.0), MODEL, current, MoveBudget(0))
     assert _sets(found.plan) == [["t0", "t1"], ["t2", "t3"]]
     assert [d.cost_ms for d in found.plan.devices] == pytest.approx([1.544, 0.872])
     assert found.moves == () and found.dropped == () and found.replaced == ()
@@ -53,7 +53,7 @@ def test_one_kept_table_moves_where_a_swap_with_the_new_one_balances_the_devices
     swaps, the one with the new t3 moves one kept table and the one with t2 two: one move is taken,
     even with a budget of two."""
     workload, current = _four_tables()
-    found = replan(workload, Topology(2, 1.0), MODEL, current, max_moves=max_moves)
+    found = replan(workload, Topology(2, 1.0), MODEL, current, MoveBudget(max_moves))
     assert _sets(found.plan) == [["t1", "t3"], ["t2", "t0"]]
     assert [d.cost_ms for d in found.plan.devices] == pytest.approx([1.208, 1.208])
     assert [(m.shard, m.from_rank, m.to_rank) for m in found.moves] == [("t0", 0, 1)]
@@ -61,7 +61,8 @@ def test_one_kept_table_moves_where_a_swap_with_the_new_one_balances_the_devices
 
 def test_a_plan_from_scratch_counts_every_kept_shard_it_puts_elsewhere_and_nothing_for_new_tables():
     workload, current = _four_tables()
-    scratch = ShardingPlan("scratch", replan(workload, Topology(2, 1.0), MODEL, current, 0).plan.devices[::-1])
+    kept = replan(workload, Topology(2, 1.0), MODEL, current, MoveBudget(0)).plan
+    scratch = ShardingPlan("scratch", kept.devices[::-1])
     assert sorted((m.shard, m.from_rank, m.to_rank) for m in moves_from(current, scratch, workload)) == [
         ("t0", 0, 1), ("t1", 0, 1), ("t2", 1, 0)]
 
@@ -69,7 +70,7 @@ def test_a_plan_from_scratch_counts_every_kept_shard_it_puts_elsewhere_and_nothi
 def test_tables_gone_are_dropped_and_tables_whose_columns_changed_are_placed_anew():
     tables = (Table("a", 1000, 16, 10.0), Table("b", 1000, 32, 10.0), Table("c", 1000, 8, 10.0))
     current = CurrentPlacement((KeptShard("a", 0, 0, 16), KeptShard("b", 1, 0, 16), KeptShard("gone", 1, 0, 8)), 2)
-    found = replan(Workload(tables, batch_size=1000), Topology(2, 1.0), MODEL, current, max_moves=0)
+    found = replan(Workload(tables, batch_size=1000), Topology(2, 1.0), MODEL, current, MoveBudget(0))
     assert found.dropped == ("gone",) and found.replaced == ("b",)  # b had 16 columns, now 32
     validate_plan(found.plan, Workload(tables, batch_size=1000), Topology(2, 1.0))
     assert "a" in _sets(found.plan)[0] and found.moves == ()
@@ -79,7 +80,7 @@ def test_column_shards_are_kept_as_they_are():
     table = Table("wide", 1000, 64, 40.0)
     current = CurrentPlacement((KeptShard("wide", 1, 0, 32), KeptShard("wide", 0, 32, 32)), 2)
     found = replan(Workload((table, Table("new", 1000, 16, 5.0)), batch_size=1000), Topology(2, 1.0), MODEL,
-                   current, max_moves=0)
+                   current, MoveBudget(0))
     shards = {(s.column_offset, s.width): rank for rank, d in enumerate(found.plan.devices) for s in d.shards
               if s.table.name == "wide"}
     assert shards == {(0, 32): 1, (32, 32): 0} and found.moves == ()
@@ -100,10 +101,11 @@ def test_every_table_is_placed_once_within_memory_and_at_most_the_budget_of_kept
     if not tables:
         return
     workload = Workload(tables, batch_size=1000)
-    found = replan(workload, topology, MODEL, current, max_moves)
+    found = replan(workload, topology, MODEL, current, MoveBudget(max_moves))
     validate_plan(found.plan, workload, topology)
     assert len(found.moves) <= max_moves
-    assert found.plan.max_cost_ms <= replan(workload, topology, MODEL, current, 0).plan.max_cost_ms * (1 + 1e-9)
+    kept = replan(workload, topology, MODEL, current, MoveBudget(0)).plan
+    assert found.plan.max_cost_ms <= kept.max_cost_ms * (1 + 1e-9)
     moved = {m.shard for m in found.moves}
     homes = {s.table: s.rank for s in current.shards}
     for rank, device in enumerate(found.plan.devices):
@@ -118,7 +120,7 @@ def test_a_new_table_that_fits_nowhere_beside_the_kept_shards_says_to_plan_from_
     rows = int(0.6 * GIB) // 64  # 0.6 GiB each at 16 x 4 bytes
     tables = (Table("a", rows, 16), Table("b", rows, 16), Table("c", rows, 16))
     with pytest.raises(PlannerError, match="beside the current placement") as error:
-        replan(Workload(tables), Topology(2, 1.0), MODEL, current, max_moves=4)
+        replan(Workload(tables), Topology(2, 1.0), MODEL, current, MoveBudget(4))
     assert any("from scratch" in fix for fix in error.value.fixes)
 
 
@@ -127,10 +129,10 @@ def test_the_current_placement_must_fit_the_topology():
     rows = int(0.6 * GIB) // 64
     tables = tuple(Table(n, rows, 16) for n in "abc")
     with pytest.raises(InputError, match="rank 3") as error:
-        replan(Workload(tables), Topology(2, 1.0), MODEL, current, 0)
+        replan(Workload(tables), Topology(2, 1.0), MODEL, current, MoveBudget(0))
     assert error.value.field == "num_devices"
     with pytest.raises(InputError, match="device 0 would hold 1.2 GiB") as error:
-        replan(Workload(tables), Topology(4, 1.0), MODEL, current, 0)
+        replan(Workload(tables), Topology(4, 1.0), MODEL, current, MoveBudget(0))
     assert error.value.field == "device_memory_gb"
 
 
@@ -182,6 +184,12 @@ def test_replan_reads_the_plans_export_places_new_tables_and_writes_an_export_it
                                 "--max-moves", "0", "--json"])
     assert again.exit_code == 0, again.output
     assert json.loads(again.stdout)["plans"][0]["max_cost_ms"] == pytest.approx(moved["max_cost_ms"])
+    capped = runner.invoke(app, ["replan", str(tmp_path / "v2.json"), "--from", str(current), "--memory-gb", "8",
+                                 "--max-moves", "8", "--max-move-gb", "0", "--json"])
+    assert capped.exit_code == 0, capped.output
+    capped_report = json.loads(capped.stdout)
+    assert capped_report["max_moved_bytes"] == 0 and capped_report["plans"][1]["plan"] == "replan (<= 8 moves, <= 0 GiB)"
+    assert capped_report["plans"][1]["shards_moved"] == 0
 
 
 @pytest.mark.parametrize("args, message", [
@@ -199,3 +207,20 @@ def test_replan_errors_name_the_option_and_exit_2(tmp_path, monkeypatch, args, m
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_byte_budget_keeps_the_big_tables_home():
+    """t0 (100 lookups a sample) is large, t1 (100) small, on device 0; t2 (50) on device 1 and the
+    new t3 (50). Swapping either 100-lookup table with t3 balances the devices alike (1.208 each):
+    without a byte budget the first such swap moves t0's 6.4 MB; with 1 MiB, only t1 may go."""
+    tables = (Table("t0", 100_000, 16, 100.0), Table("t1", 1000, 16, 100.0), Table("t2", 1000, 16, 50.0),
+              Table("t3", 1000, 16, 50.0))
+    current = CurrentPlacement((KeptShard("t0", 0, 0, 16), KeptShard("t1", 0, 0, 16), KeptShard("t2", 1, 0, 16)), 2)
+    workload = Workload(tables, batch_size=1000)
+    free = replan(workload, Topology(2, 1.0), MODEL, current, MoveBudget(1))
+    capped = replan(workload, Topology(2, 1.0), MODEL, current, MoveBudget(1, max_bytes=2**20))
+    assert [m.shard for m in free.moves] == ["t0"]  # the first of the equal swaps: 6.4 MB
+    assert [m.shard for m in capped.moves] == ["t1"] and capped.moves[0].memory_bytes <= 2**20
+    assert [d.cost_ms for d in capped.plan.devices] == pytest.approx([1.208, 1.208])
+    none = replan(workload, Topology(2, 1.0), MODEL, current, MoveBudget(1, max_bytes=1000))
+    assert none.moves == () and none.plan.max_cost_ms == pytest.approx(1.544)

@@ -81,6 +81,10 @@ def test_a_torchrec_exports_other_fields_are_accepted(client):
                                               "current_plan": current})
     assert answer.status_code == 200, answer.text
     assert [p["shards_moved"] for p in answer.json()["plans"][:2]] == [0, 0]
+    capped = client.post("/v1/replans", json={"workload": _changed(workload), "topology": EIGHT_DEVICES,
+                                              "current_plan": current, "max_moves": [8], "max_moved_gb": 0})
+    assert capped.status_code == 200 and capped.json()["max_moved_bytes"] == 0
+    assert capped.json()["plans"][1]["shards_moved"] == 0
 
 
 def _error(answer) -> tuple[list, str]:

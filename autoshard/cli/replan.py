@@ -4,7 +4,7 @@ few of the shards it already placed (``autoshard.planners.incremental``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -13,6 +13,9 @@ from autoshard.cli.support import (DEFAULT_MODEL, as_option, console, ensure_mal
                                    topology_of, write_torchrec)
 from autoshard.errors import InputError
 from autoshard.types import ShardingPlan
+
+if TYPE_CHECKING:
+    from autoshard.planners.incremental import MoveBudget
 
 
 @friendly_errors
@@ -25,6 +28,9 @@ def replan_cmd(
     max_moves: Annotated[str, typer.Option(help="How many of the current plan's shards may move to another device "
                                                  "(tables new to it are placed freely); several, comma-separated "
                                                  "(e.g. 2,4,8), plan one each, side by side.")] = "4",
+    max_move_gb: Annotated[Optional[float], typer.Option(min=0.0, help="And at most this many GiB of them (weights "
+                                                                       "and optimizer state: what a reshard copies), "
+                                                                       "for every budget of --max-moves.")] = None,
     devices: Annotated[Optional[int], typer.Option(min=1, help="Number of devices (default: the current plan's "
                                                                "world size).")] = None,
     memory_gb: Annotated[Optional[float], typer.Option(help="Memory per device for embeddings, GiB (default: the "
@@ -51,7 +57,7 @@ def replan_cmd(
     tables, then move at most --max-moves shards where that lowers the predicted max. Compared with
     keeping every shard (0 moves) and with cost_greedy's plan from scratch, each with what it moves;
     with --measure, each measured here too."""
-    budgets = _budgets(max_moves)
+    budgets = _budgets(max_moves, max_move_gb)
     if out is not None and len(budgets) > 1:
         raise InputError("--out", f"writes one plan, and --max-moves gives {len(budgets)}", "give one --max-moves")
     if measure:
@@ -88,15 +94,17 @@ def replan_cmd(
         _print(report)
 
 
-def _budgets(text: str) -> list[int]:
-    """``--max-moves``: integers >= 0, comma-separated; ascending, each once."""
+def _budgets(text: str, max_gb: float | None) -> list[MoveBudget]:
+    """``--max-moves`` (integers >= 0, comma-separated; ascending, each once), each with ``--max-move-gb``."""
+    from autoshard.planners.incremental import MoveBudget
+
     try:
-        budgets = sorted({int(part) for part in text.split(",")})
+        shards = sorted({int(part) for part in text.split(",")})
     except ValueError:
-        budgets = []
-    if not budgets or budgets[0] < 0:
+        shards = []
+    if not shards or shards[0] < 0:
         raise InputError("--max-moves", f"must be integers >= 0, comma-separated, got {text!r}", "e.g. 4, or 2,4,8")
-    return budgets
+    return [MoveBudget(k, None if max_gb is None else int(max_gb * 2**30)) for k in shards]
 
 
 def _measure(report: dict[str, Any], plans: list[ShardingPlan], rounds: int, row_cap_mb: int, profile: Any,

@@ -6,10 +6,11 @@ the plan it runs today is the starting point, not a blank slate.
 the tables it does not hold as cost_greedy places (each to the device whose predicted cost with it
 is lowest, with the packing lookahead; split column-wise as cost_greedy splits, where that is
 predicted clearly lower), then lets local search (cost_greedy's moves and swaps off the max-cost
-device, evening the top out where no one change lowers it) move at most ``max_moves`` of the kept
-shards off their devices. Tables new to the placement move freely: they are not deployed yet.
-``moves_from`` counts what any plan would move relative to the current placement, so a plan from
-scratch compares like with like (docs/planners.md, "Re-planning a deployed plan").
+device, evening the top out where no one change lowers it) move at most a budget of the kept
+shards off their devices (``MoveBudget``: shards, and optionally bytes; of changes of the same new
+max, the one moving the fewest kept shards). Tables new to the placement move freely: they are not
+deployed yet. ``moves_from`` counts what any plan would move relative to the current placement,
+so a plan from scratch compares like with like (docs/planners.md, "Re-planning a deployed plan").
 """
 
 from __future__ import annotations
@@ -104,6 +105,21 @@ class Move:
 
 
 @dataclass(frozen=True, slots=True)
+class MoveBudget:
+    """How much of the current placement a re-plan may move off its devices: at most ``shards`` of
+    its shards and, with ``max_bytes``, at most that many bytes of them (weights and optimizer
+    state: what a reshard copies)."""
+
+    shards: int
+    max_bytes: int | None = None
+
+    @property
+    def label(self) -> str:
+        limit = "" if self.max_bytes is None else f", <= {self.max_bytes / 2**30:.4g} GiB"
+        return f"replan (<= {self.shards} moves{limit})"
+
+
+@dataclass(frozen=True, slots=True)
 class Replanned:
     """``replan``'s plan, what it moved, and what it could not keep."""
 
@@ -114,10 +130,10 @@ class Replanned:
 
 
 def replan(workload: Workload, topology: Topology, cost_model: CostModel, current: CurrentPlacement,
-           max_moves: int, name: str = "replan", time_budget_s: float | None = None, allow_split: bool = True,
+           budget: MoveBudget, name: str = "replan", time_budget_s: float | None = None, allow_split: bool = True,
            margin: float = DEPARTURE_MARGIN) -> Replanned:
     """The current placement's shards kept where they are, the workload's other tables placed by
-    cost_greedy's rule, then local search moving at most ``max_moves`` kept shards (module
+    cost_greedy's rule, then local search moving at most ``budget`` of the kept shards (module
     docstring). With ``allow_split``, the new tables may split column-wise as cost_greedy splits
     (``split_units``, the kept shards counted as they are): the split placement is kept where it is
     predicted more than ``margin`` below the one of whole new tables (``clearly_lower``), or where
@@ -147,7 +163,7 @@ def replan(workload: Workload, topology: Topology, cost_model: CostModel, curren
     placed, error = [], None
     for new_units in candidates:
         try:
-            placed.append(_placed(kept, kept_units, new_units, topology, cost_model, workload.batch_size, max_moves,
+            placed.append(_placed(kept, kept_units, new_units, topology, cost_model, workload.batch_size, budget,
                                   deadline))
         except PlannerError as failed:
             error = failed
@@ -161,7 +177,7 @@ def replan(workload: Workload, topology: Topology, cost_model: CostModel, curren
 
 
 def _placed(kept: Sequence[tuple[TableShard, int]], kept_units: Sequence[Unit], new_units: Sequence[Unit],
-            topology: Topology, cost_model: CostModel, batch_size: int, max_moves: int,
+            topology: Topology, cost_model: CostModel, batch_size: int, budget: MoveBudget,
             deadline: Deadline) -> list[DeviceState]:
     """The kept units preplaced on their devices, ``new_units`` placed (heaviest first, each where
     its predicted cost is lowest), then ``_search``."""
@@ -175,7 +191,7 @@ def _placed(kept: Sequence[tuple[TableShard, int]], kept_units: Sequence[Unit], 
                          f"{_over_memory(kept, topology)}", "plan for devices with more memory") from None
     place(state, cheapest_after, deadline=deadline)
     home = {unit: rank for unit, (_, rank) in zip(kept_units, kept)}
-    return _search(state.devices, cost_model, batch_size, home, max_moves, state.max_units_per_device, deadline)
+    return _search(state.devices, cost_model, batch_size, home, budget, state.max_units_per_device, deadline)
 
 
 def moves_from(current: CurrentPlacement, plan: ShardingPlan, workload: Workload) -> tuple[Move, ...]:
@@ -211,9 +227,9 @@ def kept_tables(current: CurrentPlacement, workload: Workload) -> tuple[dict[str
 
 
 def _search(states: list[DeviceState], cost_model: CostModel, batch_size: int, home: dict[Unit, int],
-            max_moves: int, max_units: int | None, deadline: Deadline) -> list[DeviceState]:
+            budget: MoveBudget, max_units: int | None, deadline: Deadline) -> list[DeviceState]:
     """Local search's rounds (``round_changes``) off the max-cost device, each making the best change
-    that leaves at most ``max_moves`` kept shards off their devices; where no change lowers the max
+    that leaves at most ``budget`` of the kept shards off their devices; where no change lowers the max
     (other devices as loaded), one that takes the max device below it (``even_out``: a kept plan's
     devices are rarely balanced, and its top is relieved one device at a time). The devices of the
     lowest max reached (the fewest moves for it), which the rounds after it may not have lowered."""
@@ -221,9 +237,10 @@ def _search(states: list[DeviceState], cost_model: CostModel, batch_size: int, h
     for _ in range(MAX_ROUNDS):
         if deadline.expired:
             break
-        moved = sum(home.get(u, s.index) != s.index for s in states for u in s.units)
+        away = [u for s in states for u in s.units if home.get(u, s.index) != s.index]
+        left_bytes = None if budget.max_bytes is None else budget.max_bytes - sum(u.memory_bytes for u in away)
         step = round_changes(states, cost_model, batch_size, max_units, even_out=True,
-                             price=_moved_shards(home, max_moves - moved))
+                             price=_moved(home, budget.shards - len(away), left_bytes))
         if step is None:
             break
         apply_change(states, step.changes[0])
@@ -232,23 +249,35 @@ def _search(states: list[DeviceState], cost_model: CostModel, batch_size: int, h
     return best
 
 
-def _moved_shards(home: dict[Unit, int], left: int) -> ChangePrice:
-    """Each change's price: how many more kept shards it takes off their devices (``home``; one
-    moved back home gives one back; tables new to the placement move freely), inf past ``left``."""
+def _moved(home: dict[Unit, int], left_shards: int, left_bytes: int | None) -> ChangePrice:
+    """Each change's price: how many more kept shards it takes off their devices (``home``; a shard
+    moved back home gives one back; tables new to the placement move freely, so at the same new max
+    a change of new tables comes first), inf where that would leave more than ``left_shards`` shards
+    or ``left_bytes`` bytes (None: any) of them off their devices."""
 
     def price(involved: Sequence[DeviceState], near: Neighbourhood) -> np.ndarray:
         source, index = involved[0], np.array([d.index for d in involved])
-        out_home = np.array([home.get(u, -1) for u in source.units])[near.out]
         target = index[near.k]
-        delta = np.where(out_home < 0, 0, (out_home != target).astype(int) - (out_home != source.index))
+        shards, memory = _shifts([source.units[i] for i in near.out], home, source.index, target)
         swaps = np.flatnonzero(near.back >= 0)
         if len(swaps):
-            back_home = np.array([home.get(involved[k].units[j], -1) for k, j in zip(near.k[swaps], near.back[swaps])])
-            delta[swaps] += np.where(back_home < 0, 0, (back_home != source.index).astype(int)
-                                     - (back_home != target[swaps]))
-        return np.where(delta <= left, delta, np.inf)
+            back = [involved[k].units[j] for k, j in zip(near.k[swaps], near.back[swaps])]
+            back_shards, back_memory = _shifts(back, home, target[swaps], source.index)
+            shards[swaps] += back_shards
+            memory[swaps] += back_memory
+        ok = (shards <= left_shards) & (True if left_bytes is None else memory <= left_bytes)
+        return np.where(ok, shards, np.inf)
 
     return price
+
+
+def _shifts(units: Sequence[Unit], home: dict[Unit, int], before: np.ndarray | int,
+            after: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+    """For each unit moved from device ``before`` to ``after``: how many kept shards, and bytes,
+    more are off their devices (-1 and minus its bytes for one that comes home; 0 for a new table)."""
+    at = np.array([home.get(u, -1) for u in units], dtype=np.int64)
+    delta = np.where(at < 0, 0, (at != after).astype(np.int64) - (at != before))
+    return delta, delta * np.array([u.memory_bytes for u in units], dtype=np.int64)
 
 
 def _tiles(shards: Sequence[KeptShard], dim: int) -> bool:

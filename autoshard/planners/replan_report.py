@@ -10,13 +10,13 @@ from autoshard.communication import CommunicationModel, WithCommunication
 from autoshard.model_error import DeviceErrors
 from autoshard.planners.compare import compare_planners
 from autoshard.planners.context import PlannerContext
-from autoshard.planners.incremental import CurrentPlacement, Move, moves_from, replan
+from autoshard.planners.incremental import CurrentPlacement, Move, MoveBudget, moves_from, replan
 from autoshard.planners.report import shard_label
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 
 
 def compare_replans(workload: Workload, topology: Topology, cost_model: CostModel, current: CurrentPlacement,
-                    budgets: Sequence[int], allow_split: bool = True, time_budget_s: float | None = None,
+                    budgets: Sequence[MoveBudget], allow_split: bool = True, time_budget_s: float | None = None,
                     communication: CommunicationModel | None = None,
                     device_errors: DeviceErrors | None = None) -> tuple[dict[str, Any], list[ShardingPlan]]:
     """The report and its plans, in its order: keep (0 moves), a re-plan per budget (as given),
@@ -24,9 +24,9 @@ def compare_replans(workload: Workload, topology: Topology, cost_model: CostMode
     ``communication``'s all-to-all; each plan's expected max comes from ``device_errors``."""
     scorer = cost_model if communication is None else WithCommunication(cost_model, communication,
                                                                          topology.num_devices)
-    kept = replan(workload, topology, scorer, current, 0, "keep", time_budget_s, allow_split)
-    moved = [replan(workload, topology, scorer, current, budget, f"replan (<= {budget} moves)", time_budget_s,
-                    allow_split) for budget in budgets]
+    kept = replan(workload, topology, scorer, current, MoveBudget(0), "keep", time_budget_s, allow_split)
+    moved = [replan(workload, topology, scorer, current, budget, budget.label, time_budget_s, allow_split)
+             for budget in budgets]
     scratch = compare_planners(workload, topology, ["cost_greedy"], PlannerContext(
         cost_model, allow_column_split=None if allow_split else False, time_budget_s=time_budget_s),
         communication).plans
@@ -35,7 +35,8 @@ def compare_replans(workload: Workload, topology: Topology, cost_model: CostMode
     report = {
         "workload": workload.name, "tables": len(workload.tables),
         "topology": {"num_devices": topology.num_devices, "device_memory_gb": topology.device_memory_gb},
-        "max_moves": list(budgets), "dropped": list(kept.dropped), "replaced": list(kept.replaced),
+        "max_moves": [b.shards for b in budgets], "max_moved_bytes": budgets[0].max_bytes if budgets else None,
+        "dropped": list(kept.dropped), "replaced": list(kept.replaced),
         "new_tables": [t.name for t in workload.tables if not current.of_table(t.name)],
         "plans": [replan_row(plan, moves, device_errors) for plan, moves in rows]}
     return report, [plan for plan, _ in rows]

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Response
 
 from autoshard.errors import InputError, PlannerError, PlannerErrorKind
-from autoshard.planners.incremental import CurrentPlacement
+from autoshard.planners.incremental import CurrentPlacement, MoveBudget
 from autoshard.types import Topology, Workload
 from service.deps import StateDep
 from service.errors import FieldError, PlanningTimeout, infeasible_error, input_error_at
@@ -49,9 +49,10 @@ async def create_replans(body: ReplanRequest, state: StateDep) -> Response:
         current = CurrentPlacement.from_export(body.current_plan.model_dump(), "current_plan")
     except InputError as error:
         raise FieldError(("body", "current_plan", error.field), str(error), "value_error") from None
-    plans = 2 + len(set(body.max_moves))
-    task = ReplanTask(workload, topology, current, tuple(sorted(set(body.max_moves))), model.profile,
-                      body.allow_column_split, budget * (1 - RETURN_MARGIN) / plans)
+    max_bytes = None if body.max_moved_gb is None else int(body.max_moved_gb * 2**30)
+    budgets = tuple(MoveBudget(shards, max_bytes) for shards in sorted(set(body.max_moves)))
+    task = ReplanTask(workload, topology, current, budgets, model.profile, body.allow_column_split,
+                      budget * (1 - RETURN_MARGIN) / (2 + len(budgets)))
     try:
         result = await state.pool.replan(task, arrived + budget - time.monotonic())
     except asyncio.TimeoutError:

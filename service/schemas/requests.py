@@ -186,6 +186,9 @@ class ReplanRequest(BaseModel):
         [4], min_length=1, max_length=MAX_BUDGETS,
         description="Budgets: how many of the current plan's shards may move to another device (tables new to "
                     "it are placed freely); one re-plan each.")
+    max_moved_gb: float | None = Field(None, ge=0, le=MAX_DEVICE_GB * MAX_DEVICES,
+                                       description="And at most this many GiB of them (weights and optimizer state: "
+                                                   "what a reshard copies), for every budget; null: any.")
     profile: str | None = Field(None, max_length=200,
                                 description="Cost model profile (GET /v1/profiles); default: the service's default.")
     allow_column_split: bool = Field(True, description="Whether new tables (and cost_greedy's plan from scratch) "

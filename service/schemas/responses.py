@@ -165,6 +165,7 @@ class ReplanResponse(BaseModel):
     topology: TopologyOut
     profile: str = Field(description="The cost model profile that scored every plan.")
     max_moves: list[int]
+    max_moved_bytes: int | None = Field(None, description="The byte budget of every re-plan (max_moved_gb).")
     new_tables: list[str] = Field(description="Tables the current plan does not hold: placed freely.")
     dropped: list[str] = Field(description="Tables of the current plan gone from the workload.")
     replaced: list[str] = Field(description="Tables whose current shards no longer tile their columns: placed anew.")
