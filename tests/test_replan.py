@@ -224,3 +224,14 @@ def test_a_byte_budget_keeps_the_big_tables_home():
     assert [d.cost_ms for d in capped.plan.devices] == pytest.approx([1.208, 1.208])
     none = replan(workload, Topology(2, 1.0), MODEL, current, MoveBudget(1, max_bytes=1000))
     assert none.moves == () and none.plan.max_cost_ms == pytest.approx(1.544)
+
+
+def test_a_table_the_model_cannot_answer_names_the_file_and_the_field(tmp_path):
+    current = _export(tmp_path, "criteo_kaggle", "--devices", "4", "--memory-gb", "8")
+    from autoshard.presets import load_workload_or_preset
+
+    kaggle, _ = load_workload_or_preset("criteo_kaggle")
+    tables = (Table("fp64", 1000, 16, bytes_per_element=8), *kaggle.tables)
+    save_workload(tmp_path / "bad.json", Workload(tables, kaggle.batch_size, "bad"))
+    result = runner.invoke(app, ["replan", str(tmp_path / "bad.json"), "--from", str(current), "--memory-gb", "8"])
+    assert result.exit_code == 2 and "bad.json tables[0]: bytes_per_element" in " ".join(result.output.split())

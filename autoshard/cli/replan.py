@@ -74,7 +74,10 @@ def replan_cmd(
     profile, why_no_model = load_profile_or_none(model)
     if profile is None:
         raise InputError("--model", f"re-planning needs a cost model ({why_no_model})", "pass --model DIR")
-    warnings = profile.model.check_workload(loaded, None)
+    try:
+        warnings = profile.model.check_workload(loaded, None)
+    except InputError as error:  # a table the model cannot answer: say which file holds it
+        raise error.located(workload) from None
     comm = profile.communication if communication else None
     try:
         report, plans = compare_replans(loaded, topology, profile.model, placement, budgets, column_split,
