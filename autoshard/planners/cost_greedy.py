@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 
 from autoshard.planners.context import DEPARTURE_MARGIN
-from autoshard.planners.local_search import SearchRound, improve
+from autoshard.planners.local_search import MAX_ROUNDS, SearchRound, improve
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState, assignment, build_plan
 from autoshard.planners.placement import PlacementState, unit_cap
@@ -40,7 +40,7 @@ class CostGreedyPlanner:
 
     cost_model: CostModel
     allow_column_split: bool = False
-    max_rounds: int = 50
+    max_rounds: int = MAX_ROUNDS
     time_budget_s: float | None = None
     name: str = "cost_greedy"
     shared: SharedWork | None = None

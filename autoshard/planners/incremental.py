@@ -25,7 +25,8 @@ from autoshard.errors import InputError, PlannerError
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState, build_plan, max_load
-from autoshard.planners.local_search import REL_TOL, ChangePrice, Neighbourhood, apply_change, round_changes
+from autoshard.planners.local_search import (MAX_ROUNDS, REL_TOL, ChangePrice, Neighbourhood, apply_change,
+                                             round_changes)
 from autoshard.planners.placement import PlacementState, unit_cap
 from autoshard.planners.placing import cheapest_after, place
 from autoshard.planners.split_caps import clearly_lower
@@ -33,10 +34,6 @@ from autoshard.planners.splitting import split_units
 from autoshard.planners.task_units import by_cost
 from autoshard.planners.units import Unit, model_costs
 from autoshard.types import CostModel, ShardingPlan, TableShard, Topology, Workload
-
-MAX_ROUNDS = 50
-"""Local search rounds at most, as cost_greedy's."""
-
 
 @dataclass(frozen=True, slots=True)
 class KeptShard:
@@ -132,14 +129,23 @@ class Replanned:
 def replan(workload: Workload, topology: Topology, cost_model: CostModel, current: CurrentPlacement,
            budget: MoveBudget, name: str = "replan", time_budget_s: float | None = None, allow_split: bool = True,
            margin: float = DEPARTURE_MARGIN) -> Replanned:
-    """The current placement's shards kept where they are, the workload's other tables placed by
-    cost_greedy's rule, then local search moving at most ``budget`` of the kept shards (module
-    docstring). With ``allow_split``, the new tables may split column-wise as cost_greedy splits
-    (``split_units``, the kept shards counted as they are): the split placement is kept where it is
-    predicted more than ``margin`` below the one of whole new tables (``clearly_lower``), or where
-    those fit nowhere. ``InputError`` where the current placement cannot hold on this topology (a
-    rank past its devices, a device over its memory); ``PlannerError`` where a new table fits
-    nowhere beside the kept shards."""
+    """``replans`` with one budget."""
+    return replans(workload, topology, cost_model, current, [budget], [name], time_budget_s, allow_split, margin)[0]
+
+
+def replans(workload: Workload, topology: Topology, cost_model: CostModel, current: CurrentPlacement,
+            budgets: Sequence[MoveBudget], names: Sequence[str] | None = None, time_budget_s: float | None = None,
+            allow_split: bool = True, margin: float = DEPARTURE_MARGIN) -> list[Replanned]:
+    """Per budget, the current placement's shards kept where they are, the workload's other tables
+    placed by cost_greedy's rule, then local search moving at most that budget of the kept shards
+    (module docstring); each plan named by ``names`` (default: the budgets' labels). The placement
+    before the search is made once for every budget. With ``allow_split``, the new tables may split
+    column-wise as cost_greedy splits (``split_units``, the kept shards counted as they are): a
+    budget's split placement is kept where it is predicted more than ``margin`` below its placement
+    of whole new tables (``clearly_lower``), or where those fit nowhere. Placement, and each
+    budget's search, may take ``time_budget_s``. ``InputError`` where the current placement cannot
+    hold on this topology (a rank past its devices, a device over its memory); ``PlannerError``
+    where a new table fits nowhere beside the kept shards."""
     started = time.perf_counter()
     beyond = [s.rank for s in current.shards if s.rank >= topology.num_devices]
     if beyond:
@@ -159,28 +165,34 @@ def replan(workload: Workload, topology: Topology, cost_model: CostModel, curren
         split = by_cost(split_units(kept_units + whole, cost_fn, topology, frozen=len(kept_units))[len(kept_units):])
         if split != whole:
             candidates.append(split)
-    deadline = Deadline(started, time_budget_s)
+    placing = Deadline(started, time_budget_s)
     placed, error = [], None
     for new_units in candidates:
         try:
-            placed.append(_placed(kept, kept_units, new_units, topology, cost_model, workload.batch_size, budget,
-                                  deadline))
+            placed.append(_placed(kept, kept_units, new_units, topology, cost_model, workload.batch_size, placing))
         except PlannerError as failed:
             error = failed
     if not placed:
         assert error is not None
         raise PlannerError(error.kind, f"{error.message}, beside the current placement's shards",
                            ("plan from scratch (`autoshard plan`), which may move every table", *error.fixes))
-    devices = placed[-1] if len(placed) == 1 or clearly_lower(placed[1], placed[0], margin) else placed[0]
-    plan = build_plan(name, devices, started, workload.batch_size, cost_model, partial=deadline.hit)
-    return Replanned(plan, moves_from(current, plan, workload), dropped, replaced)
+    home = {unit: rank for unit, (_, rank) in zip(kept_units, kept)}
+    out = []
+    for budget, name in zip(budgets, names or [b.label for b in budgets]):
+        begun = time.perf_counter()
+        searching = Deadline(begun, time_budget_s)
+        found = [_search([d.copy() for d in state.devices], cost_model, workload.batch_size, home, budget,
+                         state.max_units_per_device, searching) for state in placed]
+        devices = found[-1] if len(found) == 1 or clearly_lower(found[1], found[0], margin) else found[0]
+        plan = build_plan(name, devices, begun, workload.batch_size, cost_model, partial=placing.hit or searching.hit)
+        out.append(Replanned(plan, moves_from(current, plan, workload), dropped, replaced))
+    return out
 
 
 def _placed(kept: Sequence[tuple[TableShard, int]], kept_units: Sequence[Unit], new_units: Sequence[Unit],
-            topology: Topology, cost_model: CostModel, batch_size: int, budget: MoveBudget,
-            deadline: Deadline) -> list[DeviceState]:
-    """The kept units preplaced on their devices, ``new_units`` placed (heaviest first, each where
-    its predicted cost is lowest), then ``_search``."""
+            topology: Topology, cost_model: CostModel, batch_size: int, deadline: Deadline) -> PlacementState:
+    """The kept units preplaced on their devices, then ``new_units`` placed (heaviest first, each
+    where its predicted cost is lowest)."""
     units = [*kept_units, *new_units]
     state = PlacementState(units, topology, cost_model.accumulator(topology.num_devices, batch_size),
                            lookahead=True, max_units_per_device=unit_cap(cost_model, len(units), topology.num_devices))
@@ -189,9 +201,7 @@ def _placed(kept: Sequence[tuple[TableShard, int]], kept_units: Sequence[Unit], 
     except ValueError:
         raise InputError("device_memory_gb", "the current placement does not fit this topology: "
                          f"{_over_memory(kept, topology)}", "plan for devices with more memory") from None
-    place(state, cheapest_after, deadline=deadline)
-    home = {unit: rank for unit, (_, rank) in zip(kept_units, kept)}
-    return _search(state.devices, cost_model, batch_size, home, budget, state.max_units_per_device, deadline)
+    return place(state, cheapest_after, deadline=deadline)
 
 
 def moves_from(current: CurrentPlacement, plan: ShardingPlan, workload: Workload) -> tuple[Move, ...]:

@@ -13,6 +13,7 @@ from autoshard.planners.device_state import DeviceState
 from autoshard.types import CostModel
 
 REL_TOL = 1e-3  # changes under 0.1% of the max are noise next to the cost model's error
+MAX_ROUNDS = 50  # rounds of local search at most: cost_greedy's, the rl planners' and a re-plan's
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,7 @@ class Change:
     lowers_max: bool = True  # else (``improve(even_out=True)``) it only takes the max device below the max
 
 
-def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, max_rounds: int = 50,
+def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, max_rounds: int = MAX_ROUNDS,
             deadline: Deadline | None = None, even_out: bool = False, record: list[SearchRound] | None = None,
             max_units: int | None = None) -> int:
     """Apply the best move off the max-cost device, or when no move helps the best swap, while
@@ -264,10 +265,14 @@ def _ranked_changes(source: DeviceState, targets: Sequence[DeviceState], scorer:
         return []
     involved = [source, *targets]  # set k of the edits is involved[k]
     near = _swaps(source, targets, budget) if swaps else _moves(source, targets, max_units)
-    cost = np.zeros(len(near.k)) if price is None else price(involved, near)
-    allowed = np.isfinite(cost)
-    if not allowed.any():
+    if not len(near.k):
         return []
+    cost = allowed = None  # without a price, every change, as ranked (cost_greedy's hot path: no extra work)
+    if price is not None:
+        cost = price(involved, near)
+        allowed = np.isfinite(cost)
+        if not allowed.any():
+            return []
     # the max of the devices a change leaves alone: the highest other load, or the next one
     # where the change's target is the highest
     target_index = np.array([s.index for s in involved])[near.k]
@@ -282,7 +287,8 @@ def _ranked_changes(source: DeviceState, targets: Sequence[DeviceState], scorer:
     if swaps:  # a swap's two edits are its own: price the targets' only where the source's helps
         source_after = scorer.predict(near.edits.take(near.source_at))
         target_after = np.full(len(source_after), np.inf)
-        live = np.flatnonzero((source_after < bar) & ((untouched < bar) | even_out) & allowed)
+        live_mask = (source_after < bar) & ((untouched < bar) | even_out)
+        live = np.flatnonzero(live_mask if allowed is None else live_mask & allowed)
         if not len(live):
             return []
         target_after[live] = scorer.predict(near.edits.take(near.target_at[live]))
@@ -291,12 +297,13 @@ def _ranked_changes(source: DeviceState, targets: Sequence[DeviceState], scorer:
         source_after, target_after = costs[near.source_at], costs[near.target_at]
     pair_max = np.maximum(source_after, target_after)
     new_max = np.maximum(pair_max, untouched)
-    helps = np.flatnonzero(((pair_max if even_out else new_max) < bar) & allowed)
+    helping = (pair_max if even_out else new_max) < bar
+    helps = np.flatnonzero(helping if allowed is None else helping & allowed)
     if not len(helps):
         return []
     # the best: lowest new max, then lowest price, pair max, pair sum; ties to the first generated
-    keys = (source_after[helps] + target_after[helps], pair_max[helps], cost[helps], new_max[helps])
-    ranked = helps[np.lexsort(keys)]
+    priced = () if cost is None else (cost[helps],)
+    ranked = helps[np.lexsort((source_after[helps] + target_after[helps], pair_max[helps], *priced, new_max[helps]))]
     if per_target:  # each target's first in that order
         ranked = ranked[np.sort(np.unique(near.k[ranked], return_index=True)[1])]
     return [Change(source.index, involved[int(near.k[c])].index, int(near.out[c]),

@@ -10,7 +10,7 @@ from autoshard.communication import CommunicationModel, WithCommunication
 from autoshard.model_error import DeviceErrors
 from autoshard.planners.compare import compare_planners
 from autoshard.planners.context import PlannerContext
-from autoshard.planners.incremental import CurrentPlacement, Move, MoveBudget, moves_from, replan
+from autoshard.planners.incremental import CurrentPlacement, Move, MoveBudget, moves_from, replans
 from autoshard.planners.report import shard_label
 from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 
@@ -24,9 +24,8 @@ def compare_replans(workload: Workload, topology: Topology, cost_model: CostMode
     ``communication``'s all-to-all; each plan's expected max comes from ``device_errors``."""
     scorer = cost_model if communication is None else WithCommunication(cost_model, communication,
                                                                          topology.num_devices)
-    kept = replan(workload, topology, scorer, current, MoveBudget(0), "keep", time_budget_s, allow_split)
-    moved = [replan(workload, topology, scorer, current, budget, budget.label, time_budget_s, allow_split)
-             for budget in budgets]
+    kept, *moved = replans(workload, topology, scorer, current, [MoveBudget(0), *budgets],
+                           ["keep", *(b.label for b in budgets)], time_budget_s, allow_split)
     scratch = compare_planners(workload, topology, ["cost_greedy"], PlannerContext(
         cost_model, allow_column_split=None if allow_split else False, time_budget_s=time_budget_s),
         communication).plans

@@ -11,7 +11,7 @@ import numpy as np
 from autoshard.costing import AccumulatorView
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.cost_greedy import greedy_steps_key, searched_greedy
-from autoshard.planners.local_search import REL_TOL, improve, lower_bound
+from autoshard.planners.local_search import MAX_ROUNDS, REL_TOL, improve, lower_bound
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState, assignment, build_plan, max_load
 from autoshard.planners.placement import Chooser, PlacementState, SET_SIZE_HEADROOM, unit_cap
@@ -91,7 +91,7 @@ class RLPlanner:
     seed: int = 0
     set_size_headroom: float = SET_SIZE_HEADROOM
     departure_margin: float = DEPARTURE_MARGIN
-    max_rounds: int = 50
+    max_rounds: int = MAX_ROUNDS
     search: RuinRecreateConfig = RuinRecreateConfig()
     time_budget_s: float | None = None
     name: str = "rl"
