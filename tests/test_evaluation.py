@@ -86,16 +86,6 @@ def test_every_bundled_suite_loads_and_each_task_fits_its_devices(suite, monkeyp
         assert task.topology.device_memory_bytes * task.topology.num_devices >= task.workload.memory_bytes
 
 
-def test_the_model_comparison_suite_holds_heavy_tables_and_tasks_the_grid_does_not():
-    tasks = {t.name: t for t in load_suite("model_ab_fresh")[1]}
-    heavy = tasks["heavy24x4"].workload.tables
-    assert len(heavy) == 24 and min(t.pooling_factor for t in heavy) >= 8  # the heavy pool's tables
-    assert {t.bytes_per_element for t in heavy} == {2, 4}
-    grid = {t.name: t.workload.tables for t in load_suite("rl_grid")[1]}
-    for name in ("fresh40x4", "fresh80x8", "fresh120x8", "fresh40x8", "fresh60x4"):
-        assert all(tasks[name].workload.tables != tables for tables in grid.values())
-
-
 def test_the_row_cap_suite_draws_from_a_pool_of_smaller_tables():
     name, tasks = load_suite("row_cap")
     small = {t.name: t for t in tasks}["syn40x4_small"]
