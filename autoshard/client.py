@@ -2,7 +2,7 @@
 
 ```python
 from autoshard.client import AutoShardClient
-from autoshard.types import Table, Topology
+from autoshard.core.types import Table, Topology
 
 client = AutoShardClient("http://autoshard:8000", token=os.environ.get("AUTOSHARD_TOKEN"))
 result = client.plan([Table("user", 4_000_000, 128, pooling_factor=1.0), ...], Topology(8, 16))
@@ -28,9 +28,22 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import httpx
 
-from autoshard.errors import AutoShardError, InputError, ModelError, PlannerError, PlannerErrorKind
-from autoshard.types import DevicePlan, ShardingPlan, Table, TableShard, Topology, Workload
-from autoshard.workload_file import table_to_dict
+from autoshard.core.errors import (
+    AutoShardError,
+    InputError,
+    ModelError,
+    PlannerError,
+    PlannerErrorKind,
+)
+from autoshard.core.types import (
+    DevicePlan,
+    ShardingPlan,
+    Table,
+    TableShard,
+    Topology,
+    Workload,
+)
+from autoshard.core.workload_file import table_to_dict
 
 if TYPE_CHECKING:
     from torchrec.distributed.planner.types import ParameterConstraints
@@ -70,14 +83,14 @@ class PlanResult:
     def torchrec_plan(self, planner: str | None = None, compute_device: str = "cuda") -> TorchRecShardingPlan:
         """The plan (default: the best) as a TorchRec ShardingPlan over the workload's
         EmbeddingBagCollection (module path ``""``). Needs torchrec."""
-        from autoshard.torchrec_bridge import to_torchrec_plan
+        from autoshard.core.torchrec_bridge import to_torchrec_plan
 
         return to_torchrec_plan(self.plans[planner or self.best], self.workload,
                                 self.topology.num_devices, compute_device)
 
     def parameter_constraints(self, planner: str | None = None) -> dict[str, ParameterConstraints]:
         """TorchRec ParameterConstraints of the plan (default: the best). Needs torchrec."""
-        from autoshard.torchrec_bridge import to_parameter_constraints
+        from autoshard.core.torchrec_bridge import to_parameter_constraints
 
         return to_parameter_constraints(self.plans[planner or self.best])
 

@@ -31,9 +31,16 @@ from torchrec.distributed.types import ShardingPlan as TorchRecShardingPlan
 from torchrec.modules.embedding_configs import DataType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-from autoshard.errors import InputError
-from autoshard.torchrec_bridge import MODULE_PATH, to_torchrec_plan
-from autoshard.types import DevicePlan, Planner, ShardingPlan, Table, Topology, Workload
+from autoshard.core.errors import InputError
+from autoshard.core.torchrec_bridge import MODULE_PATH, to_torchrec_plan
+from autoshard.core.types import (
+    DevicePlan,
+    Planner,
+    ShardingPlan,
+    Table,
+    Topology,
+    Workload,
+)
 
 if TYPE_CHECKING:
     from autoshard.client import AutoShardClient

@@ -54,15 +54,14 @@ from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
 
 import aiohttp
-
 import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
-from autoshard.workload_file import workload_to_dict  # noqa: E402
+from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
+from autoshard.core.workload_file import workload_to_dict  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,11 @@ def plan_all(out: Path) -> None:
     from load_test import Config, request_body
 
     from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
-    from autoshard.evaluation import Task
-    from autoshard.planners.compare import compare_planners
+    from autoshard.core.task import Task
+    from autoshard.core.workload_file import topology_from_dict, workload_from_dict
+    from autoshard.evaluation.compare import compare_planners
+    from autoshard.evaluation.grid import GridConfig, grid_tasks
     from autoshard.planners.context import PlannerContext
-    from autoshard.rl.grid import GridConfig, grid_tasks
-    from autoshard.workload_file import topology_from_dict, workload_from_dict
 
     one_thread()
     profile = load_profile_or_exit(DEFAULT_MODEL)

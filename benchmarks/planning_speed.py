@@ -28,11 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
-from autoshard.evaluation import memory_for  # noqa: E402
-from autoshard.planners import PlannerContext, available_planners  # noqa: E402
-from autoshard.planners.compare import compare_planners  # noqa: E402
-from autoshard.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
-from autoshard.types import Topology  # noqa: E402
+from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
+from autoshard.core.task import memory_for  # noqa: E402
+from autoshard.core.types import Topology  # noqa: E402
+from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.evaluation.registry import available_planners
+from autoshard.planners.context import PlannerContext  # noqa: E402
 
 
 class Timeout(Exception):

@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import one_thread  # noqa: E402
-from autoshard.presets import load_workload_or_preset  # noqa: E402
-from cost_model.bench import BenchConfig, _build_tbe, _Timer, make_batch  # noqa: E402
+from autoshard.core.presets import load_workload_or_preset  # noqa: E402
+from cost_model.bench.harness import BenchConfig, _build_tbe, _Timer, make_batch  # noqa: E402
 from cost_model.profile import default_mode  # noqa: E402
 
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Hashable, Sequence
 import numpy as np
 import torch
 
-from autoshard.costing import EditBatch, Edits
-from autoshard.types import Table
+from autoshard.core.costing import EditBatch, Edits
+from autoshard.core.types import Table
 from cost_model.features import CACHED_TABLES
 from cost_model.network import LOG_MS_MAX, LOG_MS_MIN, OUTPUTS, linear_scale
 

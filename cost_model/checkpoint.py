@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import torch
 
-from autoshard.errors import ModelError
+from autoshard.core.errors import ModelError
 from cost_model.network import NetworkConfig, SetCostNetwork
 from cost_model.predictor import NeuralCostModel
 from cost_model.profile import DeviceProfile
@@ -45,7 +45,7 @@ def add_trained_ranges(directory: Path, traces_paths: Sequence[Path], seed: int 
     split of ``--seed``), and with constant features' divisors fixed (``train.feature_scale``);
     weights and predictions on in-range tables unchanged."""
     from cost_model.dataset import make_splits
-    from cost_model.traces import merge_traces, read_traces
+    from cost_model.traces.store import merge_traces, read_traces
 
     model = load_cost_model(directory)
     traces = merge_traces([read_traces(p) for p in traces_paths])

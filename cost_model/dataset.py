@@ -16,8 +16,8 @@ from typing import Sequence
 
 import numpy as np
 
-from autoshard.types import Table
-from cost_model.traces import Sample, TraceSet
+from autoshard.core.types import Table
+from cost_model.traces.store import Sample, TraceSet
 
 
 @dataclass(frozen=True, slots=True)

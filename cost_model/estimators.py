@@ -15,10 +15,10 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from autoshard.types import Table
+from autoshard.core.types import Table
 from cost_model.dataset import Labelled
 from cost_model.features import expected_unique_rows
-from cost_model.traces import Sample
+from cost_model.traces.store import Sample
 
 
 class Estimator(Protocol):

@@ -31,7 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
-from autoshard.types import Optimizer, Table
+from autoshard.core.types import Optimizer, Table
 
 NUM_FEATURES = 15
 _BUCKETS = 48

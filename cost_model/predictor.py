@@ -18,8 +18,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from autoshard.costing import EditBatch, Edits, SetCostModel
-from autoshard.types import Table, Workload
+from autoshard.core.costing import EditBatch, Edits, SetCostModel
+from autoshard.core.types import Table, Workload
 from cost_model.accumulator import leave_one_out_max
 from cost_model.features import CACHED_TABLES, FeatureCache, keys_to_fill, op_key
 from cost_model.network import LOG_MS_MAX, LOG_MS_MIN, OpIndex, SetCostNetwork, pool

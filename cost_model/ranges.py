@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Sequence
 
-from autoshard.errors import InputError
-from autoshard.types import Table, Workload
+from autoshard.core.errors import InputError
+from autoshard.core.types import Table, Workload
 
 PRECISION_NAMES = {1: "int8/fp8", 2: "fp16", 4: "fp32", 8: "fp64"}
 LOG_MARGIN = 1.5  # batch, rows, dim, pooling: warn outside [min / 1.5, max * 1.5]

@@ -18,7 +18,7 @@ import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Sequence
 
-from autoshard.types import DeviceSet, MeasuredDeviceSet
+from autoshard.core.types import DeviceSet, MeasuredDeviceSet
 from cost_model.dataset import Labelled
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def relative_labels(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet
 def centred_errors(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet]) -> dict[tuple[str, str], list[float]]:
     """Per (run, task) of ``measured``: each distinct set's log(measured / the model's prediction)
     less the median of those of the task's sets in that run (the run's drift and the host's
-    scale taken out), the model's error on where plans go (``autoshard.model_error``)."""
+    scale taken out), the model's error on where plans go (``autoshard.core.model_error``)."""
     return {task: list(logs.values()) for task, logs in centred_set_errors(model, measured).items()}
 
 

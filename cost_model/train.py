@@ -13,8 +13,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from autoshard.errors import InputError
-from autoshard.types import Table
+from autoshard.core.errors import InputError
+from autoshard.core.types import Table
 from cost_model.dataset import Labelled, Splits
 from cost_model.features import NUM_FEATURES, op_key, table_features
 from cost_model.network import NetworkConfig, OpIndex, SetCostNetwork

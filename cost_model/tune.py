@@ -16,8 +16,8 @@ from typing import Callable
 
 import numpy as np
 
+from cost_model.accuracy import predict_labelled
 from cost_model.dataset import Splits
-from cost_model.evaluate import predict_labelled
 from cost_model.network import NetworkConfig
 from cost_model.profile import DeviceProfile
 from cost_model.train import TrainConfig, TrainResult, train_cost_model

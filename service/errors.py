@@ -2,7 +2,7 @@
 
 | cause | status |
 | --- | --- |
-| a bad field (schema or ``autoshard.types`` rules), a service limit, an unknown planner or profile | 422 |
+| a bad field (schema or ``autoshard.core.types`` rules), a service limit, an unknown planner or profile | 422 |
 | a table the profile's cost model cannot answer (``check_workload``: e.g. fp16 for an fp32 model) | 422, at the table's field |
 | an infeasible topology (``PlannerError``: not enough memory) | 422, naming the table and the shortfall |
 | a planner that cannot run here (its cost model or policy is missing or corrupt, torchrec not installed) | 503 |
@@ -23,9 +23,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from autoshard.errors import InputError, ModelError, PlannerError, PlannerErrorKind
+from autoshard.core.errors import InputError, ModelError, PlannerError, PlannerErrorKind
+from autoshard.core.types import Topology, Workload
 from autoshard.planners.feasibility import fmt_bytes
-from autoshard.types import Topology, Workload
 
 log = logging.getLogger("autoshard.service")
 Loc = tuple[str | int, ...]
@@ -53,7 +53,7 @@ _INDEXED = re.compile(r"^(\w+)\[(\d+)\]")
 
 
 def input_error_at(error: InputError, prefix: Loc) -> FieldError:
-    """An ``InputError`` from ``autoshard.workload_file`` / ``types`` located in the request body:
+    """An ``InputError`` from ``autoshard.core.workload_file`` / ``types`` located in the request body:
     ``where`` = "tables[3] 'x'" becomes ``prefix + ("tables", 3)``, then the field."""
     loc: list[str | int] = list(prefix)
     where = error.where or ""

@@ -1,21 +1,21 @@
 """What every planning route does with a request body first: our frozen types from it (every rule
-``autoshard.workload_file``'s, located by its path in the body), the service's limits, the
+``autoshard.core.workload_file``'s, located by its path in the body), the service's limits, the
 profile it names, and what that profile's cost model says of its tables."""
 
 from __future__ import annotations
 
-from autoshard.errors import InputError
-from autoshard.types import Topology, Workload
-from autoshard.workload_file import topology_from_dict, workload_from_dict
+from autoshard.core.errors import InputError
+from autoshard.core.types import Topology, Workload
+from autoshard.core.workload_file import topology_from_dict, workload_from_dict
+from autoshard.profiles import LoadedModel
 from service.deps import StateDep
 from service.errors import FieldError, input_error_at
-from service.models import LoadedModel
 from service.schemas.requests import PlanRequest, ReplanRequest
 from service.settings import Settings
 
 
 def parse_body(body: PlanRequest | ReplanRequest, settings: Settings) -> tuple[Workload, Topology]:
-    """Our frozen types from the body; every rule is ``autoshard.workload_file``'s, located by
+    """Our frozen types from the body; every rule is ``autoshard.core.workload_file``'s, located by
     its path in the body. Then the service's limits."""
     count = len(body.workload.tables)
     if count > settings.max_tables:

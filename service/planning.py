@@ -30,11 +30,19 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Sequence
 
-from autoshard.errors import AutoShardError, PlannerErrorKind
-from autoshard.planners.registry import import_planners
-from autoshard.types import ShardingPlan
-from service.models import LoadedModel, ModelStore
-from service.tasks import ErrorInfo, PlannerResult, PlannerTask, ReplanResult, ReplanTask, run_replan, run_task
+from autoshard.core.errors import AutoShardError, PlannerErrorKind
+from autoshard.core.types import ShardingPlan
+from autoshard.evaluation.registry import import_planners
+from autoshard.profiles import LoadedModel, ModelStore
+from service.tasks import (
+    ErrorInfo,
+    PlannerResult,
+    PlannerTask,
+    ReplanResult,
+    ReplanTask,
+    run_replan,
+    run_task,
+)
 
 log = logging.getLogger("autoshard.service")
 TaskFunction = Callable[[PlannerTask], list[PlannerResult]]
@@ -224,7 +232,7 @@ def _worker_ready(seconds: float) -> int:
     # within the first such request's budget. Not in _init_worker: a pool restarted after a worker
     # died would then make the next request wait for it too.
     try:
-        import autoshard.torchrec_bridge  # noqa: F401
+        import autoshard.core.torchrec_bridge  # noqa: F401
     except (ImportError, OSError):
         pass
     import_planners()

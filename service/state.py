@@ -8,11 +8,11 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
-from autoshard.errors import InputError, ModelError, PlannerError, PlannerErrorKind
+from autoshard.core.errors import InputError, ModelError, PlannerError, PlannerErrorKind
+from autoshard.evaluation.registry import PLANNERS, PlannerSpec
 from autoshard.planners.context import PlannerContext, PlannerKind
-from autoshard.planners.registry import PLANNERS, PlannerSpec
+from autoshard.profiles import LoadedModel, ModelStore, load_models
 from service.metrics import Metrics
-from service.models import LoadedModel, ModelStore, load_models
 from service.plan_cache import PlanCache
 from service.planning import PlanningPool, make_pool
 from service.settings import Settings

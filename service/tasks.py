@@ -13,16 +13,28 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from autoshard.communication import CommunicationModel, WithCommunication
-from autoshard.errors import AutoShardError, InputError, PlannerError, PlannerErrorKind
-from autoshard.model_error import DeviceErrors
-from autoshard.planners.compare import compare_planners
-from autoshard.planners.incremental import CurrentPlacement, MoveBudget
+from autoshard.core.communication import CommunicationModel, WithCommunication
+from autoshard.core.errors import (
+    AutoShardError,
+    InputError,
+    PlannerError,
+    PlannerErrorKind,
+)
+from autoshard.core.model_error import DeviceErrors
+from autoshard.core.types import (
+    CostModel,
+    DevicePlan,
+    ShardingPlan,
+    TableShard,
+    Topology,
+    Workload,
+)
+from autoshard.evaluation.compare import compare_planners
+from autoshard.evaluation.registry import PLANNERS
+from autoshard.evaluation.replan_report import compare_replans
 from autoshard.planners.context import PlannerContext, PlannerKind
-from autoshard.planners.registry import PLANNERS
-from autoshard.planners.replan_report import compare_replans
+from autoshard.planners.incremental import CurrentPlacement, MoveBudget
 from autoshard.planners.shared import SharedWork
-from autoshard.types import CostModel, DevicePlan, ShardingPlan, TableShard, Topology, Workload
 
 if TYPE_CHECKING:
     from autoshard.rl.policy import DevicePolicy
@@ -202,7 +214,7 @@ def _result(name: str, plan: ShardingPlan, task: PlannerTask, index: dict[str, i
                                                             "are far outside what it was trained on")
     export = None
     if task.export:
-        from autoshard.torchrec_bridge import export_torchrec
+        from autoshard.core.torchrec_bridge import export_torchrec
 
         try:
             export = export_torchrec(plan, task.workload)
@@ -213,7 +225,7 @@ def _result(name: str, plan: ShardingPlan, task: PlannerTask, index: dict[str, i
 
 @dataclass(frozen=True, slots=True)
 class ReplanTask:
-    """A re-plan to run in a planning worker (``autoshard.planners.replan_report.compare_replans``):
+    """A re-plan to run in a planning worker (``autoshard.evaluation.replan_report.compare_replans``):
     each of its ``2 + len(budgets)`` plans may search for ``plan_budget_s``."""
 
     workload: Workload

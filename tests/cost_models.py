@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from autoshard.costing import SetCostModel
-from autoshard.types import Table
+from autoshard.core.costing import SetCostModel
+from autoshard.core.types import Table
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 import torch
 
-from autoshard.types import Workload
+from autoshard.core.types import Workload
 
 
 def assert_sharded_matches_reference(sharded, reference, workload: Workload, exact: bool = True) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from autoshard.synthetic import PoolConfig, generate_pool, sample_task
-from autoshard.types import Workload
-from autoshard.workload_file import workload_to_dict
+from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
+from autoshard.core.types import Workload
+from autoshard.core.workload_file import workload_to_dict
 
 EIGHT_DEVICES = {"num_devices": 8, "device_memory_gb": 16}
 SHIPPED_PROFILE = Path(__file__).resolve().parents[1] / "data" / "models" / "cpu-amd-epyc-fbgemm_tbe-t1"

@@ -12,17 +12,31 @@ import numpy as np
 import pytest
 import torch
 
-from autoshard.errors import InputError
-from autoshard.synthetic import PoolConfig, generate_pool
-from autoshard.types import MAX_DIM, MAX_POOLING, MAX_ROWS, Optimizer, Table, Workload
-from cost_model.bench import BenchConfig, _build_tbe, check_benchable, groups, make_batch, measure
+from autoshard.core.errors import InputError
+from autoshard.core.synthetic import PoolConfig, generate_pool
+from autoshard.core.types import (
+    MAX_DIM,
+    MAX_POOLING,
+    MAX_ROWS,
+    Optimizer,
+    Table,
+    Workload,
+)
+from cost_model.accuracy import mape, noise_floor, predict_labelled
+from cost_model.bench.collect import CollectConfig, collect
+from cost_model.bench.harness import (
+    BenchConfig,
+    _build_tbe,
+    check_benchable,
+    groups,
+    make_batch,
+    measure,
+)
 from cost_model.checkpoint import load_cost_model, trace_sources
-from cost_model.collect import CollectConfig, collect
 from cost_model.dataset import Labelled, make_splits
-from cost_model.evaluate import mape, noise_floor, predict_labelled
 from cost_model.profile import ExecutionMode, fbgemm_available
-from cost_model.summary import pairwise_pass_mape
-from cost_model.traces import iter_lines, merge_traces, read_traces
+from cost_model.traces.store import iter_lines, merge_traces, read_traces
+from cost_model.traces.summary import pairwise_pass_mape
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "data" / "models" / "cpu-amd-epyc-fbgemm_tbe-t1"
@@ -132,13 +146,13 @@ def test_unmeasured_precisions_get_a_clear_error_and_never_inf_or_nan(shipped, b
 def test_fp16_and_rowwise_adagrad_are_trained_inputs_and_change_the_cost(shipped):
     """The shipped traces hold fp16 and row-wise Adagrad tables: such workloads are answered
     without a refusal, and the model orders the four variants of this set as this machine
-    measured them (`python benchmarks/precision_optimizer.py`, docs/figures/precision_optimizer.json:
+    measured them (`python lab/experiments/precision_optimizer.py`, tests/data/precision_optimizer.json:
     fp32 SGD 22.6 ms < fp16 row-wise Adagrad 36.1 < fp16 SGD 37.7 < fp32 row-wise Adagrad 59.2)
     wherever they differ by more than the model's error (MAPE ~7%, docs/cost_model.md: 10% here);
     variants measured closer than that (the two fp16 ones, 4.5% apart) are predicted within 10%
     of each other."""
     measured = {row["variant"]: row["measured_ms_median"] for row in json.loads(
-        (ROOT / "docs" / "figures" / "precision_optimizer.json").read_text())["rows"]}
+        (ROOT / "tests" / "data" / "precision_optimizer.json").read_text())["rows"]}
     base = tuple(Table(f"t{i}", 10**(3 + i % 4), 64, 8.0, 0.5) for i in range(8))
     variants = {f"{'fp32' if b == 4 else 'fp16'} {o.value}": tuple(replace(t, bytes_per_element=b, optimizer=o)
                                                                   for t in base)
@@ -156,7 +170,7 @@ def test_fp16_and_rowwise_adagrad_are_trained_inputs_and_change_the_cost(shipped
 
 
 def test_prediction_is_finite_for_extreme_single_tables(shipped):
-    # to the bounds a table may have (autoshard.types: larger is an input error)
+    # to the bounds a table may have (autoshard.core.types: larger is an input error)
     grid = itertools.product([1, 10**4, MAX_ROWS], [1, 4096, MAX_DIM], [0.01, 1e4, MAX_POOLING], [0.0, 3.0], [1, 2, 4, 8])
     tables = [Table(f"x{i}", *spec) for i, spec in enumerate(grid)]
     for batch in (1, 2048, 10**7):

@@ -11,12 +11,12 @@ import time
 import numpy as np
 import pytest
 
-from autoshard.types import Table
-from cost_model.bench import BenchConfig, measure
-from cost_model.indices import bag_lengths, zipf_ranks
+from autoshard.core.types import Table
+from cost_model.bench.harness import BenchConfig, measure
+from cost_model.bench.indices import bag_lengths, zipf_ranks
 from cost_model.profile import ExecutionMode, fbgemm_available
-from cost_model.summary import summarize
-from cost_model.traces import read_traces
+from cost_model.traces.store import read_traces
+from cost_model.traces.summary import summarize
 from tests.conftest import autoshard_cmd
 
 TINY = (Table("a", 50, 8, 2.0, 0.0), Table("b", 200, 16, 3.5, 1.2))
@@ -35,7 +35,8 @@ def test_two_tiny_tables_give_positive_finite_times(mode):
 def test_embedding_bag_update_really_trains():
     """The benchmarked step is a real forward + backward + sparse SGD update of the touched rows."""
     import torch
-    from cost_model.bench import _build_embedding_bags, make_batch
+
+    from cost_model.bench.harness import _build_embedding_bags, make_batch
     config = BenchConfig(batch_size=16, mode=ExecutionMode.EMBEDDING_BAG)
     forward, backward = _build_embedding_bags(TINY[:1], config)
     indices, offsets = make_batch(TINY[:1], config, np.random.default_rng(0))
@@ -146,7 +147,7 @@ def test_torchrun_gathers_samples_from_two_ranks(tmp_path, tiny_collect_args):
 def test_min_total_ms_repeats_a_short_step_until_it_is_timed_long_enough():
     """The measured evaluation's ``min_total_ms``: a tiny set's step is repeated beyond the
     configured repeats, until the timed steps add up to the asked time (capped)."""
-    from cost_model.bench import MAX_REPEATS, BenchConfig, measure
+    from cost_model.bench.harness import MAX_REPEATS, BenchConfig, measure
     from cost_model.profile import ExecutionMode
 
     config = BenchConfig(batch_size=64, warmups=1, repeats=3, mode=ExecutionMode.EMBEDDING_BAG)

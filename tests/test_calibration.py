@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from autoshard.cli import app
-from autoshard.errors import InputError
-from cost_model.calibration import estimate_calibration, write_calibration
-from cost_model.traces import TraceWriter, read_header, read_traces
+from autoshard.core.errors import InputError
+from cost_model.traces.calibration import estimate_calibration, write_calibration
+from cost_model.traces.store import TraceWriter, read_header, read_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "data" / "traces" / "cpu-amd-epyc-fbgemm_tbe-t1.fp16-rowwise.jsonl.gz"
@@ -76,12 +76,12 @@ def test_a_complete_calibrated_collection_is_left_alone_and_an_incomplete_one_re
     """Re-running a collection whose file is complete measures nothing and opens nothing, even
     after calibration (so scripts/profile_machine.sh can be run again); adding measurements to a
     calibrated file is still refused, since its factor belongs to the measurements in it."""
-    from cost_model.bench import BenchConfig
-    from cost_model.calibration import Calibration
-    from cost_model.collect import CollectConfig, collect
+    from autoshard.core.synthetic import PoolConfig
+    from cost_model.bench.collect import CollectConfig, collect
+    from cost_model.bench.harness import BenchConfig
     from cost_model.profile import ExecutionMode
-    from autoshard.synthetic import PoolConfig
-    from cost_model.traces import iter_lines, write_trace
+    from cost_model.traces.calibration import Calibration
+    from cost_model.traces.store import iter_lines, write_trace
 
     config = CollectConfig(bench=BenchConfig(batch_size=32, warmups=1, repeats=2, mode=ExecutionMode.EMBEDDING_BAG,
                                              row_cap_bytes=2**20),
@@ -104,7 +104,7 @@ def _drift(ratios, cpu=None, alike=True, same=True) -> dict:
 
 
 def test_drift_checks_beside_a_collection_give_its_factor_and_mismatched_ones_are_refused(tmp_path):
-    from cost_model.calibration import calibration_from_drift
+    from cost_model.traces.calibration import calibration_from_drift
 
     path = _copy(tmp_path, "heavy.jsonl.gz")
     raw = read_traces(path)

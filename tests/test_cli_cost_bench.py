@@ -79,7 +79,7 @@ def _collect(out, *extra):
 
 def test_collect_draws_precisions_and_optimizers(tmp_path):
     pytest.importorskip("fbgemm_gpu")
-    from cost_model.traces import read_traces
+    from cost_model.traces.store import read_traces
 
     out = tmp_path / "mixed.jsonl"
     # seed 2: this 8-table pool draws both of each (seed 0 draws fp16 for all 8)
@@ -97,8 +97,8 @@ def test_collect_draws_precisions_and_optimizers(tmp_path):
 def test_collect_draws_a_batch_size_per_sample_and_the_model_trains_on_them(tmp_path):
     pytest.importorskip("fbgemm_gpu")
     from cost_model.dataset import make_splits
+    from cost_model.traces.store import read_traces
     from cost_model.train import TrainConfig, train_cost_model
-    from cost_model.traces import read_traces
 
     out = tmp_path / "batches.jsonl"
     result = _collect(out, *TINY_TBE, "--samples", "20", "--batch-sizes", "64,512")
@@ -151,7 +151,7 @@ def test_linear_beyond_is_saved_and_reprices_only_sets_past_it(tmp_path, monkeyp
     prices, a larger one costs n / limit times a limit-sized set with its mean and max; metrics.json
     records it, its held-out evaluation measured again; without --tables the limit is the largest
     trained set again."""
-    from autoshard.synthetic import PoolConfig, generate_pool
+    from autoshard.core.synthetic import PoolConfig, generate_pool
     from cost_model.checkpoint import load_cost_model
 
     monkeypatch.chdir(ROOT)  # metrics.json names its traces from the repository root
@@ -188,8 +188,8 @@ def test_linear_beyond_errors_name_the_option(tmp_path):
 
 def test_collect_keeps_each_set_within_the_set_memory_budget(tmp_path):
     pytest.importorskip("fbgemm_gpu")
-    from cost_model.collect import physical_rows
-    from cost_model.traces import read_traces
+    from cost_model.bench.collect import physical_rows
+    from cost_model.traces.store import read_traces
 
     out = tmp_path / "budget.jsonl"
     budget_gb = 1.5 / 1024  # 1.5 MiB: at most a table or two of the 1 MiB row cap

@@ -100,7 +100,7 @@ def test_collect_names_the_option_and_the_range(tmp_path, monkeypatch):
 
 
 def test_an_error_located_at_an_item_of_its_field_names_the_field_once():
-    from autoshard.errors import InputError
+    from autoshard.core.errors import InputError
 
     assert str(InputError("planners", "unknown planner 'x'", "use one of a, b", where="planners[1]")) == \
         "planners[1]: unknown planner 'x' (fix: use one of a, b)"

@@ -9,9 +9,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from autoshard.cli import app
-from autoshard.planners import HEURISTICS
-from autoshard.types import Table, Topology, Workload
-from autoshard.workload_file import save_workload
+from autoshard.core.types import Table, Topology, Workload
+from autoshard.core.workload_file import save_workload
+from autoshard.evaluation.registry import HEURISTICS
 
 runner = CliRunner()
 NO_MODEL = ["--model", "none"]

@@ -8,13 +8,19 @@ import os
 
 import pytest
 
-from cost_model.distributed_run import exit_finished_rank  # noqa: E402
-from tests.dmp_support import assert_sharded_matches_reference  # noqa: E402
 from autoshard.client import AutoShardClient, ServiceError
-from autoshard.errors import InputError, PlannerError, PlannerErrorKind
-from autoshard.planners import HEURISTICS, validate_plan
-from autoshard.types import Table, Topology
-from tests.service_support import ServedProcess, copy_shipped_profile, free_port, synthetic_workload
+from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.core.types import Table, Topology
+from autoshard.evaluation.distributed_run import exit_finished_rank  # noqa: E402
+from autoshard.evaluation.registry import HEURISTICS
+from autoshard.planners.validate import validate_plan
+from tests.dmp_support import assert_sharded_matches_reference  # noqa: E402
+from tests.service_support import (
+    ServedProcess,
+    copy_shipped_profile,
+    free_port,
+    synthetic_workload,
+)
 
 TOKEN = "launcher-token"
 
@@ -135,7 +141,7 @@ def test_a_server_that_is_not_autoshard_is_a_service_error():
 
 def test_torchrec_plan_and_constraints_from_the_answer(client):
     pytest.importorskip("torchrec")
-    from autoshard.torchrec_bridge import MODULE_PATH, table_placements
+    from autoshard.core.torchrec_bridge import MODULE_PATH, table_placements
 
     workload = synthetic_workload(12)
     result = client.plan(workload, Topology(4, 16), ["cost_greedy"], torchrec_export=True)
@@ -158,7 +164,7 @@ def test_the_native_planner_plans_nested_collections_in_process():
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    from autoshard.planners import make_planner
+    from autoshard.evaluation.registry import make_planner
     from autoshard.torchrec_native import AutoShardShardingPlanner
 
     def collection(*specs):
@@ -188,7 +194,7 @@ def _dmp_worker(rank: int, world_size: int, port: int, url: str) -> None:
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.model_parallel import DistributedModelParallel
 
-    from autoshard.torchrec_bridge import embedding_bag_collection
+    from autoshard.core.torchrec_bridge import embedding_bag_collection
     from autoshard.torchrec_native import AutoShardShardingPlanner
     from tests.test_torchrec_bridge import hand_plan
 

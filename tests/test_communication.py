@@ -2,10 +2,11 @@
 
 import pytest
 
-from autoshard.communication import CommunicationModel, WithCommunication
-from autoshard.errors import InputError
-from autoshard.planners import PlannerContext, make_planner
-from autoshard.types import Table, Topology, Workload
+from autoshard.core.communication import CommunicationModel, WithCommunication
+from autoshard.core.errors import InputError
+from autoshard.core.types import Table, Topology, Workload
+from autoshard.evaluation.registry import make_planner
+from autoshard.planners.context import PlannerContext
 from tests.cost_models import AnalyticalTestCostModel
 
 A, B = Table("a", 10, 16), Table("b", 10, 48)
@@ -48,7 +49,7 @@ def test_communication_changes_what_cost_greedy_balances():
 
 
 def test_all_to_all_is_measured_on_two_ranks():
-    from cost_model.comm_bench import measure_all_to_all
+    from cost_model.bench.communication import measure_all_to_all
     model, points = measure_all_to_all(2, sizes_mb=(0.0625, 1.0), repeats=3)
     assert model.bandwidth_gbps > 0 and model.latency_ms >= 0
     assert [b for b, _ in points] == [65536, 1048576] and all(ms > 0 for _, ms in points)

@@ -9,18 +9,18 @@ import torch
 from typer.testing import CliRunner
 
 from autoshard.cli import app
-from autoshard.errors import InputError, ModelError
-from autoshard.synthetic import PoolConfig, generate_pool
-from autoshard.types import CostModel
+from autoshard.core.errors import InputError, ModelError
+from autoshard.core.synthetic import PoolConfig, generate_pool
+from autoshard.core.types import CostModel
+from cost_model.accuracy import evaluate_all, mape
 from cost_model.checkpoint import load_cost_model, save_checkpoint
 from cost_model.dataset import make_splits
 from cost_model.estimators import SumOfSingles
-from cost_model.evaluate import evaluate_all, mape
 from cost_model.features import NUM_FEATURES
 from cost_model.network import NetworkConfig, SetCostNetwork
 from cost_model.predictor import NeuralCostModel
 from cost_model.profile import DeviceProfile, ExecutionMode
-from cost_model.traces import read_traces
+from cost_model.traces.store import read_traces
 from cost_model.train import TrainConfig, train_cost_model
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cpu_traces_small.jsonl.gz"
@@ -185,7 +185,7 @@ def test_an_edit_scorer_prices_batches_as_predict_edits_prices_them_at_once():
     """Local search prices a state's moves, then its swaps' source sides, then their targets, on
     one scorer; an added table of the base sets (the same object) reuses their rows, another one
     is encoded: each batch costs what one ``predict_edits`` of every edit says."""
-    from autoshard.costing import EditBatch
+    from autoshard.core.costing import EditBatch
 
     model = untrained_model(3)
     base = [list(TABLES[0:5]), list(TABLES[5:6]), [], list(TABLES[10:20])]
@@ -254,7 +254,7 @@ def _other_machine(tmp_path: Path) -> Path:
     """The fixture's sets as another machine measured them: the same tables, but a set's cost
     depends on the machine set by set (here 0.6x for one table, rising 25% with each further
     table), as a family 25 EPYC measured the first EPYC's sets at 0.52-1.50x (docs/profiles.md)."""
-    from cost_model.traces import iter_lines, write_trace
+    from cost_model.traces.store import iter_lines, write_trace
 
     lines = list(iter_lines(FIXTURE))
     header = {**lines[0], "profile": {**lines[0]["profile"], "device_name": "Other CPU", "cpu": None}}
@@ -340,10 +340,10 @@ def test_adapt_refuses_to_overwrite_the_model_it_starts_from(tmp_path, trained):
 def test_linear_beyond_measures_the_evaluation_again_on_the_models_own_split(tmp_path):
     """`cost train --seed` records its split seed; `cost linear-beyond` measures the held-out
     evaluation again on that split (not seed 0's), the limit applied."""
+    from cost_model.accuracy import evaluate_all
     from cost_model.checkpoint import load_cost_model
     from cost_model.dataset import make_splits
-    from cost_model.evaluate import evaluate_all
-    from cost_model.traces import read_traces
+    from cost_model.traces.store import read_traces
 
     runner = CliRunner()
     out = tmp_path / "model"

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from autoshard.errors import InputError
-from autoshard.types import Optimizer, Table, Workload
+from autoshard.core.errors import InputError
+from autoshard.core.types import Optimizer, Table, Workload
 from cost_model.checkpoint import load_cost_model, save_checkpoint
 from cost_model.features import NUM_FEATURES
 from cost_model.network import NetworkConfig, SetCostNetwork
@@ -97,7 +97,7 @@ def test_constant_features_divide_by_one():
 
 def test_training_records_the_ranges_of_its_training_split():
     from cost_model.dataset import make_splits
-    from cost_model.traces import read_traces
+    from cost_model.traces.store import read_traces
     from cost_model.train import TrainConfig, train_cost_model
     traces = read_traces(ROOT / "tests" / "fixtures" / "cpu_traces_small.jsonl.gz")
     splits = make_splits(traces)
@@ -110,7 +110,7 @@ def test_shipped_model_carries_the_ranges_of_its_training_traces():
     import json
 
     from cost_model.dataset import make_splits
-    from cost_model.traces import merge_traces, read_traces
+    from cost_model.traces.store import merge_traces, read_traces
     shipped = load_cost_model(ROOT / "data" / "models" / "default")
     assert (ROOT / "data" / "models" / "default").resolve() == SHIPPED.resolve()
     sources = json.loads((SHIPPED / "metrics.json").read_text())["traces"]

@@ -7,12 +7,17 @@ import pytest
 
 pytest.importorskip("torchrec")
 
-from autoshard.errors import InputError  # noqa: E402
-from autoshard.types import DevicePlan, ShardingPlan, Table, TableShard, Workload  # noqa: E402
-from cost_model import distributed_run  # noqa: E402
-from cost_model.distributed_run import (DistributedConfig, DistributedResult,  # noqa: E402
-                                        DistributedRunError, capped_workload,
-                                        compare_distributed, run_distributed)
+from autoshard.core.errors import InputError  # noqa: E402
+from autoshard.core.types import DevicePlan, ShardingPlan, Table, TableShard, Workload  # noqa: E402
+from autoshard.evaluation import distributed_run  # noqa: E402
+from autoshard.evaluation.distributed_run import (  # noqa: E402
+    DistributedConfig,
+    DistributedResult,
+    DistributedRunError,
+    capped_workload,
+    compare_distributed,
+    run_distributed,
+)
 
 CONFIG = DistributedConfig(world_size=2, steps=4, warmups=1, batch_size=64)
 

@@ -12,19 +12,35 @@ from typer.testing import CliRunner
 
 from autoshard.cli import app
 from autoshard.cli.support import DEFAULT_MODEL
-from autoshard.planners.context import DEPARTURE_MARGIN
-from autoshard.errors import InputError
-from autoshard.evaluation import (OTHER_TASKS, PROFILE_ERRORS, Task, TaskResult, against_best_heuristic,
-                                  against_held_out_heuristic, evaluate_task, expected_against_best_heuristic,
-                                  expected_summary, load_suite, memory_for, suite_summary, task_rows,
-                                  write_task_outputs)
-from autoshard.model_error import GRID, DeviceErrors, expected_max
-from autoshard.planners.compare import Comparison
-from autoshard.types import DevicePlan, ShardingPlan, TableShard
-from autoshard.planners import PlannerContext, make_planner
-from autoshard.types import Table, Topology, Workload
-from cost_model.bench import BenchConfig
-from cost_model.measure_plan import MeasuredPlan, measure_plans
+from autoshard.core.errors import InputError
+from autoshard.core.model_error import GRID, DeviceErrors, expected_max
+from autoshard.core.task import Task, load_suite, memory_for
+from autoshard.core.types import (
+    DevicePlan,
+    ShardingPlan,
+    Table,
+    TableShard,
+    Topology,
+    Workload,
+)
+from autoshard.evaluation.compare import Comparison
+from autoshard.evaluation.measure_plan import MeasuredPlan, measure_plans
+from autoshard.evaluation.registry import make_planner
+from autoshard.evaluation.suite import (
+    OTHER_TASKS,
+    PROFILE_ERRORS,
+    TaskResult,
+    against_best_heuristic,
+    against_held_out_heuristic,
+    evaluate_task,
+    expected_against_best_heuristic,
+    expected_summary,
+    suite_summary,
+    task_rows,
+    write_task_outputs,
+)
+from autoshard.planners.context import DEPARTURE_MARGIN, PlannerContext
+from cost_model.bench.harness import BenchConfig
 from cost_model.profile import ExecutionMode
 from tests.cost_models import AnalyticalTestCostModel
 
@@ -73,7 +89,7 @@ def test_bundled_suite_and_memory_rule():
     assert by_name["syn80x4"].topology.num_devices == 4
 
 
-BUNDLED_SUITES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "autoshard" / "suites").glob("*.json"))
+BUNDLED_SUITES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "autoshard" / "core" / "suites").glob("*.json"))
 
 
 @pytest.mark.parametrize("suite", BUNDLED_SUITES)
@@ -129,7 +145,7 @@ def test_a_malformed_suite_names_the_task_and_the_field(tmp_path, content, expec
 
 
 def test_a_suite_task_takes_its_workload_file_s_topology_and_tiny_workloads_keep_their_memory(tmp_path):
-    from autoshard.workload_file import save_workload
+    from autoshard.core.workload_file import save_workload
 
     save_workload(tmp_path / "w.json", TINY, Topology(2, 4.0))
     tiny = Workload((Table("one", 10, 8),), 64, "one")  # 320 bytes: GiB rounded to 6 places would be 0
@@ -158,8 +174,8 @@ def test_cli_evaluate_json(tmp_path):
     assert [p["planner"] for p in report["tasks"][0]["planners"]] == ["round_robin", "size_greedy"]
     assert (tmp_path / "out" / "s" / "kaggle.md").exists()
     # the report holds what was planned: the task's workload and topology, and each plan's devices
-    from autoshard.presets import load_preset
-    from autoshard.workload_file import workload_from_dict
+    from autoshard.core.presets import load_preset
+    from autoshard.core.workload_file import workload_from_dict
 
     workload, topology = workload_from_dict(report["tasks"][0]["workload"])
     assert workload == load_preset("criteo_kaggle")[0] and (topology.num_devices, topology.device_memory_gb) == (4, 2)
@@ -171,7 +187,10 @@ def test_cli_evaluate_json(tmp_path):
 
 def test_evaluate_task_runs_plans_distributed(tmp_path):
     pytest.importorskip("torchrec")
-    from cost_model.distributed_run import DistributedConfig, compare_distributed
+    from autoshard.evaluation.distributed_run import (
+        DistributedConfig,
+        compare_distributed,
+    )
     task = Task("tiny", TINY, Topology(2, 1.0))
     config = DistributedConfig(world_size=2, steps=2, warmups=1, batch_size=32)
     result = evaluate_task(task, ["round_robin", "size_greedy"], PlannerContext(),
@@ -186,7 +205,7 @@ def test_evaluate_task_runs_plans_distributed(tmp_path):
 def test_measuring_order_balances_positions_over_pairs_of_rounds():
     """Rotated each round and backwards every other round: over rounds 2k and 2k + 1 every plan's
     positions add up to the same, so a drift within a round biases no plan."""
-    from cost_model.measure_plan import measuring_order
+    from autoshard.evaluation.measure_plan import measuring_order
 
     for count in (2, 5, 12):
         for start in (0, 2):
@@ -209,8 +228,8 @@ def test_identical_plans_are_measured_once_and_read_the_same():
 
 
 def test_a_device_set_two_plans_share_is_measured_once_a_round_and_read_by_both(monkeypatch):
-    import cost_model.measure_plan as measure_plan
-    from autoshard.types import DevicePlan, ShardingPlan, TableShard
+    import autoshard.evaluation.measure_plan as measure_plan
+    from autoshard.core.types import DevicePlan, ShardingPlan, TableShard
 
     def plan(name, *devices):
         return ShardingPlan(name, tuple(DevicePlan(tuple(TableShard(TINY.tables[i]) for i in d), 0.0) for d in devices))
@@ -232,7 +251,7 @@ def test_a_device_set_two_plans_share_is_measured_once_a_round_and_read_by_both(
 
 
 def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_path, monkeypatch):
-    from autoshard.workload_file import save_workload
+    from autoshard.core.workload_file import save_workload
 
     monkeypatch.setenv("AUTOSHARD_NO_REEXEC", "1")  # no re-exec of pytest for the allocator settings
     save_workload(tmp_path / "tiny.json", TINY)
@@ -460,7 +479,7 @@ def test_the_drift_check_finds_the_traces_of_a_model_trained_on_one_file():
 def test_a_run_stopped_after_its_first_task_keeps_that_task_and_resume_plans_only_the_rest(tmp_path, monkeypatch):
     """report.json is written after every task (``complete: false``), then once more at the end:
     a run that dies part-way keeps what it did, and ``--resume`` takes those tasks as they are."""
-    import autoshard.evaluation
+    import autoshard.evaluation.suite
 
     planned = []
 
@@ -470,7 +489,7 @@ def test_a_run_stopped_after_its_first_task_keeps_that_task_and_resume_plans_onl
         planned.append(task.name)
         return evaluate_task(task, *args, **kwargs)
 
-    monkeypatch.setattr(autoshard.evaluation, "evaluate_task", evaluate_then_die)
+    monkeypatch.setattr(autoshard.evaluation.suite, "evaluate_task", evaluate_then_die)
     out = tmp_path / "o"
     options = ["--model", "none", "--planners", "size_greedy,round_robin", "--out", str(out)]
     result = CliRunner().invoke(app, ["evaluate", "default", *options])
@@ -484,7 +503,7 @@ def test_a_run_stopped_after_its_first_task_keeps_that_task_and_resume_plans_onl
     assert other.exit_code == 2 and "planners" in other.output  # made with other options: refused
 
     resumed = []
-    monkeypatch.setattr(autoshard.evaluation, "evaluate_task",
+    monkeypatch.setattr(autoshard.evaluation.suite, "evaluate_task",
                         lambda task, *args, **kwargs: resumed.append(task.name) or evaluate_task(task, *args, **kwargs))
     finished = CliRunner().invoke(app, ["evaluate", "default", *options, "--resume"])
     assert finished.exit_code == 0, finished.output
@@ -496,7 +515,7 @@ def test_a_run_stopped_after_its_first_task_keeps_that_task_and_resume_plans_onl
 
 
 def test_mad_sigma_by_hand_ignores_the_far_off_value():
-    from autoshard.stats import mad_sigma
+    from autoshard.core.stats import mad_sigma
 
     # median 3, absolute deviations 2, 1, 0, 1, 97: their median 1
     assert mad_sigma([1.0, 2.0, 3.0, 4.0, 100.0]) == pytest.approx(1.4826)

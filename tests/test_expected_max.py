@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from autoshard.cli import app
-from autoshard.model_error import DEVICE_ERRORS_FILE, DeviceErrors, expected_max
+from autoshard.core.model_error import DEVICE_ERRORS_FILE, DeviceErrors, expected_max
 from tests.service_support import SHIPPED_PROFILE, copy_shipped_profile, plan_body
 
 ROOT = Path(__file__).resolve().parents[1]
-MEASURED = ROOT / "docs" / "figures" / "evaluation_session40_f25m1"  # the shipped profile's plans, on its own host
+MEASURED = ROOT / "tests" / "data" / "evaluation_session40_f25m1"  # the shipped profile's plans, on its own host
 runner = CliRunner()
 
 
@@ -90,9 +90,10 @@ def test_the_service_reports_expected_maxima_and_survives_a_broken_errors_file(t
     """With the shipped profile's device errors, every plan of the answer carries its expected
     max and the answer their summary; a corrupt file is a reason at /readyz and null figures, never
     a failed profile; a missing one, null figures alone."""
+    from fastapi.testclient import TestClient
+
     from service.main import create_app
     from service.settings import Settings
-    from fastapi.testclient import TestClient
 
     copy_shipped_profile(tmp_path, device_errors=errors)
     with TestClient(create_app(Settings(model_dir=tmp_path, pool="thread"))) as client:

@@ -51,7 +51,7 @@ def test_the_measured_runs_plans_read_back_from_its_report_are_the_reports_plans
     spec = importlib.util.spec_from_file_location("measure_report", ROOT / "benchmarks" / "gpu" / "measure_report.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    report = json.loads((ROOT / "docs" / "figures" / "gpu_h200" / "report.json").read_text())
+    report = json.loads((ROOT / "tests" / "data" / "gpu_h200" / "report.json").read_text())
     for task in report["tasks"]:
         plans, batch = module.task_plans(task)
         assert batch == task["workload"]["batch_size"]
@@ -74,7 +74,7 @@ def test_evaluate_refuses_a_task_the_profile_cannot_price_before_planning_any(tm
 
 
 def test_the_fp32_suite_plans_with_the_gpu_profile(tmp_path):
-    result = runner.invoke(app, ["evaluate", str(ROOT / "autoshard" / "suites" / "fp32.json"), "--model", str(GPU),
+    result = runner.invoke(app, ["evaluate", str(ROOT / "autoshard" / "core" / "suites" / "fp32.json"), "--model", str(GPU),
                                  "--planners", "round_robin,cost_greedy", "--no-communication", "--json",
                                  "--out", str(tmp_path)], catch_exceptions=False)
     assert result.exit_code == 0, result.output

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from autoshard.types import Optimizer, Table
+from autoshard.core.types import Optimizer, Table
 from cost_model.features import NUM_FEATURES, op_key
 from cost_model.network import NetworkConfig, OpIndex, SetCostNetwork
 from cost_model.predictor import NeuralCostModel

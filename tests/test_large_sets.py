@@ -4,7 +4,7 @@ limit, the same on every path planners use (whole sets, running sets, edited set
 import numpy as np
 import pytest
 
-from autoshard.synthetic import PoolConfig, generate_pool
+from autoshard.core.synthetic import PoolConfig, generate_pool
 
 BATCH = 2048
 

@@ -10,14 +10,14 @@ import pytest
 from typer.testing import CliRunner
 
 from autoshard.cli import app
-from autoshard.measured_reports import measured_device_sets
-from autoshard.presets import load_preset
-from autoshard.types import DeviceSet, MeasuredDeviceSet
-from autoshard.workload_file import save_workload
+from autoshard.core.presets import load_preset
+from autoshard.core.types import DeviceSet, MeasuredDeviceSet
+from autoshard.core.workload_file import save_workload
+from autoshard.evaluation.measured_reports import measured_device_sets
 from cost_model.checkpoint import load_cost_model
 from cost_model.relative_labels import relative_labels
-from tests.test_evaluation import TINY
 from tests.conftest import SHIPPED_PROFILE as SHIPPED_MODEL
+from tests.test_evaluation import TINY
 
 
 def test_a_set_s_label_is_its_cost_relative_to_its_task_averaged_over_runs(shipped_model):

@@ -4,15 +4,15 @@ the paths planners use (whole sets, running sets, edited sets, the placement sta
 import numpy as np
 import pytest
 
+from autoshard.core.synthetic import PoolConfig, generate_pool
+from autoshard.core.types import Optimizer, Table, TableShard, Topology, Workload
+from autoshard.evaluation.registry import PLANNERS, make_planner
+from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.packing import packable
 from autoshard.planners.placement import PlacementState
 from autoshard.planners.placing import candidates
 from autoshard.planners.units import Unit
-from autoshard.synthetic import PoolConfig, generate_pool
-from autoshard.planners import PLANNERS, PlannerContext, make_planner
-from autoshard.planners.context import PlannerKind
 from autoshard.rl.policy import DevicePolicy
-from autoshard.types import Optimizer, Table, TableShard, Topology, Workload
 from tests.conftest import SHIPPED_PROFILE
 
 BATCH = 4096

@@ -8,13 +8,13 @@ import pytest
 from typer.testing import CliRunner
 
 from autoshard.cli import app
-from autoshard.synthetic import PoolConfig
-from cost_model.bench import BenchConfig
-from cost_model.collect import CollectConfig, collect
-from cost_model.plan_traces import distinct_sets
+from autoshard.core.synthetic import PoolConfig
+from autoshard.core.types import DeviceSet, Table
+from cost_model.bench.collect import CollectConfig, collect
+from cost_model.bench.harness import BenchConfig
+from cost_model.bench.plan_traces import distinct_sets
 from cost_model.profile import ExecutionMode
-from cost_model.traces import merge_traces, read_traces
-from autoshard.types import DeviceSet, Table
+from cost_model.traces.store import merge_traces, read_traces
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_refine_plans_measures_and_retrains_on_anchors_plus_plan_sets(profile, t
 def test_traces_of_another_profile_do_not_merge(profile, tmp_path):
     from dataclasses import replace
 
-    from autoshard.errors import InputError
+    from autoshard.core.errors import InputError
 
     anchors = read_traces(profile[0])
     other = replace(anchors, profile=replace(anchors.profile, device_name="Other CPU"))
@@ -106,8 +106,8 @@ def test_plan_sets_are_refused_on_another_machine_and_old_anchors_say_why():
     cannot tell whether a machine is theirs, and the error says so instead of naming a machine."""
     from dataclasses import replace
 
-    from autoshard.errors import InputError
-    from cost_model.plan_traces import check_same_machine
+    from autoshard.core.errors import InputError
+    from cost_model.bench.plan_traces import check_same_machine
     from cost_model.profile import DeviceProfile
 
     here = DeviceProfile("cpu", "AMD EPYC", ExecutionMode.FBGEMM_TBE, 1, "2.13.0", "1.8.0", "AuthenticAMD family 25 model 1")

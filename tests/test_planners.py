@@ -8,18 +8,29 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autoshard.errors import InputError, PlannerError, PlannerErrorKind
-from autoshard.planners import (HEURISTICS, PLANNERS, CostGreedyPlanner, PlannerContext, ProxyCostModel, make_planner,
-                                plan_to_dict, plans_report, validate_plan)
-from autoshard.planners.local_search import improve
+from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
+from autoshard.core.types import (
+    GIB,
+    DevicePlan,
+    Optimizer,
+    ShardingPlan,
+    Table,
+    TableShard,
+    Topology,
+    Workload,
+)
+from autoshard.evaluation.registry import HEURISTICS, PLANNERS, make_planner
+from autoshard.planners.context import PlannerContext
+from autoshard.planners.cost_greedy import CostGreedyPlanner
 from autoshard.planners.device_state import DeviceState
+from autoshard.planners.local_search import improve
+from autoshard.planners.proxies import ProxyCostModel, lookup_proxy, size_lookup_proxy
+from autoshard.planners.report import best_plan_index, plan_to_dict, plans_report
 from autoshard.planners.split_caps import additive_max, best_over_split_caps
-from autoshard.planners.proxies import lookup_proxy, size_lookup_proxy
-from autoshard.planners.report import best_plan_index
 from autoshard.planners.splitting import split_ways
 from autoshard.planners.units import Unit
-from autoshard.synthetic import PoolConfig, generate_pool, sample_task
-from autoshard.types import GIB, DevicePlan, Optimizer, ShardingPlan, Table, TableShard, Topology, Workload
+from autoshard.planners.validate import validate_plan
 from tests.cost_models import AnalyticalTestCostModel
 
 ALL = HEURISTICS + ("cost_greedy",)
@@ -298,8 +309,8 @@ def test_tables_split_no_finer_than_the_costliest_unit_can_get():
     32 (not four of 16, which would lower no max and add two shards' lookups), "big" (45) into two;
     "mid" (40, above the average) stays whole, as do the tables under the average. (Had the
     level been "hot"'s finest split, 50, "big" would stay whole.)"""
-    from autoshard.planners.units import Unit
     from autoshard.planners.splitting import split_units
+    from autoshard.planners.units import Unit
 
     costs = {"hot": {16: 80.0, 8: 40.0, 4: 50.0}, "wide": {64: 64.0, 32: 32.0, 16: 16.0, 8: 8.0},
              "mid": {40: 40.0, 20: 20.0}, "big": {48: 45.0, 24: 22.5, 12: 11.25},
@@ -431,7 +442,7 @@ def test_cost_greedy_splits_only_where_the_split_plan_is_predicted_clearly_lower
     """The shipped model predicts syn80_s2's best split plan 8% below its plan without splits:
     inside the margin, so cost_greedy keeps the plan without (that of a run without splits);
     at margin 0 it splits. Criteo Terabyte's split plan is predicted 18% lower: split either way."""
-    from autoshard.evaluation import load_suite
+    from autoshard.core.task import load_suite
 
     workload, topology = next((t.workload, t.topology) for t in load_suite("default")[1] if t.name == task)
 
@@ -597,8 +608,9 @@ def test_proxies_guard_single_row_tables():
 PLAN_IN_A_FRESH_PROCESS = """
 import numpy as np
 from pathlib import Path
-from autoshard.planners import PlannerContext, make_planner
-from autoshard.types import Table, Topology, Workload
+from autoshard.planners.context import PlannerContext
+from autoshard.evaluation.registry import make_planner
+from autoshard.core.types import Table, Topology, Workload
 from cost_model.checkpoint import load_cost_model
 model = load_cost_model(Path("data/models/cpu-amd-epyc-fbgemm_tbe-t1/cost_model.pt"))
 rng = np.random.default_rng(0)
@@ -632,7 +644,7 @@ def test_heuristics_planned_side_by_side_are_scored_as_each_alone(with_model):
     """``compare_planners`` places the heuristics by their proxies and scores all their plans in
     one cost-model call (or, without a model, by one proxy): each plan and device cost is the
     one the heuristic makes alone with the same model."""
-    from autoshard.planners.compare import compare_planners
+    from autoshard.evaluation.compare import compare_planners
     from tests.test_cost_model import untrained_model
 
     workload = sample_task(generate_pool(PoolConfig(size=300, seed=5)).test, 30, np.random.default_rng(1))

@@ -12,11 +12,17 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from autoshard.cli import app
-from autoshard.errors import InputError, PlannerError
-from autoshard.planners.incremental import CurrentPlacement, KeptShard, MoveBudget, moves_from, replan
+from autoshard.core.errors import InputError, PlannerError
+from autoshard.core.types import GIB, ShardingPlan, Table, Topology, Workload
+from autoshard.core.workload_file import save_workload
+from autoshard.planners.incremental import (
+    CurrentPlacement,
+    KeptShard,
+    MoveBudget,
+    moves_from,
+    replan,
+)
 from autoshard.planners.validate import validate_plan
-from autoshard.types import GIB, ShardingPlan, Table, Topology, Workload
-from autoshard.workload_file import save_workload
 from tests.cost_models import AnalyticalTestCostModel
 
 runner = CliRunner()
@@ -161,7 +167,7 @@ def _export(tmp_path: Path, workload: str, *options: str) -> Path:
 def test_replan_reads_the_plans_export_places_new_tables_and_writes_an_export_it_reads_again(tmp_path):
     """The shipped profile: Criteo Kaggle planned on 4 devices, then two tables gone and two new."""
     current = _export(tmp_path, "criteo_kaggle", "--devices", "4", "--memory-gb", "8")
-    from autoshard.presets import load_workload_or_preset
+    from autoshard.core.presets import load_workload_or_preset
 
     kaggle, _ = load_workload_or_preset("criteo_kaggle")
     changed = Workload(kaggle.tables[2:] + (Table("new_a", 2_000_000, 16, 1.0), Table("new_b", 50_000, 16, 1.0)),
@@ -228,7 +234,7 @@ def test_a_byte_budget_keeps_the_big_tables_home():
 
 def test_a_table_the_model_cannot_answer_names_the_file_and_the_field(tmp_path):
     current = _export(tmp_path, "criteo_kaggle", "--devices", "4", "--memory-gb", "8")
-    from autoshard.presets import load_workload_or_preset
+    from autoshard.core.presets import load_workload_or_preset
 
     kaggle, _ = load_workload_or_preset("criteo_kaggle")
     tables = (Table("fp64", 1000, 16, bytes_per_element=8), *kaggle.tables)

@@ -11,17 +11,19 @@ import torch
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-from autoshard.errors import ModelError
-from autoshard.presets import load_preset
-from autoshard.evaluation import Task, memory_for
-from autoshard.planners import PlannerContext, ProxyCostModel, make_planner, validate_plan
-from autoshard.planners.context import DEPARTURE_MARGIN
+from autoshard.core.errors import ModelError
+from autoshard.core.presets import load_preset
+from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
+from autoshard.core.task import Task, memory_for
+from autoshard.core.types import GIB, Table, Topology, Workload
+from autoshard.evaluation.registry import make_planner
+from autoshard.planners.context import DEPARTURE_MARGIN, PlannerContext
 from autoshard.planners.placing import cheapest_after, place
+from autoshard.planners.proxies import ProxyCostModel
+from autoshard.planners.validate import validate_plan
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, start
 from autoshard.rl.policy import DevicePolicy, DeviceScoringPolicy, PolicyInfo
 from autoshard.rl.tasks import FixedTasks, TaskDistribution
-from autoshard.synthetic import PoolConfig, generate_pool, sample_task
-from autoshard.types import GIB, Table, Topology, Workload
 from cost_model.checkpoint import load_cost_model
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "default"
@@ -205,7 +207,7 @@ def test_the_grids_lower_bound_is_each_tables_cheapest_form_that_fits_a_device()
     ms at batch 1000): "wide" (64 columns, pooling 10) costs 0.356 whole, 0.228 as halves and
     0.164 as quarters; "mid" and "small" cost less in every form. Without splits the bound is
     wide whole; with them its quarter; with too little memory for it whole, still its quarter."""
-    from autoshard.rl.grid import lower_bound_ms
+    from autoshard.evaluation.grid import lower_bound_ms
     from tests.cost_models import AnalyticalTestCostModel
 
     wide, mid, small = Table("wide", 1000, 64, 10.0), Table("mid", 1000, 16), Table("small", 1000, 8)
@@ -246,7 +248,7 @@ def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):
 def _refined_counting_samples(monkeypatch, context: PlannerContext, workload: Workload,
                               topology: Topology) -> tuple[int, object]:
     """rl+refine's plan, and how many times it drew sampled rollouts (``place_together`` calls)."""
-    import autoshard.planners.rl as rl_planners
+    import autoshard.rl.planners as rl_planners
 
     sampled = []
     place_together = rl_planners.place_together
@@ -325,7 +327,7 @@ def test_rl_refine_does_not_sample_where_cost_greedys_plan_is_too_even_for_a_pla
     its own mean device cost. A plan 10% lower would need
     a total more than ``OWN_TOTAL_SLACK`` below cost_greedy's, so rl+refine draws no samples and
     returns cost_greedy's plan; with no margin it samples."""
-    import autoshard.planners.rl as rl_planners
+    import autoshard.rl.planners as rl_planners
     from autoshard.planners.units import model_costs
 
     workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 80, np.random.default_rng(4))
@@ -351,8 +353,8 @@ def test_without_ruin_and_recreate_rl_refine_samples_only_where_its_own_placemen
     recreate's regrouping may (``TOTAL_SLACK``). By default rl+refine draws no samples and
     returns cost_greedy's plan; with ruin and recreate on it samples (so the lower bound leaves
     room). With the floor at ``TOTAL_SLACK`` alone it samples by default too."""
-    import autoshard.planners.rl as rl_planners
-    from autoshard.communication import CommunicationModel, WithCommunication
+    import autoshard.rl.planners as rl_planners
+    from autoshard.core.communication import CommunicationModel, WithCommunication
 
     workload, _ = load_preset("criteo_kaggle")
     topology = Topology(4, 2.0)
@@ -447,9 +449,9 @@ def test_planners_of_one_task_share_their_placements_and_plan_as_they_do_alone(m
     whichever order they run, and every plan is the one each planner makes alone. The units of
     each split (cap) are made once for the three (``TaskUnits``), though each asks for them to
     choose its caps and again to place them."""
-    from autoshard.planners.compare import compare_planners
-    from autoshard.planners.task_units import TaskUnits
+    from autoshard.evaluation.compare import compare_planners
     from autoshard.planners.shared import SharedWork
+    from autoshard.planners.task_units import TaskUnits
 
     prepared = []
     prepare = TaskUnits._prepared
@@ -493,11 +495,11 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     rl+refine's sampled rollouts ask only from the first step where their choices part. Each
     planner runs in its own ``compare_planners`` call, with the all-to-all, as the service runs
     them (each call wraps the cost model anew)."""
-    from autoshard.communication import CommunicationModel, WithCommunication
-    from autoshard.planners.compare import compare_planners
+    from autoshard.core.communication import CommunicationModel, WithCommunication
+    from autoshard.evaluation.compare import compare_planners
     from autoshard.planners.cost_greedy import greedy_placement
-    from autoshard.planners.local_search import improve
     from autoshard.planners.device_state import assignment
+    from autoshard.planners.local_search import improve
     from autoshard.planners.placement import PlacementState
     from autoshard.planners.shared import SharedWork
     from cost_model.accumulator import SetAccumulator
@@ -551,12 +553,12 @@ def test_sampled_placements_alike_so_far_are_scored_once_and_draw_as_before(mode
     history) are observed and scored by the policy once per step, not once each, and each still
     draws its own device from the same softmax in order: the rollouts are those of placements
     scored one by one (``alike_key`` hidden)."""
-    from autoshard.costing import AccumulatorView
+    from autoshard.core.costing import AccumulatorView
     from autoshard.planners.device_state import assignment
     from autoshard.planners.placement import PlacementState
     from autoshard.planners.placing import place_together
-    from autoshard.planners.task_units import prepare_units
     from autoshard.planners.shared import SharedWork
+    from autoshard.planners.task_units import prepare_units
     from autoshard.planners.units import model_costs
     from autoshard.rl.rollout import PolicyChooser
 
@@ -590,12 +592,12 @@ def test_sampled_rollouts_read_the_scores_the_argmax_rollout_made_at_their_histo
     """rl's argmax rollout and rl+refine's sampled rollouts of one task share a ``StepCosts``: a
     sampled placement at a history the argmax rollout passed through is not observed and scored
     again, and it draws as it did from scores of its own."""
-    from autoshard.costing import AccumulatorView
+    from autoshard.core.costing import AccumulatorView
     from autoshard.planners.device_state import assignment
     from autoshard.planners.placement import PlacementState
     from autoshard.planners.placing import place_together
-    from autoshard.planners.task_units import prepare_units
     from autoshard.planners.shared import SharedWork
+    from autoshard.planners.task_units import prepare_units
     from autoshard.planners.units import model_costs
     from autoshard.rl.rollout import PolicyChooser
 
@@ -629,7 +631,7 @@ def test_rl_refine_never_searches_twice_from_one_placement(model, monkeypatch):
     from greedy's placement (which cost_greedy's search started from; the cloned policy's argmax
     usually is it) nor from a sample drawn twice; the plan is the one the full search makes."""
     import autoshard.planners.cost_greedy as cost_greedy
-    import autoshard.planners.rl as rl
+    import autoshard.rl.planners as rl
     from autoshard.planners.device_state import assignment
 
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
@@ -653,7 +655,7 @@ def test_placements_stepped_side_by_side_equal_those_stepped_alone(model):
     """rl+refine's sampled rollouts share one accumulator and one head call per step
     (``place_together``): the same choosers make the same placements, at the same costs, as
     when each placement is stepped on its own."""
-    from autoshard.costing import AccumulatorView
+    from autoshard.core.costing import AccumulatorView
     from autoshard.planners.placing import place_together
     from autoshard.planners.task_units import by_cost, prepare_units
     from autoshard.planners.units import model_costs
@@ -779,7 +781,7 @@ def test_rl_after_cost_greedy_checks_greedys_recorded_steps_and_plans_as_it_does
     placement's recorded steps in one pass of the policy instead of stepping a placement of its
     own: for the shipped policy (greedy's clone) it places no unit itself; a policy that departs
     (scores negated) steps from where it departs. Either way its plan is the one it makes alone."""
-    from autoshard.planners.compare import compare_planners
+    from autoshard.evaluation.compare import compare_planners
     from autoshard.planners.placement import PlacementState
     from autoshard.planners.shared import SharedWork
 

@@ -12,19 +12,22 @@ import torch
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-from autoshard.evaluation import Task
-from autoshard.planners import PlannerContext, ProxyCostModel, make_planner, validate_plan
-from autoshard.planners.local_search import improve, round_changes
+from autoshard.core.task import Task
+from autoshard.core.types import Table, TableShard, Topology, Workload
+from autoshard.evaluation.registry import make_planner
+from autoshard.planners.context import PlannerContext
 from autoshard.planners.device_state import DeviceState, assignment
+from autoshard.planners.local_search import improve, round_changes
 from autoshard.planners.placing import cheapest_after, place
+from autoshard.planners.proxies import ProxyCostModel
 from autoshard.planners.units import Unit
+from autoshard.planners.validate import validate_plan
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, refined_max, start
 from autoshard.rl.imitation import greedy_expert
 from autoshard.rl.observation import DEVICE_FEATURES
 from autoshard.rl.policy import CONTEXT, ROW, DevicePolicy, PolicyInfo
 from autoshard.rl.repair import REPAIR_PROGRESS, policy_repair, repair_mask
 from autoshard.rl.tasks import FixedTasks, TaskDistribution
-from autoshard.types import Table, TableShard, Topology, Workload
 from cost_model.checkpoint import load_cost_model
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "default"
@@ -220,11 +223,11 @@ def test_rl_after_cost_greedy_follows_its_search_and_plans_as_it_does_alone(mode
     cost_greedy's local search recorded, checked in one pass of the policy: the shipped clone
     follows all of them; a policy that repairs otherwise departs at the first, and repairs on
     its own from there. Either way its plan is the one it makes alone."""
-    from autoshard.planners.compare import compare_planners
+    from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
+    from autoshard.core.task import memory_for
+    from autoshard.evaluation.compare import compare_planners
     from autoshard.planners.shared import SharedWork
     from autoshard.rl import repair
-    from autoshard.synthetic import PoolConfig, generate_pool, sample_task
-    from autoshard.evaluation import memory_for
 
     policy = placing_greedy_repairing_otherwise() if departing else DevicePolicy.load(SHIPPED / "policy.pt")
     workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(0))
@@ -235,7 +238,7 @@ def test_rl_after_cost_greedy_follows_its_search_and_plans_as_it_does_alone(mode
     greedy = compare_planners(workload, topology, ["cost_greedy"], shared).plans[0]
     followed = []
     follow = repair.follow_recorded
-    monkeypatch.setattr("autoshard.planners.rl.follow_recorded",
+    monkeypatch.setattr("autoshard.rl.planners.follow_recorded",
                         lambda devices, rounds, *a: followed.append((follow(devices, rounds, *a), len(rounds)))
                         or followed[-1][0])
     after = compare_planners(workload, topology, ["rl"], shared).plans[0]

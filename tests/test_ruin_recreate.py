@@ -6,15 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autoshard.core.types import GIB, Table, TableShard, Topology
 from autoshard.planners.cost_greedy import greedy_placement
 from autoshard.planners.local_search import improve
 from autoshard.planners.placement import PlacementState
 from autoshard.planners.placing import cheapest_after, place
-from autoshard.planners.task_units import by_cost
 from autoshard.planners.proxies import ProxyCostModel
 from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
+from autoshard.planners.task_units import by_cost
 from autoshard.planners.units import Unit
-from autoshard.types import GIB, Table, TableShard, Topology
 from tests.cost_models import AnalyticalTestCostModel
 from tests.test_planners import suite
 

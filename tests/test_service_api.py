@@ -16,17 +16,27 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from autoshard.errors import ModelError
-from autoshard.planners import HEURISTICS
+from autoshard.core.errors import ModelError
+from autoshard.core.types import DevicePlan, ShardingPlan, TableShard
+from autoshard.evaluation.registry import HEURISTICS, PLANNERS, PlannerSpec
 from autoshard.planners.context import PlannerKind
-from autoshard.planners.registry import PLANNERS, PlannerSpec
-from autoshard.types import DevicePlan, ShardingPlan, TableShard
 from cost_model.checkpoint import file_sha256
 from service.main import create_app
-from service.schemas.responses import ErrorResponse, PlanResponse, PlannersResponse, ProfilesResponse
+from service.schemas.responses import (
+    ErrorResponse,
+    PlannersResponse,
+    PlanResponse,
+    ProfilesResponse,
+)
 from service.settings import Settings
-from tests.service_support import (EIGHT_DEVICES, SHIPPED_PROFILE, copy_shipped_profile, kill_workers_while, plan_body,
-                                   save_test_model)
+from tests.service_support import (
+    EIGHT_DEVICES,
+    SHIPPED_PROFILE,
+    copy_shipped_profile,
+    kill_workers_while,
+    plan_body,
+    save_test_model,
+)
 
 GIB = 1024**3
 DEFAULT_PLANNERS = [*HEURISTICS, "cost_greedy", "rl", "rl+refine"]
@@ -136,8 +146,8 @@ def test_column_split_shards_come_back_structured(client):
 def test_torchrec_format_adds_each_plans_export(client, body):
     pytest.importorskip("torchrec")
     from autoshard.client import _result
-    from autoshard.torchrec_bridge import export_torchrec
-    from autoshard.workload_file import workload_from_dict
+    from autoshard.core.torchrec_bridge import export_torchrec
+    from autoshard.core.workload_file import workload_from_dict
 
     response = client.post("/v1/plans?format=torchrec", json={**body, "planners": ["size_greedy", "cost_greedy"]})
     assert response.status_code == 200, response.text
@@ -496,7 +506,7 @@ def test_a_new_registered_planner_joins_the_api_and_the_budget_returns_what_fini
 def test_a_task_does_not_start_a_planner_that_would_lose_the_plans_before_it(monkeypatch):
     """A worker task answers when its last planner is done: once one planner has taken t, the
     next starts only with at least t left, so the plan made in time comes back in time."""
-    from autoshard.types import Topology
+    from autoshard.core.types import Topology
     from service.tasks import PlannerTask, run_task
     from tests.service_support import synthetic_workload
 
@@ -518,9 +528,9 @@ def test_the_model_task_costs_its_units_once_and_prices_the_all_to_all(monkeypat
     (which keeps the units it costed by model) costs the task's units for all three, not once
     each; every plan's device costs still carry the all-to-all."""
     import autoshard.planners.shared as shared
-    from autoshard.communication import CommunicationModel, WithCommunication
+    from autoshard.core.communication import CommunicationModel, WithCommunication
+    from autoshard.core.types import Topology
     from autoshard.rl.policy import DevicePolicy
-    from autoshard.types import Topology
     from cost_model.checkpoint import load_cost_model
     from service.tasks import PlannerTask, run_task
     from tests.service_support import synthetic_workload
@@ -644,7 +654,7 @@ def test_the_cache_drops_least_recently_used_answers_past_its_weight():
 def test_a_planner_stopped_at_its_time_budget_alone_is_504(monkeypatch, model_dir):
     """A planner without a best-so-far plan (TorchRec's) raises ``PlannerError(TIME_BUDGET)`` at
     its budget: the request answers 504 naming it, as if it had timed out in the pool."""
-    from autoshard.errors import PlannerError, PlannerErrorKind
+    from autoshard.core.errors import PlannerError, PlannerErrorKind
 
     class Stopped:
         name = "stopped"
@@ -725,7 +735,7 @@ def test_planning_workers_import_the_agent_s_planners_at_start_up_not_in_their_f
     first request took 1.1 s against ~0.1 s for the next ones until workers imported it at start."""
     with serve(model_dir=model_dir, pool="process", pool_size=1) as c:
         executor = c.app.state.service.pool._executor
-        assert executor.submit(eval, "'autoshard.planners.rl' in __import__('sys').modules").result(timeout=60)
+        assert executor.submit(eval, "'autoshard.rl.planners' in __import__('sys').modules").result(timeout=60)
 
 
 def test_a_model_file_that_vanishes_after_start_up_does_not_poison_the_pool(tmp_path):

@@ -13,7 +13,12 @@ from fastapi.testclient import TestClient
 from service.main import create_app
 from service.schemas.responses import ErrorResponse, ReplanResponse
 from service.settings import Settings
-from tests.service_support import EIGHT_DEVICES, copy_shipped_profile, kill_workers_while, plan_body
+from tests.service_support import (
+    EIGHT_DEVICES,
+    copy_shipped_profile,
+    kill_workers_while,
+    plan_body,
+)
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,16 @@ from dataclasses import replace
 from typer.testing import CliRunner
 
 from autoshard.cli import app
-from autoshard.synthetic import PoolConfig, generate_pool
-from cost_model.bench import BenchConfig
-from cost_model.collect import CollectConfig, collect, collection_pool, sample_specs
+from autoshard.core.synthetic import PoolConfig, generate_pool
+from cost_model.bench.collect import (
+    CollectConfig,
+    collect,
+    collection_pool,
+    sample_specs,
+)
+from cost_model.bench.harness import BenchConfig
 from cost_model.profile import ExecutionMode
-from cost_model.traces import read_traces
+from cost_model.traces.store import read_traces
 
 BENCH = BenchConfig(batch_size=16, warmups=0, repeats=1, mode=ExecutionMode.EMBEDDING_BAG, row_cap_bytes=2**20)
 

@@ -18,19 +18,33 @@ from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder  # n
 from torchrec.distributed.sharding_plan import construct_module_sharding_plan, row_wise  # noqa: E402
 from torchrec.distributed.types import ShardingPlan as TorchRecShardingPlan  # noqa: E402
 
-from cost_model.distributed_run import exit_finished_rank  # noqa: E402
-from tests.dmp_support import assert_sharded_matches_reference  # noqa: E402
-from autoshard.costing import SetCostModel  # noqa: E402
-from autoshard.errors import InputError, PlannerError, PlannerErrorKind  # noqa: E402
+from autoshard.core.costing import SetCostModel  # noqa: E402
+from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind  # noqa: E402
+from autoshard.core.torchrec_bridge import (  # noqa: E402
+    MODULE_PATH,
+    embedding_bag_collection,
+    export_torchrec,
+    from_torchrec_plan,
+    parameter_constraints_from_export,
+    plan_from_export,
+    table_placements,
+    to_embedding_bag_configs,
+    to_parameter_constraints,
+    to_torchrec_plan,
+)
+from autoshard.core.types import (  # noqa: E402
+    DevicePlan,
+    Optimizer,
+    ShardingPlan,
+    Table,
+    TableShard,
+    Topology,
+    Workload,
+)
+from autoshard.evaluation.distributed_run import exit_finished_rank  # noqa: E402
 from autoshard.planners.torchrec_planner import TorchRecPlanner  # noqa: E402
 from autoshard.planners.validate import validate_plan  # noqa: E402
-from autoshard.torchrec_bridge import (MODULE_PATH, embedding_bag_collection, plan_from_export,  # noqa: E402
-                                       export_torchrec, from_torchrec_plan,
-                                       parameter_constraints_from_export, table_placements,
-                                       to_embedding_bag_configs, to_parameter_constraints,
-                                       to_torchrec_plan)
-from autoshard.types import (DevicePlan, Optimizer, ShardingPlan, Table, TableShard,  # noqa: E402
-                             Topology, Workload)
+from tests.dmp_support import assert_sharded_matches_reference  # noqa: E402
 
 MIB = 1024**2
 
@@ -75,7 +89,8 @@ def test_torchrec_planner_places_every_table_once_within_memory(allow_column_spl
 
 
 def test_torchrec_plans_for_the_cpu_with_its_cpu_perf_model_and_ddr_memory():
-    from autoshard.planners import PlannerContext, make_planner
+    from autoshard.evaluation.registry import make_planner
+    from autoshard.planners.context import PlannerContext
 
     workload, topology = small_workload(), Topology(3, 0.03)
     gpu = TorchRecPlanner().plan_with_estimates(workload, topology)
@@ -139,10 +154,10 @@ def test_torchrec_planner_stops_at_its_time_budget_and_the_timer_is_put_back():
 
 
 def test_torchrec_planner_is_unavailable_without_torchrec(monkeypatch):
-    import autoshard
+    import autoshard.core
 
-    monkeypatch.setitem(sys.modules, "autoshard.torchrec_bridge", None)  # import now fails
-    monkeypatch.delattr(autoshard, "torchrec_bridge")
+    monkeypatch.setitem(sys.modules, "autoshard.core.torchrec_bridge", None)  # import now fails
+    monkeypatch.delattr(autoshard.core, "torchrec_bridge")
     with pytest.raises(PlannerError) as info:
         TorchRecPlanner()
     assert info.value.kind is PlannerErrorKind.UNAVAILABLE and "--no-deps" in info.value.fixes[0]
@@ -255,7 +270,7 @@ def test_cli_torchrec_export_runs_in_dmp_like_the_unsharded_model(tmp_path):
     from typer.testing import CliRunner
 
     from autoshard.cli import app
-    from autoshard.workload_file import save_workload
+    from autoshard.core.workload_file import save_workload
 
     workload, _ = hand_plan()
     save_workload(tmp_path / "w.json", workload)

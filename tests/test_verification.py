@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 
 from autoshard.cli import app
 from autoshard.cli.support import plans_verifier
-from autoshard.errors import InputError
-from autoshard.types import DevicePlan, ShardingPlan, Table, TableShard
-from autoshard.verification import distinct_candidates, placement_key, verify
+from autoshard.core.errors import InputError
+from autoshard.core.types import DevicePlan, ShardingPlan, Table, TableShard
+from autoshard.evaluation.verification import distinct_candidates, placement_key, verify
 
 runner = CliRunner()
 
@@ -98,11 +98,16 @@ def test_evaluate_judges_the_verified_choice_on_rounds_of_its_own(tmp_path):
     """``evaluate_task`` with a verifier: its choice joins the plans as ``verified`` and is measured
     with them (its devices read the measurement of the plan it chose), and it stands against the
     best heuristic like a cost-model planner."""
-    from autoshard.evaluation import Task, against_best_heuristic, evaluate_task, task_rows
-    from autoshard.planners import PlannerContext
-    from autoshard.types import Topology, Workload
-    from cost_model.bench import BenchConfig
-    from cost_model.measure_plan import measure_plans
+    from autoshard.core.task import Task
+    from autoshard.core.types import Topology, Workload
+    from autoshard.evaluation.measure_plan import measure_plans
+    from autoshard.evaluation.suite import (
+        against_best_heuristic,
+        evaluate_task,
+        task_rows,
+    )
+    from autoshard.planners.context import PlannerContext
+    from cost_model.bench.harness import BenchConfig
     from cost_model.profile import ExecutionMode
     from tests.cost_models import AnalyticalTestCostModel
 
@@ -169,7 +174,7 @@ def test_plans_are_measured_on_the_profile_s_kind_of_device_or_refused():
     """A GPU profile's plans are not measured on this CPU: the error names the device and a fix."""
     import torch
 
-    from service.models import LoadedModel
+    from autoshard.profiles import LoadedModel
 
     gpu = LoadedModel("cuda-h100-fbgemm_tbe-t1", None, {"device_type": "cuda", "mode": "fbgemm_tbe"}, "", {})
     if torch.cuda.is_available():

@@ -6,11 +6,23 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autoshard.errors import InputError
-from autoshard.presets import PRESETS, load_preset
-from autoshard.synthetic import PoolConfig, generate_pool, sample_task
-from autoshard.types import GIB, MAX_DEVICE_GB, MAX_DEVICES, Optimizer, Table, Topology, Workload
-from autoshard.workload_file import load_workload, save_workload, workload_from_dict
+from autoshard.core.errors import InputError
+from autoshard.core.presets import PRESETS, load_preset
+from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
+from autoshard.core.types import (
+    GIB,
+    MAX_DEVICE_GB,
+    MAX_DEVICES,
+    Optimizer,
+    Table,
+    Topology,
+    Workload,
+)
+from autoshard.core.workload_file import (
+    load_workload,
+    save_workload,
+    workload_from_dict,
+)
 from cost_model.features import FeatureCache
 
 
@@ -182,5 +194,5 @@ def test_bundled_workloads_cite_sources():
     assert criteo.tables[20].pooling_factor == 100
     from importlib import resources
     for name in PRESETS:
-        data = json.loads((resources.files("autoshard.presets") / f"{name}.json").read_text())
+        data = json.loads((resources.files("autoshard.core.presets") / f"{name}.json").read_text())
         assert "source" in data and len(data["source"]) > 40

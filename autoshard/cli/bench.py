@@ -7,11 +7,22 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 
-from autoshard.cli.support import console, ensure_malloc_settings, friendly_errors, print_json
-from autoshard.errors import InputError
-from autoshard.workload_file import read_json_file
+from autoshard.cli.support import (
+    console,
+    ensure_malloc_settings,
+    friendly_errors,
+    print_json,
+)
+from autoshard.core.errors import InputError
+from autoshard.core.workload_file import read_json_file
 
 app = typer.Typer(help="Microbenchmarks: measure table sets on a device and record traces.",
                   no_args_is_help=True)
@@ -68,10 +79,15 @@ def collect_cmd(
     dim_values = _positive_ints("--dims", dims) if dims is not None else ()
     pooling_range = _pooling_range(pooling) if pooling is not None else None
     ensure_malloc_settings()
-    from autoshard.synthetic import PoolConfig
-    from cost_model.bench import BenchConfig
-    from cost_model.collect import CollectConfig, collect
-    from cost_model.profile import ExecutionMode, default_device, default_mode, fbgemm_available
+    from autoshard.core.synthetic import PoolConfig
+    from cost_model.bench.collect import CollectConfig, collect
+    from cost_model.bench.harness import BenchConfig
+    from cost_model.profile import (
+        ExecutionMode,
+        default_device,
+        default_mode,
+        fbgemm_available,
+    )
 
     device = default_device() if device == "auto" else device
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
@@ -163,7 +179,7 @@ def _task_choices(devices: str, batch_sizes: str | None) -> tuple[tuple[int, ...
 
 def _optimizers(value: str) -> tuple[str, ...]:
     """``--optimizers sgd,rowwise_adagrad`` as Optimizer values; ``InputError`` naming the option otherwise."""
-    from autoshard.types import Optimizer
+    from autoshard.core.types import Optimizer
 
     known = [o.value for o in Optimizer]
     items = _items("--optimizers", value)
@@ -180,8 +196,8 @@ def summary_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Samples, device profile, noise and non-additivity of a trace file."""
-    from cost_model.summary import summarize
-    from cost_model.traces import read_traces
+    from cost_model.traces.store import read_traces
+    from cost_model.traces.summary import summarize
 
     summary = summarize(read_traces(path))
     if json_out:
@@ -232,8 +248,8 @@ def plans_cmd(
     _require_traces(traces)
     ensure_malloc_settings()
     from autoshard.cli.support import load_profile_or_none, one_thread
-    from autoshard.plan_sets import PlanTaskConfig
-    from cost_model.traces import read_traces
+    from autoshard.evaluation.plan_sets import PlanTaskConfig
+    from cost_model.traces.store import read_traces
 
     one_thread()
     anchors = read_traces(traces)
@@ -250,10 +266,11 @@ def _plan_and_measure(anchors, profile, split: str, config, passes: int, out: Pa
                       prefix: str) -> tuple[int, int]:
     """Plan ``config``'s tasks (from ``anchors``' ``split`` pool tables) with ``profile``'s
     planners, and measure their device sets into ``out``; (measured now, distinct sets)."""
-    from autoshard.plan_sets import plan_memberships, plan_tasks
-    from autoshard.planners import PlannerContext, available_planners
-    from cost_model.plan_traces import collect_plan_sets, distinct_sets
-    from cost_model.traces import header_tables
+    from autoshard.evaluation.plan_sets import plan_memberships, plan_tasks
+    from autoshard.evaluation.registry import available_planners
+    from autoshard.planners.context import PlannerContext
+    from cost_model.bench.plan_traces import collect_plan_sets, distinct_sets
+    from cost_model.traces.store import header_tables
 
     pool = [t for t, d in zip(header_tables(anchors.header).values(), anchors.header["tables"]) if d["split"] == split]
     task_list = plan_tasks(pool, config, anchors.batch_size, prefix)
@@ -297,8 +314,8 @@ def refine_cmd(
 
     from autoshard.cli.cost import read_all, train_and_save
     from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread
-    from autoshard.plan_sets import PlanTaskConfig
-    from cost_model.traces import read_traces
+    from autoshard.evaluation.plan_sets import PlanTaskConfig
+    from cost_model.traces.store import read_traces
 
     one_thread()
     anchors = read_traces(traces)
@@ -341,8 +358,8 @@ def drift_cmd(
     more than 0.8-1.25x off the median ratio (their relative costs changed: collect a profile here)."""
     _require_traces(traces)
     ensure_malloc_settings()
-    from cost_model.drift import check_drift
-    from cost_model.traces import read_traces
+    from cost_model.traces.drift import check_drift
+    from cost_model.traces.store import read_traces
 
     with console.status(f"re-measuring {samples} sets x {rounds} rounds"):
         drift = check_drift(read_traces(traces), samples, rounds, seed)
@@ -375,8 +392,12 @@ def calibrate_cmd(
     sets the model is not known to price right); stored in the file; training and evaluation
     divide its timings by it."""
     _require_traces(traces)
-    from cost_model.calibration import calibration_from_drift, estimate_calibration, write_calibration
     from cost_model.checkpoint import load_cost_model
+    from cost_model.traces.calibration import (
+        calibration_from_drift,
+        estimate_calibration,
+        write_calibration,
+    )
 
     if (model is None) == (not drift):
         raise InputError("--model", "pass either --model or --drift", "e.g. --model data/models/default")
@@ -408,12 +429,12 @@ def comm_cmd(
     """Measure the all-to-all between ranks and fit latency + bytes / bandwidth."""
     from dataclasses import asdict
 
-    from cost_model.comm_bench import measure_all_to_all
+    from cost_model.bench.communication import measure_all_to_all
 
     if device not in ("cpu", "cuda"):
         raise InputError("--device", f"unknown device {device!r}", "use cpu or cuda")
     _require_cuda_if_asked(device, nccl=True)
-    from autoshard.communication import COMMUNICATION_FILE
+    from autoshard.core.communication import COMMUNICATION_FILE
 
     out = out / COMMUNICATION_FILE if out.is_dir() else out
     model, points = measure_all_to_all(world_size, repeats=repeats, device=device)

@@ -12,7 +12,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from autoshard.cli.support import console, friendly_errors, print_json
-from autoshard.errors import InputError
+from autoshard.core.errors import InputError
 
 ADAPT_LEARNING_RATE = 3e-4  # fine-tuning a trained model (cost adapt); training from scratch uses 2e-3
 ADAPT_MAX_EPOCHS, ADAPT_PATIENCE = 150, 40  # it stops within ~10 epochs on a few hundred sets (docs/profiles.md)
@@ -73,7 +73,7 @@ def adapt_cmd(
     sets of plans measured here (docs/cost_model.md, "Labels good enough to learn from where plans go")."""
     import shutil
 
-    from autoshard.measured_reports import measured_device_sets
+    from autoshard.evaluation.measured_reports import measured_device_sets
     from cost_model.checkpoint import load_cost_model, trace_sources
     from cost_model.relative_labels import relative_labels
 
@@ -123,8 +123,12 @@ def errors_cmd(
     each plan's expected max (docs/evaluation.md, "Every plan's expected max")."""
     import numpy as np
 
-    from autoshard.measured_reports import measured_device_sets, measured_on, report_paths
-    from autoshard.model_error import DEVICE_ERRORS_FILE, DeviceErrors
+    from autoshard.core.model_error import DEVICE_ERRORS_FILE, DeviceErrors
+    from autoshard.evaluation.measured_reports import (
+        measured_device_sets,
+        measured_on,
+        report_paths,
+    )
     from cost_model.checkpoint import load_cost_model
     from cost_model.relative_labels import centred_errors
 
@@ -170,7 +174,7 @@ def profile_folder(model: Path) -> Path:
 
 def read_all(paths: list[Path]):
     """The trace files as one ``TraceSet`` (one device profile)."""
-    from cost_model.traces import merge_traces, read_traces
+    from cost_model.traces.store import merge_traces, read_traces
 
     return merge_traces([read_traces(p) for p in paths])
 
@@ -190,9 +194,9 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
 
     import torch
 
+    from cost_model.accuracy import evaluate_all
     from cost_model.checkpoint import save_checkpoint
     from cost_model.dataset import Splits, make_splits, with_measured
-    from cost_model.evaluate import evaluate_all
     from cost_model.network import NetworkConfig
     from cost_model.train import TrainConfig, train_cost_model
 
@@ -206,7 +210,8 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
     row_cap = int(data.header["bench"]["row_cap_bytes"]) if data is not None else start_from.row_cap_bytes
     tuning = None
     if tune:
-        from cost_model.tune import GRID, tune as tune_grid
+        from cost_model.tune import GRID
+        from cost_model.tune import tune as tune_grid
 
         with console.status(f"tuning: {len(GRID)} candidates on the validation split") as status:
             result, chosen, rows = tune_grid(splits, profile, row_cap, config, log_dir=out / "tuning",
@@ -257,9 +262,9 @@ def eval_cmd(
     """MAPE, Spearman and ranking accuracy of every estimator on the held-out splits: (a) unseen
     sets, (b) unseen tables and, with plan-set traces, (c) the device sets of plans, with how often
     the model names the faster of two plans."""
+    from cost_model.accuracy import evaluate_all
     from cost_model.checkpoint import load_cost_model
     from cost_model.dataset import every_set, make_splits
-    from cost_model.evaluate import evaluate_all
 
     data = read_all(traces)
     cost_model = load_cost_model(model, expected_profile=data.profile.id)
@@ -332,9 +337,9 @@ def linear_beyond_cmd(
     smaller sets' predictions are unchanged. Recorded in the folder's metrics.json, whose held-out
     evaluation is measured again on the traces and split seed it names (0 where it names none, the
     default of `cost train` and `cost adapt`; not for a model adapted on measured plans)."""
+    from cost_model.accuracy import evaluate_all
     from cost_model.checkpoint import CHECKPOINT_NAME, set_linear_beyond, trace_sources
     from cost_model.dataset import make_splits
-    from cost_model.evaluate import evaluate_all
 
     folder = profile_folder(model)
     found = set_linear_beyond(folder, tables)

@@ -7,10 +7,23 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (COLUMN_SPLIT_HELP, DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP,
-                                   console, ensure_malloc_settings, friendly_errors, load_profile_or_none, one_thread,
-                                   planner_names, plans_measurer, plans_verifier, print_json, verification_measures)
-from autoshard.errors import InputError
+from autoshard.cli.support import (
+    COLUMN_SPLIT_HELP,
+    DEFAULT_MODEL,
+    DEPARTURE_MARGIN_HELP,
+    SEARCH_ITERATIONS_HELP,
+    console,
+    ensure_malloc_settings,
+    friendly_errors,
+    load_profile_or_none,
+    one_thread,
+    planner_names,
+    plans_measurer,
+    plans_verifier,
+    print_json,
+    verification_measures,
+)
+from autoshard.core.errors import InputError
 
 
 @friendly_errors
@@ -48,12 +61,18 @@ def evaluate_cmd(
         raise InputError("--verify", "verifies by measuring, and --measure is off", "add --measure")
     if measure:
         ensure_malloc_settings()
-    from autoshard.evaluation import (against_best_heuristic, against_held_out_heuristic, evaluate_task, load_suite,
-                                      suite_summary, task_rows, write_task_outputs)
-    from autoshard.measured_reports import reported_result
-
-    from autoshard.planners import PlannerContext
-    from autoshard.workload_file import workload_to_dict
+    from autoshard.core.task import load_suite
+    from autoshard.core.workload_file import workload_to_dict
+    from autoshard.evaluation.measured_reports import reported_result
+    from autoshard.evaluation.suite import (
+        against_best_heuristic,
+        against_held_out_heuristic,
+        evaluate_task,
+        suite_summary,
+        task_rows,
+        write_task_outputs,
+    )
+    from autoshard.planners.context import PlannerContext
 
     name, tasks = load_suite(suite)
     one_thread()
@@ -68,7 +87,10 @@ def evaluate_cmd(
     verifier = plans_verifier(verify_rounds, row_cap_mb, profile, comm, verify_top) if verify else None
     run_distributed = None
     if distributed:
-        from cost_model.distributed_run import DistributedConfig, compare_distributed
+        from autoshard.evaluation.distributed_run import (
+            DistributedConfig,
+            compare_distributed,
+        )
         run_distributed = lambda plans, workload: compare_distributed(  # noqa: E731
             plans, workload, DistributedConfig(world_size=len(plans[0].devices), steps=distributed_steps,
                                                batch_size=workload.batch_size, seed=seed), rounds)
@@ -185,7 +207,7 @@ def _priceable(tasks, cost_model) -> dict[str, tuple[str, ...]]:
         try:
             found[task.name] = tuple(cost_model.check_workload(task.workload))
         except InputError as error:
-            fix = (f"{error.fix}; or evaluate a suite without task {task.name!r} (autoshard/suites/fp32.json: "
+            fix = (f"{error.fix}; or evaluate a suite without task {task.name!r} (autoshard/core/suites/fp32.json: "
                    "the default suite's fp32 + SGD tasks)")
             raise InputError(error.field, error.message, fix, f"task {task.name!r} {error.where}".strip()) from None
     return found
@@ -208,7 +230,10 @@ def _add_expected(report: dict, results: list, profile) -> None:
     expected under the model's errors on the other tasks' devices, or, without another measured
     task, on the ``profile``'s measured device errors (the optimizer's curse); the suite's summary,
     their geometric means."""
-    from autoshard.evaluation import expected_against_best_heuristic, expected_summary
+    from autoshard.evaluation.suite import (
+        expected_against_best_heuristic,
+        expected_summary,
+    )
 
     profile_errors = profile.device_errors.array if profile.device_errors is not None else None
     per_task = expected_against_best_heuristic(results, profile_errors)
@@ -266,8 +291,8 @@ def _anchor_traces(profile) -> Path | None:
 
 def _drift(traces: Path, samples: int, when: str) -> dict:
     """``bench drift`` on ``samples`` of the traces' sets, printed and as a dict."""
-    from cost_model.drift import check_drift
-    from cost_model.traces import read_traces
+    from cost_model.traces.drift import check_drift
+    from cost_model.traces.store import read_traces
 
     drift = check_drift(read_traces(traces), samples)
     line = f"machine {when} measuring: {drift.verdict()}"

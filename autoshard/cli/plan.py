@@ -7,12 +7,25 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (COLUMN_SPLIT_HELP, DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP,
-                                   console, ensure_malloc_settings, friendly_errors, load_profile_or_none, one_thread,
-                                   planner_names, plans_verifier, print_json, topology_of, verification_measures,
-                                   write_torchrec)
-from autoshard.errors import InputError, PlannerError, PlannerErrorKind
-from autoshard.types import ShardingPlan, Topology, Workload
+from autoshard.cli.support import (
+    COLUMN_SPLIT_HELP,
+    DEFAULT_MODEL,
+    DEPARTURE_MARGIN_HELP,
+    SEARCH_ITERATIONS_HELP,
+    console,
+    ensure_malloc_settings,
+    friendly_errors,
+    load_profile_or_none,
+    one_thread,
+    planner_names,
+    plans_verifier,
+    print_json,
+    topology_of,
+    verification_measures,
+    write_torchrec,
+)
+from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.core.types import ShardingPlan, Topology, Workload
 
 PROXY_UNIT = "proxy: dim x pooling summed per device (no cost model)"
 
@@ -50,9 +63,11 @@ def plan_cmd(
         raise InputError("format", f"unknown format {format!r}", "use table or torchrec")
     if verify:
         ensure_malloc_settings()
-    from autoshard.planners import PLANNERS, PlannerContext, plans_report
-    from autoshard.planners.compare import compare_planners
-    from autoshard.presets import load_workload_or_preset
+    from autoshard.core.presets import load_workload_or_preset
+    from autoshard.evaluation.compare import compare_planners
+    from autoshard.evaluation.registry import PLANNERS
+    from autoshard.planners.context import PlannerContext
+    from autoshard.planners.report import plans_report
 
     loaded, file_topology = load_workload_or_preset(workload)
     topology = topology_of(devices, memory_gb, file_topology)
@@ -89,7 +104,13 @@ def plan_cmd(
     best = next(p for p, r in zip(plans, report["plans"]) if r["best"])
     verification = None
     if verify:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
 
         console.print(f"verifying: measuring the {verify_top} best-predicted distinct plans and the best heuristic's "
                       f"on this machine, {verify_rounds} rounds", highlight=False)

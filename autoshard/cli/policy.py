@@ -10,9 +10,18 @@ from typing import Annotated, Optional
 
 import typer
 
-from autoshard.cli.support import (COLUMN_SPLIT_HELP, DEFAULT_MODEL, DEPARTURE_MARGIN_HELP, SEARCH_ITERATIONS_HELP,
-                                   console, friendly_errors, load_profile_or_none, one_thread, print_json)
-from autoshard.errors import InputError, ModelError
+from autoshard.cli.support import (
+    COLUMN_SPLIT_HELP,
+    DEFAULT_MODEL,
+    DEPARTURE_MARGIN_HELP,
+    SEARCH_ITERATIONS_HELP,
+    console,
+    friendly_errors,
+    load_profile_or_none,
+    one_thread,
+    print_json,
+)
+from autoshard.core.errors import InputError, ModelError
 
 app = typer.Typer(help="The RL placement policy: train it against a profile's cost model, evaluate it.",
                   no_args_is_help=True)
@@ -110,8 +119,16 @@ def eval_cmd(
 ) -> None:
     """Every default planner on held-out tasks (tables x devices, binding memory; tables from a
     pool no training saw), predicted: rl and rl+refine against cost_greedy and the heuristics."""
-    from autoshard.planners import PlannerContext, available_planners
-    from autoshard.rl.grid import GridConfig, chart, evaluate_grid, grid_tasks, markdown, summarise
+    from autoshard.evaluation.grid import (
+        GridConfig,
+        chart,
+        evaluate_grid,
+        grid_tasks,
+        markdown,
+        summarise,
+    )
+    from autoshard.evaluation.registry import available_planners
+    from autoshard.planners.context import PlannerContext
 
     loaded = _profile(profile)
     if loaded.policy is None:

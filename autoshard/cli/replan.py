@@ -8,11 +8,22 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from autoshard.cli.support import (DEFAULT_MODEL, as_option, console, ensure_malloc_settings, friendly_errors,
-                                   load_profile_or_none, one_thread, plans_measurer, print_json, round_maxima,
-                                   topology_of, write_torchrec)
-from autoshard.errors import InputError
-from autoshard.types import ShardingPlan
+from autoshard.cli.support import (
+    DEFAULT_MODEL,
+    as_option,
+    console,
+    ensure_malloc_settings,
+    friendly_errors,
+    load_profile_or_none,
+    one_thread,
+    plans_measurer,
+    print_json,
+    round_maxima,
+    topology_of,
+    write_torchrec,
+)
+from autoshard.core.errors import InputError
+from autoshard.core.types import ShardingPlan
 
 if TYPE_CHECKING:
     from autoshard.planners.incremental import MoveBudget
@@ -62,10 +73,10 @@ def replan_cmd(
         raise InputError("--out", f"writes one plan, and --max-moves gives {len(budgets)}", "give one --max-moves")
     if measure:
         ensure_malloc_settings()
+    from autoshard.core.presets import load_workload_or_preset
+    from autoshard.core.workload_file import read_json_file
+    from autoshard.evaluation.replan_report import compare_replans
     from autoshard.planners.incremental import CurrentPlacement
-    from autoshard.planners.replan_report import compare_replans
-    from autoshard.presets import load_workload_or_preset
-    from autoshard.workload_file import read_json_file
 
     placement = CurrentPlacement.from_export(read_json_file(current, "--from"), str(current))
     loaded, file_topology = load_workload_or_preset(workload)
@@ -115,7 +126,7 @@ def _measure(report: dict[str, Any], plans: list[ShardingPlan], rounds: int, row
     """Each plan measured here, interleaved (``plans_measurer``), with its ratio to keep's max by round."""
     import statistics
 
-    from autoshard.stats import ratio_ci95, verdict
+    from autoshard.core.stats import ratio_ci95, verdict
 
     console.print(f"measuring the {len(plans)} plans on this machine, {rounds} rounds", highlight=False)
     measured = plans_measurer(rounds, row_cap_mb, profile)(plans, batch_size)

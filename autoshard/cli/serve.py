@@ -18,7 +18,7 @@ from typing import Annotated, Optional
 import typer
 
 from autoshard.cli.support import friendly_errors
-from autoshard.errors import InputError
+from autoshard.core.errors import InputError
 
 GRACEFUL_SHUTDOWN_S = 8  # under the 10 s a container engine waits after SIGTERM
 
@@ -68,8 +68,8 @@ def serve(
 def _refuse_to_start_degraded(settings) -> None:
     """``AUTOSHARD_FAIL_FAST``: the service would refuse to start, so say why here (a clean exit 2)
     rather than as a traceback from inside uvicorn's start-up."""
-    from autoshard.errors import ModelError
-    from service.models import load_models
+    from autoshard.core.errors import ModelError
+    from autoshard.profiles import load_models
     from service.state import ServiceState, planner_catalog
 
     store = load_models(settings.model_dir, settings.default_profile)

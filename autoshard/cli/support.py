@@ -13,14 +13,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from autoshard.errors import AutoShardError, InputError
-from autoshard.types import Topology
+from autoshard.core.errors import AutoShardError, InputError
+from autoshard.core.types import Topology
 
 if TYPE_CHECKING:
-    from autoshard.communication import CommunicationModel
-    from autoshard.types import ShardingPlan, Workload
-    from autoshard.verification import Verification
-    from service.models import LoadedModel
+    from autoshard.core.communication import CommunicationModel
+    from autoshard.core.types import ShardingPlan, Workload
+    from autoshard.evaluation.verification import Verification
+    from autoshard.profiles import LoadedModel
 
 console = Console(stderr=True)
 # The shipped cost model: data/models/default points at the folder of the default device profile.
@@ -108,13 +108,18 @@ def is_autoshard_command(argv: Sequence[str]) -> bool:
 def plans_measurer(rounds: int, row_cap_mb: int, profile: LoadedModel | None = None,
                    on_round: Callable[[int], None] | None = None) -> Callable[..., Any]:
     """``(plans, batch_size, reference=0) -> measured plans``: one task's plans run on this machine
-    with the microbenchmark, interleaved over ``rounds`` (``cost_model.measure_plan.measure_plans``;
+    with the microbenchmark, interleaved over ``rounds`` (``autoshard.evaluation.measure_plan.measure_plans``;
     tables capped at ``row_cap_mb`` MiB of rows, as the traces are), on the ``profile``'s kind of
     device and execution mode (without one: this machine's default). ``InputError`` if this
     machine cannot run them (a GPU profile here without a GPU, FBGEMM missing)."""
-    from cost_model.bench import BenchConfig
-    from cost_model.measure_plan import measure_plans
-    from cost_model.profile import ExecutionMode, default_device, default_mode, fbgemm_available
+    from autoshard.evaluation.measure_plan import measure_plans
+    from cost_model.bench.harness import BenchConfig
+    from cost_model.profile import (
+        ExecutionMode,
+        default_device,
+        default_mode,
+        fbgemm_available,
+    )
 
     device, mode = default_device(), default_mode()
     if profile is not None:
@@ -135,10 +140,10 @@ def plans_measurer(rounds: int, row_cap_mb: int, profile: LoadedModel | None = N
 def plans_verifier(rounds: int, row_cap_mb: int, profile: LoadedModel | None, communication: CommunicationModel | None,
                    top: int, on_round: Callable[[int], None] | None = None,
                    ) -> Callable[[Sequence[ShardingPlan], int], Verification]:
-    """``(plans, batch_size) -> autoshard.verification.verify(...)`` with this machine's
+    """``(plans, batch_size) -> autoshard.evaluation.verification.verify(...)`` with this machine's
     microbenchmark (``plans_measurer``): a device's cost in a round is its measured compute, plus
     its modelled all-to-all with ``communication`` (one device cannot measure an all-to-all)."""
-    from autoshard.verification import verify
+    from autoshard.evaluation.verification import verify
 
     measurer = plans_measurer(rounds, row_cap_mb, profile, on_round)
 
@@ -183,11 +188,11 @@ def load_profile_or_none(path: Path | None, option: str = "--model") -> tuple[Lo
     """(the profile's artifacts, None), or (None, why there are none) when no model is there.
     ``path``: a profile folder (or its cost_model.pt), default the shipped profile, or ``none``
     (``NO_MODEL``): no model, on purpose; a path given that does not exist is an error. Artifacts
-    load through the store the service uses (``service.models.load_profile``).
+    load through the store the service uses (``autoshard.profiles.load_profile``).
 
     A model that is there but unreadable raises ``ModelError``: that is an error, not an absence.
     """
-    from autoshard.errors import ModelError
+    from autoshard.core.errors import ModelError
 
     if path is not None and str(path) == NO_MODEL:
         return None, f"no cost model (--model {NO_MODEL})"
@@ -201,7 +206,7 @@ def load_profile_or_none(path: Path | None, option: str = "--model") -> tuple[Lo
     if not path.exists():
         return None, f"no cost model at {path}"
     try:
-        from service.models import load_profile
+        from autoshard.profiles import load_profile
     except ImportError as error:
         return None, f"cannot load cost models ({error})"
     problems: list[str] = []
@@ -264,10 +269,10 @@ def topology_of(devices: int | None, memory_gb: float | None, from_file: Topolog
 
 
 def write_torchrec(workload: Workload, topology: Topology, best: ShardingPlan, out: Path | None) -> None:
-    """A plan as TorchRec sharding: ``autoshard.torchrec_bridge.plan_from_export`` and
+    """A plan as TorchRec sharding: ``autoshard.core.torchrec_bridge.plan_from_export`` and
     ``to_torchrec_plan`` turn it into the ``ShardingPlan`` DistributedModelParallel applies."""
     try:
-        from autoshard.torchrec_bridge import export_torchrec
+        from autoshard.core.torchrec_bridge import export_torchrec
     except ImportError as error:
         raise InputError("format", f"torchrec is not installed ({error})",
                          "install the torchrec extra (scripts/setup.sh does)") from None

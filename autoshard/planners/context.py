@@ -6,11 +6,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from autoshard.types import CostModel
+from autoshard.core.types import CostModel
 
 if TYPE_CHECKING:
     from autoshard.planners.shared import SharedWork
-    from autoshard.rl.policy import DevicePolicy
 
 
 DEPARTURE_MARGIN = 0.10
@@ -50,7 +49,7 @@ class PlannerContext:
     (``autoshard.planners.shared``; ``compare_planners`` makes one per task)."""
 
     cost_model: CostModel | None = None
-    policy: DevicePolicy | None = None
+    policy: object | None = None  # an ``autoshard.rl.policy.DevicePolicy``: planners do not look inside
     seed: int = 0
     allow_column_split: bool | None = None
     time_budget_s: float | None = None

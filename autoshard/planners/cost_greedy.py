@@ -5,17 +5,23 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
 from autoshard.planners.context import DEPARTURE_MARGIN
-from autoshard.planners.local_search import MAX_ROUNDS, SearchRound, improve
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState, assignment, build_plan
+from autoshard.planners.local_search import MAX_ROUNDS, SearchRound, improve
 from autoshard.planners.placement import PlacementState, unit_cap
 from autoshard.planners.placing import CANDIDATES, cheapest_after, place_workload
 from autoshard.planners.recording import RecordingChooser
-from autoshard.planners.shared import Placement, SharedWork, placement_of, steps_of, units_of
+from autoshard.planners.shared import (
+    Placement,
+    SharedWork,
+    placement_of,
+    steps_of,
+    units_of,
+)
 from autoshard.planners.split_caps import best_over_split_caps
 from autoshard.planners.units import Unit
-from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from autoshard.costing import predict_nonempty
+from autoshard.core.costing import predict_nonempty
+from autoshard.core.types import CostModel, DevicePlan, ShardingPlan, Table
 from autoshard.planners.units import Unit
-from autoshard.types import CostModel, DevicePlan, ShardingPlan, Table
 
 
 @dataclass(slots=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from autoshard.errors import PlannerError, PlannerErrorKind
-from autoshard.types import GIB, Topology
+from autoshard.core.errors import PlannerError, PlannerErrorKind
+from autoshard.core.types import GIB, Topology
 
 if TYPE_CHECKING:
     from autoshard.planners.device_state import DeviceState

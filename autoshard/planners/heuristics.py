@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
 from autoshard.planners.device_state import build_plan
 from autoshard.planners.placement import Chooser, PlacementState
 from autoshard.planners.placing import least_loaded, place_workload
-from autoshard.planners.task_units import TaskUnits
 from autoshard.planners.proxies import Proxy, lookup_proxy
+from autoshard.planners.task_units import TaskUnits
 from autoshard.planners.units import proxy_costs
-from autoshard.types import CostModel, ShardingPlan, Topology, Workload
 
 
 def _plan(name: str, workload: Workload, topology: Topology, proxy: Proxy, allow_split: bool,

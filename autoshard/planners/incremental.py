@@ -21,19 +21,26 @@ from typing import Sequence
 
 import numpy as np
 
-from autoshard.errors import InputError, PlannerError
+from autoshard.core.errors import InputError, PlannerError
+from autoshard.core.types import CostModel, ShardingPlan, TableShard, Topology, Workload
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState, build_plan, max_load
-from autoshard.planners.local_search import (MAX_ROUNDS, REL_TOL, ChangePrice, Neighbourhood, apply_change,
-                                             round_changes)
+from autoshard.planners.local_search import (
+    MAX_ROUNDS,
+    REL_TOL,
+    ChangePrice,
+    Neighbourhood,
+    apply_change,
+    round_changes,
+)
 from autoshard.planners.placement import PlacementState, unit_cap
 from autoshard.planners.placing import cheapest_after, place
 from autoshard.planners.split_caps import clearly_lower
 from autoshard.planners.splitting import split_units
 from autoshard.planners.task_units import by_cost
 from autoshard.planners.units import Unit, model_costs
-from autoshard.types import CostModel, ShardingPlan, TableShard, Topology, Workload
+
 
 @dataclass(frozen=True, slots=True)
 class KeptShard:

@@ -7,10 +7,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from autoshard.costing import EditBatch, EditScorer
+from autoshard.core.costing import EditBatch, EditScorer
+from autoshard.core.types import CostModel
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState
-from autoshard.types import CostModel
 
 REL_TOL = 1e-3  # changes under 0.1% of the max are noise next to the cost model's error
 MAX_ROUNDS = 50  # rounds of local search at most: cost_greedy's, the rl planners' and a re-plan's

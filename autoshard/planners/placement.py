@@ -13,12 +13,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from autoshard.costing import Accumulator
+from autoshard.core.costing import Accumulator
+from autoshard.core.types import CostModel, Topology
 from autoshard.planners.device_state import DeviceState
 from autoshard.planners.packing import packable_many
 from autoshard.planners.step_costs import StepCosts
 from autoshard.planners.units import Unit
-from autoshard.types import CostModel, Topology
 
 
 class PlacementState:

@@ -8,8 +8,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from autoshard.costing import Accumulator
-from autoshard.errors import PlannerError
+from autoshard.core.costing import Accumulator
+from autoshard.core.errors import PlannerError
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.feasibility import no_room_error
 from autoshard.planners.placement import Chooser, PlacementState, prefetch_lookahead

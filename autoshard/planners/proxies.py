@@ -7,8 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from autoshard.costing import SetCostModel
-from autoshard.types import Table
+from autoshard.core.costing import SetCostModel
+from autoshard.core.types import Table
 
 Proxy = Callable[[Table], float]
 

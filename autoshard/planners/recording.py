@@ -13,12 +13,12 @@ from typing import Sequence
 
 import numpy as np
 
+from autoshard.core.types import Topology
 from autoshard.planners.device_state import DeviceState
 from autoshard.planners.placement import PlacementState
 from autoshard.planners.placing import CANDIDATES, candidates
 from autoshard.planners.step_costs import StepCosts
 from autoshard.planners.units import Unit
-from autoshard.types import Topology
 
 
 @dataclass(frozen=True, slots=True)

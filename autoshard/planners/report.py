@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from autoshard.model_error import DeviceErrors
-from autoshard.types import ShardingPlan, TableShard, Topology, Workload
+from autoshard.core.model_error import DeviceErrors
+from autoshard.core.types import ShardingPlan, TableShard, Topology, Workload
 
 
 def shard_label(shard: TableShard) -> str:

@@ -16,14 +16,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from autoshard.errors import PlannerError
-from autoshard.planners.local_search import REL_TOL, improve, lower_bound
+from autoshard.core.errors import PlannerError
+from autoshard.core.types import CostModel, Topology
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState
+from autoshard.planners.local_search import REL_TOL, improve, lower_bound
 from autoshard.planners.placement import Chooser, PlacementState
 from autoshard.planners.placing import place
 from autoshard.planners.units import Unit
-from autoshard.types import CostModel, Topology
 
 
 @dataclass(frozen=True, slots=True)

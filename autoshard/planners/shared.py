@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Hashable, Sequence
 
-from autoshard.planners.local_search import SearchRound
+from autoshard.core.types import CostModel, Topology, Workload
 from autoshard.planners.device_state import Assignment, DeviceState
+from autoshard.planners.local_search import SearchRound
+from autoshard.planners.recording import RecordedSteps
 from autoshard.planners.step_costs import StepCosts
 from autoshard.planners.task_units import TaskUnits
-from autoshard.planners.recording import RecordedSteps
 from autoshard.planners.units import Unit, model_costs
-from autoshard.types import CostModel, Topology, Workload
 
 
 @dataclass(frozen=True, slots=True)

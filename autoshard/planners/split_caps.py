@@ -8,12 +8,12 @@ import heapq
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from autoshard.errors import PlannerError
+from autoshard.core.errors import PlannerError
+from autoshard.core.types import Topology
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState, max_load
 from autoshard.planners.task_units import by_cost
 from autoshard.planners.units import Unit
-from autoshard.types import Topology
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from autoshard.core.types import Table, TableShard, Topology
 from autoshard.planners.units import CostFn, Unit
-from autoshard.types import Table, TableShard, Topology
 
 MIN_SHARD_WIDTH = 4
 

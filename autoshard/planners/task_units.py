@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from autoshard.errors import PlannerError
+from autoshard.core.errors import PlannerError
+from autoshard.core.types import TableShard, Topology, Workload
 from autoshard.planners.feasibility import check_feasible
 from autoshard.planners.splitting import split_units
 from autoshard.planners.units import CostFn, Unit
-from autoshard.types import TableShard, Topology, Workload
 
 
 def prepare_units(workload: Workload, topology: Topology, cost_fn: CostFn, allow_split: bool,

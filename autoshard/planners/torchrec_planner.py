@@ -17,10 +17,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterator
 
-from autoshard.errors import PlannerError, PlannerErrorKind
-from autoshard.planners.feasibility import FIX_DEVICES, FIX_MEMORY, FIX_SHRINK, FIX_SPLIT, check_feasible, fmt_bytes
+from autoshard.core.errors import PlannerError, PlannerErrorKind
+from autoshard.core.types import (
+    CostModel,
+    Optimizer,
+    ShardingPlan,
+    TableShard,
+    Topology,
+    Workload,
+)
+from autoshard.planners.feasibility import (
+    FIX_DEVICES,
+    FIX_MEMORY,
+    FIX_SHRINK,
+    FIX_SPLIT,
+    check_feasible,
+    fmt_bytes,
+)
 from autoshard.planners.units import Unit
-from autoshard.types import CostModel, Optimizer, ShardingPlan, TableShard, Topology, Workload
 
 if TYPE_CHECKING:
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
@@ -67,7 +81,7 @@ class TorchRecPlanner:
         self.compute_device = compute_device
         self.name = "torchrec" if compute_device == "cuda" else "torchrec_cpu"
         try:
-            from autoshard import torchrec_bridge
+            from autoshard.core import torchrec_bridge
         except (ImportError, OSError) as error:
             raise PlannerError(PlannerErrorKind.UNAVAILABLE,
                                f"TorchRec's planner needs torchrec, which does not import ({error})",
@@ -88,8 +102,12 @@ class TorchRecPlanner:
         from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
         from torchrec.distributed.planner import EmbeddingShardingPlanner
         from torchrec.distributed.planner import Topology as TorchRecTopology
-        from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
-        from torchrec.distributed.planner.types import PlannerError as TorchRecPlannerError
+        from torchrec.distributed.planner.storage_reservations import (
+            HeuristicalStorageReservation,
+        )
+        from torchrec.distributed.planner.types import (
+            PlannerError as TorchRecPlannerError,
+        )
 
         started = time.perf_counter()
         units = [Unit.of(TableShard(t), 0.0) for t in workload.tables]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from autoshard.types import CostModel, Table, TableShard
+from autoshard.core.types import CostModel, Table, TableShard
 
 CostFn = Callable[[Sequence[Table]], list[float]]
 """The cost of each table alone, in one batched call."""

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from autoshard.errors import InputError
+from autoshard.core.errors import InputError
+from autoshard.core.types import ShardingPlan, Topology, Workload
 from autoshard.planners.feasibility import fmt_bytes
-from autoshard.types import ShardingPlan, Topology, Workload
 
 
 def validate_plan(plan: ShardingPlan, workload: Workload, topology: Topology) -> None:

@@ -9,12 +9,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from autoshard.communication import CommunicationModel, WithCommunication
-from autoshard.costing import Accumulator
-from autoshard.errors import InputError, PlannerError
-from autoshard.evaluation import Task
+from autoshard.core.communication import CommunicationModel, WithCommunication
+from autoshard.core.costing import Accumulator
+from autoshard.core.errors import InputError, PlannerError
+from autoshard.core.task import Task
+from autoshard.core.types import CostModel, Topology
 from autoshard.planners.local_search import Round, improve, round_changes
-from autoshard.planners.placement import PlacementState, SET_SIZE_HEADROOM, unit_cap
+from autoshard.planners.placement import SET_SIZE_HEADROOM, PlacementState, unit_cap
 from autoshard.planners.placing import cheapest_after, place
 from autoshard.planners.step_costs import StepCosts
 from autoshard.planners.task_units import by_cost, prepare_units
@@ -22,7 +23,6 @@ from autoshard.planners.units import Unit, model_costs
 from autoshard.rl.observation import OBS_BOUND, observation_size, observe
 from autoshard.rl.repair import make, observe_repair, repair_mask
 from autoshard.rl.tasks import TaskDistribution, TaskSource
-from autoshard.types import CostModel, Topology
 
 DEAD_END_PENALTY = 2.0  # in units of the task's lower bound: worse than any finished plan's return
 
@@ -103,7 +103,7 @@ class ShardingEnv(gym.Env):
     """Place a task's tables on devices, one per step, scored by a cost model.
 
     **Task.** Each ``reset`` draws a workload and a topology with binding memory from ``tasks``
-    (``self.np_random``), or takes ``options["task"]`` (an ``autoshard.evaluation.Task``); a
+    (``self.np_random``), or takes ``options["task"]`` (an ``autoshard.core.task.Task``); a
     task of more devices than ``config.slots`` is an ``InputError``.
 
     **Order.** Units go largest predicted cost first (as cost_greedy places them): the big

@@ -18,8 +18,13 @@ import torch
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from torch import nn
 
-from autoshard.errors import ModelError
-from autoshard.rl.observation import DEVICE_FEATURES, GLOBAL_FEATURES, UNIT_FEATURES, Observations
+from autoshard.core.errors import ModelError
+from autoshard.rl.observation import (
+    DEVICE_FEATURES,
+    GLOBAL_FEATURES,
+    UNIT_FEATURES,
+    Observations,
+)
 
 POLICY_FILE = "policy.pt"
 FORMAT = "autoshard-policy-v1"

@@ -19,13 +19,25 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from autoshard.planners.local_search import Change, Round, SearchRound, apply_change, round_changes
+from autoshard.core.types import CostModel
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState
+from autoshard.planners.local_search import (
+    Change,
+    Round,
+    SearchRound,
+    apply_change,
+    round_changes,
+)
 from autoshard.planners.placement import cost_bound
-from autoshard.rl.observation import (GLOBAL_FEATURES, UNIT_FEATURES, Observation, Observations, device_rows,
-                                      first_lowest)
-from autoshard.types import CostModel
+from autoshard.rl.observation import (
+    GLOBAL_FEATURES,
+    UNIT_FEATURES,
+    Observation,
+    Observations,
+    device_rows,
+    first_lowest,
+)
 
 if TYPE_CHECKING:
     from autoshard.rl.policy import DevicePolicy

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Callable, Hashable, Sequence
 
 import numpy as np
 
-from autoshard.errors import PlannerError
+from autoshard.core.errors import PlannerError
 from autoshard.planners.placement import Chooser, PlacementState, first_alike
 from autoshard.planners.placing import CANDIDATES, candidates
 from autoshard.planners.recording import RecordedSteps, RecordingChooser

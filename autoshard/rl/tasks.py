@@ -9,10 +9,10 @@ from typing import Protocol
 
 import numpy as np
 
-from autoshard.errors import InputError
-from autoshard.evaluation import Task, memory_for
-from autoshard.synthetic import PoolConfig, generate_pool, sample_task
-from autoshard.types import Table, Topology
+from autoshard.core.errors import InputError
+from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
+from autoshard.core.task import Task, memory_for
+from autoshard.core.types import Table, Topology
 
 
 class TaskSource(Protocol):

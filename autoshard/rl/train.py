@@ -17,17 +17,22 @@ from typing import Callable
 
 import numpy as np
 
-from autoshard.communication import CommunicationModel
-from autoshard.errors import InputError, PlannerError
-from autoshard.evaluation import Task
+from autoshard.core.communication import CommunicationModel
+from autoshard.core.errors import InputError, PlannerError
+from autoshard.core.task import Task
+from autoshard.core.types import CostModel
 from autoshard.planners.placing import cheapest_after, place
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, priced, refined_max, start
 from autoshard.rl.imitation import clone, demonstrations
-from autoshard.rl.policy import POLICY_FILE, DevicePolicy, DeviceScoringPolicy, PolicyInfo
+from autoshard.rl.policy import (
+    POLICY_FILE,
+    DevicePolicy,
+    DeviceScoringPolicy,
+    PolicyInfo,
+)
 from autoshard.rl.repair import policy_repair
 from autoshard.rl.rollout import PolicyChooser
 from autoshard.rl.tasks import TaskDistribution
-from autoshard.types import CostModel
 
 CHECKPOINTS = "checkpoints"
 EVAL_LOG = "eval_log.csv"
@@ -119,7 +124,11 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
     accident: without ``resume`` it is an ``InputError`` unless ``fresh`` (discard it); a
     resumed run must have the settings it was started with (but ``steps``, the target)."""
     from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.callbacks import BaseCallback, CallbackList, CheckpointCallback
+    from stable_baselines3.common.callbacks import (
+        BaseCallback,
+        CallbackList,
+        CheckpointCallback,
+    )
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 

@@ -1,6 +1,6 @@
 """Measure the plans of an ``autoshard evaluate --json`` report on this machine's device, where
 the planners themselves cannot run (a GPU machine without TorchRec, say): every plan of every
-task, interleaved as ``evaluate --measure`` measures them (``cost_model.measure_plan``).
+task, interleaved as ``evaluate --measure`` measures them (``autoshard.evaluation.measure_plan``).
 
     python benchmarks/gpu/measure_report.py runs/gpu_plans/fp32/report.json --device cuda \\
         --mode embedding_bag --rounds 4 --out runs/gpu_measured.json
@@ -35,14 +35,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.evaluation import (Task, TaskResult, against_best_heuristic, against_held_out_heuristic,  # noqa: E402
-                                  suite_summary)
-from autoshard.measured_reports import shard_of  # noqa: E402
-from autoshard.planners import HEURISTICS  # noqa: E402
-from autoshard.planners.compare import Comparison  # noqa: E402
-from autoshard.stats import geomean, mad_sigma  # noqa: E402
-from autoshard.types import DevicePlan, MeasuredPlan, ShardingPlan  # noqa: E402
-from autoshard.workload_file import workload_from_dict  # noqa: E402
+from autoshard.core.stats import geomean, mad_sigma  # noqa: E402
+from autoshard.core.task import Task
+from autoshard.core.types import DevicePlan, MeasuredPlan, ShardingPlan  # noqa: E402
+from autoshard.core.workload_file import workload_from_dict  # noqa: E402
+from autoshard.evaluation.compare import Comparison  # noqa: E402
+from autoshard.evaluation.measured_reports import shard_of  # noqa: E402
+from autoshard.evaluation.registry import HEURISTICS  # noqa: E402
+from autoshard.evaluation.suite import (
+    TaskResult,
+    against_best_heuristic,
+    against_held_out_heuristic,
+    suite_summary,
+)
 
 
 def task_plans(task: dict) -> tuple[list[ShardingPlan], int]:
@@ -167,8 +172,8 @@ def main() -> None:
         if args.merged:
             args.merged.write_text(json.dumps(merged(measured, report)) + "\n")
         return
-    from cost_model.bench import BenchConfig
-    from cost_model.measure_plan import measure_plans
+    from autoshard.evaluation.measure_plan import measure_plans
+    from cost_model.bench.harness import BenchConfig
     from cost_model.profile import ExecutionMode
 
     started = time.monotonic()

@@ -30,8 +30,8 @@ from autoshard.cli.cost import ADAPT_LEARNING_RATE, ADAPT_MAX_EPOCHS, ADAPT_PATI
 from autoshard.cli.support import one_thread  # noqa: E402
 from cost_model.checkpoint import load_cost_model  # noqa: E402
 from cost_model.dataset import every_set, make_splits  # noqa: E402
-from cost_model.evaluate import predict_labelled, scores  # noqa: E402
-from cost_model.traces import read_traces  # noqa: E402
+from cost_model.accuracy import predict_labelled, scores  # noqa: E402
+from cost_model.traces.store import read_traces  # noqa: E402
 from cost_model.train import TrainConfig, train_cost_model  # noqa: E402
 
 

@@ -39,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     root = Path.cwd()
     sys.path.insert(0, str(root))
-    from autoshard.workload_file import workload_to_dict
+    from autoshard.core.workload_file import workload_to_dict
 
     server, url = start_service(root, root / "data" / "models")
     try:

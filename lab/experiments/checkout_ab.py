@@ -31,11 +31,12 @@ def plan_all(planner: str, profile_dir: Path) -> list[tuple[str, int, float, flo
     import numpy as np
 
     from autoshard.cli.support import load_profile_or_exit, one_thread
-    from autoshard.communication import WithCommunication
-    from autoshard.evaluation import memory_for
-    from autoshard.planners import PlannerContext, make_planner
-    from autoshard.synthetic import PoolConfig, generate_pool, sample_task
-    from autoshard.types import Topology
+    from autoshard.core.communication import WithCommunication
+    from autoshard.core.task import memory_for
+    from autoshard.planners.context import PlannerContext
+    from autoshard.evaluation.registry import make_planner
+    from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
+    from autoshard.core.types import Topology
 
     one_thread()
     profile = load_profile_or_exit(profile_dir)

@@ -8,7 +8,7 @@ then both plans are measured interleaved in one ``measure_plans`` (compute only,
     python benchmarks/checkout_plans_measured.py --base /tmp/base --tasks grid80x16,grid20x32 \
         --model data/models/cpu-amd-epyc-f25m17-fbgemm_tbe-t1 --rounds 6 --out runs/ab.json
 
-Tasks are named as in the held-out grid (``autoshard.rl.grid``) or the default suite. Both
+Tasks are named as in the held-out grid (``autoshard.evaluation.grid``) or the default suite. Both
 checkouts plan with the product's defaults. Set the harness's allocator settings in the
 environment (docs/traces.md).
 """
@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def tasks_named(names: list[str]) -> list:
-    from autoshard.evaluation import load_suite
-    from autoshard.rl.grid import GridConfig, grid_tasks
+    from autoshard.core.task import load_suite
+    from autoshard.evaluation.grid import GridConfig, grid_tasks
 
     known = {t.name: t for t in [*grid_tasks(GridConfig()), *load_suite("default")[1]]}
     missing = [n for n in names if n not in known]
@@ -41,7 +41,8 @@ def tasks_named(names: list[str]) -> list:
 def plan_all(planner: str, model: Path, names: list[str], out: Path) -> None:
     """Plan the named tasks with this process's checkout; pickle the plans to ``out``."""
     from autoshard.cli.support import measuring_profile
-    from autoshard.planners import PlannerContext, make_planner
+    from autoshard.planners.context import PlannerContext
+    from autoshard.evaluation.registry import make_planner
 
     loaded = measuring_profile(model)
     planned = make_planner(planner, PlannerContext(loaded.model, loaded.policy))
@@ -62,9 +63,9 @@ def main() -> None:
     if args.plan_only:
         return plan_all(args.planner, args.model, names, args.plan_only)
     sys.path.insert(0, str(ROOT))
-    from autoshard.stats import verdict
-    from cost_model.bench import BenchConfig
-    from cost_model.measure_plan import measure_plans
+    from autoshard.core.stats import verdict
+    from cost_model.bench.harness import BenchConfig
+    from autoshard.evaluation.measure_plan import measure_plans
     from cost_model.profile import default_mode
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -11,7 +11,7 @@ pessimistically (mean + k x spread) and a search would stop finding the model's 
 Splits: (b) unseen tables and (c) plan sets with the documented ``cost eval`` traces
 (docs/cost_model.md, "Results"), held-out Criteo-like plans (``plans-one-hot-test``) and the
 second fresh pool (the headline). For the plan splits, also how often ``mean x exp(k x spread)``
-names the faster of two plans (``cost_model.evaluate.plan_choices``).
+names the faster of two plans (``cost_model.accuracy.plan_choices``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from autoshard.cli.cost import read_all  # noqa: E402
 from cost_model.checkpoint import load_cost_model  # noqa: E402
 from cost_model.dataset import Labelled, every_set, make_splits  # noqa: E402
-from cost_model.evaluate import mape, plan_choices, predict_labelled  # noqa: E402
+from cost_model.accuracy import mape, plan_choices, predict_labelled  # noqa: E402
 
 T = ROOT / "data" / "traces" / "cpu-amd-epyc-fbgemm_tbe-t1"
 SIZE_BUCKETS = ((1, 4), (5, 10), (11, 20), (21, 40), (41, 200))

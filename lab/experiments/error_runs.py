@@ -31,12 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
-from autoshard.evaluation import load_suite  # noqa: E402
-from autoshard.model_error import centred  # noqa: E402
-from autoshard.planners import PlannerContext  # noqa: E402
-from autoshard.planners.compare import compare_planners  # noqa: E402
-from autoshard.stats import mad_sigma  # noqa: E402
-from autoshard.types import Table  # noqa: E402
+from autoshard.core.task import load_suite  # noqa: E402
+from autoshard.core.model_error import centred  # noqa: E402
+from autoshard.planners.context import PlannerContext  # noqa: E402
+from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.core.stats import mad_sigma  # noqa: E402
+from autoshard.core.types import Table  # noqa: E402
 
 SUITES = ("default", ROOT / "autoshard" / "suites" / "rl_grid.json")
 SetKey = tuple[str, tuple[str, ...]]

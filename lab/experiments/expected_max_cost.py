@@ -17,10 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from autoshard.cli.support import one_thread  # noqa: E402
-from autoshard.planners import PlannerContext, plans_report  # noqa: E402
-from autoshard.planners.compare import compare_planners  # noqa: E402
-from autoshard.workload_file import topology_from_dict, workload_from_dict  # noqa: E402
-from service.models import load_models  # noqa: E402
+from autoshard.planners.context import PlannerContext  # noqa: E402
+from autoshard.planners.report import plans_report
+from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.core.workload_file import topology_from_dict, workload_from_dict  # noqa: E402
+from autoshard.profiles import load_models  # noqa: E402
 from service_support import plan_body  # noqa: E402
 
 PLANNERS = ["random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy",

@@ -24,15 +24,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import DEFAULT_MODEL, ensure_malloc_settings, load_profile_or_exit, one_thread  # noqa: E402
-from autoshard.communication import WithCommunication  # noqa: E402
-from autoshard.evaluation import memory_for  # noqa: E402
+from autoshard.core.communication import WithCommunication  # noqa: E402
+from autoshard.core.task import memory_for  # noqa: E402
 from autoshard.planners.placement import PlacementState, place_workload  # noqa: E402
 from autoshard.planners.placing import cheapest_after
 from autoshard.planners.task_units import TaskUnits
 from autoshard.planners.units import model_costs  # noqa: E402
-from autoshard.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
-from autoshard.types import Topology  # noqa: E402
-from cost_model.bench import BenchConfig, measure  # noqa: E402
+from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
+from autoshard.core.types import Topology  # noqa: E402
+from cost_model.bench.harness import BenchConfig, measure  # noqa: E402
 
 
 def main() -> None:

@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import one_thread  # noqa: E402
-from autoshard.communication import CommunicationModel, WithCommunication  # noqa: E402
-from autoshard.planners.compare import compare_planners  # noqa: E402
+from autoshard.core.communication import CommunicationModel, WithCommunication  # noqa: E402
+from autoshard.evaluation.compare import compare_planners  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planners.local_search import improve  # noqa: E402
 from autoshard.planners.deadline import Deadline
@@ -41,11 +41,11 @@ from autoshard.planners.placing import candidates
 from autoshard.planners.shared import SharedWork  # noqa: E402
 from autoshard.planners.units import model_costs  # noqa: E402
 from autoshard.rl.env import guarded_state  # noqa: E402
-from autoshard.rl.grid import GridConfig, grid_tasks  # noqa: E402
+from autoshard.evaluation.grid import GridConfig, grid_tasks  # noqa: E402
 from autoshard.rl.observation import observe_many  # noqa: E402
 from autoshard.rl.policy import DevicePolicy  # noqa: E402
-from autoshard.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
-from autoshard.types import Topology  # noqa: E402
+from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
+from autoshard.core.types import Topology  # noqa: E402
 from cost_model.checkpoint import load_cost_model  # noqa: E402
 
 PROFILE = ROOT / "data" / "models" / "cpu-amd-epyc-fbgemm_tbe-t1"
@@ -137,8 +137,8 @@ def main() -> None:
                "forks_ratio": None if forked is None else forked.max_cost_ms / cg.max_cost_ms,
                "forks_s": None if forked is None else forked.plan_time_s}
         if measure and forked is not None:
-            from cost_model.bench import BenchConfig
-            from cost_model.measure_plan import measure_plans
+            from cost_model.bench.harness import BenchConfig
+            from autoshard.evaluation.measure_plan import measure_plans
             from cost_model.profile import default_mode
 
             measured = measure_plans([cg, forked], workload.batch_size, BenchConfig(mode=default_mode()),

@@ -39,7 +39,7 @@ def main() -> None:
     import request_cpu
 
     from cost_model import accumulator
-    from service.models import load_models
+    from autoshard.profiles import load_models
 
     calls: list[int] = []
     log_total = accumulator.SplitHead.log_total

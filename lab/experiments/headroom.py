@@ -28,12 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import one_thread  # noqa: E402
-from autoshard.communication import WithCommunication  # noqa: E402
-from autoshard.evaluation import load_suite  # noqa: E402
-from autoshard.planners import PlannerContext  # noqa: E402
-from autoshard.planners.compare import compare_planners  # noqa: E402
-from autoshard.rl.grid import GridConfig, grid_tasks  # noqa: E402
-from service.models import load_models  # noqa: E402
+from autoshard.core.communication import WithCommunication  # noqa: E402
+from autoshard.core.task import load_suite  # noqa: E402
+from autoshard.planners.context import PlannerContext  # noqa: E402
+from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.evaluation.grid import GridConfig, grid_tasks  # noqa: E402
+from autoshard.profiles import load_models  # noqa: E402
 
 
 def headroom_rows(tasks, loaded) -> list[dict]:

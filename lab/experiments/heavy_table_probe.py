@@ -20,9 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.presets import load_preset  # noqa: E402
-from autoshard.types import TableShard  # noqa: E402
-from cost_model.bench import BenchConfig, measure  # noqa: E402
+from autoshard.core.presets import load_preset  # noqa: E402
+from autoshard.core.types import TableShard  # noqa: E402
+from cost_model.bench.harness import BenchConfig, measure  # noqa: E402
 from cost_model.checkpoint import load_cost_model  # noqa: E402
 
 

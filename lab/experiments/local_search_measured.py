@@ -31,13 +31,13 @@ sys.path.insert(0, str(ROOT))
 
 import autoshard.planners.local_search as local_search  # noqa: E402
 from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
-from autoshard.evaluation import Task, load_suite, memory_for  # noqa: E402
+from autoshard.core.task import Task, load_suite, memory_for  # noqa: E402
 from autoshard.planners.cost_greedy import CostGreedyPlanner  # noqa: E402
-from autoshard.rl.grid import GridConfig, grid_tasks  # noqa: E402
-from autoshard.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
-from autoshard.types import ShardingPlan, Topology  # noqa: E402
-from cost_model.bench import BenchConfig  # noqa: E402
-from cost_model.measure_plan import measure_plans  # noqa: E402
+from autoshard.evaluation.grid import GridConfig, grid_tasks  # noqa: E402
+from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
+from autoshard.core.types import ShardingPlan, Topology  # noqa: E402
+from cost_model.bench.harness import BenchConfig  # noqa: E402
+from autoshard.evaluation.measure_plan import measure_plans  # noqa: E402
 from cost_model.profile import default_mode  # noqa: E402
 
 SUITE_TASKS = ("syn80_s1", "syn80_s2", "syn80_s3", "criteo_kaggle", "criteo_kaggle_b8192", "syn80x4")

@@ -37,13 +37,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
-from autoshard.evaluation import load_suite  # noqa: E402
-from autoshard.planners import PlannerContext  # noqa: E402
-from autoshard.planners.compare import compare_planners  # noqa: E402
-from autoshard.types import ShardingPlan  # noqa: E402
-from cost_model.bench import BenchConfig, measure  # noqa: E402
+from autoshard.core.task import load_suite  # noqa: E402
+from autoshard.planners.context import PlannerContext  # noqa: E402
+from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.core.types import ShardingPlan  # noqa: E402
+from cost_model.bench.harness import BenchConfig, measure  # noqa: E402
 from cost_model.checkpoint import load_cost_model  # noqa: E402
-from cost_model.measure_plan import measure_plans  # noqa: E402
+from autoshard.evaluation.measure_plan import measure_plans  # noqa: E402
 from cost_model.profile import default_mode  # noqa: E402
 
 HEURISTICS = ("round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
@@ -80,7 +80,7 @@ def how_right(records: list[dict]) -> dict[str, dict[str, float]]:
 
 def anchor_sets(path: Path, count: int) -> list:
     """``count`` seeded sets of at most ``ANCHOR_TABLES`` tables of the trace file ``path``."""
-    from cost_model.traces import read_traces
+    from cost_model.traces.store import read_traces
 
     small = [s for s in read_traces(path).sets() if len(s.tables) <= ANCHOR_TABLES]
     return [small[i] for i in np.random.default_rng(0).choice(len(small), min(count, len(small)), replace=False)]

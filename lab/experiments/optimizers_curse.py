@@ -4,7 +4,7 @@
 A planner balances the predicted costs of its devices, so the slowest device of its plan is one
 of many near the max, and the model's error on each of them lifts the measured max above the
 predicted one; a heuristic's plan has one device well above the others, and the error moves its
-max less (``autoshard.model_error``). This script asks whether that error, and nothing else,
+max less (``autoshard.core.model_error``). This script asks whether that error, and nothing else,
 explains the gap between the predicted and the measured ratios of cost_greedy to the best
 heuristic in earlier reports:
 
@@ -41,10 +41,11 @@ sys.path.insert(0, str(ROOT))
 def replanned(report: dict, profile) -> tuple[list, list[str]]:
     """The report's measured tasks as ``TaskResult``s of this checkout's plans (those alike the
     report's), and what was skipped."""
-    from autoshard.evaluation import Task, TaskResult, load_suite
-    from autoshard.planners import PlannerContext
-    from autoshard.planners.compare import compare_planners
-    from cost_model.measure_plan import MeasuredPlan
+    from autoshard.core.task import Task, load_suite
+    from autoshard.evaluation.suite import TaskResult
+    from autoshard.planners.context import PlannerContext
+    from autoshard.evaluation.compare import compare_planners
+    from autoshard.evaluation.measure_plan import MeasuredPlan
 
     settings = report.get("settings", {})
     if settings.get("communication", True):
@@ -74,8 +75,8 @@ def plan_pairs(results: list) -> list[tuple[float, float, float]]:
     """Per task, every pair of its distinct measured plans: the ratios of their predicted maxima,
     of their expected maxima (under the other tasks' device errors, as ``evaluate`` expects) and
     of their measured maxima."""
-    from autoshard.evaluation import task_device_errors
-    from autoshard.model_error import expected_max
+    from autoshard.evaluation.suite import task_device_errors
+    from autoshard.core.model_error import expected_max
 
     errors = [task_device_errors(r) for r in results]
     pairs = []
@@ -118,8 +119,8 @@ def main() -> None:
     from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
     from scipy.stats import theilslopes
 
-    from autoshard.evaluation import expected_against_best_heuristic, task_device_costs, task_device_errors
-    from autoshard.stats import geomean
+    from autoshard.evaluation.suite import expected_against_best_heuristic, task_device_costs, task_device_errors
+    from autoshard.core.stats import geomean
 
     one_thread()
     profile = load_profile_or_exit(DEFAULT_MODEL)

@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
-from autoshard.types import Optimizer, Table  # noqa: E402
-from cost_model.bench import BenchConfig, measure  # noqa: E402
+from autoshard.core.types import Optimizer, Table  # noqa: E402
+from cost_model.bench.harness import BenchConfig, measure  # noqa: E402
 from cost_model.profile import default_mode, malloc_settings_active  # noqa: E402
 
 BATCH, ROUNDS = 4096, 5

@@ -35,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.stats import mad_sigma  # noqa: E402
+from autoshard.core.stats import mad_sigma  # noqa: E402
 
 TASKS = ("syn80_s1", "syn80_s2", "syn80_s3", "syn80x4")
 
@@ -44,9 +44,9 @@ def device_sets(limit: int) -> tuple[list[list], int]:
     """``limit`` distinct device sets (as tables) of the suite's 80-table tasks, of the
     heuristics' and cost_greedy's plans; and the batch size."""
     from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
-    from autoshard.evaluation import load_suite
-    from autoshard.planners import PlannerContext
-    from autoshard.planners.compare import compare_planners
+    from autoshard.core.task import load_suite
+    from autoshard.planners.context import PlannerContext
+    from autoshard.evaluation.compare import compare_planners
 
     one_thread()
     profile = load_profile_or_exit(DEFAULT_MODEL)
@@ -72,8 +72,8 @@ def device_sets(limit: int) -> tuple[list[list], int]:
 def worker(path: Path, rounds: int) -> None:
     """Measure every set of the pickle at ``path`` for ``rounds`` rounds; print [round][set] ms."""
     from autoshard.cli.support import one_thread
-    from cost_model.bench import BenchConfig, measure
-    from cost_model.measure_plan import MIN_DEVICE_MS
+    from cost_model.bench.harness import BenchConfig, measure
+    from autoshard.evaluation.measure_plan import MIN_DEVICE_MS
 
     one_thread()
     sets, batch = pickle.loads(path.read_bytes())

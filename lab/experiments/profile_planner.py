@@ -63,11 +63,12 @@ def main() -> None:
     import numpy as np
 
     from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
-    from autoshard.communication import WithCommunication
-    from autoshard.evaluation import memory_for
-    from autoshard.planners import PlannerContext, make_planner
-    from autoshard.synthetic import PoolConfig, generate_pool, sample_task
-    from autoshard.types import Topology
+    from autoshard.core.communication import WithCommunication
+    from autoshard.core.task import memory_for
+    from autoshard.planners.context import PlannerContext
+    from autoshard.evaluation.registry import make_planner
+    from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
+    from autoshard.core.types import Topology
 
     one_thread()
     profile = load_profile_or_exit(DEFAULT_MODEL)

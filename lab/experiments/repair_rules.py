@@ -28,7 +28,7 @@ from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_threa
 from autoshard.planners import local_search  # noqa: E402
 from autoshard.planners.cost_greedy import greedy_placement  # noqa: E402
 from autoshard.rl.env import priced  # noqa: E402
-from autoshard.rl.grid import GridConfig, grid_tasks  # noqa: E402
+from autoshard.evaluation.grid import GridConfig, grid_tasks  # noqa: E402
 from autoshard.rl.observation import DEVICE_FEATURES  # noqa: E402
 from autoshard.rl.policy import CONTEXT, ROW, DevicePolicy, PolicyInfo  # noqa: E402
 from autoshard.rl.repair import policy_repair  # noqa: E402

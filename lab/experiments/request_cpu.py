@@ -48,8 +48,8 @@ def planning(checkout: Path, models: Path) -> Planning:
     as a planning worker loads them."""
     sys.path.insert(0, str(checkout))
     from autoshard.cli.support import one_thread
-    from autoshard.workload_file import topology_from_dict, workload_from_dict
-    from service.models import load_models
+    from autoshard.core.workload_file import topology_from_dict, workload_from_dict
+    from autoshard.profiles import load_models
     from service.routers.plans import _task_groups
     from service.state import planner_catalog
     from service.tasks import PlannerTask, run_task

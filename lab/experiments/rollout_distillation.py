@@ -30,13 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread  # noqa: E402
-from autoshard.errors import PlannerError  # noqa: E402
-from autoshard.planners.compare import compare_planners  # noqa: E402
+from autoshard.core.errors import PlannerError  # noqa: E402
+from autoshard.evaluation.compare import compare_planners  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planners.placement import place  # noqa: E402
 from autoshard.planners.placing import cheapest_after
 from autoshard.rl.env import EnvConfig, ShardingEnv, start  # noqa: E402
-from autoshard.rl.grid import GridConfig, grid_tasks  # noqa: E402
+from autoshard.evaluation.grid import GridConfig, grid_tasks  # noqa: E402
 from autoshard.rl.imitation import Expert, clone, demonstrations, greedy_expert  # noqa: E402
 from autoshard.rl.policy import DevicePolicy, DeviceScoringPolicy  # noqa: E402
 from autoshard.rl.tasks import TaskDistribution  # noqa: E402

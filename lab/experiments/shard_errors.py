@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.measured_reports import measured_device_sets  # noqa: E402
-from autoshard.stats import mad_sigma  # noqa: E402
+from autoshard.evaluation.measured_reports import measured_device_sets  # noqa: E402
+from autoshard.core.stats import mad_sigma  # noqa: E402
 
 Errors = dict[str, dict[str, list[float]]]  # task -> {"whole" | "shards": [log(measured / predicted), ...]}
 

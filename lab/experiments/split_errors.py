@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from cost_model.checkpoint import load_cost_model  # noqa: E402
 from cost_model.dataset import make_splits  # noqa: E402
-from cost_model.traces import merge_traces, read_traces  # noqa: E402
+from cost_model.traces.store import merge_traces, read_traces  # noqa: E402
 
 
 def main() -> None:

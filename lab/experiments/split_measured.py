@@ -31,13 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import DEFAULT_MODEL, measuring_profile  # noqa: E402
-from autoshard.evaluation import load_suite  # noqa: E402
-from autoshard.planners import HEURISTICS, PlannerContext  # noqa: E402
-from autoshard.planners.compare import compare_planners  # noqa: E402
-from autoshard.stats import geomean, ratio_ci95, verdict  # noqa: E402
-from autoshard.types import MeasuredPlan  # noqa: E402
-from cost_model.bench import BenchConfig  # noqa: E402
-from cost_model.measure_plan import measure_plans  # noqa: E402
+from autoshard.core.task import load_suite  # noqa: E402
+from autoshard.evaluation.registry import HEURISTICS  # noqa: E402
+from autoshard.planners.context import PlannerContext
+from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.core.stats import geomean, ratio_ci95, verdict  # noqa: E402
+from autoshard.core.types import MeasuredPlan  # noqa: E402
+from cost_model.bench.harness import BenchConfig  # noqa: E402
+from autoshard.evaluation.measure_plan import measure_plans  # noqa: E402
 from cost_model.profile import default_mode  # noqa: E402
 
 SPLIT = " split"

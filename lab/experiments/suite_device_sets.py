@@ -27,9 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
-from autoshard.evaluation import load_suite  # noqa: E402
-from autoshard.planners import PlannerContext, make_planner  # noqa: E402
-from autoshard.stats import mad_sigma  # noqa: E402
+from autoshard.core.task import load_suite  # noqa: E402
+from autoshard.planners.context import PlannerContext  # noqa: E402
+from autoshard.evaluation.registry import make_planner
+from autoshard.core.stats import mad_sigma  # noqa: E402
 from cost_model.checkpoint import load_cost_model  # noqa: E402
 
 PLANNERS = ("cost_greedy", "rl+refine", "rl", "size_lookup_greedy", "lookup_greedy", "dim_greedy", "round_robin")

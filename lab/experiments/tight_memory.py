@@ -24,7 +24,7 @@ import numpy as np
 
 
 def workload(tables: int, seed: int):
-    from autoshard.types import Table, Workload
+    from autoshard.core.types import Table, Workload
 
     rng = np.random.default_rng(seed)
     return Workload(tuple(Table(f"t{i}", int(10 ** rng.uniform(2, 8.5)), int(rng.choice([8, 16, 64, 128, 256])),
@@ -45,8 +45,9 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, os.getcwd())
     from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
-    from autoshard.planners import PlannerContext, make_planner
-    from autoshard.types import GIB, Topology
+    from autoshard.planners.context import PlannerContext
+    from autoshard.evaluation.registry import make_planner
+    from autoshard.core.types import GIB, Topology
 
     one_thread()
     profile = load_profile_or_exit(DEFAULT_MODEL)

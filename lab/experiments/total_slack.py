@@ -33,16 +33,16 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from load_test import Config, request_body  # noqa: E402
 
-import autoshard.planners.rl as rl  # noqa: E402
+import autoshard.rl.planners as rl  # noqa: E402
 from autoshard.cli.support import one_thread  # noqa: E402
-from autoshard.evaluation import load_suite, memory_for  # noqa: E402
-from autoshard.planners import PlannerContext  # noqa: E402
-from autoshard.planners.compare import compare_planners  # noqa: E402
-from autoshard.rl.grid import GridConfig, grid_tasks  # noqa: E402
-from autoshard.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
-from autoshard.types import Topology  # noqa: E402
-from autoshard.workload_file import topology_from_dict, workload_from_dict  # noqa: E402
-from service.models import load_models  # noqa: E402
+from autoshard.core.task import load_suite, memory_for  # noqa: E402
+from autoshard.planners.context import PlannerContext  # noqa: E402
+from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.evaluation.grid import GridConfig, grid_tasks  # noqa: E402
+from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
+from autoshard.core.types import Topology  # noqa: E402
+from autoshard.core.workload_file import topology_from_dict, workload_from_dict  # noqa: E402
+from autoshard.profiles import load_models  # noqa: E402
 
 PLANNERS = ("random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy",
             "cost_greedy", "rl", "rl+refine")

@@ -8,24 +8,24 @@ from typing import Annotated, Any, Sequence
 
 from fastapi import APIRouter, Query, Request, Response
 
-from autoshard.errors import InputError, PlannerError, PlannerErrorKind
-from autoshard.planners.task_units import prepare_units
-from autoshard.planners.proxies import size_proxy
+from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.core.types import Topology, Workload
+from autoshard.evaluation.registry import HEURISTICS
 from autoshard.planners.context import PlannerContext, PlannerKind
-from autoshard.planners.registry import HEURISTICS
+from autoshard.planners.proxies import size_proxy
 from autoshard.planners.report import plans_report
+from autoshard.planners.task_units import prepare_units
 from autoshard.planners.units import proxy_costs
-from autoshard.types import Topology, Workload
+from autoshard.profiles import LoadedModel
 from service.deps import StateDep
 from service.errors import PlanningTimeout, infeasible_error, input_error_at
 from service.inputs import check_inputs, parse_body, resolve_profile
-from service.models import LoadedModel
 from service.plan_cache import Answer
 from service.planning import PlanningOutcome, PlanningUnavailable
-from service.tasks import PlannerTask
 from service.schemas.requests import Format, PlanRequest
 from service.schemas.responses import ErrorResponse, PlanResponse
 from service.state import ServiceState
+from service.tasks import PlannerTask
 
 PROXY_UNIT = "proxy: dim x pooling summed per device (no cost model)"
 
@@ -142,7 +142,7 @@ def _send(state: ServiceState, answer: Answer, source: str, arrived: float) -> R
 
 def _check_torchrec() -> None:
     try:
-        import autoshard.torchrec_bridge  # noqa: F401
+        import autoshard.core.torchrec_bridge  # noqa: F401
     except (ImportError, OSError) as error:
         raise PlannerError(PlannerErrorKind.UNAVAILABLE,
                            f"format=torchrec needs torchrec, which this service cannot import ({error})",

@@ -7,10 +7,15 @@ from dataclasses import asdict
 
 from fastapi import APIRouter
 
+from autoshard.core.model_error import DEVICE_ERRORS_FILE
+from autoshard.profiles import CHECKPOINT, POLICY_FILE
 from service.deps import StateDep
-from autoshard.model_error import DEVICE_ERRORS_FILE
-from service.models import CHECKPOINT, POLICY_FILE
-from service.schemas.responses import ArtifactOut, ErrorResponse, ProfileOut, ProfilesResponse
+from service.schemas.responses import (
+    ArtifactOut,
+    ErrorResponse,
+    ProfileOut,
+    ProfilesResponse,
+)
 
 router = APIRouter(tags=["profiles"])
 

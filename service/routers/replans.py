@@ -9,9 +9,9 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from autoshard.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.core.types import Topology, Workload
 from autoshard.planners.incremental import CurrentPlacement, MoveBudget
-from autoshard.types import Topology, Workload
 from service.deps import StateDep
 from service.errors import FieldError, PlanningTimeout, infeasible_error, input_error_at
 from service.inputs import check_inputs, parse_body, resolve_profile

@@ -2,7 +2,7 @@
 
 These models describe the shape of a request (types, defaults, documentation, examples). The
 rules a value must follow (rows >= 1, a pooling factor > 0, unique table names...) are enforced
-in one place, ``autoshard.types`` via ``autoshard.workload_file``, which the route applies to the
+in one place, ``autoshard.core.types`` via ``autoshard.core.workload_file``, which the route applies to the
 parsed body; ``_doc`` only shows them in the OpenAPI schema (pydantic does not check them). The
 upper bounds (``le=``) are the service's own guards, checked here, so that no value can overflow
 a float or a tensor size.
@@ -15,8 +15,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoshard.types import (MAX_BATCH, MAX_DEVICE_GB, MAX_DEVICES, MAX_DIM, MAX_POOLING, MAX_ROWS, MAX_ZIPF_ALPHA,
-                             Optimizer, Table, Workload)
+from autoshard.core.types import (
+    MAX_BATCH,
+    MAX_DEVICE_GB,
+    MAX_DEVICES,
+    MAX_DIM,
+    MAX_POOLING,
+    MAX_ROWS,
+    MAX_ZIPF_ALPHA,
+    Optimizer,
+    Table,
+    Workload,
+)
 
 _TABLE_DEFAULTS = {f.name: f.default for f in fields(Table) if f.default is not MISSING}
 _WORKLOAD_DEFAULTS = {f.name: f.default for f in fields(Workload) if f.default is not MISSING}
@@ -28,7 +38,7 @@ _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 def _doc(**constraints: Any) -> dict[str, Any]:
     """JSON-schema constraints shown in the docs (and to generated clients), enforced by
-    ``autoshard.types``, not by pydantic."""
+    ``autoshard.core.types``, not by pydantic."""
     return {"json_schema_extra": constraints}
 
 EXAMPLE_TABLES = [
@@ -103,7 +113,7 @@ class WorkloadIn(BaseModel):
 
     def to_file_dict(self) -> dict[str, Any]:
         """The workload file dict, with only the fields the client sent (defaults come from
-        ``autoshard.types``)."""
+        ``autoshard.core.types``)."""
         return self.model_dump(mode="json", exclude_unset=True)
 
 

@@ -1,0 +1,154 @@
+"""The all-to-all of pooled embeddings, added to each device's compute cost.
+
+With table-wise (or column-wise) sharding, the device holding a table computes its pooled
+output for the whole batch and sends it to the ranks that own the samples; backward sends the
+gradients back. Per device and iteration, with batch B, the device's (shard) dims d_t, 4-byte
+outputs and D devices::
+
+    bytes  = 2 * B * sum(d_t) * 4 * (D - 1) / D          (forward outputs + backward gradients)
+    comm_ms = 2 * latency_ms + bytes / (bandwidth_gbps * 1e6)
+
+``bandwidth_gbps`` is the measured all-to-all bandwidth per device in GB/s (1e9 bytes/s) and
+``latency_ms`` the cost of one all-to-all of no data; `autoshard bench comm` measures both on
+this machine's ranks and writes them next to the cost model (``communication.json``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from autoshard.core.costing import (
+    Accumulator,
+    EditBatch,
+    Edits,
+    EditScorer,
+    SetCostModel,
+)
+from autoshard.core.errors import InputError
+from autoshard.core.types import CostModel, Table, Workload
+
+COMMUNICATION_FILE = "communication.json"
+
+
+@dataclass(frozen=True, slots=True)
+class CommunicationModel:
+    bandwidth_gbps: float
+    latency_ms: float
+    measured_on: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth_gbps > 0:
+            raise InputError("bandwidth_gbps", f"must be > 0, got {self.bandwidth_gbps}")
+        if not self.latency_ms >= 0:
+            raise InputError("latency_ms", f"must be >= 0, got {self.latency_ms}")
+
+    def bytes(self, dims: int, batch_size: int, num_devices: int) -> float:
+        return 2.0 * batch_size * dims * 4 * (num_devices - 1) / num_devices
+
+    def cost_ms(self, tables: Sequence[Table], batch_size: int, num_devices: int) -> float:
+        return self.cost_ms_of(sum(t.embedding_dim for t in tables), len(tables), batch_size, num_devices)
+
+    def cost_ms_of(self, dims: int, count: int, batch_size: int, num_devices: int) -> float:
+        """The cost of a device holding ``count`` tables (shards) of ``dims`` columns in all."""
+        if num_devices <= 1 or count == 0:
+            return 0.0
+        return 2 * self.latency_ms + self.bytes(dims, batch_size, num_devices) / (self.bandwidth_gbps * 1e6)
+
+    def cost_ms_many(self, dims: np.ndarray, count: np.ndarray, batch_size: int, num_devices: int) -> np.ndarray:
+        """``cost_ms_of`` of many devices at once (arrays of their dims and table counts)."""
+        if num_devices <= 1:
+            return np.zeros(len(dims))
+        cost = 2 * self.latency_ms + self.bytes(1, batch_size, num_devices) * dims / (self.bandwidth_gbps * 1e6)
+        return np.where(count > 0, cost, 0.0)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> "CommunicationModel":
+        try:
+            data = json.loads(path.read_text())
+            return cls(float(data["bandwidth_gbps"]), float(data["latency_ms"]), str(data.get("measured_on", "")))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise InputError("communication", f"{path} is not a communication model ({error})",
+                             "re-measure it with `autoshard bench comm`") from None
+
+
+class WithCommunication(SetCostModel):
+    """A cost model plus the all-to-all cost of each device's set, for ``num_devices`` devices."""
+
+    def __init__(self, compute: CostModel, communication: CommunicationModel, num_devices: int) -> None:
+        self.compute, self.communication, self.num_devices = compute, communication, num_devices
+        self.max_set_size = compute.max_set_size
+
+    def _comm(self, tables: Sequence[Table], batch_size: int) -> float:
+        return self.communication.cost_ms(tables, batch_size, self.num_devices)
+
+    def check_workload(self, workload: Workload, max_tables_per_device: int | None = None) -> tuple[str, ...]:
+        return self.compute.check_workload(workload, max_tables_per_device)
+
+    def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
+        compute = self.compute.predict_many(table_sets, batch_size)
+        return [c + self._comm(s, batch_size) for c, s in zip(compute, table_sets)]
+
+    def accumulator(self, num_sets: int, batch_size: int) -> "_CommAccumulator":
+        return _CommAccumulator(self.compute.accumulator(num_sets, batch_size), self, num_sets, batch_size)
+
+    def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Edits, batch_size: int) -> list[float]:
+        return self.edit_scorer(base_sets, batch_size).predict(edits).tolist()
+
+    def edit_scorer(self, base_sets: Sequence[Sequence[Table]], batch_size: int) -> "_CommEdits":
+        return _CommEdits(self.compute.edit_scorer(base_sets, batch_size), self, base_sets, batch_size)
+
+
+class _CommEdits:
+    """The compute model's edit scorer plus each edited set's all-to-all (additive in its dims)."""
+
+    def __init__(self, compute: EditScorer, model: WithCommunication, base_sets: Sequence[Sequence[Table]],
+                 batch_size: int) -> None:
+        self.compute, self.model, self.batch_size = compute, model, batch_size
+        self.dims = np.array([t.embedding_dim for s in base_sets for t in s], dtype=np.float64)
+        self.sizes = np.array([len(s) for s in base_sets], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
+        self.set_dims = np.array([sum(t.embedding_dim for t in s) for s in base_sets], dtype=np.float64)
+
+    def predict(self, edits: Edits) -> np.ndarray:
+        edits = EditBatch.of(edits)
+        compute = self.compute.predict(edits)
+        if not len(edits):
+            return compute
+        has_rem, has_add = edits.removed >= 0, edits.add >= 0
+        flat_row = np.minimum(self.offsets[edits.base] + edits.removed, max(len(self.dims) - 1, 0))
+        removed = np.where(has_rem, self.dims[flat_row] if len(self.dims) else 0.0, 0.0)
+        added = np.array([0.0, *(t.embedding_dim for t in edits.added)])[edits.add + 1]
+        count = (self.sizes[edits.base] - has_rem + has_add).astype(np.float64)
+        return compute + self.model.communication.cost_ms_many(self.set_dims[edits.base] - removed + added, count,
+                                                               self.batch_size, self.model.num_devices)
+
+
+class _CommAccumulator:
+    """The compute model's accumulator plus each set's all-to-all (additive in its dims)."""
+
+    def __init__(self, compute: Accumulator, model: WithCommunication, num_sets: int, batch_size: int) -> None:
+        self.compute, self.model, self.batch_size = compute, model, batch_size
+        self.dims, self.count = np.zeros(num_sets), np.zeros(num_sets)
+
+    def _comm(self, dims: np.ndarray, count: np.ndarray) -> np.ndarray:
+        return self.model.communication.cost_ms_many(dims, count, self.batch_size, self.model.num_devices)
+
+    def costs(self) -> np.ndarray:
+        return self.compute.costs() + self._comm(self.dims, self.count)
+
+    def costs_if_added(self, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
+        dims, count = (self.dims, self.count) if rows is None else (self.dims[rows], self.count[rows])
+        return self.compute.costs_if_added(table, rows) + self._comm(dims + table.embedding_dim, count + 1)
+
+    def add(self, set_index: int, table: Table) -> None:
+        self.compute.add(set_index, table)
+        self.dims[set_index] += table.embedding_dim
+        self.count[set_index] += 1

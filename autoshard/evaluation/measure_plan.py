@@ -1,0 +1,72 @@
+"""Measured truth about plans: every device's shard run with the microbenchmark, plans interleaved.
+
+For each round, every plan's devices are measured in turn (plan A's devices, then B's, ...).
+Rounds go in pairs, the second of a pair in the first's order backwards, each pair rotated by
+one, so that a drift within a round (later plans measuring slower, as happened: 1-3% on
+identical plans a few places apart) falls on every plan alike rather than on the later ones; an
+even number of rounds balances it exactly. A device set (the same shards) that several plans
+hold is one piece of work: it is measured once per round and every plan holding it reads that
+measurement, so two plans compare by the devices they differ in, not by two draws of the noise
+of the one they share (plans bound by the same table alone on a device, or two planners agreeing
+on a whole plan, e.g. rl+refine keeping cost_greedy's, read the same). Each device is timed for at least
+``MIN_DEVICE_MS`` (more repeats for short steps). A plan's measured cost in a round is the max
+over its devices. Reported per plan: per-device medians over rounds, the median measured
+max with its spread, and the ratio of each plan's max to the reference plan's, per round, with a
+95% confidence interval (t-interval on log ratios).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable, Sequence
+
+import numpy as np
+
+from autoshard.core.stats import ratio_ci95
+from autoshard.core.types import MeasuredPlan, ShardingPlan
+from cost_model.bench.harness import BenchConfig, measure
+
+MIN_DEVICE_MS = 50.0
+"""Each device of each round is timed for at least this long (``bench.measure``'s
+``min_total_ms``): at the profile's 7 repeats, a device whose step takes under a millisecond
+(Criteo Kaggle's) read 8-39% apart from one call to the next."""
+
+
+def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchConfig,
+                  rounds: int = 5, reference: int = 0, min_device_ms: float = MIN_DEVICE_MS,
+                  on_round: Callable[[int], None] | None = None) -> list[MeasuredPlan]:
+    """Interleaved measurement of plans of one task; ratios are to ``plans[reference]``.
+    ``on_round(done)`` is called after each round (a progress bar)."""
+    bench = BenchConfig(**{**{f: getattr(config, f) for f in config.__slots__}, "batch_size": batch_size})
+    per_round = [[[0.0] * len(p.devices) for p in plans] for _ in range(rounds)]
+    for r in range(rounds):
+        this_round: dict[tuple, float] = {}  # a device set -> its measurement in this round
+        for p in measuring_order(len(plans), r):
+            for d, device in enumerate(plans[p].devices):
+                key = device.set_key
+                if key not in this_round:
+                    tables = [s.as_table for s in device.shards]
+                    this_round[key] = measure(tables, bench, r * 7919 + d, min_device_ms).total.median if tables else 0.0
+                per_round[r][p][d] = this_round[key]
+        if on_round is not None:
+            on_round(r + 1)
+    out = []
+    for p, plan in enumerate(plans):
+        maxima = [max(per_round[r][p]) for r in range(rounds)]
+        ref = [max(per_round[r][reference]) for r in range(rounds)]
+        ratio, low, high = ratio_ci95(maxima, ref)
+        q = np.percentile(maxima, [25, 75])
+        out.append(MeasuredPlan(plan.planner,
+                                tuple(statistics.median(per_round[r][p][d] for r in range(rounds))
+                                      for d in range(len(plan.devices))),
+                                statistics.median(maxima), float(q[1] - q[0]), ratio, (low, high), tuple(maxima),
+                                tuple(tuple(per_round[r][p]) for r in range(rounds))))
+    return out
+
+
+def measuring_order(count: int, round_: int) -> list[int]:
+    """The order plans are measured in, in round ``round_``: rounds go in pairs, the second of a
+    pair the first backwards (so over a pair every plan's positions add up to ``count - 1``), and
+    each pair rotated by one from the last."""
+    order = [(k + round_ // 2) % count for k in range(count)]
+    return order[::-1] if round_ % 2 else order

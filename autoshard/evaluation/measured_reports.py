@@ -1,0 +1,130 @@
+"""What measured evaluations ran, read back from their reports: the device sets, and a task's
+result for ``evaluate --resume``.
+
+``autoshard evaluate --measure --json --out DIR`` writes ``DIR/<suite>/report.json``; since
+2026-12-04 a report holds each task's workload and each plan's devices beside their measured
+costs, which is what a cost model can learn the order of a task's sets from
+(``cost_model.relative_labels``; ``autoshard cost adapt --measured``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from autoshard.core.errors import InputError
+from autoshard.core.task import Task
+from autoshard.core.types import (
+    DevicePlan,
+    DeviceSet,
+    MeasuredDeviceSet,
+    MeasuredPlan,
+    ShardingPlan,
+    Table,
+    TableShard,
+)
+from autoshard.core.workload_file import read_json_file, workload_from_dict
+from autoshard.evaluation.compare import Comparison
+from autoshard.evaluation.suite import TaskResult
+
+SHARD = re.compile(r"^(?P<table>.+)\[(?P<first>\d+):(?P<end>\d+)\]$")  # a column shard, as TableShard.as_table names it
+OPTION = "--measured"
+
+
+def report_paths(paths: list[Path]) -> list[Path]:
+    """Each path as reports: a ``report.json`` file, or every ``report.json`` under a folder."""
+    found = []
+    for path in paths:
+        if path.is_dir():
+            inside = sorted(path.rglob("report.json"))
+            if not inside:
+                raise InputError(OPTION, f"no report.json under {path}",
+                                 "pass the --out folder of `autoshard evaluate --measure --json`, or a report.json")
+            found += inside
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise InputError(OPTION, f"{path} does not exist", "pass a report.json or a folder holding some")
+    return found
+
+
+def measured_device_sets(paths: list[Path]) -> list[MeasuredDeviceSet]:
+    """Every measured device of every plan of the reports under ``paths``; each report is one run
+    (its sets of a task were measured together, interleaved)."""
+    return [m for path in report_paths(paths) for m in _report_sets(read_json_file(path, OPTION), str(path))]
+
+
+def measured_on(path: Path) -> tuple[str | None, str | None]:
+    """(device name, CPU) of the machine a report's plans were measured on, as its drift check
+    recorded them (``machine_drift``; None where the report does not say)."""
+    report = read_json_file(path, OPTION)
+    before = ((report.get("machine_drift") or {}).get("before") or {}) if isinstance(report, dict) else {}
+    return before.get("this_device"), before.get("this_cpu")
+
+
+def _report_sets(report: Any, run: str) -> list[MeasuredDeviceSet]:
+    tasks = report.get("tasks") if isinstance(report, dict) else None
+    if not isinstance(tasks, list):
+        raise InputError(OPTION, f"{run} is not a report of `autoshard evaluate --json` (no tasks)",
+                         "pass the report.json that `autoshard evaluate --measure --json --out DIR` writes")
+    found = []
+    for task in tasks:
+        rows = [p for p in task.get("planners", []) if p.get("measured_device_ms")]
+        if not rows:
+            continue
+        if "workload" not in task or any("devices" not in p for p in rows):
+            raise InputError(OPTION, f"{run}, task {task.get('task')!r}: the report does not hold its plans (made "
+                             "before 2026-12-04)", "measure again: `autoshard evaluate SUITE --measure --json --out DIR`")
+        workload, _ = workload_from_dict(task["workload"])
+        tables = {t.name: t for t in workload.tables}
+        for row in rows:
+            for index, (names, ms) in enumerate(zip(row["devices"], row["measured_device_ms"])):
+                if names and ms > 0:
+                    device = DeviceSet((task["task"], row["planner"], index),
+                                       tuple(_table(name, tables, run) for name in names), workload.batch_size)
+                    found.append(MeasuredDeviceSet(run, device, float(ms)))
+    return found
+
+
+def _table(name: str, tables: dict[str, Table], run: str) -> Table:
+    """A device's table by name (``shard_of``), as a table."""
+    return shard_of(name, tables, run).as_table
+
+
+def shard_of(name: str, tables: dict[str, Table], run: str, option: str = OPTION) -> TableShard:
+    """A device's entry in a report: a workload table, or a column shard of one (``name[first:end]``)."""
+    if name in tables:
+        return TableShard(tables[name])
+    shard = SHARD.match(name)
+    if shard is None or shard["table"] not in tables:
+        raise InputError(option, f"{run}: a plan holds {name!r}, which is not a table of its task's workload",
+                         "pass the report as `autoshard evaluate` wrote it")
+    first, end = int(shard["first"]), int(shard["end"])
+    return TableShard(tables[shard["table"]], first, end - first)
+
+
+def reported_result(task: Task, entry: dict[str, Any]) -> TaskResult:
+    """A task's result as a report's entry for it holds it (its plans with their per-device
+    predictions, and their rounds where measured): what ``evaluate --resume`` needs of a task an
+    unfinished run did, to summarise the suite without planning or measuring it again. Raises
+    ``InputError`` for an entry of a report made before reports held every round."""
+    rows = entry["planners"]
+    if any("predicted_device_ms" not in r or "measured_round_device_ms" not in r for r in rows):
+        raise InputError("--resume", f"task {task.name!r}: the unfinished report does not hold every round (made "
+                         "before 2026-12-04 17:16)", "run again without --resume")
+    tables = {t.name: t for t in task.workload.tables}
+    plans, measured = [], []
+    for row in rows:
+        devices = tuple(DevicePlan(tuple(shard_of(n, tables, task.name, "--resume") for n in names), cost)
+                        for names, cost in zip(row["devices"], row["predicted_device_ms"]))
+        plans.append(ShardingPlan(row["planner"], devices, row["plan_time_s"], reused_s=row["reused_s"]))
+        rounds = row["measured_round_device_ms"]
+        if rounds:
+            measured.append(MeasuredPlan(
+                row["planner"], tuple(row["measured_device_ms"]), row["measured_max_ms"], row["measured_max_iqr_ms"],
+                row[f"measured_ratio_to_{entry['reference']}"], tuple(row["ratio_ci95"]),
+                tuple(max(r) for r in rounds), tuple(tuple(r) for r in rounds)))
+    comparison = Comparison(tuple(plans), tuple((s["planner"], s["reason"]) for s in entry["skipped"]), (),
+                            planned=tuple(p.planner for p in plans))
+    return TaskResult(task, comparison, tuple(measured), entry["reference"])

@@ -1,0 +1,161 @@
+"""Planners by name, each with its kind and what it needs.
+
+``PLANNERS`` maps a name to a ``PlannerSpec``; ``register_planner`` adds one. ``make_planner``
+checks the spec's needs against the ``PlannerContext`` and raises ``PlannerError(UNAVAILABLE)``
+with fixes when they are not met; planners with heavy dependencies import them in ``build``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.core.types import Planner
+from autoshard.planners.context import PlannerContext, PlannerKind
+from autoshard.planners.cost_greedy import CostGreedyPlanner
+from autoshard.planners.heuristics import (
+    GreedyProxyPlanner,
+    RandomPlanner,
+    RoundRobinPlanner,
+)
+from autoshard.planners.proxies import PROXIES
+from autoshard.planners.ruin_recreate import RuinRecreateConfig
+
+REFINE_SAMPLES = 4
+"""rl+refine's sampled rollouts. With the cost model's floor, 4, 8 and 16 samples gave the same
+predicted max on 7 held-out tasks (geometric mean 0.998 of cost_greedy's each), at 1/4 the time
+of 16 (``docs/rl.md``)."""
+
+REFINE_SEARCH = RuinRecreateConfig(rounds=4, max_units=64)
+"""rl+refine's ruin and recreate after its rollouts' local search, for ``PlannerContext.search_iterations``
+iterations (off by default: its predicted gains did not measure, ``docs/rl.md``)."""
+
+
+@dataclass(frozen=True)
+class PlannerSpec:
+    """A planner's name, kind and builder. It needs a cost model if its kind is COST_MODEL or
+    POLICY, and a policy if POLICY; ``default``: it runs when a caller names no planners."""
+
+    name: str
+    kind: PlannerKind
+    build: Callable[[PlannerContext], Planner]
+    default: bool = True
+
+    @property
+    def needs_cost_model(self) -> bool:
+        return self.kind in (PlannerKind.COST_MODEL, PlannerKind.POLICY)
+
+    @property
+    def needs_policy(self) -> bool:
+        return self.kind is PlannerKind.POLICY
+
+    def unmet(self, context: PlannerContext) -> PlannerError | None:
+        """Why this planner cannot run with ``context`` (``None``: it can)."""
+        heuristics = ", ".join(HEURISTICS)
+        if self.needs_cost_model and context.cost_model is None:
+            return PlannerError(PlannerErrorKind.UNAVAILABLE, f"{self.name} needs a trained cost model",
+                                ("pass a cost model (CLI: --model DIR)", f"or use a heuristic: {heuristics}"))
+        if self.needs_policy and context.policy is None:
+            return PlannerError(PlannerErrorKind.UNAVAILABLE, f"{self.name} needs a trained policy",
+                                ("train one with `autoshard policy train --profile DIR` (it writes DIR/policy.pt)",
+                                 "or use cost_greedy or a heuristic"))
+        return None
+
+
+def import_planners() -> None:
+    """Import now what building a planner imports on its first use: the agent's planners pull in
+    the RL environment and SciPy's statistics with it (the first request of a planning worker
+    took 1.1 s against ~0.1 s for the next ones), so that a worker does it at start-up and not
+    within a request's budget."""
+    import autoshard.rl.planners  # noqa: F401
+
+
+def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
+    def build(context: PlannerContext) -> Planner:
+        from autoshard.rl.planners import RLPlanner
+        from autoshard.rl.policy import DevicePolicy
+
+        assert context.cost_model is not None and isinstance(context.policy, DevicePolicy)
+        return RLPlanner(context.cost_model, context.policy, context.splits(PlannerKind.POLICY), samples,
+                         seed=context.seed, search=replace(REFINE_SEARCH, iterations=context.search_iterations),
+                         departure_margin=context.margin, time_budget_s=context.time_budget_s, name=name,
+                         shared=context.shared)
+    return build
+
+
+def _torchrec(compute_device: str) -> Callable[[PlannerContext], Planner]:
+    def build(context: PlannerContext) -> Planner:
+        try:
+            from autoshard.planners.torchrec_planner import TorchRecPlanner
+        except ImportError as error:
+            raise PlannerError(PlannerErrorKind.UNAVAILABLE, f"TorchRec's planner cannot load ({error})",
+                               ("install the torchrec extra",)) from None
+        return TorchRecPlanner(allow_column_split=context.splits(PlannerKind.REFERENCE), cost_model=context.cost_model,
+                               compute_device=compute_device, time_budget_s=context.time_budget_s)
+    return build
+
+
+def _greedy(name: str) -> Callable[[PlannerContext], Planner]:
+    return lambda c: GreedyProxyPlanner(name, PROXIES[name], c.cost_model, c.splits(PlannerKind.HEURISTIC))
+
+
+_SPECS = (
+    PlannerSpec("random", PlannerKind.HEURISTIC,
+                lambda c: RandomPlanner(c.cost_model, c.seed, c.splits(PlannerKind.HEURISTIC))),
+    PlannerSpec("round_robin", PlannerKind.HEURISTIC,
+                lambda c: RoundRobinPlanner(c.cost_model, c.splits(PlannerKind.HEURISTIC))),
+    *(PlannerSpec(name, PlannerKind.HEURISTIC, _greedy(name)) for name in PROXIES),
+    PlannerSpec("cost_greedy", PlannerKind.COST_MODEL,
+                lambda c: CostGreedyPlanner(c.cost_model, c.splits(PlannerKind.COST_MODEL),  # type: ignore[arg-type]
+                                            time_budget_s=c.time_budget_s, shared=c.shared,
+                                            departure_margin=c.margin)),
+    PlannerSpec("rl", PlannerKind.POLICY, _rl(0, "rl")),
+    PlannerSpec("rl+refine", PlannerKind.POLICY, _rl(REFINE_SAMPLES, "rl+refine")),
+    PlannerSpec("torchrec", PlannerKind.REFERENCE, _torchrec("cuda"), default=False),
+    PlannerSpec("torchrec_cpu", PlannerKind.REFERENCE, _torchrec("cpu"), default=False),
+)
+PLANNERS: dict[str, PlannerSpec] = {spec.name: spec for spec in _SPECS}
+HEURISTICS = tuple(n for n, s in PLANNERS.items() if s.kind is PlannerKind.HEURISTIC)
+
+
+def register_planner(spec: PlannerSpec) -> None:
+    PLANNERS[spec.name] = spec
+
+
+def planner_names() -> tuple[str, ...]:
+    """Every planner name, whether or not it can run here."""
+    return tuple(PLANNERS)
+
+
+def planner_spec(name: str) -> PlannerSpec:
+    """The spec of ``name``; ``InputError`` if unknown."""
+    if name not in PLANNERS:
+        raise InputError("planner", f"unknown planner {name!r}", f"use one of {', '.join(planner_names())}")
+    return PLANNERS[name]
+
+
+def make_planner(name: str, context: PlannerContext = PlannerContext()) -> Planner:
+    """A planner by name; ``PlannerError(UNAVAILABLE)`` if its needs are not met here (no cost
+    model, no policy, torchrec not installed), ``InputError`` if unknown."""
+    spec = planner_spec(name)
+    unmet = spec.unmet(context)
+    if unmet is not None:
+        raise unmet
+    return spec.build(context)
+
+
+def available_planners(context: PlannerContext, defaults_only: bool = True
+                       ) -> tuple[list[str], list[tuple[str, str]]]:
+    """(planners that can run, [(planner, reason) for the others]); with ``defaults_only``,
+    planners that run only when asked (torchrec) are left out of both."""
+    names, skipped = [], []
+    for spec in PLANNERS.values():
+        if defaults_only and not spec.default:
+            continue
+        try:
+            make_planner(spec.name, context)
+            names.append(spec.name)
+        except PlannerError as error:
+            skipped.append((spec.name, error.message))
+    return names, skipped

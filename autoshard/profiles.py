@@ -1,0 +1,180 @@
+"""The models the service loaded at start-up, and what they make available.
+
+Every ``<model_dir>/<profile>/cost_model.pt`` is loaded (the profile is the folder's name), with
+the profile's all-to-all (``communication.json``), RL policy (``policy.pt``) and the model's
+measured device errors (``device_errors.json``) when present;
+``<model_dir>/default`` names the default profile, as a symlink to a profile folder or a text
+file holding its name. A missing or corrupt file does not stop the service: it starts with the
+heuristics and says why it is degraded (unless ``fail_fast``). Request fields only ever select
+a profile by name in the loaded dict: none becomes a file-system path.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autoshard.core.communication import COMMUNICATION_FILE, CommunicationModel
+from autoshard.core.errors import InputError, ModelError
+from autoshard.core.model_error import DEVICE_ERRORS_FILE, DeviceErrors
+from autoshard.core.types import CostModel
+
+CHECKPOINT = "cost_model.pt"
+POLICY_FILE = "policy.pt"  # autoshard.rl.policy.POLICY_FILE, named here so that loading it is lazy
+METRICS = "metrics.json"
+DEFAULT_LINK = "default"
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """One profile's artifacts (cost model, all-to-all, policy) and what /v1/profiles tells about them."""
+
+    profile: str
+    model: Any  # cost_model.predictor.NeuralCostModel (a CostModel)
+    device: dict[str, Any]
+    sha256: str
+    metrics: dict[str, Any]
+    communication: CommunicationModel | None = None  # the profile's all-to-all, added to device costs
+    policy: Any = None  # autoshard.rl.policy.DevicePolicy: the rl planners' policy, when one loaded
+    policy_sha256: str | None = None
+    policy_problem: str | None = None  # why the profile has no policy (missing or corrupt policy.pt)
+    device_errors: DeviceErrors | None = None  # the model's measured errors: plans' expected max (device_errors.json)
+    device_errors_problem: str | None = None  # why device_errors.json, which is there, did not load
+    device_errors_sha256: str | None = None
+
+
+@dataclass
+class ModelStore:
+    """Cost models by profile. Planning threads use their own copy of each model
+    (``for_thread``): the model's per-table caches are plain dicts, not safe to share."""
+
+    models: dict[str, LoadedModel] = field(default_factory=dict)
+    default_profile: str | None = None
+    problems: list[str] = field(default_factory=list)
+    _local: threading.local = field(default_factory=threading.local, repr=False)
+
+    def resolve(self, profile: str | None) -> LoadedModel | None:
+        """The model of ``profile`` (default: the default profile; ``None`` when none is loaded).
+        An unknown profile name is an ``InputError``."""
+        if profile is None:
+            return self.models.get(self.default_profile) if self.default_profile else None
+        if profile not in self.models:
+            known = ", ".join(sorted(self.models)) or "none loaded"
+            raise InputError("profile", f"no cost model profile {profile!r}",
+                             f"use one of: {known} (GET /v1/profiles)")
+        return self.models[profile]
+
+    def for_thread(self, profile: str) -> CostModel:
+        copies: dict[str, CostModel] = self._local.__dict__.setdefault("models", {})
+        if profile not in copies:
+            copies[profile] = copy.deepcopy(self.models[profile].model)
+        return copies[profile]
+
+
+def _metrics(folder: Path, stored: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    metrics = dict(stored)
+    path = folder / METRICS
+    if path.is_file():
+        try:
+            extra = json.loads(path.read_text())
+            metrics.update(extra if isinstance(extra, dict) else {"metrics.json": extra})
+        except (OSError, ValueError) as error:
+            problems.append(f"{path}: unreadable ({error})")
+    return metrics
+
+
+def _default_name(model_dir: Path) -> str | None:
+    link = model_dir / DEFAULT_LINK
+    try:
+        if link.is_symlink() or link.is_dir():
+            return link.resolve().name
+        if link.is_file():
+            return link.read_text().strip() or None
+    except OSError:
+        return None
+    return None
+
+
+def load_profile(folder: Path, problems: list[str]) -> LoadedModel | None:
+    """One profile folder's artifacts: the cost model (``None`` if it cannot load), and its
+    all-to-all, policy and measured device errors when present. What cannot load is appended to
+    ``problems``; a missing or corrupt policy leaves the rl planners unavailable, and corrupt
+    device errors the plans' expected max, not the profile. The CLI and the service both load
+    profiles here."""
+    from cost_model.checkpoint import file_sha256, load_cost_model
+
+    file = folder / CHECKPOINT
+    try:
+        model = load_cost_model(file)
+        sha = file_sha256(file)
+    except (ModelError, OSError) as error:
+        problems.append(f"profile {folder.name!r}: {error}")  # the service logs them as it starts
+        return None
+    communication = None
+    if (folder / COMMUNICATION_FILE).is_file():
+        try:
+            communication = CommunicationModel.load(folder / COMMUNICATION_FILE)
+        except InputError as error:
+            problems.append(f"profile {folder.name!r}: {error}")
+    policy, policy_sha, policy_problem = None, None, None
+    policy_file = folder / POLICY_FILE
+    if policy_file.exists():
+        try:
+            from autoshard.rl.policy import DevicePolicy
+
+            policy, policy_sha = DevicePolicy.load(policy_file), file_sha256(policy_file)
+        except (ModelError, ImportError, OSError) as error:
+            policy_problem = str(error)
+            problems.append(f"profile {folder.name!r}: {error}; the rl planners are unavailable")
+    else:
+        policy_problem = f"{folder.name}/{POLICY_FILE} is missing"
+        problems.append(f"profile {folder.name!r} has no {POLICY_FILE}: the rl planners are unavailable "
+                        "(train one with `autoshard policy train`)")
+    device_errors, errors_problem, errors_sha = None, None, None
+    errors_file = folder / DEVICE_ERRORS_FILE
+    if errors_file.exists():
+        try:
+            device_errors, errors_sha = DeviceErrors.load(errors_file), file_sha256(errors_file)
+        except (InputError, OSError) as error:
+            errors_problem = f"profile {folder.name!r}: {error}; plans carry no expected max"
+            problems.append(errors_problem)
+    return LoadedModel(folder.name, model, model.profile.to_dict(), sha, _metrics(folder, model.metrics, problems),
+                       communication, policy, policy_sha, policy_problem, device_errors, errors_problem, errors_sha)
+
+
+def load_models(model_dir: Path, default_profile: str | None = None) -> ModelStore:
+    """Load every profile's cost model; problems are recorded, not raised."""
+    store = ModelStore()
+    try:
+        import cost_model.checkpoint  # noqa: F401
+    except ImportError as error:  # torch missing or broken: heuristics only
+        store.problems.append(f"cost models cannot load here ({error}); cost_greedy is unavailable")
+        return store
+    if not model_dir.is_dir():
+        store.problems.append(f"no model directory {model_dir}; cost_greedy is unavailable "
+                              "(train one with `autoshard cost train`, or set AUTOSHARD_MODEL_DIR)")
+        return store
+    for folder in sorted(p for p in model_dir.iterdir()
+                         if p.is_dir() and not (p.name == DEFAULT_LINK and p.is_symlink())):
+        if not (folder / CHECKPOINT).exists():
+            continue
+        loaded = load_profile(folder, store.problems)
+        if loaded is not None:
+            store.models[folder.name] = loaded
+    wanted = default_profile or _default_name(model_dir)
+    if wanted and wanted in store.models:
+        store.default_profile = wanted
+    elif wanted:
+        store.problems.append(f"default profile {wanted!r}" + (" (AUTOSHARD_DEFAULT_PROFILE)" if default_profile else "")
+                              + f" has no loadable cost model in {model_dir}; requests that name no profile get "
+                              + (repr(sorted(store.models)[0]) if store.models else "the heuristics alone"))
+    if store.default_profile is None and store.models:
+        store.default_profile = sorted(store.models)[0]
+    if not store.models:
+        store.problems.append(f"no cost model in {model_dir} (expected <profile>/{CHECKPOINT}); "
+                              "cost_greedy is unavailable")
+    return store
