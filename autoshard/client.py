@@ -23,8 +23,9 @@ not fit; a planner unavailable, e.g. ``rl`` without a policy), ``ModelError``; a
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -85,8 +86,9 @@ class PlanResult:
         EmbeddingBagCollection (module path ``""``). Needs torchrec."""
         from autoshard.core.torchrec_bridge import to_torchrec_plan
 
-        return to_torchrec_plan(self.plans[planner or self.best], self.workload,
-                                self.topology.num_devices, compute_device)
+        return to_torchrec_plan(
+            self.plans[planner or self.best], self.workload, self.topology.num_devices, compute_device
+        )
 
     def parameter_constraints(self, planner: str | None = None) -> dict[str, ParameterConstraints]:
         """TorchRec ParameterConstraints of the plan (default: the best). Needs torchrec."""
@@ -98,11 +100,21 @@ class PlanResult:
 class AutoShardClient:
     """HTTP client of the planning service (httpx). ``transport`` lets tests pass an in-process app."""
 
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = 60.0,
-                 retries: int = 2, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        timeout: float = 60.0,
+        retries: int = 2,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
-                                  transport=transport or httpx.HTTPTransport(retries=retries))
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            headers=headers,
+            timeout=timeout,
+            transport=transport or httpx.HTTPTransport(retries=retries),
+        )
 
     def __enter__(self) -> AutoShardClient:
         return self
@@ -113,10 +125,20 @@ class AutoShardClient:
     def close(self) -> None:
         self._http.close()
 
-    def plan(self, tables: Workload | Sequence[Table], topology: Topology,
-             planners: Sequence[str] | None = None, *, batch_size: int = 2048, name: str = "workload",
-             profile: str | None = None, allow_column_split: bool | None = None, seed: int = 0,
-             time_budget_s: float | None = None, torchrec_export: bool = False) -> PlanResult:
+    def plan(
+        self,
+        tables: Workload | Sequence[Table],
+        topology: Topology,
+        planners: Sequence[str] | None = None,
+        *,
+        batch_size: int = 2048,
+        name: str = "workload",
+        profile: str | None = None,
+        allow_column_split: bool | None = None,
+        seed: int = 0,
+        time_budget_s: float | None = None,
+        torchrec_export: bool = False,
+    ) -> PlanResult:
         """Plan ``tables`` (a Workload, or tables with ``batch_size``) on ``topology`` with the
         named planners (default: every planner the service runs by default); ``allow_column_split``:
         which may split tables (None: the service's default, the cost-model planners; True: all; False: none)."""
@@ -124,27 +146,50 @@ class AutoShardClient:
         body: dict[str, Any] = {
             **_task_body(workload, topology),
             "planners": list(planners) if planners is not None else None,
-            "profile": profile, "allow_column_split": allow_column_split, "seed": seed,
-            "time_budget_s": time_budget_s}
+            "profile": profile,
+            "allow_column_split": allow_column_split,
+            "seed": seed,
+            "time_budget_s": time_budget_s,
+        }
         params = {"format": "torchrec"} if torchrec_export else None
         report = self._request("POST", "/v1/plans", json=body, params=params)
         return _result(workload, topology, report)
 
-    def replan(self, tables: Workload | Sequence[Table], topology: Topology, current_plan: Mapping[str, Any],
-               max_moves: Sequence[int] = (4,), *, batch_size: int = 2048, name: str = "workload",
-               profile: str | None = None, allow_column_split: bool = True,
-               time_budget_s: float | None = None) -> dict[str, Any]:
+    def replan(
+        self,
+        tables: Workload | Sequence[Table],
+        topology: Topology,
+        current_plan: Mapping[str, Any],
+        max_moves: Sequence[int] = (4,),
+        *,
+        batch_size: int = 2048,
+        name: str = "workload",
+        profile: str | None = None,
+        allow_column_split: bool = True,
+        time_budget_s: float | None = None,
+    ) -> dict[str, Any]:
         """Re-plan ``current_plan`` (a ``--format torchrec`` export, or a previous answer's plan's
         ``placement``) for the workload as it is now, moving at most each of ``max_moves`` of its
         shards: the service's answer (``POST /v1/replans``), each plan with its ``placement``."""
         workload = tables if isinstance(tables, Workload) else Workload(tuple(tables), batch_size, name)
-        body = {**_task_body(workload, topology), "current_plan": dict(current_plan), "max_moves": list(max_moves),
-                "profile": profile, "allow_column_split": allow_column_split, "time_budget_s": time_budget_s}
+        body = {
+            **_task_body(workload, topology),
+            "current_plan": dict(current_plan),
+            "max_moves": list(max_moves),
+            "profile": profile,
+            "allow_column_split": allow_column_split,
+            "time_budget_s": time_budget_s,
+        }
         return self._request("POST", "/v1/replans", json=body)
 
-    def torchrec_sharding_plan(self, tables: Workload | Sequence[Table], topology: Topology,
-                               planners: Sequence[str] | None = None, compute_device: str = "cuda",
-                               **options: Any) -> TorchRecShardingPlan:
+    def torchrec_sharding_plan(
+        self,
+        tables: Workload | Sequence[Table],
+        topology: Topology,
+        planners: Sequence[str] | None = None,
+        compute_device: str = "cuda",
+        **options: Any,
+    ) -> TorchRecShardingPlan:
         """The best plan as a TorchRec ShardingPlan, ready for ``DistributedModelParallel(plan=...)``."""
         return self.plan(tables, topology, planners, **options).torchrec_plan(compute_device=compute_device)
 
@@ -161,24 +206,32 @@ class AutoShardClient:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as error:
-            raise ServiceError(0, f"cannot reach the AutoShard service at {self._http.base_url} "
-                                  f"({type(error).__name__}: {error})") from None
+            raise ServiceError(
+                0, f"cannot reach the AutoShard service at {self._http.base_url} ({type(error).__name__}: {error})"
+            ) from None
         if response.is_success:
             try:
                 body = response.json()
             except ValueError:
                 body = None
             if not isinstance(body, dict):
-                raise ServiceError(response.status_code, f"not an AutoShard service at {self._http.base_url}: "
-                                                         f"{path} answered {response.text[:200]!r}")
+                raise ServiceError(
+                    response.status_code,
+                    f"not an AutoShard service at {self._http.base_url}: {path} answered {response.text[:200]!r}",
+                )
             return body
         raise _error(response)
 
 
 def _task_body(workload: Workload, topology: Topology) -> dict[str, Any]:
-    return {"workload": {"name": workload.name, "batch_size": workload.batch_size,
-                         "tables": [table_to_dict(t) for t in workload.tables]},
-            "topology": {"num_devices": topology.num_devices, "device_memory_gb": topology.device_memory_gb}}
+    return {
+        "workload": {
+            "name": workload.name,
+            "batch_size": workload.batch_size,
+            "tables": [table_to_dict(t) for t in workload.tables],
+        },
+        "topology": {"num_devices": topology.num_devices, "device_memory_gb": topology.device_memory_gb},
+    }
 
 
 def _error(response: httpx.Response) -> AutoShardError:
@@ -220,13 +273,23 @@ def _result(workload: Workload, topology: Topology, report: dict[str, Any]) -> P
                 whole = s["column_offset"] == 0 and s["columns"] == table.embedding_dim
                 shards.append(TableShard(table) if whole else TableShard(table, s["column_offset"], s["columns"]))
             devices.append(DevicePlan(tuple(shards), float(device["cost_ms"])))
-        plans[entry["planner"]] = ShardingPlan(entry["planner"], tuple(devices), float(entry["plan_time_s"]),
-                                               reused_s=float(entry.get("reused_s", 0.0)))
-    return PlanResult(workload, topology, plans, report["best"], dict(report["improvement_over"]),
-                      {s["planner"]: s["reason"] for s in report["skipped"]}, bool(report["partial"]),
-                      report["cost_unit"], report.get("profile"),
-                      {e["planner"]: e["torchrec"] for e in report["plans"] if e.get("torchrec")}, report,
-                      tuple(report.get("warnings", ())))
+        plans[entry["planner"]] = ShardingPlan(
+            entry["planner"], tuple(devices), float(entry["plan_time_s"]), reused_s=float(entry.get("reused_s", 0.0))
+        )
+    return PlanResult(
+        workload,
+        topology,
+        plans,
+        report["best"],
+        dict(report["improvement_over"]),
+        {s["planner"]: s["reason"] for s in report["skipped"]},
+        bool(report["partial"]),
+        report["cost_unit"],
+        report.get("profile"),
+        {e["planner"]: e["torchrec"] for e in report["plans"] if e.get("torchrec")},
+        report,
+        tuple(report.get("warnings", ())),
+    )
 
 
 __all__ = ["AutoShardClient", "PlanResult", "ServiceError"]

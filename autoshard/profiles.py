@@ -64,8 +64,7 @@ class ModelStore:
             return self.models.get(self.default_profile) if self.default_profile else None
         if profile not in self.models:
             known = ", ".join(sorted(self.models)) or "none loaded"
-            raise InputError("profile", f"no cost model profile {profile!r}",
-                             f"use one of: {known} (GET /v1/profiles)")
+            raise InputError("profile", f"no cost model profile {profile!r}", f"use one of: {known} (GET /v1/profiles)")
         return self.models[profile]
 
     def for_thread(self, profile: str) -> CostModel:
@@ -132,8 +131,10 @@ def load_profile(folder: Path, problems: list[str]) -> LoadedModel | None:
             problems.append(f"profile {folder.name!r}: {error}; the rl planners are unavailable")
     else:
         policy_problem = f"{folder.name}/{POLICY_FILE} is missing"
-        problems.append(f"profile {folder.name!r} has no {POLICY_FILE}: the rl planners are unavailable "
-                        "(train one with `autoshard policy train`)")
+        problems.append(
+            f"profile {folder.name!r} has no {POLICY_FILE}: the rl planners are unavailable "
+            "(train one with `autoshard policy train`)"
+        )
     device_errors, errors_problem, errors_sha = None, None, None
     errors_file = folder / DEVICE_ERRORS_FILE
     if errors_file.exists():
@@ -142,8 +143,20 @@ def load_profile(folder: Path, problems: list[str]) -> LoadedModel | None:
         except (InputError, OSError) as error:
             errors_problem = f"profile {folder.name!r}: {error}; plans carry no expected max"
             problems.append(errors_problem)
-    return LoadedModel(folder.name, model, model.profile.to_dict(), sha, _metrics(folder, model.metrics, problems),
-                       communication, policy, policy_sha, policy_problem, device_errors, errors_problem, errors_sha)
+    return LoadedModel(
+        folder.name,
+        model,
+        model.profile.to_dict(),
+        sha,
+        _metrics(folder, model.metrics, problems),
+        communication,
+        policy,
+        policy_sha,
+        policy_problem,
+        device_errors,
+        errors_problem,
+        errors_sha,
+    )
 
 
 def load_models(model_dir: Path, default_profile: str | None = None) -> ModelStore:
@@ -155,11 +168,14 @@ def load_models(model_dir: Path, default_profile: str | None = None) -> ModelSto
         store.problems.append(f"cost models cannot load here ({error}); cost_greedy is unavailable")
         return store
     if not model_dir.is_dir():
-        store.problems.append(f"no model directory {model_dir}; cost_greedy is unavailable "
-                              "(train one with `autoshard cost train`, or set AUTOSHARD_MODEL_DIR)")
+        store.problems.append(
+            f"no model directory {model_dir}; cost_greedy is unavailable "
+            "(train one with `autoshard cost train`, or set AUTOSHARD_MODEL_DIR)"
+        )
         return store
-    for folder in sorted(p for p in model_dir.iterdir()
-                         if p.is_dir() and not (p.name == DEFAULT_LINK and p.is_symlink())):
+    for folder in sorted(
+        p for p in model_dir.iterdir() if p.is_dir() and not (p.name == DEFAULT_LINK and p.is_symlink())
+    ):
         if not (folder / CHECKPOINT).exists():
             continue
         loaded = load_profile(folder, store.problems)
@@ -169,12 +185,16 @@ def load_models(model_dir: Path, default_profile: str | None = None) -> ModelSto
     if wanted and wanted in store.models:
         store.default_profile = wanted
     elif wanted:
-        store.problems.append(f"default profile {wanted!r}" + (" (AUTOSHARD_DEFAULT_PROFILE)" if default_profile else "")
-                              + f" has no loadable cost model in {model_dir}; requests that name no profile get "
-                              + (repr(sorted(store.models)[0]) if store.models else "the heuristics alone"))
+        store.problems.append(
+            f"default profile {wanted!r}"
+            + (" (AUTOSHARD_DEFAULT_PROFILE)" if default_profile else "")
+            + f" has no loadable cost model in {model_dir}; requests that name no profile get "
+            + (repr(sorted(store.models)[0]) if store.models else "the heuristics alone")
+        )
     if store.default_profile is None and store.models:
         store.default_profile = sorted(store.models)[0]
     if not store.models:
-        store.problems.append(f"no cost model in {model_dir} (expected <profile>/{CHECKPOINT}); "
-                              "cost_greedy is unavailable")
+        store.problems.append(
+            f"no cost model in {model_dir} (expected <profile>/{CHECKPOINT}); cost_greedy is unavailable"
+        )
     return store

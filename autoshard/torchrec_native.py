@@ -20,7 +20,8 @@ shards on fused kernels. Needs the ``torchrec`` extra.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -53,8 +54,11 @@ def embedding_bag_collections(module: nn.Module) -> list[tuple[str, EmbeddingBag
     return [(path, m) for path, m in module.named_modules() if isinstance(m, EmbeddingBagCollection)]
 
 
-def tables_from_module(module: nn.Module, pooling_factors: Mapping[str, float] | None = None,
-                       zipf_alphas: Mapping[str, float] | None = None) -> list[tuple[str, list[Table]]]:
+def tables_from_module(
+    module: nn.Module,
+    pooling_factors: Mapping[str, float] | None = None,
+    zipf_alphas: Mapping[str, float] | None = None,
+) -> list[tuple[str, list[Table]]]:
     """Our tables, per collection path, from the collections' ``embedding_bag_configs()``.
     TorchRec's configs carry no access statistics: pooling factors (default 1.0) and Zipf skews
     (default 0) come from the arguments, by table name."""
@@ -64,11 +68,22 @@ def tables_from_module(module: nn.Module, pooling_factors: Mapping[str, float] |
         tables = []
         for config in collection.embedding_bag_configs():
             if config.data_type not in _BYTES:
-                raise InputError("data_type", f"table {config.name!r} is {config.data_type}",
-                                 "AutoShard plans fp32 and fp16 tables", where=path or "module")
-            tables.append(Table(config.name, config.num_embeddings, config.embedding_dim,
-                                float(pooling.get(config.name, 1.0)), float(skew.get(config.name, 0.0)),
-                                _BYTES[config.data_type]))
+                raise InputError(
+                    "data_type",
+                    f"table {config.name!r} is {config.data_type}",
+                    "AutoShard plans fp32 and fp16 tables",
+                    where=path or "module",
+                )
+            tables.append(
+                Table(
+                    config.name,
+                    config.num_embeddings,
+                    config.embedding_dim,
+                    float(pooling.get(config.name, 1.0)),
+                    float(skew.get(config.name, 0.0)),
+                    _BYTES[config.data_type],
+                )
+            )
         out.append((path, tables))
     return out
 
@@ -92,15 +107,26 @@ class AutoShardShardingPlanner(ShardingPlanner):
     After planning, ``last_plan`` holds AutoShard's plan (costs, devices) for inspection.
     """
 
-    def __init__(self, device_memory_gb: float, world_size: int | None = None, *,
-                 planner: Planner | None = None, client: AutoShardClient | None = None,
-                 planners: Sequence[str] | None = None,
-                 pooling_factors: Mapping[str, float] | None = None,
-                 zipf_alphas: Mapping[str, float] | None = None, batch_size: int = 2048,
-                 compute_device: str | None = None, allow_column_split: bool | None = None) -> None:
+    def __init__(
+        self,
+        device_memory_gb: float,
+        world_size: int | None = None,
+        *,
+        planner: Planner | None = None,
+        client: AutoShardClient | None = None,
+        planners: Sequence[str] | None = None,
+        pooling_factors: Mapping[str, float] | None = None,
+        zipf_alphas: Mapping[str, float] | None = None,
+        batch_size: int = 2048,
+        compute_device: str | None = None,
+        allow_column_split: bool | None = None,
+    ) -> None:
         if (planner is None) == (client is None):
-            raise InputError("planner", "give exactly one of planner (in process) or client (HTTP)",
-                             "pass planner=make_planner(...) or client=AutoShardClient(url)")
+            raise InputError(
+                "planner",
+                "give exactly one of planner (in process) or client (HTTP)",
+                "pass planner=make_planner(...) or client=AutoShardClient(url)",
+            )
         self.device_memory_gb, self.world_size = device_memory_gb, world_size
         self.planner, self.client, self.planners = planner, client, planners
         self.pooling_factors, self.zipf_alphas = pooling_factors, zipf_alphas
@@ -114,26 +140,35 @@ class AutoShardShardingPlanner(ShardingPlanner):
         per_collection = tables_from_module(module, self.pooling_factors, self.zipf_alphas)
         if not per_collection:
             raise InputError("module", "holds no EmbeddingBagCollection", "pass the model whose tables to shard")
-        workload = Workload(tuple(t for _, tables in per_collection for t in tables), self.batch_size,
-                            type(module).__name__)
+        workload = Workload(
+            tuple(t for _, tables in per_collection for t in tables), self.batch_size, type(module).__name__
+        )
         topology = Topology(self._world_size(), self.device_memory_gb)
         ours = self._plan(workload, topology)
         self.last_plan = ours
         plan: dict[str, Any] = {}
         for path, tables in per_collection:
             sub = _restrict(ours, {t.name for t in tables})
-            converted = to_torchrec_plan(sub, Workload(tuple(tables), workload.batch_size),
-                                         topology.num_devices, self.compute_device)
+            converted = to_torchrec_plan(
+                sub, Workload(tuple(tables), workload.batch_size), topology.num_devices, self.compute_device
+            )
             plan[path] = converted.plan[MODULE_PATH]
         return TorchRecShardingPlan(plan)
 
-    def collective_plan(self, module: nn.Module, sharders: list[ModuleSharder[nn.Module]] | None = None,
-                        pg: dist.ProcessGroup | None = None) -> TorchRecShardingPlan:
+    def collective_plan(
+        self,
+        module: nn.Module,
+        sharders: list[ModuleSharder[nn.Module]] | None = None,
+        pg: dist.ProcessGroup | None = None,
+    ) -> TorchRecShardingPlan:
         """Plan on rank 0 and broadcast, so every rank shards the same way (TorchRec's contract)."""
         if pg is None:
             if not dist.is_initialized():
-                raise InputError("pg", "no process group", "call torch.distributed.init_process_group "
-                                 "first, or use plan() in a single process")
+                raise InputError(
+                    "pg",
+                    "no process group",
+                    "call torch.distributed.init_process_group first, or use plan() in a single process",
+                )
             pg = dist.GroupMember.WORLD
         if self.world_size is None:
             self.world_size = pg.size()  # type: ignore[union-attr]
@@ -150,21 +185,25 @@ class AutoShardShardingPlanner(ShardingPlanner):
         if self.planner is not None:  # column splitting is the planner's own setting here
             return self.planner.plan(workload, topology)
         assert self.client is not None
-        return self.client.plan(workload, topology, self.planners,
-                                allow_column_split=self.allow_column_split).best_plan
+        return self.client.plan(workload, topology, self.planners, allow_column_split=self.allow_column_split).best_plan
 
 
 def _restrict(plan: ShardingPlan, names: set[str]) -> ShardingPlan:
     """The plan's shards of the tables in ``names`` (same devices, costs kept)."""
-    return ShardingPlan(plan.planner, tuple(DevicePlan(tuple(s for s in d.shards if s.table.name in names),
-                                                       d.cost_ms) for d in plan.devices), plan.plan_time_s)
+    return ShardingPlan(
+        plan.planner,
+        tuple(DevicePlan(tuple(s for s in d.shards if s.table.name in names), d.cost_ms) for d in plan.devices),
+        plan.plan_time_s,
+    )
 
 
 def _check_sharders(sharders: Sequence[ModuleSharder[nn.Module]]) -> None:
-    if sharders and not any(issubclass(EmbeddingBagCollection, getattr(s, "module_type", type(None)))
-                            for s in sharders):
-        raise InputError("sharders", "none shards EmbeddingBagCollection",
-                         "include torchrec's EmbeddingBagCollectionSharder")
+    if sharders and not any(
+        issubclass(EmbeddingBagCollection, getattr(s, "module_type", type(None))) for s in sharders
+    ):
+        raise InputError(
+            "sharders", "none shards EmbeddingBagCollection", "include torchrec's EmbeddingBagCollectionSharder"
+        )
 
 
 __all__ = ["AutoShardShardingPlanner", "embedding_bag_collections", "tables_from_module"]

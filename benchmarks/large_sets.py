@@ -44,8 +44,13 @@ def main() -> None:
     sizes = np.array([len(s.tables) for s in samples])
     edges = [int(v) for v in args.buckets.split(",")]
     rules = {"network": NO_LIMIT} | {f"linear beyond {v}": int(v) for v in args.limits.split(",")}
-    report = {"command": "python " + " ".join(sys.argv), "trained_max_set_size": model.max_set_size,
-              "sets": len(samples), "noise_floor": noise_floor(samples), "rules": {}}
+    report = {
+        "command": "python " + " ".join(sys.argv),
+        "trained_max_set_size": model.max_set_size,
+        "sets": len(samples),
+        "noise_floor": noise_floor(samples),
+        "rules": {},
+    }
     shipped = model.linear_beyond
     for name, limit in rules.items():
         model.linear_beyond = limit
@@ -55,11 +60,17 @@ def main() -> None:
         for low, high in zip(edges, edges[1:]):
             inside = (sizes >= low) & (sizes < high)
             if inside.any():
-                buckets[f"{low}-{high - 1}"] = {"sets": int(inside.sum()), "mape": round(mape(predicted[inside], true[inside]), 4),
-                                                "median_ratio": round(float(np.median(ratio[inside])), 3)}
-        report["rules"][name] = {"mape": round(mape(predicted, true), 4),
-                                 "ranking_accuracy": round(ranking_accuracy(predicted, true), 4),
-                                 "median_ratio": round(float(np.median(ratio)), 3), "by_size": buckets}
+                buckets[f"{low}-{high - 1}"] = {
+                    "sets": int(inside.sum()),
+                    "mape": round(mape(predicted[inside], true[inside]), 4),
+                    "median_ratio": round(float(np.median(ratio[inside])), 3),
+                }
+        report["rules"][name] = {
+            "mape": round(mape(predicted, true), 4),
+            "ranking_accuracy": round(ranking_accuracy(predicted, true), 4),
+            "median_ratio": round(float(np.median(ratio)), 3),
+            "by_size": buckets,
+        }
         print(name, json.dumps(report["rules"][name]))
     model.linear_beyond = shipped
     if args.out is not None:

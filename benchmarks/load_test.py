@@ -49,9 +49,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import httpx
@@ -124,8 +124,9 @@ def model_dir() -> tuple[Path, str]:
     profile = detect_profile("cpu", ExecutionMode.EMBEDDING_BAG, 1)
     # str(): detect_profile keeps torch's TorchVersion, which torch.load(weights_only=True) refuses
     profile = replace(profile, torch_version=str(profile.torch_version))
-    model = NeuralCostModel(SetCostNetwork(NetworkConfig()), torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES),
-                            profile, 128 * 2**20, 2048)
+    model = NeuralCostModel(
+        SetCostNetwork(NetworkConfig()), torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES), profile, 128 * 2**20, 2048
+    )
     folder = Path(tempfile.mkdtemp(prefix="autoshard-load-models-"))
     save_checkpoint(model, folder / model.profile.id)
     return folder, "untrained network of the shipped shape (no model in data/models)"
@@ -142,8 +143,10 @@ def request_body(config: Config, draw: int = 0) -> dict:
     workload = sample_task(_pool(), config.tables, np.random.default_rng(draw), name=f"load{config.tables}")
     if config.same_names:  # the pool's tables, named as every request names them
         workload = replace(workload, tables=tuple(replace(t, name=f"t{i}") for i, t in enumerate(workload.tables)))
-    body = {"workload": workload_to_dict(workload),
-            "topology": {"num_devices": config.devices, "device_memory_gb": config.device_memory_gb}}
+    body = {
+        "workload": workload_to_dict(workload),
+        "topology": {"num_devices": config.devices, "device_memory_gb": config.device_memory_gb},
+    }
     if config.planners:
         body["planners"] = list(config.planners)
     return body
@@ -154,8 +157,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def latency_summary(ms: list[float]) -> dict[str, float | None]:
-    return {"p50": percentile(ms, 50), "p90": percentile(ms, 90), "p99": percentile(ms, 99),
-            "max": max(ms) if ms else None, "mean": statistics.fmean(ms) if ms else None}
+    return {
+        "p50": percentile(ms, 50),
+        "p90": percentile(ms, 90),
+        "p99": percentile(ms, 99),
+        "max": max(ms) if ms else None,
+        "mean": statistics.fmean(ms) if ms else None,
+    }
 
 
 def run_ab(url: str, body: dict, config: Config, rss: Callable[[], int], cpu: CpuReader) -> dict:
@@ -170,10 +178,29 @@ def run_ab(url: str, body: dict, config: Config, rss: Callable[[], int], cpu: Cp
         with HealthProbe(url) as probe:
             cpu_before = cpu()
             # -l: every answer has its own elapsed_s, so lengths differ (ab would count that as a failure)
-            ab = subprocess.Popen(["ab", "-q", "-l", "-s", "60", "-n", str(config.requests), "-c",
-                                   str(config.concurrency), "-e", str(percentiles), "-p", str(body_file),
-                                   "-T", "application/json", f"{url}/v1/plans"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            ab = subprocess.Popen(
+                [
+                    "ab",
+                    "-q",
+                    "-l",
+                    "-s",
+                    "60",
+                    "-n",
+                    str(config.requests),
+                    "-c",
+                    str(config.concurrency),
+                    "-e",
+                    str(percentiles),
+                    "-p",
+                    str(body_file),
+                    "-T",
+                    "application/json",
+                    f"{url}/v1/plans",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
             while ab.poll() is None:
                 rss_samples.append(rss() / 2**20)
                 time.sleep(0.25)
@@ -185,26 +212,36 @@ def run_ab(url: str, body: dict, config: Config, rss: Callable[[], int], cpu: Cp
     field = lambda name: float(re.search(rf"{name}:\s+([\d.]+)", out).group(1)) if name in out else 0.0  # noqa: E731
     answered, failed, non_2xx = field("Complete requests"), field("Failed requests"), field("Non-2xx responses")
     last = httpx.post(f"{url}/v1/plans", json=body, timeout=60).json()
-    return {"elapsed_s": field("Time taken for tests"), "answered": answered,
-            "latency_ms": {"p50": at[50], "p90": at[90], "p99": at[99], "max": at[100], "mean": None},
-            "statuses": {"2xx": int(answered - non_2xx), "non_2xx": int(non_2xx)},
-            "errors": [out[out.index("Failed requests"):][:300]] if failed or non_2xx else [],
-            "error_count": int(failed + non_2xx), "partial": None,
-            "planners": sorted(p["planner"] for p in last["plans"]), "health": probe.latencies,
-            "metrics": httpx.get(f"{url}/metrics").text, "cpu_s": cpu_spent(cpu_before, cpu_after),
-            # the RSS curve over time, in ten equal spans (a soak compares the first with the last)
-            "rss_every_1000": [float(np.mean(c)) for c in np.array_split(rss_samples, 10) if len(c)]}
+    return {
+        "elapsed_s": field("Time taken for tests"),
+        "answered": answered,
+        "latency_ms": {"p50": at[50], "p90": at[90], "p99": at[99], "max": at[100], "mean": None},
+        "statuses": {"2xx": int(answered - non_2xx), "non_2xx": int(non_2xx)},
+        "errors": [out[out.index("Failed requests") :][:300]] if failed or non_2xx else [],
+        "error_count": int(failed + non_2xx),
+        "partial": None,
+        "planners": sorted(p["planner"] for p in last["plans"]),
+        "health": probe.latencies,
+        "metrics": httpx.get(f"{url}/metrics").text,
+        "cpu_s": cpu_spent(cpu_before, cpu_after),
+        # the RSS curve over time, in ten equal spans (a soak compares the first with the last)
+        "rss_every_1000": [float(np.mean(c)) for c in np.array_split(rss_samples, 10) if len(c)],
+    }
 
 
-async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int], cpu: CpuReader,
-                   client_kind: str) -> dict:
+async def run_load(
+    url: str, body: dict, config: Config, rss: Callable[[], int], cpu: CpuReader, client_kind: str
+) -> dict:
     """The load from an async Python loop on this process: aiohttp (``--client aiohttp``, about
     half httpx's CPU per request, which the two cores share with the server) or httpx."""
     # --fresh: tables and a seed no request used before, each body drawn and encoded before
     # the clock starts, so that the client's own share of the two cores is the HTTP alone
     count = config.warmup + config.requests
-    encoded = iter([json.dumps({**request_body(config, draw), "seed": draw}).encode()
-                    for draw in range(1, count + 1)] if config.fresh else [json.dumps(body).encode()] * count)
+    encoded = iter(
+        [json.dumps({**request_body(config, draw), "seed": draw}).encode() for draw in range(1, count + 1)]
+        if config.fresh
+        else [json.dumps(body).encode()] * count
+    )
     async with http_session(url, config.concurrency + 2, client_kind) as post:
         for _ in range(config.warmup):
             status, _ = await post(next(encoded))
@@ -233,7 +270,7 @@ async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int],
                         planners.update(p["planner"] for p in report["plans"])
                     else:
                         errors.append(text[:200].decode(errors="replace"))
-                except (aiohttp.ClientError, httpx.HTTPError, asyncio.TimeoutError) as error:
+                except (TimeoutError, aiohttp.ClientError, httpx.HTTPError) as error:
                     errors.append(f"{type(error).__name__}: {error}")
                 if (len(latencies) + len(errors)) % 1000 == 0:
                     rss_every_1000.append(rss() / 2**20)
@@ -243,10 +280,20 @@ async def run_load(url: str, body: dict, config: Config, rss: Callable[[], int],
             await asyncio.gather(*(worker() for _ in range(config.concurrency)))
             elapsed, cpu_after = time.perf_counter() - started, cpu()
     metrics = httpx.get(f"{url}/metrics").text
-    return {"elapsed_s": elapsed, "answered": len(latencies), "error_count": len(errors),  # a non-200 or a failure each
-            "latency_ms": latency_summary([x * 1000 for x in latencies]), "statuses": statuses, "errors": errors,
-            "partial": partial, "planners": sorted(planners), "health": probe.latencies, "metrics": metrics,
-            "rss_every_1000": rss_every_1000, "cpu_s": cpu_spent(cpu_before, cpu_after)}
+    return {
+        "elapsed_s": elapsed,
+        "answered": len(latencies),
+        "error_count": len(errors),  # a non-200 or a failure each
+        "latency_ms": latency_summary([x * 1000 for x in latencies]),
+        "statuses": statuses,
+        "errors": errors,
+        "partial": partial,
+        "planners": sorted(planners),
+        "health": probe.latencies,
+        "metrics": metrics,
+        "rss_every_1000": rss_every_1000,
+        "cpu_s": cpu_spent(cpu_before, cpu_after),
+    }
 
 
 Post = Callable[[bytes], Awaitable[tuple[int, bytes]]]
@@ -258,18 +305,23 @@ async def http_session(url: str, connections: int, kind: str) -> AsyncIterator[P
     """``Post`` over ``connections`` kept-alive connections, from aiohttp or httpx."""
     headers = {"content-type": "application/json"}
     if kind == "aiohttp":
-        async with aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=connections),
-                                         timeout=aiohttp.ClientTimeout(total=60)) as session:
+        async with aiohttp.ClientSession(
+            url, connector=aiohttp.TCPConnector(limit=connections), timeout=aiohttp.ClientTimeout(total=60)
+        ) as session:
+
             async def post(data: bytes) -> tuple[int, bytes]:
                 async with session.post("/v1/plans", data=data, headers=headers) as response:
                     return response.status, await response.read()
+
             yield post
         return
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+
         async def post(data: bytes) -> tuple[int, bytes]:
             response = await client.post("/v1/plans", content=data, headers=headers)
             return response.status_code, response.content
+
         yield post
 
 
@@ -295,7 +347,7 @@ class HealthProbe:
         self._process = multiprocessing.Process(target=probe_health, args=(url, self._stop, self._results))
         self.latencies: list[float] = []
 
-    def __enter__(self) -> "HealthProbe":
+    def __enter__(self) -> HealthProbe:
         self._process.start()
         return self
 
@@ -317,8 +369,11 @@ def cpu_seconds(pid: int) -> float:
 def cpu_by_part(server: int) -> dict[str, float]:
     """CPU seconds so far of the server's own process (HTTP, validation, answers), its planning
     workers and this process (the Python client; with ab, only its RSS sampling)."""
-    return {"server": cpu_seconds(server), "planning_workers": sum(cpu_seconds(c) for c in _children(server)),
-            "client": cpu_seconds(os.getpid())}
+    return {
+        "server": cpu_seconds(server),
+        "planning_workers": sum(cpu_seconds(c) for c in _children(server)),
+        "client": cpu_seconds(os.getpid()),
+    }
 
 
 CpuReader = Callable[[], dict[str, float]]
@@ -338,9 +393,24 @@ def planner_times(metrics: str) -> dict[str, float]:
 def start_profiler(pid: int, out: Path) -> subprocess.Popen:
     """py-spy sampling the server (and its workers) until SIGINT; collapsed stacks to ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--subprocesses", "--rate", "200",
-                             "--format", "raw", "--nonblocking", "--output", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            "py-spy",
+            "record",
+            "--pid",
+            str(pid),
+            "--subprocesses",
+            "--rate",
+            "200",
+            "--format",
+            "raw",
+            "--nonblocking",
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def busy_processes(own: set[int]) -> list[str]:
@@ -362,10 +432,27 @@ def start_service(root: Path, models: Path, *options: str) -> tuple[subprocess.P
     options) on a free port, once ``/readyz`` says ready: (the process, its URL). Fails with the
     server's output if it stops first, or after 180 s."""
     url = f"http://127.0.0.1:{free_port()}"
-    server = subprocess.Popen([sys.executable, "-m", "autoshard", "serve", "--port", url.rsplit(":", 1)[1],
-                               "--model-dir", str(models), "--no-access-log", "--log-level", "warning", *options],
-                              cwd=root, env={**os.environ, "AUTOSHARD_NO_REEXEC": "1"}, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "autoshard",
+            "serve",
+            "--port",
+            url.rsplit(":", 1)[1],
+            "--model-dir",
+            str(models),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            *options,
+        ],
+        cwd=root,
+        env={**os.environ, "AUTOSHARD_NO_REEXEC": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while True:
@@ -395,11 +482,14 @@ def stop_service(server: subprocess.Popen) -> int | None:
 
 
 def main(config: Config) -> dict:
-    client = config.client if config.client != "auto" else (
-        "ab" if shutil.which("ab") and not config.fresh else "aiohttp")
+    client = (
+        config.client if config.client != "auto" else ("ab" if shutil.which("ab") and not config.fresh else "aiohttp")
+    )
     if client == "ab" and (config.fresh or not shutil.which("ab")):
-        sys.exit("error: --client ab needs ab on PATH (apt-get install apache2-utils) and one body (not --fresh); "
-                 "or use --client aiohttp")
+        sys.exit(
+            "error: --client ab needs ab on PATH (apt-get install apache2-utils) and one body (not --fresh); "
+            "or use --client aiohttp"
+        )
     folder, model_note = model_dir()
     server, url = start_service(ROOT, folder, "--workers", str(config.workers))
     try:
@@ -409,8 +499,11 @@ def main(config: Config) -> dict:
         profiler = start_profiler(server.pid, config.profile) if config.profile else None
         rss = lambda: rss_bytes(server.pid)  # noqa: E731
         cpu = functools.partial(cpu_by_part, server.pid)
-        result = (run_ab(url, body, config, rss, cpu) if client == "ab"
-                  else asyncio.run(run_load(url, body, config, rss, cpu, client)))
+        result = (
+            run_ab(url, body, config, rss, cpu)
+            if client == "ab"
+            else asyncio.run(run_load(url, body, config, rss, cpu, client))
+        )
         if profiler is not None:
             profiler.send_signal(signal.SIGINT)
             profiler.wait(60)
@@ -423,40 +516,65 @@ def main(config: Config) -> dict:
     health_ms = [x * 1000 for x in result["health"]]
     errors = result["error_count"]
     report = {
-        "setting": {"requests": config.requests, "concurrency": config.concurrency, "tables": config.tables,
-                    "devices": config.devices, "device_memory_gb": config.device_memory_gb,
-                    "requests_alike": "no: each its own tables and seed, every planner runs" if config.fresh else
-                    "yes: one body, answered from the plan cache after the first",
-                    "planners": result["planners"], "workers": config.workers, "cost_model": model_note,
-                    "client": {"ab": "ApacheBench (ab, one process in C)", "aiohttp": "aiohttp.ClientSession",
-                               "httpx": "httpx.AsyncClient"}[client]
-                              + " on the same machine", "cpus": os.cpu_count()},
+        "setting": {
+            "requests": config.requests,
+            "concurrency": config.concurrency,
+            "tables": config.tables,
+            "devices": config.devices,
+            "device_memory_gb": config.device_memory_gb,
+            "requests_alike": "no: each its own tables and seed, every planner runs"
+            if config.fresh
+            else "yes: one body, answered from the plan cache after the first",
+            "planners": result["planners"],
+            "workers": config.workers,
+            "cost_model": model_note,
+            "client": {
+                "ab": "ApacheBench (ab, one process in C)",
+                "aiohttp": "aiohttp.ClientSession",
+                "httpx": "httpx.AsyncClient",
+            }[client]
+            + " on the same machine",
+            "cpus": os.cpu_count(),
+        },
         "throughput_rps": result["answered"] / result["elapsed_s"],
         "elapsed_s": result["elapsed_s"],
         "latency_ms": result["latency_ms"],
-        "errors": errors, "statuses": {str(k): v for k, v in sorted(result["statuses"].items())},
+        "errors": errors,
+        "statuses": {str(k): v for k, v in sorted(result["statuses"].items())},
         "partial_answers": result["partial"],
-        "healthz_under_load_ms": {"probes": len(health_ms), "p50": percentile(health_ms, 50),
-                                  "p99": percentile(health_ms, 99), "max": max(health_ms) if health_ms else None},
-        "server_rss_mb": {"before": rss_before / 2**20, "after": rss_after / 2**20,
-                          # Python loop: after every 1,000 answers; ab: the means of ten equal spans of time
-                          "every_1000_requests": result["rss_every_1000"],
-                          "last_over_first_1000": (result["rss_every_1000"][-1] / result["rss_every_1000"][0]
-                                                   if len(result["rss_every_1000"]) > 1 else None)},
+        "healthz_under_load_ms": {
+            "probes": len(health_ms),
+            "p50": percentile(health_ms, 50),
+            "p99": percentile(health_ms, 99),
+            "max": max(health_ms) if health_ms else None,
+        },
+        "server_rss_mb": {
+            "before": rss_before / 2**20,
+            "after": rss_after / 2**20,
+            # Python loop: after every 1,000 answers; ab: the means of ten equal spans of time
+            "every_1000_requests": result["rss_every_1000"],
+            "last_over_first_1000": (
+                result["rss_every_1000"][-1] / result["rss_every_1000"][0]
+                if len(result["rss_every_1000"]) > 1
+                else None
+            ),
+        },
         # CPU time per answered request, over the timed run: where the two cores went
-        "cpu_ms_per_request": {part: 1000 * seconds / max(result["answered"], 1)
-                               for part, seconds in result["cpu_s"].items()},
+        "cpu_ms_per_request": {
+            part: 1000 * seconds / max(result["answered"], 1) for part, seconds in result["cpu_s"].items()
+        },
         "server_planner_ms_per_request": {p: 1000 * t for p, t in planner_times(result["metrics"]).items()},
-        "plan_cache": {k: float(v) for k, v in re.findall(r'autoshard_plan_cache_total\{result="([^"]+)"\} (\S+)',
-                                                          result["metrics"])},
+        "plan_cache": {
+            k: float(v)
+            for k, v in re.findall(r'autoshard_plan_cache_total\{result="([^"]+)"\} (\S+)', result["metrics"])
+        },
         "server_exit_code_after_sigterm": exit_code,
         "machine": {"loadavg_before": load_before, "loadavg_after": load_after, "other_busy_processes": others},
         "target": {"p99_ms": 150, "throughput_rps": 100},
         "note": config.note,
         "error_samples": result["errors"][:5],
     }
-    report["meets_target"] = (report["latency_ms"]["p99"] <= 150 and report["throughput_rps"] >= 100
-                              and errors == 0)
+    report["meets_target"] = report["latency_ms"]["p99"] <= 150 and report["throughput_rps"] >= 100 and errors == 0
     config.out.parent.mkdir(parents=True, exist_ok=True)
     config.out.write_text(json.dumps(report, indent=1) + "\n")
     return report
@@ -475,19 +593,41 @@ def parse() -> Config:
     parser.add_argument("--note", default="", help="Free text stored with the figures (e.g. what else ran).")
     parser.add_argument("--profile", type=Path, help="Also record the server with py-spy (collapsed stacks).")
     parser.add_argument("--planners", help="Comma-separated planners (default: the service's defaults).")
-    parser.add_argument("--client", choices=("auto", "ab", "aiohttp", "httpx"), default=defaults.client,
-                        help="The load generator (auto: ab when it is on PATH and the requests are alike, else "
-                             "aiohttp; httpx, the loop of figures before 2026-12-04 22:00, spends twice its CPU).")
-    parser.add_argument("--fresh", action="store_true",
-                        help="Give every request its own seed, so that none is answered from the plan cache.")
-    parser.add_argument("--same-names", action="store_true",
-                        help="With --fresh: name every request's tables t0, t1, ..., as a model's workloads are named "
-                             "from one request to the next (distinct tables under names the server has seen).")
+    parser.add_argument(
+        "--client",
+        choices=("auto", "ab", "aiohttp", "httpx"),
+        default=defaults.client,
+        help="The load generator (auto: ab when it is on PATH and the requests are alike, else "
+        "aiohttp; httpx, the loop of figures before 2026-12-04 22:00, spends twice its CPU).",
+    )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="Give every request its own seed, so that none is answered from the plan cache.",
+    )
+    parser.add_argument(
+        "--same-names",
+        action="store_true",
+        help="With --fresh: name every request's tables t0, t1, ..., as a model's workloads are named "
+        "from one request to the next (distinct tables under names the server has seen).",
+    )
     args = parser.parse_args()
-    return Config(args.requests, args.concurrency, args.tables, args.devices, defaults.device_memory_gb,
-                  args.warmup, args.workers, args.out, args.note, args.profile,
-                  tuple(args.planners.split(",")) if args.planners else None, args.fresh, args.client,
-                  args.same_names)
+    return Config(
+        args.requests,
+        args.concurrency,
+        args.tables,
+        args.devices,
+        defaults.device_memory_gb,
+        args.warmup,
+        args.workers,
+        args.out,
+        args.note,
+        args.profile,
+        tuple(args.planners.split(",")) if args.planners else None,
+        args.fresh,
+        args.client,
+        args.same_names,
+    )
 
 
 if __name__ == "__main__":

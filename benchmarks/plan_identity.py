@@ -49,15 +49,20 @@ def plan_all(out: Path) -> None:
             if split and len(task.workload.tables) > 200:
                 continue
             context = PlannerContext(profile.model, profile.policy, 3, split)
-            alone = [compare_planners(task.workload, task.topology, [name], context, profile.communication).plans[0]
-                     for name in PLANNERS]
+            alone = [
+                compare_planners(task.workload, task.topology, [name], context, profile.communication).plans[0]
+                for name in PLANNERS
+            ]
             together = compare_planners(task.workload, task.topology, PLANNERS, context, profile.communication).plans
-            heuristics = compare_planners(task.workload, task.topology, HEURISTICS, context, profile.communication).plans
+            heuristics = compare_planners(
+                task.workload, task.topology, HEURISTICS, context, profile.communication
+            ).plans
             for how, found in (("", alone), ("together/", together), ("heuristics/", heuristics)):
                 for plan in found:
                     plans[f"{task.name}/{'split' if split else 'whole'}/{how}{plan.planner}"] = {
                         "max_ms": plan.max_cost_ms,
-                        "devices": [[[s.table.name, s.column_offset, s.width] for s in d.shards] for d in plan.devices]}
+                        "devices": [[[s.table.name, s.column_offset, s.width] for s in d.shards] for d in plan.devices],
+                    }
     out.write_text(json.dumps({"checkout": root, "seconds": time.perf_counter() - started, "plans": plans}))
     print(f"{len(plans)} plans in {time.perf_counter() - started:.0f} s -> {out}")
 

@@ -52,9 +52,13 @@ def main() -> None:
     parser.add_argument("--torchrec", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=120.0)
-    parser.add_argument("--column-split", action=argparse.BooleanOptionalAction, default=None,
-                        help="Let every planner split tables column-wise (--no-column-split: none; default: the "
-                             "product's, the cost-model planners).")
+    parser.add_argument(
+        "--column-split",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Let every planner split tables column-wise (--no-column-split: none; default: the "
+        "product's, the cost-model planners).",
+    )
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "planning_speed.json")
     args = parser.parse_args()
@@ -102,13 +106,30 @@ def main() -> None:
     rows = []
     for (task, name), values in sorted(times.items()):
         q = np.percentile(values, [25, 50, 75])
-        rows.append({"task": task, "planner": name, "median_s": float(q[1]), "iqr_s": [float(q[0]), float(q[2])],
-                     "runs": len(values), "max_cost_ms": quality[(task, name)]})
+        rows.append(
+            {
+                "task": task,
+                "planner": name,
+                "median_s": float(q[1]),
+                "iqr_s": [float(q[0]), float(q[2])],
+                "runs": len(values),
+                "max_cost_ms": quality[(task, name)],
+            }
+        )
     rows += [{"task": task, "planner": name, "timed_out_after_s": args.timeout} for task, name in sorted(timed_out)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "policy": profile.policy.name
-                                    if profile.policy else None, "column_split": context.split_setting, "rows": rows},
-                                   indent=1) + "\n")
+    args.out.write_text(
+        json.dumps(
+            {
+                "command": "python " + " ".join(sys.argv),
+                "policy": profile.policy.name if profile.policy else None,
+                "column_split": context.split_setting,
+                "rows": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     _chart(rows, args.out.with_suffix(".png"))
     for r in rows:
         print(json.dumps(r))
@@ -116,13 +137,17 @@ def main() -> None:
 
 def _chart(rows: list[dict], path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name in sorted({r["planner"] for r in rows if "median_s" in r}):
-        points = sorted((int(r["task"].split("x")[0]) * int(r["task"].split("x")[1]), r["median_s"])
-                        for r in rows if r["planner"] == name and "median_s" in r)
+        points = sorted(
+            (int(r["task"].split("x")[0]) * int(r["task"].split("x")[1]), r["median_s"])
+            for r in rows
+            if r["planner"] == name and "median_s" in r
+        )
         ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
     ax.set_xscale("log"), ax.set_yscale("log")
     ax.set_xlabel("tables x devices"), ax.set_ylabel("plan time (s), median")

@@ -38,13 +38,16 @@ def scenarios() -> dict[str, tuple[Workload, Workload, int, float]]:
     """name -> (the workload as planned, as it is now, devices, GiB a device)."""
     terabyte, _ = load_workload_or_preset("criteo_terabyte")
     grown = tuple(t for t in terabyte.tables if t.name not in ("cat_20", "cat_21")) + tuple(
-        Table(f"new_{i}", rows, 128, pooling) for i, (rows, pooling) in enumerate(NEW_TERABYTE))
+        Table(f"new_{i}", rows, 128, pooling) for i, (rows, pooling) in enumerate(NEW_TERABYTE)
+    )
     pool = generate_pool(PoolConfig(size=500, seed=0, max_log10_rows=7.0)).train
     hundred = sample_task(pool, 100, np.random.default_rng(20261205), name="pool100")
     first80 = replace(hundred, tables=hundred.tables[:80], name="pool80")
-    return {"terabyte_minus2_plus6": (terabyte, replace(terabyte, tables=grown, name="terabyte_v2"), 8, 24.0),
-            "pool80_plus20": (first80, replace(hundred, name="pool80_plus20"), 8, 16.0),
-            "pool100_minus20": (hundred, replace(hundred, tables=hundred.tables[20:], name="pool100_minus20"), 8, 16.0)}
+    return {
+        "terabyte_minus2_plus6": (terabyte, replace(terabyte, tables=grown, name="terabyte_v2"), 8, 24.0),
+        "pool80_plus20": (first80, replace(hundred, name="pool80_plus20"), 8, 16.0),
+        "pool100_minus20": (hundred, replace(hundred, tables=hundred.tables[20:], name="pool100_minus20"), 8, 16.0),
+    }
 
 
 def autoshard(*args: str) -> str:
@@ -67,23 +70,61 @@ def main() -> None:
         was, now, current = (args.out / f"{name}_{part}.json" for part in ("before", "after", "current_plan"))
         save_workload(was, before)
         save_workload(now, after)
-        autoshard("plan", str(was), "--devices", str(devices), "--memory-gb", str(memory_gb), "--planner",
-                  "cost_greedy", "--model", str(args.model.resolve()), "--format", "torchrec", "--out", str(current))
-        report = json.loads(autoshard("replan", str(now), "--from", str(current), "--memory-gb", str(memory_gb),
-                                      "--max-moves", args.max_moves, "--measure", str(args.rounds),
-                                      "--model", str(args.model.resolve()), "--json"))
+        autoshard(
+            "plan",
+            str(was),
+            "--devices",
+            str(devices),
+            "--memory-gb",
+            str(memory_gb),
+            "--planner",
+            "cost_greedy",
+            "--model",
+            str(args.model.resolve()),
+            "--format",
+            "torchrec",
+            "--out",
+            str(current),
+        )
+        report = json.loads(
+            autoshard(
+                "replan",
+                str(now),
+                "--from",
+                str(current),
+                "--memory-gb",
+                str(memory_gb),
+                "--max-moves",
+                args.max_moves,
+                "--measure",
+                str(args.rounds),
+                "--model",
+                str(args.model.resolve()),
+                "--json",
+            )
+        )
         (args.out / f"{name}_replan.json").write_text(json.dumps(report, indent=1) + "\n")
-        summary[name] = [{k: row[k] for k in ("plan", "max_cost_ms", "expected_max_ms", "shards_moved", "bytes_moved")}
-                         | {"measured_max_ms": row["measured"]["max_ms"], "measured_vs_keep": row["measured"]["vs_keep"],
-                            "ci95": row["measured"]["ci95"], "verdict": row["measured"]["verdict"]}
-                         for row in report["plans"]]
+        summary[name] = [
+            {k: row[k] for k in ("plan", "max_cost_ms", "expected_max_ms", "shards_moved", "bytes_moved")}
+            | {
+                "measured_max_ms": row["measured"]["max_ms"],
+                "measured_vs_keep": row["measured"]["vs_keep"],
+                "ci95": row["measured"]["ci95"],
+                "verdict": row["measured"]["verdict"],
+            }
+            for row in report["plans"]
+        ]
         for row in summary[name]:
-            print(f"{name:>22} {row['plan']:>22}: predicted {row['max_cost_ms']:7.3f} ms, measured "
-                  f"{row['measured_max_ms']:7.3f} ms ({row['measured_vs_keep']:.3f} [{row['ci95'][0]:.3f}, "
-                  f"{row['ci95'][1]:.3f}] of keep, {row['verdict']}), moved {row['shards_moved']} shards, "
-                  f"{row['bytes_moved'] / 2**30:.3g} GiB", flush=True)
-    (args.out / "summary.json").write_text(json.dumps({"command": " ".join(sys.argv), "scenarios": summary},
-                                                      indent=1) + "\n")
+            print(
+                f"{name:>22} {row['plan']:>22}: predicted {row['max_cost_ms']:7.3f} ms, measured "
+                f"{row['measured_max_ms']:7.3f} ms ({row['measured_vs_keep']:.3f} [{row['ci95'][0]:.3f}, "
+                f"{row['ci95'][1]:.3f}] of keep, {row['verdict']}), moved {row['shards_moved']} shards, "
+                f"{row['bytes_moved'] / 2**30:.3g} GiB",
+                flush=True,
+            )
+    (args.out / "summary.json").write_text(
+        json.dumps({"command": " ".join(sys.argv), "scenarios": summary}, indent=1) + "\n"
+    )
 
 
 if __name__ == "__main__":

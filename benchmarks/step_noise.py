@@ -40,7 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     one_thread()
     workload, _ = load_workload_or_preset(args.workload)
-    tables = list(workload.tables)[:args.tables]
+    tables = list(workload.tables)[: args.tables]
     config = BenchConfig(mode=default_mode(), batch_size=args.batch_size)
     forward, backward = _build_tbe(tables, config)
     rng = np.random.default_rng(0)
@@ -57,14 +57,22 @@ def main() -> None:
                 steps.append(f_ms + b_ms)
         calls.append(steps)
         time.sleep(args.pause)
-    print(f"{args.workload}, first {len(tables)} tables, batch {args.batch_size}: {args.calls} calls of "
-          f"{args.repeats} steps, {args.pause} s apart")
-    for name, statistic in (("median", statistics.median), ("min", min),
-                            ("p10", lambda v: float(np.percentile(v, 10))), ("mean", statistics.fmean)):
+    print(
+        f"{args.workload}, first {len(tables)} tables, batch {args.batch_size}: {args.calls} calls of "
+        f"{args.repeats} steps, {args.pause} s apart"
+    )
+    for name, statistic in (
+        ("median", statistics.median),
+        ("min", min),
+        ("p10", lambda v: float(np.percentile(v, 10))),
+        ("mean", statistics.fmean),
+    ):
         values = [statistic(steps) for steps in calls]
         mean = statistics.fmean(values)
-        print(f"{name:>6}: mean {mean:.3f} ms, call-to-call cv {statistics.stdev(values) / mean:.1%}, "
-              f"range {min(values):.3f}-{max(values):.3f} ms")
+        print(
+            f"{name:>6}: mean {mean:.3f} ms, call-to-call cv {statistics.stdev(values) / mean:.1%}, "
+            f"range {min(values):.3f}-{max(values):.3f} ms"
+        )
 
 
 if __name__ == "__main__":

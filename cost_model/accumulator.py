@@ -17,7 +17,8 @@ shipped head; alike from 64 rows up; docs/service.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Hashable, Sequence
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -43,16 +44,19 @@ class SplitHead:
         # every weight and bias halved: a layer then gives half its pre-activation x, and SiLU is
         # x sigmoid(x) = (x / 2) (1 + tanh(x / 2)), two passes fewer (a power of two scales exactly:
         # the same numbers; 8-row calls took 0.82x the time, 300-row ones 0.95x)
-        layers = [(np.ascontiguousarray(m.weight.detach().float().numpy().T * HALF),
-                   m.bias.detach().float().numpy() * HALF) for m in head if isinstance(m, torch.nn.Linear)]
+        layers = [
+            (np.ascontiguousarray(m.weight.detach().float().numpy().T * HALF), m.bias.detach().float().numpy() * HALF)
+            for m in head
+            if isinstance(m, torch.nn.Linear)
+        ]
         (first, first_bias), self.rest = layers[0], layers[1:]
         self.hidden = first.shape[1]
-        self.w_sum, self.w_mean = first[:width] / np.float32(8.0), first[width:2 * width].copy()
-        self.w_max = first[2 * width:3 * width].copy()
+        self.w_sum, self.w_mean = first[:width] / np.float32(8.0), first[width : 2 * width].copy()
+        self.w_max = first[2 * width : 3 * width].copy()
         self.w_log, self.first_bias = first[3 * width].copy(), first_bias
-        self.w_extra = first[3 * width + 1:].copy()
+        self.w_extra = first[3 * width + 1 :].copy()
         w, b = self.rest[-1]
-        self.rest[-1] = (w[:, TOTAL:TOTAL + 1].copy(), b[TOTAL:TOTAL + 1].copy())  # only the total is asked
+        self.rest[-1] = (w[:, TOTAL : TOTAL + 1].copy(), b[TOTAL : TOTAL + 1].copy())  # only the total is asked
         self._clear()
 
     def _clear(self) -> None:
@@ -64,8 +68,12 @@ class SplitHead:
         self._stores = [np.zeros((256, w), dtype=np.float32) for w in widths]
         self._used = 1
 
-    def projected(self, model: NeuralCostModel, table: Table, batch_size: int,
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def projected(
+        self,
+        model: NeuralCostModel,
+        table: Table,
+        batch_size: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(code, its projection through the sum part, through the mean part), float32, cached."""
         found = self._projected.get((table, batch_size))
         if found is None:
@@ -80,8 +88,12 @@ class SplitHead:
             return True
         return False
 
-    def _project(self, model: NeuralCostModel, table: Table, batch_size: int,
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _project(
+        self,
+        model: NeuralCostModel,
+        table: Table,
+        batch_size: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         key = (table, batch_size)
         if self._used == len(self._stores[0]):  # grow: rows handed out before keep their values
             self._stores = [np.concatenate([a, np.zeros_like(a)]) for a in self._stores]
@@ -93,8 +105,9 @@ class SplitHead:
         found = self._projected[key] = tuple(store[row] for store in self._stores)  # type: ignore[assignment]
         return found
 
-    def projected_many(self, model: NeuralCostModel, tables: Sequence[Table], batch_size: int,
-                       leading_none: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def projected_many(
+        self, model: NeuralCostModel, tables: Sequence[Table], batch_size: int, leading_none: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``projected`` of each table, stacked: (codes, sum parts, mean parts), ``[len(tables), .]``,
         after a row of zeros if ``leading_none`` (then row k + 1 is table k); the tables not
         cached yet are encoded in one call."""
@@ -109,8 +122,13 @@ class SplitHead:
         index = np.array([0, *rows] if leading_none else rows, dtype=np.int64)
         return tuple(store[index] for store in self._stores)  # type: ignore[return-value]
 
-    def first_input(self, sums: np.ndarray, means: np.ndarray, count: np.ndarray, limit: int | None,
-                    ) -> tuple[np.ndarray, np.ndarray | None]:
+    def first_input(
+        self,
+        sums: np.ndarray,
+        means: np.ndarray,
+        count: np.ndarray,
+        limit: int | None,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """(the first layer's input without its max part, each set's ``linear_scale``, None when
         no set is past ``limit``) of sets with these projected sums of the sum and mean parts and
         ``count`` tables, priced linearly past ``limit`` as ``SetCostNetwork.predict_pooled`` does."""
@@ -158,7 +176,9 @@ class EditedSets:
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         self._position = {id(t): i for i, t in enumerate(self.flat)}
         self.alone = model.alone_ms(self.flat, batch_size)
-        self._alone_max = np.array([self.alone[a:b].max(initial=0.0) for a, b in zip(self.offsets[:-1], self.offsets[1:])])
+        self._alone_max = np.array(
+            [self.alone[a:b].max(initial=0.0) for a, b in zip(self.offsets[:-1], self.offsets[1:])]
+        )
         self._alone_others: np.ndarray | None = None  # per flat table: the set's costliest other table
 
     def positions(self, added: Sequence[Table]) -> np.ndarray | None:
@@ -200,9 +220,9 @@ class SplitHeadEdits(EditedSets):
         self.rows = head.projected_many(model, self.flat, batch_size, leading_none=True)  # row k + 1: flat[k]
         codes, sums, means = self.rows
         bounds = list(zip(self.offsets[:-1], self.offsets[1:]))
-        self.set_sums = np.stack([sums[1 + a:1 + b].sum(0) for a, b in bounds])
-        self.set_means = np.stack([means[1 + a:1 + b].sum(0) for a, b in bounds])
-        self.set_max = np.stack([codes[1 + a:1 + b].max(0, initial=-1e9) for a, b in bounds])
+        self.set_sums = np.stack([sums[1 + a : 1 + b].sum(0) for a, b in bounds])
+        self.set_means = np.stack([means[1 + a : 1 + b].sum(0) for a, b in bounds])
+        self.set_max = np.stack([codes[1 + a : 1 + b].max(0, initial=-1e9) for a, b in bounds])
         self._others: np.ndarray | None = None  # per flat row (after a row "none"): its set's max without it
 
     def _network(self, batch: EditBatch, removed: np.ndarray, at: np.ndarray | None) -> np.ndarray:
@@ -212,8 +232,9 @@ class SplitHeadEdits(EditedSets):
             new_codes, new_sums, new_means = codes, sums, means
         else:
             add = batch.add + 1
-            new_codes, new_sums, new_means = self.head.projected_many(self.model, list(batch.added), self.batch_size,
-                                                                      leading_none=True)
+            new_codes, new_sums, new_means = self.head.projected_many(
+                self.model, list(batch.added), self.batch_size, leading_none=True
+            )
         rem = removed + 1  # row 0: nothing
         has_rem, has_add = removed >= 0, batch.add >= 0
         count = np.asarray(self.sizes, dtype=np.float64)[batch.base] - has_rem + has_add
@@ -221,13 +242,17 @@ class SplitHeadEdits(EditedSets):
         if has_rem.any():
             if self._others is None:
                 width = codes.shape[1]
-                self._others = np.concatenate([np.full((1, width), -1e9, np.float32),
-                                               leave_one_out_max(codes[1:], self.sizes, -1e9)])
+                self._others = np.concatenate(
+                    [np.full((1, width), -1e9, np.float32), leave_one_out_max(codes[1:], self.sizes, -1e9)]
+                )
             largest = np.where(has_rem[:, None], self._others[rem], largest)
         largest = np.where(has_add[:, None], np.maximum(largest, new_codes[add]), largest).astype(np.float32)
-        first, scale = self.head.first_input(self.set_sums[batch.base] - sums[rem] + new_sums[add],
-                                             self.set_means[batch.base] - means[rem] + new_means[add], count,
-                                             self.model.size_limit)
+        first, scale = self.head.first_input(
+            self.set_sums[batch.base] - sums[rem] + new_sums[add],
+            self.set_means[batch.base] - means[rem] + new_means[add],
+            count,
+            self.model.size_limit,
+        )
         return np.where(count > 0, self.head.ms(first, np.ascontiguousarray(largest), scale), 0.0)
 
 
@@ -249,11 +274,11 @@ def leave_one_out_max(values: np.ndarray, sizes: Sequence[int], empty: float) ->
     start = 0
     for n in sizes:
         if n > 1:
-            seg = values[start:start + n]
+            seg = values[start : start + n]
             prefix, suffix = np.maximum.accumulate(seg), np.maximum.accumulate(seg[::-1])[::-1]
             out[start] = suffix[1]
             out[start + n - 1] = prefix[n - 2]
-            out[start + 1:start + n - 1] = np.maximum(prefix[:n - 2], suffix[2:])
+            out[start + 1 : start + n - 1] = np.maximum(prefix[: n - 2], suffix[2:])
         start += n
     return out
 
@@ -269,8 +294,11 @@ class PooledRows:
         self.count = np.zeros(num_rows)
         self._pending: list[tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]] = []
 
-    def first(self, rows: np.ndarray | slice, added: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def first(
+        self,
+        rows: np.ndarray | slice,
+        added: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """The head's first-layer input without its max part, the max-pooled codes and the
         ``linear_scale`` of sets ``rows`` (with ``added``'s code and projections, if given),
         priced linearly past the size limit as ``SetCostNetwork.predict_pooled`` does."""
@@ -282,7 +310,9 @@ class PooledRows:
         first, scale = self.head.first_input(sums, means, count, self.limit)
         return first, largest, scale
 
-    def ms(self, rows: np.ndarray | slice, added: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    def ms(
+        self, rows: np.ndarray | slice, added: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    ) -> np.ndarray:
         return self.head.ms(*self.first(rows, added))
 
     def add(self, row: int, projected: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
@@ -327,8 +357,9 @@ class SetAccumulator:
             self.op_ms = np.concatenate([self.op_ms, np.zeros((self.num_sets, 1))], axis=1)
         return kind
 
-    def _total(self, rows: np.ndarray | slice, op_sum: np.ndarray, num_ops: np.ndarray,
-               added: Table | None = None) -> np.ndarray:
+    def _total(
+        self, rows: np.ndarray | slice, op_sum: np.ndarray, num_ops: np.ndarray, added: Table | None = None
+    ) -> np.ndarray:
         """The ops' summed milliseconds times the interaction factor (grouped networks)."""
         if self.whole is None:
             return op_sum

@@ -9,7 +9,8 @@ medians over passes, so their own noise is lower (about the floor / sqrt(passes)
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -37,10 +38,12 @@ def ranking_accuracy(pred: np.ndarray, true: np.ndarray, seed: int = 0) -> float
 
 
 def scores(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
-    return {"mape": round(mape(pred, true), 4),
-            "spearman": round(float(spearmanr(pred, true).statistic), 4),
-            "ranking_accuracy": round(ranking_accuracy(pred, true), 4),
-            "samples": int(len(true))}
+    return {
+        "mape": round(mape(pred, true), 4),
+        "spearman": round(float(spearmanr(pred, true).statistic), 4),
+        "ranking_accuracy": round(ranking_accuracy(pred, true), 4),
+        "samples": int(len(true)),
+    }
 
 
 def noise_floor(samples: Sequence[Labelled]) -> dict[str, Any]:
@@ -49,8 +52,7 @@ def noise_floor(samples: Sequence[Labelled]) -> dict[str, Any]:
     floor = pairwise_pass_mape(s.passes_total_ms for s in samples)
     if floor is None:
         return {"pass_to_pass_mape": None, "passes": 1}
-    return {"pass_to_pass_mape": round(floor, 4),
-            "passes": int(np.median([len(s.passes_total_ms) for s in samples]))}
+    return {"pass_to_pass_mape": round(floor, 4), "passes": int(np.median([len(s.passes_total_ms) for s in samples]))}
 
 
 def plan_choices(samples: Sequence[Labelled], predicted: np.ndarray, margin: float = 0.05) -> dict[str, Any]:
@@ -67,13 +69,18 @@ def plan_choices(samples: Sequence[Labelled], predicted: np.ndarray, margin: flo
     right = pairs = 0
     plans = sorted(measured)
     for i, a in enumerate(plans):
-        for b in plans[i + 1:]:
+        for b in plans[i + 1 :]:
             if a[0] != b[0] or abs(measured[a] - measured[b]) <= margin * min(measured[a], measured[b]):
                 continue
             pairs += 1
             right += (measured[a] < measured[b]) == (guessed[a] < guessed[b])
-    return {"pairs": pairs, "named_the_faster": round(right / pairs, 4) if pairs else None,
-            "margin": margin, "plans": len(plans), "tasks": len({t for t, _ in plans})}
+    return {
+        "pairs": pairs,
+        "named_the_faster": round(right / pairs, 4) if pairs else None,
+        "margin": margin,
+        "plans": len(plans),
+        "tasks": len({t for t, _ in plans}),
+    }
 
 
 def predict_labelled(model: NeuralCostModel, samples: Sequence[Labelled]) -> np.ndarray:
@@ -85,8 +92,9 @@ def predict_labelled(model: NeuralCostModel, samples: Sequence[Labelled]) -> np.
     return out
 
 
-def evaluate_all(model: NeuralCostModel, splits: Splits, traces: TraceSet,
-                 extra: dict[str, Sequence[Labelled]] | None = None) -> dict[str, Any]:
+def evaluate_all(
+    model: NeuralCostModel, splits: Splits, traces: TraceSet, extra: dict[str, Sequence[Labelled]] | None = None
+) -> dict[str, Any]:
     """Every estimator on the held-out splits, side by side, plus the noise floor of each split;
     on split (c), plan sets, also how often the model picks the faster of two plans. ``extra``:
     more named held-out splits (e.g. ``fresh_pool``, sets of a pool drawn with a fresh seed),
@@ -106,10 +114,15 @@ def evaluate_all(model: NeuralCostModel, splits: Splits, traces: TraceSet,
         predicted = predict_labelled(model, samples)
         results["neural"] = scores(predicted, true)
         floor = noise_floor(samples)
-        report[split_name] = {"estimators": results, "noise_floor": floor,
-                              "neural_beats_all": all(results["neural"]["mape"] < r["mape"] and
-                                                      results["neural"]["ranking_accuracy"] > r["ranking_accuracy"]
-                                                      for k, r in results.items() if k != "neural")}
+        report[split_name] = {
+            "estimators": results,
+            "noise_floor": floor,
+            "neural_beats_all": all(
+                results["neural"]["mape"] < r["mape"] and results["neural"]["ranking_accuracy"] > r["ranking_accuracy"]
+                for k, r in results.items()
+                if k != "neural"
+            ),
+        }
         if split_name == "plan_sets":
             report[split_name]["plan_choices"] = plan_choices(samples, predicted)
     return report

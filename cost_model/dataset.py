@@ -11,8 +11,8 @@ form split (c), ``plan_sets``.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 
@@ -34,10 +34,17 @@ class Labelled:
     plans: tuple[tuple[str, str, int], ...] = ()  # a plan set's (task, planner, device) memberships
 
     @classmethod
-    def of(cls, sample: Sample) -> "Labelled":
+    def of(cls, sample: Sample) -> Labelled:
         med = lambda pick: statistics.median(pick(m) for m in sample.passes)  # noqa: E731
-        return cls(sample.tables, med(lambda m: m.forward.median), med(lambda m: m.backward.median),
-                   sample.cost_ms, tuple(m.total.median for m in sample.passes), sample.batch_size, sample.plans)
+        return cls(
+            sample.tables,
+            med(lambda m: m.forward.median),
+            med(lambda m: m.backward.median),
+            sample.cost_ms,
+            tuple(m.total.median for m in sample.passes),
+            sample.batch_size,
+            sample.plans,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +69,17 @@ def make_splits(traces: TraceSet, seed: int = 0, validation: float = 0.1, unseen
     order = np.random.default_rng(seed).permutation(len(sets))
     n_val, n_test = int(len(sets) * validation), int(len(sets) * unseen_sets)
     pick = lambda idx: tuple(sets[i] for i in idx)  # noqa: E731
-    plans = {split: tuple(Labelled.of(s) for s in traces.samples if s.kind == "plan" and s.split == split)
-             for split in ("train", "test")}
-    return Splits(tuple(singles) + pick(order[n_val + n_test:]) + plans["train"], pick(order[:n_val]),
-                  pick(order[n_val:n_val + n_test]), test_pool, plans["test"])
+    plans = {
+        split: tuple(Labelled.of(s) for s in traces.samples if s.kind == "plan" and s.split == split)
+        for split in ("train", "test")
+    }
+    return Splits(
+        tuple(singles) + pick(order[n_val + n_test :]) + plans["train"],
+        pick(order[:n_val]),
+        pick(order[n_val : n_val + n_test]),
+        test_pool,
+        plans["test"],
+    )
 
 
 def with_measured(splits: Splits, measured: Sequence[Labelled], seed: int = 0, validation: float = 1 / 6) -> Splits:
@@ -73,8 +87,11 @@ def with_measured(splits: Splits, measured: Sequence[Labelled], seed: int = 0, v
     training and, ``validation`` of them, the validation split that stops training early."""
     order = np.random.default_rng(seed).permutation(len(measured))
     held = int(len(measured) * validation)
-    return replace(splits, train=splits.train + tuple(measured[i] for i in order[held:]),
-                   validation=splits.validation + tuple(measured[i] for i in order[:held]))
+    return replace(
+        splits,
+        train=splits.train + tuple(measured[i] for i in order[held:]),
+        validation=splits.validation + tuple(measured[i] for i in order[:held]),
+    )
 
 
 def every_set(traces: TraceSet) -> tuple[Labelled, ...]:

@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from cost_model.traces.store import Sample
 class Estimator(Protocol):
     name: str
 
-    def fit(self, train: Sequence[Labelled]) -> "Estimator": ...
+    def fit(self, train: Sequence[Labelled]) -> Estimator: ...
 
     def predict(self, sets: Sequence[Sequence[Table]], batch_sizes: Sequence[int]) -> np.ndarray: ...
 
@@ -35,7 +36,7 @@ class SumOfSingles:
     def __init__(self, singles: dict[str, Sample]) -> None:
         self.singles = singles
 
-    def fit(self, train: Sequence[Labelled]) -> "SumOfSingles":
+    def fit(self, train: Sequence[Labelled]) -> SumOfSingles:
         return self
 
     def covers(self, tables: Sequence[Table]) -> bool:
@@ -70,8 +71,9 @@ class _LeastSquares:
     def terms(self, tables: Sequence[Table], batch_size: int) -> np.ndarray:
         return np.array([_table_terms(t, batch_size, self.row_cap_bytes) for t in tables]).sum(0)
 
-    def fit(self, train: Sequence[Labelled]) -> "_LeastSquares":
+    def fit(self, train: Sequence[Labelled]) -> _LeastSquares:
         from scipy.optimize import nnls
+
         X = np.stack([self.design(s.tables, s.batch_size) for s in train])
         y = np.array([s.total_ms for s in train])
         scale = 1.0 / y  # fit relative error, the quantity reported (MAPE)

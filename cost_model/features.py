@@ -27,7 +27,7 @@ the first that many, so a checkpoint trained before a feature existed still load
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -73,7 +73,7 @@ def expected_unique_rows_many(rows: np.ndarray, alpha: np.ndarray, draws: np.nda
     out = np.empty(len(rows))
     for i in np.flatnonzero(rows <= _BUCKETS):  # every rank its own bucket
         ranks = np.arange(1, int(rows[i]) + 1, dtype=np.float64)
-        out[i] = _unique(ranks[None, :], np.ones_like(ranks)[None, :], alpha[i:i + 1], draws[i:i + 1])[0]
+        out[i] = _unique(ranks[None, :], np.ones_like(ranks)[None, :], alpha[i : i + 1], draws[i : i + 1])[0]
     big = np.flatnonzero(rows > _BUCKETS)
     if len(big):
         edges = np.geomspace(1, rows[big] + 1, _BUCKETS + 1, axis=1).astype(np.int64)
@@ -110,13 +110,26 @@ def table_features_many(tables: Sequence[Table], batch_size: int, row_cap_bytes:
     phys = np.array([physical_rows(t, row_cap_bytes) for t in tables], dtype=np.float64)
     lookups = batch_size * L
     unique = expected_unique_rows_many(phys, alpha, lookups)
-    return np.stack([
-        np.log10(rows), np.log10(phys), np.log2(d), b / 4.0, np.log10(L), alpha,
-        np.log10(lookups), np.log10(lookups * d * b), np.log10(unique), np.log10(unique * d * b),
-        unique / phys, np.log10(phys * d * b), np.log10(batch_size * d),
-        np.array([t.optimizer is Optimizer.ROWWISE_ADAGRAD for t in tables], dtype=np.float64),
-        np.array([t.optimizer is Optimizer.ADAGRAD for t in tables], dtype=np.float64),
-    ], axis=1).astype(np.float32)
+    return np.stack(
+        [
+            np.log10(rows),
+            np.log10(phys),
+            np.log2(d),
+            b / 4.0,
+            np.log10(L),
+            alpha,
+            np.log10(lookups),
+            np.log10(lookups * d * b),
+            np.log10(unique),
+            np.log10(unique * d * b),
+            unique / phys,
+            np.log10(phys * d * b),
+            np.log10(batch_size * d),
+            np.array([t.optimizer is Optimizer.ROWWISE_ADAGRAD for t in tables], dtype=np.float64),
+            np.array([t.optimizer is Optimizer.ADAGRAD for t in tables], dtype=np.float64),
+        ],
+        axis=1,
+    ).astype(np.float32)
 
 
 class FeatureCache:

@@ -16,8 +16,8 @@ also trained, instead of by a set head that saw homogeneous sets of a few tables
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Sequence
 
 import numpy as np
 import torch
@@ -52,7 +52,7 @@ class OpIndex:
     num_ops: int
 
     @classmethod
-    def of(cls, keys: Sequence[Sequence[Hashable]]) -> "OpIndex":
+    def of(cls, keys: Sequence[Sequence[Hashable]]) -> OpIndex:
         """From each set's per-table op keys, in flat order; ops numbered in order of first
         appearance within each set."""
         table_op, op_set = [], []
@@ -92,7 +92,12 @@ def pooled_input(total, count, largest):
     ``[sum / 8, mean, max, log n]``. Takes torch tensors or numpy arrays (the numpy head of
     ``cost_model.accumulator``), ``total``/``largest`` ``[sets, width]``, ``count`` ``[sets]``."""
     clamped = count.clip(1)[:, None]
-    parts = [total / 8.0, total / clamped, largest, clamped.log() if isinstance(clamped, torch.Tensor) else np.log(clamped)]
+    parts = [
+        total / 8.0,
+        total / clamped,
+        largest,
+        clamped.log() if isinstance(clamped, torch.Tensor) else np.log(clamped),
+    ]
     return torch.cat(parts, dim=1) if isinstance(total, torch.Tensor) else np.concatenate(parts, axis=1)
 
 
@@ -120,8 +125,14 @@ class SetCostNetwork(nn.Module):
         """Per-table codes; they depend on the table alone, so callers may cache them."""
         return self.encoder(features)
 
-    def pool_and_predict(self, codes: torch.Tensor, segments: torch.Tensor, num_sets: int,
-                         size_limit: int | None = None, ops: OpIndex | None = None) -> torch.Tensor:
+    def pool_and_predict(
+        self,
+        codes: torch.Tensor,
+        segments: torch.Tensor,
+        num_sets: int,
+        size_limit: int | None = None,
+        ops: OpIndex | None = None,
+    ) -> torch.Tensor:
         """Log-ms predictions ``[num_sets, 3]`` from per-table codes and their set ids (and, for
         a grouped network, their ops: ``ops`` is required then)."""
         if not self.config.grouped:
@@ -134,8 +145,14 @@ class SetCostNetwork(nn.Module):
         factor = self.interaction_log(*pool(codes, segments, num_sets), num_ops, size_limit)
         return (torch.log(ms) + factor).clamp(LOG_MS_MIN, LOG_MS_MAX)
 
-    def interaction_log(self, total: torch.Tensor, count: torch.Tensor, largest: torch.Tensor, num_ops: torch.Tensor,
-                        size_limit: int | None = None) -> torch.Tensor:
+    def interaction_log(
+        self,
+        total: torch.Tensor,
+        count: torch.Tensor,
+        largest: torch.Tensor,
+        num_ops: torch.Tensor,
+        size_limit: int | None = None,
+    ) -> torch.Tensor:
         """The log of the factor on the ops' summed milliseconds, ``[sets, 3]``: 0 for one op."""
         scale = linear_scale(count, size_limit)
         if scale is not None:
@@ -144,8 +161,9 @@ class SetCostNetwork(nn.Module):
         x = torch.cat([pooled_input(total, count, largest), ops.log()[:, None]], dim=1)
         return (1 - 1 / ops)[:, None] * self.interaction(x)
 
-    def predict_pooled(self, total: torch.Tensor, count: torch.Tensor, largest: torch.Tensor,
-                       size_limit: int | None = None) -> torch.Tensor:
+    def predict_pooled(
+        self, total: torch.Tensor, count: torch.Tensor, largest: torch.Tensor, size_limit: int | None = None
+    ) -> torch.Tensor:
         """Log-ms predictions from each set's pooled codes: their sum, the set size, their max.
 
         ``size_limit`` (the largest set trained on): a larger set of n tables is priced as
@@ -158,6 +176,7 @@ class SetCostNetwork(nn.Module):
         log_ms = self.head(pooled_input(total / scale[:, None], count / scale, largest)) + scale.log()[:, None]
         return log_ms.clamp(LOG_MS_MIN, LOG_MS_MAX)
 
-    def forward(self, features: torch.Tensor, segments: torch.Tensor, num_sets: int,
-                ops: OpIndex | None = None) -> torch.Tensor:
+    def forward(
+        self, features: torch.Tensor, segments: torch.Tensor, num_sets: int, ops: OpIndex | None = None
+    ) -> torch.Tensor:
         return self.pool_and_predict(self.encode(features), segments, num_sets, ops=ops)

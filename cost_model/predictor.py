@@ -13,7 +13,8 @@ single-table prediction of its set (``docs/cost_model.md``).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,10 +31,19 @@ from cost_model.ranges import TrainedRanges
 class NeuralCostModel(SetCostModel):
     """Predicts a device's milliseconds per iteration for the set of tables it holds."""
 
-    def __init__(self, network: SetCostNetwork, feature_mean: Any, feature_std: Any,
-                 profile: DeviceProfile, row_cap_bytes: int, trained_batch_size: int,
-                 metrics: dict[str, Any] | None = None, max_cached: int = CACHED_TABLES,
-                 ranges: TrainedRanges | None = None, linear_beyond: int | None = None) -> None:
+    def __init__(
+        self,
+        network: SetCostNetwork,
+        feature_mean: Any,
+        feature_std: Any,
+        profile: DeviceProfile,
+        row_cap_bytes: int,
+        trained_batch_size: int,
+        metrics: dict[str, Any] | None = None,
+        max_cached: int = CACHED_TABLES,
+        ranges: TrainedRanges | None = None,
+        linear_beyond: int | None = None,
+    ) -> None:
         self.network = network.eval()
         self.feature_mean = torch.as_tensor(feature_mean, dtype=torch.float32)
         self.feature_std = torch.as_tensor(feature_std, dtype=torch.float32)
@@ -63,13 +73,15 @@ class NeuralCostModel(SetCostModel):
         """Raise ``InputError`` for tables this model cannot answer (a precision or optimizer it
         never saw); return warnings for mild extrapolation (see ``cost_model.ranges``)."""
         if self.ranges is None:
-            return ("this cost model records no trained ranges, so inputs outside its training data are not "
-                    "detected; re-save it with cost_model.checkpoint.add_trained_ranges",)
+            return (
+                "this cost model records no trained ranges, so inputs outside its training data are not "
+                "detected; re-save it with cost_model.checkpoint.add_trained_ranges",
+            )
         return self.ranges.check(workload, max_tables_per_device)
 
     def normalise(self, raw: np.ndarray) -> torch.Tensor:
         """Standardised features, the first ``num_features`` (what this network was trained on)."""
-        raw = raw[:, :self.network.config.num_features]
+        raw = raw[:, : self.network.config.num_features]
         return (torch.from_numpy(np.ascontiguousarray(raw)) - self.feature_mean) / self.feature_std
 
     def codes(self, tables: Sequence[Table], batch_size: int) -> torch.Tensor:
@@ -118,12 +130,14 @@ class NeuralCostModel(SetCostModel):
         if not nonempty:
             return out
         flat = [t for i in nonempty for t in table_sets[i]]
-        segments = torch.repeat_interleave(torch.arange(len(nonempty)),
-                                           torch.tensor([len(table_sets[i]) for i in nonempty]))
+        segments = torch.repeat_interleave(
+            torch.arange(len(nonempty)), torch.tensor([len(table_sets[i]) for i in nonempty])
+        )
         ops = OpIndex.of([self.op_keys(table_sets[i]) for i in nonempty]) if self.network.config.grouped else None
         with torch.inference_mode():
-            log_ms = self.network.pool_and_predict(self.codes(flat, batch_size), segments, len(nonempty),
-                                                   self.size_limit, ops)
+            log_ms = self.network.pool_and_predict(
+                self.codes(flat, batch_size), segments, len(nonempty), self.size_limit, ops
+            )
         out[nonempty] = torch.exp(log_ms).double().numpy()
         return out
 
@@ -132,6 +146,7 @@ class NeuralCostModel(SetCostModel):
         """The head for running sets (built once; see ``cost_model.accumulator``)."""
         if self._split_head is None:
             from cost_model.accumulator import SplitHead
+
             self._split_head = SplitHead(self.network.head, self.network.config.table_code)
         return self._split_head
 
@@ -142,6 +157,7 @@ class NeuralCostModel(SetCostModel):
             return None
         if self._interaction_split_head is None:
             from cost_model.accumulator import SplitHead
+
             self._interaction_split_head = SplitHead(self.network.interaction, self.network.config.table_code)
         return self._interaction_split_head
 
@@ -158,6 +174,7 @@ class NeuralCostModel(SetCostModel):
     def accumulator(self, num_sets: int, batch_size: int):
         """Running sets that grow one table at a time (``cost_model.accumulator.SetAccumulator``)."""
         from cost_model.accumulator import SetAccumulator
+
         return SetAccumulator(self, num_sets, batch_size)
 
     def op_keys(self, tables: Sequence[Table]) -> list:
@@ -179,24 +196,36 @@ class NeuralCostModel(SetCostModel):
         only the ops an edit touches (the removed table's and the added table's) and adds the
         others' cached milliseconds."""
         from cost_model.accumulator import EditedSets, SplitHeadEdits
+
         return (EditedSets if self.network.config.grouped else SplitHeadEdits)(self, base_sets, batch_size)
 
-    def grouped_edits_ms(self, flat: list[Table], sizes: list[int], batch: EditBatch, removed: np.ndarray,
-                         batch_size: int) -> np.ndarray:
+    def grouped_edits_ms(
+        self, flat: list[Table], sizes: list[int], batch: EditBatch, removed: np.ndarray, batch_size: int
+    ) -> np.ndarray:
         """A grouped network's own ms of edited sets (before the floor), for ``EditedSets``:
         ``flat`` the base sets' tables, ``removed`` each edit's flat row (-1: none)."""
         added = list(batch.added)
         with torch.inference_mode():
             codes = self.codes(flat + added, batch_size)
-            base_codes, add_codes = codes[:len(flat)], codes[len(flat):]
+            base_codes, add_codes = codes[: len(flat)], codes[len(flat) :]
             pooled = _edited_pooled(base_codes, sizes, add_codes, batch.base, removed, batch.add)
-            log_ms = self._edited_ops_log_ms(flat, added, base_codes, add_codes, sizes, batch.base, removed, batch.add,
-                                             pooled)
+            log_ms = self._edited_ops_log_ms(
+                flat, added, base_codes, add_codes, sizes, batch.base, removed, batch.add, pooled
+            )
             return torch.where(pooled[1] > 0, torch.exp(log_ms), torch.zeros_like(log_ms)).double().numpy()
 
-    def _edited_ops_log_ms(self, flat: list[Table], added: list[Table], base_codes: torch.Tensor,
-                           add_codes: torch.Tensor, sizes: list[int], b_idx: np.ndarray, removed: np.ndarray,
-                           add_idx: np.ndarray, pooled_sets: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def _edited_ops_log_ms(
+        self,
+        flat: list[Table],
+        added: list[Table],
+        base_codes: torch.Tensor,
+        add_codes: torch.Tensor,
+        sizes: list[int],
+        b_idx: np.ndarray,
+        removed: np.ndarray,
+        add_idx: np.ndarray,
+        pooled_sets: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    ) -> torch.Tensor:
         """A grouped network's total log ms of edited sets: every base set split into its ops
         (B x K op sets for K op kinds, empty ones included), each edit turned into at most two
         op edits (the removed table's op, the added table's op, one edit if they are the same),
@@ -212,8 +241,11 @@ class NeuralCostModel(SetCostModel):
         position = np.empty(len(flat), dtype=np.int64)
         position[order] = np.arange(len(flat))  # where each base table sits in the regrouped order
         op_codes = base_codes[torch.from_numpy(order)]
-        base_op_ms = torch.exp(self.network.predict_pooled(
-            *pool(op_codes, torch.from_numpy(op_of[order]), num_bases * num_kinds), self.size_limit)[:, 2])
+        base_op_ms = torch.exp(
+            self.network.predict_pooled(
+                *pool(op_codes, torch.from_numpy(op_of[order]), num_bases * num_kinds), self.size_limit
+            )[:, 2]
+        )
         base_op_ms = torch.where(torch.from_numpy(op_sizes) > 0, base_op_ms, torch.zeros_like(base_op_ms))
         # op edits: (edit, op set, removed position in the regrouped order or -1, added table or -1)
         has_rem, has_add = removed >= 0, add_idx >= 0
@@ -223,19 +255,27 @@ class NeuralCostModel(SetCostModel):
         first = np.flatnonzero(has_rem)  # the removed table's op, with the added table if it joins the same op
         second = np.flatnonzero(has_add & ~same)  # the added table's op, when it is another one
         edit_of = np.concatenate([first, second])
-        op_edit = np.concatenate([b_idx[first] * num_kinds + rem_kind[first], b_idx[second] * num_kinds + new_kind[second]])
+        op_edit = np.concatenate(
+            [b_idx[first] * num_kinds + rem_kind[first], b_idx[second] * num_kinds + new_kind[second]]
+        )
         op_removed = np.concatenate([position[removed[first]], np.full(len(second), -1)])  # rows of op_codes
         op_added = np.concatenate([np.where(same[first], add_idx[first], -1), add_idx[second]])
-        new_total, new_count, new_largest = _edited_pooled(op_codes, op_sizes.tolist(), add_codes, op_edit,
-                                                           op_removed, op_added)
+        new_total, new_count, new_largest = _edited_pooled(
+            op_codes, op_sizes.tolist(), add_codes, op_edit, op_removed, op_added
+        )
         new_op_ms = torch.exp(self.network.predict_pooled(new_total, new_count, new_largest, self.size_limit)[:, 2])
         new_op_ms = torch.where(new_count > 0, new_op_ms, torch.zeros_like(new_op_ms))
         base_ms = base_op_ms.view(num_bases, num_kinds).sum(1)
         base_ops = (torch.from_numpy(op_sizes) > 0).view(num_bases, num_kinds).sum(1).to(base_ms.dtype)
         edit_t, op_t = torch.from_numpy(edit_of), torch.from_numpy(op_edit)
         ms = base_ms[torch.from_numpy(b_idx)].clone().index_add_(0, edit_t, new_op_ms - base_op_ms[op_t])
-        ops = base_ops[torch.from_numpy(b_idx)].clone().index_add_(
-            0, edit_t, (new_count > 0).to(ms.dtype) - (torch.from_numpy(op_sizes[op_edit]) > 0).to(ms.dtype))
+        ops = (
+            base_ops[torch.from_numpy(b_idx)]
+            .clone()
+            .index_add_(
+                0, edit_t, (new_count > 0).to(ms.dtype) - (torch.from_numpy(op_sizes[op_edit]) > 0).to(ms.dtype)
+            )
+        )
         factor = self.network.interaction_log(*pooled_sets, ops, self.size_limit)[:, 2]
         return (torch.log(ms.clamp_min(1e-30)) + factor).clamp(LOG_MS_MIN, LOG_MS_MAX)
 
@@ -248,8 +288,14 @@ class NeuralCostModel(SetCostModel):
         return self.predict_many([tables], batch_size)[0]
 
 
-def _edited_pooled(base_codes: torch.Tensor, sizes: Sequence[int], add_codes: torch.Tensor, b_idx: np.ndarray,
-                   removed: np.ndarray, add_idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _edited_pooled(
+    base_codes: torch.Tensor,
+    sizes: Sequence[int],
+    add_codes: torch.Tensor,
+    b_idx: np.ndarray,
+    removed: np.ndarray,
+    add_idx: np.ndarray,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pooled codes (sum, size, max) of edited sets: set ``b_idx[e]`` of the consecutive sets of
     ``sizes`` in ``base_codes``, without its row ``removed[e]`` (a flat row index, -1: none), with
     ``add_codes[add_idx[e]]`` (-1: none)."""
@@ -262,7 +308,9 @@ def _edited_pooled(base_codes: torch.Tensor, sizes: Sequence[int], add_codes: to
     rem_codes = torch.cat([zero, base_codes])[rem_t + 1]
     new_codes = torch.cat([zero, add_codes])[add_t + 1]
     total = totals[b_t] - rem_codes + new_codes
-    count = torch.tensor(sizes, dtype=base_codes.dtype)[b_t] - has_rem.to(base_codes.dtype) + has_add.to(base_codes.dtype)
+    count = (
+        torch.tensor(sizes, dtype=base_codes.dtype)[b_t] - has_rem.to(base_codes.dtype) + has_add.to(base_codes.dtype)
+    )
     largest = maxima[b_t]
     if bool(has_rem.any()):
         loo = torch.from_numpy(leave_one_out_max(base_codes.numpy(), sizes, -1e9))

@@ -12,8 +12,7 @@ from importlib import metadata
 import torch
 
 # Allocator settings that make CPU timings of embedding steps stable (docs/traces.md, "Timing on the CPU").
-MALLOC_SETTINGS = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "1000000000000",
-                   "MALLOC_TOP_PAD_": "1073741824"}
+MALLOC_SETTINGS = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "1000000000000", "MALLOC_TOP_PAD_": "1073741824"}
 
 
 class ExecutionMode(str, Enum):
@@ -109,15 +108,29 @@ class DeviceProfile:
         return {**asdict(self), "mode": self.mode.value, "id": self.id}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "DeviceProfile":
-        return cls(data["device_type"], data["device_name"], ExecutionMode(data["mode"]),
-                   int(data["threads"]), data["torch_version"], data.get("fbgemm_version"), data.get("cpu"))
+    def from_dict(cls, data: dict) -> DeviceProfile:
+        return cls(
+            data["device_type"],
+            data["device_name"],
+            ExecutionMode(data["mode"]),
+            int(data["threads"]),
+            data["torch_version"],
+            data.get("fbgemm_version"),
+            data.get("cpu"),
+        )
 
 
 def detect_profile(device: str, mode: ExecutionMode, threads: int) -> DeviceProfile:
     kind = "cuda" if device.startswith("cuda") else "cpu"
-    return DeviceProfile(kind, device_name(device), mode, threads, str(torch.__version__),
-                         fbgemm_version() if mode is ExecutionMode.FBGEMM_TBE else None, cpu_model(device))
+    return DeviceProfile(
+        kind,
+        device_name(device),
+        mode,
+        threads,
+        str(torch.__version__),
+        fbgemm_version() if mode is ExecutionMode.FBGEMM_TBE else None,
+        cpu_model(device),
+    )
 
 
 def malloc_settings_active() -> bool:

@@ -16,8 +16,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from autoshard.core.errors import InputError
 from autoshard.core.types import Table, Workload
@@ -29,8 +30,12 @@ ZIPF_MARGIN = 0.1  # zipf_alpha: warn outside [min - 0.1, max + 0.1]
 _CATEGORICAL = ("bytes_per_element", "optimizers")  # fields of TrainedRanges that list values, not a span
 
 # (field of TrainedRanges, Table attribute, how to print a value, log-scaled)
-_TABLE_SPANS = (("rows", "num_embeddings", "{:,}", True), ("dim", "embedding_dim", "{}", True),
-                ("pooling", "pooling_factor", "{:g}", True), ("zipf", "zipf_alpha", "{:g}", False))
+_TABLE_SPANS = (
+    ("rows", "num_embeddings", "{:,}", True),
+    ("dim", "embedding_dim", "{}", True),
+    ("pooling", "pooling_factor", "{:g}", True),
+    ("zipf", "zipf_alpha", "{:g}", False),
+)
 
 
 def _tolerated(span: tuple[float, float], log_scaled: bool) -> tuple[float, float]:
@@ -52,41 +57,58 @@ class TrainedRanges:
     optimizers: tuple[str, ...]  # sorted Optimizer values
 
     @classmethod
-    def of(cls, table_sets: Iterable[Sequence[Table]], batch_sizes: Iterable[int]) -> "TrainedRanges":
+    def of(cls, table_sets: Iterable[Sequence[Table]], batch_sizes: Iterable[int]) -> TrainedRanges:
         """The ranges of these training sets, measured at these batch sizes."""
         sets = [tuple(s) for s in table_sets if len(s)]
         if not sets:
             raise ValueError("TrainedRanges.of needs at least one non-empty set")
         tables = {t for s in sets for t in s}
         span = lambda values: (min(values), max(values))  # noqa: E731
-        return cls(span(list(batch_sizes)), span([len(s) for s in sets]),
-                   span([t.num_embeddings for t in tables]), span([t.embedding_dim for t in tables]),
-                   span([float(t.pooling_factor) for t in tables]), span([float(t.zipf_alpha) for t in tables]),
-                   tuple(sorted({t.bytes_per_element for t in tables})),
-                   tuple(sorted({t.optimizer.value for t in tables})))
+        return cls(
+            span(list(batch_sizes)),
+            span([len(s) for s in sets]),
+            span([t.num_embeddings for t in tables]),
+            span([t.embedding_dim for t in tables]),
+            span([float(t.pooling_factor) for t in tables]),
+            span([float(t.zipf_alpha) for t in tables]),
+            tuple(sorted({t.bytes_per_element for t in tables})),
+            tuple(sorted({t.optimizer.value for t in tables})),
+        )
 
-    def union(self, other: "TrainedRanges") -> "TrainedRanges":
+    def union(self, other: TrainedRanges) -> TrainedRanges:
         """The ranges of both trainings (a model fine-tuned on new traces still knows the old)."""
-        spans = {f.name: (min(getattr(self, f.name)[0], getattr(other, f.name)[0]),
-                          max(getattr(self, f.name)[1], getattr(other, f.name)[1]))
-                 for f in fields(self) if f.name not in _CATEGORICAL}
-        return TrainedRanges(**spans, **{name: tuple(sorted(set(getattr(self, name)) | set(getattr(other, name))))
-                                         for name in _CATEGORICAL})
+        spans = {
+            f.name: (
+                min(getattr(self, f.name)[0], getattr(other, f.name)[0]),
+                max(getattr(self, f.name)[1], getattr(other, f.name)[1]),
+            )
+            for f in fields(self)
+            if f.name not in _CATEGORICAL
+        }
+        return TrainedRanges(
+            **spans,
+            **{name: tuple(sorted(set(getattr(self, name)) | set(getattr(other, name)))) for name in _CATEGORICAL},
+        )
 
     def to_dict(self) -> dict[str, list]:
         """Plain lists of ints, floats and strings (``torch.load(weights_only=True)`` reads them)."""
         return {f.name: list(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrainedRanges":
+    def from_dict(cls, data: dict[str, Any]) -> TrainedRanges:
         return cls(**{f.name: tuple(data[f.name]) for f in fields(cls)})
 
     def covers(self, table: Table) -> bool:
         """Whether the training tables spanned this table's rows, dim, pooling and skew (no
         margins) and had its precision and optimizer."""
-        return (all(getattr(self, field)[0] <= getattr(table, attr) <= getattr(self, field)[1]
-                    for field, attr, _, _ in _TABLE_SPANS)
-                and table.bytes_per_element in self.bytes_per_element and table.optimizer.value in self.optimizers)
+        return (
+            all(
+                getattr(self, field)[0] <= getattr(table, attr) <= getattr(self, field)[1]
+                for field, attr, _, _ in _TABLE_SPANS
+            )
+            and table.bytes_per_element in self.bytes_per_element
+            and table.optimizer.value in self.optimizers
+        )
 
     def check(self, workload: Workload, max_tables_per_device: int | None = None) -> tuple[str, ...]:
         """Raise ``InputError`` for an input the model cannot answer; else warnings (one per field)."""
@@ -94,26 +116,36 @@ class TrainedRanges:
         warnings = []
         low, high = _tolerated(self.batch_size, True)
         if not low <= workload.batch_size <= high:
-            warnings.append(f"batch_size {workload.batch_size} is outside the trained range {_span(*self.batch_size)}; "
-                            "predictions extrapolate through the lookups-per-batch features")
+            warnings.append(
+                f"batch_size {workload.batch_size} is outside the trained range {_span(*self.batch_size)}; "
+                "predictions extrapolate through the lookups-per-batch features"
+            )
         for field, attr, fmt, log_scaled in _TABLE_SPANS:
             low, high = _tolerated(getattr(self, field), log_scaled)
-            for side, bound, out in (("below the trained min", getattr(self, field)[0], lambda v: v < low),
-                                     ("above the trained max", getattr(self, field)[1], lambda v: v > high)):
+            for side, bound, out in (
+                ("below the trained min", getattr(self, field)[0], lambda v: v < low),
+                ("above the trained max", getattr(self, field)[1], lambda v: v > high),
+            ):
                 hits = [t for t in workload.tables if out(getattr(t, attr))]
                 if hits:
                     worst = (min if side.startswith("below") else max)(hits, key=lambda t: getattr(t, attr))
                     count = f"{len(hits)} table{'s have' if len(hits) > 1 else ' has'}"
-                    warnings.append(f"{count} {attr} {side} {fmt.format(bound)} "
-                                    f"(e.g. {worst.name!r}: {fmt.format(getattr(worst, attr))})")
+                    warnings.append(
+                        f"{count} {attr} {side} {fmt.format(bound)} "
+                        f"(e.g. {worst.name!r}: {fmt.format(getattr(worst, attr))})"
+                    )
         if max_tables_per_device is not None and max_tables_per_device > self.tables_per_set[1]:
-            warnings.append(f"a device may hold {max_tables_per_device} tables, beyond the largest trained set "
-                            f"of {self.tables_per_set[1]}; larger sets are priced linearly in their size")
+            warnings.append(
+                f"a device may hold {max_tables_per_device} tables, beyond the largest trained set "
+                f"of {self.tables_per_set[1]}; larger sets are priced linearly in their size"
+            )
         return tuple(warnings)
 
     def _refuse_unseen(self, tables: Sequence[Table]) -> None:
-        checks = (("bytes_per_element", lambda t: t.bytes_per_element, self.bytes_per_element, _precision),
-                  ("optimizer", lambda t: t.optimizer.value, self.optimizers, str))
+        checks = (
+            ("bytes_per_element", lambda t: t.bytes_per_element, self.bytes_per_element, _precision),
+            ("optimizer", lambda t: t.optimizer.value, self.optimizers, str),
+        )
         for field, value, seen, show in checks:
             bad = [(i, t) for i, t in enumerate(tables) if value(t) not in seen]
             if not bad:
@@ -121,10 +153,17 @@ class TrainedRanges:
             i, table = bad[0]
             others = f" (and {len(bad) - 1} more table{'s' if len(bad) > 2 else ''})" if len(bad) > 1 else ""
             trained = " or ".join(show(v) for v in seen)
-            fix = (f"use {field} {trained}, or train a model on traces that include {show(value(table))} "
-                   "(docs/traces.md, 'Other precisions and optimizers')")
-            raise InputError(field, f"table {table.name!r} has {field} {show(value(table))}{others}, but this cost "
-                             f"model was trained on {trained} only and cannot predict it", fix, where=f"tables[{i}]")
+            fix = (
+                f"use {field} {trained}, or train a model on traces that include {show(value(table))} "
+                "(docs/traces.md, 'Other precisions and optimizers')"
+            )
+            raise InputError(
+                field,
+                f"table {table.name!r} has {field} {show(value(table))}{others}, but this cost "
+                f"model was trained on {trained} only and cannot predict it",
+                fix,
+                where=f"tables[{i}]",
+            )
 
 
 def _precision(bytes_per_element: int) -> str:

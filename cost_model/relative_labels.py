@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from autoshard.core.types import DeviceSet, MeasuredDeviceSet
 from cost_model.dataset import Labelled
@@ -46,8 +47,11 @@ def relative_labels(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet
         total, (forward, backward, network_total) = predicted[key]
         label = total * math.exp(statistics.fmean(errors[key]))
         scale = label / network_total
-        labels.append(Labelled(device.tables, forward * scale, backward * scale, label, (label,), device.batch_size,
-                               (device.member,)))
+        labels.append(
+            Labelled(
+                device.tables, forward * scale, backward * scale, label, (label,), device.batch_size, (device.member,)
+            )
+        )
     return labels
 
 
@@ -58,8 +62,10 @@ def centred_errors(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet]
     return {task: list(logs.values()) for task, logs in centred_set_errors(model, measured).items()}
 
 
-def centred_set_errors(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet],
-                       ) -> dict[tuple[str, str], dict[SetKey, float]]:
+def centred_set_errors(
+    model: NeuralCostModel,
+    measured: Sequence[MeasuredDeviceSet],
+) -> dict[tuple[str, str], dict[SetKey, float]]:
     """``centred_errors`` with each error under its set's key (which names its tables)."""
     _, predicted = _predicted(model, measured)
     return _centred(measured, predicted)
@@ -69,8 +75,10 @@ Predicted = dict[SetKey, tuple[float, tuple[float, float, float]]]
 """A set's predicted total, and its (forward, backward, the network's total) (``predict_detail_many``)."""
 
 
-def _predicted(model: NeuralCostModel, measured: Sequence[MeasuredDeviceSet],
-               ) -> tuple[dict[SetKey, DeviceSet], Predicted]:
+def _predicted(
+    model: NeuralCostModel,
+    measured: Sequence[MeasuredDeviceSet],
+) -> tuple[dict[SetKey, DeviceSet], Predicted]:
     """The distinct non-empty sets measured above 0, and the model's predictions of each."""
     devices = {set_key(m.device): m.device for m in measured if m.device.tables and m.measured_ms > 0}
     predicted: Predicted = {}

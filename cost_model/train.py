@@ -6,9 +6,9 @@ import copy
 import csv
 import dataclasses
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -67,8 +67,9 @@ class _Packed:
         self.features = torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, num_features)
         self.sizes = torch.tensor([len(s.tables) for s in samples])
         self.starts = torch.cumsum(self.sizes, 0) - self.sizes
-        self.targets = torch.log(torch.tensor([[s.forward_ms, s.backward_ms, s.total_ms] for s in samples],
-                                              dtype=torch.float32))
+        self.targets = torch.log(
+            torch.tensor([[s.forward_ms, s.backward_ms, s.total_ms] for s in samples], dtype=torch.float32)
+        )
         local_op, num_ops = [], []
         for s in samples:
             ops: dict = {}
@@ -83,21 +84,33 @@ class _Packed:
         rows = self.starts[ids][segments] + (torch.arange(int(sizes.sum())) - offsets[segments])
         num_ops = self.num_ops[ids]
         first_op = torch.cumsum(num_ops, 0) - num_ops
-        ops = OpIndex(first_op[segments] + self.local_op[rows], torch.repeat_interleave(torch.arange(len(ids)), num_ops),
-                      int(num_ops.sum()))
+        ops = OpIndex(
+            first_op[segments] + self.local_op[rows],
+            torch.repeat_interleave(torch.arange(len(ids)), num_ops),
+            int(num_ops.sum()),
+        )
         return self.features[rows], segments, ops, self.targets[ids]
 
 
-def train_cost_model(splits: Splits, profile: DeviceProfile, row_cap_bytes: int,
-                     config: TrainConfig = TrainConfig(), log_csv: Path | None = None,
-                     on_epoch: Callable[[int, float], None] = lambda epoch, mape: None,
-                     start_from: NeuralCostModel | None = None) -> TrainResult:
+def train_cost_model(
+    splits: Splits,
+    profile: DeviceProfile,
+    row_cap_bytes: int,
+    config: TrainConfig = TrainConfig(),
+    log_csv: Path | None = None,
+    on_epoch: Callable[[int, float], None] = lambda epoch, mape: None,
+    start_from: NeuralCostModel | None = None,
+) -> TrainResult:
     """Train a ``config.network`` from scratch, or fine-tune ``start_from`` (its network, feature
     normalisation and trained ranges; ``config.network`` is then ignored): a model of another
     machine adapted to this one's traces (``autoshard cost adapt``)."""
     if not splits.train or not splits.validation:
-        raise InputError("traces", f"{len(splits.train)} training and {len(splits.validation)} validation sets: "
-                         "too few to train and stop early", "collect more samples (`autoshard bench collect --samples`)")
+        raise InputError(
+            "traces",
+            f"{len(splits.train)} training and {len(splits.validation)} validation sets: "
+            "too few to train and stop early",
+            "collect more samples (`autoshard bench collect --samples`)",
+        )
     if start_from is not None:
         config = dataclasses.replace(config, network=start_from.network.config)
     start = time.perf_counter()
@@ -110,8 +123,11 @@ def train_cost_model(splits: Splits, profile: DeviceProfile, row_cap_bytes: int,
         network = SetCostNetwork(config.network)
     else:
         if start_from.row_cap_bytes != row_cap_bytes:
-            raise InputError("traces", f"measured with a row cap of {row_cap_bytes} bytes, the model's traces with "
-                             f"{start_from.row_cap_bytes}", "collect the new traces with the model's --row-cap-mb")
+            raise InputError(
+                "traces",
+                f"measured with a row cap of {row_cap_bytes} bytes, the model's traces with {start_from.row_cap_bytes}",
+                "collect the new traces with the model's --row-cap-mb",
+            )
         mean, std = start_from.feature_mean, start_from.feature_std
         network = copy.deepcopy(start_from.network).train()
     norm = lambda x: (x - mean) / std  # noqa: E731
@@ -152,8 +168,15 @@ def train_cost_model(splits: Splits, profile: DeviceProfile, row_cap_bytes: int,
         scheduler.step()
         val_loss, val_mape = val_scores()
         if writer:
-            writer.writerow([epoch, f"{np.mean(losses):.6f}", f"{val_loss:.6f}", f"{val_mape:.5f}",
-                             f"{scheduler.get_last_lr()[0]:.2e}"])
+            writer.writerow(
+                [
+                    epoch,
+                    f"{np.mean(losses):.6f}",
+                    f"{val_loss:.6f}",
+                    f"{val_mape:.5f}",
+                    f"{scheduler.get_last_lr()[0]:.2e}",
+                ]
+            )
         on_epoch(epoch, val_mape)
         if val_loss < best[0]:
             best = (val_loss, val_mape, epoch, copy.deepcopy(network.state_dict()))
@@ -168,6 +191,7 @@ def train_cost_model(splits: Splits, profile: DeviceProfile, row_cap_bytes: int,
     if start_from is not None:
         ranges = ranges if start_from.ranges is None else start_from.ranges.union(ranges)
         linear_beyond = start_from.linear_beyond
-    model = NeuralCostModel(network, mean, std, profile, row_cap_bytes, int(np.median(batches)), ranges=ranges,
-                            linear_beyond=linear_beyond)
+    model = NeuralCostModel(
+        network, mean, std, profile, row_cap_bytes, int(np.median(batches)), ranges=ranges, linear_beyond=linear_beyond
+    )
     return TrainResult(model, best[2], epoch, best[1], first_loss, best[0], time.perf_counter() - start)

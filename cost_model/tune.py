@@ -10,9 +10,9 @@ headline they give was not tuned on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -47,10 +47,15 @@ SLOW_TO_PLAN = (
 )
 
 
-def tune(splits: Splits, profile: DeviceProfile, row_cap_bytes: int, base: TrainConfig,
-         grid: tuple[Candidate, ...] = GRID, log_dir: Path | None = None,
-         on_candidate: Callable[[Candidate, TrainResult], None] = lambda c, r: None
-         ) -> tuple[TrainResult, Candidate, list[dict]]:
+def tune(
+    splits: Splits,
+    profile: DeviceProfile,
+    row_cap_bytes: int,
+    base: TrainConfig,
+    grid: tuple[Candidate, ...] = GRID,
+    log_dir: Path | None = None,
+    on_candidate: Callable[[Candidate, TrainResult], None] = lambda c, r: None,
+) -> tuple[TrainResult, Candidate, list[dict]]:
     """Train every candidate (each one's per-epoch log in ``log_dir/<name>.csv``); return the
     chosen one's result (see the module docstring), its candidate, and one row per candidate
     (name, network, learning rate, parameters, validation MAPE and its standard error, best
@@ -64,11 +69,21 @@ def tune(splits: Splits, profile: DeviceProfile, row_cap_bytes: int, base: Train
         on_candidate(candidate, result)
         errors = np.abs(predict_labelled(result.model, splits.validation) - true) / true
         params = sum(p.numel() for p in result.model.network.parameters())
-        results.append((result, candidate, float(errors.mean()), float(errors.std(ddof=1) / np.sqrt(len(errors))), params))
-        rows.append({"name": candidate.name, "network": asdict(candidate.network),
-                     "learning_rate": candidate.learning_rate, "parameters": params,
-                     "validation_mape": round(results[-1][2], 4), "standard_error": round(results[-1][3], 4),
-                     "best_epoch": result.best_epoch, "seconds": round(result.seconds, 1)})
+        results.append(
+            (result, candidate, float(errors.mean()), float(errors.std(ddof=1) / np.sqrt(len(errors))), params)
+        )
+        rows.append(
+            {
+                "name": candidate.name,
+                "network": asdict(candidate.network),
+                "learning_rate": candidate.learning_rate,
+                "parameters": params,
+                "validation_mape": round(results[-1][2], 4),
+                "standard_error": round(results[-1][3], 4),
+                "best_epoch": result.best_epoch,
+                "seconds": round(result.seconds, 1),
+            }
+        )
     if not results:
         raise ValueError("an empty grid")
     best = min(results, key=lambda r: r[2])

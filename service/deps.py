@@ -21,8 +21,9 @@ async def get_state(request: Request) -> ServiceState:
 StateDep = Annotated[ServiceState, Depends(get_state)]
 
 
-async def require_token(state: StateDep,
-                  credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> None:
+async def require_token(
+    state: StateDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
     """401 unless the request carries ``Authorization: Bearer <AUTOSHARD_API_TOKEN>`` (when set)."""
     settings = state.settings
     if not settings.auth_enabled:
@@ -30,6 +31,9 @@ async def require_token(state: StateDep,
     expected = settings.api_token.get_secret_value().encode()  # type: ignore[union-attr]
     given = credentials.credentials.encode() if credentials is not None else b""
     if not secrets.compare_digest(given, expected):
-        raise HTTPException(401, "missing or wrong bearer token: send 'Authorization: Bearer <token>' "
-                                 "with the token the service was started with (AUTOSHARD_API_TOKEN)",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise HTTPException(
+            401,
+            "missing or wrong bearer token: send 'Authorization: Bearer <token>' "
+            "with the token the service was started with (AUTOSHARD_API_TOKEN)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )

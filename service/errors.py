@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -34,8 +35,9 @@ Loc = tuple[str | int, ...]
 class FieldError(Exception):
     """A 422 about one place in the request."""
 
-    def __init__(self, loc: Loc, msg: str, type_: str = "value_error", ctx: dict[str, Any] | None = None,
-                 status: int = 422) -> None:
+    def __init__(
+        self, loc: Loc, msg: str, type_: str = "value_error", ctx: dict[str, Any] | None = None, status: int = 422
+    ) -> None:
         super().__init__(msg)
         self.loc, self.msg, self.type, self.ctx, self.status = loc, msg, type_, ctx, status
 
@@ -45,8 +47,9 @@ class PlanningTimeout(Exception):
 
     def __init__(self, budget_s: float, planners: Sequence[str]) -> None:
         self.budget_s, self.planners = budget_s, tuple(planners)
-        super().__init__(f"no plan within the time budget of {budget_s:g} s (planners not finished: "
-                         f"{', '.join(planners)})")
+        super().__init__(
+            f"no plan within the time budget of {budget_s:g} s (planners not finished: {', '.join(planners)})"
+        )
 
 
 _INDEXED = re.compile(r"^(\w+)\[(\d+)\]")
@@ -73,21 +76,27 @@ def infeasible_error(error: PlannerError, workload: Workload, topology: Topology
     largest), what it needs, what a device offers and the shortfall in bytes."""
     capacity = topology.device_memory_bytes
     index, largest = max(enumerate(workload.tables), key=lambda p: (p[1].memory_bytes, -p[0]))
-    ctx: dict[str, Any] = {"kind": error.kind.value, "fixes": list(error.fixes),
-                           "device_memory_bytes": capacity}
+    ctx: dict[str, Any] = {"kind": error.kind.value, "fixes": list(error.fixes), "device_memory_bytes": capacity}
     if error.kind is PlannerErrorKind.INSUFFICIENT_MEMORY and workload.memory_bytes > topology.num_devices * capacity:
         shortfall = workload.memory_bytes - topology.num_devices * capacity
-        summary = (f"short by {fmt_bytes(shortfall)} in total; the largest table is {largest.name!r} "
-                   f"({fmt_bytes(largest.memory_bytes)})")
+        summary = (
+            f"short by {fmt_bytes(shortfall)} in total; the largest table is {largest.name!r} "
+            f"({fmt_bytes(largest.memory_bytes)})"
+        )
         loc: Loc = ("body", "topology")
-        ctx.update(table=largest.name, shortfall_bytes=shortfall, need_bytes=workload.memory_bytes,
-                   available_bytes=topology.num_devices * capacity)
+        ctx.update(
+            table=largest.name,
+            shortfall_bytes=shortfall,
+            need_bytes=workload.memory_bytes,
+            available_bytes=topology.num_devices * capacity,
+        )
     elif largest.memory_bytes > capacity:
         shortfall = largest.memory_bytes - capacity
         summary = f"table {largest.name!r} is {fmt_bytes(shortfall)} larger than one device"
         loc = ("body", "workload", "tables", index)
-        ctx.update(table=largest.name, shortfall_bytes=shortfall, need_bytes=largest.memory_bytes,
-                   available_bytes=capacity)
+        ctx.update(
+            table=largest.name, shortfall_bytes=shortfall, need_bytes=largest.memory_bytes, available_bytes=capacity
+        )
     else:
         summary, loc = "", ("body", "topology")
     fixes = "; ".join(f"{i}. {fix}" for i, fix in enumerate(error.fixes, 1))
@@ -102,8 +111,14 @@ def _body(loc: Loc, msg: str, type_: str, ctx: dict[str, Any] | None = None) -> 
     return {"detail": [item]}
 
 
-def error_response(status: int, loc: Loc, msg: str, type_: str, ctx: dict[str, Any] | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int,
+    loc: Loc,
+    msg: str,
+    type_: str,
+    ctx: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
     return JSONResponse(_body(loc, msg, type_, ctx), status_code=status, headers=headers)
 
 
@@ -120,11 +135,16 @@ async def _validation(request: Request, exc: RequestValidationError) -> JSONResp
     detail = []
     content_type = request.headers.get("content-type", "")
     for error in exc.errors():
-        item: dict[str, Any] = {"loc": list(error.get("loc", ())), "msg": error.get("msg", "invalid"),
-                                "type": error.get("type", "value_error")}
+        item: dict[str, Any] = {
+            "loc": list(error.get("loc", ())),
+            "msg": error.get("msg", "invalid"),
+            "type": error.get("type", "value_error"),
+        }
         if tuple(item["loc"]) == ("body",) and "json" not in content_type:  # a form, text, or no body at all
-            item["msg"] += (f"; send the request body as JSON with Content-Type: application/json "
-                            f"(got {content_type or 'no Content-Type'!r})")
+            item["msg"] += (
+                f"; send the request body as JSON with Content-Type: application/json "
+                f"(got {content_type or 'no Content-Type'!r})"
+            )
         if error.get("ctx"):
             item["ctx"] = {k: _safe(v) for k, v in error["ctx"].items()}
         detail.append(item)
@@ -151,25 +171,35 @@ async def _model(request: Request, exc: ModelError) -> JSONResponse:
 
 
 async def _timeout(request: Request, exc: PlanningTimeout) -> JSONResponse:
-    return error_response(504, (), f"{exc}; ask for fewer planners, raise time_budget_s, or retry "
-                          "when the service is less busy", "timeout",
-                          {"budget_s": exc.budget_s, "planners": list(exc.planners)})
+    return error_response(
+        504,
+        (),
+        f"{exc}; ask for fewer planners, raise time_budget_s, or retry when the service is less busy",
+        "timeout",
+        {"budget_s": exc.budget_s, "planners": list(exc.planners)},
+    )
 
 
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    kinds = {400: "body_unreadable", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
-             413: "body_too_large"}
+    kinds = {
+        400: "body_unreadable",
+        401: "unauthorized",
+        404: "not_found",
+        405: "method_not_allowed",
+        413: "body_too_large",
+    }
     loc: Loc = ("body",) if exc.status_code in (400, 413) else ()
-    msg = str(exc.detail) + (": send a UTF-8 JSON object as the schema at /docs describes"
-                             if exc.status_code == 400 else "")
-    return error_response(exc.status_code, loc, msg, kinds.get(exc.status_code, "http_error"),
-                          headers=getattr(exc, "headers", None))
+    msg = str(exc.detail) + (
+        ": send a UTF-8 JSON object as the schema at /docs describes" if exc.status_code == 400 else ""
+    )
+    return error_response(
+        exc.status_code, loc, msg, kinds.get(exc.status_code, "http_error"), headers=getattr(exc, "headers", None)
+    )
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unexpected error on %s %s", request.method, request.url.path)
-    return error_response(500, (), "internal error (logged); please report it with the request",
-                          "internal")
+    return error_response(500, (), "internal error (logged); please report it with the request", "internal")
 
 
 def install_error_handlers(app: FastAPI) -> None:

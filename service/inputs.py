@@ -19,10 +19,13 @@ def parse_body(body: PlanRequest | ReplanRequest, settings: Settings) -> tuple[W
     its path in the body. Then the service's limits."""
     count = len(body.workload.tables)
     if count > settings.max_tables:
-        raise FieldError(("body", "workload", "tables"),
-                         f"{count} tables, more than this service's limit of {settings.max_tables} "
-                         "(AUTOSHARD_MAX_TABLES); plan fewer tables per request", "limit.max_tables",
-                         {"limit": settings.max_tables, "given": count})
+        raise FieldError(
+            ("body", "workload", "tables"),
+            f"{count} tables, more than this service's limit of {settings.max_tables} "
+            "(AUTOSHARD_MAX_TABLES); plan fewer tables per request",
+            "limit.max_tables",
+            {"limit": settings.max_tables, "given": count},
+        )
     try:
         workload, file_topology = workload_from_dict(body.workload.to_file_dict())
     except InputError as error:
@@ -35,14 +38,24 @@ def parse_body(body: PlanRequest | ReplanRequest, settings: Settings) -> tuple[W
     elif file_topology is not None:
         topology = file_topology
     else:
-        raise FieldError(("body", "topology"), "a topology is required: give 'topology' "
-                         "{num_devices, device_memory_gb} (or put one in the workload)", "missing")
+        raise FieldError(
+            ("body", "topology"),
+            "a topology is required: give 'topology' {num_devices, device_memory_gb} (or put one in the workload)",
+            "missing",
+        )
     if topology.num_devices > settings.max_devices:
-        loc = ("body", "topology", "num_devices") if body.topology is not None else (
-            "body", "workload", "topology", "num_devices")
-        raise FieldError(loc, f"{topology.num_devices} devices, more than this service's limit of "
-                         f"{settings.max_devices} (AUTOSHARD_MAX_DEVICES)", "limit.max_devices",
-                         {"limit": settings.max_devices, "given": topology.num_devices})
+        loc = (
+            ("body", "topology", "num_devices")
+            if body.topology is not None
+            else ("body", "workload", "topology", "num_devices")
+        )
+        raise FieldError(
+            loc,
+            f"{topology.num_devices} devices, more than this service's limit of "
+            f"{settings.max_devices} (AUTOSHARD_MAX_DEVICES)",
+            "limit.max_devices",
+            {"limit": settings.max_devices, "given": topology.num_devices},
+        )
     return workload, topology
 
 

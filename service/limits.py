@@ -11,8 +11,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 class BodyTooLarge(HTTPException):
     def __init__(self, limit: int) -> None:
-        super().__init__(413, f"request body larger than this service's limit of {limit:,} bytes "
-                              "(AUTOSHARD_MAX_BODY_BYTES); send fewer tables per request")
+        super().__init__(
+            413,
+            f"request body larger than this service's limit of {limit:,} bytes "
+            "(AUTOSHARD_MAX_BODY_BYTES); send fewer tables per request",
+        )
 
 
 class BodySizeLimitMiddleware:
@@ -55,10 +58,16 @@ class BodySizeLimitMiddleware:
 
     async def _reject(self, send: Send) -> None:
         error = BodyTooLarge(self.max_bytes)
-        body = json.dumps({"detail": [{"loc": ["body"], "msg": error.detail,
-                                       "type": "body_too_large"}]}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
+        body = json.dumps({"detail": [{"loc": ["body"], "msg": error.detail, "type": "body_too_large"}]}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})

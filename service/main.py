@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 from fastapi import Depends, FastAPI
 

@@ -20,8 +20,7 @@ from prometheus_client import (
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5,
-                   5.0, 10.0, 30.0)
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 disable_created_metrics()  # no *_created series: they double the output for nothing
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
@@ -31,25 +30,43 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.requests = Counter("autoshard_http_requests", "HTTP requests by route and status.",
-                                ["method", "route", "status"], registry=r)
-        self.latency = Histogram("autoshard_http_request_duration_seconds",
-                                 "HTTP request latency by route.", ["method", "route"],
-                                 buckets=LATENCY_BUCKETS, registry=r)
-        self.planner_latency = Histogram("autoshard_planner_duration_seconds",
-                                         "Time one planner took on one request.", ["planner"],
-                                         buckets=LATENCY_BUCKETS, registry=r)
-        self.planner_runs = Counter("autoshard_planner_runs", "Planner runs by outcome "
-                                    "(ok, skipped, error, timeout).", ["planner", "outcome"], registry=r)
-        self.plan_cache = Counter("autoshard_plan_cache", "Plan requests by where their answer came from "
-                                  "(hit: kept; joined: an identical request in flight; miss: planned).",
-                                  ["result"], registry=r)
-        self.errors = Counter("autoshard_http_errors", "Error answers (status >= 400) by status.",
-                              ["status"], registry=r)
-        self.degraded = Gauge("autoshard_degraded", "1 when the service runs without some model.",
-                              registry=r, multiprocess_mode="max")
-        self.models = Gauge("autoshard_cost_models_loaded", "Cost models loaded.", registry=r,
-                            multiprocess_mode="max")
+        self.requests = Counter(
+            "autoshard_http_requests", "HTTP requests by route and status.", ["method", "route", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "autoshard_http_request_duration_seconds",
+            "HTTP request latency by route.",
+            ["method", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.planner_latency = Histogram(
+            "autoshard_planner_duration_seconds",
+            "Time one planner took on one request.",
+            ["planner"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.planner_runs = Counter(
+            "autoshard_planner_runs",
+            "Planner runs by outcome (ok, skipped, error, timeout).",
+            ["planner", "outcome"],
+            registry=r,
+        )
+        self.plan_cache = Counter(
+            "autoshard_plan_cache",
+            "Plan requests by where their answer came from "
+            "(hit: kept; joined: an identical request in flight; miss: planned).",
+            ["result"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "autoshard_http_errors", "Error answers (status >= 400) by status.", ["status"], registry=r
+        )
+        self.degraded = Gauge(
+            "autoshard_degraded", "1 when the service runs without some model.", registry=r, multiprocess_mode="max"
+        )
+        self.models = Gauge("autoshard_cost_models_loaded", "Cost models loaded.", registry=r, multiprocess_mode="max")
 
     def observe_planner(self, planner: str, seconds: float, outcome: str) -> None:
         self.planner_latency.labels(planner).observe(seconds)

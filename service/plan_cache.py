@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,7 @@ class Answer:
 
     def body(self, elapsed_s: float) -> bytes:
         """The JSON sent to one request: the kept object with its own ``elapsed_s`` last."""
-        return b"%s,\"elapsed_s\":%s}" % (self.json[:-1], repr(float(elapsed_s)).encode())
+        return b'%s,"elapsed_s":%s}' % (self.json[:-1], repr(float(elapsed_s)).encode())
 
 
 class PlanCache:

@@ -24,11 +24,12 @@ import logging
 import multiprocessing
 import os
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from autoshard.core.errors import AutoShardError, PlannerErrorKind
 from autoshard.core.types import ShardingPlan
@@ -108,8 +109,9 @@ class PlanningPool:
         if broken:
             self._restart()
             if not outcome.plans:
-                raise PlanningUnavailable("a planning worker process died (out of memory?); the pool "
-                                          "has been restarted: retry the request")
+                raise PlanningUnavailable(
+                    "a planning worker process died (out of memory?); the pool has been restarted: retry the request"
+                )
         return outcome
 
     @staticmethod
@@ -140,8 +142,9 @@ class PlanningPool:
             return await asyncio.wait_for(future, timeout=max(budget_s, 0.0))
         except BrokenProcessPool:
             self._restart()
-            raise PlanningUnavailable("a planning worker process died (out of memory?); the pool has been "
-                                      "restarted: retry the request") from None
+            raise PlanningUnavailable(
+                "a planning worker process died (out of memory?); the pool has been restarted: retry the request"
+            ) from None
 
     def _replan_function(self) -> Callable[[ReplanTask], ReplanResult]:
         raise NotImplementedError
@@ -211,8 +214,11 @@ def _worker_call(task: PlannerTask) -> list[PlannerResult]:
     store = _WORKER["store"]
     model = store.models.get(task.profile) if task.profile else None
     if task.profile and model is None:  # not a profile the server loaded (a guard: the router resolves it first)
-        error = ErrorInfo("planner", f"profile {task.profile!r} did not load in the planning worker",
-                          PlannerErrorKind.UNAVAILABLE.value)
+        error = ErrorInfo(
+            "planner",
+            f"profile {task.profile!r} did not load in the planning worker",
+            PlannerErrorKind.UNAVAILABLE.value,
+        )
         return [PlannerResult(name, "skipped", reason=error.message, error=error) for name in task.names]
     if model is None:
         return run_task(task, None)
@@ -222,8 +228,13 @@ def _worker_call(task: PlannerTask) -> list[PlannerResult]:
 def _worker_replan(task: ReplanTask) -> ReplanResult:
     model = _WORKER["store"].models.get(task.profile)
     if model is None:  # a guard: the router resolves the profile first
-        return ReplanResult(error=ErrorInfo("planner", f"profile {task.profile!r} did not load in the planning worker",
-                                            PlannerErrorKind.UNAVAILABLE.value))
+        return ReplanResult(
+            error=ErrorInfo(
+                "planner",
+                f"profile {task.profile!r} did not load in the planning worker",
+                PlannerErrorKind.UNAVAILABLE.value,
+            )
+        )
     return run_replan(task, model.model, model.communication, model.device_errors)
 
 
@@ -263,9 +274,12 @@ class ProcessPlanningPool(PlanningPool):
         # other (4x slower plans under load). Spawned workers read these at their numpy import.
         for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(name, "1")
-        return ProcessPoolExecutor(max_workers=self.size, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_init_worker,
-                                   initargs=(self.store.models, self.store.default_profile, self.niceness))
+        return ProcessPoolExecutor(
+            max_workers=self.size,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(self.store.models, self.store.default_profile, self.niceness),
+        )
 
     def _function(self) -> TaskFunction:
         return _worker_call  # module-level: the executor pickles it by name
@@ -275,8 +289,9 @@ class ProcessPlanningPool(PlanningPool):
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        await asyncio.gather(*(loop.run_in_executor(self._executor, partial(_worker_ready, 0.3))
-                               for _ in range(self.size)))
+        await asyncio.gather(
+            *(loop.run_in_executor(self._executor, partial(_worker_ready, 0.3)) for _ in range(self.size))
+        )
 
 
 def make_pool(kind: str, size: int, store: ModelStore, niceness: int = 0) -> PlanningPool:
@@ -285,5 +300,11 @@ def make_pool(kind: str, size: int, store: ModelStore, niceness: int = 0) -> Pla
     return ProcessPlanningPool(size, store, niceness)
 
 
-__all__ = ["PlanningOutcome", "PlanningPool", "PlanningUnavailable", "ProcessPlanningPool",
-           "ThreadPlanningPool", "make_pool"]
+__all__ = [
+    "PlanningOutcome",
+    "PlanningPool",
+    "PlanningUnavailable",
+    "ProcessPlanningPool",
+    "ThreadPlanningPool",
+    "make_pool",
+]

@@ -41,8 +41,7 @@ SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AUTOSHARD_", extra="ignore", frozen=True,
-                                      protected_namespaces=())
+    model_config = SettingsConfigDict(env_prefix="AUTOSHARD_", extra="ignore", frozen=True, protected_namespaces=())
 
     model_dir: Path = SHIPPED_MODELS
     default_profile: str | None = None

@@ -5,8 +5,8 @@ requests, so several workers can run behind a load balancer."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from autoshard.core.errors import InputError, ModelError, PlannerError, PlannerErrorKind
 from autoshard.evaluation.registry import PLANNERS, PlannerSpec
@@ -71,8 +71,7 @@ def _fix(kind: PlannerKind, settings: Settings, profile: str | None) -> str:
     if kind is PlannerKind.REFERENCE:
         return "install the torchrec extra in the image"
     if kind is PlannerKind.POLICY and profile is not None:  # without a profile, the cost model comes first
-        return (f"train a policy with `autoshard policy train` (it writes {folder}/policy.pt), "
-                "then restart the service")
+        return f"train a policy with `autoshard policy train` (it writes {folder}/policy.pt), then restart the service"
     return f"ship a cost model in {folder}/cost_model.pt (`autoshard cost train`), then restart the service"
 
 
@@ -97,8 +96,11 @@ class ServiceState:
     def reasons_for(store: ModelStore, planners: dict[str, PlannerInfo]) -> list[str]:
         """Why the service runs without some model (torchrec is optional: not a reason)."""
         reasons = list(store.problems)
-        reasons += [f"planner {p.name!r} is unavailable: {p.reason}" for p in planners.values()
-                    if not p.available and p.kind is not PlannerKind.REFERENCE]
+        reasons += [
+            f"planner {p.name!r} is unavailable: {p.reason}"
+            for p in planners.values()
+            if not p.available and p.kind is not PlannerKind.REFERENCE
+        ]
         return reasons
 
     def unavailable_reason(self, name: str, model: LoadedModel | None) -> str | None:
@@ -119,23 +121,31 @@ class ServiceState:
         if requested is None:
             return [n for n in self.planners if PLANNERS[n].default and self.unavailable_reason(n, model) is None]
         if not requested:
-            raise InputError("planners", "is an empty list",
-                             "name at least one planner, or leave planners out for the defaults")
+            raise InputError(
+                "planners", "is an empty list", "name at least one planner, or leave planners out for the defaults"
+            )
         for i, name in enumerate(requested):
             if name not in self.planners:
-                raise InputError("planners", f"unknown planner {name!r}",
-                                 f"use one of {', '.join(self.planners)} (GET /v1/planners)",
-                                 where=f"planners[{i}]")
+                raise InputError(
+                    "planners",
+                    f"unknown planner {name!r}",
+                    f"use one of {', '.join(self.planners)} (GET /v1/planners)",
+                    where=f"planners[{i}]",
+                )
         wanted = set(requested)
         for name in (n for n in self.planners if n in wanted):
             info = self.planners[name]
             reason = self.unavailable_reason(name, model)
             if reason is not None:
                 others = self.planners_for(None, model)
-                raise PlannerError(PlannerErrorKind.UNAVAILABLE,
-                                   f"planner {name!r} is unavailable on this service: {reason}",
-                                   (_fix(info.kind, self.settings, model.profile if model else None),
-                                    f"or ask for other planners: {', '.join(others) or 'none can run'}"))
+                raise PlannerError(
+                    PlannerErrorKind.UNAVAILABLE,
+                    f"planner {name!r} is unavailable on this service: {reason}",
+                    (
+                        _fix(info.kind, self.settings, model.profile if model else None),
+                        f"or ask for other planners: {', '.join(others) or 'none can run'}",
+                    ),
+                )
         return [n for n in self.planners if n in wanted]
 
 
@@ -153,6 +163,10 @@ def build_state(settings: Settings, metrics: Metrics) -> ServiceState:
     metrics.models.set(len(store.models))
     if reasons:
         log.warning("starting degraded: %s", "; ".join(reasons))
-    log.info("profiles: %s (default %s); default planners: %s", ", ".join(store.models) or "none",
-             store.default_profile, ", ".join(state.default_planners))
+    log.info(
+        "profiles: %s (default %s); default planners: %s",
+        ", ".join(store.models) or "none",
+        store.default_profile,
+        ", ".join(state.default_planners),
+    )
     return state

@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from autoshard.core.communication import CommunicationModel, WithCommunication
 from autoshard.core.errors import (
@@ -70,19 +71,33 @@ class CompactPlan:
 
     @classmethod
     def of(cls, plan: ShardingPlan, index: dict[str, int]) -> CompactPlan:
-        return cls(plan.planner, plan.plan_time_s, tuple(d.cost_ms for d in plan.devices),
-                   tuple(tuple((index[s.table.name], s.column_offset, s.width) for s in d.shards)
-                         for d in plan.devices), plan.partial, plan.reused_s)
+        return cls(
+            plan.planner,
+            plan.plan_time_s,
+            tuple(d.cost_ms for d in plan.devices),
+            tuple(tuple((index[s.table.name], s.column_offset, s.width) for s in d.shards) for d in plan.devices),
+            plan.partial,
+            plan.reused_s,
+        )
 
     def plan(self, workload: Workload) -> ShardingPlan:
         tables = workload.tables
         devices = []
         for cost, shards in zip(self.costs, self.devices):
-            devices.append(DevicePlan(tuple(
-                TableShard(tables[i]) if offset == 0 and columns == tables[i].embedding_dim
-                else TableShard(tables[i], offset, columns) for i, offset, columns in shards), cost))
-        return ShardingPlan(self.planner, tuple(devices), self.plan_time_s, partial=self.partial,
-                            reused_s=self.reused_s)
+            devices.append(
+                DevicePlan(
+                    tuple(
+                        TableShard(tables[i])
+                        if offset == 0 and columns == tables[i].embedding_dim
+                        else TableShard(tables[i], offset, columns)
+                        for i, offset, columns in shards
+                    ),
+                    cost,
+                )
+            )
+        return ShardingPlan(
+            self.planner, tuple(devices), self.plan_time_s, partial=self.partial, reused_s=self.reused_s
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +139,12 @@ class PlannerResult:
     error: ErrorInfo | None = None
 
 
-def run_task(task: PlannerTask, cost_model: CostModel | None, communication: CommunicationModel | None = None,
-             policy: DevicePolicy | None = None) -> list[PlannerResult]:
+def run_task(
+    task: PlannerTask,
+    cost_model: CostModel | None,
+    communication: CommunicationModel | None = None,
+    policy: DevicePolicy | None = None,
+) -> list[PlannerResult]:
     """Each planner of the task, until the deadline passes; device costs include the profile's
     all-to-all when it has a communication model. Searching planners get the time left as their
     budget, and return their best plan so far (``partial``) when it runs out. The task's
@@ -171,16 +190,22 @@ def _batches(names: tuple[str, ...]) -> list[tuple[str, ...]]:
     return batches
 
 
-def _run_planners(names: tuple[str, ...], task: PlannerTask, context: PlannerContext, index: dict[str, int],
-                  may_start: Callable[[float], bool]) -> list[PlannerResult]:
+def _run_planners(
+    names: tuple[str, ...],
+    task: PlannerTask,
+    context: PlannerContext,
+    index: dict[str, int],
+    may_start: Callable[[float], bool],
+) -> list[PlannerResult]:
     """The planners ``names``, through ``compare_planners`` like the CLI (``context``'s cost model
     prices the all-to-all already); never raises. Each result's time is its plan's
     ``plan_time_s`` (the batch's time for a planner without a plan)."""
     started = time.perf_counter()
 
     def failed(outcome: str, reason: str, error: ErrorInfo | None = None) -> list[PlannerResult]:
-        return [PlannerResult(name, outcome, time.perf_counter() - started, reason=reason, error=error)
-                for name in names]
+        return [
+            PlannerResult(name, outcome, time.perf_counter() - started, reason=reason, error=error) for name in names
+        ]
 
     try:
         result = compare_planners(task.workload, task.topology, list(names), context, None, may_start)
@@ -188,8 +213,11 @@ def _run_planners(names: tuple[str, ...], task: PlannerTask, context: PlannerCon
         return failed("skipped", str(error), ErrorInfo.of(error))
     except Exception as error:  # noqa: BLE001 - one broken planner must not fail the others
         log.exception("planners %s failed", ", ".join(names))
-        return failed("error", f"internal error in planner {', '.join(map(repr, names))} ({type(error).__name__}; "
-                               "logged)", ErrorInfo.of(error))
+        return failed(
+            "error",
+            f"internal error in planner {', '.join(map(repr, names))} ({type(error).__name__}; logged)",
+            ErrorInfo.of(error),
+        )
     plans = dict(zip(result.planned, result.plans))
     skipped = dict(result.skipped)
     errors = {name: error for (name, _), error in zip(result.skipped, result.errors)}
@@ -201,8 +229,15 @@ def _run_planners(names: tuple[str, ...], task: PlannerTask, context: PlannerCon
             out.append(PlannerResult(name, "late"))
         elif plan is None:
             error = errors.get(name)
-            out.append(PlannerResult(name, "skipped", elapsed, reason=skipped.get(name, "no plan"),
-                                     error=ErrorInfo.of(error) if error is not None else None))
+            out.append(
+                PlannerResult(
+                    name,
+                    "skipped",
+                    elapsed,
+                    reason=skipped.get(name, "no plan"),
+                    error=ErrorInfo.of(error) if error is not None else None,
+                )
+            )
         else:
             out.append(_result(name, plan, task, index, elapsed if len(names) == 1 else plan.plan_time_s))
     return out
@@ -210,8 +245,12 @@ def _run_planners(names: tuple[str, ...], task: PlannerTask, context: PlannerCon
 
 def _result(name: str, plan: ShardingPlan, task: PlannerTask, index: dict[str, int], seconds: float) -> PlannerResult:
     if not all(math.isfinite(d.cost_ms) for d in plan.devices):
-        return PlannerResult(name, "error", seconds, reason="the cost model predicted a non-finite cost: the tables "
-                                                            "are far outside what it was trained on")
+        return PlannerResult(
+            name,
+            "error",
+            seconds,
+            reason="the cost model predicted a non-finite cost: the tables are far outside what it was trained on",
+        )
     export = None
     if task.export:
         from autoshard.core.torchrec_bridge import export_torchrec
@@ -245,23 +284,49 @@ class ReplanResult:
     error: ErrorInfo | None = None
 
 
-def run_replan(task: ReplanTask, cost_model: CostModel, communication: CommunicationModel | None = None,
-               device_errors: DeviceErrors | None = None) -> ReplanResult:
+def run_replan(
+    task: ReplanTask,
+    cost_model: CostModel,
+    communication: CommunicationModel | None = None,
+    device_errors: DeviceErrors | None = None,
+) -> ReplanResult:
     """``compare_replans`` of the task; never raises."""
     try:
-        report, plans = compare_replans(task.workload, task.topology, cost_model, task.current, task.budgets,
-                                        task.allow_split, task.plan_budget_s, communication, device_errors)
+        report, plans = compare_replans(
+            task.workload,
+            task.topology,
+            cost_model,
+            task.current,
+            task.budgets,
+            task.allow_split,
+            task.plan_budget_s,
+            communication,
+            device_errors,
+        )
     except AutoShardError as error:
         return ReplanResult(error=ErrorInfo.of(error))
     except Exception as error:  # noqa: BLE001 - a bug must be a clear 500-free answer, and logged
         log.exception("replan failed")
         return ReplanResult(error=ErrorInfo.of(error))
     if not all(math.isfinite(d.cost_ms) for plan in plans for d in plan.devices):
-        return ReplanResult(error=ErrorInfo("input", "the cost model predicted a non-finite cost: the tables are far "
-                                                     "outside what it was trained on", field="tables",
-                                            fix="plan tables within the profile's trained ranges"))
+        return ReplanResult(
+            error=ErrorInfo(
+                "input",
+                "the cost model predicted a non-finite cost: the tables are far outside what it was trained on",
+                field="tables",
+                fix="plan tables within the profile's trained ranges",
+            )
+        )
     return ReplanResult(report)
 
 
-__all__ = ["CompactPlan", "ErrorInfo", "PlannerResult", "PlannerTask", "ReplanResult", "ReplanTask", "run_replan",
-           "run_task"]
+__all__ = [
+    "CompactPlan",
+    "ErrorInfo",
+    "PlannerResult",
+    "PlannerTask",
+    "ReplanResult",
+    "ReplanTask",
+    "run_replan",
+    "run_task",
+]

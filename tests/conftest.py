@@ -17,8 +17,24 @@ def autoshard_cmd() -> list[str]:
 @pytest.fixture
 def tiny_collect_args(tmp_path):
     """CLI options for a collection that takes seconds: a small pool, small tables, a small batch."""
-    return ["--device", "cpu", "--pool-size", "8", "--max-tables", "3", "--batch-size", "64",
-            "--warmups", "1", "--repeats", "3", "--row-cap-mb", "1", "--mode", "embedding_bag"]
+    return [
+        "--device",
+        "cpu",
+        "--pool-size",
+        "8",
+        "--max-tables",
+        "3",
+        "--batch-size",
+        "64",
+        "--warmups",
+        "1",
+        "--repeats",
+        "3",
+        "--row-cap-mb",
+        "1",
+        "--mode",
+        "embedding_bag",
+    ]
 
 
 SHIPPED_PROFILE = ROOT / "data" / "models" / "cpu-amd-epyc-fbgemm_tbe-t1"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from autoshard.core.costing import SetCostModel
 from autoshard.core.types import Table
@@ -19,8 +19,7 @@ class AnalyticalTestCostModel(SetCostModel):
 
     def predict(self, tables: Sequence[Table], batch_size: int) -> float:
         n = len(tables)
-        lookup_bytes = sum(batch_size * t.pooling_factor * t.embedding_dim * t.bytes_per_element
-                           for t in tables)
+        lookup_bytes = sum(batch_size * t.pooling_factor * t.embedding_dim * t.bytes_per_element for t in tables)
         return lookup_bytes / 1e7 * (1 + 0.05 * max(n - 1, 0)) + 0.1 * n
 
     def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:

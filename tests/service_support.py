@@ -82,9 +82,22 @@ class ServedProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         full_env = {**os.environ, "AUTOSHARD_NO_REEXEC": "1", **(env or {})}
         self.process = subprocess.Popen(
-            [*autoshard_cmd(), "serve", "--port", str(self.port), "--model-dir", str(model_dir),
-             "--no-access-log", "--log-level", "warning"],
-            env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            [
+                *autoshard_cmd(),
+                "serve",
+                "--port",
+                str(self.port),
+                "--model-dir",
+                str(model_dir),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         deadline = time.monotonic() + timeout_s
         while True:
             if self.process.poll() is not None:

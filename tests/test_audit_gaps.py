@@ -42,8 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "data" / "models" / "cpu-amd-epyc-fbgemm_tbe-t1"
 TRACES = ROOT / "data" / "traces" / "cpu-amd-epyc-fbgemm_tbe-t1.jsonl.gz"
 needs_fbgemm = pytest.mark.skipif(not fbgemm_available(), reason="fbgemm-gpu-cpu not installed")
-HALF_ADAGRAD = (Table("h1", 300, 16, 4.0, 0.5, 2, Optimizer.ROWWISE_ADAGRAD),
-                Table("h2", 1000, 8, 2.0, 1.0, 2, Optimizer.ROWWISE_ADAGRAD))
+HALF_ADAGRAD = (
+    Table("h1", 300, 16, 4.0, 0.5, 2, Optimizer.ROWWISE_ADAGRAD),
+    Table("h2", 1000, 8, 2.0, 1.0, 2, Optimizer.ROWWISE_ADAGRAD),
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +54,15 @@ def shipped():
 
 
 @needs_fbgemm
-@pytest.mark.parametrize("tables", [
-    (Table("a", 200, 16, 3.0), Table("b", 50, 8, 1.0)),  # fp32 + exact SGD: the shipped traces' step
-    HALF_ADAGRAD,  # fp16 weights + row-wise Adagrad
-    (Table("a", 200, 16, 3.0), *HALF_ADAGRAD, Table("g", 80, 4, 2.0, 0, 4, Optimizer.ADAGRAD)),  # 3 groups
-], ids=["fp32-sgd", "fp16-rowwise-adagrad", "mixed-3-groups"])
+@pytest.mark.parametrize(
+    "tables",
+    [
+        (Table("a", 200, 16, 3.0), Table("b", 50, 8, 1.0)),  # fp32 + exact SGD: the shipped traces' step
+        HALF_ADAGRAD,  # fp16 weights + row-wise Adagrad
+        (Table("a", 200, 16, 3.0), *HALF_ADAGRAD, Table("g", 80, 4, 2.0, 0, 4, Optimizer.ADAGRAD)),  # 3 groups
+    ],
+    ids=["fp32-sgd", "fp16-rowwise-adagrad", "mixed-3-groups"],
+)
 def test_fbgemm_tbe_step_really_updates_the_weights(tables):
     """The same batch gives another output after one backward: the update touched the weights."""
     config = BenchConfig(batch_size=32)
@@ -110,8 +116,9 @@ def test_synthetic_train_and_test_pools_are_disjoint():
     assert all(pool.split_of(t.name) == "test" for t in pool.test)
 
 
-SHIPPED_PROFILES = sorted(p for p in (ROOT / "data" / "models").iterdir() if (p / "cost_model.pt").is_file()
-                          and not p.is_symlink())
+SHIPPED_PROFILES = sorted(
+    p for p in (ROOT / "data" / "models").iterdir() if (p / "cost_model.pt").is_file() and not p.is_symlink()
+)
 
 
 @pytest.mark.parametrize("profile", SHIPPED_PROFILES, ids=[p.name for p in SHIPPED_PROFILES])
@@ -128,12 +135,13 @@ def test_shipped_model_reproduces_its_metrics(profile):
         samples = getattr(splits, name)
         true = np.array([s.total_ms for s in samples])
         assert mape(predict_labelled(shipped, samples), true) == pytest.approx(
-            metrics["evaluation"][name]["estimators"]["neural"]["mape"], abs=2e-4)
+            metrics["evaluation"][name]["estimators"]["neural"]["mape"], abs=2e-4
+        )
 
 
 @pytest.mark.parametrize("bytes_per_element", [1, 8])
 def test_unmeasured_precisions_get_a_clear_error_and_never_inf_or_nan(shipped, bytes_per_element):
-    tables = tuple(Table(f"t{i}", 10**(2 + i), 16, 2.0, 0.5) for i in range(5))
+    tables = tuple(Table(f"t{i}", 10 ** (2 + i), 16, 2.0, 0.5) for i in range(5))
     odd = tables[:3] + (Table("odd", 5000, 32, 4.0, 0.8, bytes_per_element),) + tables[3:]
     with pytest.raises(InputError) as caught:
         shipped.check_workload(Workload(odd))
@@ -151,12 +159,16 @@ def test_fp16_and_rowwise_adagrad_are_trained_inputs_and_change_the_cost(shipped
     wherever they differ by more than the model's error (MAPE ~7%, docs/cost_model.md: 10% here);
     variants measured closer than that (the two fp16 ones, 4.5% apart) are predicted within 10%
     of each other."""
-    measured = {row["variant"]: row["measured_ms_median"] for row in json.loads(
-        (ROOT / "tests" / "data" / "precision_optimizer.json").read_text())["rows"]}
-    base = tuple(Table(f"t{i}", 10**(3 + i % 4), 64, 8.0, 0.5) for i in range(8))
-    variants = {f"{'fp32' if b == 4 else 'fp16'} {o.value}": tuple(replace(t, bytes_per_element=b, optimizer=o)
-                                                                  for t in base)
-                for b in (4, 2) for o in (Optimizer.SGD, Optimizer.ROWWISE_ADAGRAD)}
+    measured = {
+        row["variant"]: row["measured_ms_median"]
+        for row in json.loads((ROOT / "tests" / "data" / "precision_optimizer.json").read_text())["rows"]
+    }
+    base = tuple(Table(f"t{i}", 10 ** (3 + i % 4), 64, 8.0, 0.5) for i in range(8))
+    variants = {
+        f"{'fp32' if b == 4 else 'fp16'} {o.value}": tuple(replace(t, bytes_per_element=b, optimizer=o) for t in base)
+        for b in (4, 2)
+        for o in (Optimizer.SGD, Optimizer.ROWWISE_ADAGRAD)
+    }
     assert set(variants) == set(measured)
     for tables in variants.values():
         assert not [w for w in shipped.check_workload(Workload(tables)) if "bytes" in w or "optimizer" in w]
@@ -171,7 +183,9 @@ def test_fp16_and_rowwise_adagrad_are_trained_inputs_and_change_the_cost(shipped
 
 def test_prediction_is_finite_for_extreme_single_tables(shipped):
     # to the bounds a table may have (autoshard.core.types: larger is an input error)
-    grid = itertools.product([1, 10**4, MAX_ROWS], [1, 4096, MAX_DIM], [0.01, 1e4, MAX_POOLING], [0.0, 3.0], [1, 2, 4, 8])
+    grid = itertools.product(
+        [1, 10**4, MAX_ROWS], [1, 4096, MAX_DIM], [0.01, 1e4, MAX_POOLING], [0.0, 3.0], [1, 2, 4, 8]
+    )
     tables = [Table(f"x{i}", *spec) for i, spec in enumerate(grid)]
     for batch in (1, 2048, 10**7):
         costs = shipped.predict_detail_many([[t] for t in tables], batch)
@@ -189,9 +203,13 @@ def test_prediction_is_finite_for_huge_sets_of_extreme_tables(shipped):
 
 def test_collect_writes_gzip_traces_and_resumes_a_torn_file(tmp_path):
     out = tmp_path / "x.jsonl.gz"
-    config = CollectConfig(bench=BenchConfig(batch_size=16, warmups=0, repeats=1, mode=ExecutionMode.EMBEDDING_BAG,
-                                             row_cap_bytes=2**20),
-                           pool=PoolConfig(size=4), samples=3, max_tables=2, passes=1)
+    config = CollectConfig(
+        bench=BenchConfig(batch_size=16, warmups=0, repeats=1, mode=ExecutionMode.EMBEDDING_BAG, row_cap_bytes=2**20),
+        pool=PoolConfig(size=4),
+        samples=3,
+        max_tables=2,
+        passes=1,
+    )
     assert collect(config, out) == 7
     with gzip.open(out, "rt") as f:  # really gzip, as the name says
         assert json.loads(f.readline())["type"] == "header"
@@ -208,9 +226,14 @@ def test_collect_writes_gzip_traces_and_resumes_a_torn_file(tmp_path):
 @needs_fbgemm
 def test_collection_can_sample_precisions_and_optimizers_and_records_them(tmp_path):
     out = tmp_path / "mixed.jsonl"
-    config = CollectConfig(bench=BenchConfig(batch_size=16, warmups=0, repeats=1, row_cap_bytes=2**20),
-                           pool=PoolConfig(size=6), samples=2, max_tables=3, precisions=(4, 2),
-                           optimizers=("sgd", "rowwise_adagrad"))
+    config = CollectConfig(
+        bench=BenchConfig(batch_size=16, warmups=0, repeats=1, row_cap_bytes=2**20),
+        pool=PoolConfig(size=6),
+        samples=2,
+        max_tables=3,
+        precisions=(4, 2),
+        optimizers=("sgd", "rowwise_adagrad"),
+    )
     assert collect(config, out) == 8
     traces = read_traces(out)
     tables = {t for s in traces.samples for t in s.tables}
@@ -226,8 +249,11 @@ def test_collection_can_sample_precisions_and_optimizers_and_records_them(tmp_pa
 def test_noise_floor_is_the_mean_over_every_pair_of_passes():
     """Hand-computed: passes (10, 11, 12.5) give 1/11, 2.5/12.5, 1.5/12.5; passes (4, 5) give 1/5.
     Mean of the four: 0.152727 (passes 0 and 1 only would give 0.145455)."""
-    samples = [Labelled((), 0, 0, 11.0, (10.0, 11.0, 12.5), 2048), Labelled((), 0, 0, 4.5, (4.0, 5.0), 2048),
-               Labelled((), 0, 0, 3.0, (3.0,), 2048)]
+    samples = [
+        Labelled((), 0, 0, 11.0, (10.0, 11.0, 12.5), 2048),
+        Labelled((), 0, 0, 4.5, (4.0, 5.0), 2048),
+        Labelled((), 0, 0, 3.0, (3.0,), 2048),
+    ]
     expected = (1 / 11 + 2.5 / 12.5 + 1.5 / 12.5 + 1 / 5) / 4
     assert pairwise_pass_mape(s.passes_total_ms for s in samples) == pytest.approx(expected)
     assert noise_floor(samples) == {"pass_to_pass_mape": round(expected, 4), "passes": 2}

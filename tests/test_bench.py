@@ -37,6 +37,7 @@ def test_embedding_bag_update_really_trains():
     import torch
 
     from cost_model.bench.harness import _build_embedding_bags, make_batch
+
     config = BenchConfig(batch_size=16, mode=ExecutionMode.EMBEDDING_BAG)
     forward, backward = _build_embedding_bags(TINY[:1], config)
     indices, offsets = make_batch(TINY[:1], config, np.random.default_rng(0))
@@ -57,8 +58,13 @@ def test_zipf_and_bag_lengths():
 
 
 def _collect(out, args, extra=(), **kwargs):
-    return subprocess.run([*autoshard_cmd(), "bench", "collect", "--out", str(out), *args, *extra],
-                          capture_output=True, text=True, timeout=300, **kwargs)
+    return subprocess.run(
+        [*autoshard_cmd(), "bench", "collect", "--out", str(out), *args, *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kwargs,
+    )
 
 
 def test_collect_round_trips_and_summarizes(tmp_path, tiny_collect_args):
@@ -73,11 +79,13 @@ def test_collect_round_trips_and_summarizes(tmp_path, tiny_collect_args):
     for key in ("mean", "p10", "p90"):
         assert summary["non_additivity"][key] > 0
     assert summary["samples"] == 14 and summary["profile"]["mode"] == "embedding_bag"
-    cli = subprocess.run([*autoshard_cmd(), "bench", "summary", str(out), "--json"], capture_output=True,
-                         text=True, timeout=120)
+    cli = subprocess.run(
+        [*autoshard_cmd(), "bench", "summary", str(out), "--json"], capture_output=True, text=True, timeout=120
+    )
     assert json.loads(cli.stdout)["samples"] == 14
     # gzip-compressed traces read back the same
     import gzip
+
     with gzip.open(tmp_path / "t.jsonl.gz", "wt") as f:
         f.write(out.read_text())
     assert read_traces(tmp_path / "t.jsonl.gz") == traces
@@ -101,8 +109,11 @@ def test_a_summary_of_traces_without_singles_says_so_instead_of_none():
 def test_killed_collection_resumes_and_keeps_every_completed_sample(tmp_path, tiny_collect_args):
     out = tmp_path / "t.jsonl"
     args = [*tiny_collect_args, "--samples", "400", "--max-tables", "2"]
-    proc = subprocess.Popen([*autoshard_cmd(), "bench", "collect", "--out", str(out), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*autoshard_cmd(), "bench", "collect", "--out", str(out), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and (not out.exists() or out.read_text().count("\n") < 30):
         time.sleep(0.05)
@@ -131,10 +142,23 @@ def test_resume_refuses_other_settings(tmp_path, tiny_collect_args):
 
 def test_torchrun_gathers_samples_from_two_ranks(tmp_path, tiny_collect_args):
     out = tmp_path / "t.jsonl"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                "--master-port", str(29500 + os.getpid() % 1000), "-m", "autoshard"]
-    result = subprocess.run([*torchrun, "bench", "collect", "--out", str(out), *tiny_collect_args,
-                             "--samples", "6"], capture_output=True, text=True, timeout=300)
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(29500 + os.getpid() % 1000),
+        "-m",
+        "autoshard",
+    ]
+    result = subprocess.run(
+        [*torchrun, "bench", "collect", "--out", str(out), *tiny_collect_args, "--samples", "6"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     traces = read_traces(out)
     assert sorted(s.id for s in traces.samples) == list(range(14))

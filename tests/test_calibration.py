@@ -28,8 +28,11 @@ def _copy(tmp_path: Path, name: str, times: float = 1.0) -> Path:
                 continue
             if record.get("type") == "sample":
                 for part in ("fwd", "bwd", "total"):
-                    record[part] = {**record[part], "median": record[part]["median"] * times,
-                                    "iqr": record[part]["iqr"] * times}
+                    record[part] = {
+                        **record[part],
+                        "median": record[part]["median"] * times,
+                        "iqr": record[part]["iqr"] * times,
+                    }
             dst.write(json.dumps(record) + "\n")
     return out
 
@@ -68,7 +71,9 @@ def test_the_cli_calibrates_in_place_and_names_a_missing_file(tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["factor"] > 0
     assert any(json.loads(line).get("type") == "calibration" for line in gzip.open(path, "rt"))
-    missing = runner.invoke(app, ["bench", "calibrate", "--traces", str(tmp_path / "none.jsonl.gz"), "--model", str(MODEL)])
+    missing = runner.invoke(
+        app, ["bench", "calibrate", "--traces", str(tmp_path / "none.jsonl.gz"), "--model", str(MODEL)]
+    )
     assert missing.exit_code == 2 and "--traces" in missing.output
 
 
@@ -83,9 +88,12 @@ def test_a_complete_calibrated_collection_is_left_alone_and_an_incomplete_one_re
     from cost_model.traces.calibration import Calibration
     from cost_model.traces.store import iter_lines, write_trace
 
-    config = CollectConfig(bench=BenchConfig(batch_size=32, warmups=1, repeats=2, mode=ExecutionMode.EMBEDDING_BAG,
-                                             row_cap_bytes=2**20),
-                           pool=PoolConfig(size=4), samples=2, max_tables=2)
+    config = CollectConfig(
+        bench=BenchConfig(batch_size=32, warmups=1, repeats=2, mode=ExecutionMode.EMBEDDING_BAG, row_cap_bytes=2**20),
+        pool=PoolConfig(size=4),
+        samples=2,
+        max_tables=2,
+    )
     out = tmp_path / "t.jsonl"
     assert collect(config, out) > 0
     write_calibration(out, Calibration(1.25, 10, (1.1, 1.4), 2, "a model"))
@@ -99,8 +107,13 @@ def test_a_complete_calibrated_collection_is_left_alone_and_an_incomplete_one_re
 
 def _drift(ratios, cpu=None, alike=True, same=True) -> dict:
     """A `bench drift --json` report whose re-measured sets ran ``ratios`` x their traced time."""
-    return {"median_ratio": sorted(ratios)[len(ratios) // 2], "this_cpu": cpu, "sets_alike": alike,
-            "same_device": same, "sets": [{"id": i, "ratio": r} for i, r in enumerate(ratios)]}
+    return {
+        "median_ratio": sorted(ratios)[len(ratios) // 2],
+        "this_cpu": cpu,
+        "sets_alike": alike,
+        "same_device": same,
+        "sets": [{"id": i, "ratio": r} for i, r in enumerate(ratios)],
+    }
 
 
 def test_drift_checks_beside_a_collection_give_its_factor_and_mismatched_ones_are_refused(tmp_path):
@@ -115,9 +128,12 @@ def test_drift_checks_beside_a_collection_give_its_factor_and_mismatched_ones_ar
     write_calibration(path, calibration)
     for a, b in zip(raw.samples, read_traces(path).samples):
         assert b.cost_ms == pytest.approx(a.cost_ms / 0.7, rel=1e-4)  # measured fast: put back on the profile's scale
-    for bad, words in ((_drift([0.7] * 12, cpu="AuthenticAMD family 26 model 2"), "another machine"),
-                       (_drift([0.7] * 12, alike=False), "relative costs"),
-                       (_drift([0.7] * 4), "too few"), ({"median_ratio": 0.7}, "not a report")):
+    for bad, words in (
+        (_drift([0.7] * 12, cpu="AuthenticAMD family 26 model 2"), "another machine"),
+        (_drift([0.7] * 12, alike=False), "relative costs"),
+        (_drift([0.7] * 4), "too few"),
+        ({"median_ratio": 0.7}, "not a report"),
+    ):
         with pytest.raises(InputError, match=words) as error:
             calibration_from_drift(path, [("check", bad)])
         assert error.value.field == "--drift"

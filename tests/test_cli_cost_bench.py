@@ -38,8 +38,11 @@ def test_add_ranges_records_the_training_split_and_keeps_predictions(tmp_path):
     before = load_cost_model(tmp_path)
     assert before.ranges is None and before.check_workload(synthetic_workload(5))  # "records no trained ranges"
     sources = json.loads((SHIPPED / "metrics.json").read_text())["traces"]
-    files = [arg for source in (sources if isinstance(sources, list) else [sources])
-             for arg in ("--traces", str(ROOT / source))]
+    files = [
+        arg
+        for source in (sources if isinstance(sources, list) else [sources])
+        for arg in ("--traces", str(ROOT / source))
+    ]
     result = CliRunner().invoke(app, ["cost", "add-ranges", "--model", str(tmp_path), *files, "--seed", "0", "--json"])
     assert result.exit_code == 0, result.output
     after = load_cost_model(tmp_path)
@@ -48,7 +51,8 @@ def test_add_ranges_records_the_training_split_and_keeps_predictions(tmp_path):
     workload = synthetic_workload(12)
     assert after.check_workload(workload) == ()
     assert after.predict_many([workload.tables[:4], workload.tables[4:]], 2048) == pytest.approx(
-        before.predict_many([workload.tables[:4], workload.tables[4:]], 2048), rel=1e-6)
+        before.predict_many([workload.tables[:4], workload.tables[4:]], 2048), rel=1e-6
+    )
 
 
 def test_add_ranges_errors_name_the_option(tmp_path):
@@ -56,7 +60,9 @@ def test_add_ranges_errors_name_the_option(tmp_path):
     result = runner.invoke(app, ["cost", "add-ranges", "--model", str(tmp_path), "--traces", str(TRACES)])
     assert result.exit_code == 2 and "--model" in result.output and "cost_model.pt" in result.output
     shutil.copyfile(SHIPPED / "cost_model.pt", tmp_path / "cost_model.pt")
-    result = runner.invoke(app, ["cost", "add-ranges", "--model", str(tmp_path), "--traces", str(tmp_path / "none.jsonl")])
+    result = runner.invoke(
+        app, ["cost", "add-ranges", "--model", str(tmp_path), "--traces", str(tmp_path / "none.jsonl")]
+    )
     assert result.exit_code == 2 and "--traces" in result.output
     other = tmp_path / "other.jsonl.gz"  # the small fixture, as if measured on another device
     lines = gzip.decompress(SMALL_TRACES.read_bytes()).decode().splitlines()
@@ -68,13 +74,34 @@ def test_add_ranges_errors_name_the_option(tmp_path):
     assert (tmp_path / "cost_model.pt").read_bytes() == (SHIPPED / "cost_model.pt").read_bytes()  # untouched
 
 
-TINY_TBE = ["--device", "cpu", "--mode", "fbgemm_tbe", "--pool-size", "8", "--max-tables", "3", "--batch-size", "64",
-            "--warmups", "1", "--repeats", "3", "--row-cap-mb", "1", "--samples", "2", "--passes", "1"]
+TINY_TBE = [
+    "--device",
+    "cpu",
+    "--mode",
+    "fbgemm_tbe",
+    "--pool-size",
+    "8",
+    "--max-tables",
+    "3",
+    "--batch-size",
+    "64",
+    "--warmups",
+    "1",
+    "--repeats",
+    "3",
+    "--row-cap-mb",
+    "1",
+    "--samples",
+    "2",
+    "--passes",
+    "1",
+]
 
 
 def _collect(out, *extra):
-    return subprocess.run([*autoshard_cmd(), "bench", "collect", "--out", str(out), *extra],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [*autoshard_cmd(), "bench", "collect", "--out", str(out), *extra], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_collect_draws_precisions_and_optimizers(tmp_path):
@@ -110,15 +137,26 @@ def test_collect_draws_a_batch_size_per_sample_and_the_model_trains_on_them(tmp_
     assert all(l["batch"] in (64, 512) for l in lines)
     again = _collect(out, *TINY_TBE, "--samples", "20", "--batch-sizes", "64,512")  # resumes: nothing left to measure
     assert again.returncode == 0 and "measured 0 samples" in again.stdout + again.stderr
-    model = train_cost_model(make_splits(traces), traces.profile, traces.header["bench"]["row_cap_bytes"],
-                             TrainConfig(max_epochs=2)).model
+    model = train_cost_model(
+        make_splits(traces), traces.profile, traces.header["bench"]["row_cap_bytes"], TrainConfig(max_epochs=2)
+    ).model
     assert model.ranges.batch_size == (64, 512)
 
 
-@pytest.mark.parametrize("option, value, words", [
-    ("--batch-sizes", "512,0", "'0'"), ("--batch-sizes", "512,x", "'x'"), ("--batch-sizes", "512,512", "twice"),
-    ("--precisions", "4,3", "'3'"), ("--precisions", "fp16", "'fp16'"), ("--precisions", "4,,2", "comma"),
-    ("--precisions", "4,4", "twice"), ("--optimizers", "sgd,adam", "'adam'"), ("--optimizers", "", "comma")])
+@pytest.mark.parametrize(
+    "option, value, words",
+    [
+        ("--batch-sizes", "512,0", "'0'"),
+        ("--batch-sizes", "512,x", "'x'"),
+        ("--batch-sizes", "512,512", "twice"),
+        ("--precisions", "4,3", "'3'"),
+        ("--precisions", "fp16", "'fp16'"),
+        ("--precisions", "4,,2", "comma"),
+        ("--precisions", "4,4", "twice"),
+        ("--optimizers", "sgd,adam", "'adam'"),
+        ("--optimizers", "", "comma"),
+    ],
+)
 def test_collect_refuses_bad_precisions_and_optimizers(tmp_path, option, value, words):
     result = CliRunner().invoke(app, ["bench", "collect", "--out", str(tmp_path / "t.jsonl"), option, value])
     assert result.exit_code == 2, result.output
@@ -127,8 +165,9 @@ def test_collect_refuses_bad_precisions_and_optimizers(tmp_path, option, value, 
 
 
 def test_collect_says_which_mode_can_measure_fp16(tmp_path):
-    result = _collect(tmp_path / "t.jsonl", *[a if a != "fbgemm_tbe" else "embedding_bag" for a in TINY_TBE],
-                      "--precisions", "2")
+    result = _collect(
+        tmp_path / "t.jsonl", *[a if a != "fbgemm_tbe" else "embedding_bag" for a in TINY_TBE], "--precisions", "2"
+    )
     assert result.returncode == 2 and "bytes_per_element" in result.stderr and "fbgemm_tbe" in result.stderr
 
 
@@ -166,7 +205,8 @@ def test_linear_beyond_is_saved_and_reprices_only_sets_past_it(tmp_path, monkeyp
     after = load_cost_model(tmp_path)
     assert after.linear_beyond == after.size_limit == 12 and after.max_set_size == before.max_set_size
     assert after.predict_many([small, limit_sized], 2048) == pytest.approx(
-        before.predict_many([small, limit_sized], 2048), rel=1e-6)
+        before.predict_many([small, limit_sized], 2048), rel=1e-6
+    )
     one, three = after.predict_many([limit_sized, limit_sized * 3], 2048)  # same mean and max code, 3x the size
     assert three == pytest.approx(3 * one, rel=1e-4) and three != pytest.approx(before.predict(limit_sized * 3, 2048))
     metrics = json.loads((tmp_path / "metrics.json").read_text())

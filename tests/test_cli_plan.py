@@ -46,26 +46,40 @@ def test_preset_plan_json_with_every_heuristic_and_cost_greedy_skipped():
 def test_a_cost_model_enables_cost_greedy_and_a_policy_the_rl_planners(tmp_path):
     shutil.copy(SHIPPED / "cost_model.pt", tmp_path)  # a profile with a cost model and no policy
     for name in ("cost_greedy", "size_greedy"):
-        result = plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--planner", name,
-                      "--model", str(tmp_path), "--json", "--column-split")
+        result = plan(
+            "criteo_kaggle",
+            "--devices",
+            "4",
+            "--memory-gb",
+            "1",
+            "--planner",
+            name,
+            "--model",
+            str(tmp_path),
+            "--json",
+            "--column-split",
+        )
         assert result.exit_code == 0, result.output
         report = json.loads(result.stdout)
         assert report["cost_unit"] == "ms" and report["skipped"] == []
         assert [p["planner"] for p in report["plans"]] == [name] and report["plans"][0]["best"]
-    everything = json.loads(plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--model", str(tmp_path),
-                                 "--json").stdout)
+    everything = json.loads(
+        plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--model", str(tmp_path), "--json").stdout
+    )
     skipped = {s["planner"]: s["reason"] for s in everything["skipped"]}
     assert "policy" in skipped["rl"] and "policy" in skipped["rl+refine"]
     shutil.copy(SHIPPED / "policy.pt", tmp_path)
-    everything = json.loads(plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--model", str(tmp_path),
-                                 "--json").stdout)
+    everything = json.loads(
+        plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--model", str(tmp_path), "--json").stdout
+    )
     assert {"cost_greedy", "rl", "rl+refine"} <= {p["planner"] for p in everything["plans"]}
 
 
 def test_topology_from_the_file_and_a_rich_table(tmp_path):
     path = tmp_path / "w.json"
-    save_workload(path, Workload(tuple(Table(f"t{i}", 100, 8, 1.0 + i) for i in range(6)), name="mine"),
-                  Topology(3, 1.0))
+    save_workload(
+        path, Workload(tuple(Table(f"t{i}", 100, 8, 1.0 + i) for i in range(6)), name="mine"), Topology(3, 1.0)
+    )
     result = plan(str(path), "--planner", "lookup_greedy", *NO_MODEL)
     assert result.exit_code == 0, result.output
     assert "lookup_greedy" in result.stdout and "mine" in result.stdout and "*" in result.stdout
@@ -80,8 +94,11 @@ def test_the_table_marks_plans_that_tie_the_best(tmp_path):
     save_workload(path, Workload((Table("a", 100, 8, 2.0), Table("b", 100, 8, 2.0)), name="twins"), Topology(2, 1.0))
     result = plan(str(path), *NO_MODEL)
     assert result.exit_code == 0, result.output
-    marks = {line.split("│")[1].strip(): line.split("│")[5].strip()
-             for line in result.stdout.splitlines() if line.count("│") == 6 and "planner" not in line}
+    marks = {
+        line.split("│")[1].strip(): line.split("│")[5].strip()
+        for line in result.stdout.splitlines()
+        if line.count("│") == 6 and "planner" not in line
+    }
     apart = {"round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy"}
     assert apart <= set(marks) and list(marks.values()).count("*") == 1
     assert all(marks[name] in "*=" and marks[name] for name in apart)
@@ -90,8 +107,22 @@ def test_the_table_marks_plans_that_tie_the_best(tmp_path):
 
 def test_the_table_marks_a_plan_cut_short_by_its_time_budget_as_partial():
     # cost_greedy with column splits on Criteo Kaggle takes ~10 ms; 1 ms leaves it its first placement
-    result = runner.invoke(app, ["plan", "criteo_kaggle", "--devices", "4", "--memory-gb", "8", "--planner",
-                                 "cost_greedy,round_robin", "--column-split", "--time-budget", "0.001"])
+    result = runner.invoke(
+        app,
+        [
+            "plan",
+            "criteo_kaggle",
+            "--devices",
+            "4",
+            "--memory-gb",
+            "8",
+            "--planner",
+            "cost_greedy,round_robin",
+            "--column-split",
+            "--time-budget",
+            "0.001",
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows: list[list[str]] = []  # a row's cells, its lines wrapped by the 80-column terminal joined
     for line in result.stdout.splitlines():
@@ -125,29 +156,49 @@ def test_infeasible_memory_exits_2_naming_the_bytes():
 
 
 def test_a_table_too_large_for_a_device_exits_2_naming_it():
-    result = plan("criteo_terabyte", "--devices", "8", "--memory-gb", "16", "--planner", "size_greedy",
-                  *NO_MODEL)
+    result = plan("criteo_terabyte", "--devices", "8", "--memory-gb", "16", "--planner", "size_greedy", *NO_MODEL)
     assert result.exit_code == 2
     assert "table_does_not_fit" in result.stderr and "'cat_" in result.stderr
     assert "column-wise" in result.stderr
 
 
 def test_column_split_makes_it_fit():
-    result = plan("criteo_terabyte", "--devices", "8", "--memory-gb", "16", "--planner", "size_greedy",
-                  "--column-split", "--json", *NO_MODEL)
+    result = plan(
+        "criteo_terabyte",
+        "--devices",
+        "8",
+        "--memory-gb",
+        "16",
+        "--planner",
+        "size_greedy",
+        "--column-split",
+        "--json",
+        *NO_MODEL,
+    )
     assert result.exit_code == 0, result.output
     tables = [t for d in json.loads(result.stdout)["plans"][0]["devices"] for t in d["tables"]]
     assert any(t.startswith("cat_0[") for t in tables)
 
 
 def test_a_comma_separated_list_plans_with_those_planners_in_that_order():
-    result = plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--json", "--planner",
-                  "size_greedy, round_robin", *NO_MODEL)
+    result = plan(
+        "criteo_kaggle",
+        "--devices",
+        "4",
+        "--memory-gb",
+        "1",
+        "--json",
+        "--planner",
+        "size_greedy, round_robin",
+        *NO_MODEL,
+    )
     assert result.exit_code == 0, result.output
     assert [p["planner"] for p in json.loads(result.stdout)["plans"]] == ["size_greedy", "round_robin"]
     empty = plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--planner", " , ", *NO_MODEL)
     assert empty.exit_code == 2 and "--planner" in empty.stderr and "names no planner" in empty.stderr
-    one_unknown = plan("criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--planner", "size_greedy,nope", *NO_MODEL)
+    one_unknown = plan(
+        "criteo_kaggle", "--devices", "4", "--memory-gb", "1", "--planner", "size_greedy,nope", *NO_MODEL
+    )
     assert one_unknown.exit_code == 2 and "'nope'" in one_unknown.stderr
 
 
@@ -167,20 +218,28 @@ def test_files_that_are_not_workloads_and_options_out_of_range_exit_2_naming_wha
     naming the path or the option, never a traceback."""
     binary = tmp_path / "binary.json"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    cases = {"folder": (plan(str(tmp_path), "--devices", "2", "--memory-gb", "1"), "is a folder"),
-             "binary": (plan(str(binary), "--devices", "2", "--memory-gb", "1"), "not a UTF-8 text file"),
-             "model": (plan("criteo_kaggle", "--devices", "2", "--memory-gb", "1", "--model", str(tmp_path / "typo")),
-                       "--model none"),
-             "memory": (plan("criteo_kaggle", "--devices", "2", "--memory-gb", "0", *NO_MODEL), "--memory-gb")}
+    cases = {
+        "folder": (plan(str(tmp_path), "--devices", "2", "--memory-gb", "1"), "is a folder"),
+        "binary": (plan(str(binary), "--devices", "2", "--memory-gb", "1"), "not a UTF-8 text file"),
+        "model": (
+            plan("criteo_kaggle", "--devices", "2", "--memory-gb", "1", "--model", str(tmp_path / "typo")),
+            "--model none",
+        ),
+        "memory": (plan("criteo_kaggle", "--devices", "2", "--memory-gb", "0", *NO_MODEL), "--memory-gb"),
+    }
     for name, (result, expected) in cases.items():
         assert result.exit_code == 2, (name, result.output)
         assert expected in " ".join(result.stderr.split()) and "Traceback" not in result.output, (name, result.stderr)
 
 
 def test_a_workload_named_by_a_non_string_and_a_bool_precision_are_refused(tmp_path):
-    for body, field in (({"name": [1], "tables": [{"name": "a", "num_embeddings": 10, "embedding_dim": 4}]}, "name"),
-                        ({"tables": [{"name": "a", "num_embeddings": 10, "embedding_dim": 4,
-                                      "bytes_per_element": True}]}, "bytes_per_element")):
+    for body, field in (
+        ({"name": [1], "tables": [{"name": "a", "num_embeddings": 10, "embedding_dim": 4}]}, "name"),
+        (
+            {"tables": [{"name": "a", "num_embeddings": 10, "embedding_dim": 4, "bytes_per_element": True}]},
+            "bytes_per_element",
+        ),
+    ):
         path = tmp_path / "w.json"
         path.write_text(json.dumps(body))
         result = plan(str(path), "--devices", "2", "--memory-gb", "1", *NO_MODEL)
@@ -189,7 +248,19 @@ def test_a_workload_named_by_a_non_string_and_a_bool_precision_are_refused(tmp_p
 
 def test_torchrec_output_into_a_new_folder(tmp_path):
     out = tmp_path / "new" / "plan.json"
-    result = plan("criteo_kaggle", "--devices", "2", "--memory-gb", "4", "--planner", "size_greedy", *NO_MODEL,
-                  "--format", "torchrec", "--out", str(out))
+    result = plan(
+        "criteo_kaggle",
+        "--devices",
+        "2",
+        "--memory-gb",
+        "4",
+        "--planner",
+        "size_greedy",
+        *NO_MODEL,
+        "--format",
+        "torchrec",
+        "--out",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["planner"] == "size_greedy"

@@ -27,8 +27,10 @@ TOKEN = "launcher-token"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    served = ServedProcess(copy_shipped_profile(tmp_path_factory.mktemp("models")),  # model, all-to-all, policy, errors
-                           env={"AUTOSHARD_API_TOKEN": TOKEN})
+    served = ServedProcess(
+        copy_shipped_profile(tmp_path_factory.mktemp("models")),  # model, all-to-all, policy, errors
+        env={"AUTOSHARD_API_TOKEN": TOKEN},
+    )
     yield served
     code = served.stop()
     assert code == 0, f"autoshard serve did not stop cleanly on SIGTERM ({code}): {served.output()}"
@@ -77,9 +79,14 @@ def test_replan_keeps_a_plans_shards_and_its_placement_chains(client):
     tables = [Table(f"t{i}", 100_000 * (i + 1), 32, 2.0 + i) for i in range(6)]
     topology = Topology(2, 1)
     plan = client.plan(tables, topology, ["cost_greedy"], batch_size=512, allow_column_split=False).best_plan
-    current = {"world_size": 2, "tables": {s.table.name: {"shards": [{"rank": rank, "column_offset": 0,
-                                                                       "columns": 32}]}
-                                           for rank, d in enumerate(plan.devices) for s in d.shards}}
+    current = {
+        "world_size": 2,
+        "tables": {
+            s.table.name: {"shards": [{"rank": rank, "column_offset": 0, "columns": 32}]}
+            for rank, d in enumerate(plan.devices)
+            for s in d.shards
+        },
+    }
     now = tables[1:] + [Table("new", 50_000, 32, 3.0)]
     report = client.replan(now, topology, current, (1,), batch_size=512)
     keep, moved, scratch = report["plans"]
@@ -91,12 +98,20 @@ def test_replan_keeps_a_plans_shards_and_its_placement_chains(client):
 
 def test_service_errors_come_back_as_the_librarys_errors(client, server):
     with pytest.raises(InputError, match="embedding_dim"):
-        client._request("POST", "/v1/plans", json={"workload": {"tables": [{"name": "t", "num_embeddings": 5,
-                                                                               "embedding_dim": 0}]},
-                                                      "topology": {"num_devices": 1, "device_memory_gb": 1}})
+        client._request(
+            "POST",
+            "/v1/plans",
+            json={
+                "workload": {"tables": [{"name": "t", "num_embeddings": 5, "embedding_dim": 0}]},
+                "topology": {"num_devices": 1, "device_memory_gb": 1},
+            },
+        )
     with pytest.raises(PlannerError) as info:
-        client.plan([Table("huge", 40 * 2**20, 128), Table("small", 10, 4)], Topology(2, 16),  # 20 GiB
-                    allow_column_split=False)
+        client.plan(
+            [Table("huge", 40 * 2**20, 128), Table("small", 10, 4)],
+            Topology(2, 16),  # 20 GiB
+            allow_column_split=False,
+        )
     assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT and "huge" in info.value.message
     assert "Fixes:" not in info.value.message and info.value.fixes  # listed once
     with pytest.raises(InputError, match="unknown planner"):
@@ -153,8 +168,9 @@ def test_torchrec_plan_and_constraints_from_the_answer(client):
     constraints = result.parameter_constraints()
     assert set(constraints) == {t.name for t in workload.tables}
     assert set(result.torchrec_exports["cost_greedy"]) == {t.name for t in workload.tables}
-    assert client.torchrec_sharding_plan(workload, Topology(4, 16), ["size_greedy"],
-                                         compute_device="cpu").plan[MODULE_PATH]
+    assert client.torchrec_sharding_plan(workload, Topology(4, 16), ["size_greedy"], compute_device="cpu").plan[
+        MODULE_PATH
+    ]
 
 
 def test_the_native_planner_plans_nested_collections_in_process():
@@ -168,15 +184,19 @@ def test_the_native_planner_plans_nested_collections_in_process():
     from autoshard.torchrec_native import AutoShardShardingPlanner
 
     def collection(*specs):
-        return EmbeddingBagCollection(tables=[EmbeddingBagConfig(name=n, num_embeddings=r, embedding_dim=d,
-                                                                 feature_names=[n]) for n, r, d in specs],
-                                      device=torch.device("meta"))
+        return EmbeddingBagCollection(
+            tables=[
+                EmbeddingBagConfig(name=n, num_embeddings=r, embedding_dim=d, feature_names=[n]) for n, r, d in specs
+            ],
+            device=torch.device("meta"),
+        )
 
     model = torch.nn.Module()
     model.user = collection(("u1", 1000, 16), ("u2", 500, 32))
     model.tower = torch.nn.Sequential(collection(("i1", 2000, 64)))
-    planner = AutoShardShardingPlanner(1, world_size=2, planner=make_planner("lookup_greedy"),
-                                       pooling_factors={"i1": 30.0}, compute_device="cpu")
+    planner = AutoShardShardingPlanner(
+        1, world_size=2, planner=make_planner("lookup_greedy"), pooling_factors={"i1": 30.0}, compute_device="cpu"
+    )
     plan = planner.plan(model, [EmbeddingBagCollectionSharder()])
     assert set(plan.plan) == {"user", "tower.0"}
     assert set(plan.plan["user"]) == {"u1", "u2"} and set(plan.plan["tower.0"]) == {"i1"}
@@ -207,13 +227,23 @@ def _dmp_worker(rank: int, world_size: int, port: int, url: str) -> None:
         reference = embedding_bag_collection(workload, "cpu")
         sharders = [EmbeddingBagCollectionSharder()]
         planner = AutoShardShardingPlanner(
-            0.001, client=AutoShardClient(url, token=TOKEN) if rank == 0 else None,
-            planner=None if rank == 0 else _NeverCalled(), planners=["cost_greedy"],
+            0.001,
+            client=AutoShardClient(url, token=TOKEN) if rank == 0 else None,
+            planner=None if rank == 0 else _NeverCalled(),
+            planners=["cost_greedy"],
             pooling_factors={t.name: t.pooling_factor for t in workload.tables},
-            batch_size=workload.batch_size, compute_device="cpu", allow_column_split=True)
+            batch_size=workload.batch_size,
+            compute_device="cpu",
+            allow_column_split=True,
+        )
         plan = planner.collective_plan(embedding_bag_collection(workload), sharders, dist.GroupMember.WORLD)
-        sharded = DistributedModelParallel(embedding_bag_collection(workload), device=torch.device("cpu"),
-                                           plan=plan, sharders=sharders, init_data_parallel=False)
+        sharded = DistributedModelParallel(
+            embedding_bag_collection(workload),
+            device=torch.device("cpu"),
+            plan=plan,
+            sharders=sharders,
+            init_data_parallel=False,
+        )
         ranks = {name: sharding.ranks for name, sharding in plan.plan[""].items()}
         assert sorted(ranks) == sorted(t.name for t in workload.tables)
         gathered = [None] * world_size

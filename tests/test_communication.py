@@ -41,8 +41,9 @@ def test_communication_changes_what_cost_greedy_balances():
 
     def device_of_wide(model):
         plan = make_planner("cost_greedy", PlannerContext(model, allow_column_split=False)).plan(workload, topology)
-        return sorted(s.table.name for d in plan.devices if "wide" in [s.table.name for s in d.shards]
-                      for s in d.shards)
+        return sorted(
+            s.table.name for d in plan.devices if "wide" in [s.table.name for s in d.shards] for s in d.shards
+        )
 
     assert device_of_wide(compute) != ["wide"]  # compute alone: the wide table shares a device
     assert device_of_wide(WithCommunication(compute, CommunicationModel(0.05, 0.0), 2)) == ["wide"]
@@ -50,6 +51,7 @@ def test_communication_changes_what_cost_greedy_balances():
 
 def test_all_to_all_is_measured_on_two_ranks():
     from cost_model.bench.communication import measure_all_to_all
+
     model, points = measure_all_to_all(2, sizes_mb=(0.0625, 1.0), repeats=3)
     assert model.bandwidth_gbps > 0 and model.latency_ms >= 0
     assert [b for b, _ in points] == [65536, 1048576] and all(ms > 0 for _, ms in points)

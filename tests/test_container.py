@@ -37,8 +37,14 @@ def _works(command: list[str]) -> bool:
 def _engine() -> tuple[str, list[str]] | None:
     """(engine, its build flags), or None when no usable container tool is here."""
     if shutil.which("podman") and _works(["podman", "info"]):
-        return "podman", ["--pull=never", "--network", "host", "--format", "docker",
-                          *shlex.split(os.environ.get("PODMAN_BUILD_ARGS", ""))]
+        return "podman", [
+            "--pull=never",
+            "--network",
+            "host",
+            "--format",
+            "docker",
+            *shlex.split(os.environ.get("PODMAN_BUILD_ARGS", "")),
+        ]
     if shutil.which("docker") and _works(["docker", "info"]):
         return "docker", ["--network", "host"]
     return None
@@ -47,8 +53,9 @@ def _engine() -> tuple[str, list[str]] | None:
 def _run(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
     result = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
-        raise AssertionError(f"{shlex.join(args)} exited {result.returncode}:\n{result.stdout[-3000:]}\n"
-                             f"{result.stderr[-3000:]}")
+        raise AssertionError(
+            f"{shlex.join(args)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
     return result
 
 
@@ -61,8 +68,10 @@ def engine():
     found = _engine()
     message = None
     if found is None:
-        message = ("no container tool: install podman (on this kind of machine: source "
-                   "../shared/tools/podman-env.sh) or run a Docker engine")
+        message = (
+            "no container tool: install podman (on this kind of machine: source "
+            "../shared/tools/podman-env.sh) or run a Docker engine"
+        )
     elif found[0] == "podman" and any(p.exists() for p in PODMAN_ENVS) and not os.environ.get("CONTAINERS_CONF"):
         message = "podman here needs its settings first: source ../shared/tools/podman-env.sh"
     if message:
@@ -83,8 +92,11 @@ def image(engine):
 
 def _shipped_profiles() -> set[str]:
     models = ROOT / "data" / "models"
-    return {p.name for p in models.glob("*") if p.is_dir() and not p.is_symlink()
-            and (p / "cost_model.pt").exists()} if models.is_dir() else set()
+    return (
+        {p.name for p in models.glob("*") if p.is_dir() and not p.is_symlink() and (p / "cost_model.pt").exists()}
+        if models.is_dir()
+        else set()
+    )
 
 
 @pytest.mark.timeout(2400)
@@ -117,7 +129,10 @@ def test_the_image_serves_plans_as_a_non_root_user_and_stops_cleanly(engine, ima
         assert response.status_code == 200, response.text
         report = response.json()
         planners = [p["planner"] for p in report["plans"]]
-        assert planners == [*HEURISTICS, *(["cost_greedy", "rl", "rl+refine"] if shipped else [])]  # the shipped profile has a policy
+        assert planners == [
+            *HEURISTICS,
+            *(["cost_greedy", "rl", "rl+refine"] if shipped else []),
+        ]  # the shipped profile has a policy
         for plan in report["plans"]:
             assert len(plan["devices"]) == 8 and sum(len(d["tables"]) for d in plan["devices"]) == 80
         assert report["best"] in planners and not report["partial"]

@@ -30,16 +30,18 @@ TABLES = generate_pool(PoolConfig(size=300, seed=7)).all
 
 def untrained_model(seed: int = 0) -> NeuralCostModel:
     torch.manual_seed(seed)
-    return NeuralCostModel(SetCostNetwork(NetworkConfig()), torch.zeros(NUM_FEATURES),
-                           torch.ones(NUM_FEATURES), PROFILE, 128 * 2**20, 2048)
+    return NeuralCostModel(
+        SetCostNetwork(NetworkConfig()), torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES), PROFILE, 128 * 2**20, 2048
+    )
 
 
 @pytest.fixture(scope="module")
 def trained():
     traces = read_traces(FIXTURE)
     splits = make_splits(traces, seed=0)
-    result = train_cost_model(splits, traces.profile,
-                              traces.header["bench"]["row_cap_bytes"], TrainConfig(max_epochs=60, patience=20))
+    result = train_cost_model(
+        splits, traces.profile, traces.header["bench"]["row_cap_bytes"], TrainConfig(max_epochs=60, patience=20)
+    )
     return traces, splits, result
 
 
@@ -59,7 +61,7 @@ def test_model_is_permutation_invariant_and_takes_1_to_200_tables():
 
 def test_batched_prediction_equals_one_by_one():
     model = untrained_model()
-    sets = [list(TABLES[i:i + k]) for i, k in [(0, 1), (5, 7), (40, 20), (100, 3)]]
+    sets = [list(TABLES[i : i + k]) for i, k in [(0, 1), (5, 7), (40, 20), (100, 3)]]
     batched = model.predict_many(sets, 2048)
     assert batched == pytest.approx([model.predict(s, 2048) for s in sets], rel=1e-5)
 
@@ -70,7 +72,9 @@ def test_training_on_real_traces_learns_and_beats_sum_of_singles(trained):
     held_out = splits.unseen_sets + splits.unseen_tables
     true = np.array([s.total_ms for s in held_out])
     neural = mape(np.array(result.model.predict_many([s.tables for s in held_out], traces.batch_size)), true)
-    additive = mape(SumOfSingles(traces.singles).predict([s.tables for s in held_out], [s.batch_size for s in held_out]), true)
+    additive = mape(
+        SumOfSingles(traces.singles).predict([s.tables for s in held_out], [s.batch_size for s in held_out]), true
+    )
     assert neural < additive
 
 
@@ -78,7 +82,7 @@ def test_save_load_round_trips_exact_predictions(tmp_path, trained):
     traces, _, result = trained
     save_checkpoint(result.model, tmp_path)
     loaded = load_cost_model(tmp_path, expected_profile=traces.profile.id)
-    sets = [list(TABLES[i:i + 9]) for i in range(0, 90, 9)]
+    sets = [list(TABLES[i : i + 9]) for i in range(0, 90, 9)]
     assert loaded.predict_many(sets, 2048) == result.model.predict_many(sets, 2048)
 
 
@@ -132,13 +136,28 @@ def test_cli_train_then_eval(tmp_path):
 def test_cli_trains_a_named_network_and_refuses_an_unknown_one(tmp_path):
     runner = CliRunner()
     out = tmp_path / "grouped"
-    result = runner.invoke(app, ["cost", "train", "--traces", str(FIXTURE), "--out", str(out), "--max-epochs", "2",
-                                 "--network", "narrow_grouped"])  # not a tuning candidate, trainable by name
+    result = runner.invoke(
+        app,
+        [
+            "cost",
+            "train",
+            "--traces",
+            str(FIXTURE),
+            "--out",
+            str(out),
+            "--max-epochs",
+            "2",
+            "--network",
+            "narrow_grouped",
+        ],
+    )  # not a tuning candidate, trainable by name
     assert result.exit_code == 0, result.output
     network = json.loads((out / "metrics.json").read_text())["network"]
     assert network["grouped"] and network["table_code"] == 64
-    for extra, says in ((["--network", "huge"], "unknown network 'huge'"),
-                        (["--network", "narrow", "--tune"], "both choose the network")):
+    for extra, says in (
+        (["--network", "huge"], "unknown network 'huge'"),
+        (["--network", "narrow", "--tune"], "both choose the network"),
+    ):
         bad = runner.invoke(app, ["cost", "train", "--traces", str(FIXTURE), "--out", str(tmp_path / "x")] + extra)
         assert bad.exit_code == 2 and says in bad.output and "--network" in bad.output
 
@@ -149,8 +168,9 @@ def test_cli_tune_chooses_on_validation_and_eval_scores_a_fresh_pool(tmp_path):
 
     runner = CliRunner()
     out = tmp_path / "tuned"
-    result = runner.invoke(app, ["cost", "train", "--traces", str(FIXTURE), "--out", str(out), "--max-epochs", "3",
-                                 "--tune"])
+    result = runner.invoke(
+        app, ["cost", "train", "--traces", str(FIXTURE), "--out", str(out), "--max-epochs", "3", "--tune"]
+    )
     assert result.exit_code == 0, result.output
     metrics = json.loads((out / "metrics.json").read_text())
     rows = metrics["tuning"]["candidates"]
@@ -162,8 +182,9 @@ def test_cli_tune_chooses_on_validation_and_eval_scores_a_fresh_pool(tmp_path):
     assert metrics["network"] == chosen["network"] and metrics["learning_rate"] == chosen["learning_rate"]
     assert load_cost_model(out).network.config.table_code == chosen["network"]["table_code"]
     assert (out / "train_log.csv").read_text() == (out / "tuning" / f"{chosen['name']}.csv").read_text()
-    result = runner.invoke(app, ["cost", "eval", "--model", str(out), "--traces", str(FIXTURE),
-                                 "--fresh-pool", str(FIXTURE), "--json"])
+    result = runner.invoke(
+        app, ["cost", "eval", "--model", str(out), "--traces", str(FIXTURE), "--fresh-pool", str(FIXTURE), "--json"]
+    )
     assert result.exit_code == 0, result.output
     sets = sum(s.kind == "set" for s in read_traces(FIXTURE).samples)
     assert json.loads(result.stdout)["fresh_pool"]["estimators"]["neural"]["samples"] == sets
@@ -206,26 +227,36 @@ def test_the_per_table_caches_stay_bounded_and_price_as_a_fresh_model(monkeypatc
 
     monkeypatch.setattr(accumulator, "CACHED_TABLES", 20)
     torch.manual_seed(3)
-    capped = NeuralCostModel(SetCostNetwork(NetworkConfig()), torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES),
-                             PROFILE, 128 * 2**20, 2048, max_cached=20)
+    capped = NeuralCostModel(
+        SetCostNetwork(NetworkConfig()),
+        torch.zeros(NUM_FEATURES),
+        torch.ones(NUM_FEATURES),
+        PROFILE,
+        128 * 2**20,
+        2048,
+        max_cached=20,
+    )
     head = capped.split_head
     for start in range(0, 240, 8):  # 30 requests of 8 tables each, one after the other
-        tables = list(TABLES[start:start + 8])
+        tables = list(TABLES[start : start + 8])
         fresh = untrained_model(3)
         edits = [(0, r, TABLES[start + 8]) for r in range(8)]
-        assert capped.predict_edits([tables], edits, 2048) == pytest.approx(fresh.predict_edits([tables], edits, 2048),
-                                                                            rel=1e-6)
+        assert capped.predict_edits([tables], edits, 2048) == pytest.approx(
+            fresh.predict_edits([tables], edits, 2048), rel=1e-6
+        )
         running, sets = capped.accumulator(2, 2048), [[], []]
         for k, table in enumerate(tables):
             assert running.costs_if_added(table) == pytest.approx(
-                fresh.predict_many([s + [table] for s in sets], 2048), rel=1e-5)
+                fresh.predict_many([s + [table] for s in sets], 2048), rel=1e-5
+            )
             running.add(k % 2, table)
             sets[k % 2].append(table)
         assert len(head._row) <= 20 and len(capped._codes) <= 20 and len(capped.features._cache) <= 20
     many = list(TABLES[:60])  # one call past the cap: its rows stay put for the call
     edits = [(0, r, TABLES[100]) for r in range(0, 60, 7)]
     assert capped.predict_edits([many], edits, 2048) == pytest.approx(
-        untrained_model(3).predict_edits([many], edits, 2048), rel=1e-6)
+        untrained_model(3).predict_edits([many], edits, 2048), rel=1e-6
+    )
 
 
 def test_expected_unique_rows_is_the_bounded_zipf_expectation():
@@ -241,8 +272,14 @@ def test_expected_unique_rows_is_the_bounded_zipf_expectation():
 
     assert expected_unique_rows(10, 0.0, 1e9) == pytest.approx(10.0)  # every row is drawn
     assert expected_unique_rows(1_000_000, 0.0, 1.0) == pytest.approx(1.0, rel=1e-3)  # one draw, one row
-    cases = [(1, 0.0, 5.0), (48, 1.2, 100.0), (49, 0.5, 30.0), (5_000, 1.05, 8192.0), (200_000, 0.0, 40_960.0),
-             (200_000, 2.0, 40_960.0)]
+    cases = [
+        (1, 0.0, 5.0),
+        (48, 1.2, 100.0),
+        (49, 0.5, 30.0),
+        (5_000, 1.05, 8192.0),
+        (200_000, 0.0, 40_960.0),
+        (200_000, 2.0, 40_960.0),
+    ]
     for rows, alpha, draws in cases:
         exact = per_rank(rows, alpha, draws)
         assert expected_unique_rows(rows, alpha, draws) == pytest.approx(exact, rel=1e-12 if rows <= 48 else 1e-2)
@@ -279,15 +316,32 @@ def test_adapt_fine_tunes_a_model_to_another_machine(tmp_path, trained):
     (base / "policy.pt").write_bytes(b"policy")  # copied as is; the service loads it, not this test
     other = _other_machine(tmp_path)
     out = tmp_path / "adapted"
-    run = CliRunner().invoke(app, ["cost", "adapt", "--model", str(base), "--traces", str(other), "--out", str(out),
-                                   "--max-epochs", "40", "--learning-rate", "1e-3"])
+    run = CliRunner().invoke(
+        app,
+        [
+            "cost",
+            "adapt",
+            "--model",
+            str(base),
+            "--traces",
+            str(other),
+            "--out",
+            str(out),
+            "--max-epochs",
+            "40",
+            "--learning-rate",
+            "1e-3",
+        ],
+    )
     assert run.exit_code == 0, run.output
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["adapted_from"]["profile"] == traces.profile.id and metrics["profile"]["device_name"] == "Other CPU"
     assert (out / "policy.pt").read_bytes() == b"policy"
     adapted = load_cost_model(out)
     assert adapted.network.config == result.model.network.config
-    assert adapted.ranges.rows[0] <= result.model.ranges.rows[0] and adapted.ranges.rows[1] >= result.model.ranges.rows[1]
+    assert (
+        adapted.ranges.rows[0] <= result.model.ranges.rows[0] and adapted.ranges.rows[1] >= result.model.ranges.rows[1]
+    )
     held = make_splits(read_traces(other), seed=0).unseen_tables
     true = np.array([s.total_ms for s in held])
     before = np.array([result.model.predict(list(s.tables), s.batch_size) for s in held])
@@ -303,8 +357,9 @@ def test_adapting_starts_from_the_model():
     splits = make_splits(traces, seed=0)
     row_cap = traces.header["bench"]["row_cap_bytes"]
     base = train_cost_model(splits, traces.profile, row_cap, TrainConfig(max_epochs=3)).model
-    same = train_cost_model(splits, traces.profile, row_cap, TrainConfig(max_epochs=1, learning_rate=1e-12),
-                            start_from=base).model
+    same = train_cost_model(
+        splits, traces.profile, row_cap, TrainConfig(max_epochs=1, learning_rate=1e-12), start_from=base
+    ).model
     sets = [list(s.tables) for s in splits.unseen_tables[:10]]
     assert np.allclose([same.predict(s, 2048) for s in sets], [base.predict(s, 2048) for s in sets], rtol=1e-4)
     assert torch.equal(same.feature_mean, base.feature_mean) and torch.equal(same.feature_std, base.feature_std)
@@ -314,25 +369,44 @@ def test_adapting_needs_traces_at_the_models_row_cap():
     """Features depend on the row cap (rows past it are not benchmarked): traces measured at
     another cap than the model's would teach it another machine's answer to the same features."""
     traces = read_traces(FIXTURE)
-    base = NeuralCostModel(SetCostNetwork(NetworkConfig()), torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES),
-                           PROFILE, 2**20, 2048)
+    base = NeuralCostModel(
+        SetCostNetwork(NetworkConfig()), torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES), PROFILE, 2**20, 2048
+    )
     with pytest.raises(InputError, match="row cap") as caught:
-        train_cost_model(make_splits(traces, 0), traces.profile, traces.header["bench"]["row_cap_bytes"],
-                         TrainConfig(max_epochs=1), start_from=base)
+        train_cost_model(
+            make_splits(traces, 0),
+            traces.profile,
+            traces.header["bench"]["row_cap_bytes"],
+            TrainConfig(max_epochs=1),
+            start_from=base,
+        )
     assert "--row-cap-mb" in caught.value.fix
 
 
 def test_adapt_names_a_missing_model(tmp_path):
-    run = CliRunner().invoke(app, ["cost", "adapt", "--model", str(tmp_path / "none"), "--traces", str(FIXTURE),
-                                   "--out", str(tmp_path / "out")])
+    run = CliRunner().invoke(
+        app,
+        ["cost", "adapt", "--model", str(tmp_path / "none"), "--traces", str(FIXTURE), "--out", str(tmp_path / "out")],
+    )
     assert run.exit_code == 2 and "--model" in run.output and "no cost_model.pt" in run.output
 
 
 def test_adapt_refuses_to_overwrite_the_model_it_starts_from(tmp_path, trained):
     save_checkpoint(trained[2].model, tmp_path / "base")
     before = (tmp_path / "base" / "cost_model.pt").read_bytes()
-    run = CliRunner().invoke(app, ["cost", "adapt", "--model", str(tmp_path / "base"), "--traces", str(FIXTURE),
-                                   "--out", str(tmp_path / "base" / ".")])
+    run = CliRunner().invoke(
+        app,
+        [
+            "cost",
+            "adapt",
+            "--model",
+            str(tmp_path / "base"),
+            "--traces",
+            str(FIXTURE),
+            "--out",
+            str(tmp_path / "base" / "."),
+        ],
+    )
     assert run.exit_code == 2 and "--out" in run.output and "overwrite" in run.output
     assert (tmp_path / "base" / "cost_model.pt").read_bytes() == before
 
@@ -347,8 +421,9 @@ def test_linear_beyond_measures_the_evaluation_again_on_the_models_own_split(tmp
 
     runner = CliRunner()
     out = tmp_path / "model"
-    result = runner.invoke(app, ["cost", "train", "--traces", str(FIXTURE), "--out", str(out), "--max-epochs", "2",
-                                 "--seed", "3"])
+    result = runner.invoke(
+        app, ["cost", "train", "--traces", str(FIXTURE), "--out", str(out), "--max-epochs", "2", "--seed", "3"]
+    )
     assert result.exit_code == 0, result.output
     assert json.loads((out / "metrics.json").read_text())["split_seed"] == 3
     result = runner.invoke(app, ["cost", "linear-beyond", "--model", str(out), "--tables", "2"])

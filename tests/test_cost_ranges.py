@@ -25,8 +25,15 @@ RANGES = TrainedRanges.of(SETS, [2048])
 
 def model(ranges: TrainedRanges | None = RANGES) -> NeuralCostModel:
     torch.manual_seed(0)
-    return NeuralCostModel(SetCostNetwork(NetworkConfig()), torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES),
-                           PROFILE, 128 * 2**20, 2048, ranges=ranges)
+    return NeuralCostModel(
+        SetCostNetwork(NetworkConfig()),
+        torch.zeros(NUM_FEATURES),
+        torch.ones(NUM_FEATURES),
+        PROFILE,
+        128 * 2**20,
+        2048,
+        ranges=ranges,
+    )
 
 
 def test_ranges_span_the_training_sets_and_round_trip_as_plain_data(tmp_path):
@@ -73,8 +80,13 @@ def test_in_range_workload_gives_no_warning():
 
 
 def test_extrapolation_warns_once_per_field():
-    tables = (Table("t1", 100, 8, 1.0), Table("t5", 100, 8, 40.0), Table("t7", 100, 8, 80.0),
-              Table("t9", 100, 8, 35.0), Table("tiny", 10, 128, 1.0, 2.0))
+    tables = (
+        Table("t1", 100, 8, 1.0),
+        Table("t5", 100, 8, 40.0),
+        Table("t7", 100, 8, 80.0),
+        Table("t9", 100, 8, 35.0),
+        Table("tiny", 10, 128, 1.0, 2.0),
+    )
     warnings = model().check_workload(Workload(tables, batch_size=512), max_tables_per_device=5)
     assert len(warnings) == 6, warnings
     assert "batch_size 512 is outside the trained range 2048" in warnings[0]
@@ -99,10 +111,12 @@ def test_training_records_the_ranges_of_its_training_split():
     from cost_model.dataset import make_splits
     from cost_model.traces.store import read_traces
     from cost_model.train import TrainConfig, train_cost_model
+
     traces = read_traces(ROOT / "tests" / "fixtures" / "cpu_traces_small.jsonl.gz")
     splits = make_splits(traces)
-    result = train_cost_model(splits, traces.profile, traces.header["bench"]["row_cap_bytes"],
-                              TrainConfig(max_epochs=1))
+    result = train_cost_model(
+        splits, traces.profile, traces.header["bench"]["row_cap_bytes"], TrainConfig(max_epochs=1)
+    )
     assert result.model.ranges == TrainedRanges.of([s.tables for s in splits.train], [traces.batch_size])
 
 
@@ -111,6 +125,7 @@ def test_shipped_model_carries_the_ranges_of_its_training_traces():
 
     from cost_model.dataset import make_splits
     from cost_model.traces.store import merge_traces, read_traces
+
     shipped = load_cost_model(ROOT / "data" / "models" / "default")
     assert (ROOT / "data" / "models" / "default").resolve() == SHIPPED.resolve()
     sources = json.loads((SHIPPED / "metrics.json").read_text())["traces"]

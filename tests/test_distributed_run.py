@@ -24,12 +24,20 @@ CONFIG = DistributedConfig(world_size=2, steps=4, warmups=1, batch_size=64)
 
 def tiny() -> tuple[Workload, ShardingPlan]:
     """5 tables; ``b`` split 12 + 4 columns across the 2 devices."""
-    a, b, c, d, e = (Table("a", 500, 8, zipf_alpha=1.0), Table("b", 1000, 16, pooling_factor=2.5),
-                     Table("c", 300, 32, pooling_factor=3.0), Table("d", 200, 8),
-                     Table("e", 800, 16, zipf_alpha=0.8))
-    plan = ShardingPlan("split", (
-        DevicePlan((TableShard(a), TableShard(b, 0, 12), TableShard(d)), 0.0),
-        DevicePlan((TableShard(b, 12, 4), TableShard(c), TableShard(e)), 0.0)))
+    a, b, c, d, e = (
+        Table("a", 500, 8, zipf_alpha=1.0),
+        Table("b", 1000, 16, pooling_factor=2.5),
+        Table("c", 300, 32, pooling_factor=3.0),
+        Table("d", 200, 8),
+        Table("e", 800, 16, zipf_alpha=0.8),
+    )
+    plan = ShardingPlan(
+        "split",
+        (
+            DevicePlan((TableShard(a), TableShard(b, 0, 12), TableShard(d)), 0.0),
+            DevicePlan((TableShard(b, 12, 4), TableShard(c), TableShard(e)), 0.0),
+        ),
+    )
     return Workload((a, b, c, d, e), batch_size=64), plan
 
 
@@ -83,8 +91,13 @@ def test_a_plan_for_another_world_size_is_refused_before_spawning():
 def test_column_shards_fbgemm_cannot_run_are_refused():
     workload, _ = tiny()
     a, b, c, d, e = workload.tables
-    plan = ShardingPlan("odd", (DevicePlan((TableShard(a), TableShard(b, 0, 10), TableShard(c)), 0.0),
-                                DevicePlan((TableShard(b, 10, 6), TableShard(d), TableShard(e)), 0.0)))
+    plan = ShardingPlan(
+        "odd",
+        (
+            DevicePlan((TableShard(a), TableShard(b, 0, 10), TableShard(c)), 0.0),
+            DevicePlan((TableShard(b, 10, 6), TableShard(d), TableShard(e)), 0.0),
+        ),
+    )
     with pytest.raises(InputError, match="multiples of 4"):
         run_distributed(plan, workload, CONFIG)
 
@@ -110,8 +123,9 @@ def test_compare_interleaves_plans_and_merges_their_steps(monkeypatch):
         calls.append((plan.planner, config.seed))
         base = 10.0 if plan.planner == "A" else 20.0
         per_rank = ((base + config.seed, base), (base, base + 1 + config.seed))
-        return distributed_run._result(plan.planner, per_rank, config, "gloo", workload,
-                                       capped_workload(workload, config), True, 1.5, runs=1)
+        return distributed_run._result(
+            plan.planner, per_rank, config, "gloo", workload, capped_workload(workload, config), True, 1.5, runs=1
+        )
 
     monkeypatch.setattr(distributed_run, "run_distributed", fake_run)
     workload, _ = tiny()

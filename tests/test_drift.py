@@ -43,8 +43,12 @@ def test_each_set_is_remeasured_at_the_batch_size_it_was_measured_at(tmp_path, m
     import cost_model.traces.drift as drift_module
 
     out = tmp_path / "batches.jsonl"
-    collect(CollectConfig(bench=BENCH, pool=PoolConfig(size=6), samples=6, max_tables=3, singles=False,
-                          batch_sizes=(16, 64)), out)
+    collect(
+        CollectConfig(
+            bench=BENCH, pool=PoolConfig(size=6), samples=6, max_tables=3, singles=False, batch_sizes=(16, 64)
+        ),
+        out,
+    )
     traces = read_traces(out)
     seen: dict[tuple[str, ...], int] = {}
     real = drift_module.measure
@@ -63,8 +67,9 @@ def test_each_set_is_remeasured_at_the_batch_size_it_was_measured_at(tmp_path, m
 def test_traces_100x_slower_than_this_machine_fail_the_check(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOSHARD_NO_REEXEC", "1")  # in process: no re-exec with the allocator settings
     path = _traces(tmp_path, 100.0)
-    result = CliRunner().invoke(app, ["bench", "drift", "--traces", str(path), "--samples", "2", "--rounds", "1",
-                                      "--json"])
+    result = CliRunner().invoke(
+        app, ["bench", "drift", "--traces", str(path), "--samples", "2", "--rounds", "1", "--json"]
+    )
     assert result.exit_code == 1, result.output
     report = json.loads(result.output)
     assert report["holds"] is False and report["median_ratio"] < 0.1
@@ -83,8 +88,9 @@ def test_traces_of_another_device_do_not_describe_this_machine(tmp_path, monkeyp
     drift = check_drift(read_traces(path), samples=2, rounds=1)
     assert drift.traced_device == "Another CPU 9000" and drift.this_device != drift.traced_device
     assert not drift.same_device and not drift.holds
-    result = CliRunner().invoke(app, ["bench", "drift", "--traces", str(path), "--samples", "2", "--rounds", "1",
-                                      "--json"])
+    result = CliRunner().invoke(
+        app, ["bench", "drift", "--traces", str(path), "--samples", "2", "--rounds", "1", "--json"]
+    )
     assert result.exit_code == 1, result.output
     report = json.loads(result.output)
     assert report["same_device"] is False and report["traced_device"] == "Another CPU 9000"
@@ -152,7 +158,9 @@ def test_sets_whose_relative_costs_changed_do_not_describe_this_machine():
     text = drift.verdict()
     assert "5 of 16 sets" in text and "set 15 x0.52" in text and "collect a profile here" in text
     report = drift.to_dict()
-    assert report["holds"] is False and report["sets_alike"] is False and report["departing_sets"] == [6, 11, 13, 14, 15]
+    assert (
+        report["holds"] is False and report["sets_alike"] is False and report["departing_sets"] == [6, 11, 13, 14, 15]
+    )
 
 
 def test_up_to_a_quarter_of_the_sets_may_depart():

@@ -89,7 +89,9 @@ def test_bundled_suite_and_memory_rule():
     assert by_name["syn80x4"].topology.num_devices == 4
 
 
-BUNDLED_SUITES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "autoshard" / "core" / "suites").glob("*.json"))
+BUNDLED_SUITES = sorted(
+    p.stem for p in (Path(__file__).resolve().parents[1] / "autoshard" / "core" / "suites").glob("*.json")
+)
 
 
 @pytest.mark.parametrize("suite", BUNDLED_SUITES)
@@ -119,21 +121,42 @@ def test_bad_suite_is_a_clear_error(tmp_path):
     assert result.exit_code == 2 and "no suite file" in result.output
 
 
-@pytest.mark.parametrize("content, expected", [
-    ('{"tasks": [', "not valid JSON"),
-    ("[1]", "must be a JSON object"),
-    ('{"name": "x"}', "tasks: must be a non-empty list"),
-    ('{"tasks": [1]}', "tasks[0]: task: must be a JSON object"),
-    ('{"tasks": {"a": 1}}', "tasks: must be a non-empty list"),
-    ('{"tasks": [{"synthetic": [1], "num_devices": 2}]}', "synthetic: must be a JSON object"),
-    ('{"tasks": [{"synthetic": {"pool_size": 500}, "num_devices": 2}]}', "synthetic.num_tables: is required"),
-    ('{"tasks": [{"synthetic": {"num_tables": 999}, "num_devices": 2}]}', "synthetic.num_tables: the pool's test split"),
-    ('{"tasks": [{"synthetic": {"num_tables": 8, "max_log10_rows": "x"}, "num_devices": 2}]}', "synthetic.max_log10_rows"),
-    ('{"tasks": [{"synthetic": {"num_tables": 8}, "num_devices": 2, "memory_slack": "x"}]}', "memory_slack: must be a number"),
-    ('{"tasks": [{"synthetic": {"num_tables": 8}, "num_devices": 0}]}', "num_devices: must be an integer >= 1, got 0"),
-    ('{"tasks": [{"workload": "criteo_kaggle", "num_devices": "4"}]}', "num_devices: must be an integer >= 1, got '4'"),
-    ('{"name": "../escape", "tasks": [{"workload": "criteo_kaggle", "num_devices": 4}]}', "name: must be a plain folder name"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ('{"tasks": [', "not valid JSON"),
+        ("[1]", "must be a JSON object"),
+        ('{"name": "x"}', "tasks: must be a non-empty list"),
+        ('{"tasks": [1]}', "tasks[0]: task: must be a JSON object"),
+        ('{"tasks": {"a": 1}}', "tasks: must be a non-empty list"),
+        ('{"tasks": [{"synthetic": [1], "num_devices": 2}]}', "synthetic: must be a JSON object"),
+        ('{"tasks": [{"synthetic": {"pool_size": 500}, "num_devices": 2}]}', "synthetic.num_tables: is required"),
+        (
+            '{"tasks": [{"synthetic": {"num_tables": 999}, "num_devices": 2}]}',
+            "synthetic.num_tables: the pool's test split",
+        ),
+        (
+            '{"tasks": [{"synthetic": {"num_tables": 8, "max_log10_rows": "x"}, "num_devices": 2}]}',
+            "synthetic.max_log10_rows",
+        ),
+        (
+            '{"tasks": [{"synthetic": {"num_tables": 8}, "num_devices": 2, "memory_slack": "x"}]}',
+            "memory_slack: must be a number",
+        ),
+        (
+            '{"tasks": [{"synthetic": {"num_tables": 8}, "num_devices": 0}]}',
+            "num_devices: must be an integer >= 1, got 0",
+        ),
+        (
+            '{"tasks": [{"workload": "criteo_kaggle", "num_devices": "4"}]}',
+            "num_devices: must be an integer >= 1, got '4'",
+        ),
+        (
+            '{"name": "../escape", "tasks": [{"workload": "criteo_kaggle", "num_devices": 4}]}',
+            "name: must be a plain folder name",
+        ),
+    ],
+)
 def test_a_malformed_suite_names_the_task_and_the_field(tmp_path, content, expected):
     path = tmp_path / "s.json"
     path.write_text(content)
@@ -151,8 +174,16 @@ def test_a_suite_task_takes_its_workload_file_s_topology_and_tiny_workloads_keep
     tiny = Workload((Table("one", 10, 8),), 64, "one")  # 320 bytes: GiB rounded to 6 places would be 0
     save_workload(tmp_path / "one.json", tiny)
     path = tmp_path / "s.json"
-    path.write_text(json.dumps({"tasks": [{"workload": str(tmp_path / "w.json")},
-                                          {"workload": str(tmp_path / "one.json"), "num_devices": 2}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "tasks": [
+                    {"workload": str(tmp_path / "w.json")},
+                    {"workload": str(tmp_path / "one.json"), "num_devices": 2},
+                ]
+            }
+        )
+    )
     (from_file, small), name = load_suite(path)[1], load_suite(path)[0]
     assert name == "s" and from_file.topology == Topology(2, 4.0)
     assert 0 < small.topology.device_memory_bytes and small.topology.device_memory_bytes >= 320
@@ -165,12 +196,19 @@ def test_evaluate_with_no_planner_named_is_an_error(tmp_path):
 
 def test_cli_evaluate_json(tmp_path):
     suite = tmp_path / "s.json"
-    suite.write_text(json.dumps({"name": "s", "tasks": [{"name": "kaggle", "workload": "criteo_kaggle",
-                                                         "num_devices": 4, "device_memory_gb": 2}]}))
-    result = CliRunner().invoke(app, ["evaluate", str(suite), "--planners", "round_robin,size_greedy",
-                                      "--out", str(tmp_path / "out"), "--json"])
+    suite.write_text(
+        json.dumps(
+            {
+                "name": "s",
+                "tasks": [{"name": "kaggle", "workload": "criteo_kaggle", "num_devices": 4, "device_memory_gb": 2}],
+            }
+        )
+    )
+    result = CliRunner().invoke(
+        app, ["evaluate", str(suite), "--planners", "round_robin,size_greedy", "--out", str(tmp_path / "out"), "--json"]
+    )
     assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout[result.stdout.index("{"):])
+    report = json.loads(result.stdout[result.stdout.index("{") :])
     assert [p["planner"] for p in report["tasks"][0]["planners"]] == ["round_robin", "size_greedy"]
     assert (tmp_path / "out" / "s" / "kaggle.md").exists()
     # the report holds what was planned: the task's workload and topology, and each plan's devices
@@ -191,10 +229,15 @@ def test_evaluate_task_runs_plans_distributed(tmp_path):
         DistributedConfig,
         compare_distributed,
     )
+
     task = Task("tiny", TINY, Topology(2, 1.0))
     config = DistributedConfig(world_size=2, steps=2, warmups=1, batch_size=32)
-    result = evaluate_task(task, ["round_robin", "size_greedy"], PlannerContext(),
-                           distributed=lambda plans, w: compare_distributed(plans, w, config, rounds=1))
+    result = evaluate_task(
+        task,
+        ["round_robin", "size_greedy"],
+        PlannerContext(),
+        distributed=lambda plans, w: compare_distributed(plans, w, config, rounds=1),
+    )
     rows = {r["planner"]: r for r in task_rows(result)}
     for name in ("round_robin", "size_greedy"):
         assert rows[name]["distributed_iteration_ms"] > 0
@@ -245,7 +288,9 @@ def test_a_device_set_two_plans_share_is_measured_once_a_round_and_read_by_both(
 
     monkeypatch.setattr(measure_plan, "measure", counting)
     measured = measure_plans([a, b, c], 64, CONFIG, rounds=2, reference=0)
-    assert sorted(measured_sets) == sorted([("t0",), ("t1", "t2", "t3"), ("t1", "t2"), ("t3",)] * 2)  # 4 sets x 2 rounds
+    assert sorted(measured_sets) == sorted(
+        [("t0",), ("t1", "t2", "t3"), ("t1", "t2"), ("t3",)] * 2
+    )  # 4 sets x 2 rounds
     assert measured[1].device_ms == measured[0].device_ms[::-1] and measured[1].ratio_to_reference == pytest.approx(1.0)
     assert measured[2].device_ms[0] == measured[0].device_ms[0]
 
@@ -256,12 +301,35 @@ def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_
     monkeypatch.setenv("AUTOSHARD_NO_REEXEC", "1")  # no re-exec of pytest for the allocator settings
     save_workload(tmp_path / "tiny.json", TINY)
     suite = tmp_path / "s.json"
-    suite.write_text(json.dumps({"name": "s", "tasks": [{"name": name, "workload": str(tmp_path / "tiny.json"),
-                                                         "num_devices": 2, "device_memory_gb": 1}
-                                                        for name in ("tiny", "tiny_again")]}))
-    result = CliRunner().invoke(app, ["evaluate", str(suite), "--planners", "round_robin,cost_greedy", "--measure",
-                                      "--rounds", "2", "--drift-samples", "1", "--no-communication",
-                                      "--out", str(tmp_path / "out"), "--json"])
+    suite.write_text(
+        json.dumps(
+            {
+                "name": "s",
+                "tasks": [
+                    {"name": name, "workload": str(tmp_path / "tiny.json"), "num_devices": 2, "device_memory_gb": 1}
+                    for name in ("tiny", "tiny_again")
+                ],
+            }
+        )
+    )
+    result = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            str(suite),
+            "--planners",
+            "round_robin,cost_greedy",
+            "--measure",
+            "--rounds",
+            "2",
+            "--drift-samples",
+            "1",
+            "--no-communication",
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "out" / "s" / "report.json").read_text())
     (against,) = report["tasks"][0]["against_best_heuristic"]  # cost_greedy against round_robin, the one heuristic
@@ -278,8 +346,9 @@ def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_
     for when in ("before", "after"):
         low, high = drift[when]["ratio_range"]
         assert 0 < low <= drift[when]["median_ratio"] <= high
-        assert drift[when]["holds"] == (0.8 <= drift[when]["median_ratio"] <= 1.25 and drift[when]["same_device"]
-                                        and drift[when]["sets_alike"])
+        assert drift[when]["holds"] == (
+            0.8 <= drift[when]["median_ratio"] <= 1.25 and drift[when]["same_device"] and drift[when]["sets_alike"]
+        )
         assert drift[when]["traced_device"] and drift[when]["this_device"]
     assert "machine before measuring" in result.output
     settings = report["settings"]  # what the figures were made with, recorded with them
@@ -293,9 +362,24 @@ def test_a_measured_evaluation_records_the_machine_s_drift_before_and_after(tmp_
     # first task's verdict, read back from its rows, is what it was
     path = tmp_path / "out" / "s" / "report.json"
     path.write_text(json.dumps(report | {"tasks": report["tasks"][:1], "complete": False}))
-    resumed = CliRunner().invoke(app, ["evaluate", str(suite), "--planners", "round_robin,cost_greedy", "--measure",
-                                       "--rounds", "2", "--drift-samples", "0", "--no-communication",
-                                       "--out", str(tmp_path / "out"), "--resume"])
+    resumed = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            str(suite),
+            "--planners",
+            "round_robin,cost_greedy",
+            "--measure",
+            "--rounds",
+            "2",
+            "--drift-samples",
+            "0",
+            "--no-communication",
+            "--out",
+            str(tmp_path / "out"),
+            "--resume",
+        ],
+    )
     assert resumed.exit_code == 0, resumed.output
     assert "tiny: taken from the unfinished run" in resumed.output
     hint = f"autoshard cost errors --model {DEFAULT_MODEL} --measured {tmp_path / 'out' / 's'}"
@@ -322,10 +406,13 @@ def test_against_the_best_heuristic_pairs_rounds_and_says_faster_tie_or_slower()
     rounds and 0.9x in two (geometric mean 0.995, interval about 1: a tie); torchrec 1.2x, 1.3x
     (slower); the heuristics themselves are not compared."""
     heuristic = (10.0, 11.0, 9.0, 10.0)
-    measured = (_measured("round_robin", (12.0, 13.0, 11.0, 12.0)), _measured("lookup_greedy", heuristic),
-                _measured("cost_greedy", tuple(0.9 * h for h in heuristic)),
-                _measured("rl", tuple(f * h for f, h in zip((1.1, 0.9, 1.1, 0.9), heuristic))),
-                _measured("torchrec", tuple(f * h for f, h in zip((1.2, 1.3, 1.2, 1.3), heuristic))))
+    measured = (
+        _measured("round_robin", (12.0, 13.0, 11.0, 12.0)),
+        _measured("lookup_greedy", heuristic),
+        _measured("cost_greedy", tuple(0.9 * h for h in heuristic)),
+        _measured("rl", tuple(f * h for f, h in zip((1.1, 0.9, 1.1, 0.9), heuristic))),
+        _measured("torchrec", tuple(f * h for f, h in zip((1.2, 1.3, 1.2, 1.3), heuristic))),
+    )
     result = TaskResult(Task("t", TINY, Topology(2, 1.0)), None, measured, "cost_greedy")  # type: ignore[arg-type]
     rows = {a.planner: a for a in against_best_heuristic(result)}
     assert set(rows) == {"cost_greedy", "rl", "torchrec"} and {a.heuristic for a in rows.values()} == {"lookup_greedy"}
@@ -356,8 +443,9 @@ def test_the_held_out_heuristic_is_chosen_on_the_other_pairs_of_rounds():
     assert held.ratio == pytest.approx(math.exp((math.log(9.5 / 10.2) + math.log(9.5 / 12) + math.log(9.5 / 10)) / 3))
     assert held.ratio < best.ratio  # the flattery removed
     # with 2 rounds (one pair) there is nothing to hold out
-    short = TaskResult(result.task, None, tuple(_measured(m.planner, m.round_max_ms[:2]) for m in measured),
-                       "cost_greedy")
+    short = TaskResult(
+        result.task, None, tuple(_measured(m.planner, m.round_max_ms[:2]) for m in measured), "cost_greedy"
+    )
     assert against_held_out_heuristic(short) == []
 
 
@@ -389,9 +477,12 @@ def test_the_expected_max_is_what_sampling_the_errors_finds():
 
 
 @settings(max_examples=200, deadline=None)
-@given(costs=st.lists(st.floats(0.1, 100.0), min_size=1, max_size=40),
-       errors=st.lists(st.floats(-1.0, 1.0), min_size=1, max_size=50),
-       device=st.integers(0, 39), raise_by=st.floats(0.0, 50.0))
+@given(
+    costs=st.lists(st.floats(0.1, 100.0), min_size=1, max_size=40),
+    errors=st.lists(st.floats(-1.0, 1.0), min_size=1, max_size=50),
+    device=st.integers(0, 39),
+    raise_by=st.floats(0.0, 50.0),
+)
 def test_the_expected_max_stays_in_its_range_and_rises_with_any_device_s_cost(costs, errors, device, raise_by):
     """Whatever the costs and errors: the expected max lies between the max at the lowest and at
     the highest error, and raising one device's cost never lowers it (beyond the integral's
@@ -421,8 +512,13 @@ def test_device_errors_round_trip_and_refuse_a_broken_file(tmp_path):
 
 
 def _plan(planner: str, device_tables: list[list[int]], costs: list[float]) -> ShardingPlan:
-    return ShardingPlan(planner, tuple(DevicePlan(tuple(TableShard(TINY.tables[i]) for i in tables), cost)
-                                       for tables, cost in zip(device_tables, costs)))
+    return ShardingPlan(
+        planner,
+        tuple(
+            DevicePlan(tuple(TableShard(TINY.tables[i]) for i in tables), cost)
+            for tables, cost in zip(device_tables, costs)
+        ),
+    )
 
 
 def test_a_task_s_expected_ratio_comes_from_the_other_tasks_device_errors_alone():
@@ -437,12 +533,17 @@ def test_a_task_s_expected_ratio_comes_from_the_other_tasks_device_errors_alone(
     comparison = Comparison((heuristic, greedy), (), (), (), ("lookup_greedy", "cost_greedy"))
 
     def measured(heuristic_ms: tuple[float, float], greedy_ms: tuple[float, float]) -> tuple[MeasuredPlan, ...]:
-        return (MeasuredPlan("lookup_greedy", heuristic_ms, max(heuristic_ms), 0.0, 1.0, (1.0, 1.0), (max(heuristic_ms),)),
-                MeasuredPlan("cost_greedy", greedy_ms, max(greedy_ms), 0.0, 1.0, (1.0, 1.0), (max(greedy_ms),)))
+        return (
+            MeasuredPlan("lookup_greedy", heuristic_ms, max(heuristic_ms), 0.0, 1.0, (1.0, 1.0), (max(heuristic_ms),)),
+            MeasuredPlan("cost_greedy", greedy_ms, max(greedy_ms), 0.0, 1.0, (1.0, 1.0), (max(greedy_ms),)),
+        )
 
-    exact = TaskResult(Task("exact", TINY, Topology(2, 1.0)), comparison, measured((10.0, 6.0), (8.0, 8.0)), "cost_greedy")
-    noisy = TaskResult(Task("noisy", TINY, Topology(2, 1.0)), comparison,
-                       measured((11.0, 5.4), (8.8, 8.0 / 1.1)), "cost_greedy")
+    exact = TaskResult(
+        Task("exact", TINY, Topology(2, 1.0)), comparison, measured((10.0, 6.0), (8.0, 8.0)), "cost_greedy"
+    )
+    noisy = TaskResult(
+        Task("noisy", TINY, Topology(2, 1.0)), comparison, measured((11.0, 5.4), (8.8, 8.0 / 1.1)), "cost_greedy"
+    )
     (on_exact,), (on_noisy,) = expected_against_best_heuristic([exact, noisy])
     assert on_exact.heuristic == on_noisy.heuristic == "lookup_greedy"
     assert on_noisy.predicted == on_exact.predicted == pytest.approx(0.8)
@@ -451,7 +552,7 @@ def test_a_task_s_expected_ratio_comes_from_the_other_tasks_device_errors_alone(
     assert expected_against_best_heuristic([exact]) == [[]]  # a suite of one: no other task's errors
     # ... unless the profile ships its measured device errors: +-0.1 here. cost_greedy's two 8 ms
     # devices expect 8 (3 e^0.1 + e^-0.1) / 4, the heuristic's max is its 10 ms device's, 10 E[e^e]
-    (alone,), = expected_against_best_heuristic([exact], profile_errors=np.array([0.1, -0.1]))
+    ((alone,),) = expected_against_best_heuristic([exact], profile_errors=np.array([0.1, -0.1]))
     greedy_expects = 8 * (3 * math.exp(0.1) + math.exp(-0.1)) / 4
     assert alone.expected == pytest.approx(greedy_expects / (10 * (math.exp(0.1) + math.exp(-0.1)) / 2), rel=1e-3)
     assert (alone.errors_from, on_exact.errors_from) == (PROFILE_ERRORS, OTHER_TASKS)
@@ -503,8 +604,11 @@ def test_a_run_stopped_after_its_first_task_keeps_that_task_and_resume_plans_onl
     assert other.exit_code == 2 and "planners" in other.output  # made with other options: refused
 
     resumed = []
-    monkeypatch.setattr(autoshard.evaluation.suite, "evaluate_task",
-                        lambda task, *args, **kwargs: resumed.append(task.name) or evaluate_task(task, *args, **kwargs))
+    monkeypatch.setattr(
+        autoshard.evaluation.suite,
+        "evaluate_task",
+        lambda task, *args, **kwargs: resumed.append(task.name) or evaluate_task(task, *args, **kwargs),
+    )
     finished = CliRunner().invoke(app, ["evaluate", "default", *options, "--resume"])
     assert finished.exit_code == 0, finished.output
     report = json.loads((out / "default" / "report.json").read_text())

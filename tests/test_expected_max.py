@@ -40,8 +40,17 @@ def test_cost_errors_records_the_models_error_and_plans_report_their_expected_ma
     assert len(found.reports) == 2 and 0.03 < found.spread < 0.3
     assert abs(float(np.median(found.errors))) < 0.02  # centred per task
 
-    args = ["plan", "criteo_kaggle", "--devices", "4", "--memory-gb", "8", "--planner", "cost_greedy,size_greedy",
-            "--no-communication"]
+    args = [
+        "plan",
+        "criteo_kaggle",
+        "--devices",
+        "4",
+        "--memory-gb",
+        "8",
+        "--planner",
+        "cost_greedy,size_greedy",
+        "--no-communication",
+    ]
     report = json.loads(runner.invoke(app, [*args, "--model", str(profile), "--json"]).stdout)
     assert report["model_error"] == found.summary()
     for plan in report["plans"]:
@@ -75,8 +84,9 @@ def test_cost_errors_refuses_bad_input_by_name(tmp_path):
     cases.append((["--model", str(profile), "--measured", str(tmp_path / "one")], "too few"))
     other = tmp_path / "f25m17"  # a profile of another host (family 25 model 17) than the reports' (model 1)
     other.mkdir()
-    shutil.copyfile(ROOT / "data" / "models" / "cpu-amd-epyc-f25m17-fbgemm_tbe-t1" / "cost_model.pt",
-                    other / "cost_model.pt")
+    shutil.copyfile(
+        ROOT / "data" / "models" / "cpu-amd-epyc-f25m17-fbgemm_tbe-t1" / "cost_model.pt", other / "cost_model.pt"
+    )
     cases.append((["--model", str(other), "--measured", str(MEASURED)], "family 25 model 1, not on the profile's"))
     for args, says in cases:
         run = runner.invoke(app, ["cost", "errors", *args])

@@ -24,8 +24,9 @@ def plan(*args: str):
 
 
 def test_the_gpu_profile_plans_every_planner_here_and_cost_greedy_is_best_predicted():
-    result = plan("criteo_kaggle", "--devices", "4", "--memory-gb", "2", "--model", str(GPU), "--planner", "all",
-                  "--json")
+    result = plan(
+        "criteo_kaggle", "--devices", "4", "--memory-gb", "2", "--model", str(GPU), "--planner", "all", "--json"
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     plans = {p["planner"]: p for p in report["plans"]}
@@ -66,17 +67,33 @@ def test_the_measured_runs_plans_read_back_from_its_report_are_the_reports_plans
 def test_evaluate_refuses_a_task_the_profile_cannot_price_before_planning_any(tmp_path):
     """The default suite's last task is fp16: the fp32 profile must stop before the first task,
     not after planning (or measuring) the seven before it."""
-    result = runner.invoke(app, ["evaluate", "default", "--model", str(GPU), "--planners", "round_robin",
-                                 "--out", str(tmp_path)], catch_exceptions=False)
+    result = runner.invoke(
+        app,
+        ["evaluate", "default", "--model", str(GPU), "--planners", "round_robin", "--out", str(tmp_path)],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 2
     assert "criteo_terabyte_fp16_rowwise" in result.output and "fp32.json" in result.output
     assert not list(tmp_path.rglob("*.md"))  # no task was planned
 
 
 def test_the_fp32_suite_plans_with_the_gpu_profile(tmp_path):
-    result = runner.invoke(app, ["evaluate", str(ROOT / "autoshard" / "core" / "suites" / "fp32.json"), "--model", str(GPU),
-                                 "--planners", "round_robin,cost_greedy", "--no-communication", "--json",
-                                 "--out", str(tmp_path)], catch_exceptions=False)
+    result = runner.invoke(
+        app,
+        [
+            "evaluate",
+            str(ROOT / "autoshard" / "core" / "suites" / "fp32.json"),
+            "--model",
+            str(GPU),
+            "--planners",
+            "round_robin,cost_greedy",
+            "--no-communication",
+            "--json",
+            "--out",
+            str(tmp_path),
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "fp32" / "report.json").read_text())
     assert len(report["tasks"]) == 10 and report["settings"]["profile"] == GPU.name

@@ -22,8 +22,9 @@ def model():
     """A grouped network with random weights, its interaction head's last layer included (it
     starts at zero, which would hide a wrong factor)."""
     torch.manual_seed(0)
-    network = SetCostNetwork(NetworkConfig(table_hidden=32, table_code=16, head_hidden=32, dropout=0.0, grouped=True,
-                                           interaction_hidden=16))
+    network = SetCostNetwork(
+        NetworkConfig(table_hidden=32, table_code=16, head_hidden=32, dropout=0.0, grouped=True, interaction_hidden=16)
+    )
     torch.nn.init.normal_(network.interaction[-1].weight, std=0.3)
     torch.nn.init.normal_(network.interaction[-1].bias, std=0.3)
     return NeuralCostModel(network, torch.zeros(NUM_FEATURES), torch.ones(NUM_FEATURES), PROFILE, 128 << 20, BATCH)
@@ -32,8 +33,17 @@ def model():
 @pytest.fixture(scope="module")
 def tables():
     rng = np.random.default_rng(3)
-    return [Table(f"t{i}", int(10 ** rng.uniform(2, 6)), int(rng.choice([16, 32, 64])), float(rng.uniform(1, 20)),
-                  float(rng.uniform(0, 1.2)), *KINDS[int(rng.integers(len(KINDS)))]) for i in range(40)]
+    return [
+        Table(
+            f"t{i}",
+            int(10 ** rng.uniform(2, 6)),
+            int(rng.choice([16, 32, 64])),
+            float(rng.uniform(1, 20)),
+            float(rng.uniform(0, 1.2)),
+            *KINDS[int(rng.integers(len(KINDS)))],
+        )
+        for i in range(40)
+    ]
 
 
 def test_one_op_is_priced_by_the_op_head_alone(model, tables):
@@ -43,10 +53,15 @@ def test_one_op_is_priced_by_the_op_head_alone(model, tables):
     assert len(homogeneous) >= 3
     codes = model.codes(homogeneous, BATCH)
     with torch.inference_mode():
-        op_alone = model.network.predict_pooled(codes.sum(0, keepdim=True), torch.tensor([float(len(homogeneous))]),
-                                                codes.amax(0, keepdim=True))
-        grouped = model.network.pool_and_predict(codes, torch.zeros(len(homogeneous), dtype=torch.long), 1,
-                                                 ops=OpIndex.of([[op_key(t) for t in homogeneous]]))
+        op_alone = model.network.predict_pooled(
+            codes.sum(0, keepdim=True), torch.tensor([float(len(homogeneous))]), codes.amax(0, keepdim=True)
+        )
+        grouped = model.network.pool_and_predict(
+            codes,
+            torch.zeros(len(homogeneous), dtype=torch.long),
+            1,
+            ops=OpIndex.of([[op_key(t) for t in homogeneous]]),
+        )
     assert torch.allclose(grouped, op_alone, atol=1e-5)
 
 
@@ -68,7 +83,9 @@ def test_running_sets_agree_with_whole_sets(model, tables):
     for table in tables:
         expected = [model.predict([*s, table], BATCH) for s in sets]
         assert accumulator.costs_if_added(table) == pytest.approx(expected, rel=1e-4)
-        assert accumulator.costs_if_added(table, np.array([3, 1])) == pytest.approx([expected[3], expected[1]], rel=1e-4)
+        assert accumulator.costs_if_added(table, np.array([3, 1])) == pytest.approx(
+            [expected[3], expected[1]], rel=1e-4
+        )
         target = int(rng.integers(5))
         accumulator.add(target, table)
         sets[target].append(table)

@@ -63,11 +63,13 @@ def test_running_edited_and_whole_sets_agree_beyond_the_limit(model, pool):
     added = np.array([accumulator.costs_if_added(tables[-1], np.array([k]))[0] for k, tables in enumerate(sets)])
     for k, tables in enumerate(sets):
         accumulator.add(k, tables[-1])
-    edited_in = np.asarray(model.predict_edits([s[:-1] for s in sets], [(k, None, s[-1]) for k, s in enumerate(sets)],
-                                               BATCH))
+    edited_in = np.asarray(
+        model.predict_edits([s[:-1] for s in sets], [(k, None, s[-1]) for k, s in enumerate(sets)], BATCH)
+    )
     extra = pool[-1]
-    edited_out = np.asarray(model.predict_edits([[*s, extra] for s in sets], [(k, len(s), None) for k, s in enumerate(sets)],
-                                                BATCH))
+    edited_out = np.asarray(
+        model.predict_edits([[*s, extra] for s in sets], [(k, len(s), None) for k, s in enumerate(sets)], BATCH)
+    )
     for other in (added, accumulator.costs(), edited_in, edited_out):
         assert other == pytest.approx(whole, rel=1e-4)
 

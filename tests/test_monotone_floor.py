@@ -29,18 +29,25 @@ def sets():
     pool = generate_pool(PoolConfig(size=400, seed=11)).all
     rng = np.random.default_rng(0)
     giants = sorted(pool, key=lambda t: t.num_embeddings * t.embedding_dim)[-20:]
-    return [[giants[k % 20], *(pool[i] for i in rng.choice(len(pool), rng.integers(1, 12), replace=False))]
-            for k in range(60)]
+    return [
+        [giants[k % 20], *(pool[i] for i in rng.choice(len(pool), rng.integers(1, 12), replace=False))]
+        for k in range(60)
+    ]
 
 
 # The set local search found on 1,000 tables x 128 devices with an earlier model: its network
 # predicted 11.08 ms for the giant with these 7 tables and 11.69 ms for the giant alone; measured,
 # 32.3 ms against 30.1 ms. Whatever a network predicts for it, the floor must hold.
 GIANT = Table("syn7_12022", 3566702, 128, 53.8, 0.29)
-COMPANY = [Table("syn7_6213", 1851, 64, 1.0, 0.83), Table("syn7_0604", 80186, 32, 2.1, 0.99),
-           Table("syn7_11381", 218, 16, 8.4, 1.15), Table("syn7_2312", 22091, 32, 1.0, 0.12),
-           Table("syn7_0268", 490, 32, 1.0, 1.31), Table("syn7_8166", 92387, 16, 1.0, 0.04),
-           Table("syn7_0423", 2159, 16, 1.0, 1.32)]
+COMPANY = [
+    Table("syn7_6213", 1851, 64, 1.0, 0.83),
+    Table("syn7_0604", 80186, 32, 2.1, 0.99),
+    Table("syn7_11381", 218, 16, 8.4, 1.15),
+    Table("syn7_2312", 22091, 32, 1.0, 0.12),
+    Table("syn7_0268", 490, 32, 1.0, 1.31),
+    Table("syn7_8166", 92387, 16, 1.0, 0.04),
+    Table("syn7_0423", 2159, 16, 1.0, 1.32),
+]
 
 
 def test_the_measured_giant_with_company_costs_at_least_the_giant_alone(model):
@@ -112,13 +119,16 @@ def test_candidates_are_the_least_loaded_and_one_empty_device():
     assert picked.tolist() == [3, 37, 38, 39]
 
 
-@pytest.mark.parametrize("sizes, free, fits", [
-    ([5, 4, 3], [6, 6], False),       # 5 and 4 need a bin each; 3 has no room left
-    ([5, 4, 3], [8, 5], True),        # 5+3 | 4
-    ([4, 4, 4], [12], True),
-    ([7], [6, 6], False),
-    ([3, 3, 2, 2], [5, 5], True),     # 3+2 | 3+2
-    ([], [0], True),
-])
+@pytest.mark.parametrize(
+    "sizes, free, fits",
+    [
+        ([5, 4, 3], [6, 6], False),  # 5 and 4 need a bin each; 3 has no room left
+        ([5, 4, 3], [8, 5], True),  # 5+3 | 4
+        ([4, 4, 4], [12], True),
+        ([7], [6, 6], False),
+        ([3, 3, 2, 2], [5, 5], True),  # 3+2 | 3+2
+        ([], [0], True),
+    ],
+)
 def test_first_fit_decreasing_by_hand(sizes, free, fits):
     assert packable(sizes, free) is fits

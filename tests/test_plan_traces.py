@@ -26,8 +26,9 @@ def profile(tmp_path_factory):
     collect(CollectConfig(bench=bench, pool=PoolConfig(size=40), samples=60, max_tables=6, passes=2), anchors)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AUTOSHARD_NO_REEXEC", "1")
-        result = CliRunner().invoke(app, ["cost", "train", "--traces", str(anchors), "--out", str(folder / "model"),
-                                          "--max-epochs", "3"])
+        result = CliRunner().invoke(
+            app, ["cost", "train", "--traces", str(anchors), "--out", str(folder / "model"), "--max-epochs", "3"]
+        )
     assert result.exit_code == 0, result.output
     return anchors, folder / "model"
 
@@ -39,18 +40,44 @@ def no_reexec(monkeypatch):
 
 def test_distinct_sets_are_measured_once_with_every_plan_that_holds_them():
     a, b, c = Table("a", 10, 4), Table("b", 10, 4), Table("c", 10, 4)
-    found = distinct_sets([DeviceSet(("t", "p", 0), (a, b), 64), DeviceSet(("t", "q", 1), (b, a), 64),
-                           DeviceSet(("t", "q", 0), (c,), 64), DeviceSet(("u", "p", 0), (a, b), 128)])
-    assert found == [((a, b), 64, [("t", "p", 0), ("t", "q", 1)]), ((c,), 64, [("t", "q", 0)]),
-                     ((a, b), 128, [("u", "p", 0)])]
+    found = distinct_sets(
+        [
+            DeviceSet(("t", "p", 0), (a, b), 64),
+            DeviceSet(("t", "q", 1), (b, a), 64),
+            DeviceSet(("t", "q", 0), (c,), 64),
+            DeviceSet(("u", "p", 0), (a, b), 128),
+        ]
+    )
+    assert found == [
+        ((a, b), 64, [("t", "p", 0), ("t", "q", 1)]),
+        ((c,), 64, [("t", "q", 0)]),
+        ((a, b), 128, [("u", "p", 0)]),
+    ]
 
 
 def test_plan_sets_become_split_c_and_resume(profile, tmp_path):
     anchors, model = profile
     plans = tmp_path / "plans.jsonl"
-    args = ["bench", "plans", "--traces", str(anchors), "--model", str(model), "--out", str(plans), "--tasks", "3",
-            "--passes", "2", "--planners", "round_robin,size_greedy,lookup_greedy,cost_greedy",
-            "--devices", "2,4", "--batch-sizes", "16,32"]
+    args = [
+        "bench",
+        "plans",
+        "--traces",
+        str(anchors),
+        "--model",
+        str(model),
+        "--out",
+        str(plans),
+        "--tasks",
+        "3",
+        "--passes",
+        "2",
+        "--planners",
+        "round_robin,size_greedy,lookup_greedy,cost_greedy",
+        "--devices",
+        "2,4",
+        "--batch-sizes",
+        "16,32",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     traces = read_traces(plans)
@@ -62,8 +89,9 @@ def test_plan_sets_become_split_c_and_resume(profile, tmp_path):
     assert all(t.name in test_tables for s in traces.samples for t in s.tables)  # unseen tables only
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0 and "measured 0 set passes" in again.output
-    result = CliRunner().invoke(app, ["cost", "eval", "--model", str(model), "--traces", str(anchors),
-                                      "--traces", str(plans), "--json"])
+    result = CliRunner().invoke(
+        app, ["cost", "eval", "--model", str(model), "--traces", str(anchors), "--traces", str(plans), "--json"]
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["plan_sets"]["estimators"]["neural"]["samples"] == len(traces.samples)
@@ -74,8 +102,24 @@ def test_plan_sets_become_split_c_and_resume(profile, tmp_path):
 def test_refine_plans_measures_and_retrains_on_anchors_plus_plan_sets(profile, tmp_path):
     anchors, model = profile
     out = tmp_path / "refine"
-    args = ["bench", "refine", "--traces", str(anchors), "--model", str(model), "--out", str(out), "--rounds", "1",
-            "--tasks", "2", "--passes", "1", "--max-epochs", "3"]
+    args = [
+        "bench",
+        "refine",
+        "--traces",
+        str(anchors),
+        "--model",
+        str(model),
+        "--out",
+        str(out),
+        "--rounds",
+        "1",
+        "--tasks",
+        "2",
+        "--passes",
+        "1",
+        "--max-epochs",
+        "3",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     plan_sets = read_traces(out / "plans.round1.jsonl.gz")
@@ -86,7 +130,9 @@ def test_refine_plans_measures_and_retrains_on_anchors_plus_plan_sets(profile, t
     assert (out / "round1" / "cost_model.pt").exists()
     again = CliRunner().invoke(app, args)  # resumes: nothing to measure, nothing to retrain
     assert again.exit_code == 0, again.output
-    assert len(merge_traces([read_traces(anchors), plan_sets]).samples) == len(read_traces(anchors).samples) + len(plan_sets.samples)
+    assert len(merge_traces([read_traces(anchors), plan_sets]).samples) == len(read_traces(anchors).samples) + len(
+        plan_sets.samples
+    )
 
 
 def test_traces_of_another_profile_do_not_merge(profile, tmp_path):
@@ -110,7 +156,9 @@ def test_plan_sets_are_refused_on_another_machine_and_old_anchors_say_why():
     from cost_model.bench.plan_traces import check_same_machine
     from cost_model.profile import DeviceProfile
 
-    here = DeviceProfile("cpu", "AMD EPYC", ExecutionMode.FBGEMM_TBE, 1, "2.13.0", "1.8.0", "AuthenticAMD family 25 model 1")
+    here = DeviceProfile(
+        "cpu", "AMD EPYC", ExecutionMode.FBGEMM_TBE, 1, "2.13.0", "1.8.0", "AuthenticAMD family 25 model 1"
+    )
     check_same_machine(here, replace(here, torch_version="2.12.0"))  # the same machine: no error
     with pytest.raises(InputError, match="the anchor traces are cpu-amd-epyc-f26m2-fbgemm_tbe-t1") as other:
         check_same_machine(here, replace(here, cpu="AuthenticAMD family 26 model 2"))
@@ -127,9 +175,13 @@ def test_traces_at_other_batch_sizes_merge_and_keep_each_samples_batch(profile):
     from dataclasses import replace
 
     anchors = read_traces(profile[0])
-    doubled = replace(anchors, batch_size=anchors.batch_size * 2,
-                      samples=tuple(replace(s, batch_size=s.batch_size * 2) for s in anchors.samples))
+    doubled = replace(
+        anchors,
+        batch_size=anchors.batch_size * 2,
+        samples=tuple(replace(s, batch_size=s.batch_size * 2) for s in anchors.samples),
+    )
     merged = merge_traces([anchors, doubled])
-    assert [s.batch_size for s in merged.samples] == ([anchors.batch_size] * len(anchors.samples)
-                                                      + [anchors.batch_size * 2] * len(anchors.samples))
+    assert [s.batch_size for s in merged.samples] == (
+        [anchors.batch_size] * len(anchors.samples) + [anchors.batch_size * 2] * len(anchors.samples)
+    )
     assert merged.batch_sizes == (anchors.batch_size, anchors.batch_size * 2)

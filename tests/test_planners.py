@@ -36,11 +36,11 @@ from tests.cost_models import AnalyticalTestCostModel
 ALL = HEURISTICS + ("cost_greedy",)
 
 # Five tables:            memory (bytes)  dim  lookup (dim x pool)  size_lookup (x log10 rows)
-BIG = Table("big", 100_000, 4, 3.0)    # 1,600,000    4    12                   60
-HOT = Table("hot", 1_000, 4, 5.0)      #    16,000    4    20                   60
-WIDE = Table("wide", 10, 16, 2.0)      #       640   16    32                   32
-MID = Table("mid", 100, 8, 1.0)        #     3,200    8     8                   16
-TALL = Table("tall", 10_000, 2, 1.0)   #    80,000    2     2                    8
+BIG = Table("big", 100_000, 4, 3.0)  # 1,600,000    4    12                   60
+HOT = Table("hot", 1_000, 4, 5.0)  #    16,000    4    20                   60
+WIDE = Table("wide", 10, 16, 2.0)  #       640   16    32                   32
+MID = Table("mid", 100, 8, 1.0)  #     3,200    8     8                   16
+TALL = Table("tall", 10_000, 2, 1.0)  #    80,000    2     2                    8
 TINY = Workload((BIG, HOT, WIDE, MID, TALL), batch_size=16, name="tiny")
 
 
@@ -64,23 +64,27 @@ def plan_label(shard: TableShard) -> str:
 
 # --- hand-computed plans ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("planner, devices, capacity, expected", [
-    # by memory: big, tall, hot, mid, wide; big fills device 0's load
-    ("size_greedy", 2, AMPLE, [["big"], ["tall", "hot", "mid", "wide"]]),
-    # by dim: wide 16, mid 8, big 4, hot 4 (tie -> name), tall 2; tall ties 8/8 -> less memory
-    ("dim_greedy", 3, AMPLE, [["wide"], ["mid", "tall"], ["big", "hot"]]),
-    # by lookups: wide 32, hot 20, big 12, mid 8, tall 2; mid ties 32/32 -> device 0 (less memory)
-    ("lookup_greedy", 2, AMPLE, [["wide", "mid"], ["hot", "big", "tall"]]),
-    # same, but device 1 (hot + big = 1,616,000 bytes) has no room left for tall (80,000)
-    ("lookup_greedy", 2, 1_650_000, [["wide", "mid", "tall"], ["hot", "big"]]),
-    # big 60, hot 60 (tie -> name), wide 32, mid 16, tall 8; wide ties 60/60 -> device 1 has
-    # less memory (hot) than device 0 (big), so it wins over the lower index
-    ("size_lookup_greedy", 2, AMPLE, [["big", "mid", "tall"], ["hot", "wide"]]),
-    # given order big, hot, wide, mid, tall -> 0, 1, 2, 0, 1
-    ("round_robin", 3, AMPLE, [["big", "mid"], ["hot", "tall"], ["wide"]]),
-    # device 0 holds big (1,600,000 of 1,602,000): mid skips to device 1
-    ("round_robin", 3, 1_602_000, [["big"], ["hot", "mid", "tall"], ["wide"]]),
-])
+
+@pytest.mark.parametrize(
+    "planner, devices, capacity, expected",
+    [
+        # by memory: big, tall, hot, mid, wide; big fills device 0's load
+        ("size_greedy", 2, AMPLE, [["big"], ["tall", "hot", "mid", "wide"]]),
+        # by dim: wide 16, mid 8, big 4, hot 4 (tie -> name), tall 2; tall ties 8/8 -> less memory
+        ("dim_greedy", 3, AMPLE, [["wide"], ["mid", "tall"], ["big", "hot"]]),
+        # by lookups: wide 32, hot 20, big 12, mid 8, tall 2; mid ties 32/32 -> device 0 (less memory)
+        ("lookup_greedy", 2, AMPLE, [["wide", "mid"], ["hot", "big", "tall"]]),
+        # same, but device 1 (hot + big = 1,616,000 bytes) has no room left for tall (80,000)
+        ("lookup_greedy", 2, 1_650_000, [["wide", "mid", "tall"], ["hot", "big"]]),
+        # big 60, hot 60 (tie -> name), wide 32, mid 16, tall 8; wide ties 60/60 -> device 1 has
+        # less memory (hot) than device 0 (big), so it wins over the lower index
+        ("size_lookup_greedy", 2, AMPLE, [["big", "mid", "tall"], ["hot", "wide"]]),
+        # given order big, hot, wide, mid, tall -> 0, 1, 2, 0, 1
+        ("round_robin", 3, AMPLE, [["big", "mid"], ["hot", "tall"], ["wide"]]),
+        # device 0 holds big (1,600,000 of 1,602,000): mid skips to device 1
+        ("round_robin", 3, 1_602_000, [["big"], ["hot", "mid", "tall"], ["wide"]]),
+    ],
+)
 def test_heuristics_match_hand_computed_plans(planner, devices, capacity, expected):
     plan = make_planner(planner).plan(TINY, topo(devices, capacity))
     assert plan.planner == planner
@@ -113,7 +117,8 @@ def test_cost_greedy_hand_computed_on_tiny():
     assert names(plan) == [["wide", "mid"], ["hot", "big", "tall"]]
     assert [d.cost_ms for d in plan.devices] == pytest.approx([1.301, 1.280], abs=1e-3)
     assert [d.cost_ms for d in plan.devices] == pytest.approx(
-        [model.predict([WIDE, MID], 65536), model.predict([HOT, BIG, TALL], 65536)])
+        [model.predict([WIDE, MID], 65536), model.predict([HOT, BIG, TALL], 65536)]
+    )
 
 
 def test_without_cost_model_device_cost_is_the_proxy_sum():
@@ -136,13 +141,20 @@ def test_with_cost_model_device_costs_are_predictions_in_one_batched_call():
 
 # --- properties over random workloads --------------------------------------------------------
 
+
 @st.composite
 def tasks(draw):
     n = draw(st.integers(1, 12))
-    tables = tuple(Table(f"t{i}", draw(st.integers(1, 5000)), draw(st.sampled_from((4, 8, 12, 16, 32, 64))),
-                         draw(st.floats(1.0, 20.0)),
-                         optimizer=draw(st.sampled_from((Optimizer.SGD, Optimizer.ROWWISE_ADAGRAD))))
-                   for i in range(n))
+    tables = tuple(
+        Table(
+            f"t{i}",
+            draw(st.integers(1, 5000)),
+            draw(st.sampled_from((4, 8, 12, 16, 32, 64))),
+            draw(st.floats(1.0, 20.0)),
+            optimizer=draw(st.sampled_from((Optimizer.SGD, Optimizer.ROWWISE_ADAGRAD))),
+        )
+        for i in range(n)
+    )
     workload = Workload(tables, batch_size=draw(st.sampled_from((1, 64, 2048))))
     devices = draw(st.integers(1, 5))
     slack = draw(st.one_of(st.floats(0.2, 3.0), st.floats(1.0, 1.4)))  # often tight
@@ -172,7 +184,8 @@ def test_every_planner_places_every_table_once_within_memory_or_raises_when_infe
     easy = total <= 0.5 * topology.num_devices * capacity and largest <= 0.5 * capacity
     try:
         plan = make_planner(planner, PlannerContext(AnalyticalTestCostModel(), allow_column_split=False)).plan(
-            workload, topology)
+            workload, topology
+        )
     except PlannerError as error:
         assert not easy, f"raised on an easy task: {error}"
         if total > topology.num_devices * capacity:
@@ -190,7 +203,9 @@ def test_every_planner_places_every_table_once_within_memory_or_raises_when_infe
 def test_column_split_plans_are_valid_or_raise_planner_errors(task, planner):
     workload, topology = task
     try:
-        plan = make_planner(planner, PlannerContext(AnalyticalTestCostModel(), allow_column_split=True)).plan(workload, topology)
+        plan = make_planner(planner, PlannerContext(AnalyticalTestCostModel(), allow_column_split=True)).plan(
+            workload, topology
+        )
     except PlannerError as error:
         assert error.kind in (PlannerErrorKind.INSUFFICIENT_MEMORY, PlannerErrorKind.TABLE_DOES_NOT_FIT)
         return
@@ -198,6 +213,7 @@ def test_column_split_plans_are_valid_or_raise_planner_errors(task, planner):
 
 
 # --- cost greedy against the heuristics -------------------------------------------------------
+
 
 def suite() -> list[tuple[Workload, Topology]]:
     pool = generate_pool(PoolConfig(size=300, seed=0))
@@ -233,14 +249,18 @@ def test_cost_greedy_never_worse_than_the_best_heuristic(index):
     assert plan.max_cost_ms <= greedy_only.max_cost_ms * (1 + 1e-9)  # local search never hurts
     assert model.calls <= 1 + len(workload.tables) + 50  # singles, one per table, one per round
     for device in plan.devices:  # reported costs are the model's, for the final sets
-        assert device.cost_ms == pytest.approx(model.predict([s.table for s in device.shards], 2048)
-                                               if device.shards else 0.0)
+        assert device.cost_ms == pytest.approx(
+            model.predict([s.table for s in device.shards], 2048) if device.shards else 0.0
+        )
 
 
 def test_local_search_lowers_the_max_on_some_tasks():
     model = AnalyticalTestCostModel()
-    gains = [CostGreedyPlanner(model, max_rounds=0).plan(w, t).max_cost_ms - make_planner("cost_greedy", PlannerContext(model))
-             .plan(w, t).max_cost_ms for w, t in suite()]
+    gains = [
+        CostGreedyPlanner(model, max_rounds=0).plan(w, t).max_cost_ms
+        - make_planner("cost_greedy", PlannerContext(model)).plan(w, t).max_cost_ms
+        for w, t in suite()
+    ]
     assert all(g >= -1e-9 for g in gains) and sum(g > 1e-6 for g in gains) >= 2
 
 
@@ -289,8 +309,9 @@ def test_evening_out_the_top_lowers_a_max_that_two_devices_share():
 
 # --- column splitting -------------------------------------------------------------------------
 
-SKEWED = Workload((Table("huge", 1000, 128, 50.0),) + tuple(Table(f"s{i}", 100, 8) for i in range(7)),
-                  batch_size=2048, name="skewed")
+SKEWED = Workload(
+    (Table("huge", 1000, 128, 50.0),) + tuple(Table(f"s{i}", 100, 8) for i in range(7)), batch_size=2048, name="skewed"
+)
 
 
 def test_split_ways_need_widths_multiple_of_four_and_at_most_one_shard_per_device():
@@ -312,31 +333,48 @@ def test_tables_split_no_finer_than_the_costliest_unit_can_get():
     from autoshard.planners.splitting import split_units
     from autoshard.planners.units import Unit
 
-    costs = {"hot": {16: 80.0, 8: 40.0, 4: 50.0}, "wide": {64: 64.0, 32: 32.0, 16: 16.0, 8: 8.0},
-             "mid": {40: 40.0, 20: 20.0}, "big": {48: 45.0, 24: 22.5, 12: 11.25},
-             **{f"s{i}": {4: 4.0} for i in range(6)}}
+    costs = {
+        "hot": {16: 80.0, 8: 40.0, 4: 50.0},
+        "wide": {64: 64.0, 32: 32.0, 16: 16.0, 8: 8.0},
+        "mid": {40: 40.0, 20: 20.0},
+        "big": {48: 45.0, 24: 22.5, 12: 11.25},
+        **{f"s{i}": {4: 4.0} for i in range(6)},
+    }
     tables = [Table(name, 1000, max(widths)) for name, widths in costs.items()]
     cost = lambda ts: [costs[t.name.split("[")[0]][t.embedding_dim] for t in ts]  # noqa: E731
     units = [Unit.of(TableShard(t), c) for t, c in zip(tables, cost(tables))]
     split = split_units(units, cost, Topology(8, 1.0))
     assert [(u.parent, u.shard.width, u.cost) for u in split] == [
-        ("hot", 8, 40.0), ("hot", 8, 40.0), ("wide", 32, 32.0), ("wide", 32, 32.0), ("mid", 40, 40.0),
-        ("big", 24, 22.5), ("big", 24, 22.5), *((f"s{i}", 4, 4.0) for i in range(6))]
+        ("hot", 8, 40.0),
+        ("hot", 8, 40.0),
+        ("wide", 32, 32.0),
+        ("wide", 32, 32.0),
+        ("mid", 40, 40.0),
+        ("big", 24, 22.5),
+        ("big", 24, 22.5),
+        *((f"s{i}", 4, 4.0) for i in range(6)),
+    ]
 
 
 def test_by_default_the_cost_model_planners_split_and_the_heuristics_place_whole_tables():
     from autoshard.planners.context import PlannerKind
 
     kinds = list(PlannerKind)
-    assert {k: PlannerContext().splits(k) for k in kinds} == {PlannerKind.HEURISTIC: False, PlannerKind.COST_MODEL: True,
-                                                             PlannerKind.POLICY: True, PlannerKind.REFERENCE: True}
+    assert {k: PlannerContext().splits(k) for k in kinds} == {
+        PlannerKind.HEURISTIC: False,
+        PlannerKind.COST_MODEL: True,
+        PlannerKind.POLICY: True,
+        PlannerKind.REFERENCE: True,
+    }
     assert not any(PlannerContext(allow_column_split=False).splits(k) for k in kinds)
     assert all(PlannerContext(allow_column_split=True).splits(k) for k in kinds)
     # SKEWED on 4 devices: "huge" is 50x128 lookups against 7 x 8; cost_greedy splits it (a third
     # of the max at most), size_greedy keeps it whole
     model, topology = AnalyticalTestCostModel(), topo(4, AMPLE)
-    default = {name: make_planner(name, PlannerContext(model)).plan(SKEWED, topology)
-               for name in ("cost_greedy", "size_greedy")}
+    default = {
+        name: make_planner(name, PlannerContext(model)).plan(SKEWED, topology)
+        for name in ("cost_greedy", "size_greedy")
+    }
     whole = make_planner("cost_greedy", PlannerContext(model, allow_column_split=False)).plan(SKEWED, topology)
     shards = lambda plan: sorted(s.width for d in plan.devices for s in d.shards if s.table.name == "huge")  # noqa: E731
     assert shards(default["size_greedy"]) == [128] and shards(whole) == [128]
@@ -357,7 +395,11 @@ def test_column_split_lowers_the_max_and_places_shards_on_distinct_devices(plann
     assert split.max_cost_ms < whole.max_cost_ms
     labels = plan_to_dict(split)["devices"]
     assert sorted(t for d in labels for t in d["tables"] if t.startswith("huge")) == [
-        "huge[0:32]", "huge[32:64]", "huge[64:96]", "huge[96:128]"]
+        "huge[0:32]",
+        "huge[32:64]",
+        "huge[64:96]",
+        "huge[96:128]",
+    ]
 
 
 def test_a_table_larger_than_a_device_fits_only_when_split():
@@ -379,7 +421,9 @@ def test_split_retries_finer_shards_after_a_packing_dead_end():
     tables = tuple(Table(f"t{i}", 1200, 128) for i in range(3))  # 614,400 bytes each
     workload, topology = Workload(tables), topo(4, 512_000)
     for planner in ALL:
-        plan = make_planner(planner, PlannerContext(AnalyticalTestCostModel(), allow_column_split=True)).plan(workload, topology)
+        plan = make_planner(planner, PlannerContext(AnalyticalTestCostModel(), allow_column_split=True)).plan(
+            workload, topology
+        )
         validate_plan(plan, workload, topology)
         assert all(len(d.shards) == 3 for d in plan.devices)
 
@@ -438,7 +482,9 @@ def test_split_caps_that_split_alike_are_planned_once_and_a_split_plan_must_clea
 
 
 @pytest.mark.parametrize("task, splits_by_default", [("syn80_s2", False), ("criteo_terabyte", True)])
-def test_cost_greedy_splits_only_where_the_split_plan_is_predicted_clearly_lower(shipped_model, task, splits_by_default):
+def test_cost_greedy_splits_only_where_the_split_plan_is_predicted_clearly_lower(
+    shipped_model, task, splits_by_default
+):
     """The shipped model predicts syn80_s2's best split plan 8% below its plan without splits:
     inside the margin, so cost_greedy keeps the plan without (that of a run without splits);
     at margin 0 it splits. Criteo Terabyte's split plan is predicted 18% lower: split either way."""
@@ -472,6 +518,7 @@ def test_a_table_that_cannot_split_small_enough_names_its_smallest_shard():
 
 # --- memory errors ----------------------------------------------------------------------------
 
+
 def test_insufficient_memory_names_the_bytes_needed_and_available():
     with pytest.raises(PlannerError) as info:
         make_planner("lookup_greedy").plan(TINY, topo(2, 800_000))
@@ -501,20 +548,23 @@ def test_a_packing_dead_end_names_the_table_its_bytes_and_the_largest_free_space
 
 # --- validation, reports, registry ------------------------------------------------------------
 
+
 def whole(*tables: Table) -> tuple[TableShard, ...]:
     return tuple(TableShard(t) for t in tables)
 
 
-@pytest.mark.parametrize("devices, capacity, needle", [
-    ([whole(BIG, HOT), whole(WIDE, MID)], AMPLE, "'tall' is not placed"),
-    ([whole(BIG, HOT, TALL), whole(WIDE, MID, TALL)], AMPLE, "covered twice"),
-    ([whole(BIG, HOT, TALL), whole(MID) + (TableShard(WIDE, 0, 8),)], AMPLE, "columns 8:16"),
-    ([whole(BIG, HOT, TALL, MID) + (TableShard(WIDE, 0, 8), TableShard(WIDE, 8, 8)), ()], AMPLE,
-     "two shards"),
-    ([whole(BIG, HOT, TALL), whole(WIDE, MID, Table("ghost", 1, 4))], AMPLE, "'ghost'"),
-    ([whole(BIG, HOT, TALL), whole(WIDE, MID)], 1_000_000, "memory"),
-    ([whole(BIG, HOT, TALL, WIDE, MID)], AMPLE, "the plan has 1 devices"),
-])
+@pytest.mark.parametrize(
+    "devices, capacity, needle",
+    [
+        ([whole(BIG, HOT), whole(WIDE, MID)], AMPLE, "'tall' is not placed"),
+        ([whole(BIG, HOT, TALL), whole(WIDE, MID, TALL)], AMPLE, "covered twice"),
+        ([whole(BIG, HOT, TALL), whole(MID) + (TableShard(WIDE, 0, 8),)], AMPLE, "columns 8:16"),
+        ([whole(BIG, HOT, TALL, MID) + (TableShard(WIDE, 0, 8), TableShard(WIDE, 8, 8)), ()], AMPLE, "two shards"),
+        ([whole(BIG, HOT, TALL), whole(WIDE, MID, Table("ghost", 1, 4))], AMPLE, "'ghost'"),
+        ([whole(BIG, HOT, TALL), whole(WIDE, MID)], 1_000_000, "memory"),
+        ([whole(BIG, HOT, TALL, WIDE, MID)], AMPLE, "the plan has 1 devices"),
+    ],
+)
 def test_validate_plan_rejects_invalid_plans(devices, capacity, needle):
     plan = ShardingPlan("hand", tuple(DevicePlan(d, 0.0) for d in devices))
     with pytest.raises(InputError) as info:
@@ -523,14 +573,21 @@ def test_validate_plan_rejects_invalid_plans(devices, capacity, needle):
 
 
 def test_validate_plan_accepts_split_tables_covering_every_column_once():
-    plan = ShardingPlan("hand", (DevicePlan(whole(BIG, HOT, TALL) + (TableShard(WIDE, 8, 8),), 0.0),
-                                 DevicePlan(whole(MID) + (TableShard(WIDE, 0, 8),), 0.0)))
+    plan = ShardingPlan(
+        "hand",
+        (
+            DevicePlan(whole(BIG, HOT, TALL) + (TableShard(WIDE, 8, 8),), 0.0),
+            DevicePlan(whole(MID) + (TableShard(WIDE, 0, 8),), 0.0),
+        ),
+    )
     validate_plan(plan, TINY, topo(2, AMPLE))
 
 
 def test_plans_report_flags_the_lowest_max_cost_as_best():
     topology = topo(2, AMPLE)
-    plans = [make_planner(n, PlannerContext(ProxyCostModel())).plan(TINY, topology) for n in ("size_greedy", "lookup_greedy")]
+    plans = [
+        make_planner(n, PlannerContext(ProxyCostModel())).plan(TINY, topology) for n in ("size_greedy", "lookup_greedy")
+    ]
     report = plans_report(TINY, topology, plans, [("cost_greedy", "needs a model")])
     assert [p["best"] for p in report["plans"]] == [False, True]
     assert report["plans"][1]["max_cost_ms"] == pytest.approx(max(32 + 8, 20 + 12 + 2))
@@ -633,9 +690,17 @@ def test_a_plan_does_not_depend_on_the_process_s_hash_seed():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    outputs = {subprocess.run([sys.executable, "-c", PLAN_IN_A_FRESH_PROCESS], cwd=root, check=True, text=True,
-                              capture_output=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
-               for seed in ("0", "1", "2")}
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", PLAN_IN_A_FRESH_PROCESS],
+            cwd=root,
+            check=True,
+            text=True,
+            capture_output=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("0", "1", "2")
+    }
     assert len(outputs) == 1
 
 
@@ -666,8 +731,10 @@ def test_the_packing_lookahead_by_hand_devices_of_equal_room_alike_and_of_other_
     no room)."""
     from autoshard.planners.placement import PlacementState
 
-    units = [Unit.of(TableShard(Table(f"t{i}", size * GIB // 64, 16)), float(size))  # size GiB each
-             for i, size in enumerate((3, 3, 4, 7, 7, 6, 5))]
+    units = [
+        Unit.of(TableShard(Table(f"t{i}", size * GIB // 64, 16)), float(size))  # size GiB each
+        for i, size in enumerate((3, 3, 4, 7, 7, 6, 5))
+    ]
     state = PlacementState(units, Topology(4, 10.0), lookahead=True)
     state.apply(2)
     state.apply(3)
@@ -675,23 +742,26 @@ def test_the_packing_lookahead_by_hand_devices_of_equal_room_alike_and_of_other_
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.integers(1, 12), min_size=3, max_size=14), st.integers(2, 6), st.integers(0, 13),
-       st.floats(1.0, 1.4))
+@given(
+    st.lists(st.integers(1, 12), min_size=3, max_size=14), st.integers(2, 6), st.integers(0, 13), st.floats(1.0, 1.4)
+)
 def test_the_packing_lookahead_checks_devices_of_equal_room_once_and_answers_for_each(sizes, devices, placed, slack):
     """``_first_fit_after`` runs first-fit decreasing once per distinct free room (devices with as
     much room left leave the same bins); each device's answer is still its own FFD's."""
     from autoshard.planners.packing import packable_many
     from autoshard.planners.placement import PlacementState
 
-    units = [Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s GiB each
-             for i, s in enumerate(sorted(sizes, reverse=True))]
+    units = [
+        Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s GiB each
+        for i, s in enumerate(sorted(sizes, reverse=True))
+    ]
     state = PlacementState(units, Topology(devices, max(slack * sum(sizes) / devices, max(sizes))), lookahead=True)
     for k in range(min(placed, len(units) - 1)):  # some units placed round robin, where they fit
         room = state.room()
         if not room.any():
             break
         state.apply(k % devices if room[k % devices] else int(room.argmax()))
-    size, rest = state.current.memory_bytes, sorted((u.memory_bytes for u in units[state.position + 1:]), reverse=True)
+    size, rest = state.current.memory_bytes, sorted((u.memory_bytes for u in units[state.position + 1 :]), reverse=True)
     for d in range(devices):
         free = state.free.copy()
         free[d] -= size
@@ -700,8 +770,10 @@ def test_the_packing_lookahead_checks_devices_of_equal_room_once_and_answers_for
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(1, 40), max_size=40), st.lists(st.lists(st.integers(0, 60), min_size=1, max_size=8),
-                                                          min_size=1, max_size=5))
+@given(
+    st.lists(st.integers(1, 40), max_size=40),
+    st.lists(st.lists(st.integers(0, 60), min_size=1, max_size=8), min_size=1, max_size=5),
+)
 def test_packable_many_answers_as_plain_first_fit_decreasing(sizes, rows):
     """``packable_many`` (all rows at once, stopping a row once the rest provably fits, checked
     every ``SETTLED_EVERY`` items) answers as first-fit decreasing item by item, to the end."""
@@ -723,10 +795,17 @@ def test_packable_many_answers_as_plain_first_fit_decreasing(sizes, rows):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.integers(1, 12), min_size=6, max_size=24), st.integers(2, 12), st.integers(0, 23),
-       st.floats(1.0, 1.15), st.integers(1, 5), st.integers(0, 2**32 - 1))
-def test_the_devices_allowed_to_a_chooser_of_few_candidates_give_the_mask_s_candidates(sizes, devices, placed, slack,
-                                                                                        limit, seed):
+@given(
+    st.lists(st.integers(1, 12), min_size=6, max_size=24),
+    st.integers(2, 12),
+    st.integers(0, 23),
+    st.floats(1.0, 1.15),
+    st.integers(1, 5),
+    st.integers(0, 2**32 - 1),
+)
+def test_the_devices_allowed_to_a_chooser_of_few_candidates_give_the_mask_s_candidates(
+    sizes, devices, placed, slack, limit, seed
+):
     """``allowed(limit)`` checks the packing lookahead only on the least-loaded devices until
     ``limit`` pass, and its ``candidates`` are those of the whole mask: at every step of a
     placement (random choices, some devices of equal load), for limits 1-5."""
@@ -734,8 +813,10 @@ def test_the_devices_allowed_to_a_chooser_of_few_candidates_give_the_mask_s_cand
     from autoshard.planners.placing import candidates
 
     rng = np.random.default_rng(seed)
-    units = [Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s GiB each
-             for i, s in enumerate(sorted(sizes, reverse=True))]
+    units = [
+        Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s GiB each
+        for i, s in enumerate(sorted(sizes, reverse=True))
+    ]
     state = PlacementState(units, Topology(devices, max(slack * sum(sizes) / devices, max(sizes))), lookahead=True)
     for _ in range(min(placed, len(units) - 1)):
         scoped = candidates(state, state.allowed(limit), limit)
@@ -749,17 +830,26 @@ def test_the_devices_allowed_to_a_chooser_of_few_candidates_give_the_mask_s_cand
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.integers(1, 12), min_size=6, max_size=24), st.integers(2, 12), st.integers(0, 20),
-       st.floats(1.0, 1.15), st.sampled_from([None, 1, 3]), st.integers(0, 2**32 - 1))
-def test_the_lookahead_prefetched_for_placements_side_by_side_answers_as_each_alone(sizes, devices, placed, slack,
-                                                                                      limit, seed):
+@given(
+    st.lists(st.integers(1, 12), min_size=6, max_size=24),
+    st.integers(2, 12),
+    st.integers(0, 20),
+    st.floats(1.0, 1.15),
+    st.sampled_from([None, 1, 3]),
+    st.integers(0, 2**32 - 1),
+)
+def test_the_lookahead_prefetched_for_placements_side_by_side_answers_as_each_alone(
+    sizes, devices, placed, slack, limit, seed
+):
     """``prefetch_lookahead`` (``place_together``'s placements at one step: one first-fit pass for
     the rooms each checks first) records for every room the answer of that placement's own
     first-fit, and ``allowed`` answers as without it: four placements of random choices."""
     from autoshard.planners.placement import PlacementState, prefetch_lookahead
 
-    units = [Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s GiB each
-             for i, s in enumerate(sorted(sizes, reverse=True))]
+    units = [
+        Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s GiB each
+        for i, s in enumerate(sorted(sizes, reverse=True))
+    ]
     topology = Topology(devices, max(slack * sum(sizes) / devices, max(sizes)))
 
     def stepped() -> list[PlacementState]:
@@ -790,8 +880,10 @@ def test_a_chooser_of_one_candidate_has_the_lookahead_check_only_the_least_loade
     mask is devices 0 and 1."""
     from autoshard.planners.placement import PlacementState
 
-    units = [Unit.of(TableShard(Table(f"t{i}", size * GIB // 64, 16)), float(size))
-             for i, size in enumerate((3, 3, 4, 7, 7, 6, 5))]
+    units = [
+        Unit.of(TableShard(Table(f"t{i}", size * GIB // 64, 16)), float(size))
+        for i, size in enumerate((3, 3, 4, 7, 7, 6, 5))
+    ]
     state = PlacementState(units, Topology(4, 10.0), lookahead=True)
     state.apply(2)
     state.apply(3)
@@ -831,6 +923,12 @@ def test_past_its_deadline_placement_drops_the_lookahead_and_places_again_with_i
         place(dropped, highest, deadline=expired)
     assert dropped.dropped_lookahead and dropped.devices[3].units[-1].name == "t2"
     memory_costs = TaskUnits(Workload(tuple(tables)), topology, lambda ts: [float(t.memory_bytes) for t in ts])
-    again = place_workload(memory_costs, False, highest, lambda us: PlacementState(us, topology, lookahead=True),
-                           order_by_cost=False, deadline=expired)
+    again = place_workload(
+        memory_costs,
+        False,
+        highest,
+        lambda us: PlacementState(us, topology, lookahead=True),
+        order_by_cost=False,
+        deadline=expired,
+    )
     assert [[u.name for u in d.units] for d in again.devices] == [[u.name for u in d.units] for d in placed.devices]

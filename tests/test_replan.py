@@ -70,7 +70,10 @@ def test_a_plan_from_scratch_counts_every_kept_shard_it_puts_elsewhere_and_nothi
     kept = replan(workload, Topology(2, 1.0), MODEL, current, MoveBudget(0)).plan
     scratch = ShardingPlan("scratch", kept.devices[::-1])
     assert sorted((m.shard, m.from_rank, m.to_rank) for m in moves_from(current, scratch, workload)) == [
-        ("t0", 0, 1), ("t1", 0, 1), ("t2", 1, 0)]
+        ("t0", 0, 1),
+        ("t1", 0, 1),
+        ("t2", 1, 0),
+    ]
 
 
 def test_tables_gone_are_dropped_and_tables_whose_columns_changed_are_placed_anew():
@@ -85,18 +88,28 @@ def test_tables_gone_are_dropped_and_tables_whose_columns_changed_are_placed_ane
 def test_column_shards_are_kept_as_they_are():
     table = Table("wide", 1000, 64, 40.0)
     current = CurrentPlacement((KeptShard("wide", 1, 0, 32), KeptShard("wide", 0, 32, 32)), 2)
-    found = replan(Workload((table, Table("new", 1000, 16, 5.0)), batch_size=1000), Topology(2, 1.0), MODEL,
-                   current, MoveBudget(0))
-    shards = {(s.column_offset, s.width): rank for rank, d in enumerate(found.plan.devices) for s in d.shards
-              if s.table.name == "wide"}
+    found = replan(
+        Workload((table, Table("new", 1000, 16, 5.0)), batch_size=1000), Topology(2, 1.0), MODEL, current, MoveBudget(0)
+    )
+    shards = {
+        (s.column_offset, s.width): rank
+        for rank, d in enumerate(found.plan.devices)
+        for s in d.shards
+        if s.table.name == "wide"
+    }
     assert shards == {(0, 32): 1, (32, 32): 0} and found.moves == ()
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 2)), min_size=3, max_size=12),
-       st.integers(0, 5), st.integers(0, 3), st.integers(0, 3))
+@given(
+    st.lists(st.tuples(st.integers(1, 40), st.integers(0, 2)), min_size=3, max_size=12),
+    st.integers(0, 5),
+    st.integers(0, 3),
+    st.integers(0, 3),
+)
 def test_every_table_is_placed_once_within_memory_and_at_most_the_budget_of_kept_shards_moves(
-        spec, max_moves, new, gone):
+    spec, max_moves, new, gone
+):
     """Tables of 1-40 lookups a sample on devices 0-2 today; ``new`` tables added and the first
     ``gone`` removed: the plan is valid, kept shards off their device are at most ``max_moves``,
     and its max is no higher than keeping every shard where it is."""
@@ -142,14 +155,17 @@ def test_the_current_placement_must_fit_the_topology():
     assert error.value.field == "device_memory_gb"
 
 
-@pytest.mark.parametrize("data, field", [
-    ([], "tables"),
-    ({"world_size": 2}, "tables"),
-    ({"world_size": 0, "tables": {}}, "world_size"),
-    ({"world_size": 2, "tables": {"a": {"shards": []}}}, "shards"),
-    ({"world_size": 2, "tables": {"a": {"shards": [{"rank": 0, "column_offset": 0}]}}}, "shards"),
-    ({"world_size": 2, "tables": {"a": {"shards": [{"rank": 2, "column_offset": 0, "columns": 4}]}}}, "rank"),
-])
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        ([], "tables"),
+        ({"world_size": 2}, "tables"),
+        ({"world_size": 0, "tables": {}}, "world_size"),
+        ({"world_size": 2, "tables": {"a": {"shards": []}}}, "shards"),
+        ({"world_size": 2, "tables": {"a": {"shards": [{"rank": 0, "column_offset": 0}]}}}, "shards"),
+        ({"world_size": 2, "tables": {"a": {"shards": [{"rank": 2, "column_offset": 0, "columns": 4}]}}}, "rank"),
+    ],
+)
 def test_an_export_that_is_not_a_plan_names_the_field(data, field):
     with pytest.raises(InputError) as error:
         CurrentPlacement.from_export(data, "plan.json")
@@ -158,8 +174,9 @@ def test_an_export_that_is_not_a_plan_names_the_field(data, field):
 
 def _export(tmp_path: Path, workload: str, *options: str) -> Path:
     out = tmp_path / "current.json"
-    result = runner.invoke(app, ["plan", workload, "--planner", "cost_greedy", "--format", "torchrec",
-                                 "--out", str(out), *options])
+    result = runner.invoke(
+        app, ["plan", workload, "--planner", "cost_greedy", "--format", "torchrec", "--out", str(out), *options]
+    )
     assert result.exit_code == 0, result.output
     return out
 
@@ -170,12 +187,29 @@ def test_replan_reads_the_plans_export_places_new_tables_and_writes_an_export_it
     from autoshard.core.presets import load_workload_or_preset
 
     kaggle, _ = load_workload_or_preset("criteo_kaggle")
-    changed = Workload(kaggle.tables[2:] + (Table("new_a", 2_000_000, 16, 1.0), Table("new_b", 50_000, 16, 1.0)),
-                       kaggle.batch_size, "kaggle_v2")
+    changed = Workload(
+        kaggle.tables[2:] + (Table("new_a", 2_000_000, 16, 1.0), Table("new_b", 50_000, 16, 1.0)),
+        kaggle.batch_size,
+        "kaggle_v2",
+    )
     save_workload(tmp_path / "v2.json", changed)
     out = tmp_path / "next.json"
-    result = runner.invoke(app, ["replan", str(tmp_path / "v2.json"), "--from", str(current), "--memory-gb", "8",
-                                 "--max-moves", "2", "--json", "--out", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "replan",
+            str(tmp_path / "v2.json"),
+            "--from",
+            str(current),
+            "--memory-gb",
+            "8",
+            "--max-moves",
+            "2",
+            "--json",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     keep, moved, scratch = report["plans"]
@@ -186,25 +220,45 @@ def test_replan_reads_the_plans_export_places_new_tables_and_writes_an_export_it
     placed = sorted(t for d in moved["devices"] for t in d["tables"])
     assert placed == sorted(t.name for t in changed.tables)
     assert json.loads(out.read_text())["world_size"] == 4
-    again = runner.invoke(app, ["replan", str(tmp_path / "v2.json"), "--from", str(out), "--memory-gb", "8",
-                                "--max-moves", "0", "--json"])
+    again = runner.invoke(
+        app, ["replan", str(tmp_path / "v2.json"), "--from", str(out), "--memory-gb", "8", "--max-moves", "0", "--json"]
+    )
     assert again.exit_code == 0, again.output
     assert json.loads(again.stdout)["plans"][0]["max_cost_ms"] == pytest.approx(moved["max_cost_ms"])
-    capped = runner.invoke(app, ["replan", str(tmp_path / "v2.json"), "--from", str(current), "--memory-gb", "8",
-                                 "--max-moves", "8", "--max-move-gb", "0", "--json"])
+    capped = runner.invoke(
+        app,
+        [
+            "replan",
+            str(tmp_path / "v2.json"),
+            "--from",
+            str(current),
+            "--memory-gb",
+            "8",
+            "--max-moves",
+            "8",
+            "--max-move-gb",
+            "0",
+            "--json",
+        ],
+    )
     assert capped.exit_code == 0, capped.output
     capped_report = json.loads(capped.stdout)
-    assert capped_report["max_moved_bytes"] == 0 and capped_report["plans"][1]["plan"] == "replan (<= 8 moves, <= 0 GiB)"
+    assert (
+        capped_report["max_moved_bytes"] == 0 and capped_report["plans"][1]["plan"] == "replan (<= 8 moves, <= 0 GiB)"
+    )
     assert capped_report["plans"][1]["shards_moved"] == 0
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--from", "missing.json"], "no such file"),
-    (["--from", "not_json.json"], "not valid JSON"),
-    (["--from", "current.json", "--devices", "2"], "--devices"),
-    (["--from", "current.json", "--memory-gb", "0.001"], "--memory-gb"),
-    (["--from", "current.json", "--model", "none"], "--model"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--from", "missing.json"], "no such file"),
+        (["--from", "not_json.json"], "not valid JSON"),
+        (["--from", "current.json", "--devices", "2"], "--devices"),
+        (["--from", "current.json", "--memory-gb", "0.001"], "--memory-gb"),
+        (["--from", "current.json", "--model", "none"], "--model"),
+    ],
+)
 def test_replan_errors_name_the_option_and_exit_2(tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
     _export(tmp_path, "criteo_kaggle", "--devices", "4", "--memory-gb", "8")
@@ -219,8 +273,12 @@ def test_a_byte_budget_keeps_the_big_tables_home():
     """t0 (100 lookups a sample) is large, t1 (100) small, on device 0; t2 (50) on device 1 and the
     new t3 (50). Swapping either 100-lookup table with t3 balances the devices alike (1.208 each):
     without a byte budget the first such swap moves t0's 6.4 MB; with 1 MiB, only t1 may go."""
-    tables = (Table("t0", 100_000, 16, 100.0), Table("t1", 1000, 16, 100.0), Table("t2", 1000, 16, 50.0),
-              Table("t3", 1000, 16, 50.0))
+    tables = (
+        Table("t0", 100_000, 16, 100.0),
+        Table("t1", 1000, 16, 100.0),
+        Table("t2", 1000, 16, 50.0),
+        Table("t3", 1000, 16, 50.0),
+    )
     current = CurrentPlacement((KeptShard("t0", 0, 0, 16), KeptShard("t1", 0, 0, 16), KeptShard("t2", 1, 0, 16)), 2)
     workload = Workload(tables, batch_size=1000)
     free = replan(workload, Topology(2, 1.0), MODEL, current, MoveBudget(1))

@@ -94,8 +94,7 @@ def test_the_refined_return_is_greedy_minus_agent_after_local_search(model):
 def test_masks_forbid_exactly_the_devices_without_room(model):
     big, small = Table("big", 1_000_000, 64), Table("small", 1000, 8)
     room = big.memory_bytes + small.memory_bytes  # one device takes big and small, no more
-    task = Task("t", Workload((big, Table("big2", 1_000_000, 64), small)),
-                Topology(3, room / GIB))
+    task = Task("t", Workload((big, Table("big2", 1_000_000, 64), small)), Topology(3, room / GIB))
     env = ShardingEnv(model, FixedTasks((task,)), EnvConfig(slots=4))
     env.reset(seed=0)
     first = env.state.current  # the costliest big table: every device has room; slot 3 is padding
@@ -129,8 +128,18 @@ def test_a_policy_must_learn_the_plan_greedy_misses():
     assert placed.loads.max() == 7.0 and greedy.max_cost_ms == 6.0  # local search finds it; placement does not
     env = ShardingEnv(cost_model, FixedTasks((task,)), config)
     env.reset(seed=0)
-    agent = MaskablePPO(DeviceScoringPolicy, env, n_steps=256, batch_size=64, learning_rate=3e-3, gamma=1.0,
-                        ent_coef=0.01, seed=0, policy_kwargs={"hidden": 32}, device="cpu")
+    agent = MaskablePPO(
+        DeviceScoringPolicy,
+        env,
+        n_steps=256,
+        batch_size=64,
+        learning_rate=3e-3,
+        gamma=1.0,
+        ent_coef=0.01,
+        seed=0,
+        policy_kwargs={"hidden": 32},
+        device="cpu",
+    )
     agent.learn(6000)
     obs, _ = env.reset()
     done = False
@@ -167,8 +176,24 @@ def test_rl_refine_searches_only_when_asked(model):
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
     assert make_planner("rl+refine", PlannerContext(model, policy)).search.iterations == 0
     assert make_planner("rl+refine", PlannerContext(model, policy, search_iterations=8)).search.iterations == 8
-    result = CliRunner().invoke(app, ["plan", "criteo_kaggle", "--devices", "4", "--memory-gb", "2", "--planner",
-                                      "rl+refine", "--search-iterations", "4", "--model", str(SHIPPED), "--json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "plan",
+            "criteo_kaggle",
+            "--devices",
+            "4",
+            "--memory-gb",
+            "2",
+            "--planner",
+            "rl+refine",
+            "--search-iterations",
+            "4",
+            "--model",
+            str(SHIPPED),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(app, ["plan", "criteo_kaggle", "--planner", "rl+refine", "--search-iterations", "-1"])
     assert result.exit_code == 2 and "search-iterations" in result.output
@@ -231,7 +256,8 @@ def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):
     rng = np.random.default_rng(0)
     tables = tuple(Table(f"huge{i}", 100_000, 128, 40.0) for i in range(3)) + tuple(
         Table(f"s{i}", int(rng.integers(1000, 100_000)), int(rng.choice([16, 32, 64])), float(rng.uniform(1, 10)))
-        for i in range(40))
+        for i in range(40)
+    )
     workload, topology = Workload(tables, batch_size=2048, name="mix"), Topology(8, 1.0)
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
     context = PlannerContext(model, policy, allow_column_split=True, search_iterations=32, departure_margin=0.0)
@@ -245,8 +271,9 @@ def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):
     assert [d.shards for d in again.devices] == [d.shards for d in refined.devices]
 
 
-def _refined_counting_samples(monkeypatch, context: PlannerContext, workload: Workload,
-                              topology: Topology) -> tuple[int, object]:
+def _refined_counting_samples(
+    monkeypatch, context: PlannerContext, workload: Workload, topology: Topology
+) -> tuple[int, object]:
     """rl+refine's plan, and how many times it drew sampled rollouts (``place_together`` calls)."""
     import autoshard.rl.planners as rl_planners
 
@@ -266,10 +293,12 @@ def test_with_column_splits_rl_refine_samples_at_the_planned_caps_only(model, mo
     rng = np.random.default_rng(2)
     tables = tuple(Table(f"huge{i}", 100_000, 128, 40.0) for i in range(2)) + tuple(
         Table(f"s{i}", int(rng.integers(1000, 100_000)), int(rng.choice([16, 32, 64])), float(rng.uniform(1, 10)))
-        for i in range(60))
+        for i in range(60)
+    )
     workload, topology = Workload(tables, batch_size=2048, name="mix16"), Topology(16, 1.0)
-    context = PlannerContext(model, DevicePolicy.load(SHIPPED / "policy.pt"), allow_column_split=True,
-                             departure_margin=0.0)
+    context = PlannerContext(
+        model, DevicePolicy.load(SHIPPED / "policy.pt"), allow_column_split=True, departure_margin=0.0
+    )
     sampled, refined = _refined_counting_samples(monkeypatch, context, workload, topology)
     validate_plan(refined, workload, topology)
     assert 1 <= sampled <= 2
@@ -308,7 +337,8 @@ def test_rl_refine_does_not_sample_where_no_plan_could_clear_the_departure_margi
     rng = np.random.default_rng(3)
     tables = (Table("huge", 2_000_000, 128, 30.0),) + tuple(
         Table(f"s{i}", int(rng.integers(1000, 100_000)), int(rng.choice([16, 32, 64])), float(rng.uniform(1, 10)))
-        for i in range(54))
+        for i in range(54)
+    )
     workload, topology = Workload(tables, batch_size=2048, name="near_bound"), Topology(4, 4.0)
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
     greedy = make_planner("cost_greedy", PlannerContext(model, policy)).plan(workload, topology)
@@ -316,13 +346,15 @@ def test_rl_refine_does_not_sample_where_no_plan_could_clear_the_departure_margi
     assert bound * 1.001 < greedy.max_cost_ms < bound / (1 - DEPARTURE_MARGIN)
     sampled, refined = _refined_counting_samples(monkeypatch, PlannerContext(model, policy), workload, topology)
     assert not sampled and [d.shards for d in refined.devices] == [d.shards for d in greedy.devices]
-    sampled, _ = _refined_counting_samples(monkeypatch, PlannerContext(model, policy, departure_margin=0.0), workload,
-                                           topology)
+    sampled, _ = _refined_counting_samples(
+        monkeypatch, PlannerContext(model, policy, departure_margin=0.0), workload, topology
+    )
     assert sampled
 
 
 def test_rl_refine_does_not_sample_where_cost_greedys_plan_is_too_even_for_a_plan_to_clear_the_margin(
-        model, monkeypatch):
+    model, monkeypatch
+):
     """80 pool tables on 4 devices: cost_greedy's plan is twice the lower bound but within 1% of
     its own mean device cost. A plan 10% lower would need
     a total more than ``OWN_TOTAL_SLACK`` below cost_greedy's, so rl+refine draws no samples and
@@ -340,13 +372,15 @@ def test_rl_refine_does_not_sample_where_cost_greedys_plan_is_too_even_for_a_pla
     assert greedy.max_cost_ms * (1 - DEPARTURE_MARGIN) <= (1 - rl_planners.OWN_TOTAL_SLACK) * mean  # too even
     sampled, refined = _refined_counting_samples(monkeypatch, PlannerContext(model, policy), workload, topology)
     assert not sampled and [d.shards for d in refined.devices] == [d.shards for d in greedy.devices]
-    sampled, _ = _refined_counting_samples(monkeypatch, PlannerContext(model, policy, departure_margin=0.0), workload,
-                                           topology)
+    sampled, _ = _refined_counting_samples(
+        monkeypatch, PlannerContext(model, policy, departure_margin=0.0), workload, topology
+    )
     assert sampled
 
 
 def test_without_ruin_and_recreate_rl_refine_samples_only_where_its_own_placements_could_clear_the_margin(
-        model, monkeypatch):
+    model, monkeypatch
+):
     """Criteo Kaggle on 4 x 2 GiB with the all-to-all: cost_greedy's plan is about 1.04x its mean
     device cost, so a plan 10% lower would need a total about 6.5% below cost_greedy's: further
     than rl+refine's own placements went (``OWN_TOTAL_SLACK``), not as far as ruin and
@@ -366,8 +400,9 @@ def test_without_ruin_and_recreate_rl_refine_samples_only_where_its_own_placemen
     assert (1 - rl_planners.TOTAL_SLACK) * mean < needed <= (1 - rl_planners.OWN_TOTAL_SLACK) * mean
     sampled, refined = _refined_counting_samples(monkeypatch, PlannerContext(priced, policy), workload, topology)
     assert not sampled and [d.shards for d in refined.devices] == [d.shards for d in greedy.devices]
-    sampled, _ = _refined_counting_samples(monkeypatch, PlannerContext(priced, policy, search_iterations=2), workload,
-                                           topology)
+    sampled, _ = _refined_counting_samples(
+        monkeypatch, PlannerContext(priced, policy, search_iterations=2), workload, topology
+    )
     assert sampled
 
 
@@ -400,8 +435,23 @@ def test_policy_train_cli_writes_a_policy_that_plans_and_resumes(tmp_path):
 
     shutil.copy(SHIPPED / "cost_model.pt", tmp_path)
     shutil.copy(SHIPPED / "communication.json", tmp_path)
-    args = ["policy", "train", "--profile", str(tmp_path), "--envs", "1", "--no-progress", "--slots", "4",
-            "--checkpoint-every", "256", "--eval-every", "512", "--eval-tasks", "2"]
+    args = [
+        "policy",
+        "train",
+        "--profile",
+        str(tmp_path),
+        "--envs",
+        "1",
+        "--no-progress",
+        "--slots",
+        "4",
+        "--checkpoint-every",
+        "256",
+        "--eval-every",
+        "512",
+        "--eval-tasks",
+        "2",
+    ]
     first = CliRunner().invoke(app, [*args, "--steps", "512"])
     assert first.exit_code == 0, first.output
     work = tmp_path / "policy_training"
@@ -514,7 +564,9 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     priced = replace(context, cost_model=WithCommunication(model, communication, topology.num_devices))
     asked = []
     costs_if_added = SetAccumulator.costs_if_added
-    monkeypatch.setattr(SetAccumulator, "costs_if_added", lambda self, *a, **k: asked.append(1) or costs_if_added(self, *a, **k))
+    monkeypatch.setattr(
+        SetAccumulator, "costs_if_added", lambda self, *a, **k: asked.append(1) or costs_if_added(self, *a, **k)
+    )
     checked = []  # the packing lookahead's first-fit checks
     first_fit = PlacementState._first_fit_after
     monkeypatch.setattr(PlacementState, "_first_fit_after", lambda self, *a: checked.append(1) or first_fit(self, *a))
@@ -568,8 +620,11 @@ def test_sampled_placements_alike_so_far_are_scored_once_and_draw_as_before(mode
     units = prepare_units(workload, topology, model_costs(model, workload.batch_size), False)
     observed_states = []  # per call of the policy, the placements it scores
     scores = DevicePolicy.scores
-    monkeypatch.setattr(DevicePolicy, "scores", lambda self, observed: observed_states.append(len(observed.starts) - 1)
-                        or scores(self, observed))
+    monkeypatch.setattr(
+        DevicePolicy,
+        "scores",
+        lambda self, observed: observed_states.append(len(observed.starts) - 1) or scores(self, observed),
+    )
 
     def rollouts(alike: bool) -> list:
         if not alike:
@@ -607,14 +662,19 @@ def test_sampled_rollouts_read_the_scores_the_argmax_rollout_made_at_their_histo
     units = prepare_units(workload, topology, model_costs(model, workload.batch_size), False)
     observed_rows = []
     scores = DevicePolicy.scores
-    monkeypatch.setattr(DevicePolicy, "scores", lambda self, observed: observed_rows.append(len(observed.devices))
-                        or scores(self, observed))
+    monkeypatch.setattr(
+        DevicePolicy,
+        "scores",
+        lambda self, observed: observed_rows.append(len(observed.devices)) or scores(self, observed),
+    )
 
     def sampled(after_argmax: bool) -> tuple[list, int]:
         steps = SharedWork(workload, topology).steps(workload, topology, units)
         if after_argmax:
-            place(PlacementState(units, topology, model.accumulator(4, workload.batch_size), steps=steps),
-                  PolicyChooser(policy))
+            place(
+                PlacementState(units, topology, model.accumulator(4, workload.batch_size), steps=steps),
+                PolicyChooser(policy),
+            )
         observed_rows.clear()
         shared = model.accumulator(4 * topology.num_devices, workload.batch_size)
         states = [PlacementState(units, topology, AccumulatorView(shared, k * 4, 4), steps=steps) for k in range(4)]
@@ -668,8 +728,12 @@ def test_placements_stepped_side_by_side_equal_those_stepped_alone(model):
     units = by_cost(prepare_units(workload, topology, model_costs(model, workload.batch_size), False))
 
     def choosers():
-        return [cheapest_after, PolicyChooser(policy), PolicyChooser(policy, np.random.default_rng(5), 1.0, 32),
-                PolicyChooser(policy, np.random.default_rng(6), 2.0, 32)]
+        return [
+            cheapest_after,
+            PolicyChooser(policy),
+            PolicyChooser(policy, np.random.default_rng(5), 1.0, 32),
+            PolicyChooser(policy, np.random.default_rng(6), 2.0, 32),
+        ]
 
     def fresh(accumulator=None):
         return guarded_state(units, topology, model, workload.batch_size, 1.25, accumulator)
@@ -685,7 +749,9 @@ def test_placements_stepped_side_by_side_equal_those_stepped_alone(model):
     assert len({tuple(tuple(u.name for u in d.units) for d in s.devices) for s in alone}) > 1  # they differ
     for one, side_by_side in zip(alone, together):
         assert side_by_side is not None
-        assert [[u.name for u in d.units] for d in one.devices] == [[u.name for u in d.units] for d in side_by_side.devices]
+        assert [[u.name for u in d.units] for d in one.devices] == [
+            [u.name for u in d.units] for d in side_by_side.devices
+        ]
         np.testing.assert_allclose(one.loads, side_by_side.loads, rtol=1e-5)
 
 
@@ -754,11 +820,16 @@ def test_the_argmax_rollout_checked_in_one_pass_is_the_policy_stepped_one_pass_a
     cases = [(pooled, Topology(4, memory_for(pooled, 4, 1.3)), None), (dead_end, Topology(4, 512_000), 4)]
     counted = []
     for workload, topology, cap in cases:
+
         def run(choose):
             units = TaskUnits(workload, topology, model_costs(model, workload.batch_size))
-            return place_workload(units, cap is not None, choose,
-                                  lambda units: guarded_state(units, topology, model, workload.batch_size, 1.25),
-                                  max_ways=cap)
+            return place_workload(
+                units,
+                cap is not None,
+                choose,
+                lambda units: guarded_state(units, topology, model, workload.batch_size, 1.25),
+                max_ways=cap,
+            )
 
         passes.clear()
         stepped = run(PolicyChooser(policy))

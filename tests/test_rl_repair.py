@@ -90,8 +90,9 @@ def test_the_repair_swaps_greedys_plan_to_the_optimum_hand_computed():
 def test_rl_with_a_repairing_policy_plans_the_optimum_and_without_repair_greedys():
     task, cost_model = lpt_task()
     for rounds, expected in ((0, 7.0), (50, 6.0)):
-        plan = make_planner("rl", PlannerContext(cost_model, greedy_choice_policy(rounds))).plan(task.workload,
-                                                                                                 task.topology)
+        plan = make_planner("rl", PlannerContext(cost_model, greedy_choice_policy(rounds))).plan(
+            task.workload, task.topology
+        )
         validate_plan(plan, task.workload, task.topology)
         assert plan.max_cost_ms == expected
 
@@ -134,6 +135,7 @@ def test_a_round_offers_each_targets_best_change_and_local_search_makes_its_firs
         assert made == 1
         mine = [d.copy() for d in devices]
         from autoshard.planners.local_search import apply_change
+
         apply_change(mine, first)
         assert assignment(mine) == assignment(searched)
         mask = repair_mask(step, len(devices))
@@ -213,8 +215,9 @@ def placing_greedy_repairing_otherwise() -> DevicePolicy:
     first[flag, 1] = first[0, 1] = 500.0  # context row 0 is progress
     second = np.array([[100.0], [-1.0]], dtype=np.float32)
     info = PolicyInfo("hand-made", 2, 16, "step", 1.25, 0, repair_rounds=50)
-    return DevicePolicy([(first, np.array([0.0, -995.0], dtype=np.float32)), (second, np.array([-1.0], np.float32))],
-                        info)
+    return DevicePolicy(
+        [(first, np.array([0.0, -995.0], dtype=np.float32)), (second, np.array([-1.0], np.float32))], info
+    )
 
 
 @pytest.mark.parametrize("departing", [False, True], ids=["clone", "departing"])
@@ -238,13 +241,14 @@ def test_rl_after_cost_greedy_follows_its_search_and_plans_as_it_does_alone(mode
     greedy = compare_planners(workload, topology, ["cost_greedy"], shared).plans[0]
     followed = []
     follow = repair.follow_recorded
-    monkeypatch.setattr("autoshard.rl.planners.follow_recorded",
-                        lambda devices, rounds, *a: followed.append((follow(devices, rounds, *a), len(rounds)))
-                        or followed[-1][0])
+    monkeypatch.setattr(
+        "autoshard.rl.planners.follow_recorded",
+        lambda devices, rounds, *a: followed.append((follow(devices, rounds, *a), len(rounds))) or followed[-1][0],
+    )
     after = compare_planners(workload, topology, ["rl"], shared).plans[0]
     assert tables_of(after) == tables_of(alone)
     assert [d.cost_ms for d in after.devices] == pytest.approx([d.cost_ms for d in alone.devices], rel=1e-9)
-    (made, rounds), = followed
+    ((made, rounds),) = followed
     assert rounds > 0  # cost_greedy's search made changes here
     if departing:
         assert made == 0 and tables_of(after) != tables_of(greedy)

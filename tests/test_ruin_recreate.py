@@ -24,6 +24,7 @@ WEIGHT = ProxyCostModel(lambda t: t.pooling_factor)  # a device costs the sum of
 def start_for(model, batch_size: int = 1):
     def start(units: list[Unit], topology: Topology) -> PlacementState:
         return PlacementState(units, topology, model.accumulator(topology.num_devices, batch_size), lookahead=True)
+
     return start
 
 
@@ -42,8 +43,16 @@ def test_ruin_and_recreate_finds_the_optimum_that_local_search_misses():
     states = place(start_for(WEIGHT)(by_cost(units), topology), cheapest_after).devices
     improve(states, WEIGHT, 1)
     assert loads(states) == [12.0, 10.0, 9.0]
-    found = ruin_and_recreate(states, WEIGHT, 1, topology, start_for(WEIGHT), lambda: cheapest_after,
-                              np.random.default_rng(0), RuinRecreateConfig(iterations=16))
+    found = ruin_and_recreate(
+        states,
+        WEIGHT,
+        1,
+        topology,
+        start_for(WEIGHT),
+        lambda: cheapest_after,
+        np.random.default_rng(0),
+        RuinRecreateConfig(iterations=16),
+    )
     assert max(loads(found)) == 11.0
     assert sorted(sorted(u.cost for u in s.units) for s in found) == [[3.0, 4.0, 4.0], [5.0, 6.0], [9.0]]
     assert loads(states) == [12.0, 10.0, 9.0]  # the placement it started from is left as it was
@@ -55,8 +64,9 @@ def test_off_or_at_the_lower_bound_it_returns_the_placement_unchanged():
     topology = Topology(2, 1.0)
     states = place(start_for(WEIGHT)(by_cost(units), topology), cheapest_after).devices  # 9 | 1 1: the bound
     for config in (RuinRecreateConfig(iterations=0), RuinRecreateConfig(iterations=8)):
-        found = ruin_and_recreate(states, WEIGHT, 1, topology, start_for(WEIGHT), lambda: cheapest_after,
-                                  np.random.default_rng(0), config)
+        found = ruin_and_recreate(
+            states, WEIGHT, 1, topology, start_for(WEIGHT), lambda: cheapest_after, np.random.default_rng(0), config
+        )
         assert [[u.name for u in s.units] for s in found] == [[u.name for u in s.units] for s in states]
 
 
@@ -68,9 +78,16 @@ def test_never_worse_every_unit_once_and_memory_kept(seed):
         states = greedy_placement(workload, topology, model, None).devices
         improve(states, model, workload.batch_size)
         before = max(loads(states))
-        found = ruin_and_recreate(states, model, workload.batch_size, topology, start_for(model, workload.batch_size),
-                                  lambda: cheapest_after, np.random.default_rng(seed),
-                                  RuinRecreateConfig(iterations=12))
+        found = ruin_and_recreate(
+            states,
+            model,
+            workload.batch_size,
+            topology,
+            start_for(model, workload.batch_size),
+            lambda: cheapest_after,
+            np.random.default_rng(seed),
+            RuinRecreateConfig(iterations=12),
+        )
         assert max(loads(found)) <= before
         gains += max(loads(found)) < before * (1 - 1e-3)
         assert sorted(u.name for s in found for u in s.units) == sorted(t.name for t in workload.tables)
@@ -116,4 +133,6 @@ def test_recorded_greedy_steps_by_hand():
     assert [list(r) for r in record.rows] == [[0], [0, 1], [0, 1], [0, 1]]  # of two empty devices, the first
     assert [list(a) for a in record.added] == [[4], [7, 3], [6, 5], [5, 6]]
     assert record.same_under_cap(None) and record.same_under_cap(3) and not record.same_under_cap(2)
-    assert choose.recorded(place(start_for(WEIGHT)(by_cost(units), topology), cheapest_after)) is None  # not its placement
+    assert (
+        choose.recorded(place(start_for(WEIGHT)(by_cost(units), topology), cheapest_after)) is None
+    )  # not its placement

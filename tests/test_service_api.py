@@ -128,15 +128,18 @@ def test_a_dead_planning_process_is_replaced(client, body):
     assert pool.kind == "process"
     os.kill(next(iter(pool._executor._processes)), signal.SIGKILL)
     time.sleep(0.5)
-    first = client.post("/v1/plans", json={**body, "seed": 101})  # seeds no earlier request used: planned, not kept answers
+    first = client.post(
+        "/v1/plans", json={**body, "seed": 101}
+    )  # seeds no earlier request used: planned, not kept answers
     assert first.status_code in (200, 503), first.text  # 503 only if it died mid-request
     second = client.post("/v1/plans", json={**body, "seed": 102})
     assert second.status_code == 200 and second.headers["X-AutoShard-Cache"] == "miss"
 
 
 def test_column_split_shards_come_back_structured(client):
-    body = plan_body(10, {"num_devices": 4, "device_memory_gb": 16}, planners=["lookup_greedy"],
-                     allow_column_split=True)
+    body = plan_body(
+        10, {"num_devices": 4, "device_memory_gb": 16}, planners=["lookup_greedy"], allow_column_split=True
+    )
     body["workload"]["tables"][0].update(embedding_dim=256, pooling_factor=400.0)  # far above average
     plan = client.post("/v1/plans", json=body).json()["plans"][0]
     shards = [s for d in plan["devices"] for s in d["shards"] if s["table"] == body["workload"]["tables"][0]["name"]]
@@ -169,17 +172,40 @@ def test_a_bad_field_is_422_with_its_path_and_a_fix(client, body):
     assert bad["workload"]["tables"][3]["name"] in error.msg
 
     cases = [
-        (lambda b: b["workload"]["tables"][5].update(name=b["workload"]["tables"][0]["name"]),
-         ["body", "workload", "tables", 5, "name"], "duplicate"),
-        (lambda b: b["workload"]["tables"][2].update(zipf_alpha=7), ["body", "workload", "tables", 2, "zipf_alpha"], "[0, 3"),
-        (lambda b: b["workload"]["tables"][1].update(bytes_per_element=3), ["body", "workload", "tables", 1, "bytes_per_element"], "1, 2, 4 or 8"),
+        (
+            lambda b: b["workload"]["tables"][5].update(name=b["workload"]["tables"][0]["name"]),
+            ["body", "workload", "tables", 5, "name"],
+            "duplicate",
+        ),
+        (
+            lambda b: b["workload"]["tables"][2].update(zipf_alpha=7),
+            ["body", "workload", "tables", 2, "zipf_alpha"],
+            "[0, 3",
+        ),
+        (
+            lambda b: b["workload"]["tables"][1].update(bytes_per_element=3),
+            ["body", "workload", "tables", 1, "bytes_per_element"],
+            "1, 2, 4 or 8",
+        ),
         (lambda b: b["workload"].update(batch_size=0), ["body", "workload", "batch_size"], ">= 1"),
         (lambda b: b["workload"].update(tables=[]), ["body", "workload", "tables"], "non-empty"),
         (lambda b: b["topology"].update(num_devices=0), ["body", "topology", "num_devices"], ">= 1"),
         (lambda b: b["topology"].update(device_memory_gb=-1), ["body", "topology", "device_memory_gb"], "> 0"),
-        (lambda b: b["workload"]["tables"][4].update(optimizer="adam"), ["body", "workload", "tables", 4, "optimizer"], "sgd"),
-        (lambda b: b["workload"]["tables"][4].update(rows=3), ["body", "workload", "tables", 4, "rows"], "not permitted"),
-        (lambda b: b["workload"]["tables"][4].update(num_embeddings="many"), ["body", "workload", "tables", 4, "num_embeddings"], "integer"),
+        (
+            lambda b: b["workload"]["tables"][4].update(optimizer="adam"),
+            ["body", "workload", "tables", 4, "optimizer"],
+            "sgd",
+        ),
+        (
+            lambda b: b["workload"]["tables"][4].update(rows=3),
+            ["body", "workload", "tables", 4, "rows"],
+            "not permitted",
+        ),
+        (
+            lambda b: b["workload"]["tables"][4].update(num_embeddings="many"),
+            ["body", "workload", "tables", 4, "num_embeddings"],
+            "integer",
+        ),
         (lambda b: b.pop("topology"), ["body", "topology"], "topology is required"),
         (lambda b: b.update(planners=["size_greedy", "best_fit"]), ["body", "planners", 1], "unknown planner"),
         (lambda b: b.update(planners=[]), ["body", "planners"], "empty"),
@@ -190,7 +216,9 @@ def test_a_bad_field_is_422_with_its_path_and_a_fix(client, body):
         mutate(bad)
         error = only_error(client.post("/v1/plans", json=bad), 422)
         assert error.loc == loc and words in error.msg, (loc, error)
-    assert client.post("/v1/plans", content=b"{not json", headers={"content-type": "application/json"}).status_code == 422
+    assert (
+        client.post("/v1/plans", content=b"{not json", headers={"content-type": "application/json"}).status_code == 422
+    )
 
 
 def test_the_topology_may_come_from_the_workload(client):
@@ -217,7 +245,9 @@ def test_an_infeasible_topology_is_422_naming_the_table_and_the_shortfall(client
     error = only_error(client.post("/v1/plans", json=small), 422)
     assert error.type == "infeasible.insufficient_memory" and error.loc == ["body", "topology"]
     need = error.ctx["need_bytes"]
-    assert error.ctx["shortfall_bytes"] == need - 8 * GIB and "short by" in error.msg and error.ctx["table"] in error.msg
+    assert (
+        error.ctx["shortfall_bytes"] == need - 8 * GIB and "short by" in error.msg and error.ctx["table"] in error.msg
+    )
 
 
 def test_service_limits_are_422(model_dir):
@@ -243,7 +273,7 @@ def test_a_large_body_is_413(model_dir):
 
         def chunks():  # no Content-Length: the limit applies while reading
             for i in range(0, len(body), 1000):
-                yield body[i:i + 1000]
+                yield body[i : i + 1000]
 
         response = c.post("/v1/plans", content=chunks(), headers={"content-type": "application/json"})
         assert only_error(response, 413).type == "body_too_large"
@@ -334,7 +364,9 @@ def test_a_profile_without_a_policy_next_to_one_with_it(tmp_path):
         other = c.post("/v1/plans", json={**body, "profile": "zzz-no-policy"})
         assert other.status_code == 200, other.text
         assert [p["planner"] for p in other.json()["plans"]] == WITHOUT_POLICY
-        error = only_error(c.post("/v1/plans", json={**body, "profile": "zzz-no-policy", "planners": ["rl+refine"]}), 503)
+        error = only_error(
+            c.post("/v1/plans", json={**body, "profile": "zzz-no-policy", "planners": ["rl+refine"]}), 503
+        )
         assert "'rl+refine'" in error.msg and "zzz-no-policy/policy.pt" in error.msg
     (tmp_path / "default").unlink()  # the other way round: the default profile has no policy
     (tmp_path / "default").symlink_to("zzz-no-policy")
@@ -485,8 +517,9 @@ class SlowPlanner:
 
 @pytest.fixture
 def with_slow_planner(monkeypatch, model_dir):
-    monkeypatch.setitem(PLANNERS, "slow", PlannerSpec("slow", PlannerKind.COST_MODEL, lambda context: SlowPlanner(1.5),
-                                                      default=False))
+    monkeypatch.setitem(
+        PLANNERS, "slow", PlannerSpec("slow", PlannerKind.COST_MODEL, lambda context: SlowPlanner(1.5), default=False)
+    )
     with serve(model_dir=model_dir, pool_size=1) as c:
         yield c
 
@@ -567,7 +600,8 @@ def test_a_planner_past_its_budget_has_time_to_finish_its_plan_within_the_reques
     monkeypatch.setitem(PLANNERS, "budgeted", PlannerSpec("budgeted", PlannerKind.COST_MODEL, budgeted, default=False))
     with serve(model_dir=model_dir, pool_size=1) as c:
         report = PlanResponse.model_validate(
-            c.post("/v1/plans", json=plan_body(5, planners=["budgeted"], time_budget_s=2.0)).json())
+            c.post("/v1/plans", json=plan_body(5, planners=["budgeted"], time_budget_s=2.0)).json()
+        )
     assert (1 - RETURN_MARGIN) * 2.0 - 0.5 < budgets[0] <= (1 - RETURN_MARGIN) * 2.0
     assert not report.partial and report.timed_out == [] and len(report.plans) == 1
 
@@ -591,8 +625,11 @@ def test_an_identical_request_gets_the_kept_answer_and_a_different_one_plans(mod
 
 
 def _planner_count(c, planner: str) -> float:
-    line = next(l for l in c.get("/metrics").text.splitlines()
-                if l.startswith(f'autoshard_planner_duration_seconds_count{{planner="{planner}"}}'))
+    line = next(
+        l
+        for l in c.get("/metrics").text.splitlines()
+        if l.startswith(f'autoshard_planner_duration_seconds_count{{planner="{planner}"}}')
+    )
     return float(line.rsplit(" ", 1)[1])
 
 
@@ -638,6 +675,7 @@ def test_the_cache_drops_least_recently_used_answers_past_its_weight():
             async def plan():
                 planned.append(name)
                 return Answer(b'{"plan":"%s"}' % name.encode(), partial=False)
+
             return plan
 
         await cache.get_or_plan("a", planner("a"), 40)
@@ -662,8 +700,9 @@ def test_a_planner_stopped_at_its_time_budget_alone_is_504(monkeypatch, model_di
         def plan(self, workload, topology):
             raise PlannerError(PlannerErrorKind.TIME_BUDGET, "did not finish within the time budget of 1 s")
 
-    monkeypatch.setitem(PLANNERS, "stopped", PlannerSpec("stopped", PlannerKind.REFERENCE, lambda c: Stopped(),
-                                                         default=False))
+    monkeypatch.setitem(
+        PLANNERS, "stopped", PlannerSpec("stopped", PlannerKind.REFERENCE, lambda c: Stopped(), default=False)
+    )
     with serve(model_dir=model_dir, pool_size=1) as c:
         error = only_error(c.post("/v1/plans", json=plan_body(5, planners=["stopped"])), 504)
         assert error.type == "timeout" and "stopped" in error.msg
@@ -709,11 +748,13 @@ def test_openapi_has_examples_for_the_request_and_the_answer(client):
 
 # --- faults: a worker killed mid-request, a model file that vanishes after start-up ------------
 
+
 def test_a_worker_killed_mid_request_gives_that_request_a_clear_503_and_the_next_succeed(model_dir):
     with serve(model_dir=model_dir, pool="process", pool_size=1, plan_cache_shards=0) as c:  # every request plans
         # about a second of planning (column splits searched on 256 devices): the kill lands mid-request
-        slow = plan_body(400, {"num_devices": 256, "device_memory_gb": 16}, planners=["rl+refine"],
-                         allow_column_split=True)
+        slow = plan_body(
+            400, {"num_devices": 256, "device_memory_gb": 16}, planners=["rl+refine"], allow_column_split=True
+        )
         error = only_error(kill_workers_while(lambda: c.post("/v1/plans", json=slow), c.app.state.service.pool), 503)
         assert "worker" in error.msg and "retry" in error.msg
         for _ in range(2):
@@ -759,7 +800,9 @@ def test_a_model_file_that_vanishes_after_start_up_does_not_poison_the_pool(tmp_
             response = c.post("/v1/plans", json=body)
             assert response.status_code == 200, response.text
             after = PlanResponse.model_validate(response.json())
-            assert [(p.planner, p.max_cost_ms) for p in after.plans] == [(p.planner, p.max_cost_ms) for p in before.plans]
+            assert [(p.planner, p.max_cost_ms) for p in after.plans] == [
+                (p.planner, p.max_cost_ms) for p in before.plans
+            ]
         assert c.get("/healthz").status_code == 200
 
 

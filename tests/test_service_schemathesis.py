@@ -28,8 +28,10 @@ OTHER_CASES = round(25 * SCALE)  # per GET operation: they take no input (no neg
 def live(tmp_path_factory):
     # the shipped profile: its cost model refuses what it was not trained on (422) and warns on
     # extrapolation; its policy runs rl and rl+refine on every generated workload
-    server = ServedProcess(copy_shipped_profile(tmp_path_factory.mktemp("models")),
-                           env={"AUTOSHARD_PLAN_TIMEOUT_S": "5", "AUTOSHARD_MAX_TABLES": "500"})
+    server = ServedProcess(
+        copy_shipped_profile(tmp_path_factory.mktemp("models")),
+        env={"AUTOSHARD_PLAN_TIMEOUT_S": "5", "AUTOSHARD_MAX_TABLES": "500"},
+    )
     yield server
     code = server.stop()
     assert code == 0, server.output()
@@ -48,8 +50,14 @@ def test_no_generated_request_gets_a_server_error(live):
             strategy = operation.as_strategy(generation_mode=schemathesis.GenerationMode(mode))
 
             @given(case=strategy)
-            @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
-                      phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=examples,
+                deadline=None,
+                database=None,
+                derandomize=True,
+                phases=[Phase.explicit, Phase.generate],
+                suppress_health_check=list(HealthCheck),
+            )
             def call(case):
                 counts[label] = counts.get(label, 0) + 1  # noqa: B023 - called in this iteration
                 response = case.call(base_url=live.url, timeout=30)

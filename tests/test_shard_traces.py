@@ -55,8 +55,14 @@ def test_column_shards_replace_tables_of_the_same_sets_by_narrower_slices_of_the
 
 def test_collected_shards_read_back_as_tables_and_are_no_pool_table(tmp_path):
     out = tmp_path / "shards.jsonl"
-    config = CollectConfig(bench=BENCH, pool=PoolConfig(size=8, seed=2, dims=(16, 32)), samples=4, max_tables=3,
-                           singles=False, column_shard_share=1.0)
+    config = CollectConfig(
+        bench=BENCH,
+        pool=PoolConfig(size=8, seed=2, dims=(16, 32)),
+        samples=4,
+        max_tables=3,
+        singles=False,
+        column_shard_share=1.0,
+    )
     assert collect(config, out) == 4
     traces = read_traces(out)
     measured = {t.name: t for s in traces.samples for t in s.tables}

@@ -50,18 +50,29 @@ MIB = 1024**2
 
 
 def small_workload() -> Workload:
-    tables = tuple(Table(f"t{i}", 1000 * (i + 1), (16, 32, 64, 256)[i % 4], pooling_factor=1 + i % 3,
-                         optimizer=Optimizer.ROWWISE_ADAGRAD) for i in range(8))
+    tables = tuple(
+        Table(
+            f"t{i}",
+            1000 * (i + 1),
+            (16, 32, 64, 256)[i % 4],
+            pooling_factor=1 + i % 3,
+            optimizer=Optimizer.ROWWISE_ADAGRAD,
+        )
+        for i in range(8)
+    )
     return Workload(tables, batch_size=512)
 
 
 def hand_plan() -> tuple[Workload, ShardingPlan]:
     """2 devices, 4 tiny tables; ``b`` split 12 + 4 columns (uneven) across both devices."""
-    a, b, c, d = (Table("a", 50, 8), Table("b", 100, 16), Table("c", 30, 16, pooling_factor=2.0),
-                  Table("d", 20, 8))
-    plan = ShardingPlan("hand", (
-        DevicePlan((TableShard(a), TableShard(b, 0, 12), TableShard(d)), 0.0),
-        DevicePlan((TableShard(b, 12, 4), TableShard(c)), 0.0)))
+    a, b, c, d = (Table("a", 50, 8), Table("b", 100, 16), Table("c", 30, 16, pooling_factor=2.0), Table("d", 20, 8))
+    plan = ShardingPlan(
+        "hand",
+        (
+            DevicePlan((TableShard(a), TableShard(b, 0, 12), TableShard(d)), 0.0),
+            DevicePlan((TableShard(b, 12, 4), TableShard(c)), 0.0),
+        ),
+    )
     return Workload((a, b, c, d), batch_size=4), plan
 
 
@@ -109,11 +120,14 @@ def test_torchrec_planner_costs_come_from_the_cost_model_when_given():
     assert [d.cost_ms for d in plan.devices] == [float(len(d.shards)) for d in plan.devices]
 
 
-@pytest.mark.parametrize("gib, kind", [
-    (0.004, PlannerErrorKind.INSUFFICIENT_MEMORY),  # 3 x 4 MiB < 15.6 MiB of tables
-    (0.0075, PlannerErrorKind.TABLE_DOES_NOT_FIT),  # t7 (7.8 MiB) exceeds one device
-    (0.0085, PlannerErrorKind.INSUFFICIENT_MEMORY),  # fits by our count, not TorchRec's reserve
-])
+@pytest.mark.parametrize(
+    "gib, kind",
+    [
+        (0.004, PlannerErrorKind.INSUFFICIENT_MEMORY),  # 3 x 4 MiB < 15.6 MiB of tables
+        (0.0075, PlannerErrorKind.TABLE_DOES_NOT_FIT),  # t7 (7.8 MiB) exceeds one device
+        (0.0085, PlannerErrorKind.INSUFFICIENT_MEMORY),  # fits by our count, not TorchRec's reserve
+    ],
+)
 def test_torchrec_planner_raises_our_error_when_memory_is_short(gib, kind):
     with pytest.raises(PlannerError) as info:
         TorchRecPlanner().plan(small_workload(), Topology(3, gib))
@@ -167,7 +181,8 @@ def test_embedding_bag_configs_mirror_the_tables():
     workload, _ = hand_plan()
     configs = to_embedding_bag_configs(workload)
     assert [(c.name, c.num_embeddings, c.embedding_dim, c.feature_names) for c in configs] == [
-        (t.name, t.num_embeddings, t.embedding_dim, [t.name]) for t in workload.tables]
+        (t.name, t.num_embeddings, t.embedding_dim, [t.name]) for t in workload.tables
+    ]
     with pytest.raises(InputError):
         to_embedding_bag_configs(Workload((Table("x", 10, 8, bytes_per_element=8),)))
 
@@ -188,8 +203,13 @@ def test_plan_round_trips_through_torchrec():
 def test_adjacent_column_shards_on_one_rank_come_back_as_one():
     workload, _ = hand_plan()
     a, b, c, d = workload.tables
-    plan = ShardingPlan("hand", (DevicePlan((TableShard(a), TableShard(b, 0, 4), TableShard(b, 4, 4)), 0.0),
-                                 DevicePlan((TableShard(b, 8, 8), TableShard(c), TableShard(d)), 0.0)))
+    plan = ShardingPlan(
+        "hand",
+        (
+            DevicePlan((TableShard(a), TableShard(b, 0, 4), TableShard(b, 4, 4)), 0.0),
+            DevicePlan((TableShard(b, 8, 8), TableShard(c), TableShard(d)), 0.0),
+        ),
+    )
     back = from_torchrec_plan(to_torchrec_plan(plan, workload, 2), workload, 2)
     assert back.devices[0].shards == (TableShard(a), TableShard(b, 0, 8))
 
@@ -197,10 +217,13 @@ def test_adjacent_column_shards_on_one_rank_come_back_as_one():
 def test_export_is_json_and_gives_the_same_constraints():
     workload, plan = hand_plan()
     export = json.loads(json.dumps(export_torchrec(plan, workload)))
-    assert export["b"] == {"sharding_type": "column_wise", "ranks": [0, 1], "compute_kernel": "fused",
-                           "pooling_factor": 1.0,
-                           "shards": [{"rank": 0, "column_offset": 0, "columns": 12},
-                                      {"rank": 1, "column_offset": 12, "columns": 4}]}
+    assert export["b"] == {
+        "sharding_type": "column_wise",
+        "ranks": [0, 1],
+        "compute_kernel": "fused",
+        "pooling_factor": 1.0,
+        "shards": [{"rank": 0, "column_offset": 0, "columns": 12}, {"rank": 1, "column_offset": 12, "columns": 4}],
+    }
     assert export["c"]["sharding_type"] == "table_wise" and export["c"]["ranks"] == [1]
 
     constraints = parameter_constraints_from_export(export)
@@ -212,8 +235,9 @@ def test_export_is_json_and_gives_the_same_constraints():
 def test_conversions_reject_plans_that_do_not_cover_the_workload():
     workload, plan = hand_plan()
     a, b = workload.tables[0], workload.tables[1]
-    overlapping = ShardingPlan("bad", (DevicePlan((TableShard(a), TableShard(b, 0, 12)), 0.0),
-                                       DevicePlan((TableShard(b, 8, 8),), 0.0)))
+    overlapping = ShardingPlan(
+        "bad", (DevicePlan((TableShard(a), TableShard(b, 0, 12)), 0.0), DevicePlan((TableShard(b, 8, 8),), 0.0))
+    )
     for bad in (overlapping, ShardingPlan("bad", plan.devices[:1])):
         with pytest.raises(InputError):
             to_torchrec_plan(bad, workload, 2)
@@ -225,8 +249,13 @@ def test_row_wise_torchrec_plans_are_refused():
     workload, _ = hand_plan()
     module = embedding_bag_collection(workload)
     row_plan = construct_module_sharding_plan(
-        module, {t.name: row_wise() for t in workload.tables}, sharder=EmbeddingBagCollectionSharder(),
-        local_size=2, world_size=2, device_type="cpu")
+        module,
+        {t.name: row_wise() for t in workload.tables},
+        sharder=EmbeddingBagCollectionSharder(),
+        local_size=2,
+        world_size=2,
+        device_type="cpu",
+    )
     with pytest.raises(InputError):
         from_torchrec_plan(TorchRecShardingPlan({MODULE_PATH: row_plan}), workload, 2)
 
@@ -243,13 +272,17 @@ def _dmp_worker(rank: int, world_size: int, port: int, export_file: str | None =
         workload, plan = hand_plan()
         if export_file is not None:
             import json
+
             plan = plan_from_export(json.loads(Path(export_file).read_text())["tables"], workload, world_size)
         torch.manual_seed(0)
         reference = embedding_bag_collection(workload, "cpu")
         sharded = DistributedModelParallel(
-            embedding_bag_collection(workload), device=torch.device("cpu"),
+            embedding_bag_collection(workload),
+            device=torch.device("cpu"),
             plan=to_torchrec_plan(plan, workload, world_size, compute_device="cpu"),
-            sharders=[EmbeddingBagCollectionSharder()], init_data_parallel=False)
+            sharders=[EmbeddingBagCollectionSharder()],
+            init_data_parallel=False,
+        )
         assert_sharded_matches_reference(sharded, reference, workload)
     finally:
         dist.destroy_process_group()
@@ -264,7 +297,6 @@ def test_distributed_model_parallel_runs_our_plan_like_the_unsharded_model():
     mp.spawn(_dmp_worker, args=(2, port), nprocs=2, join=True)
 
 
-
 @pytest.mark.timeout(240)
 def test_cli_torchrec_export_runs_in_dmp_like_the_unsharded_model(tmp_path):
     from typer.testing import CliRunner
@@ -275,9 +307,24 @@ def test_cli_torchrec_export_runs_in_dmp_like_the_unsharded_model(tmp_path):
     workload, _ = hand_plan()
     save_workload(tmp_path / "w.json", workload)
     export = tmp_path / "export.json"
-    result = CliRunner().invoke(app, ["plan", str(tmp_path / "w.json"), "--devices", "2", "--memory-gb", "1",
-                                      "--planner", "lookup_greedy", "--column-split", "--format", "torchrec",
-                                      "--out", str(export)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "plan",
+            str(tmp_path / "w.json"),
+            "--devices",
+            "2",
+            "--memory-gb",
+            "1",
+            "--planner",
+            "lookup_greedy",
+            "--column-split",
+            "--format",
+            "torchrec",
+            "--out",
+            str(export),
+        ],
+    )
     assert result.exit_code == 0, result.output
     placed = plan_from_export(json.loads(export.read_text())["tables"], workload, 2)
     assert all(d.shards for d in placed.devices)

@@ -40,8 +40,10 @@ def test_plans_that_place_alike_are_one_candidate_named_by_all_and_ranked_by_pre
     assert placement_key(one) == placement_key(same) != placement_key(other)
     found = distinct_candidates([one, same, other, best], top=4)
     assert [c.planners for c in found] == [("dim_greedy",), ("cost_greedy", "rl"), ("size_greedy",)]
-    assert [c.planners for c in distinct_candidates([one, same, other, best], top=2)] == [("dim_greedy",),
-                                                                                          ("cost_greedy", "rl")]
+    assert [c.planners for c in distinct_candidates([one, same, other, best], top=2)] == [
+        ("dim_greedy",),
+        ("cost_greedy", "rl"),
+    ]
     with pytest.raises(InputError, match="top"):
         distinct_candidates([one], top=0)
 
@@ -49,22 +51,32 @@ def test_plans_that_place_alike_are_one_candidate_named_by_all_and_ranked_by_pre
 def test_the_best_predicted_heuristic_is_always_a_candidate():
     """The heuristics are what users run today: the verified plan is measured against the best of
     them even when the model predicts it outside the top."""
-    model_plans = [plan(name, [[A, B], [C, D]] if k == 0 else [[A, C], [B, D]], [1.0 + k / 10, 1.0])
-                   for k, name in enumerate(("cost_greedy", "rl"))]
+    model_plans = [
+        plan(name, [[A, B], [C, D]] if k == 0 else [[A, C], [B, D]], [1.0 + k / 10, 1.0])
+        for k, name in enumerate(("cost_greedy", "rl"))
+    ]
     heuristics = [plan("size_greedy", [[A, D], [B, C]], [3.0, 1.0]), plan("dim_greedy", [[A, B, C], [D]], [2.5, 1.0])]
     found = distinct_candidates([*model_plans, *heuristics], top=2)
     assert [c.planners for c in found] == [("cost_greedy",), ("rl",), ("dim_greedy",)]
     assert [c.planners for c in distinct_candidates([*model_plans, *heuristics], top=3)] == [
-        ("cost_greedy",), ("rl",), ("dim_greedy",)]
+        ("cost_greedy",),
+        ("rl",),
+        ("dim_greedy",),
+    ]
     assert len(distinct_candidates(model_plans, top=2)) == 2  # no heuristic planned: none to add
 
 
 def test_the_measured_fastest_is_chosen_paired_by_round_and_equal_ones_keep_the_predicted_order():
-    plans = [plan("cost_greedy", [[A, B], [C, D]], [1.0, 1.0]), plan("rl", [[A, C], [B, D]], [1.1, 1.0]),
-             plan("size_greedy", [[A, D], [B, C]], [1.2, 1.0])]
+    plans = [
+        plan("cost_greedy", [[A, B], [C, D]], [1.0, 1.0]),
+        plan("rl", [[A, C], [B, D]], [1.1, 1.0]),
+        plan("size_greedy", [[A, D], [B, C]], [1.2, 1.0]),
+    ]
     # rl's median is lower but, paired by round, it is slower (a round that ran slow for every plan)
-    paired = verify(plans, scripted({"cost_greedy": [10, 20, 10, 10], "rl": [10.5, 19, 10.5, 10.5],
-                                     "size_greedy": [11, 22, 11, 11]}))
+    paired = verify(
+        plans,
+        scripted({"cost_greedy": [10, 20, 10, 10], "rl": [10.5, 19, 10.5, 10.5], "size_greedy": [11, 22, 11, 11]}),
+    )
     assert paired.plan.planner == "cost_greedy" and not paired.to_dict()["changed"]
     # rl faster within the noise (a tie) is still the measurement's pick: the predicted best is no default
     tie = verify(plans, scripted({"cost_greedy": [10, 10, 10, 10], "rl": [8, 12, 8, 11.9], "size_greedy": [11] * 4}))
@@ -87,7 +99,7 @@ def test_measurement_overrules_a_prediction_that_is_wrong():
     heavy = [table(f"h{i}", pooling=40.0, dim=64) for i in range(8)]
     light = [table(f"l{i}") for i in range(6)]
     stacked = plan("cost_greedy", [heavy, light[:2], light[2:4], light[4:]], [1.0] * 4)  # predicted best
-    spread = plan("size_greedy", [heavy[2 * k:2 * k + 2] + light[k:k + 1] for k in range(4)], [2.0] * 4)
+    spread = plan("size_greedy", [heavy[2 * k : 2 * k + 2] + light[k : k + 1] for k in range(4)], [2.0] * 4)
     verified = plans_verifier(rounds=6, row_cap_mb=1, profile=None, communication=None, top=2)([stacked, spread], 1024)
     assert [c.plan.planner for c in verified.candidates] == ["cost_greedy", "size_greedy"]
     ratio, _, high = verified.against_predicted_best(1)
@@ -121,8 +133,13 @@ def test_evaluate_judges_the_verified_choice_on_rounds_of_its_own(tmp_path):
         return found
 
     measurer = lambda plans, batch, ref: measure_plans(plans, batch, config, 2, ref)  # noqa: E731
-    result = evaluate_task(Task("tiny", workload, Topology(3, 1.0)), ["round_robin", "cost_greedy"],
-                           PlannerContext(AnalyticalTestCostModel()), measurer, verifier=verifier)
+    result = evaluate_task(
+        Task("tiny", workload, Topology(3, 1.0)),
+        ["round_robin", "cost_greedy"],
+        PlannerContext(AnalyticalTestCostModel()),
+        measurer,
+        verifier=verifier,
+    )
     assert chose == [["round_robin", "cost_greedy"]]  # the verifier saw the planners' plans, not its own
     assert result.verification is not None and result.reference == "cost_greedy"
     rows = {r["planner"]: r for r in task_rows(result)}
@@ -135,11 +152,23 @@ def test_evaluate_judges_the_verified_choice_on_rounds_of_its_own(tmp_path):
 
 def test_plan_verify_reports_predicted_and_measured_side_by_side(tmp_path):
     workload = tmp_path / "w.json"
-    tables = [{"name": f"t{i}", "num_embeddings": 2000, "embedding_dim": 16, "pooling_factor": 1 + i % 3}
-              for i in range(8)]
+    tables = [
+        {"name": f"t{i}", "num_embeddings": 2000, "embedding_dim": 16, "pooling_factor": 1 + i % 3} for i in range(8)
+    ]
     workload.write_text(json.dumps({"name": "small", "batch_size": 256, "tables": tables}))
-    args = ["plan", str(workload), "--devices", "2", "--memory-gb", "1", "--verify", "--verify-rounds", "2",
-            "--row-cap-mb", "1"]
+    args = [
+        "plan",
+        str(workload),
+        "--devices",
+        "2",
+        "--memory-gb",
+        "1",
+        "--verify",
+        "--verify-rounds",
+        "2",
+        "--row-cap-mb",
+        "1",
+    ]
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -165,8 +194,9 @@ def test_plan_verify_reports_predicted_and_measured_side_by_side(tmp_path):
 def test_evaluate_verify_needs_measure_and_verify_top_at_least_two(tmp_path):
     result = runner.invoke(app, ["evaluate", "default", "--verify", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "--verify" in result.output and "--measure" in result.output
-    result = runner.invoke(app, ["plan", "criteo_kaggle", "--devices", "4", "--memory-gb", "2", "--verify",
-                                 "--verify-top", "1"])
+    result = runner.invoke(
+        app, ["plan", "criteo_kaggle", "--devices", "4", "--memory-gb", "2", "--verify", "--verify-top", "1"]
+    )
     assert result.exit_code == 2 and "--verify-top" in result.output
 
 

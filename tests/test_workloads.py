@@ -26,20 +26,23 @@ from autoshard.core.workload_file import (
 from cost_model.features import FeatureCache
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"num_embeddings": 0}, "num_embeddings"),
-    ({"num_embeddings": 2.5}, "num_embeddings"),
-    ({"embedding_dim": 0}, "embedding_dim"),
-    ({"pooling_factor": 0.0}, "pooling_factor"),
-    ({"pooling_factor": float("nan")}, "pooling_factor"),
-    ({"zipf_alpha": -0.1}, "zipf_alpha"),
-    ({"zipf_alpha": 3.5}, "zipf_alpha"),
-    ({"bytes_per_element": 3}, "bytes_per_element"),
-    ({"name": ""}, "name"),
-    ({"num_embeddings": 10**13}, "num_embeddings"),  # past every bound below: an error, not an int64 overflow
-    ({"embedding_dim": 2**17}, "embedding_dim"),
-    ({"pooling_factor": 1e7}, "pooling_factor"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"num_embeddings": 0}, "num_embeddings"),
+        ({"num_embeddings": 2.5}, "num_embeddings"),
+        ({"embedding_dim": 0}, "embedding_dim"),
+        ({"pooling_factor": 0.0}, "pooling_factor"),
+        ({"pooling_factor": float("nan")}, "pooling_factor"),
+        ({"zipf_alpha": -0.1}, "zipf_alpha"),
+        ({"zipf_alpha": 3.5}, "zipf_alpha"),
+        ({"bytes_per_element": 3}, "bytes_per_element"),
+        ({"name": ""}, "name"),
+        ({"num_embeddings": 10**13}, "num_embeddings"),  # past every bound below: an error, not an int64 overflow
+        ({"embedding_dim": 2**17}, "embedding_dim"),
+        ({"pooling_factor": 1e7}, "pooling_factor"),
+    ],
+)
 def test_table_rejects_bad_values_naming_the_field(kwargs, field):
     args = {"name": "t", "num_embeddings": 10, "embedding_dim": 8, **kwargs}
     with pytest.raises(InputError) as info:
@@ -104,16 +107,36 @@ def _file(tmp_path, data):
     return path
 
 
-@pytest.mark.parametrize("tables, expected", [
-    ([{"name": "a", "num_embeddings": 10, "embedding_dim": 4},
-      {"name": "b", "num_embeddings": -1, "embedding_dim": 4}], "tables[1] 'b': num_embeddings: must be an integer >= 1"),
-    ([{"name": "a", "num_embeddings": 10}], "tables[0] 'a': embedding_dim: is required"),
-    ([{"name": "a", "num_embeddings": 10, "embedding_dim": 4, "embeding_dim": 4}], "tables[0] 'a': embeding_dim: unknown field"),
-    ([{"name": "a", "num_embeddings": 10, "embedding_dim": 4, "zipf_alpha": 9}], "tables[0] 'a': zipf_alpha"),
-    ([{"name": "a", "num_embeddings": 10, "embedding_dim": 4, "optimizer": "adam"}], "tables[0] 'a': optimizer: unknown optimizer"),
-    ([{"name": "a", "num_embeddings": 10, "embedding_dim": 4}, {"name": "a", "num_embeddings": 1, "embedding_dim": 4}], "duplicate table name"),
-    ([], "tables: must be a non-empty list"),
-])
+@pytest.mark.parametrize(
+    "tables, expected",
+    [
+        (
+            [
+                {"name": "a", "num_embeddings": 10, "embedding_dim": 4},
+                {"name": "b", "num_embeddings": -1, "embedding_dim": 4},
+            ],
+            "tables[1] 'b': num_embeddings: must be an integer >= 1",
+        ),
+        ([{"name": "a", "num_embeddings": 10}], "tables[0] 'a': embedding_dim: is required"),
+        (
+            [{"name": "a", "num_embeddings": 10, "embedding_dim": 4, "embeding_dim": 4}],
+            "tables[0] 'a': embeding_dim: unknown field",
+        ),
+        ([{"name": "a", "num_embeddings": 10, "embedding_dim": 4, "zipf_alpha": 9}], "tables[0] 'a': zipf_alpha"),
+        (
+            [{"name": "a", "num_embeddings": 10, "embedding_dim": 4, "optimizer": "adam"}],
+            "tables[0] 'a': optimizer: unknown optimizer",
+        ),
+        (
+            [
+                {"name": "a", "num_embeddings": 10, "embedding_dim": 4},
+                {"name": "a", "num_embeddings": 1, "embedding_dim": 4},
+            ],
+            "duplicate table name",
+        ),
+        ([], "tables: must be a non-empty list"),
+    ],
+)
 def test_bad_files_name_the_table_and_field(tmp_path, tables, expected):
     with pytest.raises(InputError) as info:
         load_workload(_file(tmp_path, {"tables": tables}))
@@ -125,8 +148,15 @@ def test_bad_json_and_bad_topology(tmp_path):
     with pytest.raises(InputError, match="not valid JSON"):
         load_workload(_file(tmp_path, "{not json"))
     with pytest.raises(InputError, match="topology: num_devices"):
-        load_workload(_file(tmp_path, {"tables": [{"name": "a", "num_embeddings": 1, "embedding_dim": 4}],
-                                       "topology": {"num_devices": 0, "device_memory_gb": 1}}))
+        load_workload(
+            _file(
+                tmp_path,
+                {
+                    "tables": [{"name": "a", "num_embeddings": 1, "embedding_dim": 4}],
+                    "topology": {"num_devices": 0, "device_memory_gb": 1},
+                },
+            )
+        )
 
 
 def test_file_round_trip(tmp_path):
@@ -193,6 +223,7 @@ def test_bundled_workloads_cite_sources():
     assert {t.embedding_dim for t in criteo.tables} == {128}
     assert criteo.tables[20].pooling_factor == 100
     from importlib import resources
+
     for name in PRESETS:
         data = json.loads((resources.files("autoshard.core.presets") / f"{name}.json").read_text())
         assert "source" in data and len(data["source"]) > 40

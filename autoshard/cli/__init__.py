@@ -7,8 +7,11 @@ import typer
 
 from autoshard.cli import bench, cost, evaluate, plan, policy, replan, serve
 
-app = typer.Typer(help="AutoShard: learned sharding of embedding tables across devices.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="AutoShard: learned sharding of embedding tables across devices.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 
 
 def _version(value: bool) -> None:
@@ -23,8 +26,11 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
     """AutoShard: learned sharding of embedding tables across devices."""
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.progress import (
@@ -24,8 +24,7 @@ from autoshard.cli.support import (
 from autoshard.core.errors import InputError
 from autoshard.core.workload_file import read_json_file
 
-app = typer.Typer(help="Microbenchmarks: measure table sets on a device and record traces.",
-                  no_args_is_help=True)
+app = typer.Typer(help="Microbenchmarks: measure table sets on a device and record traces.", no_args_is_help=True)
 
 
 @app.command("collect")
@@ -40,37 +39,85 @@ def collect_cmd(
     passes: Annotated[int, typer.Option(min=1, help="Measure every sample this many times, pass by pass.")] = 1,
     pool_size: Annotated[int, typer.Option(min=2, help="Synthetic pool size (train + test).")] = 500,
     pool_seed: Annotated[int, typer.Option(min=0, help="Seed of the synthetic table pool.")] = 0,
-    min_log10_rows: Annotated[float, typer.Option(min=0, help="Pool tables' rows are log-uniform from 10^this "
-                                                              "(0: tables down to 1 row, as Criteo's smallest).")] = 2.0,
-    dims: Annotated[Optional[str], typer.Option(help="Pool tables' dims drawn uniformly from these, comma-separated "
-                                                     "(e.g. 16,32,64; default: 4-256, mostly 16-128).")] = None,
-    one_hot_share: Annotated[float, typer.Option(min=0, max=1, help="Share of pool tables with pooling factor 1 "
-                                                                    "(1: every table one-hot, as Criteo's).")] = 0.3,
-    pooling: Annotated[Optional[str], typer.Option(help="LOW,HIGH: draw every pool table's pooling factor "
-                                                        "log-uniformly from it (e.g. 10,200: heavy multi-hot "
-                                                        "tables; default: 30% one-hot, else log-normal).")] = None,
-    column_shards: Annotated[float, typer.Option(min=0, max=1, help="Share of each set's tables measured as a "
-                                                                    "column shard of them (a half, quarter or "
-                                                                    "eighth of the dim), as split plans hold.")] = 0.0,
+    min_log10_rows: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Pool tables' rows are log-uniform from 10^this (0: tables down to 1 row, as Criteo's smallest).",
+        ),
+    ] = 2.0,
+    dims: Annotated[
+        str | None,
+        typer.Option(
+            help="Pool tables' dims drawn uniformly from these, comma-separated "
+            "(e.g. 16,32,64; default: 4-256, mostly 16-128)."
+        ),
+    ] = None,
+    one_hot_share: Annotated[
+        float,
+        typer.Option(
+            min=0, max=1, help="Share of pool tables with pooling factor 1 (1: every table one-hot, as Criteo's)."
+        ),
+    ] = 0.3,
+    pooling: Annotated[
+        str | None,
+        typer.Option(
+            help="LOW,HIGH: draw every pool table's pooling factor "
+            "log-uniformly from it (e.g. 10,200: heavy multi-hot "
+            "tables; default: 30% one-hot, else log-normal)."
+        ),
+    ] = None,
+    column_shards: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            max=1,
+            help="Share of each set's tables measured as a "
+            "column shard of them (a half, quarter or "
+            "eighth of the dim), as split plans hold.",
+        ),
+    ] = 0.0,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the sampled sets and index batches.")] = 0,
     batch_size: Annotated[int, typer.Option(min=1)] = 2048,
     warmups: Annotated[int, typer.Option(min=0)] = 2,
     repeats: Annotated[int, typer.Option(min=1)] = 5,
     threads: Annotated[int, typer.Option(min=1)] = 1,
-    mode: Annotated[Optional[str], typer.Option(help="fbgemm_tbe or embedding_bag (default: fbgemm_tbe if installed).")] = None,
+    mode: Annotated[
+        str | None, typer.Option(help="fbgemm_tbe or embedding_bag (default: fbgemm_tbe if installed).")
+    ] = None,
     row_cap_mb: Annotated[int, typer.Option(min=1, help="Benchmark at most this many MiB of rows per table.")] = 128,
-    set_memory_gb: Annotated[float, typer.Option(help="Benchmarked GiB (after the row cap) of one set, at most: "
-                                                      "a set stops growing at it (large sets of big tables need "
-                                                      "more; mind the host's memory).")] = 3.0,
+    set_memory_gb: Annotated[
+        float,
+        typer.Option(
+            help="Benchmarked GiB (after the row cap) of one set, at most: "
+            "a set stops growing at it (large sets of big tables need "
+            "more; mind the host's memory)."
+        ),
+    ] = 3.0,
     singles: Annotated[bool, typer.Option(help="Also measure every pool table alone.")] = True,
-    precisions: Annotated[str, typer.Option(help="Bytes per element drawn for each pool table, comma-separated "
-                                                  "from 1, 2, 4, 8 (e.g. 4,2 for fp32 and fp16; fbgemm_tbe only "
-                                                  "beyond 4).")] = "4",
-    optimizers: Annotated[str, typer.Option(help="Optimizers drawn for each pool table, comma-separated from sgd, "
-                                                  "rowwise_adagrad, adagrad (fbgemm_tbe only beyond sgd).")] = "sgd",
-    batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes drawn for each sample, comma-separated "
-                                                            "(e.g. 512,1024,2048,4096,8192,16384); default: "
-                                                            "--batch-size for every sample.")] = None,
+    precisions: Annotated[
+        str,
+        typer.Option(
+            help="Bytes per element drawn for each pool table, comma-separated "
+            "from 1, 2, 4, 8 (e.g. 4,2 for fp32 and fp16; fbgemm_tbe only "
+            "beyond 4)."
+        ),
+    ] = "4",
+    optimizers: Annotated[
+        str,
+        typer.Option(
+            help="Optimizers drawn for each pool table, comma-separated from sgd, "
+            "rowwise_adagrad, adagrad (fbgemm_tbe only beyond sgd)."
+        ),
+    ] = "sgd",
+    batch_sizes: Annotated[
+        str | None,
+        typer.Option(
+            help="Batch sizes drawn for each sample, comma-separated "
+            "(e.g. 512,1024,2048,4096,8192,16384); default: "
+            "--batch-size for every sample."
+        ),
+    ] = None,
 ) -> None:
     """Sample random table sets from a synthetic pool, measure them, and append traces."""
     precision_values = _precisions(precisions)  # before re-exec and the heavy imports: a typo fails at once
@@ -98,30 +145,63 @@ def collect_cmd(
     except ValueError:
         raise InputError("mode", f"unknown mode {mode!r}", "use fbgemm_tbe or embedding_bag") from None
     if chosen is ExecutionMode.FBGEMM_TBE and not fbgemm_available():
-        raise InputError("mode", "fbgemm_tbe needs fbgemm-gpu(-cpu)", "install the `fbgemm` extra, or use embedding_bag")
+        raise InputError(
+            "mode", "fbgemm_tbe needs fbgemm-gpu(-cpu)", "install the `fbgemm` extra, or use embedding_bag"
+        )
     config = CollectConfig(
         bench=BenchConfig(batch_size, warmups, repeats, device, chosen, threads, row_cap_mb * 1024**2),
-        pool=PoolConfig(size=pool_size, seed=pool_seed, min_log10_rows=min_log10_rows, dims=dim_values,
-                        one_hot_share=one_hot_share, pooling=pooling_range), samples=samples, max_tables=max_tables,
-        large_samples=large_samples, large_max_tables=large_max_tables, passes=passes, singles=singles,
-        seed=seed, precisions=precision_values, optimizers=optimizer_values, batch_sizes=batch_values,
-        column_shard_share=column_shards, set_memory_gb=set_memory_gb)
-    with Progress(TextColumn("[bold]collect"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=console, transient=False) as progress:
+        pool=PoolConfig(
+            size=pool_size,
+            seed=pool_seed,
+            min_log10_rows=min_log10_rows,
+            dims=dim_values,
+            one_hot_share=one_hot_share,
+            pooling=pooling_range,
+        ),
+        samples=samples,
+        max_tables=max_tables,
+        large_samples=large_samples,
+        large_max_tables=large_max_tables,
+        passes=passes,
+        singles=singles,
+        seed=seed,
+        precisions=precision_values,
+        optimizers=optimizer_values,
+        batch_sizes=batch_values,
+        column_shard_share=column_shards,
+        set_memory_gb=set_memory_gb,
+    )
+    with Progress(
+        TextColumn("[bold]collect"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
         task = progress.add_task("collect", total=None)
         measured = collect(config, out, lambda done, total: progress.update(task, completed=done, total=total))
     console.print(f"measured {measured} samples into {out}")
 
 
-_EXAMPLES = {"--pooling": "10,200", "--precisions": "4,2", "--optimizers": "sgd,rowwise_adagrad",
-             "--batch-sizes": "512,2048,16384", "--devices": "4,8,16,32,64", "--dims": "16,32,64"}
+_EXAMPLES = {
+    "--pooling": "10,200",
+    "--precisions": "4,2",
+    "--optimizers": "sgd,rowwise_adagrad",
+    "--batch-sizes": "512,2048,16384",
+    "--devices": "4,8,16,32,64",
+    "--dims": "16,32,64",
+}
 
 
 def _items(option: str, value: str) -> list[str]:
     items = [item.strip() for item in value.split(",")]
     if not value.strip() or any(not item for item in items):
-        raise InputError(option, f"{value!r} is not a comma-separated list",
-                         f"pass values separated by commas, e.g. {_EXAMPLES[option]}")
+        raise InputError(
+            option,
+            f"{value!r} is not a comma-separated list",
+            f"pass values separated by commas, e.g. {_EXAMPLES[option]}",
+        )
     if len(set(items)) != len(items):
         raise InputError(option, f"{value!r} names a value twice", "name each value once")
     return items
@@ -135,8 +215,11 @@ def _pooling_range(value: str) -> tuple[float, float]:
     except ValueError:
         bounds = ()
     if len(bounds) != 2 or not 1 <= bounds[0] <= bounds[1]:
-        raise InputError("--pooling", f"{value!r} is not LOW,HIGH with 1 <= LOW <= HIGH",
-                         "pass two pooling factors, e.g. --pooling 10,200")
+        raise InputError(
+            "--pooling",
+            f"{value!r} is not LOW,HIGH with 1 <= LOW <= HIGH",
+            "pass two pooling factors, e.g. --pooling 10,200",
+        )
     return bounds
 
 
@@ -146,8 +229,11 @@ def _precisions(value: str) -> tuple[int, ...]:
     items = _items("--precisions", value)
     bad = [item for item in items if item not in allowed]
     if bad:
-        raise InputError("--precisions", f"unknown bytes per element {bad[0]!r}",
-                         "use bytes per element from 1, 2, 4 (fp32), 8, e.g. --precisions 4,2")
+        raise InputError(
+            "--precisions",
+            f"unknown bytes per element {bad[0]!r}",
+            "use bytes per element from 1, 2, 4 (fp32), 8, e.g. --precisions 4,2",
+        )
     return tuple(allowed[item] for item in items)
 
 
@@ -156,8 +242,9 @@ def _positive_ints(option: str, value: str) -> tuple[int, ...]:
     items = _items(option, value)
     bad = [item for item in items if not item.isdigit() or int(item) < 1]
     if bad:
-        raise InputError(option, f"{bad[0]!r} is not a positive whole number",
-                         f"pass values such as {option} {_EXAMPLES[option]}")
+        raise InputError(
+            option, f"{bad[0]!r} is not a positive whole number", f"pass values such as {option} {_EXAMPLES[option]}"
+        )
     return tuple(int(item) for item in items)
 
 
@@ -166,9 +253,16 @@ def _require_cuda_if_asked(device: str, nccl: bool = False) -> None:
     machine without them."""
     import torch
 
-    if device.startswith("cuda") and not (torch.cuda.is_available() and (not nccl or torch.distributed.is_nccl_available())):
-        why = ("torch here has no CUDA" if not torch.backends.cuda.is_built() else
-               "no CUDA device is visible" if not torch.cuda.is_available() else "torch here has no NCCL")
+    if device.startswith("cuda") and not (
+        torch.cuda.is_available() and (not nccl or torch.distributed.is_nccl_available())
+    ):
+        why = (
+            "torch here has no CUDA"
+            if not torch.backends.cuda.is_built()
+            else "no CUDA device is visible"
+            if not torch.cuda.is_available()
+            else "torch here has no NCCL"
+        )
         raise InputError("--device", f"{device} asked, but {why}", "use --device cpu, or run on a machine with a GPU")
 
 
@@ -204,42 +298,67 @@ def summary_cmd(
         print_json(summary)
         return
     from rich.table import Table as RichTable
+
     table = RichTable(title=f"{path} ({summary['profile']['id']})")
     table.add_column("figure")
     table.add_column("value")
     na, spread = summary["non_additivity"], summary["spread"]
-    rows = [("samples", summary["samples"]), ("sets (train/test)", f"{summary['sets']['train']}/{summary['sets']['test']}"),
-            ("singles", summary["singles"]), ("measurements", summary["measurements"]),
-            ("set cost / sum of singles: mean (p10-p90)",
-             f"{na['mean']} ({na.get('p10')}-{na.get('p90')})" if na.get("mean") is not None
-             else "- (no set whose tables were all measured alone)"),
-            ("pass-to-pass MAPE", spread["pass_to_pass_mape"])]
+    rows = [
+        ("samples", summary["samples"]),
+        ("sets (train/test)", f"{summary['sets']['train']}/{summary['sets']['test']}"),
+        ("singles", summary["singles"]),
+        ("measurements", summary["measurements"]),
+        (
+            "set cost / sum of singles: mean (p10-p90)",
+            f"{na['mean']} ({na.get('p10')}-{na.get('p90')})"
+            if na.get("mean") is not None
+            else "- (no set whose tables were all measured alone)",
+        ),
+        ("pass-to-pass MAPE", spread["pass_to_pass_mape"]),
+    ]
     for name, value in rows:
         table.add_row(name, str(value))
     from rich.console import Console
+
     Console().print(table)
 
 
 def _require_traces(path: Path) -> None:
     if not path.is_file():
-        raise InputError("--traces", f"no trace file at {path}", "pass the profile's traces, e.g. data/traces/<profile>.jsonl.gz")
+        raise InputError(
+            "--traces", f"no trace file at {path}", "pass the profile's traces, e.g. data/traces/<profile>.jsonl.gz"
+        )
 
 
 @app.command("plans")
 @friendly_errors
 def plans_cmd(
     traces: Annotated[Path, typer.Option(help="The profile's anchor traces: their table pool and benchmark settings.")],
-    out: Annotated[Path, typer.Option(help="Plan-set trace file to write (.jsonl or .jsonl.gz); resumed if it exists.")],
-    model: Annotated[Optional[Path], typer.Option(help="Profile folder whose planners make the plans (default: the shipped one).")] = None,
-    split: Annotated[str, typer.Option(help="'test': tasks of test-pool tables, split (c) of `cost eval`; "
-                                            "'train': tasks of training tables, to train on.")] = "test",
+    out: Annotated[
+        Path, typer.Option(help="Plan-set trace file to write (.jsonl or .jsonl.gz); resumed if it exists.")
+    ],
+    model: Annotated[
+        Path | None, typer.Option(help="Profile folder whose planners make the plans (default: the shipped one).")
+    ] = None,
+    split: Annotated[
+        str,
+        typer.Option(
+            help="'test': tasks of test-pool tables, split (c) of `cost eval`; "
+            "'train': tasks of training tables, to train on."
+        ),
+    ] = "test",
     tasks: Annotated[int, typer.Option(min=1, help="Tasks to plan.")] = 12,
     passes: Annotated[int, typer.Option(min=1, help="Measure every distinct set this many times, pass by pass.")] = 5,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the tasks.")] = 0,
-    planners: Annotated[Optional[str], typer.Option(help="Comma-separated planners (default: every default planner the profile can run).")] = None,
+    planners: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated planners (default: every default planner the profile can run)."),
+    ] = None,
     devices: Annotated[str, typer.Option(help="Device counts drawn for each task, comma-separated.")] = "4,8,16",
-    batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes drawn for each task, comma-separated "
-                                                            "(default: the anchor traces' batch size).")] = None,
+    batch_sizes: Annotated[
+        str | None,
+        typer.Option(help="Batch sizes drawn for each task, comma-separated (default: the anchor traces' batch size)."),
+    ] = None,
 ) -> None:
     """Plan tasks with every planner and measure the device sets the plans create (plan-aware traces)."""
     if split not in ("train", "test"):
@@ -257,13 +376,15 @@ def plans_cmd(
     if profile is None:
         raise InputError("--model", why or "no cost model", "pass a profile folder with a cost_model.pt")
     config = PlanTaskConfig(tasks=tasks, devices=device_counts, seed=seed, batch_sizes=batches)
-    measured, sets = _plan_and_measure(anchors, profile, split, config, passes, out,
-                                       planners.split(",") if planners else None, f"{split}{seed}-")
+    measured, sets = _plan_and_measure(
+        anchors, profile, split, config, passes, out, planners.split(",") if planners else None, f"{split}{seed}-"
+    )
     console.print(f"measured {measured} set passes into {out} ({sets} distinct device sets)")
 
 
-def _plan_and_measure(anchors, profile, split: str, config, passes: int, out: Path, planners: list[str] | None,
-                      prefix: str) -> tuple[int, int]:
+def _plan_and_measure(
+    anchors, profile, split: str, config, passes: int, out: Path, planners: list[str] | None, prefix: str
+) -> tuple[int, int]:
     """Plan ``config``'s tasks (from ``anchors``' ``split`` pool tables) with ``profile``'s
     planners, and measure their device sets into ``out``; (measured now, distinct sets)."""
     from autoshard.evaluation.plan_sets import plan_memberships, plan_tasks
@@ -278,30 +399,58 @@ def _plan_and_measure(anchors, profile, split: str, config, passes: int, out: Pa
     names = planners or available_planners(context)[0]
     with console.status(f"planning {len(task_list)} tasks with {', '.join(names)}"):
         memberships = plan_memberships(task_list, names, context, profile.communication)
-    plan = {"plan_sets": {**config.to_dict(), "split": split, "planners": list(names), "prefix": prefix,
-                          "model_sha256": profile.sha256}}
-    with Progress(TextColumn("[bold]measure"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=console, transient=False) as progress:
+    plan = {
+        "plan_sets": {
+            **config.to_dict(),
+            "split": split,
+            "planners": list(names),
+            "prefix": prefix,
+            "model_sha256": profile.sha256,
+        }
+    }
+    with Progress(
+        TextColumn("[bold]measure"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
         task = progress.add_task("measure", total=None)
-        measured = collect_plan_sets(memberships, anchors, split, out, passes, plan,
-                                     lambda done, total: progress.update(task, completed=done, total=total))
+        measured = collect_plan_sets(
+            memberships,
+            anchors,
+            split,
+            out,
+            passes,
+            plan,
+            lambda done, total: progress.update(task, completed=done, total=total),
+        )
     return measured, len(distinct_sets(memberships))
 
 
 @app.command("refine")
 @friendly_errors
 def refine_cmd(
-    traces: Annotated[Path, typer.Option(help="The profile's anchor traces (random sets), which the model was trained on.")],
-    out: Annotated[Path, typer.Option(help="Folder for each round's plan-set traces and model (round1/, round2/, ...).")],
-    model: Annotated[Optional[Path], typer.Option(help="The profile folder to start from (default: the shipped one).")] = None,
+    traces: Annotated[
+        Path, typer.Option(help="The profile's anchor traces (random sets), which the model was trained on.")
+    ],
+    out: Annotated[
+        Path, typer.Option(help="Folder for each round's plan-set traces and model (round1/, round2/, ...).")
+    ],
+    model: Annotated[
+        Path | None, typer.Option(help="The profile folder to start from (default: the shipped one).")
+    ] = None,
     rounds: Annotated[int, typer.Option(min=1, help="Rounds of plan, measure, retrain.")] = 1,
     tasks: Annotated[int, typer.Option(min=1, help="Training-pool tasks planned per round.")] = 12,
     passes: Annotated[int, typer.Option(min=1)] = 3,
     seed: Annotated[int, typer.Option(min=0)] = 0,
     max_epochs: Annotated[int, typer.Option(min=1)] = 300,
     devices: Annotated[str, typer.Option(help="Device counts drawn for each task, comma-separated.")] = "4,8,16",
-    batch_sizes: Annotated[Optional[str], typer.Option(help="Batch sizes drawn for each task, comma-separated "
-                                                            "(default: the anchor traces' batch size).")] = None,
+    batch_sizes: Annotated[
+        str | None,
+        typer.Option(help="Batch sizes drawn for each task, comma-separated (default: the anchor traces' batch size)."),
+    ] = None,
 ) -> None:
     """Close the loop: plan training-pool tasks with every planner of the current model, measure
     the device sets the plans create, retrain on the anchors plus every round's plan sets; repeat.
@@ -327,14 +476,21 @@ def refine_cmd(
             raise InputError("--model", why or "no cost model", "pass a profile folder with a cost_model.pt")
         plan_files.append(out / f"plans.round{round_}.jsonl.gz")
         config = PlanTaskConfig(tasks=tasks, devices=device_counts, seed=seed * 1000 + round_, batch_sizes=batches)
-        _plan_and_measure(anchors, profile, "train", config, passes,
-                          plan_files[-1], None, f"r{round_}-")
+        _plan_and_measure(anchors, profile, "train", config, passes, plan_files[-1], None, f"r{round_}-")
         folder = out / f"round{round_}"
         if not (folder / "cost_model.pt").exists():
             command = "autoshard bench refine " + " ".join(sys.argv[3:])
-            train_and_save(read_all([traces, *plan_files]), folder, seed, max_epochs, 60, command,
-                           [str(traces), *map(str, plan_files)], network=profile.model.network.config,
-                           learning_rate=profile.model.metrics.get("learning_rate"))
+            train_and_save(
+                read_all([traces, *plan_files]),
+                folder,
+                seed,
+                max_epochs,
+                60,
+                command,
+                [str(traces), *map(str, plan_files)],
+                network=profile.model.network.config,
+                learning_rate=profile.model.metrics.get("learning_rate"),
+            )
             source = current if current.is_dir() else current.parent
             for name in ("communication.json", "policy.pt"):
                 if (source / name).exists():
@@ -367,8 +523,9 @@ def drift_cmd(
         print_json(drift.to_dict())
     else:
         for s in drift.sets:
-            console.print(f"set {s.sample_id} ({s.tables} tables): then {s.then_ms:.2f} ms, now {s.now_ms:.2f} ms, "
-                          f"x{s.ratio:.2f}")
+            console.print(
+                f"set {s.sample_id} ({s.tables} tables): then {s.then_ms:.2f} ms, now {s.now_ms:.2f} ms, x{s.ratio:.2f}"
+            )
         console.print(drift.verdict(), highlight=False)
     if not drift.holds:
         raise typer.Exit(1)
@@ -377,12 +534,20 @@ def drift_cmd(
 @app.command("calibrate")
 @friendly_errors
 def calibrate_cmd(
-    traces: Annotated[Path, typer.Option(help="The trace file to calibrate (.jsonl or .jsonl.gz); rewritten in place.")],
-    model: Annotated[Optional[Path], typer.Option(help="The profile's cost model (a folder or cost_model.pt) to "
-                                                       "measure it against.")] = None,
-    drift: Annotated[Optional[list[Path]], typer.Option(
-        metavar="<path>", help="Instead of --model: `bench drift --traces <profile traces> --json` reports run "
-                               "beside the collection (repeatable); the factor is their median now / then.")] = None,
+    traces: Annotated[
+        Path, typer.Option(help="The trace file to calibrate (.jsonl or .jsonl.gz); rewritten in place.")
+    ],
+    model: Annotated[
+        Path | None, typer.Option(help="The profile's cost model (a folder or cost_model.pt) to measure it against.")
+    ] = None,
+    drift: Annotated[
+        list[Path] | None,
+        typer.Option(
+            metavar="<path>",
+            help="Instead of --model: `bench drift --traces <profile traces> --json` reports run "
+            "beside the collection (repeatable); the factor is their median now / then.",
+        ),
+    ] = None,
     max_tables: Annotated[int, typer.Option(min=1, help="Anchor sets: those of at most this many tables.")] = 2,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -410,17 +575,27 @@ def calibrate_cmd(
         print_json(calibration.to_record())
     else:
         low, high = calibration.quartiles
-        source = f"{calibration.anchors} sets of <= {max_tables} tables" if not drift else \
-            f"{calibration.anchors} re-measured sets of the profile's traces"
-        console.print(f"{traces}: factor {calibration.factor:.3f} over {source} (quartiles {low:.3f}-{high:.3f}); "
-                      "its timings now read divided by it")
+        source = (
+            f"{calibration.anchors} sets of <= {max_tables} tables"
+            if not drift
+            else f"{calibration.anchors} re-measured sets of the profile's traces"
+        )
+        console.print(
+            f"{traces}: factor {calibration.factor:.3f} over {source} (quartiles {low:.3f}-{high:.3f}); "
+            "its timings now read divided by it"
+        )
 
 
 @app.command("comm")
 @friendly_errors
 def comm_cmd(
-    out: Annotated[Path, typer.Option(help="Where to write the fitted model: a file, or a profile folder "
-                                           "(then its communication.json, next to its cost model).")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Where to write the fitted model: a file, or a profile folder "
+            "(then its communication.json, next to its cost model)."
+        ),
+    ],
     world_size: Annotated[int, typer.Option(min=2)] = 2,
     device: Annotated[str, typer.Option(help="cpu (gloo) or cuda (nccl, one GPU per rank).")] = "cpu",
     repeats: Annotated[int, typer.Option(min=1)] = 10,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Optional, Sequence
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -17,23 +18,41 @@ from autoshard.core.errors import InputError
 ADAPT_LEARNING_RATE = 3e-4  # fine-tuning a trained model (cost adapt); training from scratch uses 2e-3
 ADAPT_MAX_EPOCHS, ADAPT_PATIENCE = 150, 40  # it stops within ~10 epochs on a few hundred sets (docs/profiles.md)
 
-app = typer.Typer(help="The neural multi-table cost model: train, adapt to a machine, evaluate, record its trained ranges.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="The neural multi-table cost model: train, adapt to a machine, evaluate, record its trained ranges.",
+    no_args_is_help=True,
+)
 
 
 @app.command("train")
 @friendly_errors
 def train_cmd(
-    traces: Annotated[list[Path], typer.Option(help="Trace file (.jsonl or .jsonl.gz); repeat it to add plan-set "
-                                                    "traces (`autoshard bench plans`) of the same profile.")],
+    traces: Annotated[
+        list[Path],
+        typer.Option(
+            help="Trace file (.jsonl or .jsonl.gz); repeat it to add plan-set "
+            "traces (`autoshard bench plans`) of the same profile."
+        ),
+    ],
     out: Annotated[Path, typer.Option(help="Folder for cost_model.pt, metrics.json and train_log.csv.")],
     seed: Annotated[int, typer.Option(min=0)] = 0,
     max_epochs: Annotated[int, typer.Option(min=1)] = 300,
     patience: Annotated[int, typer.Option(min=1)] = 60,
-    tune: Annotated[bool, typer.Option("--tune", help="Choose the network and learning rate on the validation "
-                                                      "split (a small grid, cost_model/tune.py) before saving the chosen one.")] = False,
-    network: Annotated[Optional[str], typer.Option(help="Train one candidate of the tuning grid by name "
-                                                        "(cost_model/tune.py, e.g. narrow_grouped) instead of the default network.")] = None,
+    tune: Annotated[
+        bool,
+        typer.Option(
+            "--tune",
+            help="Choose the network and learning rate on the validation "
+            "split (a small grid, cost_model/tune.py) before saving the chosen one.",
+        ),
+    ] = False,
+    network: Annotated[
+        str | None,
+        typer.Option(
+            help="Train one candidate of the tuning grid by name "
+            "(cost_model/tune.py, e.g. narrow_grouped) instead of the default network."
+        ),
+    ] = None,
 ) -> None:
     """Train on traces (seeded, early stopping on validation) and save the checkpoint and metrics."""
     from cost_model.tune import GRID, SLOW_TO_PLAN
@@ -45,26 +64,57 @@ def train_cmd(
         raise InputError("--network", "--network and --tune both choose the network", "pass one of them")
     chosen = candidates.get(network)
     command = "autoshard cost train " + " ".join(shlex.quote(a) for a in sys.argv[3:])
-    train_and_save(read_all(traces), out, seed, max_epochs, patience, command, [str(t) for t in traces], tune=tune,
-                   network=chosen.network if chosen else None, learning_rate=chosen.learning_rate if chosen else None)
+    train_and_save(
+        read_all(traces),
+        out,
+        seed,
+        max_epochs,
+        patience,
+        command,
+        [str(t) for t in traces],
+        tune=tune,
+        network=chosen.network if chosen else None,
+        learning_rate=chosen.learning_rate if chosen else None,
+    )
 
 
 @app.command("adapt")
 @friendly_errors
 def adapt_cmd(
-    model: Annotated[Path, typer.Option(help="The profile folder to start from: its cost_model.pt is fine-tuned; its "
-                                             "communication.json and policy.pt are copied.")],
+    model: Annotated[
+        Path,
+        typer.Option(
+            help="The profile folder to start from: its cost_model.pt is fine-tuned; its "
+            "communication.json and policy.pt are copied."
+        ),
+    ],
     out: Annotated[Path, typer.Option(help="Folder for the adapted profile (cost_model.pt, metrics.json, ...).")],
-    traces: Annotated[Optional[list[Path]], typer.Option(
-        metavar="<path>", help="Traces measured on this machine (`autoshard bench collect`: a few hundred "
-                               "sets); repeat it to add files of the same profile.")] = None,
-    measured: Annotated[Optional[list[Path]], typer.Option(
-        metavar="<path>", help="Measured evaluations (`autoshard evaluate --measure --json --out DIR`: DIR or a "
-                               "report.json; repeat it for more runs) of plans on the model's machine: their device "
-                               "sets, each labelled by its cost relative to its task's other sets.")] = None,
-    seed: Annotated[int, typer.Option(min=0, help="Split seed (train / validation / held-out) of the new traces and "
-                                                  "of the measured sets.")] = 0,
-    learning_rate: Annotated[float, typer.Option(min=1e-6, max=1e-1, help="Fine-tuning learning rate.")] = ADAPT_LEARNING_RATE,
+    traces: Annotated[
+        list[Path] | None,
+        typer.Option(
+            metavar="<path>",
+            help="Traces measured on this machine (`autoshard bench collect`: a few hundred "
+            "sets); repeat it to add files of the same profile.",
+        ),
+    ] = None,
+    measured: Annotated[
+        list[Path] | None,
+        typer.Option(
+            metavar="<path>",
+            help="Measured evaluations (`autoshard evaluate --measure --json --out DIR`: DIR or a "
+            "report.json; repeat it for more runs) of plans on the model's machine: their device "
+            "sets, each labelled by its cost relative to its task's other sets.",
+        ),
+    ] = None,
+    seed: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Split seed (train / validation / held-out) of the new traces and of the measured sets."
+        ),
+    ] = 0,
+    learning_rate: Annotated[
+        float, typer.Option(min=1e-6, max=1e-1, help="Fine-tuning learning rate.")
+    ] = ADAPT_LEARNING_RATE,
     max_epochs: Annotated[int, typer.Option(min=1)] = ADAPT_MAX_EPOCHS,
     patience: Annotated[int, typer.Option(min=1)] = ADAPT_PATIENCE,
 ) -> None:
@@ -79,31 +129,59 @@ def adapt_cmd(
 
     folder = profile_folder(model)
     if out.resolve() == folder.resolve():
-        raise InputError("--out", f"{out} is the profile being adapted; adapting would overwrite it",
-                         "pass a new folder, e.g. data/models/<this machine's profile id>")
+        raise InputError(
+            "--out",
+            f"{out} is the profile being adapted; adapting would overwrite it",
+            "pass a new folder, e.g. data/models/<this machine's profile id>",
+        )
     if not traces and not measured:
-        raise InputError("--traces", "nothing to adapt on", "pass --traces (sets measured here) and/or --measured "
-                         "(evaluations measured here)")
+        raise InputError(
+            "--traces",
+            "nothing to adapt on",
+            "pass --traces (sets measured here) and/or --measured (evaluations measured here)",
+        )
     base = load_cost_model(folder)
     labelled = relative_labels(base, measured_device_sets(measured)) if measured else []
     if measured and len(labelled) < 6:  # a validation sixth of at least one set
-        raise InputError("--measured", f"{len(labelled)} measured device sets: too few to fine-tune and stop early",
-                         "measure more tasks or planners (`autoshard evaluate SUITE --measure`)")
+        raise InputError(
+            "--measured",
+            f"{len(labelled)} measured device sets: too few to fine-tune and stop early",
+            "measure more tasks or planners (`autoshard evaluate SUITE --measure`)",
+        )
     command = "autoshard cost adapt " + " ".join(shlex.quote(a) for a in sys.argv[3:])
     # without new traces, the base's stand as the profile's anchors (`bench drift`, `evaluate --measure`)
-    sources = [str(t) for t in traces] if traces else trace_sources(json.loads((folder / "metrics.json").read_text())
-                                                                    if (folder / "metrics.json").is_file() else {})
-    metrics = train_and_save(read_all(traces) if traces else None, out, seed, max_epochs, patience, command,
-                             sources, learning_rate=learning_rate, start_from=base,
-                             adapted_from={"model": str(folder), "profile": base.profile.id,
-                                           **({"measured": [str(m) for m in measured]} if measured else {})},
-                             measured=labelled)
+    sources = (
+        [str(t) for t in traces]
+        if traces
+        else trace_sources(
+            json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").is_file() else {}
+        )
+    )
+    metrics = train_and_save(
+        read_all(traces) if traces else None,
+        out,
+        seed,
+        max_epochs,
+        patience,
+        command,
+        sources,
+        learning_rate=learning_rate,
+        start_from=base,
+        adapted_from={
+            "model": str(folder),
+            "profile": base.profile.id,
+            **({"measured": [str(m) for m in measured]} if measured else {}),
+        },
+        measured=labelled,
+    )
     for name in ("communication.json", "policy.pt"):
         if (folder / name).is_file() and not (out / name).exists():
             shutil.copy2(folder / name, out / name)
             hint = f" (the base's all-to-all: measure this machine's with `autoshard bench comm --out {out}`)"
             console.print(f"copied {name} from {folder}{hint if name == 'communication.json' else ''}", highlight=False)
-    console.print(f"adapted the cost model of {base.profile.id} to {metrics['profile']['id']} in {out}", highlight=False)
+    console.print(
+        f"adapted the cost model of {base.profile.id} to {metrics['profile']['id']} in {out}", highlight=False
+    )
 
 
 MIN_ERROR_SETS = 20  # fewer measured sets say little about the tails of the model's error
@@ -113,9 +191,14 @@ MIN_ERROR_SETS = 20  # fewer measured sets say little about the tails of the mod
 @friendly_errors
 def errors_cmd(
     model: Annotated[Path, typer.Option(help="The profile folder: device_errors.json is written there.")],
-    measured: Annotated[list[Path], typer.Option(
-        metavar="<path>", help="Measured evaluations of plans on the profile's hardware (`autoshard evaluate "
-                               "--measure --json --out DIR`: DIR or a report.json; repeat it for more runs).")],
+    measured: Annotated[
+        list[Path],
+        typer.Option(
+            metavar="<path>",
+            help="Measured evaluations of plans on the profile's hardware (`autoshard evaluate "
+            "--measure --json --out DIR`: DIR or a report.json; repeat it for more runs).",
+        ),
+    ],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Record the cost model's error on measured device sets of plans (log(measured / predicted), its
@@ -139,26 +222,36 @@ def errors_cmd(
     for path in reports:  # errors measured on other hardware do not describe this profile's
         device, cpu = measured_on(path)
         if (device and device != profile.device_name) or (cpu and profile.cpu and cpu != profile.cpu):
-            raise InputError("--measured", f"{path} was measured on {cpu or device}, not on the profile's "
-                             f"{profile.cpu or profile.device_name}",
-                             "pass evaluations measured on the hardware the profile describes")
+            raise InputError(
+                "--measured",
+                f"{path} was measured on {cpu or device}, not on the profile's {profile.cpu or profile.device_name}",
+                "pass evaluations measured on the hardware the profile describes",
+            )
     per_task = centred_errors(cost_model, measured_device_sets(measured))
     errors = tuple(e for task in per_task.values() for e in task)
     if len(errors) < MIN_ERROR_SETS:
-        raise InputError("--measured", f"{len(errors)} measured device sets: too few to describe the model's error "
-                         f"(at least {MIN_ERROR_SETS})", "measure more tasks (`autoshard evaluate SUITE --measure`)")
+        raise InputError(
+            "--measured",
+            f"{len(errors)} measured device sets: too few to describe the model's error (at least {MIN_ERROR_SETS})",
+            "measure more tasks (`autoshard evaluate SUITE --measure`)",
+        )
     found = DeviceErrors(errors, len({task for _, task in per_task}), tuple(str(p) for p in reports))
     found.save(folder / DEVICE_ERRORS_FILE)
     levels = (0.05, 0.25, 0.5, 0.75, 0.95)
-    summary = {**found.summary(), "file": str(folder / DEVICE_ERRORS_FILE),
-               "quantiles": {f"p{round(q * 100)}": round(float(v), 4)
-                             for q, v in zip(levels, np.quantile(errors, levels))}}
+    summary = {
+        **found.summary(),
+        "file": str(folder / DEVICE_ERRORS_FILE),
+        "quantiles": {f"p{round(q * 100)}": round(float(v), 4) for q, v in zip(levels, np.quantile(errors, levels))},
+    }
     if json_out:
         print_json(summary)
     else:
-        console.print(f"{summary['sets']} device sets of {summary['tasks']} tasks: the model's error spreads "
-                      f"{summary['spread']:.1%} (log scale; 5-95%: {summary['quantiles']['p5']:+.3f} .. "
-                      f"{summary['quantiles']['p95']:+.3f}) -> {summary['file']}", highlight=False)
+        console.print(
+            f"{summary['sets']} device sets of {summary['tasks']} tasks: the model's error spreads "
+            f"{summary['spread']:.1%} (log scale; 5-95%: {summary['quantiles']['p5']:+.3f} .. "
+            f"{summary['quantiles']['p95']:+.3f}) -> {summary['file']}",
+            highlight=False,
+        )
 
 
 def profile_folder(model: Path) -> Path:
@@ -167,8 +260,9 @@ def profile_folder(model: Path) -> Path:
 
     folder = model.parent if model.name == CHECKPOINT_NAME else model
     if not (folder / CHECKPOINT_NAME).is_file():
-        raise InputError("--model", f"no {CHECKPOINT_NAME} in {folder}",
-                         "pass a profile folder, e.g. data/models/default")
+        raise InputError(
+            "--model", f"no {CHECKPOINT_NAME} in {folder}", "pass a profile folder, e.g. data/models/default"
+        )
     return folder
 
 
@@ -179,9 +273,21 @@ def read_all(paths: list[Path]):
     return merge_traces([read_traces(p) for p in paths])
 
 
-def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, command: str,
-                   sources: list[str], tune: bool = False, network=None, learning_rate: float | None = None,
-                   start_from=None, adapted_from: dict | None = None, measured: Sequence = ()) -> dict:
+def train_and_save(
+    data,
+    out: Path,
+    seed: int,
+    max_epochs: int,
+    patience: int,
+    command: str,
+    sources: list[str],
+    tune: bool = False,
+    network=None,
+    learning_rate: float | None = None,
+    start_from=None,
+    adapted_from: dict | None = None,
+    measured: Sequence = (),
+) -> dict:
     """Train on ``data`` (a ``TraceSet``) and save the checkpoint, metrics.json and train_log.csv in
     ``out``; returns the metrics. ``tune``: choose the network and learning rate on the validation
     split first (``cost_model.tune``); else ``network`` / ``learning_rate`` (default: the
@@ -205,8 +311,13 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
     if measured:
         splits = with_measured(splits, measured, seed)
     profile = data.profile if data is not None else start_from.profile
-    config = TrainConfig(network=network or NetworkConfig(), seed=seed, max_epochs=max_epochs, patience=patience,
-                         learning_rate=learning_rate or TrainConfig().learning_rate)
+    config = TrainConfig(
+        network=network or NetworkConfig(),
+        seed=seed,
+        max_epochs=max_epochs,
+        patience=patience,
+        learning_rate=learning_rate or TrainConfig().learning_rate,
+    )
     row_cap = int(data.header["bench"]["row_cap_bytes"]) if data is not None else start_from.row_cap_bytes
     tuning = None
     if tune:
@@ -214,28 +325,60 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
         from cost_model.tune import tune as tune_grid
 
         with console.status(f"tuning: {len(GRID)} candidates on the validation split") as status:
-            result, chosen, rows = tune_grid(splits, profile, row_cap, config, log_dir=out / "tuning",
-                                             on_candidate=lambda c, r: status.update(
-                                                 f"tuning: {c.name} validation MAPE {r.best_validation_mape:.4f}"))
+            result, chosen, rows = tune_grid(
+                splits,
+                profile,
+                row_cap,
+                config,
+                log_dir=out / "tuning",
+                on_candidate=lambda c, r: status.update(
+                    f"tuning: {c.name} validation MAPE {r.best_validation_mape:.4f}"
+                ),
+            )
         shutil.copy2(out / "tuning" / f"{chosen.name}.csv", out / "train_log.csv")
         config = replace(config, network=chosen.network, learning_rate=chosen.learning_rate)
-        tuning = {"chosen": chosen.name, "by": "validation MAPE, one-standard-error rule (fewest parameters)",
-                  "candidates": rows}
+        tuning = {
+            "chosen": chosen.name,
+            "by": "validation MAPE, one-standard-error rule (fewest parameters)",
+            "candidates": rows,
+        }
     else:
-        with Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("val MAPE {task.fields[mape]:.3f}"), console=console) as progress:
+        with Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("val MAPE {task.fields[mape]:.3f}"),
+            console=console,
+        ) as progress:
             task = progress.add_task("train", total=max_epochs, mape=float("nan"))
-            result = train_cost_model(splits, profile, row_cap, config, out / "train_log.csv",
-                                      lambda epoch, m: progress.update(task, completed=epoch, mape=m), start_from)
+            result = train_cost_model(
+                splits,
+                profile,
+                row_cap,
+                config,
+                out / "train_log.csv",
+                lambda epoch, m: progress.update(task, completed=epoch, mape=m),
+                start_from,
+            )
     metrics = {
-        "command": command, "traces": sources[0] if len(sources) == 1 else sources,
-        "profile": profile.to_dict(), "split_seed": seed, "splits": splits.sizes(),
+        "command": command,
+        "traces": sources[0] if len(sources) == 1 else sources,
+        "profile": profile.to_dict(),
+        "split_seed": seed,
+        "splits": splits.sizes(),
         **({"measured_sets": len(measured)} if measured else {}),
-        "train_seconds": round(result.seconds, 1), "best_epoch": result.best_epoch,
-        "epochs_run": result.epochs_run, "validation_mape": round(result.best_validation_mape, 4),
-        "validation_loss": {"first": round(result.first_validation_loss, 5), "best": round(result.best_validation_loss, 5)},
-        "network": asdict(result.model.network.config), "learning_rate": config.learning_rate,
-        **({"tuning": tuning} if tuning else {}), **({"adapted_from": adapted_from} if adapted_from else {}),
+        "train_seconds": round(result.seconds, 1),
+        "best_epoch": result.best_epoch,
+        "epochs_run": result.epochs_run,
+        "validation_mape": round(result.best_validation_mape, 4),
+        "validation_loss": {
+            "first": round(result.first_validation_loss, 5),
+            "best": round(result.best_validation_loss, 5),
+        },
+        "network": asdict(result.model.network.config),
+        "learning_rate": config.learning_rate,
+        **({"tuning": tuning} if tuning else {}),
+        **({"adapted_from": adapted_from} if adapted_from else {}),
         "evaluation": evaluate_all(result.model, splits, data) if data is not None else {},
     }
     save_checkpoint(result.model, out, metrics)
@@ -252,11 +395,21 @@ def train_and_save(data, out: Path, seed: int, max_epochs: int, patience: int, c
 @friendly_errors
 def eval_cmd(
     model: Annotated[Path, typer.Option(help="A model folder (or cost_model.pt).")],
-    traces: Annotated[list[Path], typer.Option(help="Trace file with the held-out samples; repeat it to add "
-                                                    "plan-set traces (split c: `autoshard bench plans --split test`).")],
+    traces: Annotated[
+        list[Path],
+        typer.Option(
+            help="Trace file with the held-out samples; repeat it to add "
+            "plan-set traces (split c: `autoshard bench plans --split test`)."
+        ),
+    ],
     seed: Annotated[int, typer.Option(min=0, help="The split seed used in training.")] = 0,
-    fresh_pool: Annotated[Optional[Path], typer.Option(help="Traces of a pool drawn with a fresh seed (no model trained "
-                                                            "or tuned on it): every set is scored as split `fresh_pool`.")] = None,
+    fresh_pool: Annotated[
+        Path | None,
+        typer.Option(
+            help="Traces of a pool drawn with a fresh seed (no model trained "
+            "or tuned on it): every set is scored as split `fresh_pool`."
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """MAPE, Spearman and ranking accuracy of every estimator on the held-out splits: (a) unseen
@@ -272,8 +425,11 @@ def eval_cmd(
     if fresh_pool is not None:
         fresh = read_all([fresh_pool])
         if fresh.profile.id != data.profile.id:
-            raise InputError("--fresh-pool", f"traces of profile {fresh.profile.id}, the model is {data.profile.id}",
-                             "pass a fresh pool measured on the model's device profile")
+            raise InputError(
+                "--fresh-pool",
+                f"traces of profile {fresh.profile.id}, the model is {data.profile.id}",
+                "pass a fresh pool measured on the model's device profile",
+            )
         extra = {"fresh_pool": every_set(fresh)}
     report = evaluate_all(cost_model, make_splits(data, seed), data, extra)
     if json_out:
@@ -281,27 +437,41 @@ def eval_cmd(
         return
     from rich.console import Console
     from rich.table import Table as RichTable
+
     for split, body in report.items():
         table = RichTable(title=f"{split} (noise floor: pass-to-pass MAPE {body['noise_floor']['pass_to_pass_mape']})")
         for col in ("estimator", "MAPE", "Spearman", "ranking acc.", "samples"):
             table.add_column(col)
         for name, s in body["estimators"].items():
-            table.add_row(name, f"{s['mape']:.3f}", f"{s['spearman']:.3f}", f"{s['ranking_accuracy']:.3f}", str(s["samples"]))
+            table.add_row(
+                name, f"{s['mape']:.3f}", f"{s['spearman']:.3f}", f"{s['ranking_accuracy']:.3f}", str(s["samples"])
+            )
         Console().print(table)
         if "plan_choices" in body:
             c = body["plan_choices"]
-            Console().print(f"plans of one task whose measured max differs by > {c['margin']:.0%}: the model names the "
-                            f"faster one in {c['named_the_faster']} of {c['pairs']} pairs ({c['plans']} plans, "
-                            f"{c['tasks']} tasks)")
+            Console().print(
+                f"plans of one task whose measured max differs by > {c['margin']:.0%}: the model names the "
+                f"faster one in {c['named_the_faster']} of {c['pairs']} pairs ({c['plans']} plans, "
+                f"{c['tasks']} tasks)"
+            )
 
 
 @app.command("add-ranges")
 @friendly_errors
 def add_ranges_cmd(
-    model: Annotated[Path, typer.Option(help="A model folder (holding cost_model.pt); its checkpoint is re-saved in place.")],
-    traces: Annotated[list[Path], typer.Option(help="The trace file (.jsonl or .jsonl.gz) the model was trained on; "
-                                                    "repeat it for every file it was trained on.")],
-    seed: Annotated[int, typer.Option(min=0, help="The split seed used in training (`autoshard cost train --seed`).")] = 0,
+    model: Annotated[
+        Path, typer.Option(help="A model folder (holding cost_model.pt); its checkpoint is re-saved in place.")
+    ],
+    traces: Annotated[
+        list[Path],
+        typer.Option(
+            help="The trace file (.jsonl or .jsonl.gz) the model was trained on; "
+            "repeat it for every file it was trained on."
+        ),
+    ],
+    seed: Annotated[
+        int, typer.Option(min=0, help="The split seed used in training (`autoshard cost train --seed`).")
+    ] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the ranges as JSON.")] = False,
 ) -> None:
     """Record what a model was trained on (the ranges of its training split), so that it refuses
@@ -316,20 +486,30 @@ def add_ranges_cmd(
     if json_out:
         print_json(ranges.to_dict())
         return
-    console.print(f"saved {folder / CHECKPOINT_NAME} with the trained ranges of {', '.join(map(str, traces))} (seed {seed}): "
-                  f"{ranges.tables_per_set[0]}-{ranges.tables_per_set[1]} tables per set, rows "
-                  f"{ranges.rows[0]:,}-{ranges.rows[1]:,}, dim {ranges.dim[0]}-{ranges.dim[1]}, pooling "
-                  f"{ranges.pooling[0]:g}-{ranges.pooling[1]:g}, bytes per element "
-                  f"{', '.join(map(str, ranges.bytes_per_element))}, optimizers {', '.join(ranges.optimizers)}",
-                  highlight=False)
+    console.print(
+        f"saved {folder / CHECKPOINT_NAME} with the trained ranges of {', '.join(map(str, traces))} (seed {seed}): "
+        f"{ranges.tables_per_set[0]}-{ranges.tables_per_set[1]} tables per set, rows "
+        f"{ranges.rows[0]:,}-{ranges.rows[1]:,}, dim {ranges.dim[0]}-{ranges.dim[1]}, pooling "
+        f"{ranges.pooling[0]:g}-{ranges.pooling[1]:g}, bytes per element "
+        f"{', '.join(map(str, ranges.bytes_per_element))}, optimizers {', '.join(ranges.optimizers)}",
+        highlight=False,
+    )
 
 
 @app.command("linear-beyond")
 @friendly_errors
 def linear_beyond_cmd(
-    model: Annotated[Path, typer.Option(help="A model folder (holding cost_model.pt); its checkpoint is re-saved in place.")],
-    tables: Annotated[Optional[int], typer.Option(min=1, help="Price sets of more than this many tables linearly in "
-                                                             "their size; omit it for the largest trained set.")] = None,
+    model: Annotated[
+        Path, typer.Option(help="A model folder (holding cost_model.pt); its checkpoint is re-saved in place.")
+    ],
+    tables: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Price sets of more than this many tables linearly in "
+            "their size; omit it for the largest trained set.",
+        ),
+    ] = None,
 ) -> None:
     """Where the network stops answering for a set's size: past ``--tables`` a set of n tables costs
     n / tables times a set of that size with the same mean and max table (docs/cost_model.md, "Sets
@@ -345,13 +525,19 @@ def linear_beyond_cmd(
     found = set_linear_beyond(folder, tables)
     metrics_file = folder / "metrics.json"
     metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
-    metrics["linear_beyond"] = {"tables": tables, "size_limit": found.size_limit,
-                                "command": f"autoshard cost linear-beyond --model {shlex.quote(str(model))}"
-                                           + (f" --tables {tables}" if tables is not None else "")}
+    metrics["linear_beyond"] = {
+        "tables": tables,
+        "size_limit": found.size_limit,
+        "command": f"autoshard cost linear-beyond --model {shlex.quote(str(model))}"
+        + (f" --tables {tables}" if tables is not None else ""),
+    }
     sources = [Path(s) for s in trace_sources(metrics)]
     if metrics.get("evaluation") and sources and all(p.is_file() for p in sources) and "measured_sets" not in metrics:
         data = read_all(sources)
         metrics["evaluation"] = evaluate_all(found, make_splits(data, metrics.get("split_seed", 0)), data)
     metrics_file.write_text(json.dumps(metrics, indent=1) + "\n")
-    console.print(f"saved {folder / CHECKPOINT_NAME}: sets of more than {found.size_limit} tables are priced linearly "
-                  f"in their size" + ("" if tables is not None else " (the largest trained set)"), highlight=False)
+    console.print(
+        f"saved {folder / CHECKPOINT_NAME}: sets of more than {found.size_limit} tables are priced linearly "
+        f"in their size" + ("" if tables is not None else " (the largest trained set)"),
+        highlight=False,
+    )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -30,31 +31,61 @@ from autoshard.core.errors import InputError
 def evaluate_cmd(
     suite: Annotated[str, typer.Argument(help="A suite JSON file, or 'default' (bundled).")],
     planners: Annotated[str, typer.Option(help="'all' or a comma-separated list of planner names.")] = "all",
-    measure: Annotated[bool, typer.Option(help="Measure every device's shard with the microbenchmark (interleaved).")] = False,
-    rounds: Annotated[int, typer.Option(min=1, help="Measurement rounds (plans interleaved in each; an even number balances the order).")] = 4,
-    model: Annotated[Optional[Path], typer.Option(help="Cost model folder (default: the shipped one).")] = None,
+    measure: Annotated[
+        bool, typer.Option(help="Measure every device's shard with the microbenchmark (interleaved).")
+    ] = False,
+    rounds: Annotated[
+        int,
+        typer.Option(min=1, help="Measurement rounds (plans interleaved in each; an even number balances the order)."),
+    ] = 4,
+    model: Annotated[Path | None, typer.Option(help="Cost model folder (default: the shipped one).")] = None,
     out: Annotated[Path, typer.Option(help="Folder for the per-task Markdown, CSV and PNG.")] = Path("runs/evaluate"),
-    column_split: Annotated[Optional[bool],
-                            typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP)] = None,
-    distributed: Annotated[bool, typer.Option(help="Also run every plan with TorchRec DMP, one process per device.")] = False,
+    column_split: Annotated[
+        bool | None, typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP)
+    ] = None,
+    distributed: Annotated[
+        bool, typer.Option(help="Also run every plan with TorchRec DMP, one process per device.")
+    ] = False,
     distributed_steps: Annotated[int, typer.Option(min=1)] = 10,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all to its predicted cost.")] = True,
-    row_cap_mb: Annotated[int, typer.Option(min=1, help="With --measure: benchmark at most this many MiB of rows "
-                                                        "per table (the traces' cap; raise it to measure tables uncapped).")] = 128,
+    row_cap_mb: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="With --measure: benchmark at most this many MiB of rows "
+            "per table (the traces' cap; raise it to measure tables uncapped).",
+        ),
+    ] = 128,
     seed: Annotated[int, typer.Option(min=0)] = 0,
     search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
-    departure_margin: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP)] = None,
-    drift_samples: Annotated[int, typer.Option(min=0, help="With --measure: re-measure this many of the profile's "
-                                                          "traced sets before and after (`bench drift`) and record "
-                                                          "how this machine compares with its traces (0: off).")] = 12,
-    verify: Annotated[bool, typer.Option(help="With --measure: add the plan `autoshard plan --verify` would choose "
-                                              "(its own measurement rounds, before the evaluation's) as 'verified'.")] = False,
+    departure_margin: Annotated[float | None, typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP)] = None,
+    drift_samples: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="With --measure: re-measure this many of the profile's "
+            "traced sets before and after (`bench drift`) and record "
+            "how this machine compares with its traces (0: off).",
+        ),
+    ] = 12,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            help="With --measure: add the plan `autoshard plan --verify` would choose "
+            "(its own measurement rounds, before the evaluation's) as 'verified'."
+        ),
+    ] = False,
     verify_top: Annotated[int, typer.Option(min=2, help="With --verify: how many distinct plans to measure.")] = 4,
     verify_rounds: Annotated[int, typer.Option(min=2, help="With --verify: its measurement rounds.")] = 6,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    resume: Annotated[bool, typer.Option(help="Take the tasks an unfinished run with the same options wrote "
-                                              "to OUT/<suite>/report.json as they are; plan (and measure) the "
-                                              "rest.")] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="Take the tasks an unfinished run with the same options wrote "
+            "to OUT/<suite>/report.json as they are; plan (and measure) the "
+            "rest."
+        ),
+    ] = False,
 ) -> None:
     """Plan every task of a suite with every planner; with --measure, run the plans for real."""
     if verify and not measure:
@@ -81,8 +112,14 @@ def evaluate_cmd(
     if why:
         console.print(f"[yellow]note:[/yellow] {why}: predicted costs are proxies", highlight=False)
     comm = profile.communication if communication and profile else None
-    context = PlannerContext(cost_model, profile.policy if profile else None, seed, column_split,
-                             search_iterations=search_iterations, departure_margin=departure_margin)
+    context = PlannerContext(
+        cost_model,
+        profile.policy if profile else None,
+        seed,
+        column_split,
+        search_iterations=search_iterations,
+        departure_margin=departure_margin,
+    )
     measurer = plans_measurer(rounds, row_cap_mb, profile) if measure else None
     verifier = plans_verifier(verify_rounds, row_cap_mb, profile, comm, verify_top) if verify else None
     run_distributed = None
@@ -91,14 +128,24 @@ def evaluate_cmd(
             DistributedConfig,
             compare_distributed,
         )
+
         run_distributed = lambda plans, workload: compare_distributed(  # noqa: E731
-            plans, workload, DistributedConfig(world_size=len(plans[0].devices), steps=distributed_steps,
-                                               batch_size=workload.batch_size, seed=seed), rounds)
+            plans,
+            workload,
+            DistributedConfig(
+                world_size=len(plans[0].devices), steps=distributed_steps, batch_size=workload.batch_size, seed=seed
+            ),
+            rounds,
+        )
     names = planner_names(planners, "--planners")
     warnings_of = _priceable(tasks, cost_model)  # before anything is planned or measured
-    report = {"suite": name, "cost_unit": "ms" if cost_model else "proxy",
-              "settings": _settings(profile, context, names, communication, measure, rounds), "tasks": [],
-              **({"row_cap_mb": row_cap_mb} if measure else {})}
+    report = {
+        "suite": name,
+        "cost_unit": "ms" if cost_model else "proxy",
+        "settings": _settings(profile, context, names, communication, measure, rounds),
+        "tasks": [],
+        **({"row_cap_mb": row_cap_mb} if measure else {}),
+    }
     against = []  # per task: every planner but the heuristics against the best heuristic, measured
     held_out = []  # the same, each round against the heuristic chosen on the other rounds' pairs
     results = []
@@ -116,8 +163,10 @@ def evaluate_cmd(
             held_out.append(against_held_out_heuristic(results[-1]))
             report["tasks"].append(done[task.name])
             continue
-        console.print(f"[bold]{task.name}[/bold]: {len(task.workload.tables)} tables, "
-                      f"{task.topology.num_devices} devices", highlight=False)
+        console.print(
+            f"[bold]{task.name}[/bold]: {len(task.workload.tables)} tables, {task.topology.num_devices} devices",
+            highlight=False,
+        )
         warnings = warnings_of[task.name]
         for warning in warnings:
             console.print(f"[yellow]warning:[/yellow] {task.name}: {warning}", highlight=False)
@@ -126,20 +175,27 @@ def evaluate_cmd(
         files = write_task_outputs(result, out / name)
         against.append(against_best_heuristic(result))
         held_out.append(against_held_out_heuristic(result))
-        report["tasks"].append({"task": task.name, "tables": len(task.workload.tables),
-                                "num_devices": task.topology.num_devices,
-                                "device_memory_gb": task.topology.device_memory_gb,
-                                "reference": result.reference, "planners": task_rows(result),
-                                "workload": workload_to_dict(task.workload, task.topology),
-                                "warnings": list(warnings),
-                                **({"verification": {"measures": verification_measures(comm),
-                                                     **result.verification.to_dict()}}
-                                   if result.verification else {}),
-                                "skipped": [{"planner": p, "reason": r} for p, r in result.comparison.skipped],
-                                **({"against_best_heuristic": [_row(a) for a in against[-1]]} if against[-1] else {}),
-                                **({"against_held_out_heuristic": [_row(a) for a in held_out[-1]]}
-                                   if held_out[-1] else {}),
-                                "files": files})
+        report["tasks"].append(
+            {
+                "task": task.name,
+                "tables": len(task.workload.tables),
+                "num_devices": task.topology.num_devices,
+                "device_memory_gb": task.topology.device_memory_gb,
+                "reference": result.reference,
+                "planners": task_rows(result),
+                "workload": workload_to_dict(task.workload, task.topology),
+                "warnings": list(warnings),
+                **(
+                    {"verification": {"measures": verification_measures(comm), **result.verification.to_dict()}}
+                    if result.verification
+                    else {}
+                ),
+                "skipped": [{"planner": p, "reason": r} for p, r in result.comparison.skipped],
+                **({"against_best_heuristic": [_row(a) for a in against[-1]]} if against[-1] else {}),
+                **({"against_held_out_heuristic": [_row(a) for a in held_out[-1]]} if held_out[-1] else {}),
+                "files": files,
+            }
+        )
         _write_report(report | {"complete": False}, out / name)  # a run cut short keeps the tasks it finished
         if not json_out:
             console.print(Path(files["markdown"]).read_text(), highlight=False, markup=False)
@@ -158,8 +214,11 @@ def evaluate_cmd(
     if json_out:
         print_json(report)
     elif measure and profile is not None:
-        console.print(f"the model's error on these plans, for the expected max of every plan it makes: `autoshard "
-                      f"cost errors --model {model or DEFAULT_MODEL} --measured {out / name}`", highlight=False)
+        console.print(
+            f"the model's error on these plans, for the expected max of every plan it makes: `autoshard "
+            f"cost errors --model {model or DEFAULT_MODEL} --measured {out / name}`",
+            highlight=False,
+        )
 
 
 def _write_report(report: dict, folder: Path) -> None:
@@ -184,6 +243,7 @@ def _unfinished(path: Path, new: dict) -> dict[str, dict]:
     report = json.loads(path.read_text())
     if report.get("complete", True):
         raise InputError("--resume", f"the run at {path} is finished", "run again without --resume to start afresh")
+
     def made_with(run: dict) -> dict:  # what a run's figures depend on: its settings but the start, its row cap
         settings = {k: v for k, v in run.get("settings", {}).items() if k != "started"}
         return settings | {"row_cap_mb": run.get("row_cap_mb")}
@@ -191,8 +251,11 @@ def _unfinished(path: Path, new: dict) -> dict[str, dict]:
     same, old = made_with(new), made_with(report)
     differ = sorted(k for k in same.keys() | old.keys() if same.get(k) != old.get(k))
     if differ:
-        raise InputError("--resume", f"the unfinished run at {path} was made with other {', '.join(differ)}",
-                         "resume with the options it ran with, or run again without --resume")
+        raise InputError(
+            "--resume",
+            f"the unfinished run at {path} was made with other {', '.join(differ)}",
+            "resume with the options it ran with, or run again without --resume",
+        )
     return {t["task"]: t for t in report["tasks"]}
 
 
@@ -207,22 +270,31 @@ def _priceable(tasks, cost_model) -> dict[str, tuple[str, ...]]:
         try:
             found[task.name] = tuple(cost_model.check_workload(task.workload))
         except InputError as error:
-            fix = (f"{error.fix}; or evaluate a suite without task {task.name!r} (autoshard/core/suites/fp32.json: "
-                   "the default suite's fp32 + SGD tasks)")
+            fix = (
+                f"{error.fix}; or evaluate a suite without task {task.name!r} (autoshard/core/suites/fp32.json: "
+                "the default suite's fp32 + SGD tasks)"
+            )
             raise InputError(error.field, error.message, fix, f"task {task.name!r} {error.where}".strip()) from None
     return found
 
 
 def _settings(profile, context, names: list[str], communication: bool, measure: bool, rounds: int) -> dict:
     """What the report was made with, so that a figure can be read without its command."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return {"profile": profile.model.profile.id if profile else None,
-            "model_sha256": profile.sha256 if profile else None,
-            "policy_sha256": profile.policy_sha256 if profile else None, "planners": names,
-            "column_split": context.split_setting, "communication": communication, "seed": context.seed,
-            "search_iterations": context.search_iterations, "departure_margin": context.margin,
-            "rounds": rounds if measure else None, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "profile": profile.model.profile.id if profile else None,
+        "model_sha256": profile.sha256 if profile else None,
+        "policy_sha256": profile.policy_sha256 if profile else None,
+        "planners": names,
+        "column_split": context.split_setting,
+        "communication": communication,
+        "seed": context.seed,
+        "search_iterations": context.search_iterations,
+        "departure_margin": context.margin,
+        "rounds": rounds if measure else None,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
 
 
 def _add_expected(report: dict, results: list, profile) -> None:
@@ -240,9 +312,12 @@ def _add_expected(report: dict, results: list, profile) -> None:
     for task, expected in zip(report["tasks"], per_task):
         if expected:  # the task's Markdown gains the line (it was written before the other tasks ran)
             with open(task["files"]["markdown"], "a") as markdown:
-                markdown.write(f"\nagainst {expected[0].heuristic}, predicted / expected under the model's errors "
-                               f"on {expected[0].errors_from}: "
-                               + "; ".join(f"{e.planner} {e.predicted:.3f} / {e.expected:.3f}" for e in expected) + "\n")
+                markdown.write(
+                    f"\nagainst {expected[0].heuristic}, predicted / expected under the model's errors "
+                    f"on {expected[0].errors_from}: "
+                    + "; ".join(f"{e.planner} {e.predicted:.3f} / {e.expected:.3f}" for e in expected)
+                    + "\n"
+                )
         by_planner = {e.planner: e for e in expected}
         for row in task.get("against_best_heuristic", []):
             if row["planner"] in by_planner:
@@ -252,27 +327,38 @@ def _add_expected(report: dict, results: list, profile) -> None:
     for planner, means in expected_summary(per_task).items():
         if planner in report["against_best_heuristic"]:
             report["against_best_heuristic"][planner].update(
-                {"geomean_predicted": means["predicted"], "geomean_expected": means["expected"]})
+                {"geomean_predicted": means["predicted"], "geomean_expected": means["expected"]}
+            )
 
 
 def _row(against) -> dict:
-    return {"planner": against.planner, "heuristic": against.heuristic, "ratio": round(against.ratio, 4),
-            "ci95": [round(v, 4) for v in against.ci95], "verdict": against.verdict}
+    return {
+        "planner": against.planner,
+        "heuristic": against.heuristic,
+        "ratio": round(against.ratio, 4),
+        "ci95": [round(v, 4) for v in against.ci95],
+        "verdict": against.verdict,
+    }
 
 
 def _print_summary(summary: dict) -> None:
     """Each planner against each task's best heuristic, measured, over the suite."""
     from rich.table import Table as RichTable
 
-    table = RichTable(title="measured, against each task's best heuristic (paired by round, 95% CI); predicted, "
-                            "and expected under the model's errors on the other tasks' devices (in a suite of one, the "
-                            "profile's measured device errors)")
+    table = RichTable(
+        title="measured, against each task's best heuristic (paired by round, 95% CI); predicted, "
+        "and expected under the model's errors on the other tasks' devices (in a suite of one, the "
+        "profile's measured device errors)"
+    )
     for col in ("planner", "geomean", "faster", "tie", "slower", "tasks", "predicted", "expected"):
         table.add_column(col)
     for planner, row in summary.items():
-        table.add_row(planner, f"{row['geomean_vs_best_heuristic']:.3f}",
-                      *(str(row[k]) for k in ("faster", "tie", "slower", "tasks")),
-                      *(f"{row[k]:.3f}" if k in row else "-" for k in ("geomean_predicted", "geomean_expected")))
+        table.add_row(
+            planner,
+            f"{row['geomean_vs_best_heuristic']:.3f}",
+            *(str(row[k]) for k in ("faster", "tie", "slower", "tasks")),
+            *(f"{row[k]:.3f}" if k in row else "-" for k in ("geomean_predicted", "geomean_expected")),
+        )
     console.print(table)
 
 
@@ -284,8 +370,9 @@ def _anchor_traces(profile) -> Path | None:
         for base in (Path.cwd(), Path(__file__).resolve().parents[2]):  # here, or the repository's root
             if (base / ref).is_file():
                 return base / ref
-    console.print("[yellow]note:[/yellow] the profile's traces are not here: the machine's drift is not checked",
-                  highlight=False)
+    console.print(
+        "[yellow]note:[/yellow] the profile's traces are not here: the machine's drift is not checked", highlight=False
+    )
     return None
 
 
@@ -296,6 +383,8 @@ def _drift(traces: Path, samples: int, when: str) -> dict:
 
     drift = check_drift(read_traces(traces), samples)
     line = f"machine {when} measuring: {drift.verdict()}"
-    console.print(line if drift.holds else f"[yellow]warning:[/yellow] {line}; measured figures are not on the "
-                  "traces' scale", highlight=False)
+    console.print(
+        line if drift.holds else f"[yellow]warning:[/yellow] {line}; measured figures are not on the traces' scale",
+        highlight=False,
+    )
     return {key: value for key, value in drift.to_dict().items() if key != "sets"}

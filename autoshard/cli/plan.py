@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -33,30 +33,61 @@ PROXY_UNIT = "proxy: dim x pooling summed per device (no cost model)"
 @friendly_errors
 def plan_cmd(
     workload: Annotated[str, typer.Argument(help="A workload file (.json) or a bundled preset name.")],
-    devices: Annotated[Optional[int], typer.Option(min=1, help="Number of devices (default: the file's topology).")] = None,
-    memory_gb: Annotated[Optional[float], typer.Option(help="Memory per device for embeddings, GiB (default: the file's).")] = None,
+    devices: Annotated[
+        int | None, typer.Option(min=1, help="Number of devices (default: the file's topology).")
+    ] = None,
+    memory_gb: Annotated[
+        float | None, typer.Option(help="Memory per device for embeddings, GiB (default: the file's).")
+    ] = None,
     planner: Annotated[str, typer.Option(help="'all', a planner name, or a comma-separated list of them.")] = "all",
-    model: Annotated[Optional[Path], typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL} if it exists); "
-                                                       "'none': the heuristics alone, with proxy costs.")] = None,
-    column_split: Annotated[Optional[bool],
-                            typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP)] = None,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            help=f"Cost model directory (default: {DEFAULT_MODEL} if it exists); "
+            "'none': the heuristics alone, with proxy costs."
+        ),
+    ] = None,
+    column_split: Annotated[
+        bool | None, typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP)
+    ] = None,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the random planner and of rl+refine's sampling.")] = 0,
-    time_budget: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds each searching planner (cost_greedy, rl, rl+refine) may search; past it, its best plan so far, marked partial (TorchRec's planner, which has none, is stopped and skipped).")] = None,
-    communication: Annotated[bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) to its cost.")] = True,
+    time_budget: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="Seconds each searching planner (cost_greedy, rl, rl+refine) may search; past it, its best plan so far, marked partial (TorchRec's planner, which has none, is stopped and skipped).",
+        ),
+    ] = None,
+    communication: Annotated[
+        bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) to its cost.")
+    ] = True,
     search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
-    departure_margin: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP)] = None,
+    departure_margin: Annotated[float | None, typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    format: Annotated[str, typer.Option(help="'table' (default) or 'torchrec': the best plan as TorchRec "
-                                             "sharding (types, ranks, column shards) for DistributedModelParallel.")] = "table",
-    out: Annotated[Optional[Path], typer.Option(help="With --format torchrec: write it to this file.")] = None,
-    verify: Annotated[bool, typer.Option(help="Measure the best-predicted distinct plans (and the best heuristic's) on "
-                                              "this machine, interleaved rounds, and keep the one that measured "
-                                              "fastest; --format torchrec then exports it.")] = False,
+    format: Annotated[
+        str,
+        typer.Option(
+            help="'table' (default) or 'torchrec': the best plan as TorchRec "
+            "sharding (types, ranks, column shards) for DistributedModelParallel."
+        ),
+    ] = "table",
+    out: Annotated[Path | None, typer.Option(help="With --format torchrec: write it to this file.")] = None,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            help="Measure the best-predicted distinct plans (and the best heuristic's) on "
+            "this machine, interleaved rounds, and keep the one that measured "
+            "fastest; --format torchrec then exports it."
+        ),
+    ] = False,
     verify_top: Annotated[int, typer.Option(min=2, help="With --verify: how many distinct plans to measure.")] = 4,
-    verify_rounds: Annotated[int, typer.Option(min=2, help="With --verify: measurement rounds (an even number "
-                                                           "balances the order).")] = 6,
-    row_cap_mb: Annotated[int, typer.Option(min=1, help="With --verify: benchmark at most this many MiB of rows per "
-                                                        "table (the traces' cap).")] = 128,
+    verify_rounds: Annotated[
+        int, typer.Option(min=2, help="With --verify: measurement rounds (an even number balances the order).")
+    ] = 6,
+    row_cap_mb: Annotated[
+        int,
+        typer.Option(min=1, help="With --verify: benchmark at most this many MiB of rows per table (the traces' cap)."),
+    ] = 128,
 ) -> None:
     """Place a workload's tables on devices; with --planner all, compare every available planner."""
     if format not in ("table", "torchrec"):
@@ -75,8 +106,11 @@ def plan_cmd(
     profile, why_no_model = load_profile_or_none(model)
     cost_model = profile.model if profile else None
     if why_no_model:  # on stderr, so it does not mix into --json
-        console.print(f"[yellow]note:[/yellow] {why_no_model}; cost_greedy needs a model (so do rl and rl+refine), "
-                      "and costs below are a proxy (dim x pooling), not milliseconds", highlight=False)
+        console.print(
+            f"[yellow]note:[/yellow] {why_no_model}; cost_greedy needs a model (so do rl and rl+refine), "
+            "and costs below are a proxy (dim x pooling), not milliseconds",
+            highlight=False,
+        )
     if profile and profile.device_errors_problem:
         console.print(f"[yellow]note:[/yellow] {profile.device_errors_problem}", highlight=False)
     try:
@@ -88,17 +122,29 @@ def plan_cmd(
             console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     names = planner_names(planner, "--planner")
     comm = profile.communication if communication and profile else None
-    context = PlannerContext(cost_model, profile.policy if profile else None, seed, column_split, time_budget,
-                             search_iterations, departure_margin)
+    context = PlannerContext(
+        cost_model,
+        profile.policy if profile else None,
+        seed,
+        column_split,
+        time_budget,
+        search_iterations,
+        departure_margin,
+    )
     result = compare_planners(loaded, topology, names, context, comm)
-    skipped = [(n, f"{r} ({why_no_model})" if PLANNERS[n].needs_cost_model and why_no_model else r)
-               for n, r in result.skipped]
+    skipped = [
+        (n, f"{r} ({why_no_model})" if PLANNERS[n].needs_cost_model and why_no_model else r) for n, r in result.skipped
+    ]
     if not result.plans:
-        raise result.errors[0] if result.errors else PlannerError(
-            PlannerErrorKind.UNAVAILABLE, "no planner could run", ("see the skipped planners",))
+        raise (
+            result.errors[0]
+            if result.errors
+            else PlannerError(PlannerErrorKind.UNAVAILABLE, "no planner could run", ("see the skipped planners",))
+        )
     plans = list(result.plans)
-    report = plans_report(loaded, topology, plans, skipped, "ms" if cost_model else PROXY_UNIT,
-                          profile.device_errors if profile else None)
+    report = plans_report(
+        loaded, topology, plans, skipped, "ms" if cost_model else PROXY_UNIT, profile.device_errors if profile else None
+    )
     report["warnings"] = list(warnings)
     report["profile"] = profile.profile if profile else None  # which device's costs these are (as the service says)
     best = next(p for p, r in zip(plans, report["plans"]) if r["best"])
@@ -112,13 +158,23 @@ def plan_cmd(
             TimeRemainingColumn,
         )
 
-        console.print(f"verifying: measuring the {verify_top} best-predicted distinct plans and the best heuristic's "
-                      f"on this machine, {verify_rounds} rounds", highlight=False)
-        with Progress(TextColumn("[bold]verify"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                      console=console) as progress:
+        console.print(
+            f"verifying: measuring the {verify_top} best-predicted distinct plans and the best heuristic's "
+            f"on this machine, {verify_rounds} rounds",
+            highlight=False,
+        )
+        with Progress(
+            TextColumn("[bold]verify"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console
+        ) as progress:
             rounds = progress.add_task("verify", total=verify_rounds)
-            verifier = plans_verifier(verify_rounds, row_cap_mb, profile, comm, verify_top,
-                                      lambda done: progress.update(rounds, completed=done))
+            verifier = plans_verifier(
+                verify_rounds,
+                row_cap_mb,
+                profile,
+                comm,
+                verify_top,
+                lambda done: progress.update(rounds, completed=done),
+            )
             verification = verifier(plans, loaded.batch_size)
         report["verification"] = {"measures": verification_measures(comm), **verification.to_dict()}
         best = verification.plan
@@ -132,13 +188,18 @@ def plan_cmd(
             expected = {plan["planner"]: plan["expected_max_ms"] for plan in report["plans"]}
             _print_verification(report["verification"], report["cost_unit"], expected)
         if column_split is not True and (alone := _bound_by_one_table(best, topology)):
-            console.print(f"[yellow]note:[/yellow] the slowest device holds one table alone ({alone}): no placement "
-                          "lowers it, a column-wise split can (Criteo Terabyte measured 0.60-0.64x the unsplit plan's "
-                          "max, docs/evaluation.md); " + (
-                              "without --no-column-split the cost-model planners split it where it pays"
-                              if column_split is False else
-                              "the cost-model planners found no split predicted more than the departure margin "
-                              "lower; --column-split lets every planner split it"), highlight=False)
+            console.print(
+                f"[yellow]note:[/yellow] the slowest device holds one table alone ({alone}): no placement "
+                "lowers it, a column-wise split can (Criteo Terabyte measured 0.60-0.64x the unsplit plan's "
+                "max, docs/evaluation.md); "
+                + (
+                    "without --no-column-split the cost-model planners split it where it pays"
+                    if column_split is False
+                    else "the cost-model planners found no split predicted more than the departure margin "
+                    "lower; --column-split lets every planner split it"
+                ),
+                highlight=False,
+            )
 
 
 def _bound_by_one_table(plan: ShardingPlan, topology: Topology) -> str | None:
@@ -160,32 +221,53 @@ def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
     from autoshard.planners.report import TIE
 
     unit = "ms" if report["cost_unit"] == "ms" else "proxy"
-    table = RichTable(title=f"{workload.name}: {len(workload.tables)} tables on {topology.num_devices} "
-                            f"x {topology.device_memory_gb:g} GiB")
+    table = RichTable(
+        title=f"{workload.name}: {len(workload.tables)} tables on {topology.num_devices} "
+        f"x {topology.device_memory_gb:g} GiB"
+    )
     errors = report.get("model_error")
-    for column in ("planner", f"max cost ({unit})", *(("expected max (ms)",) if errors else ()), "imbalance",
-                   "plan time (s)", "best"):
+    for column in (
+        "planner",
+        f"max cost ({unit})",
+        *(("expected max (ms)",) if errors else ()),
+        "imbalance",
+        "plan time (s)",
+        "best",
+    ):
         table.add_column(column)
     lowest = min((plan["max_cost_ms"] for plan in report["plans"]), default=0.0)
-    marks = ["*" if plan["best"] else "=" if plan["max_cost_ms"] <= lowest * (1 + TIE) else ""
-             for plan in report["plans"]]
+    marks = [
+        "*" if plan["best"] else "=" if plan["max_cost_ms"] <= lowest * (1 + TIE) else "" for plan in report["plans"]
+    ]
     for plan, mark in zip(report["plans"], marks):
         reused = f" (+{plan['reused_s']:.3g} shared)" if plan["reused_s"] else ""
         partial = " partial" if plan["partial"] else ""
         expected = (f"{plan['expected_max_ms']:.4g}",) if errors else ()
-        table.add_row(plan["planner"], f"{plan['max_cost_ms']:.4g}", *expected, f"{plan['imbalance']:.1%}",
-                      f"{plan['plan_time_s']:.3g}{reused}{partial}", mark)
+        table.add_row(
+            plan["planner"],
+            f"{plan['max_cost_ms']:.4g}",
+            *expected,
+            f"{plan['imbalance']:.1%}",
+            f"{plan['plan_time_s']:.3g}{reused}{partial}",
+            mark,
+        )
     out = Console()
     out.print(table)
     if errors:
-        out.print(f"expected max: what the profile's measured error on each device ({errors['sets']} device sets "
-                  f"of {errors['tasks']} measured tasks, spread {errors['spread']:.1%}) leads to expect of the max; "
-                  "a lead that shrinks there is partly the model's error (docs/evaluation.md)", highlight=False)
+        out.print(
+            f"expected max: what the profile's measured error on each device ({errors['sets']} device sets "
+            f"of {errors['tasks']} measured tasks, spread {errors['spread']:.1%}) leads to expect of the max; "
+            "a lead that shrinks there is partly the model's error (docs/evaluation.md)",
+            highlight=False,
+        )
     if any(plan["partial"] for plan in report["plans"]):
         out.print("partial: the planner's time budget (--time-budget) ran out; its best plan so far", highlight=False)
     if "=" in marks:
-        out.print("= ties the best on the max (* the one whose next costliest devices are lowest, the plan "
-                  "--format torchrec exports)", highlight=False)
+        out.print(
+            "= ties the best on the max (* the one whose next costliest devices are lowest, the plan "
+            "--format torchrec exports)",
+            highlight=False,
+        )
     for skipped in report["skipped"]:
         console.print(f"[yellow]skipped[/yellow] {skipped['planner']}: {skipped['reason']}", highlight=False)
 
@@ -197,23 +279,41 @@ def _print_verification(verification: dict, cost_unit: str, expected: dict[str, 
     from rich.table import Table as RichTable
 
     unit = "ms" if cost_unit == "ms" else "proxy"
-    table = RichTable(title=f"measured on this machine, {verification['rounds']} rounds (ratio to the predicted "
-                            "best, paired by round, 95% interval)")
+    table = RichTable(
+        title=f"measured on this machine, {verification['rounds']} rounds (ratio to the predicted "
+        "best, paired by round, 95% interval)"
+    )
     with_expected = any(value is not None for value in expected.values())
-    for column in ("plan of", f"predicted max ({unit})", *(("expected max (ms)",) if with_expected else ()),
-                   "measured max (ms)", "ratio", "verdict", "chosen"):
+    for column in (
+        "plan of",
+        f"predicted max ({unit})",
+        *(("expected max (ms)",) if with_expected else ()),
+        "measured max (ms)",
+        "ratio",
+        "verdict",
+        "chosen",
+    ):
         table.add_column(column)
     for row in verification["candidates"]:
         ci = f" [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}]" if row["ci95"] else ""
         value = expected.get(row["planners"][0])
         expects = ("-" if value is None else f"{value:.4g}",) if with_expected else ()
-        table.add_row(", ".join(row["planners"]), f"{row['predicted_max_ms']:.4g}", *expects,
-                      f"{row['measured_max_ms']:.4g}", f"{row['measured_ratio_to_predicted_best']:.3f}{ci}",
-                      row["verdict"] or "(reference)", "*" if row["chosen"] else "")
+        table.add_row(
+            ", ".join(row["planners"]),
+            f"{row['predicted_max_ms']:.4g}",
+            *expects,
+            f"{row['measured_max_ms']:.4g}",
+            f"{row['measured_ratio_to_predicted_best']:.3f}{ci}",
+            row["verdict"] or "(reference)",
+            "*" if row["chosen"] else "",
+        )
     Console().print(table)
     chosen = next(row for row in verification["candidates"] if row["chosen"])
-    why = ("it measured fastest; the predicted best is the first row" if verification["changed"]
-           else "the predicted best, and it measured fastest")
+    why = (
+        "it measured fastest; the predicted best is the first row"
+        if verification["changed"]
+        else "the predicted best, and it measured fastest"
+    )
     if verification["changed"] and chosen["verdict"] == "tie":
         why += ", within the noise of it"
     Console().print(f"verified: the plan of {', '.join(verification['chosen'])} ({why})", highlight=False)

@@ -6,7 +6,7 @@ import json
 import shlex
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -23,8 +23,9 @@ from autoshard.cli.support import (
 )
 from autoshard.core.errors import InputError, ModelError
 
-app = typer.Typer(help="The RL placement policy: train it against a profile's cost model, evaluate it.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="The RL placement policy: train it against a profile's cost model, evaluate it.", no_args_is_help=True
+)
 TRAINING_DIR = "policy_training"
 
 
@@ -38,25 +39,49 @@ def _profile(path: Path):
 @app.command("train")
 @friendly_errors
 def train_cmd(
-    profile: Annotated[Path, typer.Option(help="Profile folder: its cost model is the simulator; policy.pt goes here.")] = DEFAULT_MODEL,
-    steps: Annotated[int, typer.Option(min=1, help="Environment steps in all (PPO runs whole rollouts of 1,024 "
-                                                   "steps per environment, so it rounds up to them).")] = 600_000,
+    profile: Annotated[
+        Path, typer.Option(help="Profile folder: its cost model is the simulator; policy.pt goes here.")
+    ] = DEFAULT_MODEL,
+    steps: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Environment steps in all (PPO runs whole rollouts of 1,024 "
+            "steps per environment, so it rounds up to them).",
+        ),
+    ] = 600_000,
     seed: Annotated[int, typer.Option(min=0)] = 0,
     envs: Annotated[int, typer.Option(min=1, help="Environments stepped together.")] = 2,
     subprocess: Annotated[bool, typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).")] = False,
     reward: Annotated[str, typer.Option(help="'step', 'greedy_relative' or 'refined' (see ShardingEnv).")] = "step",
-    slots: Annotated[int, typer.Option(min=2, help="Device slots while training (the largest training device count).")] = 16,
-    repair_rounds: Annotated[int, typer.Option(min=0, help="Repair steps after the placement: the agent revisits it, "
-                                                         "one change off the max-cost device a step (0: none).")] = 50,
-    work_dir: Annotated[Optional[Path], typer.Option(help=f"Checkpoints, TensorBoard logs, eval log (default PROFILE/{TRAINING_DIR}).")] = None,
+    slots: Annotated[
+        int, typer.Option(min=2, help="Device slots while training (the largest training device count).")
+    ] = 16,
+    repair_rounds: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Repair steps after the placement: the agent revisits it, "
+            "one change off the max-cost device a step (0: none).",
+        ),
+    ] = 50,
+    work_dir: Annotated[
+        Path | None, typer.Option(help=f"Checkpoints, TensorBoard logs, eval log (default PROFILE/{TRAINING_DIR}).")
+    ] = None,
     resume: Annotated[bool, typer.Option(help="Continue from the latest checkpoint in the work dir.")] = False,
-    fresh: Annotated[bool, typer.Option(help="Discard a previous run in the work dir and replace the profile's "
-                                             "policy.pt (without it, either is refused).")] = False,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            help="Discard a previous run in the work dir and replace the profile's "
+            "policy.pt (without it, either is refused)."
+        ),
+    ] = False,
     checkpoint_every: Annotated[int, typer.Option(min=1, help="Steps between checkpoints.")] = 50_000,
     eval_every: Annotated[int, typer.Option(min=1, help="Steps between evaluations on held-out tasks.")] = 25_000,
     eval_tasks: Annotated[int, typer.Option(min=1, help="Held-out tasks per evaluation.")] = 24,
-    imitation_episodes: Annotated[int, typer.Option(
-        min=0, help="Greedy episodes cloned before PPO (0: start from a random policy).")] = 200,
+    imitation_episodes: Annotated[
+        int, typer.Option(min=0, help="Greedy episodes cloned before PPO (0: start from a random policy).")
+    ] = 200,
     learning_rate: Annotated[float, typer.Option(min=0.0, help="PPO's learning rate.")] = 3e-4,
     ent_coef: Annotated[float, typer.Option(min=0.0, help="PPO's entropy bonus.")] = 0.01,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
@@ -71,7 +96,9 @@ def train_cmd(
     try:
         reward_kind = Reward(reward)
     except ValueError:
-        raise InputError("reward", f"unknown reward {reward!r}", f"use one of {', '.join(r.value for r in Reward)}") from None
+        raise InputError(
+            "reward", f"unknown reward {reward!r}", f"use one of {', '.join(r.value for r in Reward)}"
+        ) from None
     if resume and fresh:
         raise InputError("--fresh", "cannot both resume a run and discard it", "pass --resume or --fresh, not both")
     loaded = _profile(profile)
@@ -79,27 +106,53 @@ def train_cmd(
     folder = profile if profile.is_dir() else profile.parent
     work = work_dir if work_dir is not None else folder / TRAINING_DIR
     if (folder / POLICY_FILE).exists() and not (resume or fresh):
-        raise InputError("--fresh", f"{folder / POLICY_FILE} exists: training would replace it",
-                         "pass --fresh to replace it, --resume to continue its run, or train into a copy of the profile")
+        raise InputError(
+            "--fresh",
+            f"{folder / POLICY_FILE} exists: training would replace it",
+            "pass --fresh to replace it, --resume to continue its run, or train into a copy of the profile",
+        )
     devices = tuple(d for d in TaskDistribution().num_devices if d <= slots)
     eval_devices = tuple(d for d in (4, 8, 16) if d <= slots) or (slots,)
-    config = TrainConfig(steps=steps, seed=seed, envs=envs, subprocess=subprocess, checkpoint_every=checkpoint_every,
-                         eval_every=eval_every, eval_tasks=eval_tasks,
-                         env=EnvConfig(slots=slots, reward=reward_kind, repair_rounds=repair_rounds),
-                         imitation_episodes=imitation_episodes, learning_rate=learning_rate, ent_coef=ent_coef,
-                         tasks=TaskDistribution(num_devices=devices),
-                         eval_distribution=replace(TrainConfig().eval_distribution, num_devices=eval_devices))
-    command = (f"autoshard policy train --profile {shlex.quote(str(profile))} --steps {steps} --seed {seed} "
-               f"--envs {envs} --reward {reward} --slots {slots} --repair-rounds {repair_rounds} "
-               f"--imitation-episodes {imitation_episodes} "
-               f"--learning-rate {learning_rate:g} --ent-coef {ent_coef:g}" + (" --subprocess" if subprocess else ""))
-    policy = train_policy(loaded.model, work, config, loaded.device.get("id", loaded.profile), loaded.communication,
-                          resume, command,
-                          progress_bar=progress, log=lambda m: console.print(m, highlight=False), fresh=fresh)
+    config = TrainConfig(
+        steps=steps,
+        seed=seed,
+        envs=envs,
+        subprocess=subprocess,
+        checkpoint_every=checkpoint_every,
+        eval_every=eval_every,
+        eval_tasks=eval_tasks,
+        env=EnvConfig(slots=slots, reward=reward_kind, repair_rounds=repair_rounds),
+        imitation_episodes=imitation_episodes,
+        learning_rate=learning_rate,
+        ent_coef=ent_coef,
+        tasks=TaskDistribution(num_devices=devices),
+        eval_distribution=replace(TrainConfig().eval_distribution, num_devices=eval_devices),
+    )
+    command = (
+        f"autoshard policy train --profile {shlex.quote(str(profile))} --steps {steps} --seed {seed} "
+        f"--envs {envs} --reward {reward} --slots {slots} --repair-rounds {repair_rounds} "
+        f"--imitation-episodes {imitation_episodes} "
+        f"--learning-rate {learning_rate:g} --ent-coef {ent_coef:g}" + (" --subprocess" if subprocess else "")
+    )
+    policy = train_policy(
+        loaded.model,
+        work,
+        config,
+        loaded.device.get("id", loaded.profile),
+        loaded.communication,
+        resume,
+        command,
+        progress_bar=progress,
+        log=lambda m: console.print(m, highlight=False),
+        fresh=fresh,
+    )
     policy.save(folder / POLICY_FILE)
     yardstick = "greedy placement's, after local search," if repair_rounds else "greedy placement's"
-    console.print(f"wrote {folder / POLICY_FILE}: best at {policy.info.steps:,} steps, its plans "
-                  f"{policy.info.eval_ratio_to_greedy:.4f}x {yardstick} predicted max on held-out tasks", highlight=False)
+    console.print(
+        f"wrote {folder / POLICY_FILE}: best at {policy.info.steps:,} steps, its plans "
+        f"{policy.info.eval_ratio_to_greedy:.4f}x {yardstick} predicted max on held-out tasks",
+        highlight=False,
+    )
 
 
 @app.command("eval")
@@ -111,10 +164,11 @@ def eval_cmd(
     seed: Annotated[int, typer.Option(min=0)] = 0,
     communication: Annotated[bool, typer.Option(help="Add each device's all-to-all to its cost.")] = True,
     search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
-    departure_margin: Annotated[Optional[float], typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP)] = None,
-    column_split: Annotated[Optional[bool],
-                            typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP)] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Folder for grid.json, grid.md and grid.png.")] = None,
+    departure_margin: Annotated[float | None, typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP)] = None,
+    column_split: Annotated[
+        bool | None, typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP)
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Folder for grid.json, grid.md and grid.png.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Every default planner on held-out tasks (tables x devices, binding memory; tables from a
@@ -132,18 +186,34 @@ def eval_cmd(
 
     loaded = _profile(profile)
     if loaded.policy is None:
-        raise ModelError(f"no loadable policy in {profile}: train one with `autoshard policy train --profile {profile}`")
+        raise ModelError(
+            f"no loadable policy in {profile}: train one with `autoshard policy train --profile {profile}`"
+        )
     one_thread()
     config = GridConfig(_counts(tables, "--tables", "20,80,200"), _counts(devices, "--devices", "4,8,16"), seed=seed)
-    context = PlannerContext(loaded.model, loaded.policy, seed, column_split, search_iterations=search_iterations,
-                             departure_margin=departure_margin)
+    context = PlannerContext(
+        loaded.model,
+        loaded.policy,
+        seed,
+        column_split,
+        search_iterations=search_iterations,
+        departure_margin=departure_margin,
+    )
     names, _ = available_planners(context)
     rows = evaluate_grid(grid_tasks(config), context, loaded.communication if communication else None, names)
     summary = summarise(rows)
-    report = {"policy": loaded.policy.name, "config": {"tables": config.tables, "devices": config.devices,
-                                                       "seed": seed, "slack": config.slack,
-                                                       "column_split": context.split_setting},
-              "summary": summary, "tasks": rows}
+    report = {
+        "policy": loaded.policy.name,
+        "config": {
+            "tables": config.tables,
+            "devices": config.devices,
+            "seed": seed,
+            "slack": config.slack,
+            "column_split": context.split_setting,
+        },
+        "summary": summary,
+        "tasks": rows,
+    }
     shown = [n for n in ("cost_greedy", "rl", "rl+refine") if n in names]
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

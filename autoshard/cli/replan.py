@@ -4,7 +4,7 @@ few of the shards it already placed (``autoshard.planners.incremental``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -31,38 +31,81 @@ if TYPE_CHECKING:
 
 @friendly_errors
 def replan_cmd(
-    workload: Annotated[str, typer.Argument(help="The workload as it is now: a workload file (.json) or a bundled "
-                                                 "preset name.")],
-    current: Annotated[Path, typer.Option("--from", help="The plan running today: a file written by `autoshard plan "
-                                                          "... --format torchrec --out FILE` (or by this command's "
-                                                          "--out).")],
-    max_moves: Annotated[str, typer.Option(help="How many of the current plan's shards may move to another device "
-                                                 "(tables new to it are placed freely); several, comma-separated "
-                                                 "(e.g. 2,4,8), plan one each, side by side.")] = "4",
-    max_move_gb: Annotated[Optional[float], typer.Option(min=0.0, help="And at most this many GiB of them (weights "
-                                                                       "and optimizer state: what a reshard copies), "
-                                                                       "for every budget of --max-moves.")] = None,
-    devices: Annotated[Optional[int], typer.Option(min=1, help="Number of devices (default: the current plan's "
-                                                               "world size).")] = None,
-    memory_gb: Annotated[Optional[float], typer.Option(help="Memory per device for embeddings, GiB (default: the "
-                                                            "workload file's).")] = None,
-    model: Annotated[Optional[Path], typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL}).")] = None,
-    column_split: Annotated[bool, typer.Option("--column-split/--no-column-split", help="Whether new tables (and "
-                                                "cost_greedy's plan from scratch) may split column-wise where the "
-                                                "model predicts more than 10% gain; kept shards stay as they are.")
-                            ] = True,
-    communication: Annotated[bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) "
-                                                     "to its cost.")] = True,
-    time_budget: Annotated[Optional[float], typer.Option(min=0.001, help="Seconds each plan may search; past it, its "
-                                                                         "best plan so far, marked partial.")] = None,
-    measure: Annotated[int, typer.Option(min=0, help="Measure every plan on this machine over this many "
-                                                     "interleaved rounds (0: off; an even number balances the order): "
-                                                     "each device's compute, plus its modelled all-to-all.")] = 0,
-    row_cap_mb: Annotated[int, typer.Option(min=1, help="With --measure: benchmark at most this many MiB of rows "
-                                                        "per table (the traces' cap).")] = 128,
+    workload: Annotated[
+        str, typer.Argument(help="The workload as it is now: a workload file (.json) or a bundled preset name.")
+    ],
+    current: Annotated[
+        Path,
+        typer.Option(
+            "--from",
+            help="The plan running today: a file written by `autoshard plan "
+            "... --format torchrec --out FILE` (or by this command's "
+            "--out).",
+        ),
+    ],
+    max_moves: Annotated[
+        str,
+        typer.Option(
+            help="How many of the current plan's shards may move to another device "
+            "(tables new to it are placed freely); several, comma-separated "
+            "(e.g. 2,4,8), plan one each, side by side."
+        ),
+    ] = "4",
+    max_move_gb: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            help="And at most this many GiB of them (weights "
+            "and optimizer state: what a reshard copies), "
+            "for every budget of --max-moves.",
+        ),
+    ] = None,
+    devices: Annotated[
+        int | None, typer.Option(min=1, help="Number of devices (default: the current plan's world size).")
+    ] = None,
+    memory_gb: Annotated[
+        float | None, typer.Option(help="Memory per device for embeddings, GiB (default: the workload file's).")
+    ] = None,
+    model: Annotated[Path | None, typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL}).")] = None,
+    column_split: Annotated[
+        bool,
+        typer.Option(
+            "--column-split/--no-column-split",
+            help="Whether new tables (and "
+            "cost_greedy's plan from scratch) may split column-wise where the "
+            "model predicts more than 10% gain; kept shards stay as they are.",
+        ),
+    ] = True,
+    communication: Annotated[
+        bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) to its cost.")
+    ] = True,
+    time_budget: Annotated[
+        float | None,
+        typer.Option(min=0.001, help="Seconds each plan may search; past it, its best plan so far, marked partial."),
+    ] = None,
+    measure: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Measure every plan on this machine over this many "
+            "interleaved rounds (0: off; an even number balances the order): "
+            "each device's compute, plus its modelled all-to-all.",
+        ),
+    ] = 0,
+    row_cap_mb: Annotated[
+        int,
+        typer.Option(
+            min=1, help="With --measure: benchmark at most this many MiB of rows per table (the traces' cap)."
+        ),
+    ] = 128,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    out: Annotated[Optional[Path], typer.Option(help="Write the re-planned plan (of the one --max-moves) as TorchRec "
-                                                     "sharding, the format --from reads, to this file.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the re-planned plan (of the one --max-moves) as TorchRec "
+            "sharding, the format --from reads, to this file."
+        ),
+    ] = None,
 ) -> None:
     """Re-plan a deployed plan for a changed workload: keep its shards where they are, place the new
     tables, then move at most --max-moves shards where that lowers the predicted max. Compared with
@@ -91,8 +134,9 @@ def replan_cmd(
         raise error.located(workload) from None
     comm = profile.communication if communication else None
     try:
-        report, plans = compare_replans(loaded, topology, profile.model, placement, budgets, column_split,
-                                        time_budget, comm, profile.device_errors)
+        report, plans = compare_replans(
+            loaded, topology, profile.model, placement, budgets, column_split, time_budget, comm, profile.device_errors
+        )
     except InputError as error:  # the current placement against the topology: name the option
         raise as_option(error) from None
     report = {**report, "profile": profile.profile, "warnings": list(warnings)}
@@ -121,8 +165,15 @@ def _budgets(text: str, max_gb: float | None) -> list[MoveBudget]:
     return [MoveBudget(k, None if max_gb is None else int(max_gb * 2**30)) for k in shards]
 
 
-def _measure(report: dict[str, Any], plans: list[ShardingPlan], rounds: int, row_cap_mb: int, profile: Any,
-             comm: Any, batch_size: int) -> None:
+def _measure(
+    report: dict[str, Any],
+    plans: list[ShardingPlan],
+    rounds: int,
+    row_cap_mb: int,
+    profile: Any,
+    comm: Any,
+    batch_size: int,
+) -> None:
     """Each plan measured here, interleaved (``plans_measurer``), with its ratio to keep's max by round."""
     import statistics
 
@@ -133,8 +184,13 @@ def _measure(report: dict[str, Any], plans: list[ShardingPlan], rounds: int, row
     maxima = [round_maxima(plan, m.round_device_ms, comm, batch_size) for plan, m in zip(plans, measured)]
     for row, found in zip(report["plans"], maxima):
         ratio, low, high = ratio_ci95(found, maxima[0])
-        row["measured"] = {"max_ms": statistics.median(found), "vs_keep": ratio, "ci95": [low, high],
-                           "verdict": verdict(low, high), "rounds": rounds}
+        row["measured"] = {
+            "max_ms": statistics.median(found),
+            "vs_keep": ratio,
+            "ci95": [low, high],
+            "verdict": verdict(low, high),
+            "rounds": rounds,
+        }
 
 
 def _print(report: dict[str, Any]) -> None:
@@ -142,25 +198,48 @@ def _print(report: dict[str, Any]) -> None:
     from rich.table import Table as RichTable
 
     topology = report["topology"]
-    table = RichTable(title=f"{report['workload']}: {report['tables']} tables on {topology['num_devices']} x "
-                            f"{topology['device_memory_gb']:g} GiB, from the current plan")
+    table = RichTable(
+        title=f"{report['workload']}: {report['tables']} tables on {topology['num_devices']} x "
+        f"{topology['device_memory_gb']:g} GiB, from the current plan"
+    )
     with_expected = any(row["expected_max_ms"] is not None for row in report["plans"])
     measured = "measured" in report["plans"][0]
-    for column in ("plan", "max cost (ms)", *(("expected max (ms)",) if with_expected else ()), "vs keep",
-                   *(("measured max (ms)", "measured vs keep [95%]") if measured else ()), "shards moved",
-                   "GiB moved"):
+    for column in (
+        "plan",
+        "max cost (ms)",
+        *(("expected max (ms)",) if with_expected else ()),
+        "vs keep",
+        *(("measured max (ms)", "measured vs keep [95%]") if measured else ()),
+        "shards moved",
+        "GiB moved",
+    ):
         table.add_column(column)
     keep = report["plans"][0]["max_cost_ms"]
     for row in report["plans"]:
         expected = (f"{row['expected_max_ms']:.4g}",) if with_expected else ()
         found = row.get("measured")
-        measured_cells = (f"{found['max_ms']:.4g}", f"{found['vs_keep']:.3f} [{found['ci95'][0]:.3f}, "
-                          f"{found['ci95'][1]:.3f}] {found['verdict']}") if found else ()
-        table.add_row(row["plan"] + (" partial" if row["partial"] else ""), f"{row['max_cost_ms']:.4g}", *expected,
-                      f"{row['max_cost_ms'] / keep:.3f}" if keep else "-", *measured_cells, str(row["shards_moved"]),
-                      f"{row['bytes_moved'] / 2**30:.3g}")
+        measured_cells = (
+            (
+                f"{found['max_ms']:.4g}",
+                f"{found['vs_keep']:.3f} [{found['ci95'][0]:.3f}, {found['ci95'][1]:.3f}] {found['verdict']}",
+            )
+            if found
+            else ()
+        )
+        table.add_row(
+            row["plan"] + (" partial" if row["partial"] else ""),
+            f"{row['max_cost_ms']:.4g}",
+            *expected,
+            f"{row['max_cost_ms'] / keep:.3f}" if keep else "-",
+            *measured_cells,
+            str(row["shards_moved"]),
+            f"{row['bytes_moved'] / 2**30:.3g}",
+        )
     Console().print(table)
-    for key, what in (("new_tables", "new tables, placed"), ("replaced", "tables whose columns changed, placed anew"),
-                      ("dropped", "tables gone from the workload, dropped")):
+    for key, what in (
+        ("new_tables", "new tables, placed"),
+        ("replaced", "tables whose columns changed, placed anew"),
+        ("dropped", "tables gone from the workload, dropped"),
+    ):
         if report[key]:
             console.print(f"{what}: {', '.join(report[key])}", highlight=False)

@@ -13,7 +13,7 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -25,10 +25,21 @@ GRACEFUL_SHUTDOWN_S = 8  # under the 10 s a container engine waits after SIGTERM
 
 @friendly_errors
 def serve(
-    host: Annotated[Optional[str], typer.Option(help="Interface to listen on (default: AUTOSHARD_HOST or 127.0.0.1).")] = None,
-    port: Annotated[Optional[int], typer.Option(min=0, max=65535, help="Port (default: AUTOSHARD_PORT or 8000).")] = None,
-    workers: Annotated[Optional[int], typer.Option(min=1, help="Worker processes (default: AUTOSHARD_WORKERS or 1).")] = None,
-    model_dir: Annotated[Optional[Path], typer.Option(help="Folder of <profile>/cost_model.pt (default: AUTOSHARD_MODEL_DIR or the checkout's data/models).")] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Interface to listen on (default: AUTOSHARD_HOST or 127.0.0.1).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(min=0, max=65535, help="Port (default: AUTOSHARD_PORT or 8000).")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Worker processes (default: AUTOSHARD_WORKERS or 1).")
+    ] = None,
+    model_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder of <profile>/cost_model.pt (default: AUTOSHARD_MODEL_DIR or the checkout's data/models)."
+        ),
+    ] = None,
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
@@ -46,8 +57,11 @@ def serve(
     except ValidationError as error:
         first = error.errors()[0]
         name = "AUTOSHARD_" + str(first["loc"][0]).upper()
-        raise InputError(name, f"{first['msg']} (got {first.get('input')!r})",
-                         f"set {name} to a valid value (each is listed in service/settings.py), or unset it") from None
+        raise InputError(
+            name,
+            f"{first['msg']} (got {first.get('input')!r})",
+            f"set {name} to a valid value (each is listed in service/settings.py), or unset it",
+        ) from None
     if settings.fail_fast:
         _refuse_to_start_degraded(settings)
     workers = workers or settings.workers
@@ -56,10 +70,17 @@ def serve(
         metrics_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="autoshard-metrics-")
     _exit_cleanly_on_stop_signals()
     try:
-        uvicorn.run("service.main:create_app", factory=True, host=host or settings.host,
-                    port=settings.port if port is None else port, workers=workers, lifespan="on",
-                    access_log=access_log, log_level=log_level,
-                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+        uvicorn.run(
+            "service.main:create_app",
+            factory=True,
+            host=host or settings.host,
+            port=settings.port if port is None else port,
+            workers=workers,
+            lifespan="on",
+            access_log=access_log,
+            log_level=log_level,
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        )
     finally:
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -6,8 +6,9 @@ import functools
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -24,19 +25,26 @@ if TYPE_CHECKING:
 
 console = Console(stderr=True)
 # The shipped cost model: data/models/default points at the folder of the default device profile.
-DEFAULT_MODEL = Path(os.environ.get("AUTOSHARD_MODEL", Path(__file__).resolve().parents[2] / "data" / "models" / "default"))
+DEFAULT_MODEL = Path(
+    os.environ.get("AUTOSHARD_MODEL", Path(__file__).resolve().parents[2] / "data" / "models" / "default")
+)
 NO_MODEL = "none"  # --model none: plan without a cost model (the heuristics, proxy costs)
 F = TypeVar("F", bound=Callable[..., Any])
-SEARCH_ITERATIONS_HELP = ("rl+refine: iterations of ruin and recreate after its rollouts (0: off; measured, its "
-                          "predicted gains did not hold: docs/rl.md).")
-DEPARTURE_MARGIN_HELP = ("How much lower (a fraction) rl+refine's plan must be predicted than cost_greedy's to be "
-                         "returned instead, and a plan with column splits than the plan without (default 0.1; 0: the "
-                         "lowest prediction wins; measured, smaller predicted gains were losses: docs/rl.md).")
-COLUMN_SPLIT_HELP = ("Which planners may split costly or large tables column-wise. Default: the cost-model planners "
-                     "(cost_greedy, rl, rl+refine: a split plan only where predicted more than the departure margin "
-                     "lower) and TorchRec's; the heuristics place whole tables, as the classic baselines do. "
-                     "--column-split: every planner; --no-column-split: none.")
-
+SEARCH_ITERATIONS_HELP = (
+    "rl+refine: iterations of ruin and recreate after its rollouts (0: off; measured, its "
+    "predicted gains did not hold: docs/rl.md)."
+)
+DEPARTURE_MARGIN_HELP = (
+    "How much lower (a fraction) rl+refine's plan must be predicted than cost_greedy's to be "
+    "returned instead, and a plan with column splits than the plan without (default 0.1; 0: the "
+    "lowest prediction wins; measured, smaller predicted gains were losses: docs/rl.md)."
+)
+COLUMN_SPLIT_HELP = (
+    "Which planners may split costly or large tables column-wise. Default: the cost-model planners "
+    "(cost_greedy, rl, rl+refine: a split plan only where predicted more than the departure margin "
+    "lower) and TorchRec's; the heuristics place whole tables, as the classic baselines do. "
+    "--column-split: every planner; --no-column-split: none."
+)
 
 
 def friendly_errors(fn: F) -> F:
@@ -50,8 +58,7 @@ def friendly_errors(fn: F) -> F:
             console.print(f"[red]error:[/red] {escape(_described(error))}", highlight=False)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
-            console.print("[yellow]interrupted[/yellow]: progress so far is saved; rerun the same "
-                          "command to resume")
+            console.print("[yellow]interrupted[/yellow]: progress so far is saved; rerun the same command to resume")
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
@@ -61,11 +68,13 @@ def _described(error: Exception) -> str:
     """The error as a user reads it: an OS error names its path, what is wrong and a fix."""
     if not isinstance(error, OSError) or not error.filename:
         return str(error)
-    fixes = {IsADirectoryError: "is a folder (fix: pass a file inside it, or a file name)",
-             FileNotFoundError: "does not exist, or its folder does not (fix: check the path, or create the folder)",
-             PermissionError: "is not readable or writable by this user (fix: check its permissions)",
-             NotADirectoryError: "has a file where a folder should be (fix: check the path)",
-             FileExistsError: "is a file where a folder is needed (fix: pass a folder path, or move the file)"}
+    fixes = {
+        IsADirectoryError: "is a folder (fix: pass a file inside it, or a file name)",
+        FileNotFoundError: "does not exist, or its folder does not (fix: check the path, or create the folder)",
+        PermissionError: "is not readable or writable by this user (fix: check its permissions)",
+        NotADirectoryError: "has a file where a folder should be (fix: check the path)",
+        FileExistsError: "is a file where a folder is needed (fix: pass a folder path, or move the file)",
+    }
     what = next((text for kind, text in fixes.items() if isinstance(error, kind)), error.strerror or str(error))
     return f"{error.filename}: {what}"
 
@@ -89,9 +98,11 @@ def ensure_malloc_settings() -> None:
     if os.environ.get("AUTOSHARD_NO_REEXEC") or malloc_settings_active():
         return
     if not is_autoshard_command(sys.argv):
-        console.print("[yellow]warning:[/yellow] the allocator settings are off in this process, so CPU timings "
-                      "are noisier; start it with " + " ".join(f"{k}={v}" for k, v in MALLOC_SETTINGS.items()),
-                      highlight=False)
+        console.print(
+            "[yellow]warning:[/yellow] the allocator settings are off in this process, so CPU timings "
+            "are noisier; start it with " + " ".join(f"{k}={v}" for k, v in MALLOC_SETTINGS.items()),
+            highlight=False,
+        )
         return
     os.environ.update(MALLOC_SETTINGS)
     os.execv(sys.executable, [sys.executable, *sys.argv])
@@ -105,8 +116,9 @@ def is_autoshard_command(argv: Sequence[str]) -> bool:
     return path.name == "autoshard" or path.parts[-2:] == ("autoshard", "__main__.py")
 
 
-def plans_measurer(rounds: int, row_cap_mb: int, profile: LoadedModel | None = None,
-                   on_round: Callable[[int], None] | None = None) -> Callable[..., Any]:
+def plans_measurer(
+    rounds: int, row_cap_mb: int, profile: LoadedModel | None = None, on_round: Callable[[int], None] | None = None
+) -> Callable[..., Any]:
     """``(plans, batch_size, reference=0) -> measured plans``: one task's plans run on this machine
     with the microbenchmark, interleaved over ``rounds`` (``autoshard.evaluation.measure_plan.measure_plans``;
     tables capped at ``row_cap_mb`` MiB of rows, as the traces are), on the ``profile``'s kind of
@@ -127,19 +139,31 @@ def plans_measurer(rounds: int, row_cap_mb: int, profile: LoadedModel | None = N
         mode = ExecutionMode(profile.device.get("mode", mode.value))
         here = default_device()
         if device.startswith("cuda") and not here.startswith("cuda"):
-            raise InputError("device", f"profile {profile.profile} was measured on {device} and this machine has no GPU",
-                             "measure on a machine of the profile's kind (or pass --model with a profile of this one)")
+            raise InputError(
+                "device",
+                f"profile {profile.profile} was measured on {device} and this machine has no GPU",
+                "measure on a machine of the profile's kind (or pass --model with a profile of this one)",
+            )
         if mode is ExecutionMode.FBGEMM_TBE and not fbgemm_available():
-            raise InputError("mode", f"profile {profile.profile} runs FBGEMM TBE and fbgemm-gpu is not installed here",
-                             "install it (scripts/setup.sh does)")
+            raise InputError(
+                "mode",
+                f"profile {profile.profile} runs FBGEMM TBE and fbgemm-gpu is not installed here",
+                "install it (scripts/setup.sh does)",
+            )
     config = BenchConfig(device=device, mode=mode, row_cap_bytes=row_cap_mb * 1024**2)
-    return lambda plans, batch_size, reference=0: measure_plans(plans, batch_size, config, rounds, reference,
-                                                                on_round=on_round)
+    return lambda plans, batch_size, reference=0: measure_plans(
+        plans, batch_size, config, rounds, reference, on_round=on_round
+    )
 
 
-def plans_verifier(rounds: int, row_cap_mb: int, profile: LoadedModel | None, communication: CommunicationModel | None,
-                   top: int, on_round: Callable[[int], None] | None = None,
-                   ) -> Callable[[Sequence[ShardingPlan], int], Verification]:
+def plans_verifier(
+    rounds: int,
+    row_cap_mb: int,
+    profile: LoadedModel | None,
+    communication: CommunicationModel | None,
+    top: int,
+    on_round: Callable[[int], None] | None = None,
+) -> Callable[[Sequence[ShardingPlan], int], Verification]:
     """``(plans, batch_size) -> autoshard.evaluation.verification.verify(...)`` with this machine's
     microbenchmark (``plans_measurer``): a device's cost in a round is its measured compute, plus
     its modelled all-to-all with ``communication`` (one device cannot measure an all-to-all)."""
@@ -149,28 +173,37 @@ def plans_verifier(rounds: int, row_cap_mb: int, profile: LoadedModel | None, co
 
     def verified(plans: Sequence[ShardingPlan], batch_size: int) -> Verification:
         def measure(candidates: Sequence[ShardingPlan]) -> list[list[float]]:
-            return [round_maxima(plan, measured.round_device_ms, communication, batch_size)
-                    for plan, measured in zip(candidates, measurer(candidates, batch_size))]
+            return [
+                round_maxima(plan, measured.round_device_ms, communication, batch_size)
+                for plan, measured in zip(candidates, measurer(candidates, batch_size))
+            ]
 
         return verify(plans, measure, top)
 
     return verified
 
 
-def round_maxima(plan: ShardingPlan, round_device_ms: Sequence[Sequence[float]],
-                 communication: CommunicationModel | None, batch_size: int) -> list[float]:
+def round_maxima(
+    plan: ShardingPlan,
+    round_device_ms: Sequence[Sequence[float]],
+    communication: CommunicationModel | None,
+    batch_size: int,
+) -> list[float]:
     """Each round's max over the plan's devices of its measured compute (``round_device_ms``, a
     ``measure_plans`` result's) plus its all-to-all as ``communication`` models it (one device
     cannot measure an all-to-all)."""
-    comm = [communication.cost_ms([s.as_table for s in d.shards], batch_size, len(plan.devices))
-            if communication else 0.0 for d in plan.devices]
+    comm = [
+        communication.cost_ms([s.as_table for s in d.shards], batch_size, len(plan.devices)) if communication else 0.0
+        for d in plan.devices
+    ]
     return [max(m + c for m, c in zip(devices, comm)) for devices in round_device_ms]
 
 
 def verification_measures(communication: CommunicationModel | None) -> str:
     """What ``plans_verifier`` measures, for reports."""
     return "each device's compute, measured" + (
-        ", plus its all-to-all as the profile's communication.json models it" if communication else "")
+        ", plus its all-to-all as the profile's communication.json models it" if communication else ""
+    )
 
 
 def planner_names(text: str, option: str) -> list[str] | None:
@@ -197,9 +230,16 @@ def load_profile_or_none(path: Path | None, option: str = "--model") -> tuple[Lo
     if path is not None and str(path) == NO_MODEL:
         return None, f"no cost model (--model {NO_MODEL})"
     if path is not None and not path.exists():
-        raise InputError(option, f"no cost model folder or file at {path}", "check the path"
-                         + (f", or pass {option} {NO_MODEL} to plan with the heuristics alone (proxy costs)"
-                            if option == "--model" else ""))
+        raise InputError(
+            option,
+            f"no cost model folder or file at {path}",
+            "check the path"
+            + (
+                f", or pass {option} {NO_MODEL} to plan with the heuristics alone (proxy costs)"
+                if option == "--model"
+                else ""
+            ),
+        )
     if path is not None and path.is_file() and path.suffix != ".pt":
         raise InputError(option, f"{path} is a file, not a profile folder", "pass the folder that holds cost_model.pt")
     path = path if path is not None else DEFAULT_MODEL
@@ -260,8 +300,11 @@ def topology_of(devices: int | None, memory_gb: float | None, from_file: Topolog
     devices = devices if devices is not None else (from_file.num_devices if from_file else None)
     memory_gb = memory_gb if memory_gb is not None else (from_file.device_memory_gb if from_file else None)
     if devices is None or memory_gb is None:
-        raise InputError("topology", "the workload names no topology",
-                         "pass --devices and --memory-gb (or add a topology to the file)")
+        raise InputError(
+            "topology",
+            "the workload names no topology",
+            "pass --devices and --memory-gb (or add a topology to the file)",
+        )
     try:
         return Topology(devices, memory_gb)
     except InputError as error:  # name the option that gave the value, not the file's field
@@ -274,10 +317,16 @@ def write_torchrec(workload: Workload, topology: Topology, best: ShardingPlan, o
     try:
         from autoshard.core.torchrec_bridge import export_torchrec
     except ImportError as error:
-        raise InputError("format", f"torchrec is not installed ({error})",
-                         "install the torchrec extra (scripts/setup.sh does)") from None
-    data = {"planner": best.planner, "world_size": topology.num_devices, "workload": workload.name,
-            "max_cost_ms": best.max_cost_ms, "tables": export_torchrec(best, workload)}
+        raise InputError(
+            "format", f"torchrec is not installed ({error})", "install the torchrec extra (scripts/setup.sh does)"
+        ) from None
+    data = {
+        "planner": best.planner,
+        "world_size": topology.num_devices,
+        "workload": workload.name,
+        "max_cost_ms": best.max_cost_ms,
+        "tables": export_torchrec(best, workload),
+    }
     if out is None:
         print_json(data)
     else:

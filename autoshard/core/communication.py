@@ -16,9 +16,9 @@ this machine's ranks and writes them next to the cost model (``communication.jso
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -70,13 +70,16 @@ class CommunicationModel:
         path.write_text(json.dumps(asdict(self), indent=1) + "\n")
 
     @classmethod
-    def load(cls, path: Path) -> "CommunicationModel":
+    def load(cls, path: Path) -> CommunicationModel:
         try:
             data = json.loads(path.read_text())
             return cls(float(data["bandwidth_gbps"]), float(data["latency_ms"]), str(data.get("measured_on", "")))
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise InputError("communication", f"{path} is not a communication model ({error})",
-                             "re-measure it with `autoshard bench comm`") from None
+            raise InputError(
+                "communication",
+                f"{path} is not a communication model ({error})",
+                "re-measure it with `autoshard bench comm`",
+            ) from None
 
 
 class WithCommunication(SetCostModel):
@@ -96,21 +99,22 @@ class WithCommunication(SetCostModel):
         compute = self.compute.predict_many(table_sets, batch_size)
         return [c + self._comm(s, batch_size) for c, s in zip(compute, table_sets)]
 
-    def accumulator(self, num_sets: int, batch_size: int) -> "_CommAccumulator":
+    def accumulator(self, num_sets: int, batch_size: int) -> _CommAccumulator:
         return _CommAccumulator(self.compute.accumulator(num_sets, batch_size), self, num_sets, batch_size)
 
     def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Edits, batch_size: int) -> list[float]:
         return self.edit_scorer(base_sets, batch_size).predict(edits).tolist()
 
-    def edit_scorer(self, base_sets: Sequence[Sequence[Table]], batch_size: int) -> "_CommEdits":
+    def edit_scorer(self, base_sets: Sequence[Sequence[Table]], batch_size: int) -> _CommEdits:
         return _CommEdits(self.compute.edit_scorer(base_sets, batch_size), self, base_sets, batch_size)
 
 
 class _CommEdits:
     """The compute model's edit scorer plus each edited set's all-to-all (additive in its dims)."""
 
-    def __init__(self, compute: EditScorer, model: WithCommunication, base_sets: Sequence[Sequence[Table]],
-                 batch_size: int) -> None:
+    def __init__(
+        self, compute: EditScorer, model: WithCommunication, base_sets: Sequence[Sequence[Table]], batch_size: int
+    ) -> None:
         self.compute, self.model, self.batch_size = compute, model, batch_size
         self.dims = np.array([t.embedding_dim for s in base_sets for t in s], dtype=np.float64)
         self.sizes = np.array([len(s) for s in base_sets], dtype=np.int64)
@@ -127,8 +131,9 @@ class _CommEdits:
         removed = np.where(has_rem, self.dims[flat_row] if len(self.dims) else 0.0, 0.0)
         added = np.array([0.0, *(t.embedding_dim for t in edits.added)])[edits.add + 1]
         count = (self.sizes[edits.base] - has_rem + has_add).astype(np.float64)
-        return compute + self.model.communication.cost_ms_many(self.set_dims[edits.base] - removed + added, count,
-                                                               self.batch_size, self.model.num_devices)
+        return compute + self.model.communication.cost_ms_many(
+            self.set_dims[edits.base] - removed + added, count, self.batch_size, self.model.num_devices
+        )
 
 
 class _CommAccumulator:

@@ -17,8 +17,9 @@ in the project derives from it, so nothing has to be discovered at run time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence, Union
+from typing import Protocol, Union
 
 import numpy as np
 
@@ -43,22 +44,28 @@ class EditBatch:
         return len(self.base)
 
     @classmethod
-    def of(cls, edits: "Edits") -> "EditBatch":
+    def of(cls, edits: Edits) -> EditBatch:
         if isinstance(edits, EditBatch):
             return edits
         distinct: dict[Table, int] = {}  # the added tables are few (a workload's), the edits many
         add = [-1 if t is None else distinct.setdefault(t, len(distinct)) for _, _, t in edits]
         removed = [-1 if r is None else r for _, r, _ in edits]
-        return cls(np.array([b for b, _, _ in edits], dtype=np.int64), np.array(removed, dtype=np.int64),
-                   np.array(add, dtype=np.int64), tuple(distinct))
+        return cls(
+            np.array([b for b, _, _ in edits], dtype=np.int64),
+            np.array(removed, dtype=np.int64),
+            np.array(add, dtype=np.int64),
+            tuple(distinct),
+        )
 
-    def take(self, index: np.ndarray) -> "EditBatch":
+    def take(self, index: np.ndarray) -> EditBatch:
         """The edits at ``index``, in that order."""
         return EditBatch(self.base[index], self.removed[index], self.add[index], self.added)
 
     def edits(self) -> list[Edit]:
-        return [(int(b), None if r < 0 else int(r), None if a < 0 else self.added[a])
-                for b, r, a in zip(self.base.tolist(), self.removed.tolist(), self.add.tolist())]
+        return [
+            (int(b), None if r < 0 else int(r), None if a < 0 else self.added[a])
+            for b, r, a in zip(self.base.tolist(), self.removed.tolist(), self.add.tolist())
+        ]
 
 
 Edits = Union[EditBatch, Sequence[Edit]]
@@ -74,7 +81,7 @@ class EditScorer(Protocol):
 class RebuildingEdits:
     """The fallback ``EditScorer``: each batch is one ``predict_edits`` call."""
 
-    def __init__(self, cost_model: "SetCostModel", base_sets: Sequence[Sequence[Table]], batch_size: int) -> None:
+    def __init__(self, cost_model: SetCostModel, base_sets: Sequence[Sequence[Table]], batch_size: int) -> None:
         self.cost_model, self.base_sets, self.batch_size = cost_model, base_sets, batch_size
 
     def predict(self, edits: Edits) -> np.ndarray:
@@ -122,12 +129,14 @@ class SetCostModel:
     def predict_edits(self, base_sets: Sequence[Sequence[Table]], edits: Edits, batch_size: int) -> list[float]:
         if isinstance(edits, EditBatch):
             edits = edits.edits()
-        sets = [[t for k, t in enumerate(base_sets[b]) if k != r] + ([add] if add is not None else [])
-                for b, r, add in edits]
+        sets = [
+            [t for k, t in enumerate(base_sets[b]) if k != r] + ([add] if add is not None else [])
+            for b, r, add in edits
+        ]
         return predict_nonempty(self, sets, batch_size)
 
 
-def predict_nonempty(cost_model: "SetCostModel", table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
+def predict_nonempty(cost_model: SetCostModel, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
     """One batched ``predict_many`` call; an empty set costs 0.0 without asking the model."""
     out = [0.0] * len(table_sets)
     asked = [i for i, tables in enumerate(table_sets) if tables]
@@ -146,7 +155,7 @@ class AccumulatorView:
         self.shared, self.offset, self.num_sets = shared, offset, num_sets
 
     def costs(self) -> np.ndarray:
-        return self.shared.costs()[self.offset:self.offset + self.num_sets]
+        return self.shared.costs()[self.offset : self.offset + self.num_sets]
 
     def costs_if_added(self, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
         rows = np.arange(self.num_sets) if rows is None else np.asarray(rows, dtype=np.int64)

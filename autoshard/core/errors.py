@@ -21,7 +21,7 @@ class InputError(AutoShardError, ValueError):
         self.field, self.message, self.fix, self.where = field, message, fix, where
         super().__init__(str(self))
 
-    def located(self, where: str) -> "InputError":
+    def located(self, where: str) -> InputError:
         """The same error, located inside a larger input (a file, a table)."""
         inner = f"{where} {self.where}".strip() if self.where else where
         return InputError(self.field, self.message, self.fix, inner)

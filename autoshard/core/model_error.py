@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -101,8 +101,13 @@ class DeviceErrors:
         return {"sets": len(self.errors), "tasks": self.tasks, "spread": round(self.spread, 4)}
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps({**self.summary(), "reports": list(self.reports),
-                                    "errors": [round(e, 5) for e in self.errors]}, indent=1) + "\n")
+        path.write_text(
+            json.dumps(
+                {**self.summary(), "reports": list(self.reports), "errors": [round(e, 5) for e in self.errors]},
+                indent=1,
+            )
+            + "\n"
+        )
 
     @classmethod
     def load(cls, path: Path) -> DeviceErrors:
@@ -113,8 +118,9 @@ class DeviceErrors:
             errors = tuple(float(e) for e in data["errors"])
             tasks, reports = int(data.get("tasks", 0)), tuple(str(r) for r in data.get("reports", ()))
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
-            raise InputError("errors", f"unreadable device errors ({type(error).__name__}: {error})", fix,
-                             str(path)) from None
+            raise InputError(
+                "errors", f"unreadable device errors ({type(error).__name__}: {error})", fix, str(path)
+            ) from None
         if not errors or not all(math.isfinite(e) for e in errors):
             raise InputError("errors", "must be a non-empty list of finite numbers", fix, str(path))
         return cls(errors, tasks, reports)

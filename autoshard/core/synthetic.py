@@ -93,11 +93,13 @@ def generate_pool(config: PoolConfig = PoolConfig()) -> TablePool:
     return TablePool(train, test)
 
 
-def sample_task(tables: tuple[Table, ...], num_tables: int, rng: np.random.Generator,
-                batch_size: int = 2048, name: str = "task") -> Workload:
+def sample_task(
+    tables: tuple[Table, ...], num_tables: int, rng: np.random.Generator, batch_size: int = 2048, name: str = "task"
+) -> Workload:
     """Draw ``num_tables`` distinct tables from a pool (DreamShard's task protocol)."""
     if not 1 <= num_tables <= len(tables):
-        raise InputError("num_tables", f"must be in [1, {len(tables)}], got {num_tables}",
-                         "draw fewer tables or use a larger pool")
+        raise InputError(
+            "num_tables", f"must be in [1, {len(tables)}], got {num_tables}", "draw fewer tables or use a larger pool"
+        )
     picked = rng.choice(len(tables), size=num_tables, replace=False)
     return Workload(tuple(tables[i] for i in picked), batch_size, name)

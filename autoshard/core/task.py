@@ -41,8 +41,11 @@ SYNTHETIC_EXAMPLE = '{"synthetic": {"num_tables": 80, "seed": 1}, "num_devices":
 def _int_field(data: dict[str, Any], key: str, default: int | None, least: int, within: str = "") -> int:
     value = data.get(key, default)
     if not is_int(value) or value < least:
-        raise InputError(within + key, f"must be an integer >= {least}, got {value!r}" if key in data else "is required",
-                         f"set {key!r} to an integer >= {least}")
+        raise InputError(
+            within + key,
+            f"must be an integer >= {least}, got {value!r}" if key in data else "is required",
+            f"set {key!r} to an integer >= {least}",
+        )
     return value  # type: ignore[return-value]
 
 
@@ -53,18 +56,34 @@ def _synthetic(s: Any, name: str) -> Workload:
         if key not in SYNTHETIC_FIELDS:
             raise InputError(f"synthetic.{key}", "unknown field", f"use one of {', '.join(SYNTHETIC_FIELDS)}")
     if s.get("split", "test") not in ("train", "test"):
-        raise InputError("synthetic.split", f"must be 'train' or 'test', got {s['split']!r}", "use 'test' (unseen tables)")
-    ints = {k: _int_field(s, k, d, least, "synthetic.") for k, d, least in (
-        ("num_tables", None, 1), ("pool_size", 500, 2), ("pool_seed", 0, 0), ("seed", 0, 0), ("batch_size", 2048, 1))}
+        raise InputError(
+            "synthetic.split", f"must be 'train' or 'test', got {s['split']!r}", "use 'test' (unseen tables)"
+        )
+    ints = {
+        k: _int_field(s, k, d, least, "synthetic.")
+        for k, d, least in (
+            ("num_tables", None, 1),
+            ("pool_size", 500, 2),
+            ("pool_seed", 0, 0),
+            ("seed", 0, 0),
+            ("batch_size", 2048, 1),
+        )
+    }
     rows = {"max_log10_rows": s["max_log10_rows"]} if "max_log10_rows" in s else {}
     if rows and not (is_number(rows["max_log10_rows"]) and rows["max_log10_rows"] > 2):
-        raise InputError("synthetic.max_log10_rows", f"must be a number > 2, got {rows['max_log10_rows']!r}",
-                         "e.g. 6 (tables of up to a million rows)")
+        raise InputError(
+            "synthetic.max_log10_rows",
+            f"must be a number > 2, got {rows['max_log10_rows']!r}",
+            "e.g. 6 (tables of up to a million rows)",
+        )
     pool = generate_pool(PoolConfig(size=ints["pool_size"], seed=ints["pool_seed"], **rows))
     tables = pool.test if s.get("split", "test") == "test" else pool.train
     if ints["num_tables"] > len(tables):
-        raise InputError("synthetic.num_tables", f"the pool's {s.get('split', 'test')} split holds {len(tables)} tables, "
-                         f"{ints['num_tables']} asked", "ask for fewer tables or a larger pool_size")
+        raise InputError(
+            "synthetic.num_tables",
+            f"the pool's {s.get('split', 'test')} split holds {len(tables)} tables, {ints['num_tables']} asked",
+            "ask for fewer tables or a larger pool_size",
+        )
     return sample_task(tables, ints["num_tables"], np.random.default_rng(ints["seed"]), ints["batch_size"], name)
 
 
@@ -79,13 +98,18 @@ def _task(raw: Any) -> Task:
         workload = _synthetic(raw["synthetic"], name)
     elif "workload" in raw:
         if not isinstance(raw["workload"], str):
-            raise InputError("workload", f"must be a file path or a bundled workload's name, got {raw['workload']!r}",
-                             "e.g. \"criteo_kaggle\"")
+            raise InputError(
+                "workload",
+                f"must be a file path or a bundled workload's name, got {raw['workload']!r}",
+                'e.g. "criteo_kaggle"',
+            )
         workload, file_topology = load_workload_or_preset(raw["workload"])
         if "batch_size" in raw:  # the same tables at another per-device batch
             workload = replace(workload, batch_size=_int_field(raw, "batch_size", None, 1), name=name)
     else:
-        raise InputError("workload", "a task needs 'workload' (a file or preset) or 'synthetic'", f"e.g. {SYNTHETIC_EXAMPLE}")
+        raise InputError(
+            "workload", "a task needs 'workload' (a file or preset) or 'synthetic'", f"e.g. {SYNTHETIC_EXAMPLE}"
+        )
     devices = _int_field(raw, "num_devices", file_topology.num_devices if file_topology else None, 1)
     memory = raw.get("device_memory_gb")
     if memory is None and file_topology is not None and "memory_slack" not in raw:
@@ -104,16 +128,20 @@ def load_suite(ref: str | Path) -> tuple[str, list[Task]]:
     if not path.exists():
         bundled = Path(__file__).parent / "suites" / f"{ref}.json"
         if not bundled.exists():
-            raise InputError("suite", f"no suite file or bundled suite {str(ref)!r}",
-                             f"pass a suite JSON file or one of {', '.join(sorted(p.stem for p in bundled.parent.glob('*.json')))}")
+            raise InputError(
+                "suite",
+                f"no suite file or bundled suite {str(ref)!r}",
+                f"pass a suite JSON file or one of {', '.join(sorted(p.stem for p in bundled.parent.glob('*.json')))}",
+            )
         path = bundled
     data = read_json_file(path, "suite")
     if not isinstance(data, dict):
         raise InputError("suite", f"must be a JSON object with 'tasks', got {type(data).__name__}", where=str(path))
     raw_tasks = data.get("tasks")
     if not isinstance(raw_tasks, list) or not raw_tasks:
-        raise InputError("tasks", "must be a non-empty list of tasks", f"e.g. \"tasks\": [{SYNTHETIC_EXAMPLE}]",
-                         where=str(path))
+        raise InputError(
+            "tasks", "must be a non-empty list of tasks", f'e.g. "tasks": [{SYNTHETIC_EXAMPLE}]', where=str(path)
+        )
     tasks = []
     for i, raw in enumerate(raw_tasks):
         try:
@@ -122,7 +150,10 @@ def load_suite(ref: str | Path) -> tuple[str, list[Task]]:
             raise error.located(f"{path}: tasks[{i}]") from None
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-        raise InputError("name", f"must be a plain folder name (letters, digits, _ . -), got {name!r}",
-                         "the report is written to --out/<name>/", where=str(path))
+        raise InputError(
+            "name",
+            f"must be a plain folder name (letters, digits, _ . -), got {name!r}",
+            "the report is written to --out/<name>/",
+            where=str(path),
+        )
     return name, tasks
-

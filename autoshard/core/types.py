@@ -6,9 +6,10 @@ Units: memory in bytes, costs in milliseconds per training iteration (forward + 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from autoshard.core.errors import InputError
 
@@ -73,38 +74,78 @@ class Table:
     optimizer: Optimizer = Optimizer.SGD
 
     def __post_init__(self) -> None:
-        _require(isinstance(self.name, str) and bool(self.name.strip()), "name",
-                 "must be a non-empty string", "give every table a unique name")
-        _require(is_int(self.num_embeddings) and self.num_embeddings >= 1, "num_embeddings",
-                 "must be an integer >= 1, got {value!r}",
-                 "set the table's row count", self.num_embeddings)
+        _require(
+            isinstance(self.name, str) and bool(self.name.strip()),
+            "name",
+            "must be a non-empty string",
+            "give every table a unique name",
+        )
+        _require(
+            is_int(self.num_embeddings) and self.num_embeddings >= 1,
+            "num_embeddings",
+            "must be an integer >= 1, got {value!r}",
+            "set the table's row count",
+            self.num_embeddings,
+        )
         _require_at_most(self.num_embeddings, MAX_ROWS, "num_embeddings", "set the table's row count")
-        _require(is_int(self.embedding_dim) and self.embedding_dim >= 1, "embedding_dim",
-                 "must be an integer >= 1, got {value!r}",
-                 "set the embedding dimension", self.embedding_dim)
+        _require(
+            is_int(self.embedding_dim) and self.embedding_dim >= 1,
+            "embedding_dim",
+            "must be an integer >= 1, got {value!r}",
+            "set the embedding dimension",
+            self.embedding_dim,
+        )
         _require_at_most(self.embedding_dim, MAX_DIM, "embedding_dim", "set the embedding dimension")
-        _require(is_number(self.pooling_factor) and self.pooling_factor > 0, "pooling_factor",
-                 "must be a number > 0, got {value!r}",
-                 "use the mean number of lookups per sample (1 for one-hot features)", self.pooling_factor)
-        _require_at_most(self.pooling_factor, MAX_POOLING, "pooling_factor",
-                         "use the mean number of lookups per sample (1 for one-hot features)")
-        _require(is_number(self.zipf_alpha) and 0 <= self.zipf_alpha <= MAX_ZIPF_ALPHA, "zipf_alpha",
-                 _ZIPF_RANGE,
-                 "use 0 for uniform access, about 1 for production-like skew", self.zipf_alpha)
-        _require(is_int(self.bytes_per_element) and self.bytes_per_element in (1, 2, 4, 8), "bytes_per_element",
-                 "must be 1, 2, 4 or 8, got {value!r}",
-                 "use 4 for fp32, 2 for fp16", self.bytes_per_element)
-        _require(isinstance(self.optimizer, Optimizer), "optimizer",
-                 _OPTIMIZERS,
-                 "pick a supported optimizer", self.optimizer)
+        _require(
+            is_number(self.pooling_factor) and self.pooling_factor > 0,
+            "pooling_factor",
+            "must be a number > 0, got {value!r}",
+            "use the mean number of lookups per sample (1 for one-hot features)",
+            self.pooling_factor,
+        )
+        _require_at_most(
+            self.pooling_factor,
+            MAX_POOLING,
+            "pooling_factor",
+            "use the mean number of lookups per sample (1 for one-hot features)",
+        )
+        _require(
+            is_number(self.zipf_alpha) and 0 <= self.zipf_alpha <= MAX_ZIPF_ALPHA,
+            "zipf_alpha",
+            _ZIPF_RANGE,
+            "use 0 for uniform access, about 1 for production-like skew",
+            self.zipf_alpha,
+        )
+        _require(
+            is_int(self.bytes_per_element) and self.bytes_per_element in (1, 2, 4, 8),
+            "bytes_per_element",
+            "must be 1, 2, 4 or 8, got {value!r}",
+            "use 4 for fp32, 2 for fp16",
+            self.bytes_per_element,
+        )
+        _require(
+            isinstance(self.optimizer, Optimizer),
+            "optimizer",
+            _OPTIMIZERS,
+            "pick a supported optimizer",
+            self.optimizer,
+        )
 
     def __hash__(self) -> int:
         # Every field but the optimizer (an Enum hashes in Python, and these loops are hot):
         # caches keyed by table live as long as a server, and users name their tables alike
         # from one workload to the next ("t0", "C1"); hashed by name alone, every table of that
         # name ever cached collided, and planning slowed with each distinct workload served.
-        return hash((self.name, self.num_embeddings, self.embedding_dim, self.pooling_factor, self.zipf_alpha,
-                     self.bytes_per_element))
+        return hash(
+            (
+                self.name,
+                self.num_embeddings,
+                self.embedding_dim,
+                self.pooling_factor,
+                self.zipf_alpha,
+                self.bytes_per_element,
+            )
+        )
 
     @property
     def weight_bytes(self) -> int:
@@ -126,15 +167,20 @@ class Workload:
 
     def __post_init__(self) -> None:
         _require(len(self.tables) >= 1, "tables", "must hold at least one table", "add tables")
-        _require(is_int(self.batch_size) and self.batch_size >= 1, "batch_size",
-                 "must be an integer >= 1, got {value!r}",
-                 "set the per-iteration batch size", self.batch_size)
+        _require(
+            is_int(self.batch_size) and self.batch_size >= 1,
+            "batch_size",
+            "must be an integer >= 1, got {value!r}",
+            "set the per-iteration batch size",
+            self.batch_size,
+        )
         _require_at_most(self.batch_size, MAX_BATCH, "batch_size", "set the per-iteration batch size")
         seen: set[str] = set()
         for i, table in enumerate(self.tables):
             if table.name in seen:
-                raise InputError("name", f"duplicate table name {table.name!r}",
-                                 "table names must be unique", where=f"tables[{i}]")
+                raise InputError(
+                    "name", f"duplicate table name {table.name!r}", "table names must be unique", where=f"tables[{i}]"
+                )
             seen.add(table.name)
 
     @property
@@ -150,15 +196,27 @@ class Topology:
     device_memory_gb: float
 
     def __post_init__(self) -> None:
-        _require(is_int(self.num_devices) and self.num_devices >= 1, "num_devices",
-                 "must be an integer >= 1, got {value!r}",
-                 "set the number of devices", self.num_devices)
+        _require(
+            is_int(self.num_devices) and self.num_devices >= 1,
+            "num_devices",
+            "must be an integer >= 1, got {value!r}",
+            "set the number of devices",
+            self.num_devices,
+        )
         _require_at_most(self.num_devices, MAX_DEVICES, "num_devices", "set the number of devices")
-        _require(is_number(self.device_memory_gb) and self.device_memory_gb > 0, "device_memory_gb",
-                 "must be a number > 0, got {value!r}",
-                 "set the memory per device available to embeddings, in GiB", self.device_memory_gb)
-        _require_at_most(self.device_memory_gb, MAX_DEVICE_GB, "device_memory_gb",
-                         "set the memory per device available to embeddings, in GiB")
+        _require(
+            is_number(self.device_memory_gb) and self.device_memory_gb > 0,
+            "device_memory_gb",
+            "must be a number > 0, got {value!r}",
+            "set the memory per device available to embeddings, in GiB",
+            self.device_memory_gb,
+        )
+        _require_at_most(
+            self.device_memory_gb,
+            MAX_DEVICE_GB,
+            "device_memory_gb",
+            "set the memory per device available to embeddings, in GiB",
+        )
 
     @property
     def device_memory_bytes(self) -> int:
@@ -182,9 +240,15 @@ class TableShard:
         """The shard as a table of its own, which is what a device's cost depends on."""
         if self.width == self.table.embedding_dim:
             return self.table
-        return Table(f"{self.table.name}[{self.column_offset}:{self.column_offset + self.width}]",
-                     self.table.num_embeddings, self.width, self.table.pooling_factor,
-                     self.table.zipf_alpha, self.table.bytes_per_element, self.table.optimizer)
+        return Table(
+            f"{self.table.name}[{self.column_offset}:{self.column_offset + self.width}]",
+            self.table.num_embeddings,
+            self.width,
+            self.table.pooling_factor,
+            self.table.zipf_alpha,
+            self.table.bytes_per_element,
+            self.table.optimizer,
+        )
 
     @property
     def memory_bytes(self) -> int:
@@ -304,5 +368,17 @@ def is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-__all__ = ["CostModel", "DevicePlan", "DeviceSet", "GIB", "MeasuredPlan", "Optimizer", "Planner", "ShardingPlan",
-           "Table", "TableShard", "Topology", "Workload"]
+__all__ = [
+    "CostModel",
+    "DevicePlan",
+    "DeviceSet",
+    "GIB",
+    "MeasuredPlan",
+    "Optimizer",
+    "Planner",
+    "ShardingPlan",
+    "Table",
+    "TableShard",
+    "Topology",
+    "Workload",
+]

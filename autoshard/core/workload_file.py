@@ -45,16 +45,24 @@ def table_from_dict(data: Any) -> Table:
         try:
             values["optimizer"] = Optimizer(values["optimizer"])
         except ValueError:
-            raise InputError("optimizer", f"unknown optimizer {values['optimizer']!r}",
-                             f"use one of {', '.join(o.value for o in Optimizer)}") from None
+            raise InputError(
+                "optimizer",
+                f"unknown optimizer {values['optimizer']!r}",
+                f"use one of {', '.join(o.value for o in Optimizer)}",
+            ) from None
     return Table(**values)
 
 
 def table_to_dict(table: Table) -> dict[str, Any]:
-    return {"name": table.name, "num_embeddings": table.num_embeddings,
-            "embedding_dim": table.embedding_dim, "pooling_factor": table.pooling_factor,
-            "zipf_alpha": table.zipf_alpha, "bytes_per_element": table.bytes_per_element,
-            "optimizer": table.optimizer.value}
+    return {
+        "name": table.name,
+        "num_embeddings": table.num_embeddings,
+        "embedding_dim": table.embedding_dim,
+        "pooling_factor": table.pooling_factor,
+        "zipf_alpha": table.zipf_alpha,
+        "bytes_per_element": table.bytes_per_element,
+        "optimizer": table.optimizer.value,
+    }
 
 
 def topology_from_dict(data: Any) -> Topology:
@@ -82,18 +90,20 @@ def workload_from_dict(data: Any) -> tuple[Workload, Topology | None]:
             raise InputError("table", str(error), where=f"tables[{i}]") from None
     name = data.get("name", "workload")
     if not isinstance(name, str) or not name:
-        raise InputError("name", f"must be a non-empty string, got {name!r}", "name the workload, e.g. \"ranking\"")
+        raise InputError("name", f"must be a non-empty string, got {name!r}", 'name the workload, e.g. "ranking"')
     workload = Workload(tuple(tables), data.get("batch_size", 2048), name)
     topology = topology_from_dict(data["topology"]) if data.get("topology") is not None else None
     return workload, topology
 
 
 def workload_to_dict(workload: Workload, topology: Topology | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": workload.name, "batch_size": workload.batch_size,
-                           "tables": [table_to_dict(t) for t in workload.tables]}
+    out: dict[str, Any] = {
+        "name": workload.name,
+        "batch_size": workload.batch_size,
+        "tables": [table_to_dict(t) for t in workload.tables],
+    }
     if topology is not None:
-        out["topology"] = {"num_devices": topology.num_devices,
-                           "device_memory_gb": topology.device_memory_gb}
+        out["topology"] = {"num_devices": topology.num_devices, "device_memory_gb": topology.device_memory_gb}
     return out
 
 
@@ -110,8 +120,9 @@ def read_json_file(path: str | Path, what: str = "path") -> Any:
     except UnicodeDecodeError:
         raise InputError(what, f"{path} is not a UTF-8 text file", "pass a JSON file") from None
     except json.JSONDecodeError as error:
-        raise InputError("json", f"not valid JSON: {error.msg} at line {error.lineno}",
-                         "fix the JSON syntax", where=str(path)) from None
+        raise InputError(
+            "json", f"not valid JSON: {error.msg} at line {error.lineno}", "fix the JSON syntax", where=str(path)
+        ) from None
 
 
 def load_workload(path: str | Path) -> tuple[Workload, Topology | None]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 from autoshard.core.communication import CommunicationModel, WithCommunication
 from autoshard.core.costing import predict_nonempty
@@ -25,9 +25,14 @@ class Comparison:
     planned: tuple[str, ...] = ()  # the name each plan was asked for, in order (a plan's own may differ)
 
 
-def compare_planners(workload: Workload, topology: Topology, names: Sequence[str] | None,
-                     context: PlannerContext, communication: CommunicationModel | None = None,
-                     may_start: Callable[[float], bool] | None = None) -> Comparison:
+def compare_planners(
+    workload: Workload,
+    topology: Topology,
+    names: Sequence[str] | None,
+    context: PlannerContext,
+    communication: CommunicationModel | None = None,
+    may_start: Callable[[float], bool] | None = None,
+) -> Comparison:
     """Plans of every named planner (``None``: every one that can run here, TorchRec's included), all scored
     by ``context.cost_model`` (with ``communication``: compute plus each device's all-to-all),
     or without one by ``ProxyCostModel`` so that plans still compare like with like; planners
@@ -38,8 +43,9 @@ def compare_planners(workload: Workload, topology: Topology, names: Sequence[str
     if context.shared is None:
         context = replace(context, shared=SharedWork(workload, topology))
     if context.cost_model is not None and communication is not None:
-        context = replace(context, cost_model=WithCommunication(context.cost_model, communication,
-                                                                topology.num_devices))
+        context = replace(
+            context, cost_model=WithCommunication(context.cost_model, communication, topology.num_devices)
+        )
     skipped: list[tuple[str, str]] = []
     if names is None:
         names, unavailable = available_planners(context, defaults_only=False)
@@ -68,12 +74,21 @@ def compare_planners(workload: Workload, topology: Topology, names: Sequence[str
             errors.append(error)
             skipped.append((name, str(error)))
         longest = max(longest, time.perf_counter() - started)
-    return Comparison(tuple(rescored(plans, unscored_at, scored.cost_model, workload.batch_size)),
-                      tuple(skipped), tuple(errors), tuple(not_started), tuple(planned))
+    return Comparison(
+        tuple(rescored(plans, unscored_at, scored.cost_model, workload.batch_size)),
+        tuple(skipped),
+        tuple(errors),
+        tuple(not_started),
+        tuple(planned),
+    )
 
 
-def rescored(plans: list[ShardingPlan], at: Sequence[int], cost_model: CostModel, batch_size: int,
-             ) -> list[ShardingPlan]:
+def rescored(
+    plans: list[ShardingPlan],
+    at: Sequence[int],
+    cost_model: CostModel,
+    batch_size: int,
+) -> list[ShardingPlan]:
     """``plans`` with the device costs of those at positions ``at`` predicted by ``cost_model``, all
     in one batched call (the heuristics' plans: a call per plan cost more than their placement);
     each such plan's ``plan_time_s`` gains its share of the call."""

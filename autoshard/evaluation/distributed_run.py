@@ -29,10 +29,10 @@ import os
 import socket
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -90,38 +90,44 @@ def resolve_backend(config: DistributedConfig) -> str:
     if config.backend not in ("gloo", "nccl"):
         raise InputError("backend", f"unknown backend {config.backend!r}", "use auto, gloo or nccl")
     if config.backend == "nccl" and torch.cuda.device_count() < config.world_size:
-        raise InputError("backend", f"nccl needs {config.world_size} GPUs, found "
-                         f"{torch.cuda.device_count()}", "use gloo or a smaller world size")
+        raise InputError(
+            "backend",
+            f"nccl needs {config.world_size} GPUs, found {torch.cuda.device_count()}",
+            "use gloo or a smaller world size",
+        )
     return config.backend
 
 
 def capped_workload(workload: Workload, config: DistributedConfig) -> Workload:
     """The workload as built: rows capped, the per-rank batch size of the config."""
-    tables = tuple(replace(t, num_embeddings=physical_rows(t, config.row_cap_bytes))
-                   for t in workload.tables)
+    tables = tuple(replace(t, num_embeddings=physical_rows(t, config.row_cap_bytes)) for t in workload.tables)
     return Workload(tables, config.batch_size, workload.name)
 
 
-def run_distributed(plan: ShardingPlan, workload: Workload, config: DistributedConfig
-                    ) -> DistributedResult:
+def run_distributed(plan: ShardingPlan, workload: Workload, config: DistributedConfig) -> DistributedResult:
     """Train the workload sharded by ``plan`` on ``config.world_size`` processes; time each step."""
     from autoshard.core.torchrec_bridge import table_placements, to_torchrec_plan
 
     _check_config(config)
     if len(plan.devices) != config.world_size:
-        raise InputError("world_size", f"plan {plan.planner!r} places tables on {len(plan.devices)} "
-                         f"devices, the run has world size {config.world_size}",
-                         f"run it with world_size={len(plan.devices)} or plan for "
-                         f"{config.world_size} devices")
+        raise InputError(
+            "world_size",
+            f"plan {plan.planner!r} places tables on {len(plan.devices)} "
+            f"devices, the run has world size {config.world_size}",
+            f"run it with world_size={len(plan.devices)} or plan for {config.world_size} devices",
+        )
     backend = resolve_backend(config)
     built = capped_workload(workload, config)
     for name, shards in table_placements(plan, built).items():
         if len(shards) > 1 and any(p.columns % 4 for p in shards):
-            raise InputError("columns", f"table {name!r} is split into widths "
-                             f"{[p.columns for p in shards]}",
-                             "FBGEMM's fused kernels need column shards whose widths are multiples of 4")
-    to_torchrec_plan(plan, built, config.world_size,
-                     compute_device="cuda" if backend == "nccl" else "cpu")  # fail here, not in a rank
+            raise InputError(
+                "columns",
+                f"table {name!r} is split into widths {[p.columns for p in shards]}",
+                "FBGEMM's fused kernels need column shards whose widths are multiples of 4",
+            )
+    to_torchrec_plan(
+        plan, built, config.world_size, compute_device="cuda" if backend == "nccl" else "cpu"
+    )  # fail here, not in a rank
 
     import torch.multiprocessing as mp
 
@@ -130,27 +136,35 @@ def run_distributed(plan: ShardingPlan, workload: Workload, config: DistributedC
         out_path = os.path.join(tmp, "result.json")
         with _child_environment(config):
             try:
-                mp.spawn(_worker, args=(config, backend, _free_port(), plan, built, out_path),
-                         nprocs=config.world_size, join=True)
+                mp.spawn(
+                    _worker,
+                    args=(config, backend, _free_port(), plan, built, out_path),
+                    nprocs=config.world_size,
+                    join=True,
+                )
             except mp.ProcessRaisedException as e:
                 raise DistributedRunError(
                     f"rank {e.error_index} of {config.world_size} failed running plan "
-                    f"{plan.planner!r}:\n{str(e).strip()}") from None
+                    f"{plan.planner!r}:\n{str(e).strip()}"
+                ) from None
             except mp.ProcessExitedException as e:
                 raise DistributedRunError(
                     f"rank {e.error_index} of {config.world_size} exited with code {e.exit_code} "
-                    f"running plan {plan.planner!r} ({e})") from None
+                    f"running plan {plan.planner!r} ({e})"
+                ) from None
         with open(out_path) as f:
             gathered = json.load(f)
     wall_s = time.perf_counter() - start
 
     per_rank = tuple(tuple(float(x) for x in r["ms"]) for r in gathered)
-    return _result(plan.planner, per_rank, config, backend, workload, built,
-                   all(r["malloc"] for r in gathered), wall_s, runs=1)
+    return _result(
+        plan.planner, per_rank, config, backend, workload, built, all(r["malloc"] for r in gathered), wall_s, runs=1
+    )
 
 
-def compare_distributed(plans: Sequence[ShardingPlan], workload: Workload, config: DistributedConfig,
-                        rounds: int = 3) -> list[DistributedResult]:
+def compare_distributed(
+    plans: Sequence[ShardingPlan], workload: Workload, config: DistributedConfig, rounds: int = 3
+) -> list[DistributedResult]:
     """Run the plans interleaved (A B A B ...) for ``rounds`` rounds; each plan's step times
     (and per-rank step times) are merged over rounds. All plans of a round see the same batches
     (seed ``config.seed + round``)."""
@@ -165,40 +179,70 @@ def compare_distributed(plans: Sequence[ShardingPlan], workload: Workload, confi
             runs[p].append(run_distributed(plan, workload, round_config))
     merged = []
     for plan, results in zip(plans, runs):
-        per_rank = tuple(tuple(x for res in results for x in res.per_rank_ms[rank])
-                         for rank in range(config.world_size))
+        per_rank = tuple(
+            tuple(x for res in results for x in res.per_rank_ms[rank]) for rank in range(config.world_size)
+        )
         first = results[0]
-        merged.append(_result(plan.planner, per_rank, config, first.backend, workload,
-                              capped_workload(workload, config),
-                              all(res.malloc_settings_active for res in results),
-                              sum(res.wall_s for res in results), runs=len(results)))
+        merged.append(
+            _result(
+                plan.planner,
+                per_rank,
+                config,
+                first.backend,
+                workload,
+                capped_workload(workload, config),
+                all(res.malloc_settings_active for res in results),
+                sum(res.wall_s for res in results),
+                runs=len(results),
+            )
+        )
     return merged
 
 
-def _result(plan_name: str, per_rank: tuple[tuple[float, ...], ...], config: DistributedConfig,
-            backend: str, workload: Workload, built: Workload, malloc: bool, wall_s: float,
-            runs: int) -> DistributedResult:
+def _result(
+    plan_name: str,
+    per_rank: tuple[tuple[float, ...], ...],
+    config: DistributedConfig,
+    backend: str,
+    workload: Workload,
+    built: Workload,
+    malloc: bool,
+    wall_s: float,
+    runs: int,
+) -> DistributedResult:
     iteration = tuple(max(step) for step in zip(*per_rank))
     stats = Stats.of(iteration)
     return DistributedResult(
-        world_size=config.world_size, iteration_ms=iteration, median_ms=stats.median,
-        iqr_ms=stats.iqr, per_rank_median_ms=tuple(Stats.of(r).median for r in per_rank),
-        plan_name=plan_name, per_rank_ms=per_rank, backend=backend, batch_size=config.batch_size,
+        world_size=config.world_size,
+        iteration_ms=iteration,
+        median_ms=stats.median,
+        iqr_ms=stats.iqr,
+        per_rank_median_ms=tuple(Stats.of(r).median for r in per_rank),
+        plan_name=plan_name,
+        per_rank_ms=per_rank,
+        backend=backend,
+        batch_size=config.batch_size,
         row_cap_bytes=config.row_cap_bytes,
-        capped_rows=tuple((t.name, t.num_embeddings, b.num_embeddings)
-                          for t, b in zip(workload.tables, built.tables)),
-        malloc_settings_active=malloc, wall_s=wall_s, runs=runs)
+        capped_rows=tuple((t.name, t.num_embeddings, b.num_embeddings) for t, b in zip(workload.tables, built.tables)),
+        malloc_settings_active=malloc,
+        wall_s=wall_s,
+        runs=runs,
+    )
 
 
 def _check_config(config: DistributedConfig) -> None:
-    for field, minimum in (("world_size", 1), ("steps", 1), ("warmups", 0), ("batch_size", 1),
-                           ("row_cap_bytes", 1), ("threads_per_rank", 1)):
+    for field, minimum in (
+        ("world_size", 1),
+        ("steps", 1),
+        ("warmups", 0),
+        ("batch_size", 1),
+        ("row_cap_bytes", 1),
+        ("threads_per_rank", 1),
+    ):
         value = getattr(config, field)
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise InputError(field, f"must be an integer >= {minimum}, got {value!r}",
-                             "fix the DistributedConfig")
-    if not (isinstance(config.timeout_s, (int, float)) and math.isfinite(config.timeout_s)
-            and config.timeout_s > 0):
+            raise InputError(field, f"must be an integer >= {minimum}, got {value!r}", "fix the DistributedConfig")
+    if not (isinstance(config.timeout_s, (int, float)) and math.isfinite(config.timeout_s) and config.timeout_s > 0):
         raise InputError("timeout_s", f"must be > 0, got {config.timeout_s!r}", "fix the DistributedConfig")
 
 
@@ -237,14 +281,19 @@ def _batches(workload: Workload, rank: int, seed: int, device: torch.device) -> 
             bag = bag_lengths(workload.batch_size, table.pooling_factor)
             lengths.append(bag)
             values.append(zipf_rows(table.num_embeddings, table.zipf_alpha, int(bag.sum()), rng))
-        batches.append(KeyedJaggedTensor.from_lengths_sync(
-            keys=keys, values=torch.from_numpy(np.concatenate(values)).to(device),
-            lengths=torch.from_numpy(np.concatenate(lengths)).to(device)))
+        batches.append(
+            KeyedJaggedTensor.from_lengths_sync(
+                keys=keys,
+                values=torch.from_numpy(np.concatenate(values)).to(device),
+                lengths=torch.from_numpy(np.concatenate(lengths)).to(device),
+            )
+        )
     return batches
 
 
-def _worker(rank: int, config: DistributedConfig, backend: str, port: int, plan: ShardingPlan,
-            built: Workload, out_path: str) -> None:
+def _worker(
+    rank: int, config: DistributedConfig, backend: str, port: int, plan: ShardingPlan, built: Workload, out_path: str
+) -> None:
     """One rank: shard, warm up, time ``config.steps`` iterations, gather the times to rank 0."""
     import torch.distributed as dist
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
@@ -262,16 +311,19 @@ def _worker(rank: int, config: DistributedConfig, backend: str, port: int, plan:
     if cuda:
         torch.cuda.set_device(rank)
     device = torch.device(f"cuda:{rank}" if cuda else "cpu")
-    dist.init_process_group(backend, rank=rank, world_size=config.world_size,
-                            timeout=timedelta(seconds=config.timeout_s))
+    dist.init_process_group(
+        backend, rank=rank, world_size=config.world_size, timeout=timedelta(seconds=config.timeout_s)
+    )
     try:
         module = embedding_bag_collection(built, "meta")
         apply_optimizer_in_backward(torch.optim.SGD, module.parameters(), {"lr": LEARNING_RATE})
         model = DistributedModelParallel(
-            module, device=device,
-            plan=to_torchrec_plan(plan, built, config.world_size,
-                                  compute_device="cuda" if cuda else "cpu"),
-            sharders=[EmbeddingBagCollectionSharder()], init_data_parallel=False)
+            module,
+            device=device,
+            plan=to_torchrec_plan(plan, built, config.world_size, compute_device="cuda" if cuda else "cpu"),
+            sharders=[EmbeddingBagCollectionSharder()],
+            init_data_parallel=False,
+        )
         batches = _batches(built, rank, config.seed, device)
         times = []
         for step in range(config.warmups + config.steps):
@@ -309,10 +361,20 @@ def exit_finished_rank() -> None:
     must propagate to ``mp.spawn``.
     """
     import sys
+
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 
 
-__all__ = ["exit_finished_rank", "DistributedConfig", "DistributedResult", "DistributedRunError", "LEARNING_RATE",
-           "capped_workload", "compare_distributed", "resolve_backend", "run_distributed"]
+__all__ = [
+    "exit_finished_rank",
+    "DistributedConfig",
+    "DistributedResult",
+    "DistributedRunError",
+    "LEARNING_RATE",
+    "capped_workload",
+    "compare_distributed",
+    "resolve_backend",
+    "run_distributed",
+]

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -44,18 +45,28 @@ def grid_tasks(config: GridConfig) -> list[Task]:
     return tasks
 
 
-def evaluate_grid(tasks: Sequence[Task], context: PlannerContext, communication: CommunicationModel | None,
-                  names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def evaluate_grid(
+    tasks: Sequence[Task],
+    context: PlannerContext,
+    communication: CommunicationModel | None,
+    names: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
     """One row per task: every planner's predicted max and plan time."""
     rows = []
     for task in tasks:
         result = compare_planners(task.workload, task.topology, names, context, communication)
-        rows.append({"task": task.name, "tables": len(task.workload.tables), "devices": task.topology.num_devices,
-                     "lower_bound_ms": lower_bound_ms(task, context, communication),
-                     "max_ms": {p.planner: p.max_cost_ms for p in result.plans},
-                     # as if alone: with the placements taken from the task's other planners
-                     "plan_time_s": {p.planner: p.plan_time_s + p.reused_s for p in result.plans},
-                     "skipped": dict(result.skipped)})
+        rows.append(
+            {
+                "task": task.name,
+                "tables": len(task.workload.tables),
+                "devices": task.topology.num_devices,
+                "lower_bound_ms": lower_bound_ms(task, context, communication),
+                "max_ms": {p.planner: p.max_cost_ms for p in result.plans},
+                # as if alone: with the placements taken from the task's other planners
+                "plan_time_s": {p.planner: p.plan_time_s + p.reused_s for p in result.plans},
+                "skipped": dict(result.skipped),
+            }
+        )
     return rows
 
 
@@ -68,8 +79,11 @@ def lower_bound_ms(task: Task, context: PlannerContext, communication: Communica
     if context.cost_model is None:
         return None
     topology, capacity = task.topology, task.topology.device_memory_bytes
-    priced = (WithCommunication(context.cost_model, communication, topology.num_devices)
-              if communication is not None else context.cost_model)
+    priced = (
+        WithCommunication(context.cost_model, communication, topology.num_devices)
+        if communication is not None
+        else context.cost_model
+    )
     forms: list[list[Table]] = []  # each table's forms that fit a device: whole, and its shards
     for table in task.workload.tables:
         ways = split_ways(table.embedding_dim, topology.num_devices) if context.any_splits else []
@@ -108,15 +122,19 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "tasks": len(vs_heuristic),
             "geomean_vs_best_heuristic": _geomean(vs_heuristic),
             "worst_vs_best_heuristic": max(vs_heuristic, default=math.nan),
-            "share_at_most_best_heuristic": float(np.mean([v <= 1 + SAME for v in vs_heuristic])) if vs_heuristic else math.nan,
+            "share_at_most_best_heuristic": float(np.mean([v <= 1 + SAME for v in vs_heuristic]))
+            if vs_heuristic
+            else math.nan,
             "geomean_vs_cost_greedy": _geomean(vs_greedy),
             "share_below_cost_greedy": float(np.mean([v < 1 - SAME for v in vs_greedy])) if vs_greedy else math.nan,
             "share_at_lower_bound": float(np.mean(at_bound)) if at_bound else math.nan,
             "tasks_cost_greedy_above_bound": len(vs_greedy_open),
-            "share_below_cost_greedy_above_bound": (float(np.mean([v < 1 - SAME for v in vs_greedy_open]))
-                                                    if vs_greedy_open else math.nan),
-            "median_plan_time_s": float(np.median([r["plan_time_s"][planner] for r in rows
-                                                   if planner in r["plan_time_s"]])),
+            "share_below_cost_greedy_above_bound": (
+                float(np.mean([v < 1 - SAME for v in vs_greedy_open])) if vs_greedy_open else math.nan
+            ),
+            "median_plan_time_s": float(
+                np.median([r["plan_time_s"][planner] for r in rows if planner in r["plan_time_s"]])
+            ),
         }
     return out
 
@@ -131,29 +149,45 @@ def _geomean(values: Sequence[float]) -> float:
 
 
 def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], planners: Sequence[str]) -> str:
-    lines = ["| task | best heuristic (ms) | lower bound / best heur. | "
-             + " | ".join(f"{p} / best heur." for p in planners) + " |",
-             "| --- | --- | --- | " + " | ".join("---" for _ in planners) + " |"]
+    lines = [
+        "| task | best heuristic (ms) | lower bound / best heur. | "
+        + " | ".join(f"{p} / best heur." for p in planners)
+        + " |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in planners) + " |",
+    ]
     for r in rows:
         costs, bound = r["max_ms"], r.get("lower_bound_ms")
         heuristic = best_heuristic(costs)
-        cells = [(f"{costs[p] / heuristic:.3f}" + ("*" if bound and costs[p] <= bound * (1 + SAME) else ""))
-                 if p in costs else "-" for p in planners]
-        lines.append(f"| {r['task']} | {heuristic:.3f} | {bound / heuristic:.3f} | " if bound else
-                     f"| {r['task']} | {heuristic:.3f} | - | ")
+        cells = [
+            (f"{costs[p] / heuristic:.3f}" + ("*" if bound and costs[p] <= bound * (1 + SAME) else ""))
+            if p in costs
+            else "-"
+            for p in planners
+        ]
+        lines.append(
+            f"| {r['task']} | {heuristic:.3f} | {bound / heuristic:.3f} | "
+            if bound
+            else f"| {r['task']} | {heuristic:.3f} | - | "
+        )
         lines[-1] += " | ".join(cells) + " |"
     if any(r.get("lower_bound_ms") for r in rows):
         lines += ["", "\\* at the lower bound (the costliest table alone): no plan is better."]
-    lines += ["", "| planner | geomean vs best heuristic | worst | share <= best heuristic | geomean vs cost_greedy "
-              "| share < cost_greedy | share < cost_greedy where it is above the bound | share at the bound "
-              "| median plan time (s) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "| planner | geomean vs best heuristic | worst | share <= best heuristic | geomean vs cost_greedy "
+        "| share < cost_greedy | share < cost_greedy where it is above the bound | share at the bound "
+        "| median plan time (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for p in planners:
         s = summary[p]
-        lines.append(f"| {p} | {s['geomean_vs_best_heuristic']:.3f} | {s['worst_vs_best_heuristic']:.3f} | "
-                     f"{_share(s['share_at_most_best_heuristic'])} | {s['geomean_vs_cost_greedy']:.3f} | "
-                     f"{_share(s['share_below_cost_greedy'])} | {_share(s['share_below_cost_greedy_above_bound'])} "
-                     f"(of {s['tasks_cost_greedy_above_bound']}) | {_share(s['share_at_lower_bound'])} | "
-                     f"{s['median_plan_time_s']:.3g} |")
+        lines.append(
+            f"| {p} | {s['geomean_vs_best_heuristic']:.3f} | {s['worst_vs_best_heuristic']:.3f} | "
+            f"{_share(s['share_at_most_best_heuristic'])} | {s['geomean_vs_cost_greedy']:.3f} | "
+            f"{_share(s['share_below_cost_greedy'])} | {_share(s['share_below_cost_greedy_above_bound'])} "
+            f"(of {s['tasks_cost_greedy_above_bound']}) | {_share(s['share_at_lower_bound'])} | "
+            f"{s['median_plan_time_s']:.3g} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -165,6 +199,7 @@ def _share(value: float) -> str:
 def chart(rows: Sequence[dict[str, Any]], planners: Sequence[str], path: Path) -> None:
     """Each planner's predicted max over the best heuristic's, per task."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -18,7 +18,7 @@ max with its spread, and the ratio of each plan's max to the reference plan's, p
 from __future__ import annotations
 
 import statistics
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -32,9 +32,15 @@ MIN_DEVICE_MS = 50.0
 (Criteo Kaggle's) read 8-39% apart from one call to the next."""
 
 
-def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchConfig,
-                  rounds: int = 5, reference: int = 0, min_device_ms: float = MIN_DEVICE_MS,
-                  on_round: Callable[[int], None] | None = None) -> list[MeasuredPlan]:
+def measure_plans(
+    plans: Sequence[ShardingPlan],
+    batch_size: int,
+    config: BenchConfig,
+    rounds: int = 5,
+    reference: int = 0,
+    min_device_ms: float = MIN_DEVICE_MS,
+    on_round: Callable[[int], None] | None = None,
+) -> list[MeasuredPlan]:
     """Interleaved measurement of plans of one task; ratios are to ``plans[reference]``.
     ``on_round(done)`` is called after each round (a progress bar)."""
     bench = BenchConfig(**{**{f: getattr(config, f) for f in config.__slots__}, "batch_size": batch_size})
@@ -46,7 +52,9 @@ def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchC
                 key = device.set_key
                 if key not in this_round:
                     tables = [s.as_table for s in device.shards]
-                    this_round[key] = measure(tables, bench, r * 7919 + d, min_device_ms).total.median if tables else 0.0
+                    this_round[key] = (
+                        measure(tables, bench, r * 7919 + d, min_device_ms).total.median if tables else 0.0
+                    )
                 per_round[r][p][d] = this_round[key]
         if on_round is not None:
             on_round(r + 1)
@@ -56,11 +64,18 @@ def measure_plans(plans: Sequence[ShardingPlan], batch_size: int, config: BenchC
         ref = [max(per_round[r][reference]) for r in range(rounds)]
         ratio, low, high = ratio_ci95(maxima, ref)
         q = np.percentile(maxima, [25, 75])
-        out.append(MeasuredPlan(plan.planner,
-                                tuple(statistics.median(per_round[r][p][d] for r in range(rounds))
-                                      for d in range(len(plan.devices))),
-                                statistics.median(maxima), float(q[1] - q[0]), ratio, (low, high), tuple(maxima),
-                                tuple(tuple(per_round[r][p]) for r in range(rounds))))
+        out.append(
+            MeasuredPlan(
+                plan.planner,
+                tuple(statistics.median(per_round[r][p][d] for r in range(rounds)) for d in range(len(plan.devices))),
+                statistics.median(maxima),
+                float(q[1] - q[0]),
+                ratio,
+                (low, high),
+                tuple(maxima),
+                tuple(tuple(per_round[r][p]) for r in range(rounds)),
+            )
+        )
     return out
 
 

@@ -39,8 +39,11 @@ def report_paths(paths: list[Path]) -> list[Path]:
         if path.is_dir():
             inside = sorted(path.rglob("report.json"))
             if not inside:
-                raise InputError(OPTION, f"no report.json under {path}",
-                                 "pass the --out folder of `autoshard evaluate --measure --json`, or a report.json")
+                raise InputError(
+                    OPTION,
+                    f"no report.json under {path}",
+                    "pass the --out folder of `autoshard evaluate --measure --json`, or a report.json",
+                )
             found += inside
         elif path.is_file():
             found.append(path)
@@ -66,23 +69,32 @@ def measured_on(path: Path) -> tuple[str | None, str | None]:
 def _report_sets(report: Any, run: str) -> list[MeasuredDeviceSet]:
     tasks = report.get("tasks") if isinstance(report, dict) else None
     if not isinstance(tasks, list):
-        raise InputError(OPTION, f"{run} is not a report of `autoshard evaluate --json` (no tasks)",
-                         "pass the report.json that `autoshard evaluate --measure --json --out DIR` writes")
+        raise InputError(
+            OPTION,
+            f"{run} is not a report of `autoshard evaluate --json` (no tasks)",
+            "pass the report.json that `autoshard evaluate --measure --json --out DIR` writes",
+        )
     found = []
     for task in tasks:
         rows = [p for p in task.get("planners", []) if p.get("measured_device_ms")]
         if not rows:
             continue
         if "workload" not in task or any("devices" not in p for p in rows):
-            raise InputError(OPTION, f"{run}, task {task.get('task')!r}: the report does not hold its plans (made "
-                             "before 2026-12-04)", "measure again: `autoshard evaluate SUITE --measure --json --out DIR`")
+            raise InputError(
+                OPTION,
+                f"{run}, task {task.get('task')!r}: the report does not hold its plans (made before 2026-12-04)",
+                "measure again: `autoshard evaluate SUITE --measure --json --out DIR`",
+            )
         workload, _ = workload_from_dict(task["workload"])
         tables = {t.name: t for t in workload.tables}
         for row in rows:
             for index, (names, ms) in enumerate(zip(row["devices"], row["measured_device_ms"])):
                 if names and ms > 0:
-                    device = DeviceSet((task["task"], row["planner"], index),
-                                       tuple(_table(name, tables, run) for name in names), workload.batch_size)
+                    device = DeviceSet(
+                        (task["task"], row["planner"], index),
+                        tuple(_table(name, tables, run) for name in names),
+                        workload.batch_size,
+                    )
                     found.append(MeasuredDeviceSet(run, device, float(ms)))
     return found
 
@@ -98,8 +110,11 @@ def shard_of(name: str, tables: dict[str, Table], run: str, option: str = OPTION
         return TableShard(tables[name])
     shard = SHARD.match(name)
     if shard is None or shard["table"] not in tables:
-        raise InputError(option, f"{run}: a plan holds {name!r}, which is not a table of its task's workload",
-                         "pass the report as `autoshard evaluate` wrote it")
+        raise InputError(
+            option,
+            f"{run}: a plan holds {name!r}, which is not a table of its task's workload",
+            "pass the report as `autoshard evaluate` wrote it",
+        )
     first, end = int(shard["first"]), int(shard["end"])
     return TableShard(tables[shard["table"]], first, end - first)
 
@@ -111,20 +126,37 @@ def reported_result(task: Task, entry: dict[str, Any]) -> TaskResult:
     ``InputError`` for an entry of a report made before reports held every round."""
     rows = entry["planners"]
     if any("predicted_device_ms" not in r or "measured_round_device_ms" not in r for r in rows):
-        raise InputError("--resume", f"task {task.name!r}: the unfinished report does not hold every round (made "
-                         "before 2026-12-04 17:16)", "run again without --resume")
+        raise InputError(
+            "--resume",
+            f"task {task.name!r}: the unfinished report does not hold every round (made before 2026-12-04 17:16)",
+            "run again without --resume",
+        )
     tables = {t.name: t for t in task.workload.tables}
     plans, measured = [], []
     for row in rows:
-        devices = tuple(DevicePlan(tuple(shard_of(n, tables, task.name, "--resume") for n in names), cost)
-                        for names, cost in zip(row["devices"], row["predicted_device_ms"]))
+        devices = tuple(
+            DevicePlan(tuple(shard_of(n, tables, task.name, "--resume") for n in names), cost)
+            for names, cost in zip(row["devices"], row["predicted_device_ms"])
+        )
         plans.append(ShardingPlan(row["planner"], devices, row["plan_time_s"], reused_s=row["reused_s"]))
         rounds = row["measured_round_device_ms"]
         if rounds:
-            measured.append(MeasuredPlan(
-                row["planner"], tuple(row["measured_device_ms"]), row["measured_max_ms"], row["measured_max_iqr_ms"],
-                row[f"measured_ratio_to_{entry['reference']}"], tuple(row["ratio_ci95"]),
-                tuple(max(r) for r in rounds), tuple(tuple(r) for r in rounds)))
-    comparison = Comparison(tuple(plans), tuple((s["planner"], s["reason"]) for s in entry["skipped"]), (),
-                            planned=tuple(p.planner for p in plans))
+            measured.append(
+                MeasuredPlan(
+                    row["planner"],
+                    tuple(row["measured_device_ms"]),
+                    row["measured_max_ms"],
+                    row["measured_max_iqr_ms"],
+                    row[f"measured_ratio_to_{entry['reference']}"],
+                    tuple(row["ratio_ci95"]),
+                    tuple(max(r) for r in rounds),
+                    tuple(tuple(r) for r in rounds),
+                )
+            )
+    comparison = Comparison(
+        tuple(plans),
+        tuple((s["planner"], s["reason"]) for s in entry["skipped"]),
+        (),
+        planned=tuple(p.planner for p in plans),
+    )
     return TaskResult(task, comparison, tuple(measured), entry["reference"])

@@ -8,8 +8,8 @@ returns, for each device of each plan, its tables at the task's batch size: the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -56,8 +56,9 @@ def plan_tasks(pool: Sequence[Table], config: PlanTaskConfig, batch_size: int, p
     return tasks
 
 
-def plan_memberships(tasks: Sequence[Task], planners: Sequence[str], context: PlannerContext,
-                     communication: CommunicationModel | None) -> list[DeviceSet]:
+def plan_memberships(
+    tasks: Sequence[Task], planners: Sequence[str], context: PlannerContext, communication: CommunicationModel | None
+) -> list[DeviceSet]:
     """Every non-empty device of every plan; planners that cannot plan a task are left out of it."""
     out = []
     for task in tasks:

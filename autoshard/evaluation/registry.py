@@ -7,8 +7,8 @@ with fixes when they are not met; planners with heavy dependencies import them i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.types import Planner
@@ -54,12 +54,20 @@ class PlannerSpec:
         """Why this planner cannot run with ``context`` (``None``: it can)."""
         heuristics = ", ".join(HEURISTICS)
         if self.needs_cost_model and context.cost_model is None:
-            return PlannerError(PlannerErrorKind.UNAVAILABLE, f"{self.name} needs a trained cost model",
-                                ("pass a cost model (CLI: --model DIR)", f"or use a heuristic: {heuristics}"))
+            return PlannerError(
+                PlannerErrorKind.UNAVAILABLE,
+                f"{self.name} needs a trained cost model",
+                ("pass a cost model (CLI: --model DIR)", f"or use a heuristic: {heuristics}"),
+            )
         if self.needs_policy and context.policy is None:
-            return PlannerError(PlannerErrorKind.UNAVAILABLE, f"{self.name} needs a trained policy",
-                                ("train one with `autoshard policy train --profile DIR` (it writes DIR/policy.pt)",
-                                 "or use cost_greedy or a heuristic"))
+            return PlannerError(
+                PlannerErrorKind.UNAVAILABLE,
+                f"{self.name} needs a trained policy",
+                (
+                    "train one with `autoshard policy train --profile DIR` (it writes DIR/policy.pt)",
+                    "or use cost_greedy or a heuristic",
+                ),
+            )
         return None
 
 
@@ -77,10 +85,19 @@ def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
         from autoshard.rl.policy import DevicePolicy
 
         assert context.cost_model is not None and isinstance(context.policy, DevicePolicy)
-        return RLPlanner(context.cost_model, context.policy, context.splits(PlannerKind.POLICY), samples,
-                         seed=context.seed, search=replace(REFINE_SEARCH, iterations=context.search_iterations),
-                         departure_margin=context.margin, time_budget_s=context.time_budget_s, name=name,
-                         shared=context.shared)
+        return RLPlanner(
+            context.cost_model,
+            context.policy,
+            context.splits(PlannerKind.POLICY),
+            samples,
+            seed=context.seed,
+            search=replace(REFINE_SEARCH, iterations=context.search_iterations),
+            departure_margin=context.margin,
+            time_budget_s=context.time_budget_s,
+            name=name,
+            shared=context.shared,
+        )
+
     return build
 
 
@@ -89,10 +106,18 @@ def _torchrec(compute_device: str) -> Callable[[PlannerContext], Planner]:
         try:
             from autoshard.planners.torchrec_planner import TorchRecPlanner
         except ImportError as error:
-            raise PlannerError(PlannerErrorKind.UNAVAILABLE, f"TorchRec's planner cannot load ({error})",
-                               ("install the torchrec extra",)) from None
-        return TorchRecPlanner(allow_column_split=context.splits(PlannerKind.REFERENCE), cost_model=context.cost_model,
-                               compute_device=compute_device, time_budget_s=context.time_budget_s)
+            raise PlannerError(
+                PlannerErrorKind.UNAVAILABLE,
+                f"TorchRec's planner cannot load ({error})",
+                ("install the torchrec extra",),
+            ) from None
+        return TorchRecPlanner(
+            allow_column_split=context.splits(PlannerKind.REFERENCE),
+            cost_model=context.cost_model,
+            compute_device=compute_device,
+            time_budget_s=context.time_budget_s,
+        )
+
     return build
 
 
@@ -101,15 +126,24 @@ def _greedy(name: str) -> Callable[[PlannerContext], Planner]:
 
 
 _SPECS = (
-    PlannerSpec("random", PlannerKind.HEURISTIC,
-                lambda c: RandomPlanner(c.cost_model, c.seed, c.splits(PlannerKind.HEURISTIC))),
-    PlannerSpec("round_robin", PlannerKind.HEURISTIC,
-                lambda c: RoundRobinPlanner(c.cost_model, c.splits(PlannerKind.HEURISTIC))),
+    PlannerSpec(
+        "random", PlannerKind.HEURISTIC, lambda c: RandomPlanner(c.cost_model, c.seed, c.splits(PlannerKind.HEURISTIC))
+    ),
+    PlannerSpec(
+        "round_robin", PlannerKind.HEURISTIC, lambda c: RoundRobinPlanner(c.cost_model, c.splits(PlannerKind.HEURISTIC))
+    ),
     *(PlannerSpec(name, PlannerKind.HEURISTIC, _greedy(name)) for name in PROXIES),
-    PlannerSpec("cost_greedy", PlannerKind.COST_MODEL,
-                lambda c: CostGreedyPlanner(c.cost_model, c.splits(PlannerKind.COST_MODEL),  # type: ignore[arg-type]
-                                            time_budget_s=c.time_budget_s, shared=c.shared,
-                                            departure_margin=c.margin)),
+    PlannerSpec(
+        "cost_greedy",
+        PlannerKind.COST_MODEL,
+        lambda c: CostGreedyPlanner(
+            c.cost_model,
+            c.splits(PlannerKind.COST_MODEL),  # type: ignore[arg-type]
+            time_budget_s=c.time_budget_s,
+            shared=c.shared,
+            departure_margin=c.margin,
+        ),
+    ),
     PlannerSpec("rl", PlannerKind.POLICY, _rl(0, "rl")),
     PlannerSpec("rl+refine", PlannerKind.POLICY, _rl(REFINE_SAMPLES, "rl+refine")),
     PlannerSpec("torchrec", PlannerKind.REFERENCE, _torchrec("cuda"), default=False),
@@ -145,8 +179,7 @@ def make_planner(name: str, context: PlannerContext = PlannerContext()) -> Plann
     return spec.build(context)
 
 
-def available_planners(context: PlannerContext, defaults_only: bool = True
-                       ) -> tuple[list[str], list[tuple[str, str]]]:
+def available_planners(context: PlannerContext, defaults_only: bool = True) -> tuple[list[str], list[tuple[str, str]]]:
     """(planners that can run, [(planner, reason) for the others]); with ``defaults_only``,
     planners that run only when asked (torchrec) are left out of both."""
     names, skipped = [], []

@@ -4,7 +4,8 @@ moves, and cost_greedy's plan from scratch, each with what it moves (``increment
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from autoshard.core.communication import CommunicationModel, WithCommunication
 from autoshard.core.model_error import DeviceErrors
@@ -21,29 +22,54 @@ from autoshard.planners.incremental import (
 from autoshard.planners.report import shard_label
 
 
-def compare_replans(workload: Workload, topology: Topology, cost_model: CostModel, current: CurrentPlacement,
-                    budgets: Sequence[MoveBudget], allow_split: bool = True, time_budget_s: float | None = None,
-                    communication: CommunicationModel | None = None,
-                    device_errors: DeviceErrors | None = None) -> tuple[dict[str, Any], list[ShardingPlan]]:
+def compare_replans(
+    workload: Workload,
+    topology: Topology,
+    cost_model: CostModel,
+    current: CurrentPlacement,
+    budgets: Sequence[MoveBudget],
+    allow_split: bool = True,
+    time_budget_s: float | None = None,
+    communication: CommunicationModel | None = None,
+    device_errors: DeviceErrors | None = None,
+) -> tuple[dict[str, Any], list[ShardingPlan]]:
     """The report and its plans, in its order: keep (0 moves), a re-plan per budget (as given),
     cost_greedy from scratch (column splits as ``allow_split`` says). Costs include
     ``communication``'s all-to-all; each plan's expected max comes from ``device_errors``."""
-    scorer = cost_model if communication is None else WithCommunication(cost_model, communication,
-                                                                         topology.num_devices)
-    kept, *moved = replans(workload, topology, scorer, current, [MoveBudget(0), *budgets],
-                           ["keep", *(b.label for b in budgets)], time_budget_s, allow_split)
-    scratch = compare_planners(workload, topology, ["cost_greedy"], PlannerContext(
-        cost_model, allow_column_split=None if allow_split else False, time_budget_s=time_budget_s),
-        communication).plans
-    rows = [(kept.plan, kept.moves), *((r.plan, r.moves) for r in moved),
-            *((p, moves_from(current, p, workload)) for p in scratch)]
+    scorer = cost_model if communication is None else WithCommunication(cost_model, communication, topology.num_devices)
+    kept, *moved = replans(
+        workload,
+        topology,
+        scorer,
+        current,
+        [MoveBudget(0), *budgets],
+        ["keep", *(b.label for b in budgets)],
+        time_budget_s,
+        allow_split,
+    )
+    scratch = compare_planners(
+        workload,
+        topology,
+        ["cost_greedy"],
+        PlannerContext(cost_model, allow_column_split=None if allow_split else False, time_budget_s=time_budget_s),
+        communication,
+    ).plans
+    rows = [
+        (kept.plan, kept.moves),
+        *((r.plan, r.moves) for r in moved),
+        *((p, moves_from(current, p, workload)) for p in scratch),
+    ]
     report = {
-        "workload": workload.name, "tables": len(workload.tables),
+        "workload": workload.name,
+        "tables": len(workload.tables),
         "topology": {"num_devices": topology.num_devices, "device_memory_gb": topology.device_memory_gb},
-        "max_moves": [b.shards for b in budgets], "max_moved_bytes": budgets[0].max_bytes if budgets else None,
-        "dropped": list(kept.dropped), "replaced": list(kept.replaced),
+        "max_moves": [b.shards for b in budgets],
+        "max_moved_bytes": budgets[0].max_bytes if budgets else None,
+        "dropped": list(kept.dropped),
+        "replaced": list(kept.replaced),
         "new_tables": [t.name for t in workload.tables if not current.of_table(t.name)],
-        "plans": [replan_row(plan, moves, device_errors) for plan, moves in rows]}
+        "plans": [replan_row(plan, moves, device_errors) for plan, moves in rows],
+    }
     return report, [plan for plan, _ in rows]
 
 
@@ -51,17 +77,31 @@ def replan_row(plan: ShardingPlan, moves: Sequence[Move], device_errors: DeviceE
     """One plan of the report: its costs, its moves, its devices, and itself as a current placement
     (what ``CurrentPlacement.from_export`` reads: the next re-plan starts from it)."""
     costs = [d.cost_ms for d in plan.devices]
-    return {"plan": plan.planner, "max_cost_ms": plan.max_cost_ms,
-            "expected_max_ms": device_errors.expected_max(costs) if device_errors else None,
-            "partial": plan.partial, "plan_time_s": plan.plan_time_s, "shards_moved": len(moves),
-            "bytes_moved": sum(m.memory_bytes for m in moves),
-            "moves": [{"shard": m.shard, "from_rank": m.from_rank, "to_rank": m.to_rank, "memory_bytes": m.memory_bytes}
-                      for m in moves],
-            "devices": [{"tables": [shard_label(s) for s in d.shards],
-                         "shards": [{"table": s.table.name, "column_offset": s.column_offset, "columns": s.width}
-                                    for s in d.shards],
-                         "cost_ms": d.cost_ms, "memory_bytes": d.memory_bytes} for d in plan.devices],
-            "placement": placement_of(plan)}
+    return {
+        "plan": plan.planner,
+        "max_cost_ms": plan.max_cost_ms,
+        "expected_max_ms": device_errors.expected_max(costs) if device_errors else None,
+        "partial": plan.partial,
+        "plan_time_s": plan.plan_time_s,
+        "shards_moved": len(moves),
+        "bytes_moved": sum(m.memory_bytes for m in moves),
+        "moves": [
+            {"shard": m.shard, "from_rank": m.from_rank, "to_rank": m.to_rank, "memory_bytes": m.memory_bytes}
+            for m in moves
+        ],
+        "devices": [
+            {
+                "tables": [shard_label(s) for s in d.shards],
+                "shards": [
+                    {"table": s.table.name, "column_offset": s.column_offset, "columns": s.width} for s in d.shards
+                ],
+                "cost_ms": d.cost_ms,
+                "memory_bytes": d.memory_bytes,
+            }
+            for d in plan.devices
+        ],
+        "placement": placement_of(plan),
+    }
 
 
 def placement_of(plan: ShardingPlan) -> dict[str, Any]:
@@ -71,7 +111,8 @@ def placement_of(plan: ShardingPlan) -> dict[str, Any]:
     for rank, device in enumerate(plan.devices):
         for shard in device.shards:
             tables.setdefault(shard.table.name, {"shards": []})["shards"].append(
-                {"rank": rank, "column_offset": shard.column_offset, "columns": shard.width})
+                {"rank": rank, "column_offset": shard.column_offset, "columns": shard.width}
+            )
     for entry in tables.values():
         entry["shards"].sort(key=lambda s: s["column_offset"])
     return {"world_size": len(plan.devices), "tables": tables}

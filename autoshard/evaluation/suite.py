@@ -10,9 +10,10 @@ from __future__ import annotations
 import csv
 import json
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -55,9 +56,15 @@ Verifier = Callable[[Sequence[ShardingPlan], int], Verification]
 """(a task's plans, batch size) -> a measured choice among them (``autoshard.evaluation.verification.verify``)."""
 
 
-def evaluate_task(task: Task, names: Sequence[str] | None, context: PlannerContext,
-                  measurer: PlanMeasurer | None = None, distributed: DistributedMeasurer | None = None,
-                  communication: CommunicationModel | None = None, verifier: Verifier | None = None) -> TaskResult:
+def evaluate_task(
+    task: Task,
+    names: Sequence[str] | None,
+    context: PlannerContext,
+    measurer: PlanMeasurer | None = None,
+    distributed: DistributedMeasurer | None = None,
+    communication: CommunicationModel | None = None,
+    verifier: Verifier | None = None,
+) -> TaskResult:
     """Every planner on the task; measured ratios are to the first cost-model planner's plan
     (cost_greedy), or the first plan without one. With a ``verifier``, its choice among the plans
     (measured in rounds of its own, before the measurement here) joins them as ``verified``, so
@@ -65,8 +72,11 @@ def evaluate_task(task: Task, names: Sequence[str] | None, context: PlannerConte
     comparison = compare_planners(task.workload, task.topology, names, context, communication)
     verification = verifier(comparison.plans, task.workload.batch_size) if verifier and comparison.plans else None
     if verification is not None:
-        comparison = replace(comparison, plans=(*comparison.plans, replace(verification.plan, planner=VERIFIED)),
-                             planned=(*comparison.planned, VERIFIED))
+        comparison = replace(
+            comparison,
+            plans=(*comparison.plans, replace(verification.plan, planner=VERIFIED)),
+            planned=(*comparison.planned, VERIFIED),
+        )
     plans = comparison.plans
     ref = next((i for i, p in enumerate(plans) if _kind(p.planner) is PlannerKind.COST_MODEL), 0)
     measured = tuple(measurer(plans, task.workload.batch_size, ref)) if measurer and plans else ()
@@ -87,25 +97,31 @@ def task_rows(result: TaskResult) -> list[dict[str, Any]]:
     rows = []
     for plan in result.comparison.plans:
         m, dist = measured.get(plan.planner), distributed.get(plan.planner)
-        rows.append({
-            "planner": plan.planner, "predicted_max_ms": round(plan.max_cost_ms, 4),
-            "predicted_imbalance": round(plan.imbalance, 4), "plan_time_s": round(plan.plan_time_s, 4),
-            "reused_s": round(plan.reused_s, 4),
-            "own_estimate_max_ms": round(max(plan.own_estimate_ms), 4) if plan.own_estimate_ms else None,
-            "measured_max_ms": round(m.max_ms, 4) if m else None,
-            "measured_max_iqr_ms": round(m.max_iqr_ms, 4) if m else None,
-            "measured_imbalance": round(max(m.device_ms) / float(np.mean(m.device_ms)) - 1, 4) if m else None,
-            f"measured_ratio_to_{result.reference}": round(m.ratio_to_reference, 4) if m else None,
-            "ratio_ci95": [round(v, 4) for v in m.ratio_ci95] if m else None,
-            "measured_device_ms": [round(v, 4) for v in m.device_ms] if m else None,
-            # each round's measurements, device by device, and what the model predicted for each
-            # device: the noise and the model's error can be read from the report alone
-            "measured_round_device_ms": [[round(v, 4) for v in r] for r in m.round_device_ms] if m else None,
-            "predicted_device_ms": [round(d.cost_ms, 4) for d in plan.devices],
-            "devices": [[s.as_table.name for s in d.shards] for d in plan.devices],  # the plan: each device's tables
-            "distributed_iteration_ms": round(dist.median_ms, 4) if dist else None,
-            "distributed_iqr_ms": round(dist.iqr_ms, 4) if dist else None,
-        })
+        rows.append(
+            {
+                "planner": plan.planner,
+                "predicted_max_ms": round(plan.max_cost_ms, 4),
+                "predicted_imbalance": round(plan.imbalance, 4),
+                "plan_time_s": round(plan.plan_time_s, 4),
+                "reused_s": round(plan.reused_s, 4),
+                "own_estimate_max_ms": round(max(plan.own_estimate_ms), 4) if plan.own_estimate_ms else None,
+                "measured_max_ms": round(m.max_ms, 4) if m else None,
+                "measured_max_iqr_ms": round(m.max_iqr_ms, 4) if m else None,
+                "measured_imbalance": round(max(m.device_ms) / float(np.mean(m.device_ms)) - 1, 4) if m else None,
+                f"measured_ratio_to_{result.reference}": round(m.ratio_to_reference, 4) if m else None,
+                "ratio_ci95": [round(v, 4) for v in m.ratio_ci95] if m else None,
+                "measured_device_ms": [round(v, 4) for v in m.device_ms] if m else None,
+                # each round's measurements, device by device, and what the model predicted for each
+                # device: the noise and the model's error can be read from the report alone
+                "measured_round_device_ms": [[round(v, 4) for v in r] for r in m.round_device_ms] if m else None,
+                "predicted_device_ms": [round(d.cost_ms, 4) for d in plan.devices],
+                "devices": [
+                    [s.as_table.name for s in d.shards] for d in plan.devices
+                ],  # the plan: each device's tables
+                "distributed_iteration_ms": round(dist.median_ms, 4) if dist else None,
+                "distributed_iqr_ms": round(dist.iqr_ms, 4) if dist else None,
+            }
+        )
     return rows
 
 
@@ -127,8 +143,7 @@ HeuristicRounds = tuple[str, Sequence[float]]
 """The heuristic(s) a planner is compared with, by name, and the max they stand for in each round."""
 
 
-def _against(result: TaskResult,
-             choose: Callable[[list[Measured]], HeuristicRounds | None]) -> list[AgainstHeuristic]:
+def _against(result: TaskResult, choose: Callable[[list[Measured]], HeuristicRounds | None]) -> list[AgainstHeuristic]:
     """Every planner that is not a heuristic against the per-round maxima that ``choose`` picks
     from the measured heuristics (empty when the task was not measured, no heuristic ran or
     ``choose`` declines)."""
@@ -170,10 +185,16 @@ def against_held_out_heuristic(result: TaskResult) -> list[AgainstHeuristic]:
         if folds < 2:
             return None
         fold_of = [min(r // 2, folds - 1) for r in range(rounds)]  # an odd last round joins the last pair
-        chosen = [min(heuristics, key=lambda m: statistics.median(m.round_max_ms[r] for r in range(rounds)
-                                                                 if fold_of[r] != k)) for k in range(folds)]
-        return ("/".join(dict.fromkeys(m.planner for m in chosen)),
-                [chosen[fold_of[r]].round_max_ms[r] for r in range(rounds)])
+        chosen = [
+            min(
+                heuristics, key=lambda m: statistics.median(m.round_max_ms[r] for r in range(rounds) if fold_of[r] != k)
+            )
+            for k in range(folds)
+        ]
+        return (
+            "/".join(dict.fromkeys(m.planner for m in chosen)),
+            [chosen[fold_of[r]].round_max_ms[r] for r in range(rounds)],
+        )
 
     return _against(result, held_out)
 
@@ -181,9 +202,14 @@ def against_held_out_heuristic(result: TaskResult) -> list[AgainstHeuristic]:
 def suite_summary(per_task: Sequence[Sequence[AgainstHeuristic]]) -> dict[str, dict[str, Any]]:
     """Per planner over the measured tasks: the geometric mean of its ratio to each task's best
     heuristic, and on how many tasks its interval says faster, tie or slower."""
-    return {planner: {"geomean_vs_best_heuristic": round(geomean([r.ratio for r in got]), 4),
-                      "tasks": len(got), **{v: sum(r.verdict == v for r in got) for v in ("faster", "tie", "slower")}}
-            for planner, got in _by_planner(per_task).items()}
+    return {
+        planner: {
+            "geomean_vs_best_heuristic": round(geomean([r.ratio for r in got]), 4),
+            "tasks": len(got),
+            **{v: sum(r.verdict == v for r in got) for v in ("faster", "tie", "slower")},
+        }
+        for planner, got in _by_planner(per_task).items()
+    }
 
 
 def _by_planner(per_task: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
@@ -212,8 +238,10 @@ class Expected:
     errors_from: str = OTHER_TASKS  # whose errors: ``OTHER_TASKS`` or ``PROFILE_ERRORS``
 
 
-def expected_against_best_heuristic(results: Sequence[TaskResult], profile_errors: np.ndarray | None = None,
-                                    ) -> list[list[Expected]]:
+def expected_against_best_heuristic(
+    results: Sequence[TaskResult],
+    profile_errors: np.ndarray | None = None,
+) -> list[list[Expected]]:
     """Per task of a measured suite, every planner that is not a heuristic against the best
     heuristic: its predicted ratio, and the ratio that the model's errors on the measured devices
     of the suite's *other* tasks lead to expect (nothing of the task's own measurement); where no
@@ -234,9 +262,19 @@ def expected_against_best_heuristic(results: Sequence[TaskResult], profile_error
         plans = {p.planner: p for p in result.comparison.plans}
         best = plans[min(heuristics, key=lambda m: m.max_ms).planner]
         against = expected_max([d.cost_ms for d in best.devices], pool)
-        out.append([Expected(m.planner, best.planner, plans[m.planner].max_cost_ms / best.max_cost_ms,
-                             expected_max([d.cost_ms for d in plans[m.planner].devices], pool) / against, source)
-                    for m in result.measured if _kind(m.planner) is not PlannerKind.HEURISTIC])
+        out.append(
+            [
+                Expected(
+                    m.planner,
+                    best.planner,
+                    plans[m.planner].max_cost_ms / best.max_cost_ms,
+                    expected_max([d.cost_ms for d in plans[m.planner].devices], pool) / against,
+                    source,
+                )
+                for m in result.measured
+                if _kind(m.planner) is not PlannerKind.HEURISTIC
+            ]
+        )
     return out
 
 
@@ -260,33 +298,50 @@ def task_device_costs(result: TaskResult) -> tuple[np.ndarray, np.ndarray]:
 
 def expected_summary(per_task: Sequence[Sequence[Expected]]) -> dict[str, dict[str, float]]:
     """Per planner over the tasks: the geometric means of its predicted and expected ratios."""
-    return {planner: {key: round(geomean([getattr(r, key) for r in got]), 4) for key in ("predicted", "expected")}
-            for planner, got in _by_planner(per_task).items()}
+    return {
+        planner: {key: round(geomean([getattr(r, key) for r in got]), 4) for key in ("predicted", "expected")}
+        for planner, got in _by_planner(per_task).items()
+    }
 
 
 def write_task_outputs(result: TaskResult, out: Path) -> dict[str, str]:
     """``<task>.md``, ``<task>.csv`` and, when measured, ``<task>.png``; returns their paths."""
     out.mkdir(parents=True, exist_ok=True)
     rows, name = task_rows(result), result.task.name
-    md = [f"### {name}: {len(result.task.workload.tables)} tables on {result.task.topology.num_devices} "
-          f"x {result.task.topology.device_memory_gb:.3g} GiB", "",
-          "| planner | predicted max (ms) | measured max (ms) | ratio to " + result.reference +
-          " [95% CI] | measured imbalance | distributed iteration (ms) | plan time (s) |",
-          "| --- | --- | --- | --- | --- | --- | --- |"]
+    md = [
+        f"### {name}: {len(result.task.workload.tables)} tables on {result.task.topology.num_devices} "
+        f"x {result.task.topology.device_memory_gb:.3g} GiB",
+        "",
+        "| planner | predicted max (ms) | measured max (ms) | ratio to "
+        + result.reference
+        + " [95% CI] | measured imbalance | distributed iteration (ms) | plan time (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
         ratio = r[f"measured_ratio_to_{result.reference}"]
         ci = r["ratio_ci95"]
-        md.append(f"| {r['planner']} | {r['predicted_max_ms']:.3f} | "
-                  + (f"{r['measured_max_ms']:.3f} | {ratio:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] | "
-                     f"{r['measured_imbalance']:.1%}" if ratio is not None else "- | - | -")
-                  + (f" | {r['distributed_iteration_ms']:.2f} (IQR {r['distributed_iqr_ms']:.2f})"
-                     if r["distributed_iteration_ms"] is not None else " | -")
-                  + f" | {r['plan_time_s']:.3g}" + (f" (+{r['reused_s']:.3g} shared)" if r["reused_s"] else "") + " |")
+        md.append(
+            f"| {r['planner']} | {r['predicted_max_ms']:.3f} | "
+            + (
+                f"{r['measured_max_ms']:.3f} | {ratio:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] | {r['measured_imbalance']:.1%}"
+                if ratio is not None
+                else "- | - | -"
+            )
+            + (
+                f" | {r['distributed_iteration_ms']:.2f} (IQR {r['distributed_iqr_ms']:.2f})"
+                if r["distributed_iteration_ms"] is not None
+                else " | -"
+            )
+            + f" | {r['plan_time_s']:.3g}"
+            + (f" (+{r['reused_s']:.3g} shared)" if r["reused_s"] else "")
+            + " |"
+        )
     against = against_best_heuristic(result)
     if against:
-        md.append(f"\nagainst the best heuristic measured ({against[0].heuristic}), per round [95% CI]: "
-                  + "; ".join(f"{a.planner} {a.ratio:.3f} [{a.ci95[0]:.3f}, {a.ci95[1]:.3f}] {a.verdict}"
-                              for a in against))
+        md.append(
+            f"\nagainst the best heuristic measured ({against[0].heuristic}), per round [95% CI]: "
+            + "; ".join(f"{a.planner} {a.ratio:.3f} [{a.ci95[0]:.3f}, {a.ci95[1]:.3f}] {a.verdict}" for a in against)
+        )
     for planner, reason in result.comparison.skipped:
         md.append(f"\nskipped {planner}: {reason.splitlines()[0]}")
     paths = {"markdown": str(out / f"{name}.md"), "csv": str(out / f"{name}.csv")}
@@ -303,6 +358,7 @@ def write_task_outputs(result: TaskResult, out: Path) -> dict[str, str]:
 
 def _chart(result: TaskResult, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -311,8 +367,11 @@ def _chart(result: TaskResult, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(measured)), 4))
     width = 0.8 / devices
     for d in range(devices):
-        ax.bar([i + d * width for i in range(len(measured))],
-               [m.device_ms[d] if d < len(m.device_ms) else 0 for m in measured], width)
+        ax.bar(
+            [i + d * width for i in range(len(measured))],
+            [m.device_ms[d] if d < len(m.device_ms) else 0 for m in measured],
+            width,
+        )
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(measured))])
     ax.set_xticklabels([m.planner for m in measured], rotation=30, ha="right")
     ax.set_ylabel("measured device cost (ms / iteration)")

@@ -18,8 +18,9 @@ Measurement is passed in (``RoundsMeasurer``), as in ``autoshard.evaluation``: t
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from autoshard.core.errors import InputError
 from autoshard.core.stats import ratio_ci95, verdict
@@ -63,13 +64,23 @@ class Verification:
         rows = []
         for k, candidate in enumerate(self.candidates):
             ratio, low, high = self.against_predicted_best(k)
-            rows.append({"planners": list(candidate.planners), "predicted_max_ms": round(candidate.plan.max_cost_ms, 4),
-                         "measured_max_ms": round(statistics.median(self.round_max_ms[k]), 4),
-                         "measured_ratio_to_predicted_best": round(ratio, 4),
-                         "ci95": None if k == 0 else [round(low, 4), round(high, 4)],
-                         "verdict": None if k == 0 else verdict(low, high), "chosen": k == self.chosen})
-        return {"rounds": len(self.round_max_ms[0]), "chosen": list(self.candidates[self.chosen].planners),
-                "changed": self.chosen != 0, "candidates": rows}
+            rows.append(
+                {
+                    "planners": list(candidate.planners),
+                    "predicted_max_ms": round(candidate.plan.max_cost_ms, 4),
+                    "measured_max_ms": round(statistics.median(self.round_max_ms[k]), 4),
+                    "measured_ratio_to_predicted_best": round(ratio, 4),
+                    "ci95": None if k == 0 else [round(low, 4), round(high, 4)],
+                    "verdict": None if k == 0 else verdict(low, high),
+                    "chosen": k == self.chosen,
+                }
+            )
+        return {
+            "rounds": len(self.round_max_ms[0]),
+            "chosen": list(self.candidates[self.chosen].planners),
+            "changed": self.chosen != 0,
+            "candidates": rows,
+        }
 
 
 def placement_key(plan: ShardingPlan) -> tuple:

@@ -59,20 +59,30 @@ class CostGreedyPlanner:
         reused: list[float] = []  # seconds of the placements taken from the task's other planners
 
         def plan_at(cap: int | None) -> list[DeviceState]:
-            found = searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared,
-                                    self.even_out)
+            found = searched_greedy(
+                workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared, self.even_out
+            )
             reused.append(found.reused_s)
             return list(found.devices)
 
         deadline = Deadline(started, self.time_budget_s)
         task_units = units_of(self.shared, workload, topology, self.cost_model)
-        best = best_over_split_caps(topology, self.allow_column_split, plan_at, task_units.at_cap,
-                                    self.departure_margin, deadline)
+        best = best_over_split_caps(
+            topology, self.allow_column_split, plan_at, task_units.at_cap, self.departure_margin, deadline
+        )
         return build_plan(self.name, best, started, batch_size, partial=deadline.hit, reused_s=sum(reused))
 
 
-def searched_greedy(workload: Workload, topology: Topology, cost_model: CostModel, cap: int | None, max_rounds: int,
-                    deadline: Deadline, shared: SharedWork | None = None, even_out: bool = False) -> Placement:
+def searched_greedy(
+    workload: Workload,
+    topology: Topology,
+    cost_model: CostModel,
+    cap: int | None,
+    max_rounds: int,
+    deadline: Deadline,
+    shared: SharedWork | None = None,
+    even_out: bool = False,
+) -> Placement:
     """cost_greedy's placement of a split cap after its local search (``shared``'s, if another
     planner of the task searched it already within its budget); the devices are the caller's.
     With ``shared``, the search's rounds are recorded for the rl planner's repair steps."""
@@ -81,17 +91,32 @@ def searched_greedy(workload: Workload, topology: Topology, cost_model: CostMode
         state = greedy_placement(workload, topology, cost_model, cap, shared, deadline)
         start = assignment(state.devices)
         rounds: list[SearchRound] | None = [] if shared is not None and not even_out else None
-        improve(state.devices, cost_model, workload.batch_size, max_rounds, deadline, even_out, rounds,
-                max_units=state.max_units_per_device)
+        improve(
+            state.devices,
+            cost_model,
+            workload.batch_size,
+            max_rounds,
+            deadline,
+            even_out,
+            rounds,
+            max_units=state.max_units_per_device,
+        )
         complete = not deadline.hit
-        return Placement(tuple(state.units), tuple(state.devices), start,
-                         tuple(rounds) if rounds is not None and complete else None), complete
+        return Placement(
+            tuple(state.units), tuple(state.devices), start, tuple(rounds) if rounds is not None and complete else None
+        ), complete
 
     return placement_of(shared, workload, topology, ("cost_greedy", cap, max_rounds, even_out), search)
 
 
-def greedy_placement(workload: Workload, topology: Topology, cost_model: CostModel, cap: int | None,
-                     shared: SharedWork | None = None, deadline: Deadline | None = None) -> PlacementState:
+def greedy_placement(
+    workload: Workload,
+    topology: Topology,
+    cost_model: CostModel,
+    cap: int | None,
+    shared: SharedWork | None = None,
+    deadline: Deadline | None = None,
+) -> PlacementState:
     """cost_greedy's placement before local search: largest predicted cost first, each unit to
     the device whose predicted cost with it is lowest, with the packing lookahead until the
     ``deadline`` (``place``; shards of at most ``cap`` ways, or none without a cap). With
@@ -101,16 +126,23 @@ def greedy_placement(workload: Workload, topology: Topology, cost_model: CostMod
     task_units = units_of(shared, workload, topology, cost_model)
 
     def start(units: list[Unit]) -> PlacementState:
-        return PlacementState(units, topology, cost_model.accumulator(topology.num_devices, batch_size), lookahead=True,
-                              max_units_per_device=unit_cap(cost_model, len(units), topology.num_devices),
-                              steps=steps_of(shared, workload, topology, units))
+        return PlacementState(
+            units,
+            topology,
+            cost_model.accumulator(topology.num_devices, batch_size),
+            lookahead=True,
+            max_units_per_device=unit_cap(cost_model, len(units), topology.num_devices),
+            steps=steps_of(shared, workload, topology, units),
+        )
 
     if shared is None:
-        return place_workload(task_units, cap is not None, cheapest_after, start, max_ways=cap, scope=CANDIDATES,
-                              deadline=deadline)
+        return place_workload(
+            task_units, cap is not None, cheapest_after, start, max_ways=cap, scope=CANDIDATES, deadline=deadline
+        )
     choose = RecordingChooser()  # cheapest_after, keeping each step for the policy's argmax rollout
-    state = place_workload(task_units, cap is not None, choose, start, max_ways=cap, scope=CANDIDATES,
-                           deadline=deadline)
+    state = place_workload(
+        task_units, cap is not None, choose, start, max_ways=cap, scope=CANDIDATES, deadline=deadline
+    )
     if not state.dropped_lookahead:  # else not the steps of a placement under the mask
         shared.record(workload, topology, greedy_steps_key(cap), choose.recorded(state))
     return state

@@ -4,8 +4,8 @@ placement make (``build_plan``)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from autoshard.core.costing import predict_nonempty
 from autoshard.core.types import CostModel, DevicePlan, ShardingPlan, Table
@@ -67,12 +67,22 @@ def max_load(states: Sequence[DeviceState]) -> float:
     return max(s.load for s in states)
 
 
-def build_plan(name: str, states: Sequence[DeviceState], started: float, batch_size: int,
-               cost_model: CostModel | None = None, partial: bool = False, reused_s: float = 0.0) -> ShardingPlan:
+def build_plan(
+    name: str,
+    states: Sequence[DeviceState],
+    started: float,
+    batch_size: int,
+    cost_model: CostModel | None = None,
+    partial: bool = False,
+    reused_s: float = 0.0,
+) -> ShardingPlan:
     """The frozen plan. Device costs come from ``cost_model`` (one batched call), or, without
     one, are the states' loads; ``plan_time_s`` runs from ``started`` (``time.perf_counter``);
     ``reused_s``: the planning time of placements it took from other planners."""
-    costs = ([s.load for s in states] if cost_model is None
-             else predict_nonempty(cost_model, [s.tables for s in states], batch_size))
+    costs = (
+        [s.load for s in states]
+        if cost_model is None
+        else predict_nonempty(cost_model, [s.tables for s in states], batch_size)
+    )
     devices = tuple(DevicePlan(tuple(u.shard for u in s.units), float(c)) for s, c in zip(states, costs))
     return ShardingPlan(name, devices, time.perf_counter() - started, partial=partial, reused_s=reused_s)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from autoshard.core.errors import PlannerError, PlannerErrorKind
 from autoshard.core.types import GIB, Topology
@@ -30,16 +31,20 @@ def check_feasible(units: Sequence[Unit], topology: Topology, split_allowed: boo
             PlannerErrorKind.INSUFFICIENT_MEMORY,
             f"the tables need {fmt_bytes(total)} but {topology.num_devices} device(s) x "
             f"{fmt_bytes(capacity)} offer {fmt_bytes(topology.num_devices * capacity)}",
-            (FIX_DEVICES, FIX_MEMORY, f"{FIX_SHRINK} (column-wise splitting does not reduce the total)"))
+            (FIX_DEVICES, FIX_MEMORY, f"{FIX_SHRINK} (column-wise splitting does not reduce the total)"),
+        )
     largest = max(units, key=lambda u: u.memory_bytes)
     if largest.memory_bytes > capacity:
-        what = (f"table {largest.parent!r} needs {fmt_bytes(largest.memory_bytes)}"
-                if largest.name == largest.parent else
-                f"table {largest.parent!r}: even its column shard {largest.name} needs "
-                f"{fmt_bytes(largest.memory_bytes)}")
+        what = (
+            f"table {largest.parent!r} needs {fmt_bytes(largest.memory_bytes)}"
+            if largest.name == largest.parent
+            else f"table {largest.parent!r}: even its column shard {largest.name} needs "
+            f"{fmt_bytes(largest.memory_bytes)}"
+        )
         fixes = (FIX_MEMORY, FIX_SHRINK) if split_allowed else (FIX_SPLIT, FIX_MEMORY, FIX_SHRINK)
-        raise PlannerError(PlannerErrorKind.TABLE_DOES_NOT_FIT,
-                           f"{what}, more than one device's {fmt_bytes(capacity)}", fixes)
+        raise PlannerError(
+            PlannerErrorKind.TABLE_DOES_NOT_FIT, f"{what}, more than one device's {fmt_bytes(capacity)}", fixes
+        )
 
 
 def no_room_error(unit: Unit, states: Sequence[DeviceState]) -> PlannerError:
@@ -49,4 +54,5 @@ def no_room_error(unit: Unit, states: Sequence[DeviceState]) -> PlannerError:
         PlannerErrorKind.TABLE_DOES_NOT_FIT,
         f"no device has room for table {unit.name!r}: it needs {fmt_bytes(unit.memory_bytes)}, "
         f"the largest free space is {fmt_bytes(free)} (placement ran into a packing dead end)",
-        (FIX_DEVICES, FIX_SPLIT, FIX_MEMORY))
+        (FIX_DEVICES, FIX_SPLIT, FIX_MEMORY),
+    )

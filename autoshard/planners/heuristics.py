@@ -23,11 +23,24 @@ from autoshard.planners.task_units import TaskUnits
 from autoshard.planners.units import proxy_costs
 
 
-def _plan(name: str, workload: Workload, topology: Topology, proxy: Proxy, allow_split: bool,
-          cost_model: CostModel | None, order_by_cost: bool, choose: Chooser) -> ShardingPlan:
+def _plan(
+    name: str,
+    workload: Workload,
+    topology: Topology,
+    proxy: Proxy,
+    allow_split: bool,
+    cost_model: CostModel | None,
+    order_by_cost: bool,
+    choose: Chooser,
+) -> ShardingPlan:
     started = time.perf_counter()
-    state = place_workload(TaskUnits(workload, topology, proxy_costs(proxy)), allow_split, choose,
-                           lambda units: PlacementState(units, topology), order_by_cost)
+    state = place_workload(
+        TaskUnits(workload, topology, proxy_costs(proxy)),
+        allow_split,
+        choose,
+        lambda units: PlacementState(units, topology),
+        order_by_cost,
+    )
     return build_plan(name, state.devices, started, workload.batch_size, cost_model)
 
 
@@ -43,8 +56,9 @@ class GreedyProxyPlanner:
     allow_column_split: bool = False
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
-        return _plan(self.name, workload, topology, self.proxy, self.allow_column_split,
-                     self.cost_model, True, least_loaded)
+        return _plan(
+            self.name, workload, topology, self.proxy, self.allow_column_split, self.cost_model, True, least_loaded
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +77,9 @@ class RandomPlanner:
         def choose(state: PlacementState, allowed: np.ndarray) -> int:
             return int(allowed[rng.integers(len(allowed))])
 
-        return _plan(self.name, workload, topology, lookup_proxy, self.allow_column_split,
-                     self.cost_model, False, choose)
+        return _plan(
+            self.name, workload, topology, lookup_proxy, self.allow_column_split, self.cost_model, False, choose
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,5 +96,6 @@ class RoundRobinPlanner:
         def choose(state: PlacementState, allowed: np.ndarray) -> int:
             return min(allowed.tolist(), key=lambda d: (d - state.position) % devices)
 
-        return _plan(self.name, workload, topology, lookup_proxy, self.allow_column_split,
-                     self.cost_model, False, choose)
+        return _plan(
+            self.name, workload, topology, lookup_proxy, self.allow_column_split, self.cost_model, False, choose
+        )

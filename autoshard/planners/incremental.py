@@ -16,8 +16,8 @@ so a plan from scratch compares like with like (docs/planners.md, "Re-planning a
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -85,11 +85,20 @@ class CurrentPlacement:
                 keys = ("rank", "column_offset", "columns")
                 values = [shard.get(k) if isinstance(shard, dict) else None for k in keys]
                 if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values) or values[2] < 1:
-                    raise InputError("shards", f"table {name!r} has a shard {shard!r}: each needs integer rank >= 0, "
-                                     "column_offset >= 0 and columns >= 1", fix, source)
+                    raise InputError(
+                        "shards",
+                        f"table {name!r} has a shard {shard!r}: each needs integer rank >= 0, "
+                        "column_offset >= 0 and columns >= 1",
+                        fix,
+                        source,
+                    )
                 if values[0] >= world:
-                    raise InputError("rank", f"table {name!r} has a shard on rank {values[0]}, past the plan's "
-                                     f"world_size {world}", fix, source)
+                    raise InputError(
+                        "rank",
+                        f"table {name!r} has a shard on rank {values[0]}, past the plan's world_size {world}",
+                        fix,
+                        source,
+                    )
                 shards.append(KeptShard(name, *values))
         return cls(tuple(shards), world)
 
@@ -133,16 +142,32 @@ class Replanned:
     replaced: tuple[str, ...]  # tables whose current shards no longer tile them (``kept_tables``): placed anew
 
 
-def replan(workload: Workload, topology: Topology, cost_model: CostModel, current: CurrentPlacement,
-           budget: MoveBudget, name: str = "replan", time_budget_s: float | None = None, allow_split: bool = True,
-           margin: float = DEPARTURE_MARGIN) -> Replanned:
+def replan(
+    workload: Workload,
+    topology: Topology,
+    cost_model: CostModel,
+    current: CurrentPlacement,
+    budget: MoveBudget,
+    name: str = "replan",
+    time_budget_s: float | None = None,
+    allow_split: bool = True,
+    margin: float = DEPARTURE_MARGIN,
+) -> Replanned:
     """``replans`` with one budget."""
     return replans(workload, topology, cost_model, current, [budget], [name], time_budget_s, allow_split, margin)[0]
 
 
-def replans(workload: Workload, topology: Topology, cost_model: CostModel, current: CurrentPlacement,
-            budgets: Sequence[MoveBudget], names: Sequence[str] | None = None, time_budget_s: float | None = None,
-            allow_split: bool = True, margin: float = DEPARTURE_MARGIN) -> list[Replanned]:
+def replans(
+    workload: Workload,
+    topology: Topology,
+    cost_model: CostModel,
+    current: CurrentPlacement,
+    budgets: Sequence[MoveBudget],
+    names: Sequence[str] | None = None,
+    time_budget_s: float | None = None,
+    allow_split: bool = True,
+    margin: float = DEPARTURE_MARGIN,
+) -> list[Replanned]:
     """Per budget, the current placement's shards kept where they are, the workload's other tables
     placed by cost_greedy's rule, then local search moving at most that budget of the kept shards
     (module docstring); each plan named by ``names`` (default: the budgets' labels). The placement
@@ -156,20 +181,27 @@ def replans(workload: Workload, topology: Topology, cost_model: CostModel, curre
     started = time.perf_counter()
     beyond = [s.rank for s in current.shards if s.rank >= topology.num_devices]
     if beyond:
-        raise InputError("num_devices", f"the current placement has shards on rank {max(beyond)}, and this topology "
-                         f"has {topology.num_devices} devices", f"plan for at least {max(beyond) + 1} devices")
+        raise InputError(
+            "num_devices",
+            f"the current placement has shards on rank {max(beyond)}, and this topology "
+            f"has {topology.num_devices} devices",
+            f"plan for at least {max(beyond) + 1} devices",
+        )
     held, replaced = kept_tables(current, workload)
     dropped = tuple(sorted({s.table for s in current.shards} - {t.name for t in workload.tables}))
-    kept = [(TableShard(t) if s.columns == t.embedding_dim else TableShard(t, s.column_offset, s.columns), s.rank)
-            for t in workload.tables for s in held.get(t.name, ())]
+    kept = [
+        (TableShard(t) if s.columns == t.embedding_dim else TableShard(t, s.column_offset, s.columns), s.rank)
+        for t in workload.tables
+        for s in held.get(t.name, ())
+    ]
     fresh = [TableShard(t) for t in workload.tables if t.name not in held]
     cost_fn = model_costs(cost_model, workload.batch_size)
     costs = cost_fn([s.as_table for s, _ in kept] + [s.as_table for s in fresh])
     kept_units = [Unit.of(shard, cost) for (shard, _), cost in zip(kept, costs)]
-    whole = by_cost([Unit.of(shard, cost) for shard, cost in zip(fresh, costs[len(kept):])])
+    whole = by_cost([Unit.of(shard, cost) for shard, cost in zip(fresh, costs[len(kept) :])])
     candidates = [whole]
     if allow_split and topology.num_devices > 1:
-        split = by_cost(split_units(kept_units + whole, cost_fn, topology, frozen=len(kept_units))[len(kept_units):])
+        split = by_cost(split_units(kept_units + whole, cost_fn, topology, frozen=len(kept_units))[len(kept_units) :])
         if split != whole:
             candidates.append(split)
     placing = Deadline(started, time_budget_s)
@@ -181,33 +213,61 @@ def replans(workload: Workload, topology: Topology, cost_model: CostModel, curre
             error = failed
     if not placed:
         assert error is not None
-        raise PlannerError(error.kind, f"{error.message}, beside the current placement's shards",
-                           ("plan from scratch (`autoshard plan`), which may move every table", *error.fixes))
+        raise PlannerError(
+            error.kind,
+            f"{error.message}, beside the current placement's shards",
+            ("plan from scratch (`autoshard plan`), which may move every table", *error.fixes),
+        )
     home = {unit: rank for unit, (_, rank) in zip(kept_units, kept)}
     out = []
     for budget, name in zip(budgets, names or [b.label for b in budgets]):
         begun = time.perf_counter()
         searching = Deadline(begun, time_budget_s)
-        found = [_search([d.copy() for d in state.devices], cost_model, workload.batch_size, home, budget,
-                         state.max_units_per_device, searching) for state in placed]
+        found = [
+            _search(
+                [d.copy() for d in state.devices],
+                cost_model,
+                workload.batch_size,
+                home,
+                budget,
+                state.max_units_per_device,
+                searching,
+            )
+            for state in placed
+        ]
         devices = found[-1] if len(found) == 1 or clearly_lower(found[1], found[0], margin) else found[0]
         plan = build_plan(name, devices, begun, workload.batch_size, cost_model, partial=placing.hit or searching.hit)
         out.append(Replanned(plan, moves_from(current, plan, workload), dropped, replaced))
     return out
 
 
-def _placed(kept: Sequence[tuple[TableShard, int]], kept_units: Sequence[Unit], new_units: Sequence[Unit],
-            topology: Topology, cost_model: CostModel, batch_size: int, deadline: Deadline) -> PlacementState:
+def _placed(
+    kept: Sequence[tuple[TableShard, int]],
+    kept_units: Sequence[Unit],
+    new_units: Sequence[Unit],
+    topology: Topology,
+    cost_model: CostModel,
+    batch_size: int,
+    deadline: Deadline,
+) -> PlacementState:
     """The kept units preplaced on their devices, then ``new_units`` placed (heaviest first, each
     where its predicted cost is lowest)."""
     units = [*kept_units, *new_units]
-    state = PlacementState(units, topology, cost_model.accumulator(topology.num_devices, batch_size),
-                           lookahead=True, max_units_per_device=unit_cap(cost_model, len(units), topology.num_devices))
+    state = PlacementState(
+        units,
+        topology,
+        cost_model.accumulator(topology.num_devices, batch_size),
+        lookahead=True,
+        max_units_per_device=unit_cap(cost_model, len(units), topology.num_devices),
+    )
     try:
         state.preplace([rank for _, rank in kept])
     except ValueError:
-        raise InputError("device_memory_gb", "the current placement does not fit this topology: "
-                         f"{_over_memory(kept, topology)}", "plan for devices with more memory") from None
+        raise InputError(
+            "device_memory_gb",
+            f"the current placement does not fit this topology: {_over_memory(kept, topology)}",
+            "plan for devices with more memory",
+        ) from None
     return place(state, cheapest_after, deadline=deadline)
 
 
@@ -243,8 +303,15 @@ def kept_tables(current: CurrentPlacement, workload: Workload) -> tuple[dict[str
     return held, tuple(replaced)
 
 
-def _search(states: list[DeviceState], cost_model: CostModel, batch_size: int, home: dict[Unit, int],
-            budget: MoveBudget, max_units: int | None, deadline: Deadline) -> list[DeviceState]:
+def _search(
+    states: list[DeviceState],
+    cost_model: CostModel,
+    batch_size: int,
+    home: dict[Unit, int],
+    budget: MoveBudget,
+    max_units: int | None,
+    deadline: Deadline,
+) -> list[DeviceState]:
     """Local search's rounds (``round_changes``) off the max-cost device, each making the best change
     that leaves at most ``budget`` of the kept shards off their devices; where no change lowers the max
     (other devices as loaded), one that takes the max device below it (``even_out``: a kept plan's
@@ -256,8 +323,14 @@ def _search(states: list[DeviceState], cost_model: CostModel, batch_size: int, h
             break
         away = [u for s in states for u in s.units if home.get(u, s.index) != s.index]
         left_bytes = None if budget.max_bytes is None else budget.max_bytes - sum(u.memory_bytes for u in away)
-        step = round_changes(states, cost_model, batch_size, max_units, even_out=True,
-                             price=_moved(home, budget.shards - len(away), left_bytes))
+        step = round_changes(
+            states,
+            cost_model,
+            batch_size,
+            max_units,
+            even_out=True,
+            price=_moved(home, budget.shards - len(away), left_bytes),
+        )
         if step is None:
             break
         apply_change(states, step.changes[0])
@@ -288,8 +361,9 @@ def _moved(home: dict[Unit, int], left_shards: int, left_bytes: int | None) -> C
     return price
 
 
-def _shifts(units: Sequence[Unit], home: dict[Unit, int], before: np.ndarray | int,
-            after: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+def _shifts(
+    units: Sequence[Unit], home: dict[Unit, int], before: np.ndarray | int, after: np.ndarray | int
+) -> tuple[np.ndarray, np.ndarray]:
     """For each unit moved from device ``before`` to ``after``: how many kept shards, and bytes,
     more are off their devices (-1 and minus its bytes for one that comes home; 0 for a new table)."""
     at = np.array([home.get(u, -1) for u in units], dtype=np.int64)
@@ -312,5 +386,7 @@ def _over_memory(kept: Sequence[tuple[TableShard, int]], topology: Topology) -> 
     for shard, rank in kept:
         used[rank] = used.get(rank, 0) + shard.memory_bytes
     rank = max(used, key=lambda r: used[r])
-    return (f"device {rank} would hold {used[rank] / 2**30:.3g} GiB of its shards, more than "
-            f"{topology.device_memory_gb:g} GiB")
+    return (
+        f"device {rank} would hold {used[rank] / 2**30:.3g} GiB of its shards, more than "
+        f"{topology.device_memory_gb:g} GiB"
+    )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -30,9 +30,16 @@ class Change:
     lowers_max: bool = True  # else (``improve(even_out=True)``) it only takes the max device below the max
 
 
-def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, max_rounds: int = MAX_ROUNDS,
-            deadline: Deadline | None = None, even_out: bool = False, record: list[SearchRound] | None = None,
-            max_units: int | None = None) -> int:
+def improve(
+    states: list[DeviceState],
+    cost_model: CostModel,
+    batch_size: int,
+    max_rounds: int = MAX_ROUNDS,
+    deadline: Deadline | None = None,
+    even_out: bool = False,
+    record: list[SearchRound] | None = None,
+    max_units: int | None = None,
+) -> int:
     """Apply the best move off the max-cost device, or when no move helps the best swap, while
     it lowers the max by more than 0.1% (the best: the lowest new max, then the lowest max and
     sum of the two devices it changes). Swap partners: least loaded first, up to ``SWAPS``.
@@ -64,8 +71,9 @@ def improve(states: list[DeviceState], cost_model: CostModel, batch_size: int, m
     return max_rounds
 
 
-def _evened_out(states: list[DeviceState], cost_model: CostModel, batch_size: int, max_rounds: int,
-                deadline: Deadline | None) -> int:
+def _evened_out(
+    states: list[DeviceState], cost_model: CostModel, batch_size: int, max_rounds: int, deadline: Deadline | None
+) -> int:
     """``improve(even_out=True)``."""
     bound = lower_bound(states)
     budget = SWAPS
@@ -118,9 +126,15 @@ class SearchRound:
     step: Round
 
 
-def round_changes(states: Sequence[DeviceState], cost_model: CostModel, batch_size: int,
-                  max_units: int | None = None, per_target: bool = True, even_out: bool = False,
-                  price: ChangePrice | None = None) -> Round | None:
+def round_changes(
+    states: Sequence[DeviceState],
+    cost_model: CostModel,
+    batch_size: int,
+    max_units: int | None = None,
+    per_target: bool = True,
+    even_out: bool = False,
+    price: ChangePrice | None = None,
+) -> Round | None:
     """``improve``'s next round with every target's best change (without ``per_target`` only the
     best; no move to a device holding ``max_units`` units already), or None where it stops: at the
     lower bound, where another device is about as loaded as the max, or where no change lowers
@@ -136,8 +150,9 @@ def round_changes(states: Sequence[DeviceState], cost_model: CostModel, batch_si
     scorer = cost_model.edit_scorer([s.tables for s in (source, *targets)], batch_size)
     found = None
     for swaps in (False, True):  # moves are ~10x fewer than swaps: swaps only where no move lowers the max
-        changes = _ranked_changes(source, targets, scorer, swaps, even_out=even_out, per_target=per_target,
-                                  max_units=max_units, price=price)
+        changes = _ranked_changes(
+            source, targets, scorer, swaps, even_out=even_out, per_target=per_target, max_units=max_units, price=price
+        )
         if changes and (changes[0].lowers_max or found is None):
             found = Round(source.index, tuple(changes))
         if found is not None and found.changes[0].lowers_max:
@@ -208,8 +223,12 @@ def _moves(source: DeviceState, targets: Sequence[DeviceState], max_units: int |
     open_ = np.array([max_units is None or len(t.units) < max_units for t in targets])
     i, k = np.nonzero((memory[:, None] <= free[None, :]) & ~shares & open_[None, :])
     removals = np.arange(n)  # edit i: the source without unit i, shared by its moves
-    edits = EditBatch(np.concatenate([np.zeros(n, np.int64), k + 1]), np.concatenate([removals, np.full(len(i), -1)]),
-                      np.concatenate([np.full(n, -1), i]), tuple(source.tables))
+    edits = EditBatch(
+        np.concatenate([np.zeros(n, np.int64), k + 1]),
+        np.concatenate([removals, np.full(len(i), -1)]),
+        np.concatenate([np.full(n, -1), i]),
+        tuple(source.tables),
+    )
     return Neighbourhood(edits, i, n + np.arange(len(i)), k + 1, i, np.full(len(i), -1))
 
 
@@ -224,10 +243,16 @@ def _swaps(source: DeviceState, targets: Sequence[DeviceState], budget: int = SW
     same = parent[:, None] == t_parent[None, :]
     on_target = (same.astype(np.int64) @ held > 0)[:, t_of]  # a shard of unit i's table is on j's target
     on_source = np.isin(t_parent, parent)[None, :]  # a shard of unit j's table is on the source
-    used, capacity = (np.array([getattr(t, a) for t in targets], dtype=np.int64)[t_of] for a in ("memory_bytes", "capacity"))
-    ok = (~same & ~on_target & ~on_source
-          & (source.memory_bytes - memory[:, None] + t_memory[None, :] <= source.capacity)
-          & (used[None, :] - t_memory[None, :] + memory[:, None] <= capacity[None, :]))
+    used, capacity = (
+        np.array([getattr(t, a) for t in targets], dtype=np.int64)[t_of] for a in ("memory_bytes", "capacity")
+    )
+    ok = (
+        ~same
+        & ~on_target
+        & ~on_source
+        & (source.memory_bytes - memory[:, None] + t_memory[None, :] <= source.capacity)
+        & (used[None, :] - t_memory[None, :] + memory[:, None] <= capacity[None, :])
+    )
     per_target = ok.astype(np.int64) @ held
     kept = np.zeros((n, count), dtype=bool)  # the budget: targets taken in order until each unit's share
     total = 0
@@ -241,13 +266,23 @@ def _swaps(source: DeviceState, targets: Sequence[DeviceState], budget: int = SW
     i, m = np.nonzero(ok & kept[:, t_of])
     starts = np.concatenate([[0], np.cumsum([len(t.units) for t in targets])])
     k, j, swaps = t_of[m], m - starts[t_of[m]], len(i)
-    edits = EditBatch(np.concatenate([np.zeros(swaps, np.int64), k + 1]), np.concatenate([i, j]),
-                      np.concatenate([n + m, i]), (*source.tables, *(u.table for t in targets for u in t.units)))
+    edits = EditBatch(
+        np.concatenate([np.zeros(swaps, np.int64), k + 1]),
+        np.concatenate([i, j]),
+        np.concatenate([n + m, i]),
+        (*source.tables, *(u.table for t in targets for u in t.units)),
+    )
     return Neighbourhood(edits, np.arange(swaps), swaps + np.arange(swaps), k + 1, i, j)
 
 
-def _best_change(source: DeviceState, targets: Sequence[DeviceState], scorer: EditScorer, swaps: bool,
-                 budget: int = SWAPS, even_out: bool = False) -> Change | None:
+def _best_change(
+    source: DeviceState,
+    targets: Sequence[DeviceState],
+    scorer: EditScorer,
+    swaps: bool,
+    budget: int = SWAPS,
+    even_out: bool = False,
+) -> Change | None:
     """The best move (or swap, up to ``budget``) off ``source``, the max-cost device, to one of
     ``targets``, priced by ``scorer`` (edits of the sets ``[source, *targets]``), that lowers the
     max; with ``even_out``, failing that, one that leaves both devices it touches below it."""
@@ -255,9 +290,17 @@ def _best_change(source: DeviceState, targets: Sequence[DeviceState], scorer: Ed
     return best[0] if best else None
 
 
-def _ranked_changes(source: DeviceState, targets: Sequence[DeviceState], scorer: EditScorer, swaps: bool,
-                    budget: int = SWAPS, even_out: bool = False, per_target: bool = False,
-                    max_units: int | None = None, price: ChangePrice | None = None) -> list[Change]:
+def _ranked_changes(
+    source: DeviceState,
+    targets: Sequence[DeviceState],
+    scorer: EditScorer,
+    swaps: bool,
+    budget: int = SWAPS,
+    even_out: bool = False,
+    per_target: bool = False,
+    max_units: int | None = None,
+    price: ChangePrice | None = None,
+) -> list[Change]:
     """``_best_change`` as a list (empty or the best), or with ``per_target`` each target's
     best change, best first; no move to a target holding ``max_units`` units already, and with
     ``price`` only the changes it prices finite, the cheapest first among those of the same new max."""
@@ -306,9 +349,18 @@ def _ranked_changes(source: DeviceState, targets: Sequence[DeviceState], scorer:
     ranked = helps[np.lexsort((source_after[helps] + target_after[helps], pair_max[helps], *priced, new_max[helps]))]
     if per_target:  # each target's first in that order
         ranked = ranked[np.sort(np.unique(near.k[ranked], return_index=True)[1])]
-    return [Change(source.index, involved[int(near.k[c])].index, int(near.out[c]),
-                   None if near.back[c] < 0 else int(near.back[c]), float(source_after[c]), float(target_after[c]),
-                   bool(new_max[c] < bar)) for c in (ranked if per_target else ranked[:1])]
+    return [
+        Change(
+            source.index,
+            involved[int(near.k[c])].index,
+            int(near.out[c]),
+            None if near.back[c] < 0 else int(near.back[c]),
+            float(source_after[c]),
+            float(target_after[c]),
+            bool(new_max[c] < bar),
+        )
+        for c in (ranked if per_target else ranked[:1])
+    ]
 
 
 def lower_bound(states: Sequence[DeviceState]) -> float:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ def packable_many(sizes_desc: Sequence[int], free: np.ndarray) -> np.ndarray:
         placed = room[at, slot]
         if not placed.all():
             fits_all[rows[~placed]] = False
-            bins, rows, slot, at = bins[placed], rows[placed], slot[placed], at[:int(placed.sum())]
+            bins, rows, slot, at = bins[placed], rows[placed], slot[placed], at[: int(placed.sum())]
         bins[at, slot] -= size
         remaining -= size
     return fits_all

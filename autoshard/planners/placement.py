@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -38,9 +38,15 @@ class PlacementState:
     (``StepCosts``): the same numbers, asked of the model once.
     """
 
-    def __init__(self, units: Sequence[Unit], topology: Topology, accumulator: Accumulator | None = None,
-                 lookahead: bool = False, max_units_per_device: int | None = None,
-                 steps: StepCosts | None = None) -> None:
+    def __init__(
+        self,
+        units: Sequence[Unit],
+        topology: Topology,
+        accumulator: Accumulator | None = None,
+        lookahead: bool = False,
+        max_units_per_device: int | None = None,
+        steps: StepCosts | None = None,
+    ) -> None:
         self.units, self.topology = list(units), topology
         self.devices = [DeviceState(d, topology.device_memory_bytes) for d in range(topology.num_devices)]
         self.accumulator, self.lookahead, self.max_units_per_device = accumulator, lookahead, max_units_per_device
@@ -126,7 +132,7 @@ class PlacementState:
             found += int((self.count[ok] > 0).sum())
             if found >= limit:
                 break
-            chunk, at = walk[at:2 * at], 2 * at
+            chunk, at = walk[at : 2 * at], 2 * at
         return np.sort(np.array(passing, dtype=np.int64)) if passing else open_
 
     def _open(self) -> tuple[np.ndarray, bool]:
@@ -208,7 +214,7 @@ class PlacementState:
     def _sizes_after(self) -> list[int]:
         """The sizes of the units after the current one, largest first (first-fit's items)."""
         rest, at = self._rest, bisect.bisect_left(self._rest, self.current.memory_bytes)  # its own entry, left out
-        return (rest[:at] + rest[at + 1:])[::-1]
+        return (rest[:at] + rest[at + 1 :])[::-1]
 
     def _bins_taking(self, rooms: np.ndarray) -> np.ndarray:
         """Per room, every device's free bytes once a device with that room takes the current unit."""
@@ -321,8 +327,9 @@ SET_SIZE_HEADROOM = 1.25
 """``unit_cap``'s headroom over the even share, for planners that place by the cost model."""
 
 
-def unit_cap(cost_model: CostModel, num_units: int, num_devices: int,
-             headroom: float = SET_SIZE_HEADROOM) -> int | None:
+def unit_cap(
+    cost_model: CostModel, num_units: int, num_devices: int, headroom: float = SET_SIZE_HEADROOM
+) -> int | None:
     """The extrapolation guard: at most this many units on a device. The cost model's largest
     fitted set, unless the task needs more for an even spread (then ``headroom`` x the even share:
     every planner must extrapolate there, so none may concentrate units further). Measured: on 400
@@ -364,7 +371,7 @@ def prefetch_lookahead(states: Sequence[PlacementState], limit: int | None) -> N
     answers = packable_many(jobs[0][0]._sizes_after(), np.concatenate([bins for _, _, bins in jobs])).tolist()
     at = 0
     for state, rooms, _ in jobs:
-        state._rooms.update(zip(rooms.tolist(), answers[at:at + len(rooms)]))
+        state._rooms.update(zip(rooms.tolist(), answers[at : at + len(rooms)]))
         at += len(rooms)
 
 

@@ -4,7 +4,7 @@ one unit order side by side (``place_together``), and the choosers the planners 
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -17,10 +17,16 @@ from autoshard.planners.task_units import TaskUnits, by_cost
 from autoshard.planners.units import Unit
 
 
-def place_workload(units: TaskUnits, allow_split: bool, choose: Chooser,
-                   start: Callable[[list[Unit]], PlacementState], order_by_cost: bool = True,
-                   max_ways: int | None = None, scope: int | None = None,
-                   deadline: Deadline | None = None) -> PlacementState:
+def place_workload(
+    units: TaskUnits,
+    allow_split: bool,
+    choose: Chooser,
+    start: Callable[[list[Unit]], PlacementState],
+    order_by_cost: bool = True,
+    max_ways: int | None = None,
+    scope: int | None = None,
+    deadline: Deadline | None = None,
+) -> PlacementState:
     """The task's ``units``, then ``place`` them (heaviest first, or in the given order) on the
     fresh state ``start`` makes for them (``scope``, ``deadline``: ``place``'s; a placement that
     dropped its lookahead at the deadline and then ran into a dead end is placed again with it).
@@ -44,8 +50,9 @@ def place_workload(units: TaskUnits, allow_split: bool, choose: Chooser,
             limit, count = limit // 2, len(found)
 
 
-def place(state: PlacementState, choose: Chooser, scope: int | None = None,
-          deadline: Deadline | None = None) -> PlacementState:
+def place(
+    state: PlacementState, choose: Chooser, scope: int | None = None, deadline: Deadline | None = None
+) -> PlacementState:
     """Step ``state`` to the end, each unit on the device ``choose`` picks among the allowed
     ones (with ``scope``, for a chooser of at most that many ``candidates``: ``allowed(scope)``);
     ``PlannerError`` naming the unit when no device has room. Past the ``deadline`` the packing
@@ -94,8 +101,13 @@ BatchChooser = Callable[[Sequence[PlacementState], Sequence[np.ndarray]], list[i
 """(placements, each one's allowed devices) -> each one's device: ``Chooser`` for several at once."""
 
 
-def place_together(states: Sequence[PlacementState], choose: BatchChooser, shared: Accumulator,
-                   limit: int = CANDIDATES, deadline: Deadline | None = None) -> list[PlacementState | None]:
+def place_together(
+    states: Sequence[PlacementState],
+    choose: BatchChooser,
+    shared: Accumulator,
+    limit: int = CANDIDATES,
+    deadline: Deadline | None = None,
+) -> list[PlacementState | None]:
     """Step placements of the same units side by side: state k's accumulator is sets k x D ..
     of ``shared`` (``costing.AccumulatorView``), so each step scores the current unit on every
     placement's ``candidates`` (``limit`` of them) in one call, then ``choose`` picks every
@@ -119,7 +131,7 @@ def place_together(states: Sequence[PlacementState], choose: BatchChooser, share
             costs = shared.costs_if_added(unit.table, np.concatenate([rows[k] + k * devices for k in scored]))
             at = 0
             for k in scored:
-                states[k].prime(rows[k], costs[at:at + len(rows[k])])
+                states[k].prime(rows[k], costs[at : at + len(rows[k])])
                 at += len(rows[k])
         for k, device in zip(live, choose([states[k] for k in live], [allowed[k] for k in live])):
             states[k].apply(device)

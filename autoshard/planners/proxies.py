@@ -4,8 +4,8 @@ an additive cost model built from any of them."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from autoshard.core.costing import SetCostModel
 from autoshard.core.types import Table
@@ -32,8 +32,12 @@ def size_lookup_proxy(table: Table) -> float:
     return lookup_proxy(table) * max(math.log10(table.num_embeddings), 1e-3)
 
 
-PROXIES: dict[str, Proxy] = {"size_greedy": size_proxy, "dim_greedy": dim_proxy,
-                             "lookup_greedy": lookup_proxy, "size_lookup_greedy": size_lookup_proxy}
+PROXIES: dict[str, Proxy] = {
+    "size_greedy": size_proxy,
+    "dim_greedy": dim_proxy,
+    "lookup_greedy": lookup_proxy,
+    "size_lookup_greedy": size_lookup_proxy,
+}
 
 
 @dataclass(frozen=True)

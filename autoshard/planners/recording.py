@@ -8,8 +8,8 @@ those steps: ``rl`` checks them without stepping a placement again (``SharedWork
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -44,9 +44,19 @@ class StepView:
 
     @classmethod
     def of(cls, state: PlacementState) -> StepView:
-        return cls(state.topology, state.units, state.position, state.cost_bound, state.remaining_cost,
-                   state.remaining_bytes, state.loads.copy(), state.free.copy(), state.count.copy(), state.steps,
-                   state.history)
+        return cls(
+            state.topology,
+            state.units,
+            state.position,
+            state.cost_bound,
+            state.remaining_cost,
+            state.remaining_bytes,
+            state.loads.copy(),
+            state.free.copy(),
+            state.count.copy(),
+            state.steps,
+            state.history,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,5 +121,11 @@ class RecordingChooser:
         one attempt."""
         if state is not self.state or self.attempt != 0 or not state.done:
             return None
-        return RecordedSteps(tuple(state.units), tuple(self.views), tuple(self.rows), tuple(self.added),
-                             tuple(self.taken), tuple(d.copy() for d in state.devices))
+        return RecordedSteps(
+            tuple(state.units),
+            tuple(self.views),
+            tuple(self.rows),
+            tuple(self.added),
+            tuple(self.taken),
+            tuple(d.copy() for d in state.devices),
+        )

@@ -11,8 +11,8 @@ untouched, so an iteration costs a fraction of a placement.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -46,9 +46,17 @@ Start = Callable[[list[Unit], Topology], PlacementState]
 """A fresh placement of these units (in this order) on a topology of the ruined devices."""
 
 
-def ruin_and_recreate(states: Sequence[DeviceState], cost_model: CostModel, batch_size: int, topology: Topology,
-                      start: Start, chooser: Callable[[], Chooser], rng: np.random.Generator,
-                      config: RuinRecreateConfig, deadline: Deadline | None = None) -> list[DeviceState]:
+def ruin_and_recreate(
+    states: Sequence[DeviceState],
+    cost_model: CostModel,
+    batch_size: int,
+    topology: Topology,
+    start: Start,
+    chooser: Callable[[], Chooser],
+    rng: np.random.Generator,
+    config: RuinRecreateConfig,
+    deadline: Deadline | None = None,
+) -> list[DeviceState]:
     """The best placement found from ``states`` (a new list; ``states`` itself is left as it
     was); ``states[*].load`` must hold predicted costs. ``chooser()`` makes each recreation's
     chooser. Stops at the lower bound, after ``config.iterations``, or once ``deadline`` expires."""

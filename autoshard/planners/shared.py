@@ -9,8 +9,8 @@ that needs it and handed to the others as copies.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Hashable, Sequence
 
 from autoshard.core.types import CostModel, Topology, Workload
 from autoshard.planners.device_state import Assignment, DeviceState
@@ -64,8 +64,9 @@ class SharedWork:
         """How many placements are kept to hand out (for tests)."""
         return len(self._kept)
 
-    def placement(self, workload: Workload, topology: Topology, key: Hashable,
-                  compute: Callable[[], tuple[Placement, bool]]) -> Placement:
+    def placement(
+        self, workload: Workload, topology: Topology, key: Hashable, compute: Callable[[], tuple[Placement, bool]]
+    ) -> Placement:
         """The placement kept under ``key`` (a copy), or ``compute()``'s: (placement, whether
         it ran to completion, so that it may be kept)."""
         if workload is not self.workload or topology != self.topology:
@@ -107,24 +108,31 @@ class SharedWork:
         return self._steps.setdefault(tuple(u.name for u in units), StepCosts())
 
 
-def steps_of(shared: SharedWork | None, workload: Workload, topology: Topology,
-             units: Sequence[Unit]) -> StepCosts | None:
+def steps_of(
+    shared: SharedWork | None, workload: Workload, topology: Topology, units: Sequence[Unit]
+) -> StepCosts | None:
     """``shared.steps(...)``, or None without a ``SharedWork``."""
     return None if shared is None else shared.steps(workload, topology, units)
 
 
 def units_of(shared: SharedWork | None, workload: Workload, topology: Topology, cost_model: CostModel) -> TaskUnits:
     """``shared.units(...)``, or a new ``TaskUnits`` of ``model_costs`` without a ``SharedWork``."""
-    return _model_units(workload, topology, cost_model) if shared is None else shared.units(workload, topology,
-                                                                                            cost_model)
+    return (
+        _model_units(workload, topology, cost_model) if shared is None else shared.units(workload, topology, cost_model)
+    )
 
 
 def _model_units(workload: Workload, topology: Topology, cost_model: CostModel) -> TaskUnits:
     return TaskUnits(workload, topology, model_costs(cost_model, workload.batch_size))
 
 
-def placement_of(shared: SharedWork | None, workload: Workload, topology: Topology, key: Hashable,
-                 compute: Callable[[], tuple[Placement, bool]]) -> Placement:
+def placement_of(
+    shared: SharedWork | None,
+    workload: Workload,
+    topology: Topology,
+    key: Hashable,
+    compute: Callable[[], tuple[Placement, bool]],
+) -> Placement:
     """``shared.placement(...)``, or ``compute()``'s placement without a ``SharedWork``."""
     return _timed(compute)[0] if shared is None else shared.placement(workload, topology, key, compute)
 

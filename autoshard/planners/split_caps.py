@@ -5,8 +5,8 @@ candidate, the split one returned only where it is predicted clearly lower
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from autoshard.core.errors import PlannerError
 from autoshard.core.types import Topology
@@ -26,9 +26,14 @@ class CapGroup:
     additive: float
 
 
-def best_over_split_caps(topology: Topology, allow_split: bool, plan_at: Callable[[int | None], list[DeviceState]],
-                         units_at: Callable[[int | None], Sequence[Unit]], margin: float = 0.0,
-                         deadline: Deadline | None = None) -> list[DeviceState]:
+def best_over_split_caps(
+    topology: Topology,
+    allow_split: bool,
+    plan_at: Callable[[int | None], list[DeviceState]],
+    units_at: Callable[[int | None], Sequence[Unit]],
+    margin: float = 0.0,
+    deadline: Deadline | None = None,
+) -> list[DeviceState]:
     """Without splitting, ``plan_at(None)``. With it, the plan without splits and, where
     splitting could pay, the plan of the split cap (2, 4, ... D ways) whose units balance best
     by their own costs; the plan with splits only if it is predicted more than ``margin``
@@ -94,8 +99,9 @@ def _has_shards(states: Sequence[DeviceState]) -> bool:
     return any(u.shard.columns is not None for s in states for u in s.units)
 
 
-def _plan_group(group: CapGroup, plan_at: Callable[[int | None], list[DeviceState]],
-                error: PlannerError | None) -> tuple[list[list[DeviceState]], PlannerError | None]:
+def _plan_group(
+    group: CapGroup, plan_at: Callable[[int | None], list[DeviceState]], error: PlannerError | None
+) -> tuple[list[list[DeviceState]], PlannerError | None]:
     """The group's placements: its first cap's, and the next one's while a cap retried with
     smaller shards or failed; and the last ``PlannerError`` (``error`` if none)."""
     found: list[list[DeviceState]] = []
@@ -111,8 +117,10 @@ def _plan_group(group: CapGroup, plan_at: Callable[[int | None], list[DeviceStat
     return found, error
 
 
-def _cap_groups(topology: Topology, units_at: Callable[[int | None], Sequence[Unit]],
-                ) -> tuple[CapGroup | None, list[CapGroup], PlannerError | None]:
+def _cap_groups(
+    topology: Topology,
+    units_at: Callable[[int | None], Sequence[Unit]],
+) -> tuple[CapGroup | None, list[CapGroup], PlannerError | None]:
     """The group of no split (None if its units cannot fit), the other groups lowest
     ``additive_max`` first (ties: fewer ways), and the error of a cap whose units cannot fit."""
     caps: list[int | None] = [None, *(2**k for k in range(1, topology.num_devices.bit_length()))]
@@ -127,7 +135,9 @@ def _cap_groups(topology: Topology, units_at: Callable[[int | None], Sequence[Un
             continue
         first.setdefault(units, order)
         members.setdefault(units, []).append(cap)
-    groups = [CapGroup(units, tuple(c), additive_max(list(units), topology.num_devices)) for units, c in members.items()]
+    groups = [
+        CapGroup(units, tuple(c), additive_max(list(units), topology.num_devices)) for units, c in members.items()
+    ]
     whole = next((g for g in groups if g.caps[0] is None), None)
     splits = sorted((g for g in groups if g is not whole), key=lambda g: (g.additive, first[g.units]))
     return whole, splits, error

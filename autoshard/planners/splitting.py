@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from autoshard.core.types import Table, TableShard, Topology
 from autoshard.planners.units import CostFn, Unit
@@ -20,8 +20,14 @@ def split_ways(dim: int, max_ways: int) -> list[int]:
     return ways
 
 
-def split_units(units: Sequence[Unit], cost_fn: CostFn, topology: Topology,
-                memory_limit: int | None = None, max_ways: int | None = None, frozen: int = 0) -> list[Unit]:
+def split_units(
+    units: Sequence[Unit],
+    cost_fn: CostFn,
+    topology: Topology,
+    memory_limit: int | None = None,
+    max_ways: int | None = None,
+    frozen: int = 0,
+) -> list[Unit]:
     """Split each whole-table unit whose cost exceeds a level, or whose memory exceeds
     ``memory_limit`` (default: a device's memory), into the fewest shards at or under both; if
     none are, into as many as allowed (at most ``max_ways``, default D). The level is the
@@ -47,15 +53,20 @@ def split_units(units: Sequence[Unit], cost_fn: CostFn, topology: Topology,
     # no plan's max is below the costliest unit at its cheapest (whole, or its cheapest split: a
     # shard still pays every lookup, so the finest is not always the cheapest); a shard cheaper
     # than that lowers no max, and adds a shard's lookups
-    level = max([average, *(min(units[i].cost, *(p[2] for p in found)) for i, found in priced.items()),
-                 *(u.cost for i, u in enumerate(units) if i not in options and u.cost > average)])
+    level = max(
+        [
+            average,
+            *(min(units[i].cost, *(p[2] for p in found)) for i, found in priced.items()),
+            *(u.cost for i, u in enumerate(units) if i not in options and u.cost > average),
+        ]
+    )
     out: list[Unit] = []
     for i, unit in enumerate(units):
         if i not in options or (unit.cost <= level and unit.memory_bytes <= capacity):
             out.append(unit)  # whole: it fits, and no cheaper shard could lower the max
             continue
-        k, table, cost = next((p for p in priced[i] if p[2] <= level and p[1].memory_bytes <= capacity),
-                              priced[i][-1])
-        out.extend(Unit.of(TableShard(unit.table, j * table.embedding_dim, table.embedding_dim), cost)
-                   for j in range(k))
+        k, table, cost = next((p for p in priced[i] if p[2] <= level and p[1].memory_bytes <= capacity), priced[i][-1])
+        out.extend(
+            Unit.of(TableShard(unit.table, j * table.embedding_dim, table.embedding_dim), cost) for j in range(k)
+        )
     return out

@@ -3,7 +3,7 @@ history of choices (``StepCosts``)."""
 
 from __future__ import annotations
 
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 import numpy as np
 

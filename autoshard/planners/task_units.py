@@ -3,7 +3,7 @@ per task (``TaskUnits``)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from autoshard.core.errors import PlannerError
 from autoshard.core.types import TableShard, Topology, Workload
@@ -12,8 +12,14 @@ from autoshard.planners.splitting import split_units
 from autoshard.planners.units import CostFn, Unit
 
 
-def prepare_units(workload: Workload, topology: Topology, cost_fn: CostFn, allow_split: bool,
-                  shard_memory_limit: int | None = None, max_ways: int | None = None) -> list[Unit]:
+def prepare_units(
+    workload: Workload,
+    topology: Topology,
+    cost_fn: CostFn,
+    allow_split: bool,
+    shard_memory_limit: int | None = None,
+    max_ways: int | None = None,
+) -> list[Unit]:
     """The workload's tables as units with their costs alone, split column-wise if allowed
     (shards at most ``shard_memory_limit`` bytes if they can be, default the device memory);
     raises ``PlannerError`` if they cannot fit."""
@@ -31,8 +37,9 @@ class TaskUnits:
         self._whole: list[Unit] | None = None
         self._found: dict[tuple[bool, int, int | None], list[Unit] | PlannerError] = {}
 
-    def __call__(self, allow_split: bool, shard_memory_limit: int | None = None,
-                 max_ways: int | None = None) -> list[Unit]:
+    def __call__(
+        self, allow_split: bool, shard_memory_limit: int | None = None, max_ways: int | None = None
+    ) -> list[Unit]:
         limit = self.topology.device_memory_bytes if shard_memory_limit is None else shard_memory_limit
         key = (allow_split, limit, max_ways)
         found = self._found.get(key)

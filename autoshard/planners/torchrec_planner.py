@@ -13,9 +13,10 @@ import signal
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from autoshard.core.errors import PlannerError, PlannerErrorKind
 from autoshard.core.types import (
@@ -39,9 +40,11 @@ from autoshard.planners.units import Unit
 if TYPE_CHECKING:
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-INSTALL_FIX = ("install the torchrec extra after torch, without its dependencies: "
-               "pip install --no-deps torchrec==1.8.0 && "
-               "pip install tensordict torchmetrics==1.0.3 tqdm pyre-extensions")
+INSTALL_FIX = (
+    "install the torchrec extra after torch, without its dependencies: "
+    "pip install --no-deps torchrec==1.8.0 && "
+    "pip install tensordict torchmetrics==1.0.3 tqdm pyre-extensions"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +76,14 @@ class TorchRecPlanner:
     Raises ``PlannerError(UNAVAILABLE)`` when constructed without torchrec installed.
     """
 
-    def __init__(self, allow_column_split: bool = False, cost_model: CostModel | None = None,
-                 storage_reservation: float = 0.15, compute_device: str = "cuda",
-                 time_budget_s: float | None = None) -> None:
+    def __init__(
+        self,
+        allow_column_split: bool = False,
+        cost_model: CostModel | None = None,
+        storage_reservation: float = 0.15,
+        compute_device: str = "cuda",
+        time_budget_s: float | None = None,
+    ) -> None:
         if compute_device not in ("cuda", "cpu"):
             raise ValueError(f"compute_device must be cuda or cpu, not {compute_device!r}")
         self.compute_device = compute_device
@@ -83,9 +91,11 @@ class TorchRecPlanner:
         try:
             from autoshard.core import torchrec_bridge
         except (ImportError, OSError) as error:
-            raise PlannerError(PlannerErrorKind.UNAVAILABLE,
-                               f"TorchRec's planner needs torchrec, which does not import ({error})",
-                               (INSTALL_FIX,)) from None
+            raise PlannerError(
+                PlannerErrorKind.UNAVAILABLE,
+                f"TorchRec's planner needs torchrec, which does not import ({error})",
+                (INSTALL_FIX,),
+            ) from None
         self._bridge = torchrec_bridge
         self.allow_column_split = allow_column_split
         self.cost_model = cost_model
@@ -118,13 +128,19 @@ class TorchRecPlanner:
         world_size = topology.num_devices
         with _quiet_torchrec():
             planner = EmbeddingShardingPlanner(
-                topology=TorchRecTopology(world_size=world_size, compute_device=self.compute_device,
-                                          **{"hbm_cap" if self.compute_device == "cuda" else "ddr_cap":
-                                             topology.device_memory_bytes}),
+                topology=TorchRecTopology(
+                    world_size=world_size,
+                    compute_device=self.compute_device,
+                    **{"hbm_cap" if self.compute_device == "cuda" else "ddr_cap": topology.device_memory_bytes},
+                ),
                 batch_size=workload.batch_size,
                 storage_reservation=HeuristicalStorageReservation(
-                    percentage=self.storage_reservation, dense_tensor_estimate=0),
-                constraints=self._constraints(workload), stats=[], debug=False)
+                    percentage=self.storage_reservation, dense_tensor_estimate=0
+                ),
+                constraints=self._constraints(workload),
+                stats=[],
+                debug=False,
+            )
             try:
                 with _stopped_after(self.time_budget_s, started):
                     torchrec_plan = planner.plan(self._module(workload), [EmbeddingBagCollectionSharder()])
@@ -135,11 +151,11 @@ class TorchRecPlanner:
         for option in planner._best_plan or ():
             for shard in option.shards:
                 estimates[shard.rank] += shard.perf.total
-        plan = self._bridge.from_torchrec_plan(torchrec_plan, workload, world_size, self.cost_model,
-                                               self.name, time.perf_counter() - started)
+        plan = self._bridge.from_torchrec_plan(
+            torchrec_plan, workload, world_size, self.cost_model, self.name, time.perf_counter() - started
+        )
         if self.cost_model is None:
-            plan = replace(plan, devices=tuple(replace(d, cost_ms=e)
-                                               for d, e in zip(plan.devices, estimates)))
+            plan = replace(plan, devices=tuple(replace(d, cost_ms=e) for d, e in zip(plan.devices, estimates)))
         return TorchRecPlanResult(plan, tuple(estimates))
 
     def _constraints(self, workload: Workload) -> dict[str, Any]:
@@ -148,10 +164,12 @@ class TorchRecPlanner:
         sharding_types = [self._bridge.TABLE_WISE]
         if self.allow_column_split:
             sharding_types.append(self._bridge.COLUMN_WISE)
-        return {t.name: ParameterConstraints(sharding_types=sharding_types,
-                                             compute_kernels=[self._bridge.FUSED],
-                                             pooling_factors=[t.pooling_factor])
-                for t in workload.tables}
+        return {
+            t.name: ParameterConstraints(
+                sharding_types=sharding_types, compute_kernels=[self._bridge.FUSED], pooling_factors=[t.pooling_factor]
+            )
+            for t in workload.tables
+        }
 
     def _module(self, workload: Workload) -> EmbeddingBagCollection:
         """The workload on ``meta``, each weight tagged with its optimizer so that TorchRec counts
@@ -159,8 +177,11 @@ class TorchRecPlanner:
         import torch
         from torchrec.optim import RowWiseAdagrad
 
-        optimizer_class = {Optimizer.SGD: torch.optim.SGD, Optimizer.ADAGRAD: torch.optim.Adagrad,
-                           Optimizer.ROWWISE_ADAGRAD: RowWiseAdagrad}
+        optimizer_class = {
+            Optimizer.SGD: torch.optim.SGD,
+            Optimizer.ADAGRAD: torch.optim.Adagrad,
+            Optimizer.ROWWISE_ADAGRAD: RowWiseAdagrad,
+        }
         module = self._bridge.embedding_bag_collection(workload)
         for table in workload.tables:
             weight = module.embedding_bags[table.name].weight
@@ -169,18 +190,27 @@ class TorchRecPlanner:
 
     def _no_plan_error(self, workload: Workload, topology: Topology, error: Exception) -> PlannerError:
         found = _UNPLACED.search(str(error))
-        reason = (f"it found no room for table {found['table']!r} ({int(found['need']):,} bytes with "
-                  f"its buffers; the most a device had left was {int(found['free']):,})"
-                  if found else str(error).strip().splitlines()[0])
-        fixes = (FIX_DEVICES, FIX_MEMORY,
-                 f"reduce the batch size ({workload.batch_size}): TorchRec reserves input and "
-                 "output buffers for it on every device",
-                 f"lower storage_reservation ({self.storage_reservation})")
+        reason = (
+            f"it found no room for table {found['table']!r} ({int(found['need']):,} bytes with "
+            f"its buffers; the most a device had left was {int(found['free']):,})"
+            if found
+            else str(error).strip().splitlines()[0]
+        )
+        fixes = (
+            FIX_DEVICES,
+            FIX_MEMORY,
+            f"reduce the batch size ({workload.batch_size}): TorchRec reserves input and "
+            "output buffers for it on every device",
+            f"lower storage_reservation ({self.storage_reservation})",
+        )
         if not self.allow_column_split:
             fixes += (FIX_SPLIT,)
-        return PlannerError(PlannerErrorKind.INSUFFICIENT_MEMORY,
-                            f"the tables fit {topology.num_devices} device(s) by AutoShard's count, "
-                            f"but not within TorchRec's reservations: {reason}", fixes)
+        return PlannerError(
+            PlannerErrorKind.INSUFFICIENT_MEMORY,
+            f"the tables fit {topology.num_devices} device(s) by AutoShard's count, "
+            f"but not within TorchRec's reservations: {reason}",
+            fixes,
+        )
 
 
 def _check_cuttable(workload: Workload, topology: Topology) -> None:
@@ -197,12 +227,19 @@ def _check_cuttable(workload: Workload, topology: Topology) -> None:
                 f"table {table.name!r} needs {fmt_bytes(table.memory_bytes)}, more than one device's "
                 f"{fmt_bytes(capacity)}, and TorchRec's column-wise sharding cuts no shard narrower than "
                 f"{MIN_CW_DIM} columns: its {table.embedding_dim} columns stay whole",
-                (FIX_MEMORY, FIX_SHRINK, "leave it to AutoShard's planners (cost_greedy, rl, rl+refine), "
-                                         "which split it into narrower column shards"))
+                (
+                    FIX_MEMORY,
+                    FIX_SHRINK,
+                    "leave it to AutoShard's planners (cost_greedy, rl, rl+refine), "
+                    "which split it into narrower column shards",
+                ),
+            )
 
 
-_UNPLACED = re.compile(r"Couldn't find a rank for shard .*?storage: Storage\(hbm=(?P<need>\d+).*?"
-                       r"of table (?P<table>[^,]+), largest device storage: Storage\(hbm=(?P<free>\d+)")
+_UNPLACED = re.compile(
+    r"Couldn't find a rank for shard .*?storage: Storage\(hbm=(?P<need>\d+).*?"
+    r"of table (?P<table>[^,]+), largest device storage: Storage\(hbm=(?P<free>\d+)"
+)
 
 
 @contextmanager
@@ -243,9 +280,11 @@ def _stopped_after(budget_s: float | None, started: float) -> Iterator[None]:
         signal.setitimer(signal.ITIMER_REAL, max(budget_s - (time.perf_counter() - started), 1e-6))
         yield
     except _OutOfTime:
-        raise PlannerError(PlannerErrorKind.TIME_BUDGET,
-                           f"TorchRec's planner did not finish within the time budget of {budget_s:g} s",
-                           ("raise the time budget", "leave torchrec out of the planners")) from None
+        raise PlannerError(
+            PlannerErrorKind.TIME_BUDGET,
+            f"TorchRec's planner did not finish within the time budget of {budget_s:g} s",
+            ("raise the time budget", "leave torchrec out of the planners"),
+        ) from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

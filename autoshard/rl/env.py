@@ -56,9 +56,15 @@ class EnvConfig:
             raise InputError("repair_rounds", f"must be >= 0, got {self.repair_rounds}")
 
 
-def guarded_state(units: list[Unit], topology: Topology, cost_model: CostModel, batch_size: int,
-                  headroom: float, accumulator: Accumulator | None = None,
-                  steps: StepCosts | None = None) -> PlacementState:
+def guarded_state(
+    units: list[Unit],
+    topology: Topology,
+    cost_model: CostModel,
+    batch_size: int,
+    headroom: float,
+    accumulator: Accumulator | None = None,
+    steps: StepCosts | None = None,
+) -> PlacementState:
     """A fresh placement of ``units`` (in this order) as the agent sees it: running predicted
     costs (on ``accumulator``, default a new one of the model's; with ``steps``, shared with
     placements of the same units), the packing lookahead and the extrapolation guard. The env
@@ -66,30 +72,52 @@ def guarded_state(units: list[Unit], topology: Topology, cost_model: CostModel, 
     devices = topology.num_devices
     if accumulator is None:
         accumulator = cost_model.accumulator(devices, batch_size)
-    return PlacementState(units, topology, accumulator, lookahead=True,
-                          max_units_per_device=unit_cap(cost_model, len(units), devices, headroom), steps=steps)
+    return PlacementState(
+        units,
+        topology,
+        accumulator,
+        lookahead=True,
+        max_units_per_device=unit_cap(cost_model, len(units), devices, headroom),
+        steps=steps,
+    )
 
 
 def priced(task: Task, cost_model: CostModel, communication: CommunicationModel | None) -> CostModel:
     """Device costs as the env scores them: the cost model plus, if given, the all-to-all for the
     task's device count."""
-    return cost_model if communication is None else WithCommunication(cost_model, communication,
-                                                                      task.topology.num_devices)
+    return (
+        cost_model if communication is None else WithCommunication(cost_model, communication, task.topology.num_devices)
+    )
 
 
-def refined_max(state: PlacementState, task: Task, cost_model: CostModel,
-                communication: CommunicationModel | None, rounds: int = REFINE_ROUNDS) -> float:
+def refined_max(
+    state: PlacementState,
+    task: Task,
+    cost_model: CostModel,
+    communication: CommunicationModel | None,
+    rounds: int = REFINE_ROUNDS,
+) -> float:
     """The max of a finished placement's plan after ``rounds`` of local search, on copies of its
     devices (the placement itself stays as it was), within the placement's extrapolation guard
     (as the agent's repair steps are)."""
     devices = [d.copy() for d in state.devices]
-    improve(devices, priced(task, cost_model, communication), task.workload.batch_size, rounds,
-            max_units=state.max_units_per_device)
+    improve(
+        devices,
+        priced(task, cost_model, communication),
+        task.workload.batch_size,
+        rounds,
+        max_units=state.max_units_per_device,
+    )
     return max(d.load for d in devices)
 
 
-def start(task: Task, cost_model: CostModel, communication: CommunicationModel | None,
-          config: EnvConfig, units: list[Unit] | None = None) -> PlacementState:
+def start(
+    task: Task,
+    cost_model: CostModel,
+    communication: CommunicationModel | None,
+    config: EnvConfig,
+    units: list[Unit] | None = None,
+) -> PlacementState:
     """A fresh placement of the task's tables (largest predicted cost first, or ``units`` if
     given), scored by the cost model plus, if given, the all-to-all for the task's device count."""
     model = priced(task, cost_model, communication)
@@ -155,8 +183,13 @@ class ShardingEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, cost_model: CostModel, tasks: TaskSource = TaskDistribution(),
-                 config: EnvConfig = EnvConfig(), communication: CommunicationModel | None = None) -> None:
+    def __init__(
+        self,
+        cost_model: CostModel,
+        tasks: TaskSource = TaskDistribution(),
+        config: EnvConfig = EnvConfig(),
+        communication: CommunicationModel | None = None,
+    ) -> None:
         super().__init__()
         self.cost_model, self.tasks, self.config, self.communication = cost_model, tasks, config, communication
         self.observation_space = gym.spaces.Box(-OBS_BOUND, OBS_BOUND, (observation_size(config.slots),), np.float32)
@@ -172,8 +205,11 @@ class ShardingEnv(gym.Env):
         if task is None:
             task = self.tasks.sample(self.np_random)
         if task.topology.num_devices > self.config.slots:
-            raise InputError("task", f"{task.topology.num_devices} devices exceed the env's {self.config.slots} slots",
-                             "plan larger topologies with the rl planner, which scores any device count")
+            raise InputError(
+                "task",
+                f"{task.topology.num_devices} devices exceed the env's {self.config.slots} slots",
+                "plan larger topologies with the rl planner, which scores any device count",
+            )
         self.task = task
         self.state = start(task, self.cost_model, self.communication, self.config)
         self.scale = self.state.cost_bound
@@ -210,13 +246,18 @@ class ShardingEnv(gym.Env):
 
     def _get_info(self) -> dict[str, Any]:
         assert self.state is not None
-        return {"max_cost": self._max(), "greedy_max": self.greedy_max, "placed": self.state.position,
-                "units": len(self.state.units), "repairs": self.repairs}
+        return {
+            "max_cost": self._max(),
+            "greedy_max": self.greedy_max,
+            "placed": self.state.position,
+            "units": len(self.state.units),
+            "repairs": self.repairs,
+        }
 
     def action_masks(self) -> np.ndarray:
         mask = np.zeros(self.config.slots, dtype=bool)
         if self.state is not None and (not self.state.done or self.repair is not None):
-            mask[:len(self._allowed)] = self._allowed
+            mask[: len(self._allowed)] = self._allowed
         return mask
 
     def _next_repair(self) -> Round | None:
@@ -225,8 +266,9 @@ class ShardingEnv(gym.Env):
         if self.repairs >= self.config.repair_rounds:
             return None
         model = priced(self.task, self.cost_model, self.communication)
-        return round_changes(self.state.devices, model, self.task.workload.batch_size,
-                             self.state.max_units_per_device)  # none past the extrapolation guard
+        return round_changes(
+            self.state.devices, model, self.task.workload.batch_size, self.state.max_units_per_device
+        )  # none past the extrapolation guard
 
     def step(self, action: int):
         assert self.state is not None, "call reset() first"

@@ -10,8 +10,8 @@ policy of ``benchmarks/rollout_distillation.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -63,12 +63,14 @@ def demonstrations(env: ShardingEnv, episodes: int, seed: int, expert: Expert = 
             obs, reward, done, _, _ = env.step(action)
             rewards.append(reward)
         returns.extend(np.cumsum(rewards[::-1])[::-1])  # gamma = 1: the sum of the rewards to come
-    return Demonstrations(np.asarray(observations, np.float32), np.asarray(masks), np.asarray(actions),
-                          np.asarray(returns, np.float32))
+    return Demonstrations(
+        np.asarray(observations, np.float32), np.asarray(masks), np.asarray(actions), np.asarray(returns, np.float32)
+    )
 
 
-def clone(policy: DeviceScoringPolicy, demonstrations: Demonstrations, epochs: int = 10, batch_size: int = 256,
-          seed: int = 0) -> float:
+def clone(
+    policy: DeviceScoringPolicy, demonstrations: Demonstrations, epochs: int = 10, batch_size: int = 256, seed: int = 0
+) -> float:
     """Fit ``policy``'s actor to greedy's actions (masked cross-entropy) and its critic to the
     returns (squared error), with its own optimizer; returns the share of steps on which the
     actor's argmax is greedy's device afterwards."""

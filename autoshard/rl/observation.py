@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -21,8 +21,18 @@ from autoshard.planners.placement import PlacementState
 
 GLOBAL_FEATURES = ("progress", "remaining_cost", "remaining_memory", "max_cost", "mean_cost", "log_devices")
 UNIT_FEATURES = ("cost", "memory", "log_rows", "log_dim", "log_pooling", "zipf_alpha")
-DEVICE_FEATURES = ("real", "cost", "cost_if_added", "added_cost", "over_max", "memory_used",
-                   "free_after", "count", "rank", "greedy_choice")
+DEVICE_FEATURES = (
+    "real",
+    "cost",
+    "cost_if_added",
+    "added_cost",
+    "over_max",
+    "memory_used",
+    "free_after",
+    "count",
+    "rank",
+    "greedy_choice",
+)
 G, U, F = len(GLOBAL_FEATURES), len(UNIT_FEATURES), len(DEVICE_FEATURES)
 OBS_BOUND = 1e3  # features are of order 1; the bound only keeps the space finite
 
@@ -36,7 +46,7 @@ class Observation:
         """The flat vector the environment returns: context, then ``slots`` device rows
         (rows beyond the task's devices are zero, with ``real`` = 0)."""
         rows = np.zeros((slots, F), dtype=np.float32)
-        rows[:len(self.devices)] = self.devices
+        rows[: len(self.devices)] = self.devices
         return np.clip(np.concatenate([self.context, rows.ravel()]), -OBS_BOUND, OBS_BOUND).astype(np.float32)
 
 
@@ -85,8 +95,12 @@ def first_lowest(values: np.ndarray, group: np.ndarray, groups: int) -> np.ndarr
     return hits[np.concatenate([[True], group[hits[1:]] != group[hits[:-1]]])] if len(hits) else hits
 
 
-def observe_many(states: Sequence[PlacementState], rows: Sequence[np.ndarray], if_added: Sequence[np.ndarray],
-                 allowed: Sequence[np.ndarray | None]) -> Observations:
+def observe_many(
+    states: Sequence[PlacementState],
+    rows: Sequence[np.ndarray],
+    if_added: Sequence[np.ndarray],
+    allowed: Sequence[np.ndarray | None],
+) -> Observations:
     """``observe`` of several placements of one topology in one pass (rl+refine's sampled
     rollouts step side by side; the argmax rollout's steps are checked together): state k with
     its ``rows[k]``, ``if_added[k]`` and ``allowed[k]`` (``None``: every row allowed), its costs
@@ -104,16 +118,25 @@ def observe_many(states: Sequence[PlacementState], rows: Sequence[np.ndarray], i
     added = np.concatenate(if_added)
     scales = np.array([s.cost_bound for s in states])
     current_max = all_loads.max(axis=1)
-    unit_features = [(unit.cost, unit.memory_bytes / capacity, math.log10(unit.table.num_embeddings) / 8.0,
-                      math.log2(unit.table.embedding_dim) / 8.0, math.log10(unit.table.pooling_factor) / 3.0,
-                      unit.table.zipf_alpha) for unit in units]
+    unit_features = [
+        (
+            unit.cost,
+            unit.memory_bytes / capacity,
+            math.log10(unit.table.num_embeddings) / 8.0,
+            math.log2(unit.table.embedding_dim) / 8.0,
+            math.log10(unit.table.pooling_factor) / 3.0,
+            unit.table.zipf_alpha,
+        )
+        for unit in units
+    ]
     per_unit = np.array(unit_features, dtype=np.float64).reshape(len(states), U)
     per_unit[:, 0] /= scales
     contexts = np.empty((len(states), G + U), dtype=np.float32)
     contexts[:, 0] = np.array([s.position / len(s.units) for s in states])
     contexts[:, 1] = np.array([s.remaining_cost for s in states]) / (scales * n)
     contexts[:, 2] = np.array([s.remaining_bytes for s in states], dtype=np.float64) / np.maximum(
-        all_free.sum(axis=1).astype(np.float64), 1.0)
+        all_free.sum(axis=1).astype(np.float64), 1.0
+    )
     contexts[:, 3] = current_max / scales
     contexts[:, 4] = all_loads.mean(axis=1) / scales
     contexts[:, 5] = math.log2(n) / 7.0
@@ -128,16 +151,29 @@ def observe_many(states: Sequence[PlacementState], rows: Sequence[np.ndarray], i
     greedy[first_lowest(masked, of_row, len(states))] = 1.0
     scale = scales[of_row]
     memory = np.array([u.memory_bytes for u in units], dtype=np.int64)
-    devices = device_rows(loads / scale, added / scale, (added - current_max[of_row]) / scale,
-                          (capacity - free) / capacity,
-                          np.minimum(np.maximum((free - memory[of_row]) / capacity, -1.0), 1.0),
-                          count / np.array([len(s.units) / n for s in states])[of_row],
-                          _ranks(all_loads)[of_row, at] / max(n - 1, 1), greedy)
+    devices = device_rows(
+        loads / scale,
+        added / scale,
+        (added - current_max[of_row]) / scale,
+        (capacity - free) / capacity,
+        np.minimum(np.maximum((free - memory[of_row]) / capacity, -1.0), 1.0),
+        count / np.array([len(s.units) / n for s in states])[of_row],
+        _ranks(all_loads)[of_row, at] / max(n - 1, 1),
+        greedy,
+    )
     return Observations(contexts, devices, starts)
 
 
-def device_rows(cost: np.ndarray, cost_if_added: np.ndarray, over_max: np.ndarray, memory_used: np.ndarray,
-                free_after: np.ndarray, count: np.ndarray, rank: np.ndarray, greedy_choice: np.ndarray) -> np.ndarray:
+def device_rows(
+    cost: np.ndarray,
+    cost_if_added: np.ndarray,
+    over_max: np.ndarray,
+    memory_used: np.ndarray,
+    free_after: np.ndarray,
+    count: np.ndarray,
+    rank: np.ndarray,
+    greedy_choice: np.ndarray,
+) -> np.ndarray:
     """Device rows in ``DEVICE_FEATURES``' order from their columns, already scaled (``real`` 1,
     ``added_cost`` the difference of the two costs as float32 holds them); the placing steps'
     and the repair steps' (``autoshard.rl.repair``) observations both write them here."""

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -128,20 +129,37 @@ class RLPlanner:
             return unit_cap(self.cost_model, len(units), topology.num_devices, self.set_size_headroom)
 
         def start(units: list[Unit], devices: Topology = topology) -> PlacementState:
-            return guarded_state(units, devices, self.cost_model, batch, self.set_size_headroom,
-                                 steps=steps_of(self.shared, workload, devices, units))
+            return guarded_state(
+                units,
+                devices,
+                self.cost_model,
+                batch,
+                self.set_size_headroom,
+                steps=steps_of(self.shared, workload, devices, units),
+            )
 
         def rollout(cap: int | None, choose: Chooser) -> PlacementState:
-            return place_workload(task_units, cap is not None, choose, start, max_ways=cap, scope=CANDIDATES,
-                                  deadline=deadline)  # argmax_rollout's choosers score that many
+            return place_workload(
+                task_units, cap is not None, choose, start, max_ways=cap, scope=CANDIDATES, deadline=deadline
+            )  # argmax_rollout's choosers score that many
 
         def sampled(units: list[Unit]) -> list[list[DeviceState]]:
             """``samples`` rollouts side by side (one head call per step for all of them)."""
             devices = topology.num_devices
             shared = self.cost_model.accumulator(self.samples * devices, batch)
             steps = steps_of(self.shared, workload, topology, units)
-            states = [guarded_state(units, topology, self.cost_model, batch, self.set_size_headroom,
-                                    AccumulatorView(shared, k * devices, devices), steps) for k in range(self.samples)]
+            states = [
+                guarded_state(
+                    units,
+                    topology,
+                    self.cost_model,
+                    batch,
+                    self.set_size_headroom,
+                    AccumulatorView(shared, k * devices, devices),
+                    steps,
+                )
+                for k in range(self.samples)
+            ]
             choose = PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES).choose_many
             placed = place_together(states, choose, shared, SAMPLED_CANDIDATES, deadline)
             return [s.devices for s in placed if s is not None]  # a rollout into a dead end: the others stand
@@ -158,8 +176,9 @@ class RLPlanner:
             cap_units = guard(placed.units)
             made = 0
             if from_greedy and self.shared is not None:
-                greedy = searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline,
-                                         self.shared)
+                greedy = searched_greedy(
+                    workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared
+                )
                 reused.append(greedy.reused_s)
                 if greedy.rounds is not None and greedy.searched_from == assignment(devices):
                     made = follow_recorded(devices, greedy.rounds, self.policy, cap_units)
@@ -171,8 +190,9 @@ class RLPlanner:
         def argmax_at(cap: int | None) -> Placement:
             def place() -> tuple[Placement, bool]:
                 path = None
-                record = None if self.shared is None else self.shared.recorded(workload, topology,
-                                                                                greedy_steps_key(cap))
+                record = (
+                    None if self.shared is None else self.shared.recorded(workload, topology, greedy_steps_key(cap))
+                )
                 if record is not None and record.same_under_cap(guard(record.units)):
                     path = recorded_departure(record, self.policy)  # greedy placed these units already
                     if path is None:  # ... and the policy's argmax takes greedy's device at every step
@@ -194,8 +214,9 @@ class RLPlanner:
             argmax = argmax_at(cap)
             greedy = None
             if self.samples:
-                greedy = searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline,
-                                         self.shared)
+                greedy = searched_greedy(
+                    workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared
+                )
                 reused.append(greedy.reused_s)
             starts[cap] = (argmax, greedy)
             return lower_start(cap)
@@ -219,7 +240,7 @@ class RLPlanner:
             searched = {greedy.searched_from}
             if greedy.rounds is not None and len(greedy.rounds) < self.max_rounds:  # its search stopped by itself:
                 searched.add(assignment(list(greedy.devices)))  # from its end, a search ends there (rl's repair's)
-            for states in found[:self.refine_top]:
+            for states in found[: self.refine_top]:
                 start = assignment(states)
                 if start in searched:  # the search from here ends where it did: greedy's (the policy is
                     continue  # its clone), or one of these placements sampled twice
@@ -231,14 +252,14 @@ class RLPlanner:
             return PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES)
 
         deadline = Deadline(started, self.time_budget_s)
-        best = best_over_split_caps(topology, self.allow_column_split, start_at,
-                                    task_units.at_cap, self.departure_margin, deadline)
+        best = best_over_split_caps(
+            topology, self.allow_column_split, start_at, task_units.at_cap, self.departure_margin, deadline
+        )
         if self.samples:  # the samples and their local search at each planned cap, the lowest start first
             ranked = sorted(starts, key=lambda cap: max_load(lower_start(cap)))
             best = min([best, *(refined(cap) for cap in ranked)], key=max_load)
         if self.samples and self.search.iterations:  # once, from the best split cap's plan: not once per cap
-            best = ruin_and_recreate(best, self.cost_model, batch, topology, start, sampler, rng, self.search,
-                                     deadline)
+            best = ruin_and_recreate(best, self.cost_model, batch, topology, start, sampler, rng, self.search, deadline)
         if self.samples:
             best = _kept_unless_clearly_lower(best, _greedy_best(starts, self.departure_margin), self.departure_margin)
         return build_plan(self.name, best, started, batch, partial=deadline.hit, reused_s=sum(reused))
@@ -257,8 +278,7 @@ def _greedy_best(starts: dict[int | None, tuple[Placement, Placement | None]], m
     return chosen_over_split([list(greedy.devices) for _, greedy in starts.values() if greedy is not None], margin)
 
 
-def _kept_unless_clearly_lower(found: list[DeviceState], greedy: list[DeviceState],
-                               margin: float) -> list[DeviceState]:
+def _kept_unless_clearly_lower(found: list[DeviceState], greedy: list[DeviceState], margin: float) -> list[DeviceState]:
     """``found`` if it is cost_greedy's placement or predicted more than ``margin`` below it; else
     cost_greedy's."""
     if assignment(found) == assignment(greedy) or clearly_lower(found, greedy, margin):

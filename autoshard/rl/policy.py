@@ -64,7 +64,7 @@ class DeviceScorerNet(nn.Module):
 
     def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
         context, rows = self._rows(features)
-        real = rows[:, :, CONTEXT:CONTEXT + 1]  # the ``real`` device flag
+        real = rows[:, :, CONTEXT : CONTEXT + 1]  # the ``real`` device flag
         h = self.embed(rows)
         mean = (h * real).sum(1) / real.sum(1).clamp(min=1)
         largest = torch.where(real > 0, h, torch.full_like(h, -1e4)).amax(1)
@@ -121,9 +121,12 @@ class DevicePolicy:
         return f"{self.info.profile}/{POLICY_FILE} ({self.info.steps:,} steps, {self.info.reward} reward{repair})"
 
     @classmethod
-    def from_net(cls, net: DeviceScorerNet, info: PolicyInfo) -> "DevicePolicy":
-        layers = [(m.weight.detach().float().numpy().T.copy(), m.bias.detach().float().numpy().copy())
-                  for m in net.scorer if isinstance(m, nn.Linear)]
+    def from_net(cls, net: DeviceScorerNet, info: PolicyInfo) -> DevicePolicy:
+        layers = [
+            (m.weight.detach().float().numpy().T.copy(), m.bias.detach().float().numpy().copy())
+            for m in net.scorer
+            if isinstance(m, nn.Linear)
+        ]
         return cls(layers, info)
 
     def scores(self, observations: Observations) -> np.ndarray:
@@ -142,11 +145,17 @@ class DevicePolicy:
         return x[:, 0]
 
     def save(self, path: Path) -> None:
-        torch.save({"format": FORMAT, "info": asdict(self.info),
-                    "layers": [(torch.from_numpy(w), torch.from_numpy(b)) for w, b in self.layers]}, path)
+        torch.save(
+            {
+                "format": FORMAT,
+                "info": asdict(self.info),
+                "layers": [(torch.from_numpy(w), torch.from_numpy(b)) for w, b in self.layers],
+            },
+            path,
+        )
 
     @classmethod
-    def load(cls, path: Path) -> "DevicePolicy":
+    def load(cls, path: Path) -> DevicePolicy:
         """``ModelError`` naming the file if it is missing, corrupt or of another format."""
         try:
             data = torch.load(path, map_location="cpu", weights_only=True)
@@ -160,6 +169,7 @@ class DevicePolicy:
         except FileNotFoundError:
             raise ModelError(f"no policy at {path}; train one with `autoshard policy train`") from None
         except Exception as error:  # torch raises many kinds for a corrupt file
-            raise ModelError(f"policy {path} cannot load ({type(error).__name__}: {error}); "
-                             "retrain it with `autoshard policy train`") from None
+            raise ModelError(
+                f"policy {path} cannot load ({type(error).__name__}: {error}); retrain it with `autoshard policy train`"
+            ) from None
         return cls(layers, info)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -86,11 +87,19 @@ def observe_repair(devices: Sequence[DeviceState], step: Round, scale: float, ro
     context = np.zeros(len(GLOBAL_FEATURES) + len(UNIT_FEATURES), dtype=np.float32)
     context[0] = REPAIR_PROGRESS
     context[3], context[4], context[5] = current_max / scale, loads.mean() / scale, math.log2(n) / 7.0
-    return Observation(context, device_rows(
-        loads[rows] / scale, after[rows] / scale, (new_max[rows] - current_max) / scale,
-        np.array([devices[d].memory_bytes for d in rows]) / capacity, np.clip(free[rows] / capacity, -1.0, 1.0),
-        np.array([len(devices[d].units) for d in rows]) / max(even, 1e-9), ranks[rows] / max(n - 1, 1),
-        rows == step.changes[0].target))
+    return Observation(
+        context,
+        device_rows(
+            loads[rows] / scale,
+            after[rows] / scale,
+            (new_max[rows] - current_max) / scale,
+            np.array([devices[d].memory_bytes for d in rows]) / capacity,
+            np.clip(free[rows] / capacity, -1.0, 1.0),
+            np.array([len(devices[d].units) for d in rows]) / max(even, 1e-9),
+            ranks[rows] / max(n - 1, 1),
+            rows == step.changes[0].target,
+        ),
+    )
 
 
 def make(devices: list[DeviceState], step: Round, device: int) -> bool:
@@ -101,8 +110,15 @@ def make(devices: list[DeviceState], step: Round, device: int) -> bool:
     return change is not None
 
 
-def policy_repair(devices: list[DeviceState], policy: DevicePolicy, cost_model: CostModel, batch_size: int,
-                  max_units: int | None, rounds: int, deadline: Deadline | None = None) -> int:
+def policy_repair(
+    devices: list[DeviceState],
+    policy: DevicePolicy,
+    cost_model: CostModel,
+    batch_size: int,
+    max_units: int | None,
+    rounds: int,
+    deadline: Deadline | None = None,
+) -> int:
     """The policy's argmax through at most ``rounds`` repair steps of ``devices`` (changed in
     place; their loads must be the cost model's), until it stops, nothing lowers the max, or the
     ``deadline`` expires; returns the number of changes made."""
@@ -121,17 +137,20 @@ def policy_repair(devices: list[DeviceState], policy: DevicePolicy, cost_model: 
     return rounds
 
 
-def follow_recorded(devices: list[DeviceState], rounds: Sequence[SearchRound], policy: DevicePolicy,
-                    max_units: int | None) -> int:
+def follow_recorded(
+    devices: list[DeviceState], rounds: Sequence[SearchRound], policy: DevicePolicy, max_units: int | None
+) -> int:
     """Make the changes of local search's recorded ``rounds`` (``improve(record=...)``, from this
     placement) on ``devices`` while the policy's argmax picks them, every round checked in one
     pass of the policy; stops at the first round where it does not, or where the extrapolation
     guard withholds one of the round's changes (there the policy saw other rows). Returns how
     many were made: ``policy_repair`` goes on from there. The clone of greedy follows every
     round, so ``rl`` after ``cost_greedy`` repairs at the cost of one pass of its policy."""
+
     def guarded(done: SearchRound) -> bool:
-        return max_units is not None and any(c.back is None and len(done.devices[c.target].units) >= max_units
-                                             for c in done.step.changes)
+        return max_units is not None and any(
+            c.back is None and len(done.devices[c.target].units) >= max_units for c in done.step.changes
+        )
 
     followed = list(itertools.takewhile(lambda done: not guarded(done), rounds))
     if not followed:

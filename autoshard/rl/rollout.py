@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,8 +28,13 @@ class PolicyChooser:
     where tasks have at most 16 devices). ``choose_many`` chooses for several placements in one
     pass of the policy (a ``BatchChooser``), drawing in their order as one call each would."""
 
-    def __init__(self, policy: DevicePolicy, rng: np.random.Generator | None = None,
-                 temperature: float = 1.0, candidates: int = CANDIDATES) -> None:
+    def __init__(
+        self,
+        policy: DevicePolicy,
+        rng: np.random.Generator | None = None,
+        temperature: float = 1.0,
+        candidates: int = CANDIDATES,
+    ) -> None:
         self.policy, self.rng, self.temperature, self.candidates = policy, rng, temperature, candidates
 
     def __call__(self, state: PlacementState, allowed: np.ndarray) -> int:
@@ -42,8 +48,11 @@ class PolicyChooser:
         rows = {k: candidates(states[k], allowed[k], self.candidates) for k in scored}
         # and placements alike at a history (a StepCosts') that another chooser of this policy
         # scored there already (the argmax rollout, before the sampled ones) read its scores
-        kept = {k: (states[k].steps.scores(states[k].history), _score_key(self.policy, rows[k]))
-                for k in scored if states[k].steps is not None}
+        kept = {
+            k: (states[k].steps.scores(states[k].history), _score_key(self.policy, rows[k]))
+            for k in scored
+            if states[k].steps is not None
+        }
         mine = {k: kept[k][0][kept[k][1]] for k in kept if kept[k][1] in kept[k][0]}
         fresh = [k for k in scored if k not in mine]
         if fresh:
@@ -144,8 +153,12 @@ def recorded_departure(record: RecordedSteps, policy: DevicePolicy) -> dict[int,
     return _Speculation.of(record, policy).departure()
 
 
-def argmax_rollout(run: Callable[[Chooser], PlacementState], policy: DevicePolicy,
-                   limit: int = CANDIDATES, path: dict[int, list[int]] | None = None) -> PlacementState:
+def argmax_rollout(
+    run: Callable[[Chooser], PlacementState],
+    policy: DevicePolicy,
+    limit: int = CANDIDATES,
+    path: dict[int, list[int]] | None = None,
+) -> PlacementState:
     """``run(PolicyChooser(policy))`` (a ``place_workload`` with that chooser), computed
     speculatively: the policy is a clone of greedy placement, so greedy's device is run at every
     step and the policy then scores all the steps in one pass instead of one pass a step. Where

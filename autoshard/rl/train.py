@@ -11,9 +11,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -60,12 +60,23 @@ class TrainConfig:
     checkpoint_every: int = 50_000
     env: EnvConfig = EnvConfig()
     tasks: TaskDistribution = TaskDistribution()
-    eval_distribution: TaskDistribution = field(default_factory=lambda: TaskDistribution(
-        split="test", num_tables=(40, 80, 160), num_devices=(4, 8, 16)))
+    eval_distribution: TaskDistribution = field(
+        default_factory=lambda: TaskDistribution(split="test", num_tables=(40, 80, 160), num_devices=(4, 8, 16))
+    )
 
     def __post_init__(self) -> None:
-        for name in ("steps", "envs", "hidden", "n_steps", "batch_size", "epochs", "eval_every", "eval_tasks",
-                     "checkpoint_every", "imitation_epochs"):
+        for name in (
+            "steps",
+            "envs",
+            "hidden",
+            "n_steps",
+            "batch_size",
+            "epochs",
+            "eval_every",
+            "eval_tasks",
+            "checkpoint_every",
+            "imitation_epochs",
+        ):
             if getattr(self, name) < 1:
                 raise InputError(name, f"must be >= 1, got {getattr(self, name)}")
         if self.imitation_episodes < 0:
@@ -77,8 +88,14 @@ def eval_tasks(distribution: TaskDistribution, count: int, seed: int) -> list[Ta
     return [distribution.sample(rng) for _ in range(count)]
 
 
-def _plan_max(task: Task, choose, cost_model: CostModel, communication: CommunicationModel | None,
-              config: EnvConfig, policy: DevicePolicy | None = None) -> float:
+def _plan_max(
+    task: Task,
+    choose,
+    cost_model: CostModel,
+    communication: CommunicationModel | None,
+    config: EnvConfig,
+    policy: DevicePolicy | None = None,
+) -> float:
     """The predicted max of ``choose``'s placement of ``task``; after local search when the env's
     reward is ``refined`` (the objective it trains for); with repair, after ``policy``'s repair
     steps, or without a policy (greedy) as many rounds of local search."""
@@ -88,20 +105,33 @@ def _plan_max(task: Task, choose, cost_model: CostModel, communication: Communic
     if config.repair_rounds and policy is None:  # greedy's: as many rounds of local search
         return refined_max(placed, task, cost_model, communication, config.repair_rounds)
     if config.repair_rounds:
-        policy_repair(placed.devices, policy, priced(task, cost_model, communication), task.workload.batch_size,
-                      placed.max_units_per_device, config.repair_rounds)
+        policy_repair(
+            placed.devices,
+            policy,
+            priced(task, cost_model, communication),
+            task.workload.batch_size,
+            placed.max_units_per_device,
+            config.repair_rounds,
+        )
     return max(d.load for d in placed.devices)
 
 
-def greedy_maxima(tasks: list[Task], cost_model: CostModel, communication: CommunicationModel | None,
-                  config: EnvConfig) -> list[float]:
+def greedy_maxima(
+    tasks: list[Task], cost_model: CostModel, communication: CommunicationModel | None, config: EnvConfig
+) -> list[float]:
     """Greedy placement's predicted max on each task (after local search for the ``refined``
     reward and with repair): the evaluation's yardstick, computed once per training run."""
     return [_plan_max(task, cheapest_after, cost_model, communication, config) for task in tasks]
 
 
-def ratio_to_greedy(policy: DevicePolicy, tasks: list[Task], greedy: list[float], cost_model: CostModel,
-                    communication: CommunicationModel | None, config: EnvConfig) -> float:
+def ratio_to_greedy(
+    policy: DevicePolicy,
+    tasks: list[Task],
+    greedy: list[float],
+    cost_model: CostModel,
+    communication: CommunicationModel | None,
+    config: EnvConfig,
+) -> float:
     """Geometric mean over tasks of the policy's predicted max / greedy placement's (``greedy``,
     from ``greedy_maxima``; both after local search for the ``refined`` reward, and with repair
     the policy's after its repair steps, greedy's after local search): below 1 means the policy
@@ -116,9 +146,18 @@ def ratio_to_greedy(policy: DevicePolicy, tasks: list[Task], greedy: list[float]
     return math.exp(float(np.mean(logs)))
 
 
-def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile: str,
-                 communication: CommunicationModel | None = None, resume: bool = False, command: str = "",
-                 progress_bar: bool = True, log: Callable[[str], None] = print, fresh: bool = False) -> DevicePolicy:
+def train_policy(
+    cost_model: CostModel,
+    out: Path,
+    config: TrainConfig,
+    profile: str,
+    communication: CommunicationModel | None = None,
+    resume: bool = False,
+    command: str = "",
+    progress_bar: bool = True,
+    log: Callable[[str], None] = print,
+    fresh: bool = False,
+) -> DevicePolicy:
     """Train (or, with ``resume``, continue from the latest checkpoint in ``out``) and return the
     best policy found, saved as ``out/policy.pt``. A previous run in ``out`` is never lost by
     accident: without ``resume`` it is an ``InputError`` unless ``fresh`` (discard it); a
@@ -133,8 +172,11 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     if config.tasks.max_devices > config.env.slots:
-        raise InputError("slots", f"{config.env.slots} slots cannot hold training tasks of {config.tasks.max_devices} "
-                         "devices", "raise slots to the largest training device count")
+        raise InputError(
+            "slots",
+            f"{config.env.slots} slots cannot hold training tasks of {config.tasks.max_devices} devices",
+            "raise slots to the largest training device count",
+        )
     out.mkdir(parents=True, exist_ok=True)
     checkpoints = sorted((out / CHECKPOINTS).glob("ppo_*_steps.zip"), key=lambda p: int(p.stem.split("_")[1]))
     state_path = out / STATE_FILE
@@ -142,14 +184,21 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
     if resume and checkpoints:
         _same_settings(recorded.get("config"), config, state_path)
     elif not resume and not fresh and (checkpoints or (out / EVAL_LOG).exists()):
-        raise InputError("--fresh", f"{out} holds a previous run ({len(checkpoints)} checkpoints"
-                         + (f", the latest at {checkpoints[-1].stem.split('_')[1]} steps" if checkpoints else "") + ")",
-                         "pass --resume to continue it, --fresh to discard it and train anew, or another --work-dir")
+        raise InputError(
+            "--fresh",
+            f"{out} holds a previous run ({len(checkpoints)} checkpoints"
+            + (f", the latest at {checkpoints[-1].stem.split('_')[1]} steps" if checkpoints else "")
+            + ")",
+            "pass --resume to continue it, --fresh to discard it and train anew, or another --work-dir",
+        )
     resumed = resume and bool(checkpoints)
     # after the checks: a refused run starts no environment processes
-    env = make_vec_env(lambda: ShardingEnv(cost_model, config.tasks, config.env, communication),
-                       n_envs=config.envs, seed=config.seed,
-                       vec_env_cls=SubprocVecEnv if config.subprocess else DummyVecEnv)
+    env = make_vec_env(
+        lambda: ShardingEnv(cost_model, config.tasks, config.env, communication),
+        n_envs=config.envs,
+        seed=config.seed,
+        vec_env_cls=SubprocVecEnv if config.subprocess else DummyVecEnv,
+    )
     if resumed:
         model = MaskablePPO.load(checkpoints[-1], env=env, device="cpu")
         log(f"resuming from {checkpoints[-1]} at {model.num_timesteps:,} steps")
@@ -157,22 +206,43 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
         if resume:
             log("no checkpoint to resume from: starting afresh")
         _forget_previous_run(out, checkpoints)
-        model = MaskablePPO(DeviceScoringPolicy, env, learning_rate=config.learning_rate, n_steps=config.n_steps,
-                            batch_size=config.batch_size, n_epochs=config.epochs, gamma=config.gamma,
-                            gae_lambda=config.gae_lambda, ent_coef=config.ent_coef, seed=config.seed,
-                            policy_kwargs={"hidden": config.hidden}, tensorboard_log=_tensorboard_dir(out, log),
-                            device="cpu", verbose=0)
+        model = MaskablePPO(
+            DeviceScoringPolicy,
+            env,
+            learning_rate=config.learning_rate,
+            n_steps=config.n_steps,
+            batch_size=config.batch_size,
+            n_epochs=config.epochs,
+            gamma=config.gamma,
+            gae_lambda=config.gae_lambda,
+            ent_coef=config.ent_coef,
+            seed=config.seed,
+            policy_kwargs={"hidden": config.hidden},
+            tensorboard_log=_tensorboard_dir(out, log),
+            device="cpu",
+            verbose=0,
+        )
     tasks = eval_tasks(config.eval_distribution, config.eval_tasks, config.seed + 1)
     greedy = greedy_maxima(tasks, cost_model, communication, config.env)
     best = recorded.get("best_ratio") if resumed else None
     best = math.inf if best is None else best
     if not resumed:  # the settings first, so that a run killed before its first evaluation resumes checked
-        state_path.write_text(json.dumps({"best_ratio": None, "best_steps": None, "config": _plain(asdict(config))},
-                                         indent=1) + "\n")
+        state_path.write_text(
+            json.dumps({"best_ratio": None, "best_steps": None, "config": _plain(asdict(config))}, indent=1) + "\n"
+        )
 
     def info(steps: int, ratio: float | None) -> PolicyInfo:
-        return PolicyInfo(profile, config.hidden, config.env.slots, config.env.reward.value,
-                          config.env.set_size_headroom, steps, command, ratio, config.env.repair_rounds)
+        return PolicyInfo(
+            profile,
+            config.hidden,
+            config.env.slots,
+            config.env.reward.value,
+            config.env.set_size_headroom,
+            steps,
+            command,
+            ratio,
+            config.env.repair_rounds,
+        )
 
     def evaluate(steps: int) -> float:
         """Score the current actor on the held-out tasks; keep it as policy.pt if it is the best."""
@@ -188,8 +258,9 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
         if ratio < best:
             best = ratio
             DevicePolicy(policy.layers, info(steps, ratio)).save(out / POLICY_FILE)
-            state_path.write_text(json.dumps({"best_ratio": best, "best_steps": steps,
-                                              "config": _plain(asdict(config))}, indent=1) + "\n")
+            state_path.write_text(
+                json.dumps({"best_ratio": best, "best_steps": steps, "config": _plain(asdict(config))}, indent=1) + "\n"
+            )
         return ratio
 
     class KeepBest(BaseCallback):
@@ -207,23 +278,35 @@ def train_policy(cost_model: CostModel, out: Path, config: TrainConfig, profile:
             self.logger.record("eval/ratio_to_greedy", evaluate(self.num_timesteps))
 
     if not resumed and config.imitation_episodes:
-        greedy_steps = demonstrations(ShardingEnv(cost_model, config.tasks, config.env, communication),
-                                      config.imitation_episodes, config.seed + 2)
+        greedy_steps = demonstrations(
+            ShardingEnv(cost_model, config.tasks, config.env, communication), config.imitation_episodes, config.seed + 2
+        )
         agreement = clone(model.policy, greedy_steps, config.imitation_epochs, seed=config.seed)
         ratio = evaluate(0)
-        log(f"cloned greedy placement ({len(greedy_steps):,} steps of {config.imitation_episodes} episodes): "
-            f"the actor picks greedy's device on {agreement:.1%} of them; {ratio:.4f}x greedy on held-out tasks")
+        log(
+            f"cloned greedy placement ({len(greedy_steps):,} steps of {config.imitation_episodes} episodes): "
+            f"the actor picks greedy's device on {agreement:.1%} of them; {ratio:.4f}x greedy on held-out tasks"
+        )
 
     keep_best = KeepBest()
-    callbacks = CallbackList([CheckpointCallback(max(config.checkpoint_every // config.envs, 1),
-                                                 str(out / CHECKPOINTS), name_prefix="ppo"), keep_best])
+    callbacks = CallbackList(
+        [
+            CheckpointCallback(
+                max(config.checkpoint_every // config.envs, 1), str(out / CHECKPOINTS), name_prefix="ppo"
+            ),
+            keep_best,
+        ]
+    )
     remaining = config.steps - model.num_timesteps
     if remaining <= 0:
-        log(f"the run is at {model.num_timesteps:,} steps, --steps {config.steps:,}: nothing to train "
-            "(raise --steps to train on)")
+        log(
+            f"the run is at {model.num_timesteps:,} steps, --steps {config.steps:,}: nothing to train "
+            "(raise --steps to train on)"
+        )
     if remaining > 0:
-        model.learn(remaining, callback=callbacks, reset_num_timesteps=not resume, progress_bar=progress_bar,
-                    tb_log_name="ppo")
+        model.learn(
+            remaining, callback=callbacks, reset_num_timesteps=not resume, progress_bar=progress_bar, tb_log_name="ppo"
+        )
         keep_best.evaluate()
     env.close()
     return DevicePolicy.load(out / POLICY_FILE)
@@ -239,12 +322,17 @@ def _same_settings(recorded: dict | None, config: TrainConfig, where: Path) -> N
     if recorded is None:
         return  # a run from before settings were recorded
     now = _plain(asdict(config))
-    changed = [f"{key}: {recorded.get(key)!r} then, {now[key]!r} now" for key in now
-               if key not in RESUMABLE_CHANGES and recorded.get(key) != now[key]]
+    changed = [
+        f"{key}: {recorded.get(key)!r} then, {now[key]!r} now"
+        for key in now
+        if key not in RESUMABLE_CHANGES and recorded.get(key) != now[key]
+    ]
     if changed:
-        raise InputError("--resume", f"the run in {where.parent} was started with other settings ({'; '.join(changed)})",
-                         "resume with the options it was started with (its training.json), or pass --fresh "
-                         "to discard it")
+        raise InputError(
+            "--resume",
+            f"the run in {where.parent} was started with other settings ({'; '.join(changed)})",
+            "resume with the options it was started with (its training.json), or pass --fresh to discard it",
+        )
 
 
 def _forget_previous_run(out: Path, checkpoints: list[Path]) -> None:

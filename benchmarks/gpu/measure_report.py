@@ -54,11 +54,13 @@ def task_plans(task: dict) -> tuple[list[ShardingPlan], int]:
     """The task's plans as the report holds them, and its batch size."""
     workload, _ = workload_from_dict(task["workload"])
     tables = {t.name: t for t in workload.tables}
+
     def device(names: list[str]) -> DevicePlan:
         return DevicePlan(tuple(shard_of(n, tables, task["task"]) for n in names), 0.0)
 
-    plans = [ShardingPlan(row["planner"], tuple(device(names) for names in row["devices"]), 0.0)
-             for row in task["planners"]]
+    plans = [
+        ShardingPlan(row["planner"], tuple(device(names) for names in row["devices"]), 0.0) for row in task["planners"]
+    ]
     return plans, workload.batch_size
 
 
@@ -67,9 +69,18 @@ def task_result(task: dict, measured: dict) -> TaskResult:
     workload, topology = workload_from_dict(task["workload"])
     plans, _ = task_plans(task)
     rounds = {p["planner"]: p for p in measured["planners"]}
-    found = tuple(MeasuredPlan(p.planner, tuple(rounds[p.planner]["measured_device_ms"]),
-                               statistics.median(rounds[p.planner]["round_max_ms"]), 0.0, 1.0, (math.nan, math.nan),
-                               tuple(rounds[p.planner]["round_max_ms"])) for p in plans)
+    found = tuple(
+        MeasuredPlan(
+            p.planner,
+            tuple(rounds[p.planner]["measured_device_ms"]),
+            statistics.median(rounds[p.planner]["round_max_ms"]),
+            0.0,
+            1.0,
+            (math.nan, math.nan),
+            tuple(rounds[p.planner]["round_max_ms"]),
+        )
+        for p in plans
+    )
     return TaskResult(Task(task["task"], workload, topology), Comparison(tuple(plans), (), ()), found, "cost_greedy")
 
 
@@ -88,35 +99,63 @@ def summary(measured: dict, report: dict) -> dict:
         lowest = min(predicted[m.planner] for m in result.measured if m.planner in HEURISTICS)
         for against, out in zip(best[-1], held_out[-1]):
             measured_max = next(m.max_ms for m in result.measured if m.planner == against.planner)
-            rows.append({"task": entry["task"], "planner": against.planner, "heuristic": against.heuristic,
-                         "measured_max_ms": measured_max, "predicted_max_ms": predicted[against.planner],
-                         "ratio": against.ratio, "ci95": list(against.ci95), "verdict": against.verdict,
-                         "predicted_ratio": predicted[against.planner] / lowest,
-                         "held_out_ratio": out.ratio, "held_out_verdict": out.verdict})
+            rows.append(
+                {
+                    "task": entry["task"],
+                    "planner": against.planner,
+                    "heuristic": against.heuristic,
+                    "measured_max_ms": measured_max,
+                    "predicted_max_ms": predicted[against.planner],
+                    "ratio": against.ratio,
+                    "ci95": list(against.ci95),
+                    "verdict": against.verdict,
+                    "predicted_ratio": predicted[against.planner] / lowest,
+                    "held_out_ratio": out.ratio,
+                    "held_out_verdict": out.verdict,
+                }
+            )
     means = suite_summary(best)
     for name, got in means.items():
         got["geomean_predicted"] = geomean([r["predicted_ratio"] for r in rows if r["planner"] == name])
         got["held_out"] = suite_summary(held_out)[name]
     for r in rows:
-        print(f"{r['task']:>20} {r['planner']:>12} vs {r['heuristic']:<18} measured {r['ratio']:.3f} "
-              f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] {r['verdict']:<6} predicted {r['predicted_ratio']:.3f} "
-              f"held out {r['held_out_ratio']:.3f} ({r['measured_max_ms']:.3f} ms measured, "
-              f"{r['predicted_max_ms']:.3f} predicted)")
+        print(
+            f"{r['task']:>20} {r['planner']:>12} vs {r['heuristic']:<18} measured {r['ratio']:.3f} "
+            f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] {r['verdict']:<6} predicted {r['predicted_ratio']:.3f} "
+            f"held out {r['held_out_ratio']:.3f} ({r['measured_max_ms']:.3f} ms measured, "
+            f"{r['predicted_max_ms']:.3f} predicted)"
+        )
     for name, m in means.items():
-        print(f"{name}: measured {m['geomean_vs_best_heuristic']:.3f} of the best heuristic (predicted "
-              f"{m['geomean_predicted']:.3f}; held out {m['held_out']['geomean_vs_best_heuristic']:.3f}), "
-              f"{m['faster']} faster / {m['tie']} tie / {m['slower']} slower")
-    return {"measured": measured.get("report"), "device": measured.get("device"), "mode": measured.get("mode"),
-            "rounds": measured.get("rounds"), "rows": rows, "by_planner": means}
+        print(
+            f"{name}: measured {m['geomean_vs_best_heuristic']:.3f} of the best heuristic (predicted "
+            f"{m['geomean_predicted']:.3f}; held out {m['held_out']['geomean_vs_best_heuristic']:.3f}), "
+            f"{m['faster']} faster / {m['tie']} tie / {m['slower']} slower"
+        )
+    return {
+        "measured": measured.get("report"),
+        "device": measured.get("device"),
+        "mode": measured.get("mode"),
+        "rounds": measured.get("rounds"),
+        "rows": rows,
+        "by_planner": means,
+    }
 
 
 def merged(measured: dict, report: dict) -> dict:
     """``report`` with each plan's measured device costs (``measured_device_ms``) from ``measured``."""
     rows = {(t["task"], p["planner"]): p["measured_device_ms"] for t in measured["tasks"] for p in t["planners"]}
-    return {**report, "tasks": [
-        {**task, "planners": [{**row, "measured_device_ms": rows.get((task["task"], row["planner"]))}
-                              for row in task["planners"]]}
-        for task in report["tasks"]]}
+    return {
+        **report,
+        "tasks": [
+            {
+                **task,
+                "planners": [
+                    {**row, "measured_device_ms": rows.get((task["task"], row["planner"]))} for row in task["planners"]
+                ],
+            }
+            for task in report["tasks"]
+        ],
+    }
 
 
 def device_errors(measured: dict, report: dict, model_dir: Path) -> dict:
@@ -139,24 +178,32 @@ def device_errors(measured: dict, report: dict, model_dir: Path) -> dict:
                     logs.setdefault(task["task"], {})[tuple(sorted(t.name for t in tables))] = math.log(ms / predicted)
     every = np.array([v for found in logs.values() for v in found.values()])
     centred = np.concatenate([np.array(list(f.values())) - np.median(list(f.values())) for f in logs.values()])
-    return {"device_sets": len(every), "mape": float(np.mean(np.abs(np.exp(-every) - 1))),
-            "median_measured_over_predicted": float(np.exp(np.median(every))),
-            "within_task_mad_sigma": mad_sigma(centred)}
+    return {
+        "device_sets": len(every),
+        "mape": float(np.mean(np.abs(np.exp(-every) - 1))),
+        "median_measured_over_predicted": float(np.exp(np.median(every))),
+        "within_task_mad_sigma": mad_sigma(centred),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("report", type=Path, nargs="?")
     parser.add_argument("--summary", type=Path, help="Summarise a file this script wrote.")
-    parser.add_argument("--model", type=Path, help="With --summary and the report: the model's error on each "
-                                                   "measured device set.")
+    parser.add_argument(
+        "--model", type=Path, help="With --summary and the report: the model's error on each measured device set."
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--mode", default="embedding_bag")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--row-cap-mb", type=int, default=128)
     parser.add_argument("--seconds", type=float, default=1e9)
-    parser.add_argument("--merged", type=Path, help="With --summary and the report: write the report with the "
-                                                    "measured devices in it (for `autoshard cost errors`).")
+    parser.add_argument(
+        "--merged",
+        type=Path,
+        help="With --summary and the report: write the report with the "
+        "measured devices in it (for `autoshard cost errors`).",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.summary:
@@ -186,10 +233,20 @@ def main() -> None:
             continue
         plans, batch = task_plans(task)
         measured = measure_plans(plans, batch, config, args.rounds)
-        out["tasks"].append({"task": task["task"], "planners": [
-            {"planner": row["planner"], "predicted_max_ms": row["predicted_max_ms"],
-             "round_max_ms": list(m.round_max_ms), "measured_device_ms": list(m.device_ms)}
-            for row, m in zip(task["planners"], measured)]})
+        out["tasks"].append(
+            {
+                "task": task["task"],
+                "planners": [
+                    {
+                        "planner": row["planner"],
+                        "predicted_max_ms": row["predicted_max_ms"],
+                        "round_max_ms": list(m.round_max_ms),
+                        "measured_device_ms": list(m.device_ms),
+                    }
+                    for row, m in zip(task["planners"], measured)
+                ],
+            }
+        )
         args.out.write_text(json.dumps(out, indent=1) + "\n")
         line = ", ".join(f"{m.planner} {m.max_ms:.3f}" for m in measured)
         print(f"{task['task']} ({time.monotonic() - started:.0f} s): {line}", flush=True)

@@ -22,9 +22,9 @@ own device into ``OUT.rank<r>.part``; rank 0 then gathers all parts into ``OUT``
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -64,22 +64,33 @@ class CollectConfig:
 
     def __post_init__(self) -> None:
         valid_optimizers = {o.value for o in Optimizer}
-        checks = [("precisions", bool(self.precisions) and set(self.precisions) <= {1, 2, 4, 8}, "1, 2, 4 or 8"),
-                  ("optimizers", bool(self.optimizers) and set(self.optimizers) <= valid_optimizers,
-                   " or ".join(sorted(valid_optimizers))),
-                  ("samples", self.samples >= 0, ">= 0"), ("max_tables", self.max_tables >= 1, ">= 1"),
-                  ("large_samples", self.large_samples >= 0, ">= 0"),
-                  ("large_max_tables", self.large_samples == 0 or self.large_max_tables > self.max_tables,
-                   f"above --max-tables ({self.max_tables})"),
-                  ("passes", self.passes >= 1, ">= 1"), ("test_fraction", 0 <= self.test_fraction <= 1, "in [0, 1]"),
-                  ("set_memory_gb", self.set_memory_gb > 0, "> 0"),
-                  ("batch_sizes", all(b >= 1 for b in self.batch_sizes), "integers >= 1"),
-                  ("column_shard_share", 0 <= self.column_shard_share <= 1, "in [0, 1]")]
+        checks = [
+            ("precisions", bool(self.precisions) and set(self.precisions) <= {1, 2, 4, 8}, "1, 2, 4 or 8"),
+            (
+                "optimizers",
+                bool(self.optimizers) and set(self.optimizers) <= valid_optimizers,
+                " or ".join(sorted(valid_optimizers)),
+            ),
+            ("samples", self.samples >= 0, ">= 0"),
+            ("max_tables", self.max_tables >= 1, ">= 1"),
+            ("large_samples", self.large_samples >= 0, ">= 0"),
+            (
+                "large_max_tables",
+                self.large_samples == 0 or self.large_max_tables > self.max_tables,
+                f"above --max-tables ({self.max_tables})",
+            ),
+            ("passes", self.passes >= 1, ">= 1"),
+            ("test_fraction", 0 <= self.test_fraction <= 1, "in [0, 1]"),
+            ("set_memory_gb", self.set_memory_gb > 0, "> 0"),
+            ("batch_sizes", all(b >= 1 for b in self.batch_sizes), "integers >= 1"),
+            ("column_shard_share", 0 <= self.column_shard_share <= 1, "in [0, 1]"),
+        ]
         for name, ok, valid in checks:
             if not ok:
                 option = "--" + name.replace("_", "-")
-                raise InputError(option, f"must be {valid}, got {getattr(self, name)!r}",
-                                 "see `autoshard bench collect --help`")
+                raise InputError(
+                    option, f"must be {valid}, got {getattr(self, name)!r}", "see `autoshard bench collect --help`"
+                )
 
     @property
     def plan_dict(self) -> dict:
@@ -113,17 +124,23 @@ def collection_pool(config: CollectConfig) -> TablePool:
 
     def vary(table: Table, index: int) -> Table:
         rng = np.random.default_rng([config.seed, 1_000_003, index])
-        return replace(table, bytes_per_element=int(rng.choice(config.precisions)),
-                       optimizer=Optimizer(str(rng.choice(config.optimizers))))
+        return replace(
+            table,
+            bytes_per_element=int(rng.choice(config.precisions)),
+            optimizer=Optimizer(str(rng.choice(config.optimizers))),
+        )
 
     varied = [vary(t, i) for i, t in enumerate(pool.all)]
-    return TablePool(tuple(varied[:len(pool.train)]), tuple(varied[len(pool.train):]))
+    return TablePool(tuple(varied[: len(pool.train)]), tuple(varied[len(pool.train) :]))
 
 
 def sample_specs(config: CollectConfig, pool: TablePool) -> list[SampleSpec]:
     """Every sample of the collection plan, in id order."""
-    specs = [SampleSpec(i, "single", pool.split_of(t.name), (t,), _batch_of(config, i)) for i, t in
-             enumerate(pool.all)] if config.singles else []
+    specs = (
+        [SampleSpec(i, "single", pool.split_of(t.name), (t,), _batch_of(config, i)) for i, t in enumerate(pool.all)]
+        if config.singles
+        else []
+    )
     budget = config.set_memory_gb * 1024**3
     ranges = [(1, config.max_tables)] * config.samples
     ranges += [(config.max_tables + 1, config.large_max_tables)] * config.large_samples
@@ -142,8 +159,9 @@ def sample_specs(config: CollectConfig, pool: TablePool) -> list[SampleSpec]:
                 used += cost
             if len(chosen) == size:
                 break
-        specs.append(SampleSpec(sample_id, "set", split, _column_shards(config, sample_id, chosen),
-                                _batch_of(config, sample_id)))
+        specs.append(
+            SampleSpec(sample_id, "set", split, _column_shards(config, sample_id, chosen), _batch_of(config, sample_id))
+        )
     return specs
 
 
@@ -159,8 +177,11 @@ def _column_shards(config: CollectConfig, sample_id: int, tables: list[Table]) -
     rng = np.random.default_rng([config.seed, sample_id, 3_000_017])
     out = []
     for table in tables:
-        widths = [table.embedding_dim // k for k in SHARD_PARTS
-                  if table.embedding_dim % k == 0 and table.embedding_dim // k >= MIN_SHARD_COLUMNS]
+        widths = [
+            table.embedding_dim // k
+            for k in SHARD_PARTS
+            if table.embedding_dim % k == 0 and table.embedding_dim // k >= MIN_SHARD_COLUMNS
+        ]
         if rng.random() < config.column_shard_share and widths:
             table = TableShard(table, 0, int(rng.choice(widths))).as_table
         out.append(table)
@@ -179,12 +200,14 @@ def _world() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def collect(config: CollectConfig, out: Path,
-            on_progress: Callable[[int, int], None] = lambda done, total: None) -> int:
+def collect(
+    config: CollectConfig, out: Path, on_progress: Callable[[int, int], None] = lambda done, total: None
+) -> int:
     """Measure every (sample, pass) not yet in ``out``; returns how many were measured now."""
     rank, world = _world()
     if world > 1:
         import torch.distributed as dist
+
         dist.init_process_group("gloo")
     bench = config.bench
     if bench.device.startswith("cuda") and world > 1:
@@ -192,17 +215,28 @@ def collect(config: CollectConfig, out: Path,
     pool = collection_pool(config)
     check_benchable(pool.all, bench.mode)
     profile = detect_profile(bench.device, bench.mode, bench.threads)
-    bench_dict = {**asdict(bench), "mode": bench.mode.value, "device": bench.device.split(":")[0],
-                  "malloc_settings": malloc_settings_active()}
+    bench_dict = {
+        **asdict(bench),
+        "mode": bench.mode.value,
+        "device": bench.device.split(":")[0],
+        "malloc_settings": malloc_settings_active(),
+    }
     specs = sample_specs(config, pool)
     pool_names = {t.name for t in pool.all}
     shards = {t.name: (t, "shard") for s in specs for t in s.tables if t.name not in pool_names}
-    header = make_header(profile, bench_dict, config.plan_dict,
-                         [(t, "train") for t in pool.train] + [(t, "test") for t in pool.test] + list(shards.values()))
+    header = make_header(
+        profile,
+        bench_dict,
+        config.plan_dict,
+        [(t, "train") for t in pool.train] + [(t, "test") for t in pool.test] + list(shards.values()),
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     target = out if world == 1 else out.with_name(f"{out.name}.rank{rank}.part")
-    gathered = ({(l["id"], l["pass"]) for l in iter_lines(out) if l.get("type") == "sample"}
-                if world > 1 and has_header(out, header) else set())  # samples earlier runs gathered
+    gathered = (
+        {(l["id"], l["pass"]) for l in iter_lines(out) if l.get("type") == "sample"}
+        if world > 1 and has_header(out, header)
+        else set()
+    )  # samples earlier runs gathered
     done = measured_passes(target, header) | gathered
     specs = [s for s in specs if s.id % world == rank]
     todo = [(p, s) for p in range(config.passes) for s in specs if (s.id, p) not in done]
@@ -213,12 +247,25 @@ def collect(config: CollectConfig, out: Path,
     writer = TraceWriter(target, header)
     try:
         for pass_index, spec in todo:
-            m = measure(spec.tables, replace(bench, batch_size=spec.batch_size),
-                        seed=config.seed * 1_000_003 + spec.id * 101 + pass_index)
-            writer.append({"type": "sample", "id": spec.id, "pass": pass_index, "kind": spec.kind,
-                           "split": spec.split, "tables": [t.name for t in spec.tables], "batch": spec.batch_size,
-                           "fwd": m.forward.to_dict(), "bwd": m.backward.to_dict(),
-                           "total": m.total.to_dict()})
+            m = measure(
+                spec.tables,
+                replace(bench, batch_size=spec.batch_size),
+                seed=config.seed * 1_000_003 + spec.id * 101 + pass_index,
+            )
+            writer.append(
+                {
+                    "type": "sample",
+                    "id": spec.id,
+                    "pass": pass_index,
+                    "kind": spec.kind,
+                    "split": spec.split,
+                    "tables": [t.name for t in spec.tables],
+                    "batch": spec.batch_size,
+                    "fwd": m.forward.to_dict(),
+                    "bwd": m.backward.to_dict(),
+                    "total": m.total.to_dict(),
+                }
+            )
             measured += 1
             on_progress(total - len(todo) + measured, total)
     finally:
@@ -231,6 +278,7 @@ def collect(config: CollectConfig, out: Path,
 def _gather(out: Path, header: dict, world: int, rank: int) -> None:
     """Rank 0 merges every rank's part into ``out`` (after a barrier), then removes the parts."""
     import torch.distributed as dist
+
     dist.barrier()
     if rank == 0:
         parts = [out.with_name(f"{out.name}.rank{r}.part") for r in range(world)]

@@ -13,8 +13,8 @@ import socket
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -54,16 +54,16 @@ def _worker(rank: int, world: int, port: int, sizes_mb: Sequence[float], repeats
         Path(out).write_text(json.dumps(medians))
 
 
-def measure_all_to_all(world_size: int = 2, sizes_mb: Sequence[float] = SIZES_MB, repeats: int = 10,
-                       device: str = "cpu") -> tuple[CommunicationModel, list[tuple[int, float]]]:
+def measure_all_to_all(
+    world_size: int = 2, sizes_mb: Sequence[float] = SIZES_MB, repeats: int = 10, device: str = "cpu"
+) -> tuple[CommunicationModel, list[tuple[int, float]]]:
     """The fitted model and the (bytes, median ms) points it was fitted on."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "points.json")
-        mp.spawn(_worker, args=(world_size, port, tuple(sizes_mb), repeats, out, device == "cuda"),
-                 nprocs=world_size)
+        mp.spawn(_worker, args=(world_size, port, tuple(sizes_mb), repeats, out, device == "cuda"), nprocs=world_size)
         points = [tuple(p) for p in json.loads(Path(out).read_text())]
     x = np.array([[1.0, b / 1e6] for b, _ in points])
     y = np.array([ms for _, ms in points])

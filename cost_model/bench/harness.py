@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -34,8 +34,11 @@ DEFAULT_ROW_CAP_BYTES = 128 * 1024**2
 # bytes -> SparseType name, and optimizer -> EmbOptimType name. INT8/FP8 weights have no CPU
 # backward kernel, BF16 no CPU forward kernel, and there is no fp64 SparseType.
 TBE_PRECISIONS = {4: "FP32", 2: "FP16"}
-TBE_OPTIMIZERS = {Optimizer.SGD: "EXACT_SGD", Optimizer.ROWWISE_ADAGRAD: "EXACT_ROWWISE_ADAGRAD",
-                  Optimizer.ADAGRAD: "EXACT_ADAGRAD"}
+TBE_OPTIMIZERS = {
+    Optimizer.SGD: "EXACT_SGD",
+    Optimizer.ROWWISE_ADAGRAD: "EXACT_ROWWISE_ADAGRAD",
+    Optimizer.ADAGRAD: "EXACT_ADAGRAD",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +62,7 @@ class Stats:
     n: int
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> "Stats":
+    def of(cls, values: Sequence[float]) -> Stats:
         if len(values) >= 2:
             q = statistics.quantiles(values, n=4, method="inclusive")
             iqr = q[2] - q[0]
@@ -71,7 +74,7 @@ class Stats:
         return {"median": round(self.median, 5), "iqr": round(self.iqr, 5), "n": self.n}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Stats":
+    def from_dict(cls, data: dict) -> Stats:
         return cls(float(data["median"]), float(data["iqr"]), int(data["n"]))
 
 
@@ -90,12 +93,19 @@ def check_benchable(tables: Sequence[Table], mode: ExecutionMode) -> None:
     hint = "" if tbe else ", or benchmark with --mode fbgemm_tbe (fp16, rowwise_adagrad and adagrad)"
     for i, t in enumerate(tables):
         if t.bytes_per_element not in precisions:
-            raise InputError("bytes_per_element", f"table {t.name!r}: {mode.value} cannot train "
-                             f"{t.bytes_per_element}-byte weights", f"use bytes_per_element "
-                             f"{' or '.join(map(str, precisions))}{hint}", where=f"tables[{i}]")
+            raise InputError(
+                "bytes_per_element",
+                f"table {t.name!r}: {mode.value} cannot train {t.bytes_per_element}-byte weights",
+                f"use bytes_per_element {' or '.join(map(str, precisions))}{hint}",
+                where=f"tables[{i}]",
+            )
         if t.optimizer not in optimizers:
-            raise InputError("optimizer", f"table {t.name!r}: {mode.value} cannot run {t.optimizer.value}",
-                             f"use {' or '.join(o.value for o in optimizers)}{hint}", where=f"tables[{i}]")
+            raise InputError(
+                "optimizer",
+                f"table {t.name!r}: {mode.value} cannot run {t.optimizer.value}",
+                f"use {' or '.join(o.value for o in optimizers)}{hint}",
+                where=f"tables[{i}]",
+            )
 
 
 def groups(tables: Sequence[Table]) -> list[tuple[Table, ...]]:
@@ -106,8 +116,9 @@ def groups(tables: Sequence[Table]) -> list[tuple[Table, ...]]:
     return [tuple(g) for g in out.values()]
 
 
-def make_batch(tables: Sequence[Table], config: BenchConfig,
-               rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def make_batch(
+    tables: Sequence[Table], config: BenchConfig, rng: np.random.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Indices and offsets in TBE layout (table-major bags), drawn from each table's distribution."""
     all_indices, all_lengths = [], []
     for table in tables:
@@ -117,8 +128,10 @@ def make_batch(tables: Sequence[Table], config: BenchConfig,
         all_lengths.append(lengths)
     lengths = np.concatenate(all_lengths)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    return (torch.from_numpy(np.concatenate(all_indices)).to(config.device),
-            torch.from_numpy(offsets).to(config.device))
+    return (
+        torch.from_numpy(np.concatenate(all_indices)).to(config.device),
+        torch.from_numpy(offsets).to(config.device),
+    )
 
 
 Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -139,10 +152,15 @@ def _build_tbe(tables: Sequence[Table], config: BenchConfig) -> tuple[Step, Call
     ops, bounds, start = [], [], 0
     for group in groups(tables):
         specs = [(physical_rows(t, config.row_cap_bytes), t.embedding_dim, location, compute) for t in group]
-        ops.append(SplitTableBatchedEmbeddingBagsCodegen(
-            specs, optimizer=EmbOptimType[TBE_OPTIMIZERS[group[0].optimizer]],
-            weights_precision=SparseType[TBE_PRECISIONS[group[0].bytes_per_element]],
-            learning_rate=config.learning_rate, device=torch.device(config.device)))
+        ops.append(
+            SplitTableBatchedEmbeddingBagsCodegen(
+                specs,
+                optimizer=EmbOptimType[TBE_OPTIMIZERS[group[0].optimizer]],
+                weights_precision=SparseType[TBE_PRECISIONS[group[0].bytes_per_element]],
+                learning_rate=config.learning_rate,
+                device=torch.device(config.device),
+            )
+        )
         bounds.append((start * config.batch_size, (start + len(group)) * config.batch_size))
         start += len(group)
 
@@ -152,15 +170,19 @@ def _build_tbe(tables: Sequence[Table], config: BenchConfig) -> tuple[Step, Call
         outs = []
         for op, (first, last) in zip(ops, bounds):  # the group's bags: offsets[first : last + 1]
             begin = offsets[first]
-            outs.append(op(indices[begin:offsets[last]], offsets[first:last + 1] - begin))
+            outs.append(op(indices[begin : offsets[last]], offsets[first : last + 1] - begin))
         return torch.cat(outs, dim=1)
 
     return forward, (lambda out: out.backward(torch.ones_like(out)))
 
 
 def _build_embedding_bags(tables: Sequence[Table], config: BenchConfig) -> tuple[Step, Callable[[torch.Tensor], None]]:
-    bags = [torch.nn.EmbeddingBag(physical_rows(t, config.row_cap_bytes), t.embedding_dim,
-                                  mode="sum", sparse=True, device=config.device) for t in tables]
+    bags = [
+        torch.nn.EmbeddingBag(
+            physical_rows(t, config.row_cap_bytes), t.embedding_dim, mode="sum", sparse=True, device=config.device
+        )
+        for t in tables
+    ]
     optimizer = torch.optim.SGD([p for b in bags for p in b.parameters()], lr=config.learning_rate)
     batch = config.batch_size
 
@@ -168,7 +190,7 @@ def _build_embedding_bags(tables: Sequence[Table], config: BenchConfig) -> tuple
         outs = []
         for i, bag in enumerate(bags):  # bags of table i are offsets[i*B : (i+1)*B + 1]
             start, end = offsets[i * batch], offsets[(i + 1) * batch]
-            outs.append(bag(indices[start:end], offsets[i * batch:(i + 1) * batch] - start))
+            outs.append(bag(indices[start:end], offsets[i * batch : (i + 1) * batch] - start))
         return torch.cat(outs, dim=1)
 
     def backward(out: torch.Tensor) -> None:

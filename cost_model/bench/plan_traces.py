@@ -11,9 +11,9 @@ together (``cost_model.traces.store.merge_traces``). Every sample is ``kind: "pl
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 from autoshard.core.errors import InputError
 from autoshard.core.types import DeviceSet, Table
@@ -42,17 +42,30 @@ def check_same_machine(here: DeviceProfile, anchors: DeviceProfile) -> None:
     if here.id == anchors.id:
         return
     if anchors.cpu is None and here.cpu is not None and replace(here, cpu=None).id == anchors.id:
-        raise InputError("traces", f"this machine is profile {here.id}; the anchor traces ({anchors.id}) were recorded "
-                         "before traces named the CPU's family and model, so they cannot tell whether this machine "
-                         "is theirs", "collect anchor traces here (`autoshard bench collect`) and measure plan sets "
-                         "against them; `autoshard bench drift` tells how this machine compares with the old ones")
-    raise InputError("traces", f"this machine is profile {here.id}, the anchor traces are {anchors.id}",
-                     "measure plan sets on the machine (and with the mode) the anchor traces came from")
+        raise InputError(
+            "traces",
+            f"this machine is profile {here.id}; the anchor traces ({anchors.id}) were recorded "
+            "before traces named the CPU's family and model, so they cannot tell whether this machine "
+            "is theirs",
+            "collect anchor traces here (`autoshard bench collect`) and measure plan sets "
+            "against them; `autoshard bench drift` tells how this machine compares with the old ones",
+        )
+    raise InputError(
+        "traces",
+        f"this machine is profile {here.id}, the anchor traces are {anchors.id}",
+        "measure plan sets on the machine (and with the mode) the anchor traces came from",
+    )
 
 
-def collect_plan_sets(memberships: Sequence[DeviceSet], anchors: TraceSet,
-                      split: str, out: Path, passes: int, plan: dict,
-                      on_progress: Callable[[int, int], None] = lambda done, total: None) -> int:
+def collect_plan_sets(
+    memberships: Sequence[DeviceSet],
+    anchors: TraceSet,
+    split: str,
+    out: Path,
+    passes: int,
+    plan: dict,
+    on_progress: Callable[[int, int], None] = lambda done, total: None,
+) -> int:
     """Measure every distinct set of ``memberships`` (``passes`` times, pass by pass) into ``out``
     with the benchmark settings of ``anchors``; ``plan`` (how the sets were made) goes into the
     header, so that a resume with other settings is refused. Returns how many were measured now."""
@@ -62,8 +75,12 @@ def collect_plan_sets(memberships: Sequence[DeviceSet], anchors: TraceSet,
     profile = detect_profile(bench.device, bench.mode, bench.threads)
     check_same_machine(profile, anchors.profile)
     bench_dict = {**asdict(bench), "mode": bench.mode.value, "malloc_settings": malloc_settings_active()}
-    header = make_header(profile, bench_dict, plan, [(t, split) for t in
-                                                     sorted({t for tables, _, _ in sets for t in tables}, key=lambda t: t.name)])
+    header = make_header(
+        profile,
+        bench_dict,
+        plan,
+        [(t, split) for t in sorted({t for tables, _, _ in sets for t in tables}, key=lambda t: t.name)],
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     done = measured_passes(out, header)
     todo = [(p, i) for p in range(passes) for i in range(len(sets)) if (i, p) not in done]
@@ -76,9 +93,21 @@ def collect_plan_sets(memberships: Sequence[DeviceSet], anchors: TraceSet,
         for pass_index, i in todo:
             tables, batch, members = sets[i]
             m = measure(tables, replace(bench, batch_size=batch), seed=1_000_003 * (pass_index + 1) + i)
-            writer.append({"type": "sample", "id": i, "pass": pass_index, "kind": "plan", "split": split,
-                           "tables": [t.name for t in tables], "batch": batch, "plans": [list(p) for p in members],
-                           "fwd": m.forward.to_dict(), "bwd": m.backward.to_dict(), "total": m.total.to_dict()})
+            writer.append(
+                {
+                    "type": "sample",
+                    "id": i,
+                    "pass": pass_index,
+                    "kind": "plan",
+                    "split": split,
+                    "tables": [t.name for t in tables],
+                    "batch": batch,
+                    "plans": [list(p) for p in members],
+                    "fwd": m.forward.to_dict(),
+                    "bwd": m.backward.to_dict(),
+                    "total": m.total.to_dict(),
+                }
+            )
             measured += 1
             on_progress(total - len(todo) + measured, total)
     finally:

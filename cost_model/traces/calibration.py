@@ -48,17 +48,26 @@ def estimate_calibration(path: Path, model: NeuralCostModel, model_name: str, ma
     """The factor of ``path``'s raw measurements against ``model`` on the file's anchor sets."""
     traces = read_traces(path, calibrated=False)
     if traces.profile.id != model.profile.id:
-        raise InputError("traces", f"traces of profile {traces.profile.id}, the model is {model.profile.id}",
-                         "calibrate against the model of the traces' own profile")
+        raise InputError(
+            "traces",
+            f"traces of profile {traces.profile.id}, the model is {model.profile.id}",
+            "calibrate against the model of the traces' own profile",
+        )
     covered = (lambda t: True) if model.ranges is None else model.ranges.covers
     anchors = [s for s in traces.samples if len(s.tables) <= max_tables and all(map(covered, s.tables))]
     if len(anchors) < MIN_ANCHORS:
-        raise InputError("max_tables", f"{len(anchors)} sets of at most {max_tables} tables within the model's trained "
-                         f"ranges in {path}: too few anchors "
-                         f"(at least {MIN_ANCHORS})", "raise --max-tables, or collect with small sets (--max-tables 10)")
+        raise InputError(
+            "max_tables",
+            f"{len(anchors)} sets of at most {max_tables} tables within the model's trained "
+            f"ranges in {path}: too few anchors "
+            f"(at least {MIN_ANCHORS})",
+            "raise --max-tables, or collect with small sets (--max-tables 10)",
+        )
     ratios = [s.cost_ms / model.predict(s.tables, s.batch_size) for s in anchors]
     low, high = np.quantile(ratios, [0.25, 0.75])
-    return Calibration(float(statistics.median(ratios)), len(anchors), (float(low), float(high)), max_tables, model_name)
+    return Calibration(
+        float(statistics.median(ratios)), len(anchors), (float(low), float(high)), max_tables, model_name
+    )
 
 
 def calibration_from_drift(path: Path, checks: list[tuple[str, dict]]) -> Calibration:
@@ -71,22 +80,39 @@ def calibration_from_drift(path: Path, checks: list[tuple[str, dict]]) -> Calibr
             this_cpu, alike, same = check["this_cpu"], check["sets_alike"], check["same_device"]
             ratios += [float(s["ratio"]) for s in check["sets"]]
         except (KeyError, TypeError, ValueError):
-            raise InputError("--drift", f"{name} is not a report of `autoshard bench drift --json`",
-                             "pass what `autoshard bench drift --traces <profile traces> --json` prints") from None
+            raise InputError(
+                "--drift",
+                f"{name} is not a report of `autoshard bench drift --json`",
+                "pass what `autoshard bench drift --traces <profile traces> --json` prints",
+            ) from None
         if this_cpu != traces.profile.cpu or not same:
-            raise InputError("--drift", f"{name} was measured on {this_cpu!r} against traces of another machine; "
-                             f"{path} is of {traces.profile.cpu!r}",
-                             "run `bench drift` with the profile's own traces on the machine that collected the file")
+            raise InputError(
+                "--drift",
+                f"{name} was measured on {this_cpu!r} against traces of another machine; "
+                f"{path} is of {traces.profile.cpu!r}",
+                "run `bench drift` with the profile's own traces on the machine that collected the file",
+            )
         if not alike:
-            raise InputError("--drift", f"{name}: the profile's sets no longer keep their relative costs here, so no "
-                             "one factor puts this machine's timings on the profile's scale",
-                             "collect a profile on this machine instead (docs/profiles.md)")
+            raise InputError(
+                "--drift",
+                f"{name}: the profile's sets no longer keep their relative costs here, so no "
+                "one factor puts this machine's timings on the profile's scale",
+                "collect a profile on this machine instead (docs/profiles.md)",
+            )
     if len(ratios) < MIN_ANCHORS:
-        raise InputError("--drift", f"{len(ratios)} re-measured sets: too few (at least {MIN_ANCHORS})",
-                         "run `bench drift --samples 24`")
+        raise InputError(
+            "--drift",
+            f"{len(ratios)} re-measured sets: too few (at least {MIN_ANCHORS})",
+            "run `bench drift --samples 24`",
+        )
     low, high = np.quantile(ratios, [0.25, 0.75])
-    return Calibration(float(statistics.median(ratios)), len(ratios), (float(low), float(high)), 0,
-                       "bench drift: " + ", ".join(name for name, _ in checks))
+    return Calibration(
+        float(statistics.median(ratios)),
+        len(ratios),
+        (float(low), float(high)),
+        0,
+        "bench drift: " + ", ".join(name for name, _ in checks),
+    )
 
 
 def write_calibration(path: Path, calibration: Calibration) -> None:

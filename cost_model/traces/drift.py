@@ -34,8 +34,10 @@ TOLERANCE = (0.8, 1.25)
 """A median ratio outside this range means the traces no longer describe this machine; a set whose
 ratio over the median ratio is outside it has changed its cost relative to the others."""
 
-_FIXES = ("`scripts/profile_machine.sh`, an hour; or in minutes, adapt this one: `autoshard bench collect --samples 300 "
-          "--passes 3 ...` then `autoshard cost adapt`, docs/profiles.md")
+_FIXES = (
+    "`scripts/profile_machine.sh`, an hour; or in minutes, adapt this one: `autoshard bench collect --samples 300 "
+    "--passes 3 ...` then `autoshard cost adapt`, docs/profiles.md"
+)
 
 MAX_DEPARTING_SHARE = 0.25
 """More than this share of sets off the median factor: the sets' relative costs have changed."""
@@ -105,37 +107,59 @@ class Drift:
         low, high = self.ratio_range
         ratio = f"the traced sets take {self.median_ratio:.2f}x their traced time here (range {low:.2f}-{high:.2f})"
         if not self.same_device:
-            traced, this = self._described(self.traced_device, self.traced_cpu), self._described(self.this_device,
-                                                                                                 self.this_cpu)
-            return (f"{ratio}, but the traces were measured on {traced} and this machine is {this}: they do not "
-                    f"describe it; collect a profile here ({_FIXES}) before trusting predictions of this machine")
+            traced, this = (
+                self._described(self.traced_device, self.traced_cpu),
+                self._described(self.this_device, self.this_cpu),
+            )
+            return (
+                f"{ratio}, but the traces were measured on {traced} and this machine is {this}: they do not "
+                f"describe it; collect a profile here ({_FIXES}) before trusting predictions of this machine"
+            )
         if not self.within_tolerance:
-            return (f"{ratio}: outside {TOLERANCE[0]}-{TOLERANCE[1]}, this machine no longer measures like the traces; "
-                    "re-collect them (`autoshard bench collect`) and retrain before trusting predictions here")
+            return (
+                f"{ratio}: outside {TOLERANCE[0]}-{TOLERANCE[1]}, this machine no longer measures like the traces; "
+                "re-collect them (`autoshard bench collect`) and retrain before trusting predictions here"
+            )
         if not self.sets_alike:
             off = ", ".join(f"set {s.sample_id} x{s.ratio:.2f}" for s in self.departing)
-            return (f"{ratio}, but {len(self.departing)} of {len(self.sets)} sets run more than {TOLERANCE[0]}-"
-                    f"{TOLERANCE[1]}x off that factor ({off}): the sets' costs relative to each other have changed, so "
-                    "this is other hardware or a differently loaded machine and plans the model ranks may rank "
-                    f"otherwise here; collect a profile here ({_FIXES}) before trusting predictions of this machine")
+            return (
+                f"{ratio}, but {len(self.departing)} of {len(self.sets)} sets run more than {TOLERANCE[0]}-"
+                f"{TOLERANCE[1]}x off that factor ({off}): the sets' costs relative to each other have changed, so "
+                "this is other hardware or a differently loaded machine and plans the model ranks may rank "
+                f"otherwise here; collect a profile here ({_FIXES}) before trusting predictions of this machine"
+            )
         return f"{ratio}: the traces still describe this machine"
 
     def to_dict(self) -> dict:
-        return {"median_ratio": self.median_ratio, "ratio_range": list(self.ratio_range), "holds": self.holds,
-                "tolerance": list(TOLERANCE), "traced_device": self.traced_device, "this_device": self.this_device,
-                "traced_cpu": self.traced_cpu, "this_cpu": self.this_cpu, "same_device": self.same_device,
-                "sets_alike": self.sets_alike, "departing_sets": [s.sample_id for s in self.departing],
-                "max_departing_share": MAX_DEPARTING_SHARE,
-                "sets": [{"id": s.sample_id, "tables": s.tables, "then_ms": s.then_ms, "now_ms": s.now_ms,
-                          "ratio": s.ratio} for s in self.sets]}
+        return {
+            "median_ratio": self.median_ratio,
+            "ratio_range": list(self.ratio_range),
+            "holds": self.holds,
+            "tolerance": list(TOLERANCE),
+            "traced_device": self.traced_device,
+            "this_device": self.this_device,
+            "traced_cpu": self.traced_cpu,
+            "this_cpu": self.this_cpu,
+            "same_device": self.same_device,
+            "sets_alike": self.sets_alike,
+            "departing_sets": [s.sample_id for s in self.departing],
+            "max_departing_share": MAX_DEPARTING_SHARE,
+            "sets": [
+                {"id": s.sample_id, "tables": s.tables, "then_ms": s.then_ms, "now_ms": s.now_ms, "ratio": s.ratio}
+                for s in self.sets
+            ],
+        }
 
 
 def check_drift(traces: TraceSet, samples: int = 12, rounds: int = 3, seed: int = 0) -> Drift:
     """Re-measure ``samples`` seeded sets of ``traces`` in ``rounds`` interleaved rounds."""
     sets = traces.sets()
     if not sets:
-        raise InputError("traces", "the traces hold no table sets (only single tables)",
-                         "pass a trace file from `autoshard bench collect` with --samples > 0")
+        raise InputError(
+            "traces",
+            "the traces hold no table sets (only single tables)",
+            "pass a trace file from `autoshard bench collect` with --samples > 0",
+        )
     chosen = [sets[i] for i in np.random.default_rng(seed).choice(len(sets), min(samples, len(sets)), replace=False)]
     config = traces.bench_config()
     now: dict[int, list[float]] = {s.id: [] for s in chosen}
@@ -143,5 +167,10 @@ def check_drift(traces: TraceSet, samples: int = 12, rounds: int = 3, seed: int 
         for sample in chosen:
             at = replace(config, batch_size=sample.batch_size)
             now[sample.id].append(measure(sample.tables, at, seed=round_).total.median)
-    return Drift(tuple(SetDrift(s.id, len(s.tables), s.cost_ms, statistics.median(now[s.id])) for s in chosen),
-                 traces.profile.device_name, device_name(config.device), traces.profile.cpu, cpu_model(config.device))
+    return Drift(
+        tuple(SetDrift(s.id, len(s.tables), s.cost_ms, statistics.median(now[s.id])) for s in chosen),
+        traces.profile.device_name,
+        device_name(config.device),
+        traces.profile.cpu,
+        cpu_model(config.device),
+    )

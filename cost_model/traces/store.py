@@ -20,9 +20,10 @@ import gzip
 import json
 import statistics
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from autoshard.core.errors import InputError
 from autoshard.core.types import Table
@@ -80,8 +81,15 @@ class TraceSet:
     def bench_config(self) -> BenchConfig:
         """The benchmark settings these traces were measured with (on this machine's CPU)."""
         b = self.header["bench"]
-        return BenchConfig(int(b["batch_size"]), int(b["warmups"]), int(b["repeats"]), "cpu",
-                           ExecutionMode(b["mode"]), int(b["threads"]), int(b["row_cap_bytes"]))
+        return BenchConfig(
+            int(b["batch_size"]),
+            int(b["warmups"]),
+            int(b["repeats"]),
+            "cpu",
+            ExecutionMode(b["mode"]),
+            int(b["threads"]),
+            int(b["row_cap_bytes"]),
+        )
 
 
 def _open(path: Path, mode: str):
@@ -94,8 +102,11 @@ _TORN_GZIP = (EOFError, gzip.BadGzipFile, zlib.error)  # a gzip stream cut short
 def iter_lines(path: Path) -> Iterator[dict[str, Any]]:
     """Parsed lines; a last line cut short by a kill is skipped. A file that is not a trace file
     (a folder, not text, lines that are not JSON objects) is an ``InputError``."""
-    not_traces = lambda why: InputError("traces", f"{path} is not a trace file ({why})",  # noqa: E731
-                                        "pass a file written by `autoshard bench collect`")
+    not_traces = lambda why: InputError(
+        "traces",
+        f"{path} is not a trace file ({why})",  # noqa: E731
+        "pass a file written by `autoshard bench collect`",
+    )
     if path.is_dir():
         raise not_traces("a folder")
     with _open(path, "r") as f:
@@ -123,8 +134,9 @@ def read_header(path: Path) -> dict[str, Any] | None:
         if line.get("type") == "header":
             return line
         break
-    raise InputError("traces", f"{path} does not start with a trace header",
-                     "pass a file written by `autoshard bench collect`")
+    raise InputError(
+        "traces", f"{path} does not start with a trace header", "pass a file written by `autoshard bench collect`"
+    )
 
 
 def has_header(path: Path, header: dict[str, Any]) -> bool:
@@ -132,8 +144,11 @@ def has_header(path: Path, header: dict[str, Any]) -> bool:
     traces with another header are an error, so that a resume never mixes settings."""
     existing = read_header(path)
     if existing is not None and existing != header:
-        raise InputError("--out", f"{path} was collected with other settings ({_differences(existing, header)})",
-                         "use a new --out file, or the same options as before to resume")
+        raise InputError(
+            "--out",
+            f"{path} was collected with other settings ({_differences(existing, header)})",
+            "use a new --out file, or the same options as before to resume",
+        )
     return existing is not None
 
 
@@ -162,14 +177,20 @@ def measurement_from_dict(d: dict[str, Any]) -> Measurement:
 
 
 def header_tables(header: dict[str, Any]) -> dict[str, Table]:
-    return {d["name"]: table_from_dict({k: v for k, v in d.items() if k != "split"})
-            for d in header["tables"]}
+    return {d["name"]: table_from_dict({k: v for k, v in d.items() if k != "split"}) for d in header["tables"]}
 
 
-def make_header(profile: DeviceProfile, bench: dict[str, Any], plan: dict[str, Any],
-                tables: list[tuple[Table, str]]) -> dict[str, Any]:
-    header = {"type": "header", "version": TRACE_VERSION, "profile": profile.to_dict(), "bench": bench,
-              "plan": plan, "tables": [{**table_to_dict(t), "split": split} for t, split in tables]}
+def make_header(
+    profile: DeviceProfile, bench: dict[str, Any], plan: dict[str, Any], tables: list[tuple[Table, str]]
+) -> dict[str, Any]:
+    header = {
+        "type": "header",
+        "version": TRACE_VERSION,
+        "profile": profile.to_dict(),
+        "bench": bench,
+        "plan": plan,
+        "tables": [{**table_to_dict(t), "split": split} for t, split in tables],
+    }
     return json.loads(json.dumps(header))  # as it will read back, so headers compare equal
 
 
@@ -184,15 +205,21 @@ def read_traces(path: str | Path, calibrated: bool = True) -> TraceSet:
     if header is None:
         raise InputError("traces", f"{path} is empty", "collect traces into it first")
     if header.get("version") != TRACE_VERSION:
-        raise InputError("traces", f"trace version {header.get('version')} is not {TRACE_VERSION}",
-                         "re-collect the traces with this version of autoshard")
+        raise InputError(
+            "traces",
+            f"trace version {header.get('version')} is not {TRACE_VERSION}",
+            "re-collect the traces with this version of autoshard",
+        )
     try:
         return _trace_set(path, header, calibrated)
     except InputError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as error:  # a record without what traces hold
-        raise InputError("traces", f"{path} holds a malformed record ({type(error).__name__}: {error})",
-                         "pass a file written by `autoshard bench collect`") from None
+        raise InputError(
+            "traces",
+            f"{path} holds a malformed record ({type(error).__name__}: {error})",
+            "pass a file written by `autoshard bench collect`",
+        ) from None
 
 
 def _trace_set(path: Path, header: dict[str, Any], calibrated: bool) -> TraceSet:
@@ -210,10 +237,17 @@ def _trace_set(path: Path, header: dict[str, Any], calibrated: bool) -> TraceSet
     if factor != 1.0:
         grouped = {i: (first, [_scaled(m, 1 / factor) for m in ms]) for i, (first, ms) in grouped.items()}
     samples = tuple(
-        Sample(i, first["kind"], first["split"], tuple(tables[n] for n in first["tables"]), tuple(ms),
-               int(first.get("batch", default_batch)),
-               tuple((str(t), str(p), int(d)) for t, p, d in first.get("plans", ())))
-        for i, (first, ms) in sorted(grouped.items()))
+        Sample(
+            i,
+            first["kind"],
+            first["split"],
+            tuple(tables[n] for n in first["tables"]),
+            tuple(ms),
+            int(first.get("batch", default_batch)),
+            tuple((str(t), str(p), int(d)) for t, p, d in first.get("plans", ())),
+        )
+        for i, (first, ms) in sorted(grouped.items())
+    )
     return TraceSet(header, DeviceProfile.from_dict(header["profile"]), default_batch, samples)
 
 
@@ -228,12 +262,18 @@ def merge_traces(parts: list[TraceSet]) -> TraceSet:
     first = parts[0]
     for part in parts[1:]:
         if part.profile.id != first.profile.id:
-            raise InputError("traces", f"traces of profile {part.profile.id} cannot join traces of {first.profile.id}",
-                             "pass trace files of one device profile")
+            raise InputError(
+                "traces",
+                f"traces of profile {part.profile.id} cannot join traces of {first.profile.id}",
+                "pass trace files of one device profile",
+            )
     samples = [s for part in parts for s in part.samples]
-    return TraceSet(first.header, first.profile, first.batch_size,
-                    tuple(Sample(i, s.kind, s.split, s.tables, s.passes, s.batch_size, s.plans)
-                          for i, s in enumerate(samples)))
+    return TraceSet(
+        first.header,
+        first.profile,
+        first.batch_size,
+        tuple(Sample(i, s.kind, s.split, s.tables, s.passes, s.batch_size, s.plans) for i, s in enumerate(samples)),
+    )
 
 
 def _temporary(path: Path) -> Path:
@@ -267,8 +307,12 @@ class TraceWriter:
         self.path = path
         if has_header(path, header):
             if any(line.get("type") == "calibration" for line in iter_lines(path)):
-                raise InputError("out", f"{path} is calibrated (`autoshard bench calibrate`): its factor belongs to "
-                                 "the measurements already in it", "collect into a new --out file")
+                raise InputError(
+                    "out",
+                    f"{path} is calibrated (`autoshard bench calibrate`): its factor belongs to "
+                    "the measurements already in it",
+                    "collect into a new --out file",
+                )
             _drop_torn_tail(path)
         else:
             write_trace(path, header, [])

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable, Sequence
 from itertools import combinations
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -15,10 +16,15 @@ def _dist(values: list[float]) -> dict[str, float]:
     if not values:
         return {"count": 0}
     a = np.asarray(values)
-    return {"count": len(values), "mean": round(float(a.mean()), 4),
-            "p10": round(float(np.percentile(a, 10)), 4), "p50": round(float(np.median(a)), 4),
-            "p90": round(float(np.percentile(a, 90)), 4), "min": round(float(a.min()), 4),
-            "max": round(float(a.max()), 4)}
+    return {
+        "count": len(values),
+        "mean": round(float(a.mean()), 4),
+        "p10": round(float(np.percentile(a, 10)), 4),
+        "p50": round(float(np.median(a)), 4),
+        "p90": round(float(np.percentile(a, 90)), 4),
+        "min": round(float(a.min()), 4),
+        "max": round(float(a.max()), 4),
+    }
 
 
 def non_additivity(traces: TraceSet) -> tuple[list[float], list[int]]:

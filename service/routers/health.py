@@ -21,5 +21,9 @@ async def readyz(state: StateDep) -> ReadyResponse:
     """`ready` when every model loaded; `degraded` (still 200: the heuristics serve) with the
     reasons when a model is missing or corrupt."""
     reasons = state.degraded_reasons
-    return ReadyResponse(status="degraded" if reasons else "ready", reasons=reasons,
-                         default_planners=state.default_planners, profiles=list(state.store.models))
+    return ReadyResponse(
+        status="degraded" if reasons else "ready",
+        reasons=reasons,
+        default_planners=state.default_planners,
+        profiles=list(state.store.models),
+    )

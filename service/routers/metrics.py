@@ -9,7 +9,10 @@ from service.metrics import CONTENT_TYPE
 router = APIRouter(tags=["metrics"])
 
 
-@router.get("/metrics", response_class=Response,
-            responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format."}})
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format."}},
+)
 async def metrics(request: Request) -> Response:
     return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Annotated, Any, Sequence
+from collections.abc import Sequence
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
@@ -34,18 +35,28 @@ router = APIRouter(tags=["plans"])
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "Missing or wrong bearer token (when the service has one)."},
     413: {"model": ErrorResponse, "description": "Body larger than AUTOSHARD_MAX_BODY_BYTES."},
-    422: {"model": ErrorResponse, "description": "A bad field (its path in `loc`), a service limit, a table "
-                                                 "the profile's cost model cannot answer (e.g. a precision it was "
-                                                 "not trained on), or a workload that does not fit the topology "
-                                                 "(the table and the shortfall)."},
-    503: {"model": ErrorResponse, "description": "A planner asked for cannot run here (its cost model or "
-                                                 "policy is missing or corrupt, or torchrec is not installed)."},
+    422: {
+        "model": ErrorResponse,
+        "description": "A bad field (its path in `loc`), a service limit, a table "
+        "the profile's cost model cannot answer (e.g. a precision it was "
+        "not trained on), or a workload that does not fit the topology "
+        "(the table and the shortfall).",
+    },
+    503: {
+        "model": ErrorResponse,
+        "description": "A planner asked for cannot run here (its cost model or "
+        "policy is missing or corrupt, or torchrec is not installed).",
+    },
     504: {"model": ErrorResponse, "description": "No planner finished within the time budget."},
 }
 
 
-@router.post("/plans", response_model=PlanResponse, responses=ERRORS,
-             summary="Plan a workload with several planners side by side")
+@router.post(
+    "/plans",
+    response_model=PlanResponse,
+    responses=ERRORS,
+    summary="Plan a workload with several planners side by side",
+)
 async def create_plans(
     body: PlanRequest,
     request: Request,
@@ -71,8 +82,12 @@ async def create_plans(
     warnings = check_inputs(model, workload)
     names = state.planners_for(body.planners, model)
     try:
-        prepare_units(workload, topology, proxy_costs(size_proxy),  # with splits if any planner may split
-                      PlannerContext(allow_column_split=body.allow_column_split).any_splits)
+        prepare_units(
+            workload,
+            topology,
+            proxy_costs(size_proxy),  # with splits if any planner may split
+            PlannerContext(allow_column_split=body.allow_column_split).any_splits,
+        )
     except PlannerError as error:  # it cannot fit, whatever the planner
         raise infeasible_error(error, workload, topology) from None
     if format == "torchrec":
@@ -80,8 +95,19 @@ async def create_plans(
 
     async def plan() -> Answer:
         stop = deadline - RETURN_MARGIN * budget
-        tasks = [PlannerTask(group, workload, topology, model.profile if model else None, stop, body.seed,
-                             body.allow_column_split, format == "torchrec") for group in _task_groups(state, names)]
+        tasks = [
+            PlannerTask(
+                group,
+                workload,
+                topology,
+                model.profile if model else None,
+                stop,
+                body.seed,
+                body.allow_column_split,
+                format == "torchrec",
+            )
+            for group in _task_groups(state, names)
+        ]
         try:
             outcome = await state.pool.run(tasks, deadline - time.monotonic(), arrived)
         except PlanningUnavailable as error:
@@ -136,17 +162,20 @@ def _render(report: dict[str, Any]) -> Answer:
 
 def _send(state: ServiceState, answer: Answer, source: str, arrived: float) -> Response:
     state.metrics.plan_cache.labels(source).inc()
-    return Response(answer.body(time.monotonic() - arrived), media_type="application/json",
-                    headers={CACHE_HEADER: source})
+    return Response(
+        answer.body(time.monotonic() - arrived), media_type="application/json", headers={CACHE_HEADER: source}
+    )
 
 
 def _check_torchrec() -> None:
     try:
         import autoshard.core.torchrec_bridge  # noqa: F401
     except (ImportError, OSError) as error:
-        raise PlannerError(PlannerErrorKind.UNAVAILABLE,
-                           f"format=torchrec needs torchrec, which this service cannot import ({error})",
-                           ("ask for format=json", "install the torchrec extra in the service's image")) from None
+        raise PlannerError(
+            PlannerErrorKind.UNAVAILABLE,
+            f"format=torchrec needs torchrec, which this service cannot import ({error})",
+            ("ask for format=json", "install the torchrec extra in the service's image"),
+        ) from None
 
 
 def _raise_no_plan(outcome: PlanningOutcome, budget: float, workload: Workload, topology: Topology) -> None:
@@ -164,23 +193,37 @@ def _raise_no_plan(outcome: PlanningOutcome, budget: float, workload: Workload, 
     raise RuntimeError("no planner returned a plan: " + "; ".join(f"{n}: {r}" for n, r in outcome.skipped))
 
 
-def _response(workload: Workload, topology: Topology, outcome: PlanningOutcome,
-              model: LoadedModel | None, warnings: list[str]) -> dict[str, Any]:
+def _response(
+    workload: Workload, topology: Topology, outcome: PlanningOutcome, model: LoadedModel | None, warnings: list[str]
+) -> dict[str, Any]:
     """``plans_report`` (shared with the CLI), plus structured shards, the TorchRec exports, the
     best planner and its improvement over each heuristic, and the time-budget flags."""
     plans = outcome.plans
-    report = plans_report(workload, topology, plans, outcome.skipped, "ms" if model else PROXY_UNIT,
-                          model.device_errors if model else None)
+    report = plans_report(
+        workload,
+        topology,
+        plans,
+        outcome.skipped,
+        "ms" if model else PROXY_UNIT,
+        model.device_errors if model else None,
+    )
     for plan, entry in zip(plans, report["plans"]):
         for device, out in zip(plan.devices, entry["devices"]):
-            out["shards"] = [{"table": s.table.name, "column_offset": s.column_offset, "columns": s.width}
-                             for s in device.shards]
+            out["shards"] = [
+                {"table": s.table.name, "column_offset": s.column_offset, "columns": s.width} for s in device.shards
+            ]
         entry["torchrec"] = outcome.exports.get(plan.planner)
     best = next(p for p in plans if p.planner == next(e["planner"] for e in report["plans"] if e["best"]))
     report.update(
-        profile=model.profile if model else None, best=best.planner,
-        improvement_over={p.planner: (1.0 - best.max_cost_ms / p.max_cost_ms) if p.max_cost_ms > 0 else 0.0
-                          for p in plans if p.planner in HEURISTICS},
-        partial=bool(outcome.timed_out) or any(p.partial for p in plans), timed_out=outcome.timed_out,
-        warnings=warnings)  # elapsed_s: the request's own, added per answer (a kept answer serves many)
+        profile=model.profile if model else None,
+        best=best.planner,
+        improvement_over={
+            p.planner: (1.0 - best.max_cost_ms / p.max_cost_ms) if p.max_cost_ms > 0 else 0.0
+            for p in plans
+            if p.planner in HEURISTICS
+        },
+        partial=bool(outcome.timed_out) or any(p.partial for p in plans),
+        timed_out=outcome.timed_out,
+        warnings=warnings,
+    )  # elapsed_s: the request's own, added per answer (a kept answer serves many)
     return report

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -26,8 +25,12 @@ router = APIRouter(tags=["plans"])
 TOPOLOGY_FIELDS = ("num_devices", "device_memory_gb")
 
 
-@router.post("/replans", response_model=ReplanResponse, responses=ERRORS,
-             summary="Re-plan the plan running today for a changed workload, moving few shards")
+@router.post(
+    "/replans",
+    response_model=ReplanResponse,
+    responses=ERRORS,
+    summary="Re-plan the plan running today for a changed workload, moving few shards",
+)
 async def create_replans(body: ReplanRequest, state: StateDep) -> Response:
     """Keep every shard of `current_plan` where it is, place the workload's new tables (they may split
     column-wise where the model predicts it pays), then move at most each `max_moves` budget of the
@@ -42,8 +45,11 @@ async def create_replans(body: ReplanRequest, state: StateDep) -> Response:
     workload, topology = parse_body(body, settings)
     model = resolve_profile(state, body.profile)
     if model is None:
-        raise PlannerError(PlannerErrorKind.UNAVAILABLE, "re-planning needs a cost model, and this service "
-                           "loaded none", ("start the service with a profile's cost model (GET /v1/profiles)",))
+        raise PlannerError(
+            PlannerErrorKind.UNAVAILABLE,
+            "re-planning needs a cost model, and this service loaded none",
+            ("start the service with a profile's cost model (GET /v1/profiles)",),
+        )
     warnings = check_inputs(model, workload)
     try:
         current = CurrentPlacement.from_export(body.current_plan.model_dump(), "current_plan")
@@ -51,19 +57,30 @@ async def create_replans(body: ReplanRequest, state: StateDep) -> Response:
         raise FieldError(("body", "current_plan", error.field), str(error), "value_error") from None
     max_bytes = None if body.max_moved_gb is None else int(body.max_moved_gb * 2**30)
     budgets = tuple(MoveBudget(shards, max_bytes) for shards in sorted(set(body.max_moves)))
-    task = ReplanTask(workload, topology, current, budgets, model.profile, body.allow_column_split,
-                      budget * (1 - RETURN_MARGIN) / (2 + len(budgets)))
+    task = ReplanTask(
+        workload,
+        topology,
+        current,
+        budgets,
+        model.profile,
+        body.allow_column_split,
+        budget * (1 - RETURN_MARGIN) / (2 + len(budgets)),
+    )
     try:
         result = await state.pool.replan(task, arrived + budget - time.monotonic())
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise PlanningTimeout(budget, ["replan"]) from None
     except PlanningUnavailable as error:
         raise PlannerError(PlannerErrorKind.UNAVAILABLE, str(error), ("retry the request",)) from None
     if result.report is None:
         assert result.error is not None
         raise _located(result.error, workload, topology)
-    answer: dict[str, Any] = {**result.report, "profile": model.profile, "warnings": warnings,
-                              "elapsed_s": time.monotonic() - arrived}
+    answer: dict[str, Any] = {
+        **result.report,
+        "profile": model.profile,
+        "warnings": warnings,
+        "elapsed_s": time.monotonic() - arrived,
+    }
     return Response(ReplanResponse.model_validate(answer).model_dump_json(), media_type="application/json")
 
 
@@ -72,13 +89,17 @@ def _located(error: ErrorInfo, workload: Workload, topology: Topology) -> Except
     table that fits nowhere as an infeasible workload; anything else as the library raised it."""
     found = error.exception()
     if isinstance(found, InputError) and found.field in TOPOLOGY_FIELDS:
-        return FieldError(("body", "topology", found.field), str(found), "value_error",
-                          {"fix": found.fix} if found.fix else None)
+        return FieldError(
+            ("body", "topology", found.field), str(found), "value_error", {"fix": found.fix} if found.fix else None
+        )
     if isinstance(found, InputError):
         return input_error_at(found, ("body", "workload"))
     if isinstance(found, PlannerError) and found.kind is not PlannerErrorKind.UNAVAILABLE:
         return infeasible_error(found, workload, topology)
     if isinstance(found, PlannerError):
         return found
-    return PlannerError(PlannerErrorKind.UNAVAILABLE, f"re-planning failed: {found} (logged)",
-                        ("retry the request", "report it with the request if it persists"))
+    return PlannerError(
+        PlannerErrorKind.UNAVAILABLE,
+        f"re-planning failed: {found} (logged)",
+        ("retry the request", "report it with the request if it persists"),
+    )

@@ -39,18 +39,24 @@ class PlanOut(BaseModel):
     planner: str
     max_cost_ms: float = Field(description="The plan's cost: the max over devices.")
     expected_max_ms: float | None = Field(
-        None, description="The max that the profile's measured device errors (model_error) lead to expect: each "
-                          "device's cost times exp(an error drawn from them), independently; the max's mean. "
-                          "Above max_cost_ms the more devices sit near the max. Null without measured errors.")
+        None,
+        description="The max that the profile's measured device errors (model_error) lead to expect: each "
+        "device's cost times exp(an error drawn from them), independently; the max's mean. "
+        "Above max_cost_ms the more devices sit near the max. Null without measured errors.",
+    )
     imbalance: float = Field(description="max / mean device cost - 1 (0 = balanced).")
     plan_time_s: float
-    reused_s: float = Field(0.0, description="Planning time of placements this planner took from the request's other "
-                                             "planners instead of computing them (rl+refine starts from cost_greedy's "
-                                             "and rl's): alone, it would plan for about plan_time_s + reused_s.")
+    reused_s: float = Field(
+        0.0,
+        description="Planning time of placements this planner took from the request's other "
+        "planners instead of computing them (rl+refine starts from cost_greedy's "
+        "and rl's): alone, it would plan for about plan_time_s + reused_s.",
+    )
     best: bool
     devices: list[DeviceOut]
     torchrec: dict[str, TorchRecTableOut] | None = Field(
-        None, description="With ?format=torchrec: per table, its TorchRec sharding (ParameterConstraints / plan).")
+        None, description="With ?format=torchrec: per table, its TorchRec sharding (ParameterConstraints / plan)."
+    )
 
 
 class ModelErrorOut(BaseModel):
@@ -81,17 +87,41 @@ class SkippedOut(BaseModel):
 PLAN_EXAMPLE: dict[str, Any] = {
     "workload": {"name": "example", "tables": 2, "batch_size": 2048, "memory_bytes": 2_052_000_000},
     "topology": {"num_devices": 2, "device_memory_gb": 4.0},
-    "cost_unit": "ms", "profile": "cpu-example-fbgemm_tbe-t1",
+    "cost_unit": "ms",
+    "profile": "cpu-example-fbgemm_tbe-t1",
     "model_error": {"sets": 412, "tasks": 11, "spread": 0.094},
-    "plans": [{"planner": "cost_greedy", "max_cost_ms": 3.1, "expected_max_ms": 3.32, "imbalance": 0.02,
-               "plan_time_s": 0.004,
-               "best": True, "torchrec": None,
-               "devices": [{"tables": ["user_id"], "cost_ms": 3.1, "memory_bytes": 2_048_000_000,
-                            "shards": [{"table": "user_id", "column_offset": 0, "columns": 128}]},
-                           {"tables": ["category"], "cost_ms": 3.0, "memory_bytes": 4_000_000,
-                            "shards": [{"table": "category", "column_offset": 0, "columns": 16}]}]}],
-    "best": "cost_greedy", "improvement_over": {"size_greedy": 0.12},
-    "skipped": [], "partial": False, "timed_out": [], "elapsed_s": 0.01, "warnings": [],
+    "plans": [
+        {
+            "planner": "cost_greedy",
+            "max_cost_ms": 3.1,
+            "expected_max_ms": 3.32,
+            "imbalance": 0.02,
+            "plan_time_s": 0.004,
+            "best": True,
+            "torchrec": None,
+            "devices": [
+                {
+                    "tables": ["user_id"],
+                    "cost_ms": 3.1,
+                    "memory_bytes": 2_048_000_000,
+                    "shards": [{"table": "user_id", "column_offset": 0, "columns": 128}],
+                },
+                {
+                    "tables": ["category"],
+                    "cost_ms": 3.0,
+                    "memory_bytes": 4_000_000,
+                    "shards": [{"table": "category", "column_offset": 0, "columns": 16}],
+                },
+            ],
+        }
+    ],
+    "best": "cost_greedy",
+    "improvement_over": {"size_greedy": 0.12},
+    "skipped": [],
+    "partial": False,
+    "timed_out": [],
+    "elapsed_s": 0.01,
+    "warnings": [],
 }
 
 
@@ -105,13 +135,18 @@ class PlanResponse(BaseModel):
     cost_unit: str = Field(description="'ms' with a cost model; otherwise a proxy unit.")
     profile: str | None = Field(description="The cost model profile that scored every plan.")
     model_error: ModelErrorOut | None = Field(
-        None, description="The profile's measured device errors that expected_max_ms is computed under; null "
-                          "when the profile has none.")
+        None,
+        description="The profile's measured device errors that expected_max_ms is computed under; null "
+        "when the profile has none.",
+    )
     plans: list[PlanOut]
-    best: str = Field(description="The planner with the lowest max cost (of plans tied on it, the one whose "
-                                  "next costliest devices are lowest).")
+    best: str = Field(
+        description="The planner with the lowest max cost (of plans tied on it, the one whose "
+        "next costliest devices are lowest)."
+    )
     improvement_over: dict[str, float] = Field(
-        description="Per heuristic that planned: 1 - best / heuristic max cost (0.12 = 12% faster).")
+        description="Per heuristic that planned: 1 - best / heuristic max cost (0.12 = 12% faster)."
+    )
     skipped: list[SkippedOut] = Field(description="Planners that did not plan, and why.")
     partial: bool = Field(description="True when the time budget ran out: plans holds those that finished.")
     timed_out: list[str] = Field(description="Planners that did not run within the time budget.")
@@ -119,8 +154,9 @@ class PlanResponse(BaseModel):
     warnings: list[str] = Field(
         default_factory=list,
         description="Inputs the profile's cost model extrapolates to (rows, dim, pooling, skew or batch size "
-                    "beyond its trained ranges): the plans are still made, their costs less certain. Inputs it "
-                    "cannot answer at all (a precision or optimizer it was not trained on) are a 422 instead.")
+        "beyond its trained ranges): the plans are still made, their costs less certain. Inputs it "
+        "cannot answer at all (a precision or optimizer it was not trained on) are a 422 instead.",
+    )
 
 
 class MoveOut(BaseModel):
@@ -142,11 +178,13 @@ class PlacementOut(BaseModel):
 
 
 class ReplanOut(BaseModel):
-    plan: str = Field(description="'keep' (every current shard where it is), 'replan (<= N moves)', or "
-                                  "'cost_greedy' (from scratch).")
+    plan: str = Field(
+        description="'keep' (every current shard where it is), 'replan (<= N moves)', or 'cost_greedy' (from scratch)."
+    )
     max_cost_ms: float
-    expected_max_ms: float | None = Field(None, description="As in POST /v1/plans: the max the profile's measured "
-                                                             "device errors lead to expect.")
+    expected_max_ms: float | None = Field(
+        None, description="As in POST /v1/plans: the max the profile's measured device errors lead to expect."
+    )
     partial: bool = Field(description="True when the time budget ran out: the best plan found so far.")
     plan_time_s: float
     shards_moved: int = Field(description="Shards of tables the current plan holds that this plan puts elsewhere.")
@@ -180,8 +218,10 @@ class ArtifactOut(BaseModel):
     kind: Literal["cost_model", "policy", "device_errors"]
     file: str
     sha256: str
-    metrics: dict[str, Any] = Field(description="Training metrics stored with it (and metrics.json); for device "
-                                                "errors, their summary and the reports they came from.")
+    metrics: dict[str, Any] = Field(
+        description="Training metrics stored with it (and metrics.json); for device "
+        "errors, their summary and the reports they came from."
+    )
 
 
 class ProfileOut(BaseModel):
@@ -229,9 +269,21 @@ class ErrorItem(BaseModel):
 
 
 class ErrorResponse(BaseModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"detail": [{
-        "loc": ["body", "workload", "tables", 3, "embedding_dim"],
-        "msg": "tables[3] 'history': embedding_dim: must be an integer >= 1, got 0 "
-               "(fix: set the embedding dimension)", "type": "value_error"}]}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "detail": [
+                        {
+                            "loc": ["body", "workload", "tables", 3, "embedding_dim"],
+                            "msg": "tables[3] 'history': embedding_dim: must be an integer >= 1, got 0 "
+                            "(fix: set the embedding dimension)",
+                            "type": "value_error",
+                        }
+                    ]
+                }
+            ]
+        }
+    )
 
     detail: list[ErrorItem]

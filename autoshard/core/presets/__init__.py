@@ -15,8 +15,9 @@ PRESETS = ("criteo_terabyte", "criteo_terabyte_fp16_rowwise", "criteo_kaggle")
 def load_preset(name: str) -> tuple[Workload, Topology | None]:
     """A bundled workload by name (see ``PRESETS``)."""
     if name not in PRESETS:
-        raise InputError("workload", f"no bundled workload named {name!r}",
-                         f"use a file path or one of {', '.join(PRESETS)}")
+        raise InputError(
+            "workload", f"no bundled workload named {name!r}", f"use a file path or one of {', '.join(PRESETS)}"
+        )
     with resources.as_file(resources.files(__name__) / f"{name}.json") as path:
         return load_workload(path)
 
@@ -26,6 +27,9 @@ def load_workload_or_preset(ref: str) -> tuple[Workload, Topology | None]:
     if ref in PRESETS:
         return load_preset(ref)
     if not Path(ref).exists():
-        raise InputError("workload", f"no workload file or bundled workload {ref!r}",
-                         f"check the path, or use one of {', '.join(PRESETS)}")
+        raise InputError(
+            "workload",
+            f"no workload file or bundled workload {ref!r}",
+            f"check the path, or use one of {', '.join(PRESETS)}",
+        )
     return load_workload(ref)
