@@ -9,9 +9,13 @@ from typing import Annotated
 import typer
 
 from autoshard.cli.support import (
+    ADVANCED,
     COLUMN_SPLIT_HELP,
     DEFAULT_MODEL,
     DEPARTURE_MARGIN_HELP,
+    MEASUREMENT,
+    OUTPUT,
+    PLANNERS,
     SEARCH_ITERATIONS_HELP,
     console,
     ensure_malloc_settings,
@@ -30,35 +34,56 @@ from autoshard.core.errors import InputError
 @friendly_errors
 def evaluate_cmd(
     suite: Annotated[str, typer.Argument(help="A suite JSON file, or 'default' (bundled).")],
-    planners: Annotated[str, typer.Option(help="'all' or a comma-separated list of planner names.")] = "all",
+    planners: Annotated[
+        str, typer.Option(help="'all' or a comma-separated list of planner names.", rich_help_panel=PLANNERS)
+    ] = "all",
+    model: Annotated[
+        Path | None, typer.Option(help="Cost model folder (default: the shipped one).", rich_help_panel=PLANNERS)
+    ] = None,
+    column_split: Annotated[
+        bool | None,
+        typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP, rich_help_panel=PLANNERS),
+    ] = None,
+    communication: Annotated[
+        bool, typer.Option(help="Add each device's all-to-all to its predicted cost.", rich_help_panel=PLANNERS)
+    ] = True,
+    search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
+    out: Annotated[
+        Path, typer.Option(help="Folder for the per-task Markdown, CSV and PNG.", rich_help_panel=OUTPUT)
+    ] = Path("runs/evaluate"),
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="Take the tasks an unfinished run with the same options wrote "
+            "to OUT/<suite>/report.json as they are; plan (and measure) the "
+            "rest.",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = False,
     measure: Annotated[
-        bool, typer.Option(help="Measure every device's shard with the microbenchmark (interleaved).")
+        bool,
+        typer.Option(
+            help="Measure every device's shard with the microbenchmark (interleaved).", rich_help_panel=MEASUREMENT
+        ),
     ] = False,
     rounds: Annotated[
         int,
-        typer.Option(min=1, help="Measurement rounds (plans interleaved in each; an even number balances the order)."),
+        typer.Option(
+            min=1,
+            help="Measurement rounds (plans interleaved in each; an even number balances the order).",
+            rich_help_panel=MEASUREMENT,
+        ),
     ] = 4,
-    model: Annotated[Path | None, typer.Option(help="Cost model folder (default: the shipped one).")] = None,
-    out: Annotated[Path, typer.Option(help="Folder for the per-task Markdown, CSV and PNG.")] = Path("runs/evaluate"),
-    column_split: Annotated[
-        bool | None, typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP)
-    ] = None,
-    distributed: Annotated[
-        bool, typer.Option(help="Also run every plan with TorchRec DMP, one process per device.")
-    ] = False,
-    distributed_steps: Annotated[int, typer.Option(min=1)] = 10,
-    communication: Annotated[bool, typer.Option(help="Add each device's all-to-all to its predicted cost.")] = True,
     row_cap_mb: Annotated[
         int,
         typer.Option(
             min=1,
             help="With --measure: benchmark at most this many MiB of rows "
             "per table (the traces' cap; raise it to measure tables uncapped).",
+            rich_help_panel=MEASUREMENT,
         ),
     ] = 128,
-    seed: Annotated[int, typer.Option(min=0)] = 0,
-    search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
-    departure_margin: Annotated[float | None, typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP)] = None,
     drift_samples: Annotated[
         int,
         typer.Option(
@@ -66,26 +91,45 @@ def evaluate_cmd(
             help="With --measure: re-measure this many of the profile's "
             "traced sets before and after (`bench drift`) and record "
             "how this machine compares with its traces (0: off).",
+            rich_help_panel=MEASUREMENT,
         ),
     ] = 12,
     verify: Annotated[
         bool,
         typer.Option(
             help="With --measure: add the plan `autoshard plan --verify` would choose "
-            "(its own measurement rounds, before the evaluation's) as 'verified'."
+            "(its own measurement rounds, before the evaluation's) as 'verified'.",
+            rich_help_panel=MEASUREMENT,
         ),
     ] = False,
-    verify_top: Annotated[int, typer.Option(min=2, help="With --verify: how many distinct plans to measure.")] = 4,
-    verify_rounds: Annotated[int, typer.Option(min=2, help="With --verify: its measurement rounds.")] = 6,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    resume: Annotated[
+    verify_top: Annotated[
+        int,
+        typer.Option(min=2, help="With --verify: how many distinct plans to measure.", rich_help_panel=MEASUREMENT),
+    ] = 4,
+    verify_rounds: Annotated[
+        int, typer.Option(min=2, help="With --verify: its measurement rounds.", rich_help_panel=MEASUREMENT)
+    ] = 6,
+    distributed: Annotated[
         bool,
         typer.Option(
-            help="Take the tasks an unfinished run with the same options wrote "
-            "to OUT/<suite>/report.json as they are; plan (and measure) the "
-            "rest."
+            help="Also run every plan with TorchRec DMP, one process per device.", rich_help_panel=MEASUREMENT
         ),
     ] = False,
+    distributed_steps: Annotated[
+        int,
+        typer.Option(min=1, help="With --distributed: training steps timed per plan.", rich_help_panel=MEASUREMENT),
+    ] = 10,
+    seed: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Seed of the random planner, rl+refine's sampling and --distributed's batches.",
+            rich_help_panel=ADVANCED,
+        ),
+    ] = 0,
+    departure_margin: Annotated[
+        float | None, typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP, rich_help_panel=ADVANCED)
+    ] = None,
 ) -> None:
     """Plan every task of a suite with every planner; with --measure, run the plans for real."""
     if verify and not measure:

@@ -10,6 +10,10 @@ import typer
 
 from autoshard.cli.support import (
     DEFAULT_MODEL,
+    MEASUREMENT,
+    OUTPUT,
+    PLANNERS,
+    WORKLOAD,
     as_option,
     console,
     ensure_malloc_settings,
@@ -41,14 +45,28 @@ def replan_cmd(
             help="The plan running today: a file written by `autoshard plan "
             "... --format torchrec --out FILE` (or by this command's "
             "--out).",
+            rich_help_panel=WORKLOAD,
         ),
     ],
+    devices: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Number of devices (default: the current plan's world size).", rich_help_panel=WORKLOAD
+        ),
+    ] = None,
+    memory_gb: Annotated[
+        float | None,
+        typer.Option(
+            help="Memory per device for embeddings, GiB (default: the workload file's).", rich_help_panel=WORKLOAD
+        ),
+    ] = None,
     max_moves: Annotated[
         str,
         typer.Option(
             help="How many of the current plan's shards may move to another device "
             "(tables new to it are placed freely); several, comma-separated "
-            "(e.g. 2,4,8), plan one each, side by side."
+            "(e.g. 2,4,8), plan one each, side by side.",
+            rich_help_panel="Move budget",
         ),
     ] = "4",
     max_move_gb: Annotated[
@@ -58,15 +76,12 @@ def replan_cmd(
             help="And at most this many GiB of them (weights "
             "and optimizer state: what a reshard copies), "
             "for every budget of --max-moves.",
+            rich_help_panel="Move budget",
         ),
     ] = None,
-    devices: Annotated[
-        int | None, typer.Option(min=1, help="Number of devices (default: the current plan's world size).")
+    model: Annotated[
+        Path | None, typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL}).", rich_help_panel=PLANNERS)
     ] = None,
-    memory_gb: Annotated[
-        float | None, typer.Option(help="Memory per device for embeddings, GiB (default: the workload file's).")
-    ] = None,
-    model: Annotated[Path | None, typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL}).")] = None,
     column_split: Annotated[
         bool,
         typer.Option(
@@ -74,14 +89,31 @@ def replan_cmd(
             help="Whether new tables (and "
             "cost_greedy's plan from scratch) may split column-wise where the "
             "model predicts more than 10% gain; kept shards stay as they are.",
+            rich_help_panel=PLANNERS,
         ),
     ] = True,
     communication: Annotated[
-        bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) to its cost.")
+        bool,
+        typer.Option(
+            help="Add each device's all-to-all (the model's communication.json) to its cost.", rich_help_panel=PLANNERS
+        ),
     ] = True,
     time_budget: Annotated[
         float | None,
-        typer.Option(min=0.001, help="Seconds each plan may search; past it, its best plan so far, marked partial."),
+        typer.Option(
+            min=0.001,
+            help="Seconds each plan may search; past it, its best plan so far, marked partial.",
+            rich_help_panel=PLANNERS,
+        ),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the re-planned plan (of the one --max-moves) as TorchRec "
+            "sharding, the format --from reads, to this file.",
+            rich_help_panel=OUTPUT,
+        ),
     ] = None,
     measure: Annotated[
         int,
@@ -90,22 +122,17 @@ def replan_cmd(
             help="Measure every plan on this machine over this many "
             "interleaved rounds (0: off; an even number balances the order): "
             "each device's compute, plus its modelled all-to-all.",
+            rich_help_panel=MEASUREMENT,
         ),
     ] = 0,
     row_cap_mb: Annotated[
         int,
         typer.Option(
-            min=1, help="With --measure: benchmark at most this many MiB of rows per table (the traces' cap)."
+            min=1,
+            help="With --measure: benchmark at most this many MiB of rows per table (the traces' cap).",
+            rich_help_panel=MEASUREMENT,
         ),
     ] = 128,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write the re-planned plan (of the one --max-moves) as TorchRec "
-            "sharding, the format --from reads, to this file."
-        ),
-    ] = None,
 ) -> None:
     """Re-plan a deployed plan for a changed workload: keep its shards where they are, place the new
     tables, then move at most --max-moves shards where that lowers the predicted max. Compared with

@@ -37,7 +37,8 @@ SEARCH_ITERATIONS_HELP = (
 DEPARTURE_MARGIN_HELP = (
     "How much lower (a fraction) rl+refine's plan must be predicted than cost_greedy's to be "
     "returned instead, and a plan with column splits than the plan without (default 0.1; 0: the "
-    "lowest prediction wins; measured, smaller predicted gains were losses: docs/rl.md)."
+    "lowest prediction wins). Smaller predicted gains are within the model's error "
+    "(docs/decisions.md, 16 and 20)."
 )
 COLUMN_SPLIT_HELP = (
     "Which planners may split costly or large tables column-wise. Default: the cost-model planners "
@@ -45,6 +46,12 @@ COLUMN_SPLIT_HELP = (
     "lower) and TorchRec's; the heuristics place whole tables, as the classic baselines do. "
     "--column-split: every planner; --no-column-split: none."
 )
+# Help panels: each command's options in groups, everyday ones first (Typer's rich_help_panel).
+WORKLOAD = "Workload and cluster"
+PLANNERS = "Planners"
+OUTPUT = "Output"
+MEASUREMENT = "Measurement"
+ADVANCED = "Advanced"
 
 
 def friendly_errors(fn: F) -> F:
@@ -266,11 +273,12 @@ def load_profile_or_exit(path: Path | None) -> LoadedModel:
 
 def measuring_profile(path: Path | None) -> LoadedModel:
     """For a script that measures: exit unless the harness's allocator settings are set (they must
-    be before the process starts: docs/traces.md), plan on one core, and load the profile."""
+    be before the process starts: docs/profiles.md, 'Measurement settings'), plan on one core, and
+    load the profile."""
     from cost_model.profile import malloc_settings_active
 
     if not malloc_settings_active():
-        sys.exit("error: set the harness's allocator settings first (docs/traces.md)")
+        sys.exit("error: set the harness's allocator settings first (docs/profiles.md, 'Measurement settings')")
     one_thread()
     return load_profile_or_exit(path)
 
