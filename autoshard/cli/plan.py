@@ -8,10 +8,15 @@ from typing import Annotated
 import typer
 
 from autoshard.cli.support import (
+    ADVANCED,
     COLUMN_SPLIT_HELP,
     DEFAULT_MODEL,
     DEPARTURE_MARGIN_HELP,
+    MEASUREMENT,
+    OUTPUT,
+    PLANNERS,
     SEARCH_ITERATIONS_HELP,
+    WORKLOAD,
     console,
     ensure_malloc_settings,
     friendly_errors,
@@ -34,60 +39,92 @@ PROXY_UNIT = "proxy: dim x pooling summed per device (no cost model)"
 def plan_cmd(
     workload: Annotated[str, typer.Argument(help="A workload file (.json) or a bundled preset name.")],
     devices: Annotated[
-        int | None, typer.Option(min=1, help="Number of devices (default: the file's topology).")
+        int | None,
+        typer.Option(min=1, help="Number of devices (default: the file's topology).", rich_help_panel=WORKLOAD),
     ] = None,
     memory_gb: Annotated[
-        float | None, typer.Option(help="Memory per device for embeddings, GiB (default: the file's).")
+        float | None,
+        typer.Option(help="Memory per device for embeddings, GiB (default: the file's).", rich_help_panel=WORKLOAD),
     ] = None,
-    planner: Annotated[str, typer.Option(help="'all', a planner name, or a comma-separated list of them.")] = "all",
+    planner: Annotated[
+        str, typer.Option(help="'all', a planner name, or a comma-separated list of them.", rich_help_panel=PLANNERS)
+    ] = "all",
     model: Annotated[
         Path | None,
         typer.Option(
             help=f"Cost model directory (default: {DEFAULT_MODEL} if it exists); "
-            "'none': the heuristics alone, with proxy costs."
+            "'none': the heuristics alone, with proxy costs.",
+            rich_help_panel=PLANNERS,
         ),
     ] = None,
     column_split: Annotated[
-        bool | None, typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP)
+        bool | None,
+        typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP, rich_help_panel=PLANNERS),
     ] = None,
-    seed: Annotated[int, typer.Option(min=0, help="Seed of the random planner and of rl+refine's sampling.")] = 0,
     time_budget: Annotated[
         float | None,
         typer.Option(
             min=0.001,
-            help="Seconds each searching planner (cost_greedy, rl, rl+refine) may search; past it, its best plan so far, marked partial (TorchRec's planner, which has none, is stopped and skipped).",
+            help="Seconds each searching planner (cost_greedy, rl, rl+refine) may search; past it, its best plan "
+            "so far, marked partial (TorchRec's planner, which has none, is stopped and skipped).",
+            rich_help_panel=PLANNERS,
         ),
     ] = None,
     communication: Annotated[
-        bool, typer.Option(help="Add each device's all-to-all (the model's communication.json) to its cost.")
+        bool,
+        typer.Option(
+            help="Add each device's all-to-all (the model's communication.json) to its cost.", rich_help_panel=PLANNERS
+        ),
     ] = True,
     search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
-    departure_margin: Annotated[float | None, typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP)] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
     format: Annotated[
         str,
         typer.Option(
             help="'table' (default) or 'torchrec': the best plan as TorchRec "
-            "sharding (types, ranks, column shards) for DistributedModelParallel."
+            "sharding (types, ranks, column shards) for DistributedModelParallel.",
+            rich_help_panel=OUTPUT,
         ),
     ] = "table",
-    out: Annotated[Path | None, typer.Option(help="With --format torchrec: write it to this file.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="With --format torchrec: write it to this file.", rich_help_panel=OUTPUT)
+    ] = None,
     verify: Annotated[
         bool,
         typer.Option(
             help="Measure the best-predicted distinct plans (and the best heuristic's) on "
             "this machine, interleaved rounds, and keep the one that measured "
-            "fastest; --format torchrec then exports it."
+            "fastest; --format torchrec then exports it.",
+            rich_help_panel=MEASUREMENT,
         ),
     ] = False,
-    verify_top: Annotated[int, typer.Option(min=2, help="With --verify: how many distinct plans to measure.")] = 4,
+    verify_top: Annotated[
+        int,
+        typer.Option(min=2, help="With --verify: how many distinct plans to measure.", rich_help_panel=MEASUREMENT),
+    ] = 4,
     verify_rounds: Annotated[
-        int, typer.Option(min=2, help="With --verify: measurement rounds (an even number balances the order).")
+        int,
+        typer.Option(
+            min=2,
+            help="With --verify: measurement rounds (an even number balances the order).",
+            rich_help_panel=MEASUREMENT,
+        ),
     ] = 6,
     row_cap_mb: Annotated[
         int,
-        typer.Option(min=1, help="With --verify: benchmark at most this many MiB of rows per table (the traces' cap)."),
+        typer.Option(
+            min=1,
+            help="With --verify: benchmark at most this many MiB of rows per table (the traces' cap).",
+            rich_help_panel=MEASUREMENT,
+        ),
     ] = 128,
+    seed: Annotated[
+        int,
+        typer.Option(min=0, help="Seed of the random planner and of rl+refine's sampling.", rich_help_panel=ADVANCED),
+    ] = 0,
+    departure_margin: Annotated[
+        float | None, typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP, rich_help_panel=ADVANCED)
+    ] = None,
 ) -> None:
     """Place a workload's tables on devices; with --planner all, compare every available planner."""
     if format not in ("table", "torchrec"):
@@ -190,8 +227,7 @@ def plan_cmd(
         if column_split is not True and (alone := _bound_by_one_table(best, topology)):
             console.print(
                 f"[yellow]note:[/yellow] the slowest device holds one table alone ({alone}): no placement "
-                "lowers it, a column-wise split can (Criteo Terabyte measured 0.60-0.64x the unsplit plan's "
-                "max, docs/evaluation.md); "
+                "lowers it, a column-wise split can (docs/concepts.md, 'Column splits'); "
                 + (
                     "without --no-column-split the cost-model planners split it where it pays"
                     if column_split is False
@@ -257,7 +293,8 @@ def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
         out.print(
             f"expected max: what the profile's measured error on each device ({errors['sets']} device sets "
             f"of {errors['tasks']} measured tasks, spread {errors['spread']:.1%}) leads to expect of the max; "
-            "a lead that shrinks there is partly the model's error (docs/evaluation.md)",
+            "a lead that shrinks there is partly the model's error (docs/concepts.md, 'Expected max under the "
+            "model's error')",
             highlight=False,
         )
     if any(plan["partial"] for plan in report["plans"]):
