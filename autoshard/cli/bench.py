@@ -16,6 +16,9 @@ from rich.progress import (
 )
 
 from autoshard.cli.support import (
+    ADVANCED,
+    MEASUREMENT,
+    OUTPUT,
     console,
     ensure_malloc_settings,
     friendly_errors,
@@ -25,48 +28,65 @@ from autoshard.core.errors import InputError
 from autoshard.core.workload_file import read_json_file
 
 app = typer.Typer(help="Microbenchmarks: measure table sets on a device and record traces.", no_args_is_help=True)
+# help panels beside support's
+SAMPLES, POOL, PROFILE, TASKS, FACTOR = "Samples", "Table pool", "Profile", "Tasks", "Calibration factor"
 
 
 @app.command("collect")
 @friendly_errors
 def collect_cmd(
-    out: Annotated[Path, typer.Option(help="Trace file to append to (.jsonl); resumed if it exists.")],
-    samples: Annotated[int, typer.Option(min=0, help="Table sets of 1..max-tables tables.")] = 1000,
-    device: Annotated[str, typer.Option(help="cpu, cuda, or auto.")] = "auto",
-    max_tables: Annotated[int, typer.Option(min=1)] = 10,
-    large_samples: Annotated[int, typer.Option(min=0, help="Extra sets of max-tables+1..large-max-tables.")] = 0,
-    large_max_tables: Annotated[int, typer.Option(min=2)] = 20,
-    passes: Annotated[int, typer.Option(min=1, help="Measure every sample this many times, pass by pass.")] = 1,
-    pool_size: Annotated[int, typer.Option(min=2, help="Synthetic pool size (train + test).")] = 500,
-    pool_seed: Annotated[int, typer.Option(min=0, help="Seed of the synthetic table pool.")] = 0,
-    min_log10_rows: Annotated[
-        float,
+    out: Annotated[
+        Path, typer.Option(help="Trace file to append to (.jsonl); resumed if it exists.", rich_help_panel=OUTPUT)
+    ],
+    samples: Annotated[
+        int, typer.Option(min=0, help="Table sets of 1..max-tables tables.", rich_help_panel=SAMPLES)
+    ] = 1000,
+    max_tables: Annotated[
+        int, typer.Option(min=1, help="Tables in the largest of the --samples sets.", rich_help_panel=SAMPLES)
+    ] = 10,
+    large_samples: Annotated[
+        int, typer.Option(min=0, help="Extra sets of max-tables+1..large-max-tables.", rich_help_panel=SAMPLES)
+    ] = 0,
+    large_max_tables: Annotated[
+        int, typer.Option(min=2, help="Tables in the largest of the --large-samples sets.", rich_help_panel=SAMPLES)
+    ] = 20,
+    passes: Annotated[
+        int,
         typer.Option(
-            min=0,
-            help="Pool tables' rows are log-uniform from 10^this (0: tables down to 1 row, as Criteo's smallest).",
+            min=1,
+            help="Measure every sample this many times, pass by pass; its label is the median.",
+            rich_help_panel=SAMPLES,
         ),
-    ] = 2.0,
-    dims: Annotated[
+    ] = 1,
+    batch_size: Annotated[
+        int, typer.Option(min=1, help="Batch size of every sample (without --batch-sizes).", rich_help_panel=SAMPLES)
+    ] = 2048,
+    batch_sizes: Annotated[
         str | None,
         typer.Option(
-            help="Pool tables' dims drawn uniformly from these, comma-separated "
-            "(e.g. 16,32,64; default: 4-256, mostly 16-128)."
+            help="Batch sizes drawn for each sample, comma-separated "
+            "(e.g. 512,1024,2048,4096,8192,16384); default: "
+            "--batch-size for every sample.",
+            rich_help_panel=SAMPLES,
         ),
     ] = None,
-    one_hot_share: Annotated[
-        float,
+    precisions: Annotated[
+        str,
         typer.Option(
-            min=0, max=1, help="Share of pool tables with pooling factor 1 (1: every table one-hot, as Criteo's)."
+            help="Bytes per element drawn for each pool table, comma-separated "
+            "from 1, 2, 4, 8 (e.g. 4,2 for fp32 and fp16; fbgemm_tbe only "
+            "beyond 4).",
+            rich_help_panel=SAMPLES,
         ),
-    ] = 0.3,
-    pooling: Annotated[
-        str | None,
+    ] = "4",
+    optimizers: Annotated[
+        str,
         typer.Option(
-            help="LOW,HIGH: draw every pool table's pooling factor "
-            "log-uniformly from it (e.g. 10,200: heavy multi-hot "
-            "tables; default: 30% one-hot, else log-normal)."
+            help="Optimizers drawn for each pool table, comma-separated from sgd, "
+            "rowwise_adagrad, adagrad (fbgemm_tbe only beyond sgd).",
+            rich_help_panel=SAMPLES,
         ),
-    ] = None,
+    ] = "sgd",
     column_shards: Annotated[
         float,
         typer.Option(
@@ -75,49 +95,83 @@ def collect_cmd(
             help="Share of each set's tables measured as a "
             "column shard of them (a half, quarter or "
             "eighth of the dim), as split plans hold.",
+            rich_help_panel=SAMPLES,
         ),
     ] = 0.0,
-    seed: Annotated[int, typer.Option(min=0, help="Seed of the sampled sets and index batches.")] = 0,
-    batch_size: Annotated[int, typer.Option(min=1)] = 2048,
-    warmups: Annotated[int, typer.Option(min=0)] = 2,
-    repeats: Annotated[int, typer.Option(min=1)] = 5,
-    threads: Annotated[int, typer.Option(min=1)] = 1,
-    mode: Annotated[
-        str | None, typer.Option(help="fbgemm_tbe or embedding_bag (default: fbgemm_tbe if installed).")
+    singles: Annotated[bool, typer.Option(help="Also measure every pool table alone.", rich_help_panel=SAMPLES)] = True,
+    seed: Annotated[
+        int, typer.Option(min=0, help="Seed of the sampled sets and index batches.", rich_help_panel=SAMPLES)
+    ] = 0,
+    pool_size: Annotated[
+        int, typer.Option(min=2, help="Synthetic pool size (train + test).", rich_help_panel=POOL)
+    ] = 500,
+    pool_seed: Annotated[int, typer.Option(min=0, help="Seed of the synthetic table pool.", rich_help_panel=POOL)] = 0,
+    min_log10_rows: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Pool tables' rows are log-uniform from 10^this (0: tables down to 1 row, as Criteo's smallest).",
+            rich_help_panel=POOL,
+        ),
+    ] = 2.0,
+    dims: Annotated[
+        str | None,
+        typer.Option(
+            help="Pool tables' dims drawn uniformly from these, comma-separated "
+            "(e.g. 16,32,64; default: 4-256, mostly 16-128).",
+            rich_help_panel=POOL,
+        ),
     ] = None,
-    row_cap_mb: Annotated[int, typer.Option(min=1, help="Benchmark at most this many MiB of rows per table.")] = 128,
+    one_hot_share: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            max=1,
+            help="Share of pool tables with pooling factor 1 (1: every table one-hot, as Criteo's).",
+            rich_help_panel=POOL,
+        ),
+    ] = 0.3,
+    pooling: Annotated[
+        str | None,
+        typer.Option(
+            help="LOW,HIGH: draw every pool table's pooling factor "
+            "log-uniformly from it (e.g. 10,200: heavy multi-hot "
+            "tables; default: 30% one-hot, else log-normal).",
+            rich_help_panel=POOL,
+        ),
+    ] = None,
+    device: Annotated[str, typer.Option(help="cpu, cuda, or auto.", rich_help_panel=MEASUREMENT)] = "auto",
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            help="fbgemm_tbe or embedding_bag (default: fbgemm_tbe if installed).", rich_help_panel=MEASUREMENT
+        ),
+    ] = None,
+    row_cap_mb: Annotated[
+        int,
+        typer.Option(min=1, help="Benchmark at most this many MiB of rows per table.", rich_help_panel=MEASUREMENT),
+    ] = 128,
     set_memory_gb: Annotated[
         float,
         typer.Option(
             help="Benchmarked GiB (after the row cap) of one set, at most: "
             "a set stops growing at it (large sets of big tables need "
-            "more; mind the host's memory)."
+            "more; mind the host's memory).",
+            rich_help_panel=MEASUREMENT,
         ),
     ] = 3.0,
-    singles: Annotated[bool, typer.Option(help="Also measure every pool table alone.")] = True,
-    precisions: Annotated[
-        str,
+    warmups: Annotated[
+        int, typer.Option(min=0, help="Untimed steps before each measurement.", rich_help_panel=ADVANCED)
+    ] = 2,
+    repeats: Annotated[
+        int, typer.Option(min=1, help="Timed steps per measurement; the median is kept.", rich_help_panel=ADVANCED)
+    ] = 5,
+    threads: Annotated[
+        int,
         typer.Option(
-            help="Bytes per element drawn for each pool table, comma-separated "
-            "from 1, 2, 4, 8 (e.g. 4,2 for fp32 and fp16; fbgemm_tbe only "
-            "beyond 4)."
+            min=1, help="CPU threads each step runs on (a profile is of one count).", rich_help_panel=ADVANCED
         ),
-    ] = "4",
-    optimizers: Annotated[
-        str,
-        typer.Option(
-            help="Optimizers drawn for each pool table, comma-separated from sgd, "
-            "rowwise_adagrad, adagrad (fbgemm_tbe only beyond sgd)."
-        ),
-    ] = "sgd",
-    batch_sizes: Annotated[
-        str | None,
-        typer.Option(
-            help="Batch sizes drawn for each sample, comma-separated "
-            "(e.g. 512,1024,2048,4096,8192,16384); default: "
-            "--batch-size for every sample."
-        ),
-    ] = None,
+    ] = 1,
 ) -> None:
     """Sample random table sets from a synthetic pool, measure them, and append traces."""
     precision_values = _precisions(precisions)  # before re-exec and the heavy imports: a typo fails at once
@@ -287,7 +341,7 @@ def _optimizers(value: str) -> tuple[str, ...]:
 @friendly_errors
 def summary_cmd(
     path: Annotated[Path, typer.Argument(help="A trace file (.jsonl or .jsonl.gz).")],
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
 ) -> None:
     """Samples, device profile, noise and non-additivity of a trace file."""
     from cost_model.traces.store import read_traces
@@ -333,32 +387,57 @@ def _require_traces(path: Path) -> None:
 @app.command("plans")
 @friendly_errors
 def plans_cmd(
-    traces: Annotated[Path, typer.Option(help="The profile's anchor traces: their table pool and benchmark settings.")],
+    traces: Annotated[
+        Path,
+        typer.Option(
+            help="The profile's anchor traces: their table pool and benchmark settings.", rich_help_panel=PROFILE
+        ),
+    ],
     out: Annotated[
-        Path, typer.Option(help="Plan-set trace file to write (.jsonl or .jsonl.gz); resumed if it exists.")
+        Path,
+        typer.Option(
+            help="Plan-set trace file to write (.jsonl or .jsonl.gz); resumed if it exists.", rich_help_panel=OUTPUT
+        ),
     ],
     model: Annotated[
-        Path | None, typer.Option(help="Profile folder whose planners make the plans (default: the shipped one).")
+        Path | None,
+        typer.Option(
+            help="Profile folder whose planners make the plans (default: the shipped one).", rich_help_panel=PROFILE
+        ),
     ] = None,
     split: Annotated[
         str,
         typer.Option(
             help="'test': tasks of test-pool tables, split (c) of `cost eval`; "
-            "'train': tasks of training tables, to train on."
+            "'train': tasks of training tables, to train on.",
+            rich_help_panel=TASKS,
         ),
     ] = "test",
-    tasks: Annotated[int, typer.Option(min=1, help="Tasks to plan.")] = 12,
-    passes: Annotated[int, typer.Option(min=1, help="Measure every distinct set this many times, pass by pass.")] = 5,
-    seed: Annotated[int, typer.Option(min=0, help="Seed of the tasks.")] = 0,
+    tasks: Annotated[int, typer.Option(min=1, help="Tasks to plan.", rich_help_panel=TASKS)] = 12,
     planners: Annotated[
         str | None,
-        typer.Option(help="Comma-separated planners (default: every default planner the profile can run)."),
+        typer.Option(
+            help="Comma-separated planners (default: every default planner the profile can run).",
+            rich_help_panel=TASKS,
+        ),
     ] = None,
-    devices: Annotated[str, typer.Option(help="Device counts drawn for each task, comma-separated.")] = "4,8,16",
+    devices: Annotated[
+        str, typer.Option(help="Device counts drawn for each task, comma-separated.", rich_help_panel=TASKS)
+    ] = "4,8,16",
     batch_sizes: Annotated[
         str | None,
-        typer.Option(help="Batch sizes drawn for each task, comma-separated (default: the anchor traces' batch size)."),
+        typer.Option(
+            help="Batch sizes drawn for each task, comma-separated (default: the anchor traces' batch size).",
+            rich_help_panel=TASKS,
+        ),
     ] = None,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the tasks.", rich_help_panel=TASKS)] = 0,
+    passes: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Measure every distinct set this many times, pass by pass.", rich_help_panel=MEASUREMENT
+        ),
+    ] = 5,
 ) -> None:
     """Plan tasks with every planner and measure the device sets the plans create (plan-aware traces)."""
     if split not in ("train", "test"):
@@ -433,24 +512,47 @@ def _plan_and_measure(
 @friendly_errors
 def refine_cmd(
     traces: Annotated[
-        Path, typer.Option(help="The profile's anchor traces (random sets), which the model was trained on.")
+        Path,
+        typer.Option(
+            help="The profile's anchor traces (random sets), which the model was trained on.", rich_help_panel=PROFILE
+        ),
     ],
     out: Annotated[
-        Path, typer.Option(help="Folder for each round's plan-set traces and model (round1/, round2/, ...).")
+        Path,
+        typer.Option(
+            help="Folder for each round's plan-set traces and model (round1/, round2/, ...).", rich_help_panel=OUTPUT
+        ),
     ],
     model: Annotated[
-        Path | None, typer.Option(help="The profile folder to start from (default: the shipped one).")
+        Path | None,
+        typer.Option(help="The profile folder to start from (default: the shipped one).", rich_help_panel=PROFILE),
     ] = None,
-    rounds: Annotated[int, typer.Option(min=1, help="Rounds of plan, measure, retrain.")] = 1,
-    tasks: Annotated[int, typer.Option(min=1, help="Training-pool tasks planned per round.")] = 12,
-    passes: Annotated[int, typer.Option(min=1)] = 3,
-    seed: Annotated[int, typer.Option(min=0)] = 0,
-    max_epochs: Annotated[int, typer.Option(min=1)] = 300,
-    devices: Annotated[str, typer.Option(help="Device counts drawn for each task, comma-separated.")] = "4,8,16",
+    rounds: Annotated[int, typer.Option(min=1, help="Rounds of plan, measure, retrain.", rich_help_panel=TASKS)] = 1,
+    tasks: Annotated[
+        int, typer.Option(min=1, help="Training-pool tasks planned per round.", rich_help_panel=TASKS)
+    ] = 12,
+    devices: Annotated[
+        str, typer.Option(help="Device counts drawn for each task, comma-separated.", rich_help_panel=TASKS)
+    ] = "4,8,16",
     batch_sizes: Annotated[
         str | None,
-        typer.Option(help="Batch sizes drawn for each task, comma-separated (default: the anchor traces' batch size)."),
+        typer.Option(
+            help="Batch sizes drawn for each task, comma-separated (default: the anchor traces' batch size).",
+            rich_help_panel=TASKS,
+        ),
     ] = None,
+    seed: Annotated[
+        int, typer.Option(min=0, help="Seed of the tasks and of the retraining.", rich_help_panel=TASKS)
+    ] = 0,
+    passes: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Measure every distinct set this many times, pass by pass.", rich_help_panel=MEASUREMENT
+        ),
+    ] = 3,
+    max_epochs: Annotated[
+        int, typer.Option(min=1, help="Most epochs of each round's training.", rich_help_panel=ADVANCED)
+    ] = 300,
 ) -> None:
     """Close the loop: plan training-pool tasks with every planner of the current model, measure
     the device sets the plans create, retrain on the anchors plus every round's plan sets; repeat.
@@ -502,11 +604,17 @@ def refine_cmd(
 @app.command("drift")
 @friendly_errors
 def drift_cmd(
-    traces: Annotated[Path, typer.Option(help="The profile's trace file (.jsonl or .jsonl.gz).")],
-    samples: Annotated[int, typer.Option(min=1, help="Sets to re-measure (seeded).")] = 12,
-    rounds: Annotated[int, typer.Option(min=1, help="Interleaved rounds; the median is kept.")] = 3,
-    seed: Annotated[int, typer.Option(min=0)] = 0,
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    traces: Annotated[
+        Path, typer.Option(help="The profile's trace file (.jsonl or .jsonl.gz).", rich_help_panel=PROFILE)
+    ],
+    samples: Annotated[int, typer.Option(min=1, help="Sets to re-measure (seeded).", rich_help_panel=MEASUREMENT)] = 12,
+    rounds: Annotated[
+        int, typer.Option(min=1, help="Interleaved rounds; the median is kept.", rich_help_panel=MEASUREMENT)
+    ] = 3,
+    seed: Annotated[
+        int, typer.Option(min=0, help="Seed of the sets drawn from the traces.", rich_help_panel=MEASUREMENT)
+    ] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
 ) -> None:
     """Re-measure some of the traces' sets here: does this machine still measure like the traces?
     Exits 1 when the median ratio of now to then is outside 0.8-1.25 (re-collect the traces), or
@@ -535,10 +643,17 @@ def drift_cmd(
 @friendly_errors
 def calibrate_cmd(
     traces: Annotated[
-        Path, typer.Option(help="The trace file to calibrate (.jsonl or .jsonl.gz); rewritten in place.")
+        Path,
+        typer.Option(
+            help="The trace file to calibrate (.jsonl or .jsonl.gz); rewritten in place.", rich_help_panel="Trace file"
+        ),
     ],
     model: Annotated[
-        Path | None, typer.Option(help="The profile's cost model (a folder or cost_model.pt) to measure it against.")
+        Path | None,
+        typer.Option(
+            help="The profile's cost model (a folder or cost_model.pt) to measure it against.",
+            rich_help_panel=FACTOR,
+        ),
     ] = None,
     drift: Annotated[
         list[Path] | None,
@@ -546,10 +661,13 @@ def calibrate_cmd(
             metavar="<path>",
             help="Instead of --model: `bench drift --traces <profile traces> --json` reports run "
             "beside the collection (repeatable); the factor is their median now / then.",
+            rich_help_panel=FACTOR,
         ),
     ] = None,
-    max_tables: Annotated[int, typer.Option(min=1, help="Anchor sets: those of at most this many tables.")] = 2,
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    max_tables: Annotated[
+        int, typer.Option(min=1, help="Anchor sets: those of at most this many tables.", rich_help_panel=FACTOR)
+    ] = 2,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
 ) -> None:
     """Put traces collected while this machine ran slower or faster (`bench drift`) on the
     profile's scale: the factor is the median measured / predicted over the file's small sets
@@ -593,13 +711,20 @@ def comm_cmd(
         Path,
         typer.Option(
             help="Where to write the fitted model: a file, or a profile folder "
-            "(then its communication.json, next to its cost model)."
+            "(then its communication.json, next to its cost model).",
+            rich_help_panel=OUTPUT,
         ),
     ],
-    world_size: Annotated[int, typer.Option(min=2)] = 2,
-    device: Annotated[str, typer.Option(help="cpu (gloo) or cuda (nccl, one GPU per rank).")] = "cpu",
-    repeats: Annotated[int, typer.Option(min=1)] = 10,
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
+    world_size: Annotated[
+        int, typer.Option(min=2, help="Ranks exchanging the all-to-all.", rich_help_panel=MEASUREMENT)
+    ] = 2,
+    device: Annotated[
+        str, typer.Option(help="cpu (gloo) or cuda (nccl, one GPU per rank).", rich_help_panel=MEASUREMENT)
+    ] = "cpu",
+    repeats: Annotated[
+        int, typer.Option(min=1, help="Timed all-to-alls per message size.", rich_help_panel=MEASUREMENT)
+    ] = 10,
 ) -> None:
     """Measure the all-to-all between ranks and fit latency + bytes / bandwidth."""
     from dataclasses import asdict
