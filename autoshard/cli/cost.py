@@ -12,16 +12,20 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from autoshard.cli.support import console, friendly_errors, print_json
+from autoshard.cli.support import ADVANCED, OUTPUT, console, friendly_errors, print_json
 from autoshard.core.errors import InputError
 
 ADAPT_LEARNING_RATE = 3e-4  # fine-tuning a trained model (cost adapt); training from scratch uses 2e-3
-ADAPT_MAX_EPOCHS, ADAPT_PATIENCE = 150, 40  # it stops within ~10 epochs on a few hundred sets (docs/profiles.md)
+ADAPT_MAX_EPOCHS, ADAPT_PATIENCE = 150, 40  # fine-tuning on a few hundred sets stops within ~10 epochs
+# help panels beside support's
+PROFILE, TRACES, TRAINING, MEASURED = "Profile", "Traces", "Training", "Measured here"
 
 app = typer.Typer(
     help="The neural multi-table cost model: train, adapt to a machine, evaluate, record its trained ranges.",
     no_args_is_help=True,
 )
+MAX_EPOCHS_HELP = "Most epochs of training."
+PATIENCE_HELP = "Stop after this many epochs without a lower validation loss; the best epoch is kept."
 
 
 @app.command("train")
@@ -31,26 +35,36 @@ def train_cmd(
         list[Path],
         typer.Option(
             help="Trace file (.jsonl or .jsonl.gz); repeat it to add plan-set "
-            "traces (`autoshard bench plans`) of the same profile."
+            "traces (`autoshard bench plans`) of the same profile.",
+            rich_help_panel=TRACES,
         ),
     ],
-    out: Annotated[Path, typer.Option(help="Folder for cost_model.pt, metrics.json and train_log.csv.")],
-    seed: Annotated[int, typer.Option(min=0)] = 0,
-    max_epochs: Annotated[int, typer.Option(min=1)] = 300,
-    patience: Annotated[int, typer.Option(min=1)] = 60,
+    out: Annotated[
+        Path, typer.Option(help="Folder for cost_model.pt, metrics.json and train_log.csv.", rich_help_panel=OUTPUT)
+    ],
     tune: Annotated[
         bool,
         typer.Option(
             "--tune",
             help="Choose the network and learning rate on the validation "
             "split (a small grid, cost_model/tune.py) before saving the chosen one.",
+            rich_help_panel=TRAINING,
         ),
     ] = False,
+    seed: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Seed of the split (train / validation / held-out) and of training.", rich_help_panel=TRAINING
+        ),
+    ] = 0,
+    max_epochs: Annotated[int, typer.Option(min=1, help=MAX_EPOCHS_HELP, rich_help_panel=TRAINING)] = 300,
+    patience: Annotated[int, typer.Option(min=1, help=PATIENCE_HELP, rich_help_panel=TRAINING)] = 60,
     network: Annotated[
         str | None,
         typer.Option(
             help="Train one candidate of the tuning grid by name "
-            "(cost_model/tune.py, e.g. narrow_grouped) instead of the default network."
+            "(cost_model/tune.py, e.g. narrow_grouped) instead of the default network.",
+            rich_help_panel=ADVANCED,
         ),
     ] = None,
 ) -> None:
@@ -85,16 +99,21 @@ def adapt_cmd(
         Path,
         typer.Option(
             help="The profile folder to start from: its cost_model.pt is fine-tuned; its "
-            "communication.json and policy.pt are copied."
+            "communication.json and policy.pt are copied.",
+            rich_help_panel=PROFILE,
         ),
     ],
-    out: Annotated[Path, typer.Option(help="Folder for the adapted profile (cost_model.pt, metrics.json, ...).")],
+    out: Annotated[
+        Path,
+        typer.Option(help="Folder for the adapted profile (cost_model.pt, metrics.json, ...).", rich_help_panel=OUTPUT),
+    ],
     traces: Annotated[
         list[Path] | None,
         typer.Option(
             metavar="<path>",
             help="Traces measured on this machine (`autoshard bench collect`: a few hundred "
             "sets); repeat it to add files of the same profile.",
+            rich_help_panel=MEASURED,
         ),
     ] = None,
     measured: Annotated[
@@ -104,23 +123,26 @@ def adapt_cmd(
             help="Measured evaluations (`autoshard evaluate --measure --json --out DIR`: DIR or a "
             "report.json; repeat it for more runs) of plans on the model's machine: their device "
             "sets, each labelled by its cost relative to its task's other sets.",
+            rich_help_panel=MEASURED,
         ),
     ] = None,
     seed: Annotated[
         int,
         typer.Option(
-            min=0, help="Split seed (train / validation / held-out) of the new traces and of the measured sets."
+            min=0,
+            help="Split seed (train / validation / held-out) of the new traces and of the measured sets.",
+            rich_help_panel=TRAINING,
         ),
     ] = 0,
     learning_rate: Annotated[
-        float, typer.Option(min=1e-6, max=1e-1, help="Fine-tuning learning rate.")
+        float, typer.Option(min=1e-6, max=1e-1, help="Fine-tuning learning rate.", rich_help_panel=TRAINING)
     ] = ADAPT_LEARNING_RATE,
-    max_epochs: Annotated[int, typer.Option(min=1)] = ADAPT_MAX_EPOCHS,
-    patience: Annotated[int, typer.Option(min=1)] = ADAPT_PATIENCE,
+    max_epochs: Annotated[int, typer.Option(min=1, help=MAX_EPOCHS_HELP, rich_help_panel=TRAINING)] = ADAPT_MAX_EPOCHS,
+    patience: Annotated[int, typer.Option(min=1, help=PATIENCE_HELP, rich_help_panel=TRAINING)] = ADAPT_PATIENCE,
 ) -> None:
     """Adapt a profile to this machine: fine-tune its cost model on sets measured here (minutes of
-    collection, where a profile from scratch takes an hour; docs/profiles.md), and on the device
-    sets of plans measured here (docs/cost_model.md, "Labels good enough to learn from where plans go")."""
+    collection, where a profile from scratch takes an hour) and/or on the device sets of plans
+    measured here (docs/profiles.md, "Adapt a profile in minutes")."""
     import shutil
 
     from autoshard.evaluation.measured_reports import measured_device_sets
@@ -190,20 +212,23 @@ MIN_ERROR_SETS = 20  # fewer measured sets say little about the tails of the mod
 @app.command("errors")
 @friendly_errors
 def errors_cmd(
-    model: Annotated[Path, typer.Option(help="The profile folder: device_errors.json is written there.")],
+    model: Annotated[
+        Path, typer.Option(help="The profile folder: device_errors.json is written there.", rich_help_panel=PROFILE)
+    ],
     measured: Annotated[
         list[Path],
         typer.Option(
             metavar="<path>",
             help="Measured evaluations of plans on the profile's hardware (`autoshard evaluate "
             "--measure --json --out DIR`: DIR or a report.json; repeat it for more runs).",
+            rich_help_panel=MEASURED,
         ),
     ],
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
 ) -> None:
     """Record the cost model's error on measured device sets of plans (log(measured / predicted), its
     prediction made now, centred per task and run), from which `autoshard plan` and the service report
-    each plan's expected max (docs/evaluation.md, "Every plan's expected max")."""
+    each plan's expected max (docs/concepts.md, "Expected max under the model's error")."""
     import numpy as np
 
     from autoshard.core.model_error import DEVICE_ERRORS_FILE, DeviceErrors
@@ -394,23 +419,25 @@ def train_and_save(
 @app.command("eval")
 @friendly_errors
 def eval_cmd(
-    model: Annotated[Path, typer.Option(help="A model folder (or cost_model.pt).")],
+    model: Annotated[Path, typer.Option(help="A model folder (or cost_model.pt).", rich_help_panel=PROFILE)],
     traces: Annotated[
         list[Path],
         typer.Option(
             help="Trace file with the held-out samples; repeat it to add "
-            "plan-set traces (split c: `autoshard bench plans --split test`)."
+            "plan-set traces (split c: `autoshard bench plans --split test`).",
+            rich_help_panel=TRACES,
         ),
     ],
-    seed: Annotated[int, typer.Option(min=0, help="The split seed used in training.")] = 0,
     fresh_pool: Annotated[
         Path | None,
         typer.Option(
             help="Traces of a pool drawn with a fresh seed (no model trained "
-            "or tuned on it): every set is scored as split `fresh_pool`."
+            "or tuned on it): every set is scored as split `fresh_pool`.",
+            rich_help_panel=TRACES,
         ),
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    seed: Annotated[int, typer.Option(min=0, help="The split seed used in training.", rich_help_panel=TRACES)] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
 ) -> None:
     """MAPE, Spearman and ranking accuracy of every estimator on the held-out splits: (a) unseen
     sets, (b) unseen tables and, with plan-set traces, (c) the device sets of plans, with how often
@@ -460,19 +487,27 @@ def eval_cmd(
 @friendly_errors
 def add_ranges_cmd(
     model: Annotated[
-        Path, typer.Option(help="A model folder (holding cost_model.pt); its checkpoint is re-saved in place.")
+        Path,
+        typer.Option(
+            help="A model folder (holding cost_model.pt); its checkpoint is re-saved in place.",
+            rich_help_panel=PROFILE,
+        ),
     ],
     traces: Annotated[
         list[Path],
         typer.Option(
             help="The trace file (.jsonl or .jsonl.gz) the model was trained on; "
-            "repeat it for every file it was trained on."
+            "repeat it for every file it was trained on.",
+            rich_help_panel=TRACES,
         ),
     ],
     seed: Annotated[
-        int, typer.Option(min=0, help="The split seed used in training (`autoshard cost train --seed`).")
+        int,
+        typer.Option(
+            min=0, help="The split seed used in training (`autoshard cost train --seed`).", rich_help_panel=TRACES
+        ),
     ] = 0,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the ranges as JSON.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the ranges as JSON.", rich_help_panel=OUTPUT)] = False,
 ) -> None:
     """Record what a model was trained on (the ranges of its training split), so that it refuses
     inputs it cannot answer and warns on extrapolation; weights and predictions are unchanged."""
@@ -500,7 +535,11 @@ def add_ranges_cmd(
 @friendly_errors
 def linear_beyond_cmd(
     model: Annotated[
-        Path, typer.Option(help="A model folder (holding cost_model.pt); its checkpoint is re-saved in place.")
+        Path,
+        typer.Option(
+            help="A model folder (holding cost_model.pt); its checkpoint is re-saved in place.",
+            rich_help_panel=PROFILE,
+        ),
     ],
     tables: Annotated[
         int | None,
@@ -508,15 +547,16 @@ def linear_beyond_cmd(
             min=1,
             help="Price sets of more than this many tables linearly in "
             "their size; omit it for the largest trained set.",
+            rich_help_panel="Pricing",
         ),
     ] = None,
 ) -> None:
     """Where the network stops answering for a set's size: past ``--tables`` a set of n tables costs
-    n / tables times a set of that size with the same mean and max table (docs/cost_model.md, "Sets
-    larger than any trained on"). Choose it on measured large sets (`benchmarks/large_sets.py --limits`);
-    smaller sets' predictions are unchanged. Recorded in the folder's metrics.json, whose held-out
-    evaluation is measured again on the traces and split seed it names (0 where it names none, the
-    default of `cost train` and `cost adapt`; not for a model adapted on measured plans)."""
+    n / tables times a set of that size with the same mean and max table (docs/decisions.md, 7).
+    Choose it on measured large sets (`benchmarks/large_sets.py --limits`); smaller sets' predictions
+    are unchanged. Recorded in the folder's metrics.json, whose held-out evaluation is measured again
+    on the traces and split seed it names (0 where it names none, the default of `cost train` and
+    `cost adapt`; not for a model adapted on measured plans)."""
     from cost_model.accuracy import evaluate_all
     from cost_model.checkpoint import CHECKPOINT_NAME, set_linear_beyond, trace_sources
     from cost_model.dataset import make_splits
