@@ -21,27 +21,32 @@ from autoshard.cli.support import friendly_errors
 from autoshard.core.errors import InputError
 
 GRACEFUL_SHUTDOWN_S = 8  # under the 10 s a container engine waits after SIGTERM
+SERVER, LOGGING = "Server", "Logging"  # help panels
 
 
 @friendly_errors
 def serve(
     host: Annotated[
-        str | None, typer.Option(help="Interface to listen on (default: AUTOSHARD_HOST or 127.0.0.1).")
+        str | None,
+        typer.Option(help="Interface to listen on (default: AUTOSHARD_HOST or 127.0.0.1).", rich_help_panel=SERVER),
     ] = None,
     port: Annotated[
-        int | None, typer.Option(min=0, max=65535, help="Port (default: AUTOSHARD_PORT or 8000).")
+        int | None,
+        typer.Option(min=0, max=65535, help="Port (default: AUTOSHARD_PORT or 8000).", rich_help_panel=SERVER),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option(min=1, help="Worker processes (default: AUTOSHARD_WORKERS or 1).")
+        int | None,
+        typer.Option(min=1, help="Worker processes (default: AUTOSHARD_WORKERS or 1).", rich_help_panel=SERVER),
     ] = None,
     model_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Folder of <profile>/cost_model.pt (default: AUTOSHARD_MODEL_DIR or the checkout's data/models)."
+            help="Folder of <profile>/cost_model.pt (default: AUTOSHARD_MODEL_DIR or the checkout's data/models).",
+            rich_help_panel=SERVER,
         ),
     ] = None,
-    access_log: Annotated[bool, typer.Option(help="Log every request.")] = True,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    access_log: Annotated[bool, typer.Option(help="Log every request.", rich_help_panel=LOGGING)] = True,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.", rich_help_panel=LOGGING)] = "info",
 ) -> None:
     """Serve the planners over HTTP: POST /v1/plans, /v1/replans, GET /v1/planners, /v1/profiles, /healthz,
     /readyz, /metrics; OpenAPI at /docs."""
