@@ -11,9 +11,12 @@ from typing import Annotated
 import typer
 
 from autoshard.cli.support import (
+    ADVANCED,
     COLUMN_SPLIT_HELP,
     DEFAULT_MODEL,
     DEPARTURE_MARGIN_HELP,
+    OUTPUT,
+    PLANNERS,
     SEARCH_ITERATIONS_HELP,
     console,
     friendly_errors,
@@ -27,6 +30,15 @@ app = typer.Typer(
     help="The RL placement policy: train it against a profile's cost model, evaluate it.", no_args_is_help=True
 )
 TRAINING_DIR = "policy_training"
+# help panels beside support's
+PROFILE, RUN, POLICY, TRAINING, EVALUATION, GRID = (
+    "Profile",
+    "Run",
+    "Policy",
+    "Training",
+    "Checkpoints and evaluation",
+    "Grid",
+)
 
 
 def _profile(path: Path):
@@ -40,7 +52,10 @@ def _profile(path: Path):
 @friendly_errors
 def train_cmd(
     profile: Annotated[
-        Path, typer.Option(help="Profile folder: its cost model is the simulator; policy.pt goes here.")
+        Path,
+        typer.Option(
+            help="Profile folder: its cost model is the simulator; policy.pt goes here.", rich_help_panel=PROFILE
+        ),
     ] = DEFAULT_MODEL,
     steps: Annotated[
         int,
@@ -48,43 +63,70 @@ def train_cmd(
             min=1,
             help="Environment steps in all (PPO runs whole rollouts of 1,024 "
             "steps per environment, so it rounds up to them).",
+            rich_help_panel=RUN,
         ),
     ] = 600_000,
-    seed: Annotated[int, typer.Option(min=0)] = 0,
-    envs: Annotated[int, typer.Option(min=1, help="Environments stepped together.")] = 2,
-    subprocess: Annotated[bool, typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).")] = False,
-    reward: Annotated[str, typer.Option(help="'step', 'greedy_relative' or 'refined' (see ShardingEnv).")] = "step",
-    slots: Annotated[
-        int, typer.Option(min=2, help="Device slots while training (the largest training device count).")
-    ] = 16,
+    resume: Annotated[
+        bool, typer.Option(help="Continue from the latest checkpoint in the work dir.", rich_help_panel=RUN)
+    ] = False,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            help="Discard a previous run in the work dir and replace the profile's "
+            "policy.pt (without it, either is refused).",
+            rich_help_panel=RUN,
+        ),
+    ] = False,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help=f"Checkpoints, TensorBoard logs, eval log (default PROFILE/{TRAINING_DIR}).", rich_help_panel=RUN
+        ),
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.", rich_help_panel=RUN)] = True,
     repair_rounds: Annotated[
         int,
         typer.Option(
             min=0,
             help="Repair steps after the placement: the agent revisits it, "
             "one change off the max-cost device a step (0: none).",
+            rich_help_panel=POLICY,
         ),
     ] = 50,
-    work_dir: Annotated[
-        Path | None, typer.Option(help=f"Checkpoints, TensorBoard logs, eval log (default PROFILE/{TRAINING_DIR}).")
-    ] = None,
-    resume: Annotated[bool, typer.Option(help="Continue from the latest checkpoint in the work dir.")] = False,
-    fresh: Annotated[
-        bool,
-        typer.Option(
-            help="Discard a previous run in the work dir and replace the profile's "
-            "policy.pt (without it, either is refused)."
-        ),
-    ] = False,
-    checkpoint_every: Annotated[int, typer.Option(min=1, help="Steps between checkpoints.")] = 50_000,
-    eval_every: Annotated[int, typer.Option(min=1, help="Steps between evaluations on held-out tasks.")] = 25_000,
-    eval_tasks: Annotated[int, typer.Option(min=1, help="Held-out tasks per evaluation.")] = 24,
     imitation_episodes: Annotated[
-        int, typer.Option(min=0, help="Greedy episodes cloned before PPO (0: start from a random policy).")
+        int,
+        typer.Option(
+            min=0, help="Greedy episodes cloned before PPO (0: start from a random policy).", rich_help_panel=POLICY
+        ),
     ] = 200,
-    learning_rate: Annotated[float, typer.Option(min=0.0, help="PPO's learning rate.")] = 3e-4,
-    ent_coef: Annotated[float, typer.Option(min=0.0, help="PPO's entropy bonus.")] = 0.01,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    slots: Annotated[
+        int,
+        typer.Option(
+            min=2, help="Device slots while training (the largest training device count).", rich_help_panel=POLICY
+        ),
+    ] = 16,
+    seed: Annotated[
+        int, typer.Option(min=0, help="Seed of the tasks, the environments and PPO.", rich_help_panel=TRAINING)
+    ] = 0,
+    envs: Annotated[int, typer.Option(min=1, help="Environments stepped together.", rich_help_panel=TRAINING)] = 2,
+    subprocess: Annotated[
+        bool,
+        typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).", rich_help_panel=TRAINING),
+    ] = False,
+    reward: Annotated[str, typer.Option(help="'step', 'greedy_relative' or 'refined' (see ShardingEnv).")] = "step",
+    learning_rate: Annotated[
+        float, typer.Option(min=0.0, help="PPO's learning rate.", rich_help_panel=TRAINING)
+    ] = 3e-4,
+    ent_coef: Annotated[float, typer.Option(min=0.0, help="PPO's entropy bonus.", rich_help_panel=TRAINING)] = 0.01,
+    checkpoint_every: Annotated[
+        int, typer.Option(min=1, help="Steps between checkpoints.", rich_help_panel=EVALUATION)
+    ] = 50_000,
+    eval_every: Annotated[
+        int, typer.Option(min=1, help="Steps between evaluations on held-out tasks.", rich_help_panel=EVALUATION)
+    ] = 25_000,
+    eval_tasks: Annotated[
+        int, typer.Option(min=1, help="Held-out tasks per evaluation.", rich_help_panel=EVALUATION)
+    ] = 24,
 ) -> None:
     """Train MaskablePPO against the profile's cost model; the best policy on held-out tasks
     becomes PROFILE/policy.pt."""
@@ -158,18 +200,29 @@ def train_cmd(
 @app.command("eval")
 @friendly_errors
 def eval_cmd(
-    profile: Annotated[Path, typer.Option(help="Profile folder with cost_model.pt and policy.pt.")] = DEFAULT_MODEL,
-    tables: Annotated[str, typer.Option(help="Comma-separated table counts.")] = "20,80,200,400",
-    devices: Annotated[str, typer.Option(help="Comma-separated device counts.")] = "4,8,16,32,64",
-    seed: Annotated[int, typer.Option(min=0)] = 0,
-    communication: Annotated[bool, typer.Option(help="Add each device's all-to-all to its cost.")] = True,
-    search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
-    departure_margin: Annotated[float | None, typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP)] = None,
+    profile: Annotated[
+        Path, typer.Option(help="Profile folder with cost_model.pt and policy.pt.", rich_help_panel=PROFILE)
+    ] = DEFAULT_MODEL,
+    tables: Annotated[str, typer.Option(help="Comma-separated table counts.", rich_help_panel=GRID)] = "20,80,200,400",
+    devices: Annotated[str, typer.Option(help="Comma-separated device counts.", rich_help_panel=GRID)] = "4,8,16,32,64",
+    seed: Annotated[
+        int, typer.Option(min=0, help="Seed of the grid's tasks and of the planners.", rich_help_panel=GRID)
+    ] = 0,
+    communication: Annotated[
+        bool, typer.Option(help="Add each device's all-to-all to its cost.", rich_help_panel=PLANNERS)
+    ] = True,
     column_split: Annotated[
-        bool | None, typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP)
+        bool | None,
+        typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP, rich_help_panel=PLANNERS),
     ] = None,
-    out: Annotated[Path | None, typer.Option(help="Folder for grid.json, grid.md and grid.png.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
+    out: Annotated[
+        Path | None, typer.Option(help="Folder for grid.json, grid.md and grid.png.", rich_help_panel=OUTPUT)
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
+    departure_margin: Annotated[
+        float | None, typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP, rich_help_panel=ADVANCED)
+    ] = None,
 ) -> None:
     """Every default planner on held-out tasks (tables x devices, binding memory; tables from a
     pool no training saw), predicted: rl and rl+refine against cost_greedy and the heuristics."""
