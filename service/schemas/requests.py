@@ -87,15 +87,15 @@ class TableIn(BaseModel):
     )
     bytes_per_element: int = Field(
         _TABLE_DEFAULTS["bytes_per_element"],
-        description="1, 2, 4 (fp32) or 8. The profile's cost model must have been "
-        "trained on it (the shipped one: 4 only), else 422.",
+        description="1, 2 (fp16), 4 (fp32) or 8. The profile's cost model must have been "
+        "trained on it (the shipped CPU profiles: 2 or 4; the GPU profile: 4), else 422.",
         **_doc(enum=[1, 2, 4, 8]),
     )
     optimizer: Optimizer = Field(
         _TABLE_DEFAULTS["optimizer"],
         description="sgd, rowwise_adagrad (+4 B/row state) or adagrad (+dim x 4 B/row). "
-        "The profile's cost model must have been trained on it (the "
-        "shipped one: sgd only), else 422.",
+        "The profile's cost model must have been trained on it (the shipped CPU "
+        "profiles: sgd or rowwise_adagrad; the GPU profile: sgd), else 422.",
     )
 
 
