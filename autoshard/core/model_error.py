@@ -1,8 +1,8 @@
 """The optimizer's curse: what the cost model's error on each device does to a plan's max.
 
 A planner balances the predicted costs of its devices, so the slowest device of its plan is one
-of many near the max, and the model's error on each of them (a device set's error is its own:
-the measured residuals of one task's devices spread by about 9%, docs/evaluation.md) lifts the
+of many near the max, and the model's error on each of them (a device set's error is its own;
+docs/concepts.md, "Why predicted gains measure smaller") lifts the
 measured max above the predicted one, and further than for a plan with one device well above the
 rest. Given errors the model has made on measured device sets, a plan is expected to measure
 E[max_d c_d exp(e_d)], each e_d drawn independently from those errors: its max if the model's

@@ -2,17 +2,17 @@
 
 For each round, every plan's devices are measured in turn (plan A's devices, then B's, ...).
 Rounds go in pairs, the second of a pair in the first's order backwards, each pair rotated by
-one, so that a drift within a round (later plans measuring slower, as happened: 1-3% on
-identical plans a few places apart) falls on every plan alike rather than on the later ones; an
-even number of rounds balances it exactly. A device set (the same shards) that several plans
-hold is one piece of work: it is measured once per round and every plan holding it reads that
-measurement, so two plans compare by the devices they differ in, not by two draws of the noise
-of the one they share (plans bound by the same table alone on a device, or two planners agreeing
-on a whole plan, e.g. rl+refine keeping cost_greedy's, read the same). Each device is timed for at least
-``MIN_DEVICE_MS`` (more repeats for short steps). A plan's measured cost in a round is the max
-over its devices. Reported per plan: per-device medians over rounds, the median measured
-max with its spread, and the ratio of each plan's max to the reference plan's, per round, with a
-95% confidence interval (t-interval on log ratios).
+one, so that a drift within a round (later plans measuring slower) falls on every plan alike
+rather than on the later ones; an even number of rounds balances it exactly (docs/decisions.md,
+24). A device set (the same shards) that several plans hold is one piece of work: it is measured
+once per round and every plan holding it reads that measurement, so two plans compare by the
+devices they differ in, not by two draws of the noise of the one they share (plans bound by the
+same table alone on a device, or two planners agreeing on a whole plan, e.g. rl+refine keeping
+cost_greedy's, read the same). Each device is timed for at least ``MIN_DEVICE_MS`` (more
+repeats for short steps). A plan's measured cost in a round is the max over its devices.
+Reported per plan: per-device medians over rounds, the median measured max with its spread, and
+the ratio of each plan's max to the reference plan's, per round, with a 95% confidence interval
+(t-interval on log ratios).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from cost_model.bench.harness import BenchConfig, measure
 
 MIN_DEVICE_MS = 50.0
 """Each device of each round is timed for at least this long (``bench.measure``'s
-``min_total_ms``): at the profile's 7 repeats, a device whose step takes under a millisecond
-(Criteo Kaggle's) read 8-39% apart from one call to the next."""
+``min_total_ms``): a few repeats of a sub-millisecond step are too noisy to rank plans by
+(chosen by measurement: docs/decisions.md, 24)."""
 
 
 def measure_plans(

@@ -1,9 +1,9 @@
 """What measured evaluations ran, read back from their reports: the device sets, and a task's
 result for ``evaluate --resume``.
 
-``autoshard evaluate --measure --json --out DIR`` writes ``DIR/<suite>/report.json``; since
-2026-12-04 a report holds each task's workload and each plan's devices beside their measured
-costs, which is what a cost model can learn the order of a task's sets from
+``autoshard evaluate --measure --json --out DIR`` writes ``DIR/<suite>/report.json``; a report
+holds each task's workload and each plan's devices beside their measured costs, which is what a
+cost model can learn the order of a task's sets from
 (``cost_model.relative_labels``; ``autoshard cost adapt --measured``).
 """
 
@@ -82,7 +82,7 @@ def _report_sets(report: Any, run: str) -> list[MeasuredDeviceSet]:
         if "workload" not in task or any("devices" not in p for p in rows):
             raise InputError(
                 OPTION,
-                f"{run}, task {task.get('task')!r}: the report does not hold its plans (made before 2026-12-04)",
+                f"{run}, task {task.get('task')!r}: the report does not hold its plans (made by an older version)",
                 "measure again: `autoshard evaluate SUITE --measure --json --out DIR`",
             )
         workload, _ = workload_from_dict(task["workload"])
@@ -128,7 +128,7 @@ def reported_result(task: Task, entry: dict[str, Any]) -> TaskResult:
     if any("predicted_device_ms" not in r or "measured_round_device_ms" not in r for r in rows):
         raise InputError(
             "--resume",
-            f"task {task.name!r}: the unfinished report does not hold every round (made before 2026-12-04 17:16)",
+            f"task {task.name!r}: the unfinished report does not hold every round (made by an older version)",
             "run again without --resume",
         )
     tables = {t.name: t for t in task.workload.tables}

@@ -2,12 +2,13 @@
 
 The planners choose by the cost model, whose error per device set (5-7%) is as large as the gains
 a search finds past cost_greedy (1-5%), so the search's "wins" are as often where the model
-under-prices a set as where the plan is better (docs/rl.md, "Measured"). ``verify`` settles it on
+under-prices a set as where the plan is better (docs/concepts.md, "Why predicted gains measure
+smaller"). ``verify`` settles it on
 the machine itself: it measures the best-predicted distinct placements side by side (the caller's
 measurer, interleaved rounds) and keeps the one that measured fastest, paired by round (the
 geometric mean of its per-round max over the predicted best's). The predicted best is no default
 to beat beyond the noise: it is the plan most likely to sit where the model errs low, so a tie
-goes to the measurement, not to the model (docs/evaluation.md, "Verified plans"). A placement
+goes to the measurement, not to the model (docs/decisions.md, 26). A placement
 several planners made is one candidate, named by all of them; the best-predicted heuristic's is
 always one, so the choice is measured against the heuristics users run today.
 

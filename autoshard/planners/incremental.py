@@ -10,7 +10,7 @@ device, evening the top out where no one change lowers it) move at most a budget
 shards off their devices (``MoveBudget``: shards, and optionally bytes; of changes of the same new
 max, the one moving the fewest kept shards). Tables new to the placement move freely: they are not
 deployed yet. ``moves_from`` counts what any plan would move relative to the current placement,
-so a plan from scratch compares like with like (docs/planners.md, "Re-planning a deployed plan").
+so a plan from scratch compares like with like (docs/concepts.md, "Re-planning a deployed plan").
 """
 
 from __future__ import annotations

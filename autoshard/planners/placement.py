@@ -332,10 +332,9 @@ def unit_cap(
 ) -> int | None:
     """The extrapolation guard: at most this many units on a device. The cost model's largest
     fitted set, unless the task needs more for an even spread (then ``headroom`` x the even share:
-    every planner must extrapolate there, so none may concentrate units further). Measured: on 400
-    tables over 4 devices cost_greedy without it put 246 on one device, which this host's profile
-    priced below the others and which measured the slowest, 1.20x the best heuristic's plan; the
-    agent's plan under it measured 0.87x that one (docs/evaluation.md, "Many tables a device")."""
+    every planner must extrapolate there, so none may concentrate units further). Without it, a
+    planner piles units on the device the model prices cheapest past its trained sets, which can
+    measure the slowest (docs/decisions.md, 22)."""
     if cost_model.max_set_size is None:
         return None
     return max(cost_model.max_set_size, math.ceil(headroom * num_units / num_devices))

@@ -79,8 +79,8 @@ CANDIDATES = 16
 """Scoring planners (cost_greedy, rl) score at most this many devices per unit: the least
 loaded of those allowed. A min-max placement almost never wants a unit on a device with many
 others below it, and the cost model's head runs once per scored device, so scoring all 128 of a
-128-device task costs 8x the time. On 200-1,000 tables over 16-128 devices, scoring 8, 16, 32 or
-every device gave placements of the same predicted max (``docs/planners.md``)."""
+128-device task costs 8x the time, for placements of the same predicted max (chosen by
+measurement: docs/decisions.md, 32)."""
 
 
 def candidates(state: PlacementState, allowed: np.ndarray, limit: int = CANDIDATES) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Which column-split cap to plan: the plan without splits and the best-balanced split
 candidate, the split one returned only where it is predicted clearly lower
-(``best_over_split_caps``, ``chosen_over_split``; docs/planners.md, "Which caps are planned")."""
+(``best_over_split_caps``, ``chosen_over_split``; docs/concepts.md, "Column splits")."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def best_over_split_caps(
     retried with smaller shards (``place_workload``): then the next cap of the group is
     planned too. The split candidate is planned only if its ``additive_max`` is more than
     ``margin`` below the unsplit one's: the additive balance, found without the model, tells
-    where splitting could clear the margin (docs/planners.md). Without a plan that fits
+    where splitting could clear the margin. Without a plan that fits
     unsplit, the split candidates are planned best first until one plans. A ``PlannerError``
     is raised only if nothing plans. Past the ``deadline``, the plan without splits is kept."""
     if not allow_split:
@@ -77,8 +77,8 @@ def best_over_split_caps(
 def chosen_over_split(placements: Sequence[list[DeviceState]], margin: float) -> list[DeviceState]:
     """Of placements of one task, the lowest-max one holding column shards if it is predicted
     more than ``margin`` below the lowest-max one without (or there is none without); else
-    that one. Measured, plans chosen for smaller predicted gains were slower as often as not
-    (``DEPARTURE_MARGIN``): a split plan predicted 0.07% lower measured 1.10x (docs/planners.md)."""
+    that one: smaller predicted gains are within the model's error (``DEPARTURE_MARGIN``; chosen by
+    measurement: docs/decisions.md, 20)."""
     whole = [p for p in placements if not _has_shards(p)]
     split = [p for p in placements if _has_shards(p)]
     best_whole = min(whole, key=max_load) if whole else None

@@ -1,11 +1,11 @@
 """A warm start for PPO: behaviour cloning of greedy placement.
 
-PPO from a random policy learns greedy's rule within ~25,000 steps and then drifts 1-4% above
-it as it keeps exploring (docs/rl.md). Cloning greedy first (cross-entropy on greedy's device,
-under the env's mask) starts PPO at greedy's placements, with a critic fitted to the returns
-those placements get, so its updates start from good advantages rather than a random critic.
+PPO from a random policy learns greedy's rule and then drifts above it as it keeps exploring
+(docs/decisions.md, 18). Cloning greedy first (cross-entropy on greedy's device, under the env's
+mask) starts PPO at greedy's placements, with a critic fitted to the returns those placements
+get, so its updates start from good advantages rather than a random critic.
 Another expert's episodes clone the same way (``demonstrations(..., expert=...)``; the rollout
-policy of ``benchmarks/rollout_distillation.py``).
+policy of ``lab/experiments/rollout_distillation.py``).
 """
 
 from __future__ import annotations

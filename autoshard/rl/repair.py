@@ -1,6 +1,6 @@
 """The agent's second phase: revisiting its placement, one change off the max-cost device a step.
 
-Placing units one by one, no policy gains more than ~0.3% on greedy placement (docs/rl.md):
+Placing units one by one, a policy gains little on greedy placement (docs/decisions.md, 18):
 cost_greedy's edge is local search, which revisits earlier choices. Here the agent revisits its
 own. Each repair step is one of local search's rounds (``local_search.round_changes``): the
 max-cost device and, for every other device, the best change between the two that lowers the
