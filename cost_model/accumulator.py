@@ -11,8 +11,7 @@ optimizer) of every set, with each op's milliseconds cached, and one more row pe
 interaction head: adding a table re-prices only its own op and the interaction.
 
 Everything is numpy, float32, one thread: planning asks the head for a handful of rows at a
-time, where numpy's call costs about half of torch's (23 against 33 us a call on 8 rows of the
-shipped head; alike from 64 rows up; docs/service.md).
+time, where a numpy call costs less than a torch call (docs/decisions.md, 32).
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ class SplitHead:
     def __init__(self, head: torch.nn.Sequential, width: int) -> None:
         # every weight and bias halved: a layer then gives half its pre-activation x, and SiLU is
         # x sigmoid(x) = (x / 2) (1 + tanh(x / 2)), two passes fewer (a power of two scales exactly:
-        # the same numbers; 8-row calls took 0.82x the time, 300-row ones 0.95x)
+        # the same numbers, in less time)
         layers = [
             (np.ascontiguousarray(m.weight.detach().float().numpy().T * HALF), m.bias.detach().float().numpy() * HALF)
             for m in head

@@ -123,7 +123,7 @@ def load_cost_model(path: str | Path, expected_profile: str | None = None) -> Ne
         metrics=data.get("metrics", {}),
         ranges=ranges,
         linear_beyond=data.get("linear_beyond"),
-    )  # absent before 2026-12-05: the largest trained set
+    )  # absent from older checkpoints: the largest trained set
 
 
 def set_linear_beyond(directory: Path, tables: int | None) -> NeuralCostModel:

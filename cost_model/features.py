@@ -40,8 +40,7 @@ CACHED_TABLES = 25_000
 codes, costs alone, the head's projections) before it starts afresh. They live as long as the
 process, a planning worker's as long as the server, and every distinct table a request brings
 adds about 7 KB over all of them: this caps a process at about 170 MB, five times the largest
-request (5,000 tables). A request that needs more keeps them all for its call (docs/service.md,
-"Tables named alike")."""
+request (5,000 tables). A request that needs more keeps them all for its call."""
 
 
 def keys_to_fill(cache: dict, keys: Sequence, limit: int) -> list:

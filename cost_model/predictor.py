@@ -5,10 +5,9 @@ cached; a prediction for many sets is then one pooling + one head call over a fl
 
 **The floor.** A set costs at least its costliest table alone: a device that also runs other
 tables does all of that table's work and more. The network does not know this, and on a few
-sets it predicts less for a giant table with company than for the giant alone (e.g. 11.1 ms
-against 11.7 ms; measured, the company made it 7-17% slower). A search that minimises the
-predicted max finds exactly those sets, so every prediction here is floored at the largest
-single-table prediction of its set (``docs/cost_model.md``).
+sets it predicts less for a giant table with company than for the giant alone. A search that
+minimises the predicted max finds exactly those sets, so every prediction here is floored at the
+largest single-table prediction of its set (docs/decisions.md, 5).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from importlib import metadata
 
 import torch
 
-# Allocator settings that make CPU timings of embedding steps stable (docs/traces.md, "Timing on the CPU").
+# Allocator settings that make CPU timings of embedding steps stable (docs/decisions.md, 3).
 MALLOC_SETTINGS = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "1000000000000", "MALLOC_TOP_PAD_": "1073741824"}
 
 
@@ -66,7 +66,7 @@ def device_name(device: str) -> str:
 def cpu_model(device: str) -> str | None:
     """The CPU's vendor, family and model from /proc/cpuinfo ("AuthenticAMD family 26 model 2"),
     or ``None`` (a GPU, or no /proc): a VM's model name ("AMD EPYC") hides the generation, and
-    on 2026-12-02 two "AMD EPYC" hosts measured the same sets 0.35-0.87x apart."""
+    hosts of one name can measure the same sets far apart (docs/decisions.md, 11)."""
     if device.startswith("cuda"):
         return None
     fields: dict[str, str] = {}

@@ -1,7 +1,7 @@
 """What a cost model was trained on, and what it will and will not answer.
 
 ``TrainedRanges`` records the span of every input the training traces covered. The policy
-(docs/cost_model.md, "Inputs outside the training data"):
+(docs/decisions.md, 6):
 
 - **refused** (``InputError``): a ``bytes_per_element`` or an ``optimizer`` that no training
   table had. The model has no signal for them (a precision seen at one value only is a constant
@@ -155,7 +155,7 @@ class TrainedRanges:
             trained = " or ".join(show(v) for v in seen)
             fix = (
                 f"use {field} {trained}, or train a model on traces that include {show(value(table))} "
-                "(docs/traces.md, 'Other precisions and optimizers')"
+                "(`autoshard bench collect --precisions --optimizers`; docs/profiles.md)"
             )
             raise InputError(
                 field,

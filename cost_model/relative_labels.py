@@ -1,14 +1,12 @@
 """Labels from measured plans: a device set's cost relative to the other sets of its task.
 
 ``autoshard evaluate --measure`` runs every device of every plan of a task interleaved, in rounds,
-so the sets of one task in one run share that hour's speed of the host (1.2-1.7x apart from one
-run to the next on this project's host), and their ratios are what a planner ranks by. A set's
-label is the model's own prediction times exp(its error relative to its task): the mean, over
-the runs that measured it, of log(measured / predicted) less the median of that over the task's
-sets in that run. It teaches the model the order of a task's sets and keeps its level; over k
-runs its noise falls about as 1 / sqrt(k) (docs/cost_model.md, "Labels good enough to learn from
-where plans go": fine-tuned on other tasks' sets with four runs' labels, the error within a
-held-out task fell from 7.2% to 6.3%).
+so the sets of one task in one run share that hour's speed of the host (which moves from one
+run to the next), and their ratios are what a planner ranks by. A set's label is the model's own
+prediction times exp(its error relative to its task): the mean, over the runs that measured it,
+of log(measured / predicted) less the median of that over the task's sets in that run. It teaches
+the model the order of a task's sets and keeps its level; over k runs its noise falls about as
+1 / sqrt(k) (docs/decisions.md, 31).
 """
 
 from __future__ import annotations

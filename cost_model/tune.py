@@ -38,9 +38,8 @@ GRID = (
     Candidate("slow", NetworkConfig(), 1e-3),
 )
 # Trainable by name (``autoshard cost train --network``), not candidates of the tuning: a grouped
-# network prices every TBE op of a device on every incremental add, and rl+refine planned 1,000
-# tables on 128 devices in 1.19 s with the narrow one against 0.66-0.72 s with the ungrouped
-# networks (benchmarks/planning_speed.py, docs/cost_model.md): past the planners' 1 s target.
+# network prices every TBE op of a device on every incremental add, which takes planning 1,000
+# tables on 128 devices past the planners' 1 s target (docs/decisions.md, 8).
 SLOW_TO_PLAN = (
     Candidate("grouped", NetworkConfig(grouped=True), 2e-3),
     Candidate("narrow_grouped", NetworkConfig(table_hidden=128, table_code=64, head_hidden=128, grouped=True), 2e-3),

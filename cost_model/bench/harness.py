@@ -30,7 +30,7 @@ from cost_model.features import op_key, physical_rows
 from cost_model.profile import ExecutionMode
 
 DEFAULT_ROW_CAP_BYTES = 128 * 1024**2
-# What FBGEMM TBE trains (fbgemm-gpu(-cpu) 1.8.0; CPU kernels probed in docs/traces.md): weights
+# What FBGEMM TBE trains (fbgemm-gpu(-cpu) 1.8.0; docs/profiles.md, "Measurement settings"): weights
 # bytes -> SparseType name, and optimizer -> EmbOptimType name. INT8/FP8 weights have no CPU
 # backward kernel, BF16 no CPU forward kernel, and there is no fp64 SparseType.
 TBE_PRECISIONS = {4: "FP32", 2: "FP16"}
@@ -226,8 +226,8 @@ MAX_REPEATS = 200  # ``min_total_ms`` repeats a short step at most this often
 def measure(tables: Sequence[Table], config: BenchConfig, seed: int = 0, min_total_ms: float = 0.0) -> Measurement:
     """Build the set's execution, then time warm-ups + repeats of forward and backward+update;
     with ``min_total_ms``, keep repeating (up to ``MAX_REPEATS``) until the timed steps add up to
-    that much: a set whose step takes under a millisecond reads 8-39% apart from one call to the
-    next at 7 repeats, and 2-6% at 35 (Criteo Kaggle's devices, docs/evaluation.md).
+    that much: a few repeats of a sub-millisecond step are too noisy to rank plans by
+    (docs/decisions.md, 24).
 
     Raises ``InputError`` for a table ``config.mode`` cannot train (``check_benchable``)."""
     if not tables:

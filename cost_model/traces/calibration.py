@@ -1,7 +1,7 @@
 """Putting a trace file measured on a drifted machine on its profile's scale.
 
-Hosts of one profile (same CPU name) measure the same sets up to 2.6x apart, and one host drifts
-by 10-25% within an hour (``autoshard bench drift``; docs/traces.md). A file collected at such a
+Hosts of one profile (same CPU name) can measure the same sets at different speeds, and one host
+drifts within an hour (``autoshard bench drift``; docs/decisions.md, 10). A file collected at such a
 moment carries that factor in every label; trained beside the profile's other traces, it teaches
 the model that its tables are slower than they are. Calibration measures the factor on the
 file's own **anchor sets**, the sets of at most ``max_tables`` tables, which the profile's model

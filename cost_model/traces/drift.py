@@ -1,21 +1,18 @@
 """Is a profile's trace data still this machine? Re-measure some of its sets and compare.
 
 A cost model is trained on one device's traces. The same machine type can measure differently
-later (another host, another VM, a noisy neighbour): this session's "AMD EPYC" measured the
-shipped traces' sets 2.6-6.6x slower than when they were recorded (``docs/traces.md``). Planners
-rank plans by relative costs, so a uniform factor would not matter, but a factor that depends on
-the set (small sets slowed down most) changes which plan is best. ``check_drift`` re-measures a
+later (another host, another VM, a noisy neighbour). Planners rank plans by relative costs, so a
+uniform factor would not matter, but a factor that depends on the set (e.g. small sets slowing
+down most) changes which plan is best. ``check_drift`` re-measures a
 seeded sample of the traces' sets in interleaved rounds with the traces' own benchmark settings,
 each set at the batch size it was measured at, and reports the ratio of now to then, per set
 and overall. It also compares the device the traces name with this one: traces of another CPU or
-GPU model do not describe this machine, whatever the median ratio says (on 2026-12-02 an "Intel
-Xeon" host measured the "AMD EPYC" traces' sets at a median 1.02-1.08x, but 0.49-1.32x set by set).
-Traces recorded before the CPU's family and model were (the first "AMD EPYC" profile) compare by
-name, which a VM shares across generations; so the check also asks whether the sets keep their
-relative costs: when more than a quarter of them run more than 0.8-1.25x off the median factor,
-the cost of one set against another has changed, and plans ranked by the model rank wrongly here.
-On the profile's own host (30 ``evaluate --measure`` checks, 2026-12-01/02) the sets' ratios
-spanned at most 1.5x (1.12-1.50x); on three other hosts 2.0-2.9x (docs/profiles.md).
+GPU model do not describe this machine, whatever the median ratio says (another CPU can read a
+median near 1 and sets far apart). Traces recorded before the CPU's family and model were (the
+first "AMD EPYC" profile) compare by name, which a VM shares across generations; so the check
+also asks whether the sets keep their relative costs: when more than a quarter of them run more
+than 0.8-1.25x off the median factor, the cost of one set against another has changed, and plans
+ranked by the model rank wrongly here (thresholds chosen by measurement: docs/decisions.md, 11).
 """
 
 from __future__ import annotations
