@@ -26,7 +26,7 @@ from autoshard.planners.cost_greedy import CostGreedyPlanner
 from autoshard.planners.device_state import DeviceState
 from autoshard.planners.local_search import improve
 from autoshard.planners.proxies import ProxyCostModel, lookup_proxy, size_lookup_proxy
-from autoshard.planners.report import best_plan_index, plan_to_dict, plans_report
+from autoshard.planners.report import PlanReport, best_plan_index, plans_report
 from autoshard.planners.split_caps import additive_max, best_over_split_caps
 from autoshard.planners.splitting import split_ways
 from autoshard.planners.units import Unit
@@ -393,7 +393,7 @@ def test_column_split_lowers_the_max_and_places_shards_on_distinct_devices(plann
     assert len({d for d, _ in shards}) == 4
     assert sorted((s.column_offset, s.width) for _, s in shards) == [(0, 32), (32, 32), (64, 32), (96, 32)]
     assert split.max_cost_ms < whole.max_cost_ms
-    labels = plan_to_dict(split)["devices"]
+    labels = PlanReport.of(split).to_dict()["devices"]
     assert sorted(t for d in labels for t in d["tables"] if t.startswith("huge")) == [
         "huge[0:32]",
         "huge[32:64]",
@@ -588,7 +588,7 @@ def test_plans_report_flags_the_lowest_max_cost_as_best():
     plans = [
         make_planner(n, PlannerContext(ProxyCostModel())).plan(TINY, topology) for n in ("size_greedy", "lookup_greedy")
     ]
-    report = plans_report(TINY, topology, plans, [("cost_greedy", "needs a model")])
+    report = plans_report(TINY, topology, plans, [("cost_greedy", "needs a model")]).to_dict()
     assert [p["best"] for p in report["plans"]] == [False, True]
     assert report["plans"][1]["max_cost_ms"] == pytest.approx(max(32 + 8, 20 + 12 + 2))
     assert report["skipped"] == [{"planner": "cost_greedy", "reason": "needs a model"}]
@@ -610,7 +610,7 @@ def test_of_plans_tied_on_the_max_the_one_with_the_lowest_next_devices_is_best()
     assert best_plan_index(plans) == 1
     assert best_plan_index(plans[::-1]) == 1
     assert best_plan_index([]) == -1
-    report = plans_report(Workload((table,)), Topology(3, 1.0), plans)
+    report = plans_report(Workload((table,)), Topology(3, 1.0), plans).to_dict()
     assert [p["best"] for p in report["plans"]] == [False, True, False]
 
 

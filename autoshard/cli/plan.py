@@ -181,7 +181,7 @@ def plan_cmd(
     plans = list(result.plans)
     report = plans_report(
         loaded, topology, plans, skipped, "ms" if cost_model else PROXY_UNIT, profile.device_errors if profile else None
-    )
+    ).to_dict()  # the JSON, with what the CLI adds
     report["warnings"] = list(warnings)
     report["profile"] = profile.profile if profile else None  # which device's costs these are (as the service says)
     best = next(p for p, r in zip(plans, report["plans"]) if r["best"])

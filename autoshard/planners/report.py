@@ -1,12 +1,14 @@
-"""Plans as JSON-ready dicts, shared by the CLI and the HTTP service."""
+"""Plans side by side as a typed report (``PlansReport``), shared by the CLI and the HTTP service;
+``to_dict()`` is their JSON (`autoshard plan --json`, ``POST /v1/plans``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from autoshard.core.model_error import DeviceErrors
-from autoshard.core.types import ShardingPlan, TableShard, Topology, Workload
+from autoshard.core.types import DevicePlan, ShardingPlan, TableShard, Topology, Workload
 
 
 def shard_label(shard: TableShard) -> str:
@@ -16,27 +18,100 @@ def shard_label(shard: TableShard) -> str:
     return f"{shard.table.name}[{shard.column_offset}:{shard.column_offset + shard.width}]"
 
 
-def plan_to_dict(plan: ShardingPlan, best: bool = False, device_errors: DeviceErrors | None = None) -> dict[str, Any]:
-    """The plan; with ``device_errors``, its ``expected_max_ms`` under them (``DeviceErrors.expected_max``:
-    what the model's measured error on each device leads to expect of the max), else None."""
-    expected = device_errors.expected_max([d.cost_ms for d in plan.devices]) if device_errors else None
-    out = {
-        "planner": plan.planner,
-        "max_cost_ms": plan.max_cost_ms,
-        "expected_max_ms": expected,
-        "imbalance": plan.imbalance,
-        "plan_time_s": plan.plan_time_s,
-        "reused_s": plan.reused_s,
-        "best": best,
-        "partial": plan.partial,
-        "devices": [
-            {"tables": [shard_label(s) for s in d.shards], "cost_ms": d.cost_ms, "memory_bytes": d.memory_bytes}
-            for d in plan.devices
-        ],
-    }
-    if plan.own_estimate_ms:  # e.g. TorchRec's perf model, next to ours
-        out["own_estimate_max_ms"] = max(plan.own_estimate_ms)
-    return out
+@dataclass(frozen=True, slots=True)
+class ShardReport:
+    """A shard of a device: its table and column range (``table[column_offset:column_offset + columns]``)."""
+
+    table: str
+    column_offset: int
+    columns: int
+
+    @classmethod
+    def of(cls, shard: TableShard) -> ShardReport:
+        return cls(shard.table.name, shard.column_offset, shard.width)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": self.table, "column_offset": self.column_offset, "columns": self.columns}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceReport:
+    """A device of a plan: its tables (``shard_label``), the same structured, its cost and memory."""
+
+    tables: tuple[str, ...]
+    shards: tuple[ShardReport, ...]
+    cost_ms: float
+    memory_bytes: int
+
+    @classmethod
+    def of(cls, device: DevicePlan) -> DeviceReport:
+        return cls(
+            tuple(shard_label(s) for s in device.shards),
+            tuple(ShardReport.of(s) for s in device.shards),
+            device.cost_ms,
+            device.memory_bytes,
+        )
+
+    def to_dict(self, shards: bool = False) -> dict[str, Any]:
+        """``{"tables", "cost_ms", "memory_bytes"}``; with ``shards``, the structured shards after the tables."""
+        out: dict[str, Any] = {"tables": list(self.tables)}
+        if shards:
+            out["shards"] = [s.to_dict() for s in self.shards]
+        out.update(cost_ms=self.cost_ms, memory_bytes=self.memory_bytes)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class PlanReport:
+    """One plan of a ``PlansReport``. ``expected_max_ms``: its max under the profile's measured device
+    errors (None without them); ``own_estimate_max_ms``: the planner's own estimate of the max, if it
+    has one (TorchRec's perf model, next to ours)."""
+
+    planner: str
+    max_cost_ms: float
+    expected_max_ms: float | None
+    imbalance: float
+    plan_time_s: float
+    reused_s: float
+    best: bool
+    partial: bool
+    devices: tuple[DeviceReport, ...]
+    own_estimate_max_ms: float | None = None
+
+    @classmethod
+    def of(cls, plan: ShardingPlan, best: bool = False, device_errors: DeviceErrors | None = None) -> PlanReport:
+        """The plan; with ``device_errors``, its ``expected_max_ms`` under them (``DeviceErrors.expected_max``:
+        what the model's measured error on each device leads to expect of the max), else None."""
+        expected = device_errors.expected_max([d.cost_ms for d in plan.devices]) if device_errors else None
+        return cls(
+            plan.planner,
+            plan.max_cost_ms,
+            expected,
+            plan.imbalance,
+            plan.plan_time_s,
+            plan.reused_s,
+            best,
+            plan.partial,
+            tuple(DeviceReport.of(d) for d in plan.devices),
+            max(plan.own_estimate_ms) if plan.own_estimate_ms else None,
+        )
+
+    def to_dict(self, shards: bool = False) -> dict[str, Any]:
+        """Its JSON; ``own_estimate_max_ms`` only where the planner has an estimate of its own."""
+        out: dict[str, Any] = {
+            "planner": self.planner,
+            "max_cost_ms": self.max_cost_ms,
+            "expected_max_ms": self.expected_max_ms,
+            "imbalance": self.imbalance,
+            "plan_time_s": self.plan_time_s,
+            "reused_s": self.reused_s,
+            "best": self.best,
+            "partial": self.partial,
+            "devices": [d.to_dict(shards) for d in self.devices],
+        }
+        if self.own_estimate_max_ms is not None:
+            out["own_estimate_max_ms"] = self.own_estimate_max_ms
+        return out
 
 
 TIE = 1e-6
@@ -60,6 +135,76 @@ def best_plan_index(plans: Sequence[ShardingPlan]) -> int:
     return min(tied, key=lambda i: costs_descending(plans[i])[1:])
 
 
+@dataclass(frozen=True, slots=True)
+class WorkloadReport:
+    name: str
+    tables: int
+    batch_size: int
+    memory_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "tables": self.tables,
+            "batch_size": self.batch_size,
+            "memory_bytes": self.memory_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyReport:
+    num_devices: int
+    device_memory_gb: float
+
+    @classmethod
+    def of(cls, topology: Topology) -> TopologyReport:
+        return cls(topology.num_devices, topology.device_memory_gb)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"num_devices": self.num_devices, "device_memory_gb": self.device_memory_gb}
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A planner that did not plan, and why."""
+
+    planner: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"planner": self.planner, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class PlansReport:
+    """Several plans of one workload side by side (``plans_report``). ``model_error``: the summary of
+    the profile's measured device errors (``DeviceErrors.summary``) that each plan's expected max is
+    computed under, None without them."""
+
+    workload: WorkloadReport
+    topology: TopologyReport
+    cost_unit: str
+    model_error: dict[str, float | int] | None
+    plans: tuple[PlanReport, ...]
+    skipped: tuple[Skipped, ...]
+
+    @property
+    def best(self) -> PlanReport | None:
+        """The plan flagged ``best``; None for no plans."""
+        return next((p for p in self.plans if p.best), None)
+
+    def to_dict(self, shards: bool = False) -> dict[str, Any]:
+        """Its JSON; with ``shards``, each device's shards structured too (the service's answer)."""
+        return {
+            "workload": self.workload.to_dict(),
+            "topology": self.topology.to_dict(),
+            "cost_unit": self.cost_unit,
+            "model_error": self.model_error,
+            "plans": [p.to_dict(shards) for p in self.plans],
+            "skipped": [s.to_dict() for s in self.skipped],
+        }
+
+
 def plans_report(
     workload: Workload,
     topology: Topology,
@@ -67,21 +212,16 @@ def plans_report(
     skipped: Sequence[tuple[str, str]] = (),
     cost_unit: str = "ms",
     device_errors: DeviceErrors | None = None,
-) -> dict[str, Any]:
+) -> PlansReport:
     """Several plans of one workload side by side; the ``best_plan_index`` one is flagged
     ``best``. ``skipped`` lists (planner, reason). With the profile's ``device_errors``, each
     plan's expected max under them, and their summary as ``model_error``."""
     best = best_plan_index(plans)
-    return {
-        "workload": {
-            "name": workload.name,
-            "tables": len(workload.tables),
-            "batch_size": workload.batch_size,
-            "memory_bytes": workload.memory_bytes,
-        },
-        "topology": {"num_devices": topology.num_devices, "device_memory_gb": topology.device_memory_gb},
-        "cost_unit": cost_unit,
-        "model_error": device_errors.summary() if device_errors else None,
-        "plans": [plan_to_dict(p, i == best, device_errors) for i, p in enumerate(plans)],
-        "skipped": [{"planner": name, "reason": reason} for name, reason in skipped],
-    }
+    return PlansReport(
+        WorkloadReport(workload.name, len(workload.tables), workload.batch_size, workload.memory_bytes),
+        TopologyReport.of(topology),
+        cost_unit,
+        device_errors.summary() if device_errors else None,
+        tuple(PlanReport.of(p, i == best, device_errors) for i, p in enumerate(plans)),
+        tuple(Skipped(name, reason) for name, reason in skipped),
+    )

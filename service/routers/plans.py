@@ -153,10 +153,8 @@ def _cache_key(raw_body: bytes, format: Format) -> str:
     return hashlib.sha256(format.encode() + b"\0" + raw_body).hexdigest()
 
 
-def _render(report: dict[str, Any]) -> Answer:
-    """The report validated against ``PlanResponse`` (the schema is enforced, not only documented)
-    and rendered once: a kept answer is sent as these bytes, with each request's ``elapsed_s``."""
-    checked = PlanResponse.model_validate({**report, "elapsed_s": 0.0})
+def _render(checked: PlanResponse) -> Answer:
+    """The answer rendered once: a kept answer is sent as these bytes, with each request's ``elapsed_s``."""
     return Answer(checked.model_dump_json(exclude={"elapsed_s"}).encode(), checked.partial)
 
 
@@ -195,9 +193,10 @@ def _raise_no_plan(outcome: PlanningOutcome, budget: float, workload: Workload, 
 
 def _response(
     workload: Workload, topology: Topology, outcome: PlanningOutcome, model: LoadedModel | None, warnings: list[str]
-) -> dict[str, Any]:
+) -> PlanResponse:
     """``plans_report`` (shared with the CLI), plus structured shards, the TorchRec exports, the
-    best planner and its improvement over each heuristic, and the time-budget flags."""
+    best planner and its improvement over each heuristic, and the time-budget flags; validated
+    against ``PlanResponse`` (the schema is enforced, not only documented)."""
     plans = outcome.plans
     report = plans_report(
         workload,
@@ -207,14 +206,12 @@ def _response(
         "ms" if model else PROXY_UNIT,
         model.device_errors if model else None,
     )
-    for plan, entry in zip(plans, report["plans"]):
-        for device, out in zip(plan.devices, entry["devices"]):
-            out["shards"] = [
-                {"table": s.table.name, "column_offset": s.column_offset, "columns": s.width} for s in device.shards
-            ]
+    best_name = next(e.planner for e in report.plans if e.best)
+    best = next(p for p in plans if p.planner == best_name)
+    answer = report.to_dict(shards=True)
+    for plan, entry in zip(plans, answer["plans"]):
         entry["torchrec"] = outcome.exports.get(plan.planner)
-    best = next(p for p in plans if p.planner == next(e["planner"] for e in report["plans"] if e["best"]))
-    report.update(
+    answer.update(
         profile=model.profile if model else None,
         best=best.planner,
         improvement_over={
@@ -225,5 +222,6 @@ def _response(
         partial=bool(outcome.timed_out) or any(p.partial for p in plans),
         timed_out=outcome.timed_out,
         warnings=warnings,
-    )  # elapsed_s: the request's own, added per answer (a kept answer serves many)
-    return report
+        elapsed_s=0.0,  # the request's own is added per answer (a kept answer serves many)
+    )
+    return PlanResponse.model_validate(answer)
