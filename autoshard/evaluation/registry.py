@@ -23,9 +23,7 @@ from autoshard.planners.proxies import PROXIES
 from autoshard.planners.ruin_recreate import RuinRecreateConfig
 
 REFINE_SAMPLES = 4
-"""rl+refine's sampled rollouts. With the cost model's floor, 4, 8 and 16 samples gave the same
-predicted max on 7 held-out tasks (geometric mean 0.998 of cost_greedy's each), at 1/4 the time
-of 16 (``docs/rl.md``)."""
+"""rl+refine's sampled rollouts: more gave the same predicted max, in more time (docs/decisions.md, 32)."""
 
 REFINE_SEARCH = RuinRecreateConfig(rounds=4, max_units=64)
 """rl+refine's ruin and recreate after its rollouts' local search, for ``PlannerContext.search_iterations``

@@ -14,15 +14,10 @@ if TYPE_CHECKING:
 
 DEPARTURE_MARGIN = 0.10
 """rl+refine returns a plan other than cost_greedy's only when it is predicted this much lower
-(relative). Of 53 measured plans of rl+refine predicted 0.1-10% below cost_greedy's (five
-tasks, 17 reports of three hosts, 2026-12-01 to 03), 40 measured slower: geometric mean 1.045
-of cost_greedy's where 0.965 was predicted, and 1.091 (11 of 12 slower) where 5-10% gains were
-predicted; tasks where the two maxima were predicted alike read 0.997. cost_greedy's own gains
-over the heuristics hold from about 10% (predicted 10-20% lower: 0.906 measured; 5-10%: 0.993).
-A search that keeps the lowest of many predictions finds where the model under-prices first
-(``benchmarks/departures_measured.py``, docs/rl.md "Departures from cost_greedy, measured").
-With column splits, the same margin decides whether a plan with split tables replaces the plan
-without (``split_caps.chosen_over_split``): a split plan predicted 0.07% lower measured 1.10x."""
+(relative): a search that keeps the lowest of many predictions finds where the model under-prices
+first, so smaller predicted gains are within the model's error. With column splits, the same
+margin decides whether a plan with split tables replaces the plan without
+(``split_caps.chosen_over_split``). Chosen by measurement: docs/decisions.md, 16 and 20."""
 
 
 class PlannerKind(str, Enum):
@@ -63,10 +58,8 @@ class PlannerContext:
         load); False: none; ``None``, the default: the planners that choose with a cost model
         (cost_greedy, rl and rl+refine, which keep a split plan only where it is predicted more
         than the departure margin below the plan without; TorchRec's planner, by its own), while
-        the heuristics place whole tables, as the classic baselines do. Measured, the split plans
-        that margin lets through ran faster on every task where one was returned (0.46-0.81x the
-        unsplit plan), and heuristics that split by their proxy lost to their own unsplit plans
-        on the 80-table tasks (docs/planners.md, docs/evaluation.md)."""
+        the heuristics place whole tables, as the classic baselines do: they have no model to keep
+        them from splitting badly (docs/decisions.md, 20 and 21)."""
         if self.allow_column_split is None:
             return kind is not PlannerKind.HEURISTIC
         return self.allow_column_split

@@ -127,8 +127,8 @@ async def create_plans(
 RETURN_MARGIN = 0.2
 """Planners stop this share of the budget before the request's deadline, so that a search cut
 short still comes back within the budget: past its budget a planner finishes its placement and
-scores its plan (0.7 s past a 5 s budget on 3,000 tables x 512 devices, memory binding:
-``benchmarks/tight_memory.py``), then the trip from the worker. (A planner that ends before its
+scores its plan (5.3-5.7 s under a 5 s budget on 3,000 tables x 512 devices; docs/decisions.md,
+23), then the trip from the worker. (A planner that ends before its
 budget, as on most requests, loses nothing.)"""
 
 
