@@ -32,7 +32,7 @@ from autoshard.core.types import (
 )
 from autoshard.evaluation.compare import compare_planners
 from autoshard.evaluation.registry import PLANNERS
-from autoshard.evaluation.replan_report import compare_replans
+from autoshard.evaluation.replan_report import ReplanReport, compare_replans
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.incremental import CurrentPlacement, MoveBudget
 from autoshard.planners.shared import SharedWork
@@ -228,14 +228,14 @@ def _run_planners(
         if name in result.not_started:
             out.append(PlannerResult(name, "late"))
         elif plan is None:
-            error = errors.get(name)
+            failure = errors.get(name)
             out.append(
                 PlannerResult(
                     name,
                     "skipped",
                     elapsed,
                     reason=skipped.get(name, "no plan"),
-                    error=ErrorInfo.of(error) if error is not None else None,
+                    error=ErrorInfo.of(failure) if failure is not None else None,
                 )
             )
         else:
@@ -280,7 +280,7 @@ class ReplanTask:
 class ReplanResult:
     """The report, or why there is none (never an exception: they may not pickle)."""
 
-    report: dict[str, Any] | None = None
+    report: ReplanReport | None = None
     error: ErrorInfo | None = None
 
 

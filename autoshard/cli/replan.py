@@ -161,12 +161,12 @@ def replan_cmd(
         raise error.located(workload) from None
     comm = profile.communication if communication else None
     try:
-        report, plans = compare_replans(
+        replanned, plans = compare_replans(
             loaded, topology, profile.model, placement, budgets, column_split, time_budget, comm, profile.device_errors
         )
     except InputError as error:  # the current placement against the topology: name the option
         raise as_option(error) from None
-    report = {**report, "profile": profile.profile, "warnings": list(warnings)}
+    report = {**replanned.to_dict(), "profile": profile.profile, "warnings": list(warnings)}  # the JSON
     if measure:
         _measure(report, plans, measure, row_cap_mb, profile, comm, loaded.batch_size)
     if out is not None:

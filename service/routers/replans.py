@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from fastapi import APIRouter, Response
 
@@ -75,8 +74,8 @@ async def create_replans(body: ReplanRequest, state: StateDep) -> Response:
     if result.report is None:
         assert result.error is not None
         raise _located(result.error, workload, topology)
-    answer: dict[str, Any] = {
-        **result.report,
+    answer = {
+        **result.report.to_dict(),
         "profile": model.profile,
         "warnings": warnings,
         "elapsed_s": time.monotonic() - arrived,
