@@ -63,13 +63,14 @@ def test_same_seed_same_rollout_and_other_seeds_differ(model):
     assert len(c[0]) != len(a[0]) or not all(np.array_equal(x, y) for x, y in zip(a[0], c[0]))
 
 
-def test_the_plan_is_the_actions_taken_and_the_return_is_greedy_minus_agent(model):
-    env = ShardingEnv(model, SMALL, EnvConfig(reward=Reward.GREEDY_RELATIVE))
+def test_the_plan_is_the_actions_taken_and_the_step_return_is_minus_the_final_max(model):
+    env = ShardingEnv(model, SMALL, EnvConfig(reward=Reward.STEP))
     _, rewards, actions = rollout(env, seed=1, actions_seed=2)
     state = env.state
     placed = {u.name: d.index for d in state.devices for u in d.units}
     assert [placed[u.name] for u in state.units] == actions
-    assert sum(rewards) == pytest.approx((env.greedy_max - state.loads.max()) / env.scale)
+    assert env.greedy_max == 0.0  # the step reward needs no greedy rollout
+    assert sum(rewards) == pytest.approx(-state.loads.max() / env.scale)
     costs = model.predict_many([d.tables for d in state.devices], env.task.workload.batch_size)
     assert np.allclose(state.loads, costs, rtol=1e-3)  # the env's running costs are the model's
 
@@ -167,38 +168,6 @@ def test_the_shipped_policy_plans_unseen_workloads_on_more_devices_than_it_train
         assert refined.max_cost_ms <= greedy.max_cost_ms + 1e-9  # and cost_greedy's own search
 
 
-def test_rl_refine_searches_only_when_asked(model):
-    # off by default (its predicted gains did not measure, docs/rl.md); --search-iterations turns it on
-    from typer.testing import CliRunner
-
-    from autoshard.cli import app
-
-    policy = DevicePolicy.load(SHIPPED / "policy.pt")
-    assert make_planner("rl+refine", PlannerContext(model, policy)).search.iterations == 0
-    assert make_planner("rl+refine", PlannerContext(model, policy, search_iterations=8)).search.iterations == 8
-    result = CliRunner().invoke(
-        app,
-        [
-            "plan",
-            "criteo_kaggle",
-            "--devices",
-            "4",
-            "--memory-gb",
-            "2",
-            "--planner",
-            "rl+refine",
-            "--search-iterations",
-            "4",
-            "--model",
-            str(SHIPPED),
-            "--json",
-        ],
-    )
-    assert result.exit_code == 0, result.output
-    result = CliRunner().invoke(app, ["plan", "criteo_kaggle", "--planner", "rl+refine", "--search-iterations", "-1"])
-    assert result.exit_code == 2 and "search-iterations" in result.output
-
-
 def test_policy_eval_reports_the_held_out_grid_with_and_without_column_splits(tmp_path):
     """``policy eval`` plans held-out tasks with every default planner: no plan is below the
     lower bound (the costliest table alone without splits; with them, each table's cheapest
@@ -249,10 +218,10 @@ def test_the_grids_lower_bound_is_each_tables_cheapest_form_that_fits_a_device()
         assert plan.max_cost_ms >= split * (1 - 1e-9)
 
 
-def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):
+def test_rl_refine_plans_column_split_plans_and_keeps_them_valid(model):
     # three wide hot tables among 40 small ones on 8 devices: the best plan splits them
-    # column-wise, and the search then lowers it further, every shard once, no two shards of a
-    # table on one device, seeded (no departure margin: the search's own gains are what is tested)
+    # column-wise, every shard once, no two shards of a table on one device, seeded (no
+    # departure margin: the search's own plans are what is tested)
     rng = np.random.default_rng(0)
     tables = tuple(Table(f"huge{i}", 100_000, 128, 40.0) for i in range(3)) + tuple(
         Table(f"s{i}", int(rng.integers(1000, 100_000)), int(rng.choice([16, 32, 64])), float(rng.uniform(1, 10)))
@@ -260,12 +229,10 @@ def test_rl_refine_searches_column_split_plans_and_keeps_them_valid(model):
     )
     workload, topology = Workload(tables, batch_size=2048, name="mix"), Topology(8, 1.0)
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
-    context = PlannerContext(model, policy, allow_column_split=True, search_iterations=32, departure_margin=0.0)
+    context = PlannerContext(model, policy, allow_column_split=True, departure_margin=0.0)
     refined = make_planner("rl+refine", context).plan(workload, topology)
     validate_plan(refined, workload, topology)
     assert any(s.width < s.table.embedding_dim for d in refined.devices for s in d.shards)  # it split
-    unsearched = make_planner("rl+refine", replace(context, search_iterations=0)).plan(workload, topology)
-    assert refined.max_cost_ms < unsearched.max_cost_ms * (1 - 1e-3)
     assert refined.max_cost_ms <= make_planner("cost_greedy", context).plan(workload, topology).max_cost_ms + 1e-9
     again = make_planner("rl+refine", context).plan(workload, topology)
     assert [d.shards for d in again.devices] == [d.shards for d in refined.devices]
@@ -307,22 +274,25 @@ def test_with_column_splits_rl_refine_samples_at_the_planned_caps_only(model, mo
 
 
 def test_rl_refine_keeps_cost_greedys_plan_unless_its_own_is_predicted_clearly_lower(model):
-    """Criteo Kaggle on 4 x 2 GiB with column splits: rl+refine's search (with 8 iterations of
-    ruin and recreate) finds a plan the shipped model predicts ~6% below cost_greedy's. It is
-    returned only when that gap exceeds the departure margin; otherwise rl+refine returns
-    cost_greedy's plan, shard for shard."""
-    workload, _ = load_preset("criteo_kaggle")
-    topology = Topology(4, 2.0)
+    """200 held-out tables on 4 devices (of a grid of 20-200 tables on 4-16 devices): rl+refine's
+    samples and their local search find a plan the shipped model predicts ~0.3% below
+    cost_greedy's. It is returned only when that gap exceeds the departure margin; otherwise
+    rl+refine returns cost_greedy's plan, shard for shard."""
+    from autoshard.evaluation.grid import GridConfig, grid_tasks
+
+    grid = grid_tasks(GridConfig(tables=(20, 80, 200), devices=(4, 8, 16)))
+    task = next(t for t in grid if t.name == "grid200x4")
+    workload, topology = task.workload, task.topology
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
 
     def planned(name: str, margin: float | None = None):
-        context = PlannerContext(model, policy, allow_column_split=True, departure_margin=margin, search_iterations=8)
+        context = PlannerContext(model, policy, allow_column_split=False, departure_margin=margin)
         return make_planner(name, context).plan(workload, topology)
 
     greedy, searched = planned("cost_greedy"), planned("rl+refine", 0.0)
     shards = lambda plan: [d.shards for d in plan.devices]  # noqa: E731
     gap = 1 - searched.max_cost_ms / greedy.max_cost_ms
-    assert shards(searched) != shards(greedy) and 0.01 < gap < DEPARTURE_MARGIN
+    assert shards(searched) != shards(greedy) and 0.001 < gap < DEPARTURE_MARGIN
     assert shards(planned("rl+refine")) == shards(greedy)  # the default margin: cost_greedy's plan
     assert shards(planned("rl+refine", gap + 0.001)) == shards(greedy)
     assert shards(planned("rl+refine", gap - 0.001)) == shards(searched)
@@ -378,15 +348,12 @@ def test_rl_refine_does_not_sample_where_cost_greedys_plan_is_too_even_for_a_pla
     assert sampled
 
 
-def test_without_ruin_and_recreate_rl_refine_samples_only_where_its_own_placements_could_clear_the_margin(
-    model, monkeypatch
-):
+def test_rl_refine_samples_only_where_its_own_placements_could_clear_the_margin(model, monkeypatch):
     """Criteo Kaggle on 4 x 2 GiB with the all-to-all: cost_greedy's plan is about 1.04x its mean
     device cost, so a plan 10% lower would need a total about 6.5% below cost_greedy's: further
-    than rl+refine's own placements went (``OWN_TOTAL_SLACK``), not as far as ruin and
-    recreate's regrouping may (``TOTAL_SLACK``). By default rl+refine draws no samples and
-    returns cost_greedy's plan; with ruin and recreate on it samples (so the lower bound leaves
-    room). With the floor at ``TOTAL_SLACK`` alone it samples by default too."""
+    than rl+refine's own placements went (``OWN_TOTAL_SLACK``). By default rl+refine draws no
+    samples and returns cost_greedy's plan; with no margin it samples (so the lower bound leaves
+    room)."""
     import autoshard.rl.planners as rl_planners
     from autoshard.core.communication import CommunicationModel, WithCommunication
 
@@ -397,11 +364,11 @@ def test_without_ruin_and_recreate_rl_refine_samples_only_where_its_own_placemen
     greedy = make_planner("cost_greedy", PlannerContext(priced, policy)).plan(workload, topology)
     mean = sum(d.cost_ms for d in greedy.devices) / 4
     needed = greedy.max_cost_ms * (1 - DEPARTURE_MARGIN)  # a plan's max at most this, so its mean too
-    assert (1 - rl_planners.TOTAL_SLACK) * mean < needed <= (1 - rl_planners.OWN_TOTAL_SLACK) * mean
+    assert needed <= (1 - rl_planners.OWN_TOTAL_SLACK) * mean
     sampled, refined = _refined_counting_samples(monkeypatch, PlannerContext(priced, policy), workload, topology)
     assert not sampled and [d.shards for d in refined.devices] == [d.shards for d in greedy.devices]
     sampled, _ = _refined_counting_samples(
-        monkeypatch, PlannerContext(priced, policy, search_iterations=2), workload, topology
+        monkeypatch, PlannerContext(priced, policy, departure_margin=0.0), workload, topology
     )
     assert sampled
 

@@ -144,14 +144,14 @@ def test_a_round_offers_each_targets_best_change_and_local_search_makes_its_firs
 
 
 def test_the_clone_of_greedy_repairs_as_cost_greedy_searches(model):
-    env = ShardingEnv(model, SMALL, replace(REPAIR, reward=Reward.GREEDY_RELATIVE))
+    env = ShardingEnv(model, SMALL, replace(REPAIR, reward=Reward.REFINED))
     repaired = 0
     for seed in range(8):
         actions, rewards, info = greedy_episode(env, seed)
         assert len(actions) == info["units"] + info["repairs"]
         devices = place(start(env.task, model, None, env.config, env.state.units), cheapest_after)
         assert info["max_cost"] == pytest.approx(refined_max(devices, env.task, model, None, 50), rel=1e-9)
-        assert sum(rewards) == pytest.approx(0.0, abs=1e-9)  # greedy_relative: greedy after local search
+        assert sum(rewards) == pytest.approx(0.0, abs=1e-9)  # refined: greedy after local search
         repaired += info["repairs"] > 0
     assert repaired >= 2
 

@@ -16,7 +16,6 @@ from autoshard.cli.support import (
     MEASUREMENT,
     OUTPUT,
     PLANNERS,
-    SEARCH_ITERATIONS_HELP,
     console,
     ensure_malloc_settings,
     friendly_errors,
@@ -47,7 +46,6 @@ def evaluate_cmd(
     communication: Annotated[
         bool, typer.Option(help="Add each device's all-to-all to its predicted cost.", rich_help_panel=PLANNERS)
     ] = True,
-    search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
     out: Annotated[
         Path, typer.Option(help="Folder for the per-task Markdown, CSV and PNG.", rich_help_panel=OUTPUT)
     ] = Path("runs/evaluate"),
@@ -161,7 +159,6 @@ def evaluate_cmd(
         profile.policy if profile else None,
         seed,
         column_split,
-        search_iterations=search_iterations,
         departure_margin=departure_margin,
     )
     measurer = plans_measurer(rounds, row_cap_mb, profile) if measure else None
@@ -334,7 +331,6 @@ def _settings(profile, context, names: list[str], communication: bool, measure: 
         "column_split": context.split_setting,
         "communication": communication,
         "seed": context.seed,
-        "search_iterations": context.search_iterations,
         "departure_margin": context.margin,
         "rounds": rounds if measure else None,
         "started": datetime.now(UTC).isoformat(timespec="seconds"),

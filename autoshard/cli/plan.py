@@ -15,7 +15,6 @@ from autoshard.cli.support import (
     MEASUREMENT,
     OUTPUT,
     PLANNERS,
-    SEARCH_ITERATIONS_HELP,
     WORKLOAD,
     console,
     ensure_malloc_settings,
@@ -76,7 +75,6 @@ def plan_cmd(
             help="Add each device's all-to-all (the model's communication.json) to its cost.", rich_help_panel=PLANNERS
         ),
     ] = True,
-    search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
     format: Annotated[
         str,
@@ -165,7 +163,6 @@ def plan_cmd(
         seed,
         column_split,
         time_budget,
-        search_iterations,
         departure_margin,
     )
     result = compare_planners(loaded, topology, names, context, comm)

@@ -17,7 +17,6 @@ from autoshard.cli.support import (
     DEPARTURE_MARGIN_HELP,
     OUTPUT,
     PLANNERS,
-    SEARCH_ITERATIONS_HELP,
     console,
     friendly_errors,
     load_profile_or_none,
@@ -113,7 +112,7 @@ def train_cmd(
         bool,
         typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).", rich_help_panel=TRAINING),
     ] = False,
-    reward: Annotated[str, typer.Option(help="'step', 'greedy_relative' or 'refined' (see ShardingEnv).")] = "step",
+    reward: Annotated[str, typer.Option(help="'step' or 'refined' (see ShardingEnv).")] = "step",
     learning_rate: Annotated[
         float, typer.Option(min=0.0, help="PPO's learning rate.", rich_help_panel=TRAINING)
     ] = 3e-4,
@@ -215,7 +214,6 @@ def eval_cmd(
         bool | None,
         typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP, rich_help_panel=PLANNERS),
     ] = None,
-    search_iterations: Annotated[int, typer.Option(min=0, help=SEARCH_ITERATIONS_HELP)] = 0,
     out: Annotated[
         Path | None, typer.Option(help="Folder for grid.json, grid.md and grid.png.", rich_help_panel=OUTPUT)
     ] = None,
@@ -249,7 +247,6 @@ def eval_cmd(
         loaded.policy,
         seed,
         column_split,
-        search_iterations=search_iterations,
         departure_margin=departure_margin,
     )
     names, _ = available_planners(context)

@@ -30,10 +30,6 @@ DEFAULT_MODEL = Path(
 )
 NO_MODEL = "none"  # --model none: plan without a cost model (the heuristics, proxy costs)
 F = TypeVar("F", bound=Callable[..., Any])
-SEARCH_ITERATIONS_HELP = (
-    "rl+refine: iterations of ruin and recreate after its rollouts (0: off; measured, its "
-    "predicted gains did not hold: docs/rl.md)."
-)
 DEPARTURE_MARGIN_HELP = (
     "How much lower (a fraction) rl+refine's plan must be predicted than cost_greedy's to be "
     "returned instead, and a plan with column splits than the plan without (default 0.1; 0: the "

@@ -8,7 +8,7 @@ with fixes when they are not met; planners with heavy dependencies import them i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.types import Planner
@@ -20,14 +20,9 @@ from autoshard.planners.heuristics import (
     RoundRobinPlanner,
 )
 from autoshard.planners.proxies import PROXIES
-from autoshard.planners.ruin_recreate import RuinRecreateConfig
 
 REFINE_SAMPLES = 4
 """rl+refine's sampled rollouts: more gave the same predicted max, in more time (docs/decisions.md, 32)."""
-
-REFINE_SEARCH = RuinRecreateConfig(rounds=4, max_units=64)
-"""rl+refine's ruin and recreate after its rollouts' local search, for ``PlannerContext.search_iterations``
-iterations (off by default: its predicted gains did not measure, ``docs/rl.md``)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +84,6 @@ def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
             context.splits(PlannerKind.POLICY),
             samples,
             seed=context.seed,
-            search=replace(REFINE_SEARCH, iterations=context.search_iterations),
             departure_margin=context.margin,
             time_budget_s=context.time_budget_s,
             name=name,

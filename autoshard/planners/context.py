@@ -33,12 +33,11 @@ class PlannerKind(str, Enum):
 class PlannerContext:
     """Everything planners may use. ``cost_model`` scores every plan (with the all-to-all when
     the caller wrapped it so); ``None`` means no trained model: heuristics then report their own
-    proxy sums, and the planners that need one are unavailable. ``time_budget_s``: searching planners return
-    their best plan so far once it is spent (``None``: no budget). ``search_iterations``: rl+refine's
-    ruin-and-recreate iterations (0, the default: off; measured, its plans were no better,
-    docs/rl.md). ``departure_margin``: how much lower than cost_greedy's plan rl+refine's must be
-    predicted to be returned instead, and a plan with column splits than the plan without
-    (``None``: ``DEPARTURE_MARGIN``; 0: the lowest prediction wins).
+    proxy sums, and the planners that need one are unavailable. ``time_budget_s``: searching
+    planners return their best plan so far once it is spent (``None``: no budget).
+    ``departure_margin``: how much lower than cost_greedy's plan rl+refine's must be predicted to
+    be returned instead, and a plan with column splits than the plan without (``None``:
+    ``DEPARTURE_MARGIN``; 0: the lowest prediction wins).
     ``allow_column_split``: which planners may split tables column-wise (``splits``).
     ``shared``: placements the planners of one task compute alike, done once
     (``autoshard.planners.shared``; ``compare_planners`` makes one per task)."""
@@ -48,7 +47,6 @@ class PlannerContext:
     seed: int = 0
     allow_column_split: bool | None = None
     time_budget_s: float | None = None
-    search_iterations: int = 0
     departure_margin: float | None = None
     shared: SharedWork | None = field(default=None, compare=False, repr=False)
 

@@ -41,8 +41,7 @@ class CostGreedyPlanner:
     Device ``cost_ms`` is the cost model's prediction. Past ``time_budget_s`` the search stops
     (greedy placement places the rest without the packing lookahead; no further local-search
     round or split cap) and the best plan so far comes back ``partial``.
-    With ``shared``, a placement another planner of the task searched already is reused.
-    ``even_out``: local search's ``even_out`` (off: measured slower, docs/planners.md)."""
+    With ``shared``, a placement another planner of the task searched already is reused."""
 
     cost_model: CostModel
     allow_column_split: bool = False
@@ -51,7 +50,6 @@ class CostGreedyPlanner:
     name: str = "cost_greedy"
     shared: SharedWork | None = None
     departure_margin: float = DEPARTURE_MARGIN
-    even_out: bool = False
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
@@ -59,9 +57,7 @@ class CostGreedyPlanner:
         reused: list[float] = []  # seconds of the placements taken from the task's other planners
 
         def plan_at(cap: int | None) -> list[DeviceState]:
-            found = searched_greedy(
-                workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared, self.even_out
-            )
+            found = searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared)
             reused.append(found.reused_s)
             return list(found.devices)
 
@@ -81,7 +77,6 @@ def searched_greedy(
     max_rounds: int,
     deadline: Deadline,
     shared: SharedWork | None = None,
-    even_out: bool = False,
 ) -> Placement:
     """cost_greedy's placement of a split cap after its local search (``shared``'s, if another
     planner of the task searched it already within its budget); the devices are the caller's.
@@ -90,15 +85,14 @@ def searched_greedy(
     def search() -> tuple[Placement, bool]:
         state = greedy_placement(workload, topology, cost_model, cap, shared, deadline)
         start = assignment(state.devices)
-        rounds: list[SearchRound] | None = [] if shared is not None and not even_out else None
+        rounds: list[SearchRound] | None = [] if shared is not None else None
         improve(
             state.devices,
             cost_model,
             workload.batch_size,
             max_rounds,
             deadline,
-            even_out,
-            rounds,
+            record=rounds,
             max_units=state.max_units_per_device,
         )
         complete = not deadline.hit
@@ -106,7 +100,7 @@ def searched_greedy(
             tuple(state.units), tuple(state.devices), start, tuple(rounds) if rounds is not None and complete else None
         ), complete
 
-    return placement_of(shared, workload, topology, ("cost_greedy", cap, max_rounds, even_out), search)
+    return placement_of(shared, workload, topology, ("cost_greedy", cap, max_rounds), search)
 
 
 def greedy_placement(

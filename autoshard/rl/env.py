@@ -28,8 +28,10 @@ DEAD_END_PENALTY = 2.0  # in units of the task's lower bound: worse than any fin
 
 
 class Reward(str, Enum):
+    """The env's reward designs (``ShardingEnv``'s docstring): ``step``, which the shipped policies
+    were trained with, and ``refined``, its ablation for the search."""
+
     STEP = "step"
-    GREEDY_RELATIVE = "greedy_relative"
     REFINED = "refined"
 
 
@@ -151,13 +153,9 @@ class ShardingEnv(gym.Env):
 
     **Reward** (``config.reward``), in units of the task's lower bound:
     ``step`` (default): minus the increase of the max device cost at each step (the return is
-    minus the final max: dense, and exactly the objective); ``greedy_relative``: the same, plus the
-    greedy plan's max at the last step, so the return is (greedy max - agent max) / lower bound:
-    zero for matching greedy on every task, which removes the task-to-task spread of returns that
-    the critic must otherwise learn. An ablation (docs/rl.md) found no real difference; ``step``
-    was at most 0.5% ahead and needs no greedy rollout per episode. ``refined``: the same dense
-    steps, and at the last step the return becomes (greedy's max - the agent's max) / lower bound
-    with *both plans after local search* (``REFINE_ROUNDS`` rounds of moves and swaps, as
+    minus the final max: dense, and exactly the objective). ``refined``: the same dense steps, and
+    at the last step the return becomes (greedy's max - the agent's max) / lower bound with *both
+    plans after local search* (``REFINE_ROUNDS`` rounds of moves and swaps, as
     cost_greedy's): the objective of ``rl+refine``, which deploys the policy as the seed of that
     search, so the agent learns placements that the search finishes best rather than greedy's
     own. A dead end (no device allowed), or an action the mask forbids (possible only when the
@@ -170,8 +168,8 @@ class ShardingEnv(gym.Env):
     unit" is its cost after its change, "over max" the change's new max over the current one,
     greedy's choice the change local search makes). The action picks a device: a target makes
     its change, the max-cost device stops. Rewards as while placing: minus the increase of the
-    max (``greedy_relative`` then measures against greedy placement after as many rounds of
-    local search). The mask allows the targets of a change and the max-cost device.
+    max (``refined`` then measures against greedy placement after as many rounds of local
+    search). The mask allows the targets of a change and the max-cost device.
 
     **Episode end.** Terminated when every unit is placed and, with repair, when the agent stops,
     no change lowers the max, or after ``repair_rounds`` repair steps; or at a dead end. Never

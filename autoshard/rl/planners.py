@@ -28,7 +28,6 @@ from autoshard.planners.placement import (
     unit_cap,
 )
 from autoshard.planners.placing import CANDIDATES, place_together, place_workload
-from autoshard.planners.ruin_recreate import RuinRecreateConfig, ruin_and_recreate
 from autoshard.planners.shared import (
     Placement,
     SharedWork,
@@ -51,23 +50,15 @@ if TYPE_CHECKING:
 
 SAMPLED_CANDIDATES = 32  # sampled rollouts score more devices than the argmax one: diversity for the search
 
-TOTAL_SLACK = 0.08
-"""rl+refine with ruin and recreate samples only where a plan could clear the departure margin
-while its devices' total predicted cost is at most this much below that of cost_greedy's plan
-(the cost model is not additive: grouping tables otherwise changes the total). The lowest total
-of any plan found (every planner's, and every sample of rl+refine before and after its local
-search, with the margin off) was 6.4% below cost_greedy's, over 136 tasks: 40 of the service's
-80 x 8 requests, the held-out grid and the default suite, each with and without column splits
-(``benchmarks/total_slack.py``, docs/rl.md "Where the samples cannot pay"). Ruin and recreate
-regroups units as freely: on Criteo Kaggle over 4 x 2 GiB with splits its plan's total was 5.4%
-below cost_greedy's."""
-
 OWN_TOTAL_SLACK = 0.03
-"""``TOTAL_SLACK`` for rl+refine without ruin and recreate (the default), which can return,
-beyond cost_greedy's and rl's plans, only its own placements: its samples, and local search
-from them and from its starts. The lowest total of any of them was 1.14% below cost_greedy's
-(the median 0%) over 142 tasks with the margin off: the 136 above and 1,000 tables on 8, 64 and
-128 devices, each with and without column splits (``benchmarks/total_slack.py --scale``)."""
+"""rl+refine samples only where a plan could clear the departure margin while its devices' total
+predicted cost is at most this much below that of cost_greedy's plan (the cost model is not
+additive: grouping tables otherwise changes the total). Beyond cost_greedy's and rl's plans it
+can return only its own placements: its samples, and local search from them and from its
+starts. The lowest total of any of them was 1.14% below cost_greedy's (the median 0%) over 142
+tasks with the margin off: 40 of the service's 80 x 8 requests, the held-out grid, the default
+suite, and 1,000 tables on 8, 64 and 128 devices, each with and without column splits
+(``lab/experiments/total_slack.py --scale``)."""
 
 
 @dataclass(frozen=True)
@@ -89,14 +80,13 @@ class RLPlanner:
     that it is never worse than cost_greedy either. With column splitting, each split cap that
     ``best_over_split_caps`` plans (no split, and the best-balanced cap where splitting could
     pay, as for cost_greedy) gets its argmax rollout, cost_greedy's placement, the samples and
-    their local search. Then ``search`` (``ruin_recreate``) from the best plan, the policy, sampling,
-    re-placing the ruined devices' units. The lowest predicted max wins, but a plan that is not
+    their local search. The lowest predicted max wins, but a plan that is not
     cost_greedy's must be predicted more than ``departure_margin`` below cost_greedy's to be
     returned (measured, smaller predicted gains were losses: ``DEPARTURE_MARGIN``); so it is
     never predicted worse than cost_greedy, and never worse than ``rl`` by more than the margin.
     It samples only where such a plan can be expected (``_floor``: not at the lower bound, and
     not where cost_greedy's plan is so even that the plan would need a total ``OWN_TOTAL_SLACK``
-    lower than its, ``TOTAL_SLACK`` with ruin and recreate).
+    lower than its).
     Past ``time_budget_s`` the search stops and the best plan so far comes back ``partial``
     (the argmax rollout always completes, past the budget without the packing lookahead:
     ``place``). With ``shared``, the argmax rollout and cost_greedy's searched placement come
@@ -113,7 +103,6 @@ class RLPlanner:
     set_size_headroom: float = SET_SIZE_HEADROOM
     departure_margin: float = DEPARTURE_MARGIN
     max_rounds: int = MAX_ROUNDS
-    search: RuinRecreateConfig = RuinRecreateConfig()
     time_budget_s: float | None = None
     name: str = "rl"
     shared: SharedWork | None = None
@@ -128,14 +117,14 @@ class RLPlanner:
             """The extrapolation guard of a placement of ``units`` (``unit_cap``)."""
             return unit_cap(self.cost_model, len(units), topology.num_devices, self.set_size_headroom)
 
-        def start(units: list[Unit], devices: Topology = topology) -> PlacementState:
+        def start(units: list[Unit]) -> PlacementState:
             return guarded_state(
                 units,
-                devices,
+                topology,
                 self.cost_model,
                 batch,
                 self.set_size_headroom,
-                steps=steps_of(self.shared, workload, devices, units),
+                steps=steps_of(self.shared, workload, topology, units),
             )
 
         def rollout(cap: int | None, choose: Chooser) -> PlacementState:
@@ -233,8 +222,7 @@ class RLPlanner:
             assert greedy is not None
             found = [[d.copy() for d in argmax.devices]]
             returnable = min(max_load(list(greedy.devices)) * (1 - self.departure_margin), max_load(found[0]))
-            slack = TOTAL_SLACK if self.search.iterations else OWN_TOTAL_SLACK
-            if not deadline.expired and returnable > _floor(found[0], list(greedy.devices), slack):
+            if not deadline.expired and returnable > _floor(found[0], list(greedy.devices), OWN_TOTAL_SLACK):
                 found += sampled(list(argmax.units))  # else no plan it could return is lower than the floor
             found.sort(key=max_load)
             searched = {greedy.searched_from}
@@ -248,9 +236,6 @@ class RLPlanner:
                 improve(states, self.cost_model, batch, self.max_rounds, deadline, max_units=guard(argmax.units))
             return min(found, key=max_load)
 
-        def sampler() -> PolicyChooser:
-            return PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES)
-
         deadline = Deadline(started, self.time_budget_s)
         best = best_over_split_caps(
             topology, self.allow_column_split, start_at, task_units.at_cap, self.departure_margin, deadline
@@ -258,8 +243,6 @@ class RLPlanner:
         if self.samples:  # the samples and their local search at each planned cap, the lowest start first
             ranked = sorted(starts, key=lambda cap: max_load(lower_start(cap)))
             best = min([best, *(refined(cap) for cap in ranked)], key=max_load)
-        if self.samples and self.search.iterations:  # once, from the best split cap's plan: not once per cap
-            best = ruin_and_recreate(best, self.cost_model, batch, topology, start, sampler, rng, self.search, deadline)
         if self.samples:
             best = _kept_unless_clearly_lower(best, _greedy_best(starts, self.departure_margin), self.departure_margin)
         return build_plan(self.name, best, started, batch, partial=deadline.hit, reused_s=sum(reused))
