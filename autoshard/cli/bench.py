@@ -554,10 +554,12 @@ def refine_cmd(
         int, typer.Option(min=1, help="Most epochs of each round's training.", rich_help_panel=ADVANCED)
     ] = 300,
 ) -> None:
-    """Close the loop: plan training-pool tasks with every planner of the current model, measure
-    the device sets the plans create, retrain on the anchors plus every round's plan sets; repeat.
-    Each round's model goes to OUT/roundK/ (with the profile's all-to-all and policy); a rerun
-    resumes (measured sets are kept, trained rounds are not retrained)."""
+    """Close the loop: plan, measure the plans' device sets, retrain; repeat.
+
+    Each round plans training-pool tasks with every planner of the current model, measures the
+    device sets the plans create, and retrains on the anchors plus every round's plan sets. Each
+    round's model goes to OUT/roundK/ (with the profile's all-to-all and policy); a rerun resumes
+    (measured sets are kept, trained rounds are not retrained)."""
     device_counts, batches = _task_choices(devices, batch_sizes)
     _require_traces(traces)
     ensure_malloc_settings()
@@ -617,6 +619,7 @@ def drift_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
 ) -> None:
     """Re-measure some of the traces' sets here: does this machine still measure like the traces?
+
     Exits 1 when the median ratio of now to then is outside 0.8-1.25 (re-collect the traces), or
     when the traces name another device than this one, or when more than a quarter of the sets run
     more than 0.8-1.25x off the median ratio (their relative costs changed: collect a profile here)."""
@@ -669,11 +672,12 @@ def calibrate_cmd(
     ] = 2,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
 ) -> None:
-    """Put traces collected while this machine ran slower or faster (`bench drift`) on the
-    profile's scale: the factor is the median measured / predicted over the file's small sets
-    (--model), or the median now / then of drift checks run beside the collection (--drift: for
-    sets the model is not known to price right); stored in the file; training and evaluation
-    divide its timings by it."""
+    """Put traces collected while this machine ran slower or faster (`bench drift`) on the profile's scale.
+
+    The factor is the median measured / predicted over the file's small sets (--model), or the
+    median now / then of drift checks run beside the collection (--drift: for sets the model is not
+    known to price right). It is stored in the file; training and evaluation divide its timings by
+    it."""
     _require_traces(traces)
     from cost_model.checkpoint import load_cost_model
     from cost_model.traces.calibration import (

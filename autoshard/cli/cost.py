@@ -140,9 +140,11 @@ def adapt_cmd(
     max_epochs: Annotated[int, typer.Option(min=1, help=MAX_EPOCHS_HELP, rich_help_panel=TRAINING)] = ADAPT_MAX_EPOCHS,
     patience: Annotated[int, typer.Option(min=1, help=PATIENCE_HELP, rich_help_panel=TRAINING)] = ADAPT_PATIENCE,
 ) -> None:
-    """Adapt a profile to this machine: fine-tune its cost model on sets measured here (minutes of
-    collection, where a profile from scratch takes an hour) and/or on the device sets of plans
-    measured here (docs/profiles.md, "Adapt a profile in minutes")."""
+    """Adapt a profile to this machine by fine-tuning its cost model on what was measured here.
+
+    On sets measured here (minutes of collection, where a profile from scratch takes an hour)
+    and/or on the device sets of plans measured here (docs/profiles.md, "Adapt a profile in
+    minutes")."""
     import shutil
 
     from autoshard.evaluation.measured_reports import measured_device_sets
@@ -226,9 +228,11 @@ def errors_cmd(
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
 ) -> None:
-    """Record the cost model's error on measured device sets of plans (log(measured / predicted), its
-    prediction made now, centred per task and run), from which `autoshard plan` and the service report
-    each plan's expected max (docs/concepts.md, "Expected max under the model's error")."""
+    """Record the cost model's error on measured device sets of plans (device_errors.json).
+
+    The error is log(measured / predicted), predicted now, centred per task and run; from it
+    `autoshard plan` and the service report each plan's expected max (docs/concepts.md, "Expected
+    max under the model's error")."""
     import numpy as np
 
     from autoshard.core.model_error import DEVICE_ERRORS_FILE, DeviceErrors
@@ -439,9 +443,10 @@ def eval_cmd(
     seed: Annotated[int, typer.Option(min=0, help="The split seed used in training.", rich_help_panel=TRACES)] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
 ) -> None:
-    """MAPE, Spearman and ranking accuracy of every estimator on the held-out splits: (a) unseen
-    sets, (b) unseen tables and, with plan-set traces, (c) the device sets of plans, with how often
-    the model names the faster of two plans."""
+    """MAPE, Spearman and ranking accuracy of every estimator on the held-out splits.
+
+    The splits: (a) unseen sets, (b) unseen tables and, with plan-set traces, (c) the device sets
+    of plans, with how often the model names the faster of two plans."""
     from cost_model.accuracy import evaluate_all
     from cost_model.checkpoint import load_cost_model
     from cost_model.dataset import every_set, make_splits
@@ -551,7 +556,9 @@ def linear_beyond_cmd(
         ),
     ] = None,
 ) -> None:
-    """Where the network stops answering for a set's size: past ``--tables`` a set of n tables costs
+    """Price sets of more than --tables tables linearly in their size.
+
+    Past --tables, where the network stops answering for a set's size, a set of n tables costs
     n / tables times a set of that size with the same mean and max table (docs/decisions.md, 7).
     Choose it on measured large sets (`benchmarks/large_sets.py --limits`); smaller sets' predictions
     are unchanged. Recorded in the folder's metrics.json, whose held-out evaluation is measured again

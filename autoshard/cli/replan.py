@@ -134,10 +134,12 @@ def replan_cmd(
         ),
     ] = 128,
 ) -> None:
-    """Re-plan a deployed plan for a changed workload: keep its shards where they are, place the new
-    tables, then move at most --max-moves shards where that lowers the predicted max. Compared with
-    keeping every shard (0 moves) and with cost_greedy's plan from scratch, each with what it moves;
-    with --measure, each measured here too."""
+    """Re-plan a deployed plan for a changed workload, moving few of its shards.
+
+    Keeps the current shards where they are, places the new tables, then moves at most --max-moves
+    shards where that lowers the predicted max. Each re-plan is compared with keeping every shard
+    (0 moves) and with cost_greedy's plan from scratch, each with what it moves; with --measure,
+    each is measured here too."""
     budgets = _budgets(max_moves, max_move_gb)
     if out is not None and len(budgets) > 1:
         raise InputError("--out", f"writes one plan, and --max-moves gives {len(budgets)}", "give one --max-moves")
