@@ -112,7 +112,9 @@ def train_cmd(
         bool,
         typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).", rich_help_panel=TRAINING),
     ] = False,
-    reward: Annotated[str, typer.Option(help="'step' or 'refined' (see ShardingEnv).")] = "step",
+    reward: Annotated[
+        str, typer.Option(help="'step' or 'refined' (see ShardingEnv).", rich_help_panel=TRAINING)
+    ] = "step",
     learning_rate: Annotated[
         float, typer.Option(min=0.0, help="PPO's learning rate.", rich_help_panel=TRAINING)
     ] = 3e-4,

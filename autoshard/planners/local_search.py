@@ -55,8 +55,8 @@ def improve(
     ``even_out``: where no change lowers the max (another device is as loaded), take the best
     one that leaves both devices it touches below it, so that a later round can lower the max
     (the sorted device costs still fall with every change); swaps then up to ``PLATEAU_SWAPS``.
-    Predicted 1-2% lower on most 80- to 200-table tasks, it measured 1.7% *slower* over 14 tasks
-    (the optimizer's curse: more devices near the max; docs/planners.md), so it is off."""
+    Re-planning uses it; cost_greedy does not: its predicted gains measured as losses (the
+    optimizer's curse: more devices near the max; docs/decisions.md, 15)."""
     if even_out:
         return _evened_out(states, cost_model, batch_size, max_rounds, deadline)
     for done in range(max_rounds):

@@ -55,10 +55,8 @@ OWN_TOTAL_SLACK = 0.03
 predicted cost is at most this much below that of cost_greedy's plan (the cost model is not
 additive: grouping tables otherwise changes the total). Beyond cost_greedy's and rl's plans it
 can return only its own placements: its samples, and local search from them and from its
-starts. The lowest total of any of them was 1.14% below cost_greedy's (the median 0%) over 142
-tasks with the margin off: 40 of the service's 80 x 8 requests, the held-out grid, the default
-suite, and 1,000 tables on 8, 64 and 128 devices, each with and without column splits
-(``lab/experiments/total_slack.py --scale``)."""
+starts, whose totals stay within a few percent of cost_greedy's (chosen by measurement:
+docs/decisions.md, 16)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +80,7 @@ class RLPlanner:
     pay, as for cost_greedy) gets its argmax rollout, cost_greedy's placement, the samples and
     their local search. The lowest predicted max wins, but a plan that is not
     cost_greedy's must be predicted more than ``departure_margin`` below cost_greedy's to be
-    returned (measured, smaller predicted gains were losses: ``DEPARTURE_MARGIN``); so it is
+    returned (smaller predicted gains are within the model's error: ``DEPARTURE_MARGIN``); so it is
     never predicted worse than cost_greedy, and never worse than ``rl`` by more than the margin.
     It samples only where such a plan can be expected (``_floor``: not at the lower bound, and
     not where cost_greedy's plan is so even that the plan would need a total ``OWN_TOTAL_SLACK``
