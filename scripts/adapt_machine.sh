@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Adapt a profile of other hardware to this machine in minutes, where scripts/profile_machine.sh
-# takes an hour (docs/profiles.md, "Adapting a profile to a machine in minutes"): measure 360
+# takes an hour (docs/profiles.md, "Adapt a profile in minutes"): measure 360
 # table sets here (about 6 minutes on one core), fine-tune the base profile's cost model on them
 # (seconds), measure this machine's all-to-all, then check the new profile with bench drift.
 #

@@ -7,10 +7,10 @@
 #
 # Run it with the machine otherwise idle: every stage but the training measures. Each collection
 # resumes where it stopped (run the script again after a kill); a stage whose output is complete
-# is skipped. The stages are those of docs/traces.md at fewer samples: random sets (training,
+# is skipped. The stages (docs/profiles.md, "Make a profile from scratch"): random sets (training,
 # validation, splits (a) and (b)), large sets, small-row tables, Criteo-like one-hot sets, a fresh
 # pool drawn once for the headline (never trained or tuned on); then a first cost model (the shipped
-# network, chosen on validation in docs/cost_model.md), whose planners' plans make the plan sets
+# network, chosen on validation: docs/decisions.md, 8), whose planners' plans make the plan sets
 # (training-pool tasks to train on, test-pool tasks for split (c)); then the profile's cost model,
 # trained on the plan sets too, the all-to-all and the policy.
 set -euo pipefail
@@ -58,7 +58,7 @@ RANDOM_SETS="--traces $T.jsonl.gz --traces $T.large.jsonl.gz --traces $T.small-r
   --traces $T.one-hot.jsonl.gz --traces $T.fp32-sgd.jsonl.gz"
 M0=runs/profile-$ID/model0  # plans the plan sets; not shipped
 [ -f "$M0/cost_model.pt" ] || autoshard cost train --network default --out "$M0" $RANDOM_SETS
-# the device sets that plans create (docs/cost_model.md, "Splits"): every planner the first model can run
+# the device sets that plans create (docs/decisions.md, 9): every planner the first model can run
 autoshard bench plans --traces "$T.jsonl.gz" --model "$M0" --out "$T.plans.jsonl.gz" --split train --tasks 12 \
   --passes 3 --seed 31 --devices 4,8,16 --batch-sizes 512,1024,2048,4096,8192,16384
 autoshard bench plans --traces "$T.one-hot-mixed.jsonl.gz" --model "$M0" --out "$T.plans-one-hot-mixed.jsonl.gz" \
