@@ -4,12 +4,12 @@ Starts ``autoshard serve`` itself on a free port, then sends ``--requests`` POST
 (80 synthetic tables on 8 devices, every default planner) at ``--concurrency``, while a probe in
 its own process times GET /healthz every 50 ms. Reports throughput, latency percentiles, errors, the server's RSS
 before and after (from /proc), per-planner server-side time (from /metrics) and the machine's
-load, then writes them to docs/figures/load_test.json.
+load, then writes them to ``--out`` (default runs/benchmarks/load_test.json).
 
     python benchmarks/load_test.py                      # the setting: 2,000 requests, 16 at once
     python benchmarks/load_test.py --requests 500 --planners random,round_robin,size_greedy \
-        --out docs/figures/load_test_heuristics.json          # the service without cost_greedy
-    python benchmarks/load_test.py --fresh --requests 200 --out docs/figures/load_test_fresh.json
+        --out runs/benchmarks/load_test_heuristics.json        # the service without cost_greedy
+    python benchmarks/load_test.py --fresh --requests 200 --out runs/benchmarks/load_test_fresh.json
                                                               # every request planned (no plan cache)
 
 The load comes from ApacheBench when it is installed (``apt-get install apache2-utils``; ``--client
@@ -58,7 +58,8 @@ import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
 from autoshard.core.workload_file import workload_to_dict  # noqa: E402
@@ -73,7 +74,7 @@ class Config:
     device_memory_gb: float = 16.0
     warmup: int = 50
     workers: int = 1
-    out: Path = ROOT / "docs" / "figures" / "load_test.json"
+    out: Path = ROOT / "runs" / "benchmarks" / "load_test.json"
     note: str = ""
     profile: Path | None = None
     planners: tuple[str, ...] | None = None  # None: the service's defaults
@@ -580,7 +581,7 @@ def main(config: Config) -> dict:
     return report
 
 
-def parse() -> Config:
+def parse(argv: list[str] | None = None) -> Config:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     defaults = Config()
     parser.add_argument("--requests", type=int, default=defaults.requests)
@@ -611,7 +612,7 @@ def parse() -> Config:
         help="With --fresh: name every request's tables t0, t1, ..., as a model's workloads are named "
         "from one request to the next (distinct tables under names the server has seen).",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     return Config(
         args.requests,
         args.concurrency,

@@ -25,7 +25,7 @@ PLANNERS = ("cost_greedy", "rl", "rl+refine")
 HEURISTICS = ("random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 
 
-def plan_all(out: Path) -> None:
+def plan_all(out: Path, limit: int | None = None) -> dict:
     root = os.getcwd()
     sys.path[:0] = [root, os.path.join(root, "benchmarks")]
     from load_test import Config, request_body
@@ -43,6 +43,7 @@ def plan_all(out: Path) -> None:
     for draw in range(1, 21):
         body = request_body(Config(), draw)
         tasks.append(Task(f"load{draw}", workload_from_dict(body["workload"])[0], topology_from_dict(body["topology"])))
+    tasks = tasks[:limit]
     plans, started = {}, time.perf_counter()
     for split in (False, True):
         for task in tasks:
@@ -63,8 +64,10 @@ def plan_all(out: Path) -> None:
                         "max_ms": plan.max_cost_ms,
                         "devices": [[[s.table.name, s.column_offset, s.width] for s in d.shards] for d in plan.devices],
                     }
-    out.write_text(json.dumps({"checkout": root, "seconds": time.perf_counter() - started, "plans": plans}))
+    result = {"checkout": root, "seconds": time.perf_counter() - started, "plans": plans}
+    out.write_text(json.dumps(result))
     print(f"{len(plans)} plans in {time.perf_counter() - started:.0f} s -> {out}")
+    return result
 
 
 def compare(a: Path, b: Path) -> int:
@@ -77,16 +80,17 @@ def compare(a: Path, b: Path) -> int:
     return 1 if differ else 0
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="Plan every task and write the plans here.")
     parser.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"))
-    args = parser.parse_args()
+    parser.add_argument("--limit", type=int, help="Plan only the first N tasks (a smoke run).")
+    args = parser.parse_args(argv)
     if args.compare:
         sys.exit(compare(*args.compare))
     if not args.out:
         parser.error("give --out FILE or --compare BEFORE AFTER")
-    plan_all(args.out)
+    plan_all(args.out, args.limit)
 
 
 if __name__ == "__main__":

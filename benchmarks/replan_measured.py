@@ -3,12 +3,15 @@ plan kept as it is, ``autoshard replan`` with a budget of moves, and cost_greedy
 each predicted and measured on this machine (interleaved rounds), with the shards each moves.
 
     python benchmarks/replan_measured.py --model data/models/cpu-amd-epyc-f25m17-fbgemm_tbe-t1 \\
-        --rounds 6 --max-moves 2,4,8 --out docs/figures/replan/
+        --rounds 6 --max-moves 2,4,8 --out runs/benchmarks/replan/
+    python benchmarks/replan_measured.py --rounds 0 --out runs/benchmarks/replan/   # predicted only (seconds)
 
 Each scenario plans the workload as it was with ``autoshard plan --planner cost_greedy --format
 torchrec`` (the plan deployed today), changes it, then runs ``autoshard replan --measure`` on the
-changed one. The scenarios: Criteo Terabyte losing two tables and gaining six; 80 tables of the
-synthetic pool gaining 20 more; and losing 20. Needs the allocator settings of docs/traces.md.
+changed one (``--rounds 0``: predicted only, no measurement). The scenarios: Criteo Terabyte
+losing two tables and gaining six; 80 tables of the synthetic pool gaining 20 more; and losing 20
+(``--scenarios`` picks some). Measuring needs the allocator settings of docs/traces.md (``autoshard``
+re-executes itself with them). Writes ``--out``/summary.json.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
+from autoshard.cli.support import DEFAULT_MODEL  # noqa: E402
 from autoshard.core.presets import load_workload_or_preset  # noqa: E402
 from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
 from autoshard.core.types import Table, Workload  # noqa: E402
@@ -57,16 +62,45 @@ def autoshard(*args: str) -> str:
     return done.stdout
 
 
-def main() -> None:
+def summary_row(row: dict) -> dict:
+    """One plan of a ``replan --json`` report: predicted max and what it moves, and, measured,
+    its max, its ratio to the kept plan's with the 95% interval and the verdict (else None)."""
+    measured = row.get("measured") or {}
+    return {k: row.get(k) for k in ("plan", "max_cost_ms", "expected_max_ms", "shards_moved", "bytes_moved")} | {
+        "measured_max_ms": measured.get("max_ms"),
+        "measured_vs_keep": measured.get("vs_keep"),
+        "ci95": measured.get("ci95"),
+        "verdict": measured.get("verdict"),
+    }
+
+
+def describe(name: str, row: dict) -> str:
+    text = f"{name:>22} {row['plan']:>22}: predicted {row['max_cost_ms']:7.3f} ms"
+    if row["measured_max_ms"] is not None:
+        text += (
+            f", measured {row['measured_max_ms']:7.3f} ms ({row['measured_vs_keep']:.3f} [{row['ci95'][0]:.3f}, "
+            f"{row['ci95'][1]:.3f}] of keep, {row['verdict']})"
+        )
+    return text + f", moved {row['shards_moved']} shards, {row['bytes_moved'] / 2**30:.3g} GiB"
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--rounds", type=int, default=6, help="measurement rounds (0: predicted only)")
     parser.add_argument("--max-moves", default="2,4,8", help="budgets, comma-separated")
+    parser.add_argument("--scenarios", help=f"comma-separated, of: {', '.join(scenarios())} (default: all)")
     parser.add_argument("--out", type=Path, required=True, help="a folder: workloads, exports and reports")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    every = scenarios()
+    chosen = args.scenarios.split(",") if args.scenarios else list(every)
+    unknown = [c for c in chosen if c not in every]
+    if unknown:
+        parser.error(f"unknown scenarios {unknown}; choose from {list(every)}")
     summary = {}
-    for name, (before, after, devices, memory_gb) in scenarios().items():
+    for name in chosen:
+        before, after, devices, memory_gb = every[name]
         was, now, current = (args.out / f"{name}_{part}.json" for part in ("before", "after", "current_plan"))
         save_workload(was, before)
         save_workload(now, after)
@@ -96,35 +130,31 @@ def main() -> None:
                 str(memory_gb),
                 "--max-moves",
                 args.max_moves,
-                "--measure",
-                str(args.rounds),
+                *(("--measure", str(args.rounds)) if args.rounds else ()),
                 "--model",
                 str(args.model.resolve()),
                 "--json",
             )
         )
         (args.out / f"{name}_replan.json").write_text(json.dumps(report, indent=1) + "\n")
-        summary[name] = [
-            {k: row[k] for k in ("plan", "max_cost_ms", "expected_max_ms", "shards_moved", "bytes_moved")}
-            | {
-                "measured_max_ms": row["measured"]["max_ms"],
-                "measured_vs_keep": row["measured"]["vs_keep"],
-                "ci95": row["measured"]["ci95"],
-                "verdict": row["measured"]["verdict"],
-            }
-            for row in report["plans"]
-        ]
-        for row in summary[name]:
-            print(
-                f"{name:>22} {row['plan']:>22}: predicted {row['max_cost_ms']:7.3f} ms, measured "
-                f"{row['measured_max_ms']:7.3f} ms ({row['measured_vs_keep']:.3f} [{row['ci95'][0]:.3f}, "
-                f"{row['ci95'][1]:.3f}] of keep, {row['verdict']}), moved {row['shards_moved']} shards, "
-                f"{row['bytes_moved'] / 2**30:.3g} GiB",
-                flush=True,
-            )
-    (args.out / "summary.json").write_text(
-        json.dumps({"command": " ".join(sys.argv), "scenarios": summary}, indent=1) + "\n"
-    )
+        summary[name] = {
+            "tables_before": len(before.tables),
+            "tables_after": len(after.tables),
+            "devices": devices,
+            "device_memory_gb": memory_gb,
+            "plans": [summary_row(row) for row in report["plans"]],
+        }
+        for row in summary[name]["plans"]:
+            print(describe(name, row), flush=True)
+    result = {
+        "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
+        "model": str(args.model),
+        "rounds": args.rounds,
+        "max_moves": [int(v) for v in args.max_moves.split(",")],
+        "scenarios": summary,
+    }
+    (args.out / "summary.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
 
 
 if __name__ == "__main__":

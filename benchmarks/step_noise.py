@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import one_thread  # noqa: E402
 from autoshard.core.presets import load_workload_or_preset  # noqa: E402

@@ -33,16 +33,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 from autoshard.core.stats import geomean, mad_sigma  # noqa: E402
-from autoshard.core.task import Task
+from autoshard.core.task import Task  # noqa: E402
 from autoshard.core.types import DevicePlan, MeasuredPlan, ShardingPlan  # noqa: E402
 from autoshard.core.workload_file import workload_from_dict  # noqa: E402
 from autoshard.evaluation.compare import Comparison  # noqa: E402
 from autoshard.evaluation.measured_reports import shard_of  # noqa: E402
 from autoshard.evaluation.registry import HEURISTICS  # noqa: E402
-from autoshard.evaluation.suite import (
+from autoshard.evaluation.suite import (  # noqa: E402
     TaskResult,
     against_best_heuristic,
     against_held_out_heuristic,
@@ -114,10 +115,10 @@ def summary(measured: dict, report: dict) -> dict:
                     "held_out_verdict": out.verdict,
                 }
             )
-    means = suite_summary(best)
+    means = {name: s.to_dict() for name, s in suite_summary(best).items()}
     for name, got in means.items():
         got["geomean_predicted"] = geomean([r["predicted_ratio"] for r in rows if r["planner"] == name])
-        got["held_out"] = suite_summary(held_out)[name]
+        got["held_out"] = suite_summary(held_out)[name].to_dict()
     for r in rows:
         print(
             f"{r['task']:>20} {r['planner']:>12} vs {r['heuristic']:<18} measured {r['ratio']:.3f} "
@@ -186,7 +187,7 @@ def device_errors(measured: dict, report: dict, model_dir: Path) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("report", type=Path, nargs="?")
     parser.add_argument("--summary", type=Path, help="Summarise a file this script wrote.")
@@ -205,7 +206,7 @@ def main() -> None:
         "measured devices in it (for `autoshard cost errors`).",
     )
     parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.summary:
         if args.report is None:
             parser.error("--summary needs the report whose plans were measured")
