@@ -238,7 +238,7 @@ def test_evaluate_task_runs_plans_distributed(tmp_path):
         PlannerContext(),
         distributed=lambda plans, w: compare_distributed(plans, w, config, rounds=1),
     )
-    rows = {r["planner"]: r for r in task_rows(result)}
+    rows = {r.planner: r.to_dict() for r in task_rows(result)}
     for name in ("round_robin", "size_greedy"):
         assert rows[name]["distributed_iteration_ms"] > 0
     write_task_outputs(result, tmp_path)
@@ -421,8 +421,14 @@ def test_against_the_best_heuristic_pairs_rounds_and_says_faster_tie_or_slower()
     assert rows["rl"].ci95[0] < 1 < rows["rl"].ci95[1]
     assert rows["torchrec"].ratio == pytest.approx(math.sqrt(1.2 * 1.3)) and rows["torchrec"].verdict == "slower"
     summary = suite_summary([list(rows.values()), [rows["cost_greedy"]]])
-    assert summary["cost_greedy"] == {"geomean_vs_best_heuristic": 0.9, "tasks": 2, "faster": 2, "tie": 0, "slower": 0}
-    assert summary["rl"]["tie"] == 1 and summary["torchrec"]["slower"] == 1
+    assert summary["cost_greedy"].to_dict() == {
+        "geomean_vs_best_heuristic": 0.9,
+        "tasks": 2,
+        "faster": 2,
+        "tie": 0,
+        "slower": 0,
+    }
+    assert summary["rl"].tie == 1 and summary["torchrec"].slower == 1
 
 
 def test_the_held_out_heuristic_is_chosen_on_the_other_pairs_of_rounds():
@@ -558,8 +564,8 @@ def test_a_task_s_expected_ratio_comes_from_the_other_tasks_device_errors_alone(
     assert (alone.errors_from, on_exact.errors_from) == (PROFILE_ERRORS, OTHER_TASKS)
     assert expected_against_best_heuristic([exact, noisy], np.array([0.5]))[0] == [on_exact]  # other tasks first
     summary = expected_summary([[on_exact], [on_noisy]])
-    assert summary["cost_greedy"]["predicted"] == pytest.approx(0.8)
-    assert summary["cost_greedy"]["expected"] == pytest.approx(math.sqrt(on_exact.expected * 0.8), abs=1e-4)
+    assert summary["cost_greedy"].predicted == pytest.approx(0.8)
+    assert summary["cost_greedy"].expected == pytest.approx(math.sqrt(on_exact.expected * 0.8), abs=1e-4)
 
 
 def test_the_drift_check_finds_the_traces_of_a_model_trained_on_one_file():

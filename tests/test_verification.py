@@ -142,7 +142,7 @@ def test_evaluate_judges_the_verified_choice_on_rounds_of_its_own(tmp_path):
     )
     assert chose == [["round_robin", "cost_greedy"]]  # the verifier saw the planners' plans, not its own
     assert result.verification is not None and result.reference == "cost_greedy"
-    rows = {r["planner"]: r for r in task_rows(result)}
+    rows = {r.planner: r.to_dict() for r in task_rows(result)}
     assert set(rows) == {"round_robin", "cost_greedy", "verified"}
     chosen = result.verification.plan.planner
     assert rows["verified"]["measured_max_ms"] == rows[chosen]["measured_max_ms"]

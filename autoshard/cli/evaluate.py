@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -180,7 +180,7 @@ def evaluate_cmd(
         )
     names = planner_names(planners, "--planners")
     warnings_of = _priceable(tasks, cost_model)  # before anything is planned or measured
-    report = {
+    report: dict[str, Any] = {  # the JSON written and printed: the edge of the typed rows and summaries
         "suite": name,
         "cost_unit": "ms" if cost_model else "proxy",
         "settings": _settings(profile, context, names, communication, measure, rounds),
@@ -223,7 +223,7 @@ def evaluate_cmd(
                 "num_devices": task.topology.num_devices,
                 "device_memory_gb": task.topology.device_memory_gb,
                 "reference": result.reference,
-                "planners": task_rows(result),
+                "planners": [r.to_dict() for r in task_rows(result)],
                 "workload": workload_to_dict(task.workload, task.topology),
                 "warnings": list(warnings),
                 **(
@@ -243,13 +243,13 @@ def evaluate_cmd(
     if drift_traces is not None:
         report["machine_drift"]["after"] = _drift(drift_traces, drift_samples, "after")
     if any(against):
-        report["against_best_heuristic"] = suite_summary(against)
+        report["against_best_heuristic"] = {p: s.to_dict() for p, s in suite_summary(against).items()}
         if comm is None and cost_model is not None:  # both compute-only milliseconds: the model's errors compare them
             _add_expected(report, results, profile)
         if not json_out:
             _print_summary(report["against_best_heuristic"])
     if any(held_out):
-        report["against_held_out_heuristic"] = suite_summary(held_out)
+        report["against_held_out_heuristic"] = {p: s.to_dict() for p, s in suite_summary(held_out).items()}
     report["complete"] = True
     _write_report(report, out / name)
     if json_out:
@@ -367,7 +367,7 @@ def _add_expected(report: dict, results: list, profile) -> None:
     for planner, means in expected_summary(per_task).items():
         if planner in report["against_best_heuristic"]:
             report["against_best_heuristic"][planner].update(
-                {"geomean_predicted": means["predicted"], "geomean_expected": means["expected"]}
+                {"geomean_predicted": means.predicted, "geomean_expected": means.expected}
             )
 
 

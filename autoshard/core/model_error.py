@@ -31,7 +31,7 @@ DEVICE_ERRORS_FILE = "device_errors.json"
 """A profile's measured device errors (``autoshard cost errors``), beside its cost model."""
 
 
-def device_errors(predicted: Sequence[float], measured: Sequence[float]) -> np.ndarray:
+def device_errors(predicted: Sequence[float] | np.ndarray, measured: Sequence[float] | np.ndarray) -> np.ndarray:
     """log(measured / predicted) of each device that holds work (both above 0)."""
     p, m = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
     held = (p > 0) & (m > 0)

@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -89,38 +89,91 @@ def _kind(name: str) -> PlannerKind:
     return PlannerKind.COST_MODEL if name == VERIFIED else planner_spec(name).kind
 
 
-def task_rows(result: TaskResult) -> list[dict[str, Any]]:
-    """One row per plan of a task: predicted and measured figures, and the plan itself (each
-    device's tables, a column shard named ``table[first:end]``, in the order of its devices)."""
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    """One plan of a task in a suite's report (``task_rows``): predicted and measured figures (None
+    where not measured), and the plan itself (each device's tables, a column shard named
+    ``table[first:end]``, in the order of its devices). ``reference`` names the plan that
+    ``measured_ratio_to_reference`` is to (the key ``measured_ratio_to_<reference>`` in its JSON)."""
+
+    planner: str
+    predicted_max_ms: float
+    predicted_imbalance: float
+    plan_time_s: float
+    reused_s: float
+    own_estimate_max_ms: float | None
+    measured_max_ms: float | None
+    measured_max_iqr_ms: float | None
+    measured_imbalance: float | None
+    reference: str
+    measured_ratio_to_reference: float | None
+    ratio_ci95: tuple[float, ...] | None
+    measured_device_ms: tuple[float, ...] | None
+    # each round's measurements, device by device, and what the model predicted for each device:
+    # the noise and the model's error can be read from the report alone
+    measured_round_device_ms: tuple[tuple[float, ...], ...] | None
+    predicted_device_ms: tuple[float, ...]
+    devices: tuple[tuple[str, ...], ...]  # the plan: each device's tables
+    distributed_iteration_ms: float | None
+    distributed_iqr_ms: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its JSON (the report's ``planners`` rows, and the task's CSV)."""
+        return {
+            "planner": self.planner,
+            "predicted_max_ms": self.predicted_max_ms,
+            "predicted_imbalance": self.predicted_imbalance,
+            "plan_time_s": self.plan_time_s,
+            "reused_s": self.reused_s,
+            "own_estimate_max_ms": self.own_estimate_max_ms,
+            "measured_max_ms": self.measured_max_ms,
+            "measured_max_iqr_ms": self.measured_max_iqr_ms,
+            "measured_imbalance": self.measured_imbalance,
+            f"measured_ratio_to_{self.reference}": self.measured_ratio_to_reference,
+            "ratio_ci95": _list(self.ratio_ci95),
+            "measured_device_ms": _list(self.measured_device_ms),
+            "measured_round_device_ms": (
+                [list(r) for r in self.measured_round_device_ms] if self.measured_round_device_ms is not None else None
+            ),
+            "predicted_device_ms": list(self.predicted_device_ms),
+            "devices": [list(d) for d in self.devices],
+            "distributed_iteration_ms": self.distributed_iteration_ms,
+            "distributed_iqr_ms": self.distributed_iqr_ms,
+        }
+
+
+def _list(values: tuple[float, ...] | None) -> list[float] | None:
+    return list(values) if values is not None else None
+
+
+def task_rows(result: TaskResult) -> list[TaskRow]:
+    """One row per plan of a task (``TaskRow``)."""
     measured = {m.planner: m for m in result.measured}
     distributed = {d.plan_name: d for d in result.distributed}
     rows = []
     for plan in result.comparison.plans:
         m, dist = measured.get(plan.planner), distributed.get(plan.planner)
         rows.append(
-            {
-                "planner": plan.planner,
-                "predicted_max_ms": round(plan.max_cost_ms, 4),
-                "predicted_imbalance": round(plan.imbalance, 4),
-                "plan_time_s": round(plan.plan_time_s, 4),
-                "reused_s": round(plan.reused_s, 4),
-                "own_estimate_max_ms": round(max(plan.own_estimate_ms), 4) if plan.own_estimate_ms else None,
-                "measured_max_ms": round(m.max_ms, 4) if m else None,
-                "measured_max_iqr_ms": round(m.max_iqr_ms, 4) if m else None,
-                "measured_imbalance": round(max(m.device_ms) / float(np.mean(m.device_ms)) - 1, 4) if m else None,
-                f"measured_ratio_to_{result.reference}": round(m.ratio_to_reference, 4) if m else None,
-                "ratio_ci95": [round(v, 4) for v in m.ratio_ci95] if m else None,
-                "measured_device_ms": [round(v, 4) for v in m.device_ms] if m else None,
-                # each round's measurements, device by device, and what the model predicted for each
-                # device: the noise and the model's error can be read from the report alone
-                "measured_round_device_ms": [[round(v, 4) for v in r] for r in m.round_device_ms] if m else None,
-                "predicted_device_ms": [round(d.cost_ms, 4) for d in plan.devices],
-                "devices": [
-                    [s.as_table.name for s in d.shards] for d in plan.devices
-                ],  # the plan: each device's tables
-                "distributed_iteration_ms": round(dist.median_ms, 4) if dist else None,
-                "distributed_iqr_ms": round(dist.iqr_ms, 4) if dist else None,
-            }
+            TaskRow(
+                planner=plan.planner,
+                predicted_max_ms=round(plan.max_cost_ms, 4),
+                predicted_imbalance=round(plan.imbalance, 4),
+                plan_time_s=round(plan.plan_time_s, 4),
+                reused_s=round(plan.reused_s, 4),
+                own_estimate_max_ms=round(max(plan.own_estimate_ms), 4) if plan.own_estimate_ms else None,
+                measured_max_ms=round(m.max_ms, 4) if m else None,
+                measured_max_iqr_ms=round(m.max_iqr_ms, 4) if m else None,
+                measured_imbalance=round(max(m.device_ms) / float(np.mean(m.device_ms)) - 1, 4) if m else None,
+                reference=result.reference,
+                measured_ratio_to_reference=round(m.ratio_to_reference, 4) if m else None,
+                ratio_ci95=tuple(round(v, 4) for v in m.ratio_ci95) if m else None,
+                measured_device_ms=tuple(round(v, 4) for v in m.device_ms) if m else None,
+                measured_round_device_ms=tuple(tuple(round(v, 4) for v in r) for r in m.round_device_ms) if m else None,
+                predicted_device_ms=tuple(round(d.cost_ms, 4) for d in plan.devices),
+                devices=tuple(tuple(s.as_table.name for s in d.shards) for d in plan.devices),
+                distributed_iteration_ms=round(dist.median_ms, 4) if dist else None,
+                distributed_iqr_ms=round(dist.iqr_ms, 4) if dist else None,
+            )
         )
     return rows
 
@@ -199,22 +252,45 @@ def against_held_out_heuristic(result: TaskResult) -> list[AgainstHeuristic]:
     return _against(result, held_out)
 
 
-def suite_summary(per_task: Sequence[Sequence[AgainstHeuristic]]) -> dict[str, dict[str, Any]]:
-    """Per planner over the measured tasks: the geometric mean of its ratio to each task's best
-    heuristic, and on how many tasks its interval says faster, tie or slower."""
-    return {
-        planner: {
-            "geomean_vs_best_heuristic": round(geomean([r.ratio for r in got]), 4),
-            "tasks": len(got),
-            **{v: sum(r.verdict == v for r in got) for v in ("faster", "tie", "slower")},
+@dataclass(frozen=True, slots=True)
+class AgainstSummary:
+    """A planner over a suite's measured tasks (``suite_summary``): the geometric mean of its ratio
+    to each task's best heuristic, and on how many tasks its interval says faster, tie or slower."""
+
+    geomean_vs_best_heuristic: float
+    tasks: int
+    faster: int
+    tie: int
+    slower: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "geomean_vs_best_heuristic": self.geomean_vs_best_heuristic,
+            "tasks": self.tasks,
+            "faster": self.faster,
+            "tie": self.tie,
+            "slower": self.slower,
         }
+
+
+def suite_summary(per_task: Sequence[Sequence[AgainstHeuristic]]) -> dict[str, AgainstSummary]:
+    """Per planner over the measured tasks (``AgainstSummary``)."""
+    return {
+        planner: AgainstSummary(
+            round(geomean([r.ratio for r in got]), 4),
+            len(got),
+            *(sum(r.verdict == v for r in got) for v in ("faster", "tie", "slower")),
+        )
         for planner, got in _by_planner(per_task).items()
     }
 
 
-def _by_planner(per_task: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
+Row = TypeVar("Row", "AgainstHeuristic", "Expected")
+
+
+def _by_planner(per_task: Sequence[Sequence[Row]]) -> dict[str, list[Row]]:
     """A suite's per-task rows (each with a ``planner``), gathered by planner."""
-    rows: dict[str, list[Any]] = {}
+    rows: dict[str, list[Row]] = {}
     for task in per_task:
         for row in task:
             rows.setdefault(row.planner, []).append(row)
@@ -258,7 +334,11 @@ def expected_against_best_heuristic(
         if not (others or has_profile) or not heuristics or result.comparison is None:
             out.append([])
             continue
-        pool, source = (np.concatenate(others), OTHER_TASKS) if others else (profile_errors, PROFILE_ERRORS)
+        if others:
+            pool, source = np.concatenate(others), OTHER_TASKS
+        else:
+            assert profile_errors is not None  # has_profile
+            pool, source = profile_errors, PROFILE_ERRORS
         plans = {p.planner: p for p in result.comparison.plans}
         best = plans[min(heuristics, key=lambda m: m.max_ms).planner]
         against = expected_max([d.cost_ms for d in best.devices], pool)
@@ -290,16 +370,27 @@ def task_device_costs(result: TaskResult) -> tuple[np.ndarray, np.ndarray]:
     plans = {p.planner: p for p in result.comparison.plans} if result.comparison is not None else {}
     by_set: dict[Any, tuple[float, float]] = {}
     for m in result.measured:
-        for device, measured in zip(plans[m.planner].devices if m.planner in plans else (), m.device_ms):
-            by_set.setdefault(device.set_key, (device.cost_ms, measured))
+        for device, cost in zip(plans[m.planner].devices if m.planner in plans else (), m.device_ms):
+            by_set.setdefault(device.set_key, (device.cost_ms, cost))
     predicted, measured = zip(*by_set.values()) if by_set else ((), ())
     return np.array(predicted, dtype=float), np.array(measured, dtype=float)
 
 
-def expected_summary(per_task: Sequence[Sequence[Expected]]) -> dict[str, dict[str, float]]:
-    """Per planner over the tasks: the geometric means of its predicted and expected ratios."""
+@dataclass(frozen=True, slots=True)
+class ExpectedMeans:
+    """A planner over a suite's tasks (``expected_summary``): the geometric means of its predicted
+    and expected ratios to the best heuristic."""
+
+    predicted: float
+    expected: float
+
+
+def expected_summary(per_task: Sequence[Sequence[Expected]]) -> dict[str, ExpectedMeans]:
+    """Per planner over the tasks (``ExpectedMeans``)."""
     return {
-        planner: {key: round(geomean([getattr(r, key) for r in got]), 4) for key in ("predicted", "expected")}
+        planner: ExpectedMeans(
+            round(geomean([r.predicted for r in got]), 4), round(geomean([r.expected for r in got]), 4)
+        )
         for planner, got in _by_planner(per_task).items()
     }
 
@@ -318,22 +409,21 @@ def write_task_outputs(result: TaskResult, out: Path) -> dict[str, str]:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
-        ratio = r[f"measured_ratio_to_{result.reference}"]
-        ci = r["ratio_ci95"]
+        ratio, ci = r.measured_ratio_to_reference, r.ratio_ci95
         md.append(
-            f"| {r['planner']} | {r['predicted_max_ms']:.3f} | "
+            f"| {r.planner} | {r.predicted_max_ms:.3f} | "
             + (
-                f"{r['measured_max_ms']:.3f} | {ratio:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] | {r['measured_imbalance']:.1%}"
-                if ratio is not None
+                f"{r.measured_max_ms:.3f} | {ratio:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] | {r.measured_imbalance:.1%}"
+                if ratio is not None and ci is not None
                 else "- | - | -"
             )
             + (
-                f" | {r['distributed_iteration_ms']:.2f} (IQR {r['distributed_iqr_ms']:.2f})"
-                if r["distributed_iteration_ms"] is not None
+                f" | {r.distributed_iteration_ms:.2f} (IQR {r.distributed_iqr_ms:.2f})"
+                if r.distributed_iteration_ms is not None
                 else " | -"
             )
-            + f" | {r['plan_time_s']:.3g}"
-            + (f" (+{r['reused_s']:.3g} shared)" if r["reused_s"] else "")
+            + f" | {r.plan_time_s:.3g}"
+            + (f" (+{r.reused_s:.3g} shared)" if r.reused_s else "")
             + " |"
         )
     against = against_best_heuristic(result)
@@ -347,9 +437,10 @@ def write_task_outputs(result: TaskResult, out: Path) -> dict[str, str]:
     paths = {"markdown": str(out / f"{name}.md"), "csv": str(out / f"{name}.csv")}
     Path(paths["markdown"]).write_text("\n".join(md) + "\n")
     with open(paths["csv"], "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["planner"])
+        table = [r.to_dict() for r in rows]
+        writer = csv.DictWriter(f, fieldnames=list(table[0]) if table else ["planner"])
         writer.writeheader()
-        writer.writerows([{k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()} for r in rows])
+        writer.writerows([{k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()} for r in table])
     if result.measured:
         paths["chart"] = str(out / f"{name}.png")
         _chart(result, Path(paths["chart"]))
