@@ -21,15 +21,15 @@ from autoshard.core.types import (
     Workload,
 )
 from autoshard.evaluation.registry import HEURISTICS, PLANNERS, make_planner
+from autoshard.planners.column_split import split_ways
 from autoshard.planners.context import PlannerContext
 from autoshard.planners.cost_greedy import CostGreedyPlanner
 from autoshard.planners.device_state import DeviceState
 from autoshard.planners.local_search import improve
+from autoshard.planners.placement_unit import Unit
 from autoshard.planners.proxies import ProxyCostModel, lookup_proxy, size_lookup_proxy
 from autoshard.planners.report import PlanReport, best_plan_index, plans_report
-from autoshard.planners.split_caps import additive_max, best_over_split_caps
-from autoshard.planners.splitting import split_ways
-from autoshard.planners.units import Unit
+from autoshard.planners.split_cap_choice import additive_max, best_over_split_caps
 from autoshard.planners.validate import validate_plan
 from tests.cost_models import AnalyticalTestCostModel
 
@@ -330,8 +330,8 @@ def test_tables_split_no_finer_than_the_costliest_unit_can_get():
     32 (not four of 16, which would lower no max and add two shards' lookups), "big" (45) into two;
     "mid" (40, above the average) stays whole, as do the tables under the average. (Had the
     level been "hot"'s finest split, 50, "big" would stay whole.)"""
-    from autoshard.planners.splitting import split_units
-    from autoshard.planners.units import Unit
+    from autoshard.planners.column_split import split_units
+    from autoshard.planners.placement_unit import Unit
 
     costs = {
         "hot": {16: 80.0, 8: 40.0, 4: 50.0},
@@ -643,7 +643,7 @@ def test_cost_greedy_keeps_no_more_units_on_a_device_than_the_extrapolation_guar
     greedy placement and local search both hold each device to ``unit_cap``, max(4, 1.25 x the
     even share of 6) = 8 tables (without the guard the placement piles more on one device: the
     model's price of a 9th table there is below its price anywhere else)."""
-    from autoshard.planners.placement import unit_cap
+    from autoshard.planners.placement_state import unit_cap
 
     workload = Workload(tuple(Table(f"t{i}", 1000 * (i + 1), 16, 1.0 + i) for i in range(12)), batch_size=1000)
     topology, model = Topology(2, 16.0), SubAdditiveModel()
@@ -729,7 +729,7 @@ def test_the_packing_lookahead_by_hand_devices_of_equal_room_alike_and_of_other_
     6 and 5 follow. On device 0 or 1 the rest fits by first-fit decreasing (bins 10, 7, 7, 6:
     7 -> 10, 7 -> 7, 6 -> 7, 5 -> 6); on device 2 or 3 it does not (bins 10, 10, 7, 3: the 5 finds
     no room)."""
-    from autoshard.planners.placement import PlacementState
+    from autoshard.planners.placement_state import PlacementState
 
     units = [
         Unit.of(TableShard(Table(f"t{i}", size * GIB // 64, 16)), float(size))  # size GiB each
@@ -749,7 +749,7 @@ def test_the_packing_lookahead_checks_devices_of_equal_room_once_and_answers_for
     """``_first_fit_after`` runs first-fit decreasing once per distinct free room (devices with as
     much room left leave the same bins); each device's answer is still its own FFD's."""
     from autoshard.planners.packing import packable_many
-    from autoshard.planners.placement import PlacementState
+    from autoshard.planners.placement_state import PlacementState
 
     units = [
         Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s GiB each
@@ -809,8 +809,8 @@ def test_the_devices_allowed_to_a_chooser_of_few_candidates_give_the_mask_s_cand
     """``allowed(limit)`` checks the packing lookahead only on the least-loaded devices until
     ``limit`` pass, and its ``candidates`` are those of the whole mask: at every step of a
     placement (random choices, some devices of equal load), for limits 1-5."""
-    from autoshard.planners.placement import PlacementState
-    from autoshard.planners.placing import candidates
+    from autoshard.planners.choosers import candidates
+    from autoshard.planners.placement_state import PlacementState
 
     rng = np.random.default_rng(seed)
     units = [
@@ -844,7 +844,7 @@ def test_the_lookahead_prefetched_for_placements_side_by_side_answers_as_each_al
     """``prefetch_lookahead`` (``place_together``'s placements at one step: one first-fit pass for
     the rooms each checks first) records for every room the answer of that placement's own
     first-fit, and ``allowed`` answers as without it: four placements of random choices."""
-    from autoshard.planners.placement import PlacementState, prefetch_lookahead
+    from autoshard.planners.placement_state import PlacementState, prefetch_lookahead
 
     units = [
         Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s GiB each
@@ -878,7 +878,7 @@ def test_a_chooser_of_one_candidate_has_the_lookahead_check_only_the_least_loade
     (``candidates`` keeps only that one of the empty devices: device 1 needs no check), after
     one first-fit check a room (10 GiB: passes; 7 GiB, devices 2 and 3 alike: fails); the whole
     mask is devices 0 and 1."""
-    from autoshard.planners.placement import PlacementState
+    from autoshard.planners.placement_state import PlacementState
 
     units = [
         Unit.of(TableShard(Table(f"t{i}", size * GIB // 64, 16)), float(size))
@@ -902,9 +902,9 @@ def test_past_its_deadline_placement_drops_the_lookahead_and_places_again_with_i
     import time
 
     from autoshard.planners.deadline import Deadline
-    from autoshard.planners.placement import PlacementState
-    from autoshard.planners.placing import place, place_workload
-    from autoshard.planners.task_units import TaskUnits
+    from autoshard.planners.place_loop import place, place_workload
+    from autoshard.planners.placement_state import PlacementState
+    from autoshard.planners.unit_preparation import TaskUnits
 
     sizes = (3, 3, 4, 7, 7, 6, 5)
     tables = [Table(f"t{i}", size * GIB // 64, 16) for i, size in enumerate(sizes)]

@@ -17,8 +17,9 @@ from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
 from autoshard.core.task import Task, memory_for
 from autoshard.core.types import GIB, Table, Topology, Workload
 from autoshard.evaluation.registry import make_planner
+from autoshard.planners.choosers import cheapest_after
 from autoshard.planners.context import DEPARTURE_MARGIN, PlannerContext
-from autoshard.planners.placing import cheapest_after, place
+from autoshard.planners.place_loop import place
 from autoshard.planners.proxies import ProxyCostModel
 from autoshard.planners.validate import validate_plan
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, start
@@ -302,7 +303,7 @@ def test_rl_refine_does_not_sample_where_no_plan_could_clear_the_departure_margi
     """One table of 2M rows among 54 small ones on 4 devices: cost_greedy's plan is 1-10% above
     the lower bound (that table alone), so no plan can be predicted 10% below it and rl+refine
     draws no samples; with no margin it does."""
-    from autoshard.planners.units import model_costs
+    from autoshard.planners.placement_unit import model_costs
 
     rng = np.random.default_rng(3)
     tables = (Table("huge", 2_000_000, 128, 30.0),) + tuple(
@@ -330,7 +331,7 @@ def test_rl_refine_does_not_sample_where_cost_greedys_plan_is_too_even_for_a_pla
     a total more than ``OWN_TOTAL_SLACK`` below cost_greedy's, so rl+refine draws no samples and
     returns cost_greedy's plan; with no margin it samples."""
     import autoshard.rl.planners as rl_planners
-    from autoshard.planners.units import model_costs
+    from autoshard.planners.placement_unit import model_costs
 
     workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 80, np.random.default_rng(4))
     topology = Topology(4, memory_for(workload, 4, 1.3))
@@ -468,7 +469,7 @@ def test_planners_of_one_task_share_their_placements_and_plan_as_they_do_alone(m
     choose its caps and again to place them."""
     from autoshard.evaluation.compare import compare_planners
     from autoshard.planners.shared import SharedWork
-    from autoshard.planners.task_units import TaskUnits
+    from autoshard.planners.unit_preparation import TaskUnits
 
     prepared = []
     prepare = TaskUnits._prepared
@@ -517,7 +518,7 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     from autoshard.planners.cost_greedy import greedy_placement
     from autoshard.planners.device_state import assignment
     from autoshard.planners.local_search import improve
-    from autoshard.planners.placement import PlacementState
+    from autoshard.planners.placement_state import PlacementState
     from autoshard.planners.shared import SharedWork
     from cost_model.accumulator import SetAccumulator
 
@@ -574,11 +575,11 @@ def test_sampled_placements_alike_so_far_are_scored_once_and_draw_as_before(mode
     scored one by one (``alike_key`` hidden)."""
     from autoshard.core.costing import AccumulatorView
     from autoshard.planners.device_state import assignment
-    from autoshard.planners.placement import PlacementState
-    from autoshard.planners.placing import place_together
+    from autoshard.planners.place_loop import place_together
+    from autoshard.planners.placement_state import PlacementState
+    from autoshard.planners.placement_unit import model_costs
     from autoshard.planners.shared import SharedWork
-    from autoshard.planners.task_units import prepare_units
-    from autoshard.planners.units import model_costs
+    from autoshard.planners.unit_preparation import prepare_units
     from autoshard.rl.rollout import PolicyChooser
 
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
@@ -616,11 +617,11 @@ def test_sampled_rollouts_read_the_scores_the_argmax_rollout_made_at_their_histo
     again, and it draws as it did from scores of its own."""
     from autoshard.core.costing import AccumulatorView
     from autoshard.planners.device_state import assignment
-    from autoshard.planners.placement import PlacementState
-    from autoshard.planners.placing import place_together
+    from autoshard.planners.place_loop import place_together
+    from autoshard.planners.placement_state import PlacementState
+    from autoshard.planners.placement_unit import model_costs
     from autoshard.planners.shared import SharedWork
-    from autoshard.planners.task_units import prepare_units
-    from autoshard.planners.units import model_costs
+    from autoshard.planners.unit_preparation import prepare_units
     from autoshard.rl.rollout import PolicyChooser
 
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
@@ -683,9 +684,9 @@ def test_placements_stepped_side_by_side_equal_those_stepped_alone(model):
     (``place_together``): the same choosers make the same placements, at the same costs, as
     when each placement is stepped on its own."""
     from autoshard.core.costing import AccumulatorView
-    from autoshard.planners.placing import place_together
-    from autoshard.planners.task_units import by_cost, prepare_units
-    from autoshard.planners.units import model_costs
+    from autoshard.planners.place_loop import place_together
+    from autoshard.planners.placement_unit import model_costs
+    from autoshard.planners.unit_preparation import by_cost, prepare_units
     from autoshard.rl.env import guarded_state
     from autoshard.rl.rollout import PolicyChooser
 
@@ -769,9 +770,9 @@ def test_the_argmax_rollout_checked_in_one_pass_is_the_policy_stepped_one_pass_a
     from greedy nearly every step (its scores negated: restarts, then stepping), on a 40-table
     task and on one where the first split (halves) runs into a dead end and quarters are placed."""
     from autoshard.planners.device_state import assignment
-    from autoshard.planners.placing import place_workload
-    from autoshard.planners.task_units import TaskUnits
-    from autoshard.planners.units import model_costs
+    from autoshard.planners.place_loop import place_workload
+    from autoshard.planners.placement_unit import model_costs
+    from autoshard.planners.unit_preparation import TaskUnits
     from autoshard.rl.env import guarded_state
     from autoshard.rl.rollout import PolicyChooser, argmax_rollout
 
@@ -820,7 +821,7 @@ def test_rl_after_cost_greedy_checks_greedys_recorded_steps_and_plans_as_it_does
     own: for the shipped policy (greedy's clone) it places no unit itself; a policy that departs
     (scores negated) steps from where it departs. Either way its plan is the one it makes alone."""
     from autoshard.evaluation.compare import compare_planners
-    from autoshard.planners.placement import PlacementState
+    from autoshard.planners.placement_state import PlacementState
     from autoshard.planners.shared import SharedWork
 
     policy = DevicePolicy.load(SHIPPED / "policy.pt")

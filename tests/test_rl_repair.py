@@ -15,12 +15,13 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 from autoshard.core.task import Task
 from autoshard.core.types import Table, TableShard, Topology, Workload
 from autoshard.evaluation.registry import make_planner
+from autoshard.planners.choosers import cheapest_after
 from autoshard.planners.context import PlannerContext
 from autoshard.planners.device_state import DeviceState, assignment
 from autoshard.planners.local_search import improve, round_changes
-from autoshard.planners.placing import cheapest_after, place
+from autoshard.planners.place_loop import place
+from autoshard.planners.placement_unit import Unit
 from autoshard.planners.proxies import ProxyCostModel
-from autoshard.planners.units import Unit
 from autoshard.planners.validate import validate_plan
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, refined_max, start
 from autoshard.rl.imitation import greedy_expert

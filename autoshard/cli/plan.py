@@ -238,7 +238,7 @@ def plan_cmd(
 def _bound_by_one_table(plan: ShardingPlan, topology: Topology) -> str | None:
     """The table alone and whole on the plan's costliest device, if it could be split column-wise
     there (a shard alone there is a split that was weighed already)."""
-    from autoshard.planners.splitting import split_ways
+    from autoshard.planners.column_split import split_ways
 
     slowest = max(plan.devices, key=lambda d: d.cost_ms)
     if len(slowest.shards) != 1 or slowest.shards[0].columns is not None:

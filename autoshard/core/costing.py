@@ -148,7 +148,7 @@ def predict_nonempty(cost_model: SetCostModel, table_sets: Sequence[Sequence[Tab
 
 class AccumulatorView:
     """Sets ``offset`` .. ``offset + num_sets - 1`` of a ``shared`` accumulator, as an accumulator
-    of their own: placements that step side by side (``planners.placing.place_together``) keep
+    of their own: placements that step side by side (``planners.place_loop.place_together``) keep
     their devices in one accumulator, so that one call scores a step of all of them."""
 
     def __init__(self, shared: Accumulator, offset: int, num_sets: int) -> None:

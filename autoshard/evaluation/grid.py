@@ -17,9 +17,9 @@ from autoshard.core.task import Task, memory_for
 from autoshard.core.types import Table, TableShard, Topology
 from autoshard.evaluation.compare import compare_planners
 from autoshard.evaluation.registry import planner_spec
+from autoshard.planners.column_split import split_ways
 from autoshard.planners.context import PlannerContext, PlannerKind
-from autoshard.planners.splitting import split_ways
-from autoshard.planners.units import model_costs
+from autoshard.planners.placement_unit import model_costs
 
 # A pool no training run draws from (training uses seed 0): every table here is unseen.
 EVAL_POOL = PoolConfig(size=2000, seed=7)  # its test split: 400 tables

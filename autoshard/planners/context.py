@@ -17,7 +17,7 @@ DEPARTURE_MARGIN = 0.10
 (relative): a search that keeps the lowest of many predictions finds where the model under-prices
 first, so smaller predicted gains are within the model's error. With column splits, the same
 margin decides whether a plan with split tables replaces the plan without
-(``split_caps.chosen_over_split``). Chosen by measurement: docs/decisions.md, 16 and 20."""
+(``split_cap_choice.chosen_over_split``). Chosen by measurement: docs/decisions.md, 16 and 20."""
 
 
 class PlannerKind(str, Enum):

@@ -6,12 +6,14 @@ import time
 from dataclasses import dataclass
 
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
+from autoshard.planners.choosers import CANDIDATES, cheapest_after
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState, assignment, build_plan
 from autoshard.planners.local_search import MAX_ROUNDS, SearchRound, improve
-from autoshard.planners.placement import PlacementState, unit_cap
-from autoshard.planners.placing import CANDIDATES, cheapest_after, place_workload
+from autoshard.planners.place_loop import place_workload
+from autoshard.planners.placement_state import PlacementState, unit_cap
+from autoshard.planners.placement_unit import Unit
 from autoshard.planners.recording import RecordingChooser
 from autoshard.planners.shared import (
     Placement,
@@ -20,8 +22,7 @@ from autoshard.planners.shared import (
     steps_of,
     units_of,
 )
-from autoshard.planners.split_caps import best_over_split_caps
-from autoshard.planners.units import Unit
+from autoshard.planners.split_cap_choice import best_over_split_caps
 
 
 @dataclass(frozen=True, slots=True)

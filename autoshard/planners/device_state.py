@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from autoshard.core.costing import predict_nonempty
 from autoshard.core.types import CostModel, DevicePlan, ShardingPlan, Table
-from autoshard.planners.units import Unit
+from autoshard.planners.placement_unit import Unit
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from autoshard.core.types import GIB, Topology
 
 if TYPE_CHECKING:
     from autoshard.planners.device_state import DeviceState
-    from autoshard.planners.units import Unit
+    from autoshard.planners.placement_unit import Unit
 
 FIX_DEVICES = "use more devices"
 FIX_MEMORY = "use devices with more memory for embeddings"

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
+from autoshard.planners.choosers import Chooser, least_loaded
 from autoshard.planners.device_state import build_plan
-from autoshard.planners.placement import Chooser, PlacementState
-from autoshard.planners.placing import least_loaded, place_workload
+from autoshard.planners.place_loop import place_workload
+from autoshard.planners.placement_state import PlacementState
+from autoshard.planners.placement_unit import proxy_costs
 from autoshard.planners.proxies import Proxy, lookup_proxy
-from autoshard.planners.task_units import TaskUnits
-from autoshard.planners.units import proxy_costs
+from autoshard.planners.unit_preparation import TaskUnits
 
 
 def _plan(

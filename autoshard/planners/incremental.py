@@ -23,6 +23,8 @@ import numpy as np
 
 from autoshard.core.errors import InputError, PlannerError
 from autoshard.core.types import CostModel, ShardingPlan, TableShard, Topology, Workload
+from autoshard.planners.choosers import cheapest_after
+from autoshard.planners.column_split import split_units
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState, build_plan, max_load
@@ -34,12 +36,11 @@ from autoshard.planners.local_search import (
     apply_change,
     round_changes,
 )
-from autoshard.planners.placement import PlacementState, unit_cap
-from autoshard.planners.placing import cheapest_after, place
-from autoshard.planners.split_caps import clearly_lower
-from autoshard.planners.splitting import split_units
-from autoshard.planners.task_units import by_cost
-from autoshard.planners.units import Unit, model_costs
+from autoshard.planners.place_loop import place
+from autoshard.planners.placement_state import PlacementState, unit_cap
+from autoshard.planners.placement_unit import Unit, model_costs
+from autoshard.planners.split_cap_choice import clearly_lower
+from autoshard.planners.unit_preparation import by_cost
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoshard.core.types import Topology
+from autoshard.planners.choosers import CANDIDATES, candidates
 from autoshard.planners.device_state import DeviceState
-from autoshard.planners.placement import PlacementState
-from autoshard.planners.placing import CANDIDATES, candidates
+from autoshard.planners.placement_state import PlacementState
+from autoshard.planners.placement_unit import Unit
 from autoshard.planners.step_costs import StepCosts
-from autoshard.planners.units import Unit
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 from autoshard.core.types import CostModel, Topology, Workload
 from autoshard.planners.device_state import Assignment, DeviceState
 from autoshard.planners.local_search import SearchRound
+from autoshard.planners.placement_unit import Unit, model_costs
 from autoshard.planners.recording import RecordedSteps
 from autoshard.planners.step_costs import StepCosts
-from autoshard.planners.task_units import TaskUnits
-from autoshard.planners.units import Unit, model_costs
+from autoshard.planners.unit_preparation import TaskUnits
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from autoshard.planners.feasibility import (
     check_feasible,
     fmt_bytes,
 )
-from autoshard.planners.units import Unit
+from autoshard.planners.placement_unit import Unit
 
 if TYPE_CHECKING:
     from torchrec.modules.embedding_modules import EmbeddingBagCollection

@@ -14,12 +14,13 @@ from autoshard.core.costing import Accumulator
 from autoshard.core.errors import InputError, PlannerError
 from autoshard.core.task import Task
 from autoshard.core.types import CostModel, Topology
+from autoshard.planners.choosers import cheapest_after
 from autoshard.planners.local_search import Round, improve, round_changes
-from autoshard.planners.placement import SET_SIZE_HEADROOM, PlacementState, unit_cap
-from autoshard.planners.placing import cheapest_after, place
+from autoshard.planners.place_loop import place
+from autoshard.planners.placement_state import SET_SIZE_HEADROOM, PlacementState, unit_cap
+from autoshard.planners.placement_unit import Unit, model_costs
 from autoshard.planners.step_costs import StepCosts
-from autoshard.planners.task_units import by_cost, prepare_units
-from autoshard.planners.units import Unit, model_costs
+from autoshard.planners.unit_preparation import by_cost, prepare_units
 from autoshard.rl.observation import OBS_BOUND, observation_size, observe
 from autoshard.rl.repair import make, observe_repair, repair_mask
 from autoshard.rl.tasks import TaskDistribution, TaskSource

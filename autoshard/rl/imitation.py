@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from autoshard.planners.placing import cheapest_after
+from autoshard.planners.choosers import cheapest_after
 from autoshard.rl.env import ShardingEnv
 from autoshard.rl.policy import DeviceScoringPolicy
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoshard.planners.placement import PlacementState
+from autoshard.planners.placement_state import PlacementState
 
 GLOBAL_FEATURES = ("progress", "remaining_cost", "remaining_memory", "max_cost", "mean_cost", "log_devices")
 UNIT_FEATURES = ("cost", "memory", "log_rows", "log_dim", "log_pooling", "zipf_alpha")

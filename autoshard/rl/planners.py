@@ -11,6 +11,7 @@ import numpy as np
 
 from autoshard.core.costing import AccumulatorView
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
+from autoshard.planners.choosers import CANDIDATES, Chooser
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.cost_greedy import greedy_steps_key, searched_greedy
 from autoshard.planners.deadline import Deadline
@@ -21,13 +22,9 @@ from autoshard.planners.device_state import (
     max_load,
 )
 from autoshard.planners.local_search import MAX_ROUNDS, REL_TOL, improve, lower_bound
-from autoshard.planners.placement import (
-    SET_SIZE_HEADROOM,
-    Chooser,
-    PlacementState,
-    unit_cap,
-)
-from autoshard.planners.placing import CANDIDATES, place_together, place_workload
+from autoshard.planners.place_loop import place_together, place_workload
+from autoshard.planners.placement_state import SET_SIZE_HEADROOM, PlacementState, unit_cap
+from autoshard.planners.placement_unit import Unit
 from autoshard.planners.shared import (
     Placement,
     SharedWork,
@@ -35,12 +32,7 @@ from autoshard.planners.shared import (
     steps_of,
     units_of,
 )
-from autoshard.planners.split_caps import (
-    best_over_split_caps,
-    chosen_over_split,
-    clearly_lower,
-)
-from autoshard.planners.units import Unit
+from autoshard.planners.split_cap_choice import best_over_split_caps, chosen_over_split, clearly_lower
 from autoshard.rl.env import guarded_state
 from autoshard.rl.repair import follow_recorded, policy_repair
 from autoshard.rl.rollout import PolicyChooser, argmax_rollout, recorded_departure

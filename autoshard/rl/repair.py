@@ -30,7 +30,7 @@ from autoshard.planners.local_search import (
     apply_change,
     round_changes,
 )
-from autoshard.planners.placement import cost_bound
+from autoshard.planners.placement_state import cost_bound
 from autoshard.rl.observation import (
     GLOBAL_FEATURES,
     UNIT_FEATURES,

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autoshard.core.errors import PlannerError
-from autoshard.planners.placement import Chooser, PlacementState, first_alike
-from autoshard.planners.placing import CANDIDATES, candidates
+from autoshard.planners.choosers import CANDIDATES, Chooser, candidates
+from autoshard.planners.placement_state import PlacementState, first_alike
 from autoshard.planners.recording import RecordedSteps, RecordingChooser
 from autoshard.rl.observation import first_lowest, observe_many
 

@@ -21,7 +21,8 @@ from autoshard.core.communication import CommunicationModel
 from autoshard.core.errors import InputError, PlannerError
 from autoshard.core.task import Task
 from autoshard.core.types import CostModel
-from autoshard.planners.placing import cheapest_after, place
+from autoshard.planners.choosers import cheapest_after
+from autoshard.planners.place_loop import place
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, priced, refined_max, start
 from autoshard.rl.imitation import clone, demonstrations
 from autoshard.rl.policy import (

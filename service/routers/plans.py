@@ -13,10 +13,10 @@ from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.types import Topology, Workload
 from autoshard.evaluation.registry import HEURISTICS
 from autoshard.planners.context import PlannerContext, PlannerKind
+from autoshard.planners.placement_unit import proxy_costs
 from autoshard.planners.proxies import size_proxy
 from autoshard.planners.report import plans_report
-from autoshard.planners.task_units import prepare_units
-from autoshard.planners.units import proxy_costs
+from autoshard.planners.unit_preparation import prepare_units
 from autoshard.profiles import LoadedModel
 from service.deps import StateDep
 from service.errors import PlanningTimeout, infeasible_error, input_error_at

@@ -1,15 +1,15 @@
 """The steppable placement every planner shares: ``PlacementState`` (devices, running costs,
 memory, the feasibility mask and its packing lookahead), the extrapolation guard on units per
 device (``unit_cap``), and the lookahead's answers for placements stepped side by side. The loop
-that steps it is ``placing``'s; the devices are ``device_state``'s; what placements of one unit
-order share, ``step_costs``'s; which split cap to plan, ``split_caps``'s; the first-fit check,
-``packing``'s."""
+that steps it is ``place_loop``'s; the choosers, ``choosers``'; the devices are
+``device_state``'s; what placements of one unit order share, ``step_costs``'s; which split cap to
+plan, ``split_cap_choice``'s; the first-fit check, ``packing``'s."""
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -17,8 +17,8 @@ from autoshard.core.costing import Accumulator
 from autoshard.core.types import CostModel, Topology
 from autoshard.planners.device_state import DeviceState
 from autoshard.planners.packing import packable_many
+from autoshard.planners.placement_unit import Unit
 from autoshard.planners.step_costs import StepCosts
-from autoshard.planners.units import Unit
 
 
 class PlacementState:
@@ -317,10 +317,6 @@ def cost_bound(units: Sequence[Unit], num_devices: int) -> float:
     (and never 0: observations divide by it)."""
     costs = [u.cost for u in units]
     return max(sum(costs) / num_devices, max(costs, default=0.0), 1e-9)
-
-
-Chooser = Callable[[PlacementState, np.ndarray], int]
-"""(the placement, indices of the devices allowed for its current unit) -> the device to take it."""
 
 
 SET_SIZE_HEADROOM = 1.25

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from autoshard.core.types import Table, TableShard, Topology
-from autoshard.planners.units import CostFn, Unit
+from autoshard.planners.placement_unit import CostFn, Unit
 
 MIN_SHARD_WIDTH = 4
 

@@ -1,6 +1,7 @@
-"""The placement loop every planner steps (``place_workload``, ``place``), several placements of
-one unit order side by side (``place_together``), and the choosers the planners share
-(``least_loaded``, ``cheapest_after`` among the ``candidates``)."""
+"""The placement loop every planner steps: ``place_workload`` (the task's units, retried with
+smaller shards after a dead end), ``place`` (one placement to its end) and ``place_together``
+(several placements of one unit order side by side). What each step chooses is a chooser's
+(``choosers``)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import numpy as np
 
 from autoshard.core.costing import Accumulator
 from autoshard.core.errors import PlannerError
+from autoshard.planners.choosers import CANDIDATES, BatchChooser, Chooser, candidates
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.feasibility import no_room_error
-from autoshard.planners.placement import Chooser, PlacementState, prefetch_lookahead
-from autoshard.planners.task_units import TaskUnits, by_cost
-from autoshard.planners.units import Unit
+from autoshard.planners.placement_state import PlacementState, prefetch_lookahead
+from autoshard.planners.placement_unit import Unit
+from autoshard.planners.unit_preparation import TaskUnits, by_cost
 
 
 def place_workload(
@@ -68,39 +70,6 @@ def place(
     return state
 
 
-def least_loaded(state: PlacementState, allowed: np.ndarray) -> int:
-    """The device with the lowest load; ties to the one with less memory used, then the lowest
-    index (as DreamShard's greedy sharders); load is a running sum of unit costs."""
-    loads, free = state.loads.tolist(), state.free.tolist()  # memory used: the capacity less free
-    return min(allowed.tolist(), key=lambda d: (loads[d], -free[d]))  # the first of equals: lowest index
-
-
-CANDIDATES = 16
-"""Scoring planners (cost_greedy, rl) score at most this many devices per unit: the least
-loaded of those allowed. A min-max placement almost never wants a unit on a device with many
-others below it, and the cost model's head runs once per scored device, so scoring all 128 of a
-128-device task costs 8x the time, for placements of the same predicted max (chosen by
-measurement: docs/decisions.md, 32)."""
-
-
-def candidates(state: PlacementState, allowed: np.ndarray, limit: int = CANDIDATES) -> np.ndarray:
-    """The ``limit`` least-loaded of the ``allowed`` devices (ties: lowest index), in index
-    order; of several empty devices (all alike) only the first. ``allowed`` may be the state's
-    ``allowed(scope)`` for a scope of at least ``limit``."""
-    assert state.scope is None or limit <= state.scope, "the devices allowed were cut to fewer candidates"
-    empty = state.count[allowed] == 0
-    if empty.sum() > 1:  # keep the first empty device, drop the others
-        empty[np.argmax(empty)] = False
-        allowed = allowed[~empty]
-    if len(allowed) > limit:
-        allowed = np.sort(allowed[np.argsort(state.loads[allowed], kind="stable")[:limit]])
-    return allowed
-
-
-BatchChooser = Callable[[Sequence[PlacementState], Sequence[np.ndarray]], list[int]]
-"""(placements, each one's allowed devices) -> each one's device: ``Chooser`` for several at once."""
-
-
 def place_together(
     states: Sequence[PlacementState],
     choose: BatchChooser,
@@ -136,10 +105,3 @@ def place_together(
         for k, device in zip(live, choose([states[k] for k in live], [allowed[k] for k in live])):
             states[k].apply(device)
     return [states[k] if k in live else None for k in range(len(states))]
-
-
-def cheapest_after(state: PlacementState, allowed: np.ndarray) -> int:
-    """Of the ``candidates``, the device whose predicted cost with the unit added is lowest
-    (ties: lowest index)."""
-    allowed = candidates(state, allowed)
-    return int(allowed[np.argmin(state.costs_if_added(allowed))])

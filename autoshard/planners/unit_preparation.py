@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from autoshard.core.errors import PlannerError
 from autoshard.core.types import TableShard, Topology, Workload
+from autoshard.planners.column_split import split_units
 from autoshard.planners.feasibility import check_feasible
-from autoshard.planners.splitting import split_units
-from autoshard.planners.units import CostFn, Unit
+from autoshard.planners.placement_unit import CostFn, Unit
 
 
 def prepare_units(

@@ -12,8 +12,8 @@ from autoshard.core.errors import PlannerError
 from autoshard.core.types import Topology
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState, max_load
-from autoshard.planners.task_units import by_cost
-from autoshard.planners.units import Unit
+from autoshard.planners.placement_unit import Unit
+from autoshard.planners.unit_preparation import by_cost
 
 
 @dataclass(frozen=True, slots=True)
