@@ -55,7 +55,8 @@ class OpIndex:
     def of(cls, keys: Sequence[Sequence[Hashable]]) -> OpIndex:
         """From each set's per-table op keys, in flat order; ops numbered in order of first
         appearance within each set."""
-        table_op, op_set = [], []
+        table_op: list[int] = []
+        op_set: list[int] = []
         for set_index, set_keys in enumerate(keys):
             local: dict[Hashable, int] = {}
             for key in set_keys:
@@ -118,8 +119,10 @@ class SetCostNetwork(nn.Module):
         self.head = _mlp([3 * c.table_code + 1, c.head_hidden, c.head_hidden // 2, len(OUTPUTS)], c.dropout)
         if c.grouped:  # starts at a factor of 1: ops simply add up until training says otherwise
             self.interaction = _mlp([3 * c.table_code + 2, c.interaction_hidden, len(OUTPUTS)], c.dropout)
-            nn.init.zeros_(self.interaction[-1].weight)
-            nn.init.zeros_(self.interaction[-1].bias)
+            last = self.interaction[-1]
+            assert isinstance(last, nn.Linear)
+            nn.init.zeros_(last.weight)
+            nn.init.zeros_(last.bias)
 
     def encode(self, features: torch.Tensor) -> torch.Tensor:
         """Per-table codes; they depend on the table alone, so callers may cache them."""

@@ -40,7 +40,7 @@ SYNTHETIC_EXAMPLE = '{"synthetic": {"num_tables": 80, "seed": 1}, "num_devices":
 
 def _int_field(data: dict[str, Any], key: str, default: int | None, least: int, within: str = "") -> int:
     value = data.get(key, default)
-    if not is_int(value) or value < least:
+    if not isinstance(value, int) or not is_int(value) or value < least:
         raise InputError(
             within + key,
             f"must be an integer >= {least}, got {value!r}" if key in data else "is required",

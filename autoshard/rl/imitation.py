@@ -50,7 +50,10 @@ def demonstrations(env: ShardingEnv, episodes: int, seed: int, expert: Expert = 
     """``episodes`` of ``expert``'s placement (default greedy's, ``cheapest_after``) in ``env``,
     from tasks it draws with ``seed``; an episode that ends in a dead end keeps its steps (their
     returns include it)."""
-    observations, masks, actions, returns = [], [], [], []
+    observations: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    actions: list[int] = []
+    returns: list[float] = []
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)
         rewards, done = [], False
@@ -90,6 +93,8 @@ def clone(
             policy.optimizer.step()
     policy.set_training_mode(False)
     with torch.no_grad():
-        logits = policy.mlp_extractor.forward_actor(policy.extract_features(obs, policy.pi_features_extractor))
+        features = policy.extract_features(obs, policy.pi_features_extractor)
+        assert isinstance(features, torch.Tensor)  # one extractor shared by actor and critic
+        logits = policy.mlp_extractor.forward_actor(features)
         chosen = torch.where(masks, logits, torch.full_like(logits, -torch.inf)).argmax(1)
     return float((chosen == actions).float().mean())

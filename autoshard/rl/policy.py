@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from gymnasium import spaces
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from torch import nn
 
@@ -83,15 +84,20 @@ class DeviceScoringPolicy(MaskableActorCriticPolicy):
         super().__init__(*args, **kwargs)
 
     def _build_mlp_extractor(self) -> None:
-        self.mlp_extractor = DeviceScorerNet(int(self.action_space.n), self.hidden)
+        assert isinstance(self.action_space, spaces.Discrete)
+        self.mlp_extractor = DeviceScorerNet(int(self.action_space.n), self.hidden)  # type: ignore[assignment]
 
     def _build(self, lr_schedule) -> None:
         super()._build(lr_schedule)
         self.action_net = nn.Identity()
+        assert isinstance(self.mlp_extractor, DeviceScorerNet)
         last = self.mlp_extractor.scorer[-1]
+        assert isinstance(last, nn.Linear)
         nn.init.orthogonal_(last.weight, gain=0.01)  # near-uniform scores at the start
         nn.init.zeros_(last.bias)
-        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+        self.optimizer = self.optimizer_class(  # type: ignore[call-arg]  # SB3 passes lr to torch's optimizers
+            self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -201,13 +202,16 @@ def _build_embedding_bags(tables: Sequence[Table], config: BenchConfig) -> tuple
     return forward, backward
 
 
+_T = TypeVar("_T")
+
+
 class _Timer:
     """Thread CPU time on the CPU; CUDA events on a GPU."""
 
     def __init__(self, device: str) -> None:
         self.cuda = device.startswith("cuda")
 
-    def run(self, fn: Callable[[], object]) -> tuple[object, float]:
+    def run(self, fn: Callable[[], _T]) -> tuple[_T, float]:
         if self.cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -240,7 +244,8 @@ def measure(tables: Sequence[Table], config: BenchConfig, seed: int = 0, min_tot
     forward, backward = build(tables, config)
     batches = [make_batch(tables, config, rng) for _ in range(2)]
     timer = _Timer(config.device)
-    fwd, bwd = [], []
+    fwd: list[float] = []
+    bwd: list[float] = []
     step, timed_ms = 0, 0.0
     while step < config.warmups + config.repeats or (timed_ms < min_total_ms and len(fwd) < MAX_REPEATS):
         indices, offsets = batches[step % len(batches)]
