@@ -228,6 +228,7 @@ def eval_cmd(
     pool no training saw), predicted: rl and rl+refine against cost_greedy and the heuristics."""
     from autoshard.evaluation.grid import (
         GridConfig,
+        GridReport,
         chart,
         evaluate_grid,
         grid_tasks,
@@ -254,26 +255,15 @@ def eval_cmd(
     names, _ = available_planners(context)
     rows = evaluate_grid(grid_tasks(config), context, loaded.communication if communication else None, names)
     summary = summarise(rows)
-    report = {
-        "policy": loaded.policy.name,
-        "config": {
-            "tables": config.tables,
-            "devices": config.devices,
-            "seed": seed,
-            "slack": config.slack,
-            "column_split": context.split_setting,
-        },
-        "summary": summary,
-        "tasks": rows,
-    }
+    report = GridReport(loaded.policy.name, config, context.split_setting, summary, tuple(rows))
     shown = [n for n in ("cost_greedy", "rl", "rl+refine") if n in names]
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "grid.json").write_text(json.dumps(report, indent=1) + "\n")
+        (out / "grid.json").write_text(json.dumps(report.to_dict(), indent=1) + "\n")
         (out / "grid.md").write_text(markdown(rows, summary, shown))
         chart(rows, shown, out / "grid.png")
     if json_out:
-        print_json(report)
+        print_json(report.to_dict())
     else:
         console.print(markdown(rows, summary, shown), highlight=False, markup=False)
 

@@ -1,10 +1,10 @@
 """Predicted evaluation of the planners on a grid of held-out tasks (tables x devices): what
-``autoshard policy eval`` reports, as rows, a summary and a log-scale chart."""
+``autoshard policy eval`` reports (``GridReport``), as rows, a summary and a log-scale chart."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,27 +45,52 @@ def grid_tasks(config: GridConfig) -> list[Task]:
     return tasks
 
 
+@dataclass(frozen=True, slots=True)
+class GridRow:
+    """A task of the grid (``evaluate_grid``): every planner's predicted max and plan time (as if
+    alone: with the placements it took from the task's other planners), the task's lower bound
+    (None without a cost model), and the planners skipped, with why."""
+
+    task: str
+    tables: int
+    devices: int
+    lower_bound_ms: float | None
+    max_ms: dict[str, float]
+    plan_time_s: dict[str, float]
+    skipped: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "tables": self.tables,
+            "devices": self.devices,
+            "lower_bound_ms": self.lower_bound_ms,
+            "max_ms": dict(self.max_ms),
+            "plan_time_s": dict(self.plan_time_s),
+            "skipped": dict(self.skipped),
+        }
+
+
 def evaluate_grid(
     tasks: Sequence[Task],
     context: PlannerContext,
     communication: CommunicationModel | None,
     names: Sequence[str] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[GridRow]:
     """One row per task: every planner's predicted max and plan time."""
     rows = []
     for task in tasks:
         result = compare_planners(task.workload, task.topology, names, context, communication)
         rows.append(
-            {
-                "task": task.name,
-                "tables": len(task.workload.tables),
-                "devices": task.topology.num_devices,
-                "lower_bound_ms": lower_bound_ms(task, context, communication),
-                "max_ms": {p.planner: p.max_cost_ms for p in result.plans},
-                # as if alone: with the placements taken from the task's other planners
-                "plan_time_s": {p.planner: p.plan_time_s + p.reused_s for p in result.plans},
-                "skipped": dict(result.skipped),
-            }
+            GridRow(
+                task.name,
+                len(task.workload.tables),
+                task.topology.num_devices,
+                lower_bound_ms(task, context, communication),
+                {p.planner: p.max_cost_ms for p in result.plans},
+                {p.planner: p.plan_time_s + p.reused_s for p in result.plans},
+                dict(result.skipped),
+            )
         )
     return rows
 
@@ -98,45 +123,99 @@ SAME = 1e-5
 apart by up to ~1e-6 (running sets against whole sets)."""
 
 
-def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class GridSummary:
+    """A planner over the grid's tasks (``summarise``); NaN where a share has no task to count."""
+
+    tasks: int
+    geomean_vs_best_heuristic: float
+    worst_vs_best_heuristic: float
+    share_at_most_best_heuristic: float
+    geomean_vs_cost_greedy: float
+    share_below_cost_greedy: float
+    share_at_lower_bound: float
+    tasks_cost_greedy_above_bound: int
+    share_below_cost_greedy_above_bound: float
+    median_plan_time_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tasks": self.tasks,
+            "geomean_vs_best_heuristic": self.geomean_vs_best_heuristic,
+            "worst_vs_best_heuristic": self.worst_vs_best_heuristic,
+            "share_at_most_best_heuristic": self.share_at_most_best_heuristic,
+            "geomean_vs_cost_greedy": self.geomean_vs_cost_greedy,
+            "share_below_cost_greedy": self.share_below_cost_greedy,
+            "share_at_lower_bound": self.share_at_lower_bound,
+            "tasks_cost_greedy_above_bound": self.tasks_cost_greedy_above_bound,
+            "share_below_cost_greedy_above_bound": self.share_below_cost_greedy_above_bound,
+            "median_plan_time_s": self.median_plan_time_s,
+        }
+
+
+def summarise(rows: Sequence[GridRow]) -> dict[str, GridSummary]:
     """Per planner, over tasks: geometric mean of its max over the best heuristic's and over
     cost_greedy's, how often it is <= the best heuristic, < cost_greedy, and its worst ratio."""
-    planners = sorted({p for r in rows for p in r["max_ms"]})
-    out: dict[str, Any] = {}
+    planners = sorted({p for r in rows for p in r.max_ms})
+    out: dict[str, GridSummary] = {}
     for planner in planners:
         vs_heuristic, vs_greedy, vs_greedy_open, at_bound = [], [], [], []
         for r in rows:
-            costs = r["max_ms"]
+            costs = r.max_ms
             if planner not in costs:
                 continue
             heuristic = best_heuristic(costs)
             vs_heuristic.append(costs[planner] / heuristic)
-            bound = r.get("lower_bound_ms")
+            bound = r.lower_bound_ms
             if bound:
                 at_bound.append(costs[planner] <= bound * (1 + SAME))
             if "cost_greedy" in costs:
                 vs_greedy.append(costs[planner] / costs["cost_greedy"])
                 if bound and costs["cost_greedy"] > bound * (1 + SAME):  # cost_greedy can be beaten here
                     vs_greedy_open.append(vs_greedy[-1])
-        out[planner] = {
-            "tasks": len(vs_heuristic),
-            "geomean_vs_best_heuristic": _geomean(vs_heuristic),
-            "worst_vs_best_heuristic": max(vs_heuristic, default=math.nan),
-            "share_at_most_best_heuristic": float(np.mean([v <= 1 + SAME for v in vs_heuristic]))
+        out[planner] = GridSummary(
+            tasks=len(vs_heuristic),
+            geomean_vs_best_heuristic=_geomean(vs_heuristic),
+            worst_vs_best_heuristic=max(vs_heuristic, default=math.nan),
+            share_at_most_best_heuristic=float(np.mean([v <= 1 + SAME for v in vs_heuristic]))
             if vs_heuristic
             else math.nan,
-            "geomean_vs_cost_greedy": _geomean(vs_greedy),
-            "share_below_cost_greedy": float(np.mean([v < 1 - SAME for v in vs_greedy])) if vs_greedy else math.nan,
-            "share_at_lower_bound": float(np.mean(at_bound)) if at_bound else math.nan,
-            "tasks_cost_greedy_above_bound": len(vs_greedy_open),
-            "share_below_cost_greedy_above_bound": (
+            geomean_vs_cost_greedy=_geomean(vs_greedy),
+            share_below_cost_greedy=float(np.mean([v < 1 - SAME for v in vs_greedy])) if vs_greedy else math.nan,
+            share_at_lower_bound=float(np.mean(at_bound)) if at_bound else math.nan,
+            tasks_cost_greedy_above_bound=len(vs_greedy_open),
+            share_below_cost_greedy_above_bound=(
                 float(np.mean([v < 1 - SAME for v in vs_greedy_open])) if vs_greedy_open else math.nan
             ),
-            "median_plan_time_s": float(
-                np.median([r["plan_time_s"][planner] for r in rows if planner in r["plan_time_s"]])
-            ),
-        }
+            median_plan_time_s=float(np.median([r.plan_time_s[planner] for r in rows if planner in r.plan_time_s])),
+        )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class GridReport:
+    """What ``autoshard policy eval`` reports (``grid.json``, ``--json``): the policy, the grid, the
+    summary per planner and the rows per task."""
+
+    policy: str
+    config: GridConfig
+    column_split: bool | str  # ``PlannerContext.split_setting``
+    summary: dict[str, GridSummary]
+    tasks: tuple[GridRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "config": {
+                "tables": self.config.tables,
+                "devices": self.config.devices,
+                "seed": self.config.seed,
+                "slack": self.config.slack,
+                "column_split": self.column_split,
+            },
+            "summary": {planner: s.to_dict() for planner, s in self.summary.items()},
+            "tasks": [r.to_dict() for r in self.tasks],
+        }
 
 
 def best_heuristic(costs: dict[str, float]) -> float:
@@ -148,7 +227,7 @@ def _geomean(values: Sequence[float]) -> float:
     return math.exp(float(np.mean(np.log(values)))) if values else math.nan
 
 
-def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], planners: Sequence[str]) -> str:
+def markdown(rows: Sequence[GridRow], summary: Mapping[str, GridSummary], planners: Sequence[str]) -> str:
     lines = [
         "| task | best heuristic (ms) | lower bound / best heur. | "
         + " | ".join(f"{p} / best heur." for p in planners)
@@ -156,7 +235,7 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], planners: 
         "| --- | --- | --- | " + " | ".join("---" for _ in planners) + " |",
     ]
     for r in rows:
-        costs, bound = r["max_ms"], r.get("lower_bound_ms")
+        costs, bound = r.max_ms, r.lower_bound_ms
         heuristic = best_heuristic(costs)
         cells = [
             (f"{costs[p] / heuristic:.3f}" + ("*" if bound and costs[p] <= bound * (1 + SAME) else ""))
@@ -165,12 +244,12 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], planners: 
             for p in planners
         ]
         lines.append(
-            f"| {r['task']} | {heuristic:.3f} | {bound / heuristic:.3f} | "
+            f"| {r.task} | {heuristic:.3f} | {bound / heuristic:.3f} | "
             if bound
-            else f"| {r['task']} | {heuristic:.3f} | - | "
+            else f"| {r.task} | {heuristic:.3f} | - | "
         )
         lines[-1] += " | ".join(cells) + " |"
-    if any(r.get("lower_bound_ms") for r in rows):
+    if any(r.lower_bound_ms for r in rows):
         lines += ["", "\\* at the lower bound (the costliest table alone): no plan is better."]
     lines += [
         "",
@@ -182,11 +261,11 @@ def markdown(rows: Sequence[dict[str, Any]], summary: dict[str, Any], planners: 
     for p in planners:
         s = summary[p]
         lines.append(
-            f"| {p} | {s['geomean_vs_best_heuristic']:.3f} | {s['worst_vs_best_heuristic']:.3f} | "
-            f"{_share(s['share_at_most_best_heuristic'])} | {s['geomean_vs_cost_greedy']:.3f} | "
-            f"{_share(s['share_below_cost_greedy'])} | {_share(s['share_below_cost_greedy_above_bound'])} "
-            f"(of {s['tasks_cost_greedy_above_bound']}) | {_share(s['share_at_lower_bound'])} | "
-            f"{s['median_plan_time_s']:.3g} |"
+            f"| {p} | {s.geomean_vs_best_heuristic:.3f} | {s.worst_vs_best_heuristic:.3f} | "
+            f"{_share(s.share_at_most_best_heuristic)} | {s.geomean_vs_cost_greedy:.3f} | "
+            f"{_share(s.share_below_cost_greedy)} | {_share(s.share_below_cost_greedy_above_bound)} "
+            f"(of {s.tasks_cost_greedy_above_bound}) | {_share(s.share_at_lower_bound)} | "
+            f"{s.median_plan_time_s:.3g} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -196,7 +275,7 @@ def _share(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.0%}"
 
 
-def chart(rows: Sequence[dict[str, Any]], planners: Sequence[str], path: Path) -> None:
+def chart(rows: Sequence[GridRow], planners: Sequence[str], path: Path) -> None:
     """Each planner's predicted max over the best heuristic's, per task."""
     import matplotlib
 
@@ -208,11 +287,11 @@ def chart(rows: Sequence[dict[str, Any]], planners: Sequence[str], path: Path) -
     for k, planner in enumerate(planners):
         values = []
         for r in rows:
-            values.append(r["max_ms"].get(planner, math.nan) / best_heuristic(r["max_ms"]))
+            values.append(r.max_ms.get(planner, math.nan) / best_heuristic(r.max_ms))
         ax.bar([i + k * width for i in range(len(rows))], values, width, label=planner)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))])
-    ax.set_xticklabels([r["task"] for r in rows], rotation=60, ha="right", fontsize=7)
+    ax.set_xticklabels([r.task for r in rows], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("predicted max / best heuristic's")
     ax.set_title("held-out tasks (tables x devices): predicted plan cost relative to the best heuristic")
     ax.legend(fontsize=7)
