@@ -166,8 +166,9 @@ class TrainedRanges:
             )
 
 
-def _precision(bytes_per_element: int) -> str:
-    return f"{bytes_per_element} ({PRECISION_NAMES.get(bytes_per_element, '?')})"
+def _precision(bytes_per_element: object) -> str:
+    name = PRECISION_NAMES.get(bytes_per_element, "?") if isinstance(bytes_per_element, int) else "?"
+    return f"{bytes_per_element} ({name})"
 
 
 def _span(low: float, high: float) -> str:
