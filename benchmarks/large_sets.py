@@ -49,7 +49,7 @@ def main() -> None:
         "command": "python " + " ".join(sys.argv),
         "trained_max_set_size": model.max_set_size,
         "sets": len(samples),
-        "noise_floor": noise_floor(samples),
+        "noise_floor": noise_floor(samples).to_dict(),
         "rules": {},
     }
     shipped = model.linear_beyond

@@ -9,14 +9,15 @@ medians over passes, so their own noise is lower (about the floor / sqrt(passes)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.stats import spearmanr
 
 from cost_model.dataset import Labelled, Splits
-from cost_model.estimators import BandwidthEstimator, LinearAggregate, SumOfSingles
+from cost_model.estimators import BandwidthEstimator, Estimator, LinearAggregate, SumOfSingles
 from cost_model.predictor import NeuralCostModel
 from cost_model.traces.store import TraceSet
 from cost_model.traces.summary import pairwise_pass_mape
@@ -37,25 +38,75 @@ def ranking_accuracy(pred: np.ndarray, true: np.ndarray, seed: int = 0) -> float
     return float(np.mean(np.sign(pred[i] - pred[j]) == np.sign(true[i] - true[j])))
 
 
-def scores(pred: np.ndarray, true: np.ndarray) -> dict[str, float]:
-    return {
-        "mape": round(mape(pred, true), 4),
-        "spearman": round(float(spearmanr(pred, true).statistic), 4),
-        "ranking_accuracy": round(ranking_accuracy(pred, true), 4),
-        "samples": int(len(true)),
-    }
+@dataclass(frozen=True, slots=True)
+class Scores:
+    """An estimator's figures on a split (``scores``), each rounded to 4 places."""
+
+    mape: float
+    spearman: float
+    ranking_accuracy: float
+    samples: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mape": self.mape,
+            "spearman": self.spearman,
+            "ranking_accuracy": self.ranking_accuracy,
+            "samples": self.samples,
+        }
 
 
-def noise_floor(samples: Sequence[Labelled]) -> dict[str, Any]:
+def scores(pred: np.ndarray, true: np.ndarray) -> Scores:
+    return Scores(
+        round(mape(pred, true), 4),
+        round(float(spearmanr(pred, true).statistic), 4),
+        round(ranking_accuracy(pred, true), 4),
+        int(len(true)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NoiseFloor:
+    """A split's noise floor (``noise_floor``): None with a single pass per sample."""
+
+    pass_to_pass_mape: float | None
+    passes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pass_to_pass_mape": self.pass_to_pass_mape, "passes": self.passes}
+
+
+def noise_floor(samples: Sequence[Labelled]) -> NoiseFloor:
     """Pass-to-pass MAPE over every pair of passes (``summary.pairwise_pass_mape``), and the median
     number of passes per sample."""
     floor = pairwise_pass_mape(s.passes_total_ms for s in samples)
     if floor is None:
-        return {"pass_to_pass_mape": None, "passes": 1}
-    return {"pass_to_pass_mape": round(floor, 4), "passes": int(np.median([len(s.passes_total_ms) for s in samples]))}
+        return NoiseFloor(None, 1)
+    return NoiseFloor(round(floor, 4), int(np.median([len(s.passes_total_ms) for s in samples])))
 
 
-def plan_choices(samples: Sequence[Labelled], predicted: np.ndarray, margin: float = 0.05) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class PlanChoices:
+    """How often the model names the faster of two plans of one task (``plan_choices``):
+    ``named_the_faster`` is a share of ``pairs`` (None for no pair)."""
+
+    pairs: int
+    named_the_faster: float | None
+    margin: float
+    plans: int
+    tasks: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pairs": self.pairs,
+            "named_the_faster": self.named_the_faster,
+            "margin": self.margin,
+            "plans": self.plans,
+            "tasks": self.tasks,
+        }
+
+
+def plan_choices(samples: Sequence[Labelled], predicted: np.ndarray, margin: float = 0.05) -> PlanChoices:
     """Of pairs of plans for the same task whose measured max differs by more than ``margin``,
     the share where the prediction names the faster one. A plan's measured (predicted) max is the
     largest measured (predicted) cost of its device sets; compute only, as the sets were measured."""
@@ -74,13 +125,9 @@ def plan_choices(samples: Sequence[Labelled], predicted: np.ndarray, margin: flo
                 continue
             pairs += 1
             right += (measured[a] < measured[b]) == (guessed[a] < guessed[b])
-    return {
-        "pairs": pairs,
-        "named_the_faster": round(right / pairs, 4) if pairs else None,
-        "margin": margin,
-        "plans": len(plans),
-        "tasks": len({t for t, _ in plans}),
-    }
+    return PlanChoices(
+        pairs, round(right / pairs, 4) if pairs else None, margin, len(plans), len({t for t, _ in plans})
+    )
 
 
 def predict_labelled(model: NeuralCostModel, samples: Sequence[Labelled]) -> np.ndarray:
@@ -92,18 +139,50 @@ def predict_labelled(model: NeuralCostModel, samples: Sequence[Labelled]) -> np.
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class SplitAccuracy:
+    """Every estimator on one held-out split, its noise floor, whether the neural model beats every
+    other estimator on both MAPE and ranking accuracy, and on plan sets, its ``plan_choices``."""
+
+    estimators: dict[str, Scores]
+    noise_floor: NoiseFloor
+    neural_beats_all: bool
+    plan_choices: PlanChoices | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "estimators": {name: s.to_dict() for name, s in self.estimators.items()},
+            "noise_floor": self.noise_floor.to_dict(),
+            "neural_beats_all": self.neural_beats_all,
+        }
+        if self.plan_choices is not None:
+            out["plan_choices"] = self.plan_choices.to_dict()
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class AccuracyReport:
+    """``evaluate_all``: each held-out split by name (`autoshard cost eval --json`, and a model's
+    ``metrics.json`` ``evaluation``)."""
+
+    splits: dict[str, SplitAccuracy]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: split.to_dict() for name, split in self.splits.items()}
+
+
 def evaluate_all(
-    model: NeuralCostModel, splits: Splits, traces: TraceSet, extra: dict[str, Sequence[Labelled]] | None = None
-) -> dict[str, Any]:
+    model: NeuralCostModel, splits: Splits, traces: TraceSet, extra: Mapping[str, Sequence[Labelled]] | None = None
+) -> AccuracyReport:
     """Every estimator on the held-out splits, side by side, plus the noise floor of each split;
     on split (c), plan sets, also how often the model picks the faster of two plans. ``extra``:
     more named held-out splits (e.g. ``fresh_pool``, sets of a pool drawn with a fresh seed),
     scored the same way; the sum of singles only where every table was measured alone."""
     cap = model.row_cap_bytes
     singles = SumOfSingles(traces.singles)
-    fitted = [LinearAggregate(cap).fit(splits.train), BandwidthEstimator(cap).fit(splits.train)]
-    report: dict[str, Any] = {}
-    named = {name: getattr(splits, name) for name in ("unseen_sets", "unseen_tables", "plan_sets")} | (extra or {})
+    fitted: list[Estimator] = [LinearAggregate(cap).fit(splits.train), BandwidthEstimator(cap).fit(splits.train)]
+    report: dict[str, SplitAccuracy] = {}
+    named = {name: getattr(splits, name) for name in ("unseen_sets", "unseen_tables", "plan_sets")} | dict(extra or {})
     for split_name, samples in named.items():
         if not samples:
             continue
@@ -113,16 +192,14 @@ def evaluate_all(
         results = {e.name: scores(e.predict(sets, batches), true) for e in estimators}
         predicted = predict_labelled(model, samples)
         results["neural"] = scores(predicted, true)
-        floor = noise_floor(samples)
-        report[split_name] = {
-            "estimators": results,
-            "noise_floor": floor,
-            "neural_beats_all": all(
-                results["neural"]["mape"] < r["mape"] and results["neural"]["ranking_accuracy"] > r["ranking_accuracy"]
+        report[split_name] = SplitAccuracy(
+            results,
+            noise_floor(samples),
+            all(
+                results["neural"].mape < r.mape and results["neural"].ranking_accuracy > r.ranking_accuracy
                 for k, r in results.items()
                 if k != "neural"
             ),
-        }
-        if split_name == "plan_sets":
-            report[split_name]["plan_choices"] = plan_choices(samples, predicted)
-    return report
+            plan_choices(samples, predicted) if split_name == "plan_sets" else None,
+        )
+    return AccuracyReport(report)

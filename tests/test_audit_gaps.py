@@ -256,5 +256,5 @@ def test_noise_floor_is_the_mean_over_every_pair_of_passes():
     ]
     expected = (1 / 11 + 2.5 / 12.5 + 1.5 / 12.5 + 1 / 5) / 4
     assert pairwise_pass_mape(s.passes_total_ms for s in samples) == pytest.approx(expected)
-    assert noise_floor(samples) == {"pass_to_pass_mape": round(expected, 4), "passes": 2}
-    assert noise_floor(samples[2:]) == {"pass_to_pass_mape": None, "passes": 1}
+    assert noise_floor(samples).to_dict() == {"pass_to_pass_mape": round(expected, 4), "passes": 2}
+    assert noise_floor(samples[2:]).to_dict() == {"pass_to_pass_mape": None, "passes": 1}

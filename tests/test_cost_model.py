@@ -107,7 +107,7 @@ def test_corrupt_missing_and_mismatched_checkpoints_are_refused(tmp_path):
 
 def test_estimator_report_has_every_field(trained):
     traces, splits, result = trained
-    report = evaluate_all(result.model, splits, traces)
+    report = evaluate_all(result.model, splits, traces).to_dict()
     for split in ("unseen_sets", "unseen_tables"):
         body = report[split]
         assert set(body["estimators"]) == {"sum_of_singles", "linear_aggregate", "bandwidth_analytical", "neural"}
@@ -429,5 +429,5 @@ def test_linear_beyond_measures_the_evaluation_again_on_the_models_own_split(tmp
     result = runner.invoke(app, ["cost", "linear-beyond", "--model", str(out), "--tables", "2"])
     assert result.exit_code == 0, result.output
     data = read_traces(FIXTURE)
-    expected = evaluate_all(load_cost_model(out), make_splits(data, 3), data)
+    expected = evaluate_all(load_cost_model(out), make_splits(data, 3), data).to_dict()
     assert json.loads((out / "metrics.json").read_text())["evaluation"] == json.loads(json.dumps(expected))

@@ -408,7 +408,7 @@ def train_and_save(
         "learning_rate": config.learning_rate,
         **({"tuning": tuning} if tuning else {}),
         **({"adapted_from": adapted_from} if adapted_from else {}),
-        "evaluation": evaluate_all(result.model, splits, data) if data is not None else {},
+        "evaluation": evaluate_all(result.model, splits, data).to_dict() if data is not None else {},
     }
     save_checkpoint(result.model, out, metrics)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
@@ -465,26 +465,23 @@ def eval_cmd(
         extra = {"fresh_pool": every_set(fresh)}
     report = evaluate_all(cost_model, make_splits(data, seed), data, extra)
     if json_out:
-        print_json(report)
+        print_json(report.to_dict())
         return
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    for split, body in report.items():
-        table = RichTable(title=f"{split} (noise floor: pass-to-pass MAPE {body['noise_floor']['pass_to_pass_mape']})")
+    for split, body in report.splits.items():
+        table = RichTable(title=f"{split} (noise floor: pass-to-pass MAPE {body.noise_floor.pass_to_pass_mape})")
         for col in ("estimator", "MAPE", "Spearman", "ranking acc.", "samples"):
             table.add_column(col)
-        for name, s in body["estimators"].items():
-            table.add_row(
-                name, f"{s['mape']:.3f}", f"{s['spearman']:.3f}", f"{s['ranking_accuracy']:.3f}", str(s["samples"])
-            )
+        for name, s in body.estimators.items():
+            table.add_row(name, f"{s.mape:.3f}", f"{s.spearman:.3f}", f"{s.ranking_accuracy:.3f}", str(s.samples))
         Console().print(table)
-        if "plan_choices" in body:
-            c = body["plan_choices"]
+        if body.plan_choices is not None:
+            c = body.plan_choices
             Console().print(
-                f"plans of one task whose measured max differs by > {c['margin']:.0%}: the model names the "
-                f"faster one in {c['named_the_faster']} of {c['pairs']} pairs ({c['plans']} plans, "
-                f"{c['tasks']} tasks)"
+                f"plans of one task whose measured max differs by > {c.margin:.0%}: the model names the "
+                f"faster one in {c.named_the_faster} of {c.pairs} pairs ({c.plans} plans, {c.tasks} tasks)"
             )
 
 
@@ -581,7 +578,7 @@ def linear_beyond_cmd(
     sources = [Path(s) for s in trace_sources(metrics)]
     if metrics.get("evaluation") and sources and all(p.is_file() for p in sources) and "measured_sets" not in metrics:
         data = read_all(sources)
-        metrics["evaluation"] = evaluate_all(found, make_splits(data, metrics.get("split_seed", 0)), data)
+        metrics["evaluation"] = evaluate_all(found, make_splits(data, metrics.get("split_seed", 0)), data).to_dict()
     metrics_file.write_text(json.dumps(metrics, indent=1) + "\n")
     console.print(
         f"saved {folder / CHECKPOINT_NAME}: sets of more than {found.size_limit} tables are priced linearly "
