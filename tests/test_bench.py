@@ -75,7 +75,7 @@ def test_collect_round_trips_and_summarizes(tmp_path, tiny_collect_args):
     assert len(traces.samples) == 8 + 6 and all(len(s.passes) == 2 for s in traces.samples)
     assert len(traces.singles) == 8 and all(s.cost_ms > 0 for s in traces.singles.values())
     assert traces.header["bench"]["malloc_settings"] is True
-    summary = summarize(traces)
+    summary = summarize(traces).to_dict()
     for key in ("mean", "p10", "p90"):
         assert summary["non_additivity"][key] > 0
     assert summary["samples"] == 14 and summary["profile"]["mode"] == "embedding_bag"

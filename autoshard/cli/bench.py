@@ -349,26 +349,26 @@ def summary_cmd(
 
     summary = summarize(read_traces(path))
     if json_out:
-        print_json(summary)
+        print_json(summary.to_dict())
         return
     from rich.table import Table as RichTable
 
-    table = RichTable(title=f"{path} ({summary['profile']['id']})")
+    table = RichTable(title=f"{path} ({summary.profile.id})")
     table.add_column("figure")
     table.add_column("value")
-    na, spread = summary["non_additivity"], summary["spread"]
+    na = summary.non_additivity.ratio
     rows = [
-        ("samples", summary["samples"]),
-        ("sets (train/test)", f"{summary['sets']['train']}/{summary['sets']['test']}"),
-        ("singles", summary["singles"]),
-        ("measurements", summary["measurements"]),
+        ("samples", summary.samples),
+        ("sets (train/test)", f"{summary.sets.train}/{summary.sets.test}"),
+        ("singles", summary.singles),
+        ("measurements", summary.measurements),
         (
             "set cost / sum of singles: mean (p10-p90)",
-            f"{na['mean']} ({na.get('p10')}-{na.get('p90')})"
-            if na.get("mean") is not None
+            f"{na.mean} ({na.p10}-{na.p90})"
+            if na.mean is not None
             else "- (no set whose tables were all measured alone)",
         ),
-        ("pass-to-pass MAPE", spread["pass_to_pass_mape"]),
+        ("pass-to-pass MAPE", summary.spread.pass_to_pass_mape),
     ]
     for name, value in rows:
         table.add_row(name, str(value))
@@ -691,6 +691,7 @@ def calibrate_cmd(
     if drift:
         calibration = calibration_from_drift(traces, [(str(p), read_json_file(p, "--drift")) for p in drift])
     else:
+        assert model is not None  # one of the two, checked above
         calibration = estimate_calibration(traces, load_cost_model(model), str(model), max_tables)
     write_calibration(traces, calibration)
     if json_out:
