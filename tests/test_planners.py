@@ -738,7 +738,7 @@ def test_the_packing_lookahead_by_hand_devices_of_equal_room_alike_and_of_other_
     state = PlacementState(units, Topology(4, 10.0), lookahead=True)
     state.apply(2)
     state.apply(3)
-    assert state._first_fit_after().tolist() == [True, True, False, False]
+    assert state.fits_after().tolist() == [True, True, False, False]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -746,7 +746,7 @@ def test_the_packing_lookahead_by_hand_devices_of_equal_room_alike_and_of_other_
     st.lists(st.integers(1, 12), min_size=3, max_size=14), st.integers(2, 6), st.integers(0, 13), st.floats(1.0, 1.4)
 )
 def test_the_packing_lookahead_checks_devices_of_equal_room_once_and_answers_for_each(sizes, devices, placed, slack):
-    """``_first_fit_after`` runs first-fit decreasing once per distinct free room (devices with as
+    """``fits_after`` runs first-fit decreasing once per distinct free room (devices with as
     much room left leave the same bins); each device's answer is still its own FFD's."""
     from autoshard.planners.packing import packable_many
     from autoshard.planners.placement_state import PlacementState
@@ -766,7 +766,7 @@ def test_the_packing_lookahead_checks_devices_of_equal_room_once_and_answers_for
         free = state.free.copy()
         free[d] -= size
         alone = bool(free[d] >= 0 and packable_many(rest, free[None, :])[0])
-        assert state._first_fit_after()[d] == alone
+        assert state.fits_after()[d] == alone
 
 
 @settings(max_examples=200, deadline=None)
@@ -844,7 +844,8 @@ def test_the_lookahead_prefetched_for_placements_side_by_side_answers_as_each_al
     """``prefetch_lookahead`` (``place_together``'s placements at one step: one first-fit pass for
     the rooms each checks first) records for every room the answer of that placement's own
     first-fit, and ``allowed`` answers as without it: four placements of random choices."""
-    from autoshard.planners.placement_state import PlacementState, prefetch_lookahead
+    from autoshard.planners.place_loop import prefetch_lookahead
+    from autoshard.planners.placement_state import PlacementState
 
     units = [
         Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s GiB each
@@ -866,10 +867,11 @@ def test_the_lookahead_prefetched_for_placements_side_by_side_answers_as_each_al
     together, alone = stepped(), stepped()
     prefetch_lookahead(together, limit)
     for one, other in zip(together, alone):
-        prefetched = dict(one._rooms)
+        prefetched = dict(one.packing.answers)
         assert one.allowed(limit).tolist() == other.allowed(limit).tolist()
         for room, answer in prefetched.items():
-            assert answer == bool(other._packable_at(np.array([room], dtype=np.int64))[0])
+            rooms = np.array([room], dtype=np.int64)
+            assert answer == bool(other.packing.packable(other.free, other.current.memory_bytes, rooms)[0])
 
 
 def test_a_chooser_of_one_candidate_has_the_lookahead_check_only_the_least_loaded_device():
@@ -889,7 +891,7 @@ def test_a_chooser_of_one_candidate_has_the_lookahead_check_only_the_least_loade
     state.apply(3)
     state.loads[2:] = [0.5, 1.0]
     assert state.allowed(1).tolist() == [0]
-    assert state._rooms == {7 * GIB: False, 10 * GIB: True}
+    assert state.packing.answers == {7 * GIB: False, 10 * GIB: True}
     assert np.flatnonzero(state.mask()).tolist() == [0, 1]
 
 

@@ -536,8 +536,8 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
         SetAccumulator, "costs_if_added", lambda self, *a, **k: asked.append(1) or costs_if_added(self, *a, **k)
     )
     checked = []  # the packing lookahead's first-fit checks
-    first_fit = PlacementState._first_fit_after
-    monkeypatch.setattr(PlacementState, "_first_fit_after", lambda self, *a: checked.append(1) or first_fit(self, *a))
+    first_fit = PlacementState.fits_after
+    monkeypatch.setattr(PlacementState, "fits_after", lambda self, *a: checked.append(1) or first_fit(self, *a))
 
     def calls(run):
         asked.clear()

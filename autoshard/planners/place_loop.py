@@ -14,7 +14,9 @@ from autoshard.core.errors import PlannerError
 from autoshard.planners.choosers import CANDIDATES, BatchChooser, Chooser, candidates
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.feasibility import no_room_error
-from autoshard.planners.placement_state import PlacementState, prefetch_lookahead
+from autoshard.planners.packing import packable_many
+from autoshard.planners.packing_lookahead import bins_taking
+from autoshard.planners.placement_state import PlacementState
 from autoshard.planners.placement_unit import Unit
 from autoshard.planners.unit_preparation import TaskUnits, by_cost
 
@@ -105,3 +107,37 @@ def place_together(
         for k, device in zip(live, choose([states[k] for k in live], [allowed[k] for k in live])):
             states[k].apply(device)
     return [states[k] if k in live else None for k in range(len(states))]
+
+
+def prefetch_lookahead(states: Sequence[PlacementState], limit: int | None) -> None:
+    """The packing lookahead's answers for the rooms that each placement's ``allowed(limit)``
+    checks first, with one first-fit pass for all of them: ``place_together``'s placements are at
+    the same step of the same units, so first-fit packs the same items into each one's bins
+    (first-fit is row by row: the answers are those each would compute alone). Placements alike
+    so far share their answers (``StepCosts.rooms``) and are checked once."""
+    jobs: list[tuple[PlacementState, np.ndarray]] = []
+    seen: set[int] = set()
+    for state in states:
+        if state.done or not state.lookahead:
+            continue
+        packing, size = state.packing, state.current.memory_bytes
+        if id(packing.answers) in seen or packing.packs_anywhere(state.free, size):
+            continue  # checked with an alike placement, or nothing for the lookahead to check (cheap first)
+        seen.add(id(packing.answers))
+        rooms = state.rooms_to_check(limit)
+        if not len(rooms):
+            continue
+        ok = packing.surely_packable(state.free, size, rooms)
+        packing.answers.update(zip(rooms[ok].tolist(), [True] * int(ok.sum())))
+        if not ok.all():
+            jobs.append((state, rooms[~ok]))
+    if not jobs:
+        return
+    assert len({(s.position, len(s.packing)) for s, _ in jobs}) == 1, "one step of one unit order"
+    first = jobs[0][0]
+    bins = [bins_taking(s.free, s.current.memory_bytes, rooms) for s, rooms in jobs]
+    answers = packable_many(first.packing.sizes_after(first.current.memory_bytes), np.concatenate(bins)).tolist()
+    at = 0
+    for state, rooms in jobs:
+        state.packing.answers.update(zip(rooms.tolist(), answers[at : at + len(rooms)]))
+        at += len(rooms)

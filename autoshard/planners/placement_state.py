@@ -1,13 +1,12 @@
-"""The steppable placement every planner shares: ``PlacementState`` (devices, running costs,
-memory, the feasibility mask and its packing lookahead), the extrapolation guard on units per
-device (``unit_cap``), and the lookahead's answers for placements stepped side by side. The loop
-that steps it is ``place_loop``'s; the choosers, ``choosers``'; the devices are
-``device_state``'s; what placements of one unit order share, ``step_costs``'s; which split cap to
-plan, ``split_cap_choice``'s; the first-fit check, ``packing``'s."""
+"""A placement in progress, stepped unit by unit: ``PlacementState`` (its devices, their running
+loads and free memory, and which devices may take the current unit), and the extrapolation guard
+on units per device (``unit_cap``). What it asks at each step comes from its collaborators: the
+cost model's costs-if-added (``added_costs``) and the packing lookahead (``packing_lookahead``).
+The loop that steps it is ``place_loop``'s; the choosers, ``choosers``'; the devices are
+``device_state``'s; what placements of one unit order share, ``step_costs``'s."""
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Sequence
 
@@ -15,8 +14,9 @@ import numpy as np
 
 from autoshard.core.costing import Accumulator
 from autoshard.core.types import CostModel, Topology
+from autoshard.planners.added_costs import AddedCosts
 from autoshard.planners.device_state import DeviceState
-from autoshard.planners.packing import packable_many
+from autoshard.planners.packing_lookahead import PackingLookahead
 from autoshard.planners.placement_unit import Unit
 from autoshard.planners.step_costs import StepCosts
 
@@ -26,16 +26,16 @@ class PlacementState:
 
     ``mask()`` says which devices may take the current unit: those with room and no other shard
     of its table; then, where it leaves a choice, those holding fewer than ``max_units_per_device``
-    units; then, with ``lookahead``, those that leave the remaining units packable (first-fit
-    decreasing; FFD is not exact, so if no device passes, every device left stays allowed;
-    ``drop_lookahead`` turns it off for the remaining steps).
+    units; then, with ``lookahead``, those that leave the remaining units packable (``packing``:
+    first-fit decreasing; FFD is not exact, so if no device passes, every device left stays
+    allowed; ``drop_lookahead`` turns it off for the remaining steps).
     With an ``accumulator`` a device's load is the cost model's prediction for its whole set,
-    floored while placing so that an addition never lowers it (a model that says otherwise is
-    wrong there, and the choices must not seek it out) and, once the last unit is placed, its
-    set's prediction itself, as any plan of those sets is scored; without, the sum of its units'
-    own costs (proxy planners). With ``steps``, costs-if-added
-    come from, and go to, placements of the same units that made the same choices
-    (``StepCosts``): the same numbers, asked of the model once.
+    floored while placing so that an addition never lowers it (``added``: a model that says
+    otherwise is wrong there, and the choices must not seek it out) and, once the last unit is
+    placed, its set's prediction itself, as any plan of those sets is scored; without, the sum of
+    its units' own costs (proxy planners). With ``steps``, costs-if-added and the lookahead's
+    answers come from, and go to, placements of the same units that made the same choices
+    (``StepCosts``): the same numbers, computed once.
     """
 
     def __init__(
@@ -56,15 +56,13 @@ class PlacementState:
         self.free = np.full(topology.num_devices, topology.device_memory_bytes, dtype=np.int64)
         self.count = np.zeros(topology.num_devices, dtype=np.int64)
         self.loads = np.zeros(topology.num_devices)
-        self._rest = sorted(u.memory_bytes for u in self.units)  # ascending: units not yet placed
         self.remaining_cost = float(sum(u.cost for u in self.units))  # of the units not yet placed
         self.cost_bound = cost_bound(self.units, topology.num_devices)
-        self.remaining_bytes = int(sum(u.memory_bytes for u in self.units))
         self._placed_parents: set[str] = set()
-        self._if_added: np.ndarray | None = None
         self.steps, self.history = steps, 0
-        self._partial: dict[int, float] = {} if steps is None else steps.at(0)  # costs if added, by device
-        self._rooms: dict[int, bool] = {} if steps is None else steps.rooms(0)  # the lookahead's, by free room
+        self.packing = PackingLookahead((u.memory_bytes for u in self.units), {} if steps is None else steps.rooms(0))
+        table = self.units[0].table if self.units else None
+        self.added = None if accumulator is None else AddedCosts(accumulator, self.loads, table, self._known(0))
         self.scope: int | None = None  # the ``limit`` of the last ``allowed``
 
     @property
@@ -72,15 +70,20 @@ class PlacementState:
         return self.position >= len(self.units)
 
     @property
+    def current(self) -> Unit:
+        return self.units[self.position]
+
+    @property
+    def remaining_bytes(self) -> int:
+        """The memory of the units not yet placed."""
+        return self.packing.remaining_bytes
+
+    @property
     def alike_key(self) -> tuple | None:
         """Equal for placements alike so far: the same choices from the same start in one
         ``StepCosts``, under the same mask rules (so their states and masks are the same);
         ``None`` outside one."""
         return None if self.steps is None else (id(self.steps), self.history, self.lookahead, self.max_units_per_device)
-
-    @property
-    def current(self) -> Unit:
-        return self.units[self.position]
 
     def room(self) -> np.ndarray:
         """Devices with room for the current unit and no other shard of its table."""
@@ -122,12 +125,12 @@ class PlacementState:
             return open_
         chunk, walk = self._first_chunk(open_, limit)
         if limit is None:
-            safe = open_[self._first_fit_after(chunk)]
+            safe = open_[self.fits_after(chunk)]
             return safe if len(safe) else open_
         at, found = limit, 0
         passing: list[int] = []
         while len(chunk):
-            ok = chunk[self._first_fit_after(chunk)]
+            ok = chunk[self.fits_after(chunk)]
             passing += ok.tolist()
             found += int((self.count[ok] > 0).sum())
             if found >= limit:
@@ -143,7 +146,10 @@ class PlacementState:
             capped = ok & (self.count < self.max_units_per_device)
             ok = capped if capped.any() else ok
         open_ = ok.nonzero()[0]
-        return open_, self.lookahead and len(open_) > 1 and not self._rest_packs_anywhere()
+        check = (
+            self.lookahead and len(open_) > 1 and not self.packing.packs_anywhere(self.free, self.current.memory_bytes)
+        )
+        return open_, check
 
     def _first_chunk(self, open_: np.ndarray, limit: int | None) -> tuple[np.ndarray, np.ndarray]:
         """The devices the lookahead checks first, and the loaded ones in order of load (the rest of
@@ -157,113 +163,44 @@ class PlacementState:
         walk = loaded[np.argsort(self.loads[loaded], kind="stable")]
         return np.concatenate([empty[:1], walk[:limit]]), walk
 
-    def _first_fit_after(self, devices: np.ndarray | None = None) -> np.ndarray:
+    def fits_after(self, devices: np.ndarray | None = None) -> np.ndarray:
         """For each of ``devices`` (default: every device): would the units after the current one
         still pack by first-fit decreasing if it took the current one (False where it has no
-        room)? Devices with as much room left leave the same bins (FFD sorts them), so each free
-        room is checked once per step, and once for placements at the same history
-        (``StepCosts.rooms``)."""
-        free = self.free if devices is None else self.free[devices]
-        fits = free >= self.current.memory_bytes
-        unknown = self._unknown_rooms(free[fits])
-        if len(unknown):
-            self._rooms.update(zip(unknown.tolist(), self._packable_at(unknown).tolist()))
-        known = self._rooms
-        return np.array([f and known[r] for f, r in zip(fits.tolist(), free.tolist())], dtype=bool)
+        room)? (``PackingLookahead.fits_after``.)"""
+        rooms = self.free if devices is None else self.free[devices]
+        return self.packing.fits_after(self.free, rooms, self.current.memory_bytes)
 
-    def _unknown_rooms(self, rooms: np.ndarray) -> np.ndarray:
-        """The distinct ``rooms`` whose lookahead answer this step does not know yet."""
-        known = self._rooms
-        return np.array([r for r in np.unique(rooms).tolist() if r not in known], dtype=np.int64)
-
-    def _rest_packs_anywhere(self) -> bool:
-        """FFD's first check for every device at once: the units after the current one pack
-        wherever it goes (room beyond the largest of them covers their total, less the current
-        unit's size at most)."""
-        return self._largest_and_spare()[1] >= self.remaining_bytes  # spare - size >= the rest's total
-
-    def _largest_and_spare(self) -> tuple[int, int]:
-        """The largest unit not yet placed, the current one aside (0 if none), and the devices'
-        room beyond it, summed (infinite with no unit after the current one)."""
-        rest, size = self._rest, self.current.memory_bytes
-        if len(rest) <= 1:
-            return 0, np.iinfo(np.int64).max
-        largest = rest[-1] if bisect.bisect_left(rest, size) != len(rest) - 1 else rest[-2]
-        return largest, int(np.maximum(self.free - largest, 0).sum())
-
-    def _packable_at(self, rooms: np.ndarray) -> np.ndarray:
-        """For each free room (of devices with room for the current unit): do the units after it
-        still pack once a device with that room takes it? O(D) from running totals; first-fit
-        decreasing only for rooms the quick test cannot clear."""
-        ok = self._quick_packable(rooms)
-        failing = (~ok).nonzero()[0]
-        if len(failing):  # first-fit decreasing, all rooms at once
-            ok[failing] = packable_many(self._sizes_after(), self._bins_taking(rooms[failing]))
-        return ok
-
-    def _quick_packable(self, rooms: np.ndarray) -> np.ndarray:
-        """``_packable_at``'s quick test: True where the units after the current one surely pack
-        once a device with that room takes it (room beyond the largest of them covers their total)."""
-        size = self.current.memory_bytes
-        largest, spare = self._largest_and_spare()
-        if spare >= self.remaining_bytes:  # ``_rest_packs_anywhere``
-            return np.ones(len(rooms), dtype=bool)
-        total = self.remaining_bytes - size  # room beyond the largest item must cover it
-        return spare - np.maximum(rooms - largest, 0) + np.maximum(rooms - size - largest, 0) >= total
-
-    def _sizes_after(self) -> list[int]:
-        """The sizes of the units after the current one, largest first (first-fit's items)."""
-        rest, at = self._rest, bisect.bisect_left(self._rest, self.current.memory_bytes)  # its own entry, left out
-        return (rest[:at] + rest[at + 1 :])[::-1]
-
-    def _bins_taking(self, rooms: np.ndarray) -> np.ndarray:
-        """Per room, every device's free bytes once a device with that room takes the current unit."""
-        values, first = np.unique(self.free, return_index=True)  # a device of each free room
-        taking = first[np.searchsorted(values, rooms)]
-        free = np.tile(self.free, (len(taking), 1))
-        free[np.arange(len(taking)), taking] -= self.current.memory_bytes
-        return free
+    def rooms_to_check(self, limit: int | None) -> np.ndarray:
+        """The free rooms of the devices ``allowed(limit)`` checks first whose packing answers
+        this step does not know yet (none where the lookahead has nothing to check)."""
+        open_, check = self._open()
+        if not check:
+            return np.zeros(0, dtype=np.int64)
+        chunk, _ = self._first_chunk(open_, limit)
+        rooms = self.free[chunk]
+        return self.packing.unknown(rooms[rooms >= self.current.memory_bytes])
 
     def costs_if_added(self, rows: np.ndarray | None = None) -> np.ndarray:
         """The predicted cost of every device (or of the devices ``rows``, in that order) with
-        the current unit added (needs an accumulator); never below the device's cost now, since
-        a unit only adds work (a cost model that says otherwise is wrong there, and a search
-        would seek those places out)."""
-        assert self.accumulator is not None, "costs_if_added needs a cost model's accumulator"
-        if self._if_added is None:
-            if rows is not None and self._partial and all(r in self._partial for r in rows.tolist()):
-                return np.array([self._partial[r] for r in rows.tolist()])  # primed, or scored before
-            if rows is not None and len(rows) < len(self.devices):
-                costs = np.maximum(self.accumulator.costs_if_added(self.current.table, rows), self.loads[rows])
-                self._partial.update(zip(rows.tolist(), costs.tolist()))
-                return costs
-            if len(self._partial) == len(self.devices):  # every device known (``steps``)
-                self._if_added = np.array([self._partial[d] for d in range(len(self.devices))])
-            else:
-                self._if_added = np.maximum(self.accumulator.costs_if_added(self.current.table), self.loads)
-                self._partial.update(enumerate(self._if_added.tolist()))
-        return self._if_added if rows is None else self._if_added[rows]
+        the current unit added (needs an accumulator; ``AddedCosts``)."""
+        assert self.added is not None, "costs_if_added needs a cost model's accumulator"
+        return self.added.of(rows)
 
     def knows(self, rows: np.ndarray) -> bool:
         """Whether the current unit's costs on the devices ``rows`` are known already."""
-        return all(r in self._partial for r in rows.tolist())
+        return self.added is not None and self.added.knows(rows)
 
     def prime(self, rows: np.ndarray, costs: np.ndarray) -> None:
         """Record the current unit's predicted costs on the devices ``rows``, scored elsewhere
-        (``place_together`` scores several placements in one call); ``costs_if_added`` on those
-        devices then answers from them."""
-        self._partial.update(zip(rows.tolist(), np.maximum(costs, self.loads[rows]).tolist()))
+        (``place_together`` scores several placements in one call)."""
+        assert self.added is not None, "prime needs a cost model's accumulator"
+        self.added.prime(rows, costs)
 
     def apply(self, device: int) -> None:
         """Place the current unit on ``device`` (which must have room) and move to the next."""
         self._require_room(device)
         unit, state = self.current, self.devices[device]
-        if self.accumulator is None:
-            load = state.load + unit.cost
-        elif self._if_added is None and device in self._partial:  # scored among a few candidates
-            load = self._partial[device]
-        else:
-            load = float(self.costs_if_added(np.array([device]))[0])
+        load = state.load + unit.cost if self.added is None else self.added.on(device)
         self._place(device, load)
 
     def preplace(self, devices: Sequence[int]) -> None:
@@ -297,19 +234,20 @@ class PlacementState:
         if self.max_units_per_device is not None and self.count[device] >= self.max_units_per_device:
             self._capped = True
         self.loads[device] = load
-        del self._rest[bisect.bisect_left(self._rest, unit.memory_bytes)]
         self.remaining_cost -= unit.cost
-        self.remaining_bytes -= unit.memory_bytes
         self._placed_parents.add(unit.parent)
         self.position += 1
         if self.done:  # the loads were floored step by step (an addition never lowers a load, the
             self._price_sets()  # choices' guard); the finished plan's are its sets' predictions
-        self._if_added = None
-        if self.steps is None:
-            self._partial, self._rooms = {}, {}
-        else:
+        if self.steps is not None:
             self.history = self.steps.after(self.history, device)
-            self._partial, self._rooms = self.steps.at(self.history), self.steps.rooms(self.history)
+        self.packing.placed(unit.memory_bytes, {} if self.steps is None else self.steps.rooms(self.history))
+        if self.added is not None:
+            self.added.next_step(None if self.done else self.current.table, self._known(self.history))
+
+    def _known(self, history: int) -> dict[int, float]:
+        """The costs-if-added known at ``history`` (shared in ``steps``; else a new dict)."""
+        return {} if self.steps is None else self.steps.at(history)
 
 
 def cost_bound(units: Sequence[Unit], num_devices: int) -> float:
@@ -334,40 +272,6 @@ def unit_cap(
     if cost_model.max_set_size is None:
         return None
     return max(cost_model.max_set_size, math.ceil(headroom * num_units / num_devices))
-
-
-def prefetch_lookahead(states: Sequence[PlacementState], limit: int | None) -> None:
-    """The packing lookahead's answers for the rooms that each placement's ``allowed(limit)``
-    checks first, with one first-fit pass for all of them: ``place_together``'s placements are at
-    the same step of the same units, so first-fit packs the same items into each one's bins
-    (first-fit is row by row: the answers are those each would compute alone). Placements alike
-    so far share their answers (``StepCosts.rooms``) and are checked once."""
-    jobs: list[tuple[PlacementState, np.ndarray, np.ndarray]] = []
-    seen: set[int] = set()
-    for state in states:
-        if state.done or id(state._rooms) in seen or not state.lookahead or state._rest_packs_anywhere():
-            continue  # done, checked with an alike placement, or nothing for the lookahead to check (cheap first)
-        seen.add(id(state._rooms))
-        open_, check = state._open()
-        if not check:
-            continue
-        chunk, _ = state._first_chunk(open_, limit)
-        free = state.free[chunk]
-        rooms = state._unknown_rooms(free[free >= state.current.memory_bytes])
-        if not len(rooms):
-            continue
-        ok = state._quick_packable(rooms)
-        state._rooms.update(zip(rooms[ok].tolist(), [True] * int(ok.sum())))
-        if not ok.all():
-            jobs.append((state, rooms[~ok], state._bins_taking(rooms[~ok])))
-    if not jobs:
-        return
-    assert len({(s.position, len(s._rest)) for s, _, _ in jobs}) == 1, "one step of one unit order"
-    answers = packable_many(jobs[0][0]._sizes_after(), np.concatenate([bins for _, _, bins in jobs])).tolist()
-    at = 0
-    for state, rooms, _ in jobs:
-        state._rooms.update(zip(rooms.tolist(), answers[at : at + len(rooms)]))
-        at += len(rooms)
 
 
 def first_alike(states: Sequence[PlacementState], indices: Sequence[int]) -> list[int]:
