@@ -9,7 +9,8 @@
 # where it stopped when run again. MODE=embedding_bag by default (one torch EmbeddingBag per
 # table, sparse SGD): FBGEMM's CUDA build must match the machine's torch and CUDA; where it
 # does, MODE=fbgemm_tbe measures TorchRec's kernels instead. SMOKE_ONLY=1 stops after the smoke
-# run; DEVICE=cpu runs it on the CPU (the test suite's check of this script).
+# run; DEVICE=cpu runs it on the CPU, and SMOKE_ARGS / BATCH_SIZES shrink it (the test suite's check
+# of this script).
 set -u
 OUT=${OUT:?set OUT to a folder}
 MODE=${MODE:-embedding_bag}
@@ -27,14 +28,14 @@ export PYTHONPATH=$PWD:${PYTHONPATH:-}
   nproc; grep -m1 "model name" /proc/cpuinfo
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
-W="--device $DEVICE --mode $MODE --batch-sizes 512,1024,2048,4096,8192,16384 --warmups 2 --repeats 10"
+W="--device $DEVICE --mode $MODE --batch-sizes ${BATCH_SIZES:-512,1024,2048,4096,8192,16384} --warmups 2 --repeats 10"
 collect() {  # seconds, name, options...
   local seconds=$1 name=$2; shift 2
   timeout "$seconds" python3 -m autoshard bench collect --out "$OUT/$name.jsonl" "$@" $W > "$OUT/$name.log" 2>&1
   echo "$name: exit $? (cap ${seconds} s), $(grep -c '"type": *"sample"' "$OUT/$name.jsonl") sample lines"
 }
 # a smoke run first: a broken path shows its error at once
-collect 120 smoke --samples 3 --pool-size 10 --passes 1
+collect 120 smoke ${SMOKE_ARGS:---samples 3 --pool-size 10 --passes 1}
 tail -3 "$OUT/smoke.log"
 [ "${SMOKE_ONLY:-0}" = 1 ] && exit 0
 collect "${SECONDS_MAIN:-330}" cuda --samples 1000 --large-samples 200 --large-max-tables 64 --passes 3 \

@@ -98,7 +98,9 @@ def summary(measured: dict, report: dict) -> dict:
         best.append(against_best_heuristic(result))
         held_out.append(against_held_out_heuristic(result))
         lowest = min(predicted[m.planner] for m in result.measured if m.planner in HEURISTICS)
-        for against, out in zip(best[-1], held_out[-1]):
+        held = {h.planner: h for h in held_out[-1]}  # none with fewer than 4 rounds
+        for against in best[-1]:
+            out = held.get(against.planner)
             measured_max = next(m.max_ms for m in result.measured if m.planner == against.planner)
             rows.append(
                 {
@@ -111,25 +113,29 @@ def summary(measured: dict, report: dict) -> dict:
                     "ci95": list(against.ci95),
                     "verdict": against.verdict,
                     "predicted_ratio": predicted[against.planner] / lowest,
-                    "held_out_ratio": out.ratio,
-                    "held_out_verdict": out.verdict,
+                    "held_out_ratio": out.ratio if out else None,
+                    "held_out_verdict": out.verdict if out else None,
                 }
             )
     means = {name: s.to_dict() for name, s in suite_summary(best).items()}
+    held_means = suite_summary(held_out)
     for name, got in means.items():
         got["geomean_predicted"] = geomean([r["predicted_ratio"] for r in rows if r["planner"] == name])
-        got["held_out"] = suite_summary(held_out)[name].to_dict()
+        got["held_out"] = held_means[name].to_dict() if name in held_means else None
     for r in rows:
         print(
             f"{r['task']:>20} {r['planner']:>12} vs {r['heuristic']:<18} measured {r['ratio']:.3f} "
             f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] {r['verdict']:<6} predicted {r['predicted_ratio']:.3f} "
-            f"held out {r['held_out_ratio']:.3f} ({r['measured_max_ms']:.3f} ms measured, "
+            + (f"held out {r['held_out_ratio']:.3f} " if r["held_out_ratio"] is not None else "")
+            + f"({r['measured_max_ms']:.3f} ms measured, "
             f"{r['predicted_max_ms']:.3f} predicted)"
         )
     for name, m in means.items():
         print(
             f"{name}: measured {m['geomean_vs_best_heuristic']:.3f} of the best heuristic (predicted "
-            f"{m['geomean_predicted']:.3f}; held out {m['held_out']['geomean_vs_best_heuristic']:.3f}), "
+            f"{m['geomean_predicted']:.3f}"
+            + (f"; held out {m['held_out']['geomean_vs_best_heuristic']:.3f}" if m["held_out"] else "")
+            + "), "
             f"{m['faster']} faster / {m['tie']} tie / {m['slower']} slower"
         )
     return {
