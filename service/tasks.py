@@ -35,7 +35,7 @@ from autoshard.evaluation.registry import PLANNERS
 from autoshard.evaluation.replan_report import ReplanReport, compare_replans
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.incremental import CurrentPlacement, MoveBudget
-from autoshard.planners.shared import SharedWork
+from autoshard.planners.task_cache import TaskCache
 
 if TYPE_CHECKING:
     from autoshard.rl.policy import DevicePolicy
@@ -148,7 +148,7 @@ def run_task(
     """Each planner of the task, until the deadline passes; device costs include the profile's
     all-to-all when it has a communication model. Searching planners get the time left as their
     budget, and return their best plan so far (``partial``) when it runs out. The task's
-    planners share the placements they compute alike (``autoshard.planners.shared``).
+    planners share the placements they compute alike: the task owns their ``TaskCache``.
 
     A task answers only when its last planner is done, so a planner that overran the deadline
     would lose the plans of those before it: once a planner has planned, the next one starts
@@ -157,9 +157,9 @@ def run_task(
     share); the others are ``late``. Consecutive heuristics plan in one ``compare_planners``
     call, under the same rule, so that one cost-model call scores all their plans."""
     index = {t.name: i for i, t in enumerate(task.workload.tables)}
-    shared = SharedWork(task.workload, task.topology)
+    cache = TaskCache(task.workload, task.topology)
     if cost_model is not None and communication is not None:  # one priced model for the task's planners:
-        # ``SharedWork`` hands out the units it costed by model, so that they are costed once
+        # ``TaskCache`` hands out the units it costed by model, so that they are costed once
         cost_model = WithCommunication(cost_model, communication, task.topology.num_devices)
     results: list[PlannerResult] = []
     for names in _batches(task.names):
@@ -172,7 +172,7 @@ def run_task(
             left = task.deadline - time.monotonic()
             return left > 0 and left >= max([longest_s, *(r.seconds for r in results)])
 
-        context = PlannerContext(cost_model, policy, task.seed, task.allow_column_split, left, shared=shared)
+        context = PlannerContext(cost_model, policy, task.seed, task.allow_column_split, left, cache=cache)
         results += _run_planners(names, task, context, index, may_start)
     return results
 

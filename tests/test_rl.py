@@ -468,7 +468,7 @@ def test_planners_of_one_task_share_their_placements_and_plan_as_they_do_alone(m
     each split (cap) are made once for the three (``TaskUnits``), though each asks for them to
     choose its caps and again to place them."""
     from autoshard.evaluation.compare import compare_planners
-    from autoshard.planners.shared import SharedWork
+    from autoshard.planners.task_cache import TaskCache
     from autoshard.planners.unit_preparation import TaskUnits
 
     prepared = []
@@ -482,15 +482,15 @@ def test_planners_of_one_task_share_their_placements_and_plan_as_they_do_alone(m
     names = ["cost_greedy", "rl", "rl+refine"]
     alone = {n: make_planner(n, context).plan(workload, topology) for n in names}
     for order in (names, names[::-1]):
-        shared = SharedWork(workload, topology)
+        cache = TaskCache(workload, topology)
         prepared.clear()
-        plans = compare_planners(workload, topology, order, replace(context, shared=shared)).plans
+        plans = compare_planners(workload, topology, order, replace(context, cache=cache)).plans
         assert prepared and len(prepared) == len(set(prepared))  # each split made once for the three
         # each planned split cap's searched greedy placement and argmax rollout: computed once, handed out
         # once to rl+refine, and the searched placement once more to rl where cost_greedy ran before it (rl's
         # repair steps follow its search)
-        caps = shared.kept // 2
-        assert shared.kept >= 2 and shared.reused == shared.kept + (caps if order[0] == "cost_greedy" else 0)
+        caps = cache.kept // 2
+        assert cache.kept >= 2 and cache.reused == cache.kept + (caps if order[0] == "cost_greedy" else 0)
         for plan in plans:
             assert plan.devices == alone[plan.planner].devices, plan.planner
         # the time of what a planner took from those before it is reported beside its own
@@ -499,9 +499,12 @@ def test_planners_of_one_task_share_their_placements_and_plan_as_they_do_alone(m
         first = order[0] == "rl+refine"
         assert (reused["cost_greedy"] > 0) == first and (reused["rl"] > 0) == (order[0] != "rl")
     other = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(5))
-    shared = SharedWork(workload, topology)  # made for another task: nothing is shared, nothing is wrong
-    plan = make_planner("rl+refine", replace(context, shared=shared)).plan(other, topology)
-    assert shared.reused == 0 and plan.devices == make_planner("rl+refine", context).plan(other, topology).devices
+    cache = TaskCache(workload, topology)  # made for another task: nothing is shared, nothing is wrong
+    plan = make_planner("rl+refine", replace(context, cache=cache)).plan(other, topology)
+    assert (
+        cache.reused == cache.kept == 0
+        and plan.devices == make_planner("rl+refine", context).plan(other, topology).devices
+    )
 
 
 def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, monkeypatch):
@@ -519,7 +522,7 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     from autoshard.planners.device_state import assignment
     from autoshard.planners.local_search import improve
     from autoshard.planners.placement_state import PlacementState
-    from autoshard.planners.shared import SharedWork
+    from autoshard.planners.task_cache import TaskCache
     from cost_model.accumulator import SetAccumulator
 
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
@@ -545,16 +548,16 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
         result = run()
         return len(asked), result
 
-    def planned(name: str, shared: SharedWork):
-        return compare_planners(workload, topology, [name], replace(context, shared=shared), communication).plans[0]
+    def planned(name: str, cache: TaskCache):
+        return compare_planners(workload, topology, [name], replace(context, cache=cache), communication).plans[0]
 
     alone_calls, alone = calls(lambda: make_planner("rl", priced).plan(workload, topology))
     alone_checks = len(checked)
-    shared = SharedWork(workload, topology)
-    planned("cost_greedy", shared)
-    rl_calls, plan = calls(lambda: planned("rl", shared))
+    cache = TaskCache(workload, topology)
+    planned("cost_greedy", cache)
+    rl_calls, plan = calls(lambda: planned("rl", cache))
     assert alone_checks > 0 and not checked
-    greedy = greedy_placement(workload, topology, priced.cost_model, None)
+    greedy = greedy_placement(TaskCache(workload, topology), priced.cost_model, None)
     improve(greedy.devices, priced.cost_model, workload.batch_size)  # its repair steps follow cost_greedy's search
     assert assignment(greedy.devices) == tuple(tuple(s.table.name for s in d.shards) for d in plan.devices)
     assert alone_calls >= len(workload.tables) - topology.num_devices and rl_calls == 0
@@ -562,9 +565,11 @@ def test_placements_that_made_the_same_choices_ask_the_cost_model_once(model, mo
     # rl+refine: its argmax rollout and greedy's placement are rl's and cost_greedy's; its samples
     # follow them until they draw another device, and ask from there on
     refine_alone_calls, refine_alone = calls(lambda: make_planner("rl+refine", priced).plan(workload, topology))
-    refine_calls, refine = calls(lambda: planned("rl+refine", shared))
+    refine_calls, refine = calls(lambda: planned("rl+refine", cache))
     steps = len(workload.tables)
-    assert refine_alone_calls == 3 * steps  # its argmax rollout, greedy's placement, its samples (one call a step)
+    # alone (its own cache): its argmax rollout asks once a step, greedy's placement makes the same
+    # choices and reads those answers, and its samples ask as they do after the others
+    assert refine_alone_calls == steps + refine_calls
     assert refine.devices == refine_alone.devices and 0 < refine_calls < steps
 
 
@@ -578,7 +583,7 @@ def test_sampled_placements_alike_so_far_are_scored_once_and_draw_as_before(mode
     from autoshard.planners.place_loop import place_together
     from autoshard.planners.placement_state import PlacementState
     from autoshard.planners.placement_unit import model_costs
-    from autoshard.planners.shared import SharedWork
+    from autoshard.planners.task_cache import TaskCache
     from autoshard.planners.unit_preparation import prepare_units
     from autoshard.rl.rollout import PolicyChooser
 
@@ -598,7 +603,7 @@ def test_sampled_placements_alike_so_far_are_scored_once_and_draw_as_before(mode
         if not alike:
             monkeypatch.setattr(PlacementState, "alike_key", property(lambda self: None))
         observed_states.clear()
-        steps = SharedWork(workload, topology).steps(workload, topology, units)
+        steps = TaskCache(workload, topology).steps(units)
         shared = model.accumulator(4 * topology.num_devices, workload.batch_size)
         states = [PlacementState(units, topology, AccumulatorView(shared, k * 4, 4), steps=steps) for k in range(4)]
         chooser = PolicyChooser(policy, np.random.default_rng(7), temperature=0.05)
@@ -620,7 +625,7 @@ def test_sampled_rollouts_read_the_scores_the_argmax_rollout_made_at_their_histo
     from autoshard.planners.place_loop import place_together
     from autoshard.planners.placement_state import PlacementState
     from autoshard.planners.placement_unit import model_costs
-    from autoshard.planners.shared import SharedWork
+    from autoshard.planners.task_cache import TaskCache
     from autoshard.planners.unit_preparation import prepare_units
     from autoshard.rl.rollout import PolicyChooser
 
@@ -637,7 +642,7 @@ def test_sampled_rollouts_read_the_scores_the_argmax_rollout_made_at_their_histo
     )
 
     def sampled(after_argmax: bool) -> tuple[list, int]:
-        steps = SharedWork(workload, topology).steps(workload, topology, units)
+        steps = TaskCache(workload, topology).steps(units)
         if after_argmax:
             place(
                 PlacementState(units, topology, model.accumulator(4, workload.batch_size), steps=steps),
@@ -822,7 +827,7 @@ def test_rl_after_cost_greedy_checks_greedys_recorded_steps_and_plans_as_it_does
     (scores negated) steps from where it departs. Either way its plan is the one it makes alone."""
     from autoshard.evaluation.compare import compare_planners
     from autoshard.planners.placement_state import PlacementState
-    from autoshard.planners.shared import SharedWork
+    from autoshard.planners.task_cache import TaskCache
 
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
     if departing:
@@ -832,7 +837,7 @@ def test_rl_after_cost_greedy_checks_greedys_recorded_steps_and_plans_as_it_does
     topology = Topology(4, memory_for(workload, 4, 1.3))
     context = PlannerContext(model, policy, 0, False)
     alone = compare_planners(workload, topology, ["rl"], context).plans[0]
-    shared = replace(context, shared=SharedWork(workload, topology))
+    shared = replace(context, cache=TaskCache(workload, topology))
     compare_planners(workload, topology, ["cost_greedy"], shared)
     applied = []
     apply = PlacementState.apply

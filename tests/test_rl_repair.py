@@ -230,7 +230,7 @@ def test_rl_after_cost_greedy_follows_its_search_and_plans_as_it_does_alone(mode
     from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
     from autoshard.core.task import memory_for
     from autoshard.evaluation.compare import compare_planners
-    from autoshard.planners.shared import SharedWork
+    from autoshard.planners.task_cache import TaskCache
     from autoshard.rl import repair
 
     policy = placing_greedy_repairing_otherwise() if departing else DevicePolicy.load(SHIPPED / "policy.pt")
@@ -238,7 +238,7 @@ def test_rl_after_cost_greedy_follows_its_search_and_plans_as_it_does_alone(mode
     topology = Topology(4, memory_for(workload, 4, 1.3))
     context = PlannerContext(model, policy, 0, False)
     alone = compare_planners(workload, topology, ["rl"], context).plans[0]
-    shared = replace(context, shared=SharedWork(workload, topology))
+    shared = replace(context, cache=TaskCache(workload, topology))
     greedy = compare_planners(workload, topology, ["cost_greedy"], shared).plans[0]
     followed = []
     follow = repair.follow_recorded

@@ -557,10 +557,10 @@ def test_a_task_does_not_start_a_planner_that_would_lose_the_plans_before_it(mon
 
 def test_the_model_task_costs_its_units_once_and_prices_the_all_to_all(monkeypatch):
     """cost_greedy, rl and rl+refine plan one worker task, each in its own ``compare_planners``
-    call: the task wraps the cost model with the all-to-all once, so that their ``SharedWork``
+    call: the task wraps the cost model with the all-to-all once, so that their ``TaskCache``
     (which keeps the units it costed by model) costs the task's units for all three, not once
     each; every plan's device costs still carry the all-to-all."""
-    import autoshard.planners.shared as shared
+    import autoshard.planners.task_cache as task_cache
     from autoshard.core.communication import CommunicationModel, WithCommunication
     from autoshard.core.types import Topology
     from autoshard.rl.policy import DevicePolicy
@@ -569,8 +569,8 @@ def test_the_model_task_costs_its_units_once_and_prices_the_all_to_all(monkeypat
     from tests.service_support import synthetic_workload
 
     built = []
-    model_units = shared._model_units
-    monkeypatch.setattr(shared, "_model_units", lambda *a: built.append(a[2]) or model_units(*a))
+    model_costs = task_cache.model_costs
+    monkeypatch.setattr(task_cache, "model_costs", lambda m, *a: built.append(m) or model_costs(m, *a))
     model = load_cost_model(SHIPPED_PROFILE / "cost_model.pt")
     communication = CommunicationModel.load(SHIPPED_PROFILE / "communication.json")
     workload, topology = synthetic_workload(40), Topology(4, 16.0)

@@ -282,7 +282,7 @@ class ShardingPlan:
     plan_time_s: float = 0.0
     own_estimate_ms: tuple[float, ...] = ()  # the planner's own per-device estimate, if it has one
     partial: bool = False  # its time budget ran out: the best plan found by then, not its full search
-    reused_s: float = 0.0  # planning time of placements taken from planners before it (planners.shared)
+    reused_s: float = 0.0  # planning time of placements taken from planners before it (planners.task_cache)
 
     @property
     def max_cost_ms(self) -> float:

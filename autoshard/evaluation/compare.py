@@ -13,7 +13,6 @@ from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
 from autoshard.evaluation.registry import available_planners, make_planner, planner_spec
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.proxies import ProxyCostModel
-from autoshard.planners.shared import SharedWork
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +36,10 @@ def compare_planners(
     by ``context.cost_model`` (with ``communication``: compute plus each device's all-to-all),
     or without one by ``ProxyCostModel`` so that plans still compare like with like; planners
     whose needs are not met are skipped with the reason. The planners share the placements they
-    compute alike (``context.shared``, a new ``SharedWork`` for the task if the caller gave none).
+    compute alike (``context.cache``: the task's ``TaskCache``, a new one if the caller gave none).
     ``may_start(longest_s)``, asked before every planner but the first with the longest time a
     planner has taken so far, may refuse the rest (``not_started``: a caller's deadline)."""
-    if context.shared is None:
-        context = replace(context, shared=SharedWork(workload, topology))
+    context = context.for_task(workload, topology)
     if context.cost_model is not None and communication is not None:
         context = replace(
             context, cost_model=WithCommunication(context.cost_model, communication, topology.num_devices)

@@ -87,7 +87,7 @@ def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
             departure_margin=context.margin,
             time_budget_s=context.time_budget_s,
             name=name,
-            shared=context.shared,
+            cache=context.cache,
         )
 
     return build
@@ -132,7 +132,7 @@ _SPECS = (
             c.cost_model,
             c.splits(PlannerKind.COST_MODEL),  # type: ignore[arg-type]
             time_budget_s=c.time_budget_s,
-            shared=c.shared,
+            cache=c.cache,
             departure_margin=c.margin,
         ),
     ),

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import TYPE_CHECKING
 
-from autoshard.core.types import CostModel
-
-if TYPE_CHECKING:
-    from autoshard.planners.shared import SharedWork
-
+from autoshard.core.types import CostModel, Topology, Workload
+from autoshard.planners.task_cache import TaskCache
 
 DEPARTURE_MARGIN = 0.10
 """rl+refine returns a plan other than cost_greedy's only when it is predicted this much lower
@@ -39,8 +35,9 @@ class PlannerContext:
     be returned instead, and a plan with column splits than the plan without (``None``:
     ``DEPARTURE_MARGIN``; 0: the lowest prediction wins).
     ``allow_column_split``: which planners may split tables column-wise (``splits``).
-    ``shared``: placements the planners of one task compute alike, done once
-    (``autoshard.planners.shared``; ``compare_planners`` makes one per task)."""
+    ``cache``: what the planners of one task compute alike, done once (``TaskCache``): the
+    caller that plans a task owns it (``for_task``; ``compare_planners`` and the service make one
+    per task); without one, each planner makes its own."""
 
     cost_model: CostModel | None = None
     policy: object | None = None  # an ``autoshard.rl.policy.DevicePolicy``: planners do not look inside
@@ -48,7 +45,13 @@ class PlannerContext:
     allow_column_split: bool | None = None
     time_budget_s: float | None = None
     departure_margin: float | None = None
-    shared: SharedWork | None = field(default=None, compare=False, repr=False)
+    cache: TaskCache | None = field(default=None, compare=False, repr=False)
+
+    def for_task(self, workload: Workload, topology: Topology) -> PlannerContext:
+        """This context with the cache of ``workload`` on ``topology``: its own, if it is that
+        task's; else a new one, which the planners it makes for the task then share."""
+        cache = TaskCache.for_task(self.cache, workload, topology)
+        return self if cache is self.cache else replace(self, cache=cache)
 
     def splits(self, kind: PlannerKind) -> bool:
         """Whether a planner of ``kind`` may split tables column-wise. ``allow_column_split``

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
-from autoshard.planners.choosers import CANDIDATES, cheapest_after
+from autoshard.planners.choosers import CANDIDATES
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState, assignment, build_plan
@@ -15,14 +15,8 @@ from autoshard.planners.place_loop import place_workload
 from autoshard.planners.placement_state import PlacementState, unit_cap
 from autoshard.planners.placement_unit import Unit
 from autoshard.planners.recording import RecordingChooser
-from autoshard.planners.shared import (
-    Placement,
-    SharedWork,
-    placement_of,
-    steps_of,
-    units_of,
-)
 from autoshard.planners.split_cap_choice import best_over_split_caps
+from autoshard.planners.task_cache import Placement, TaskCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,107 +36,93 @@ class CostGreedyPlanner:
     Device ``cost_ms`` is the cost model's prediction. Past ``time_budget_s`` the search stops
     (greedy placement places the rest without the packing lookahead; no further local-search
     round or split cap) and the best plan so far comes back ``partial``.
-    With ``shared``, a placement another planner of the task searched already is reused."""
+    ``cache``: the task's (``TaskCache``), where a placement another planner of the task
+    searched already is reused (without one, or one of another task, it makes its own)."""
 
     cost_model: CostModel
     allow_column_split: bool = False
     max_rounds: int = MAX_ROUNDS
     time_budget_s: float | None = None
     name: str = "cost_greedy"
-    shared: SharedWork | None = None
+    cache: TaskCache | None = None
     departure_margin: float = DEPARTURE_MARGIN
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
-        batch_size = workload.batch_size
+        cache = TaskCache.for_task(self.cache, workload, topology)
+        deadline = Deadline(started, self.time_budget_s)
         reused: list[float] = []  # seconds of the placements taken from the task's other planners
 
         def plan_at(cap: int | None) -> list[DeviceState]:
-            found = searched_greedy(workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared)
+            found = searched_greedy(cache, self.cost_model, cap, self.max_rounds, deadline)
             reused.append(found.reused_s)
             return list(found.devices)
 
-        deadline = Deadline(started, self.time_budget_s)
-        task_units = units_of(self.shared, workload, topology, self.cost_model)
+        units_at = cache.units(self.cost_model).at_cap
         best = best_over_split_caps(
-            topology, self.allow_column_split, plan_at, task_units.at_cap, self.departure_margin, deadline
+            topology, self.allow_column_split, plan_at, units_at, self.departure_margin, deadline
         )
-        return build_plan(self.name, best, started, batch_size, partial=deadline.hit, reused_s=sum(reused))
+        return build_plan(self.name, best, started, workload.batch_size, partial=deadline.hit, reused_s=sum(reused))
 
 
 def searched_greedy(
-    workload: Workload,
-    topology: Topology,
-    cost_model: CostModel,
-    cap: int | None,
-    max_rounds: int,
-    deadline: Deadline,
-    shared: SharedWork | None = None,
+    cache: TaskCache, cost_model: CostModel, cap: int | None, max_rounds: int, deadline: Deadline
 ) -> Placement:
-    """cost_greedy's placement of a split cap after its local search (``shared``'s, if another
+    """cost_greedy's placement of a split cap after its local search (the ``cache``'s, if another
     planner of the task searched it already within its budget); the devices are the caller's.
-    With ``shared``, the search's rounds are recorded for the rl planner's repair steps."""
+    The search's rounds are recorded for the rl planner's repair steps."""
 
     def search() -> tuple[Placement, bool]:
-        state = greedy_placement(workload, topology, cost_model, cap, shared, deadline)
+        state = greedy_placement(cache, cost_model, cap, deadline)
         start = assignment(state.devices)
-        rounds: list[SearchRound] | None = [] if shared is not None else None
+        rounds: list[SearchRound] = []
+        batch_size = cache.workload.batch_size
         improve(
             state.devices,
             cost_model,
-            workload.batch_size,
+            batch_size,
             max_rounds,
             deadline,
             record=rounds,
             max_units=state.max_units_per_device,
         )
         complete = not deadline.hit
-        return Placement(
-            tuple(state.units), tuple(state.devices), start, tuple(rounds) if rounds is not None and complete else None
-        ), complete
+        placement = Placement(tuple(state.units), tuple(state.devices), start, tuple(rounds) if complete else None)
+        return placement, complete
 
-    return placement_of(shared, workload, topology, ("cost_greedy", cap, max_rounds), search)
+    return cache.placement(("cost_greedy", cap, max_rounds), search)
 
 
 def greedy_placement(
-    workload: Workload,
-    topology: Topology,
-    cost_model: CostModel,
-    cap: int | None,
-    shared: SharedWork | None = None,
-    deadline: Deadline | None = None,
+    cache: TaskCache, cost_model: CostModel, cap: int | None, deadline: Deadline | None = None
 ) -> PlacementState:
     """cost_greedy's placement before local search: largest predicted cost first, each unit to
     the device whose predicted cost with it is lowest, with the packing lookahead until the
-    ``deadline`` (``place``; shards of at most ``cap`` ways, or none without a cap). With
-    ``shared``, its steps' costs are the task's ``StepCosts``, and its steps are recorded there
+    ``deadline`` (``place``; shards of at most ``cap`` ways, or none without a cap). Its steps'
+    costs are the task's ``StepCosts`` (``cache``), and its steps are recorded there
     (``greedy_steps_key``) for ``rl``, if it kept the lookahead to the end."""
-    batch_size = workload.batch_size
-    task_units = units_of(shared, workload, topology, cost_model)
+    topology = cache.topology
 
     def start(units: list[Unit]) -> PlacementState:
         return PlacementState(
             units,
             topology,
-            cost_model.accumulator(topology.num_devices, batch_size),
+            cost_model.accumulator(topology.num_devices, cache.workload.batch_size),
             lookahead=True,
             max_units_per_device=unit_cap(cost_model, len(units), topology.num_devices),
-            steps=steps_of(shared, workload, topology, units),
+            steps=cache.steps(units),
         )
 
-    if shared is None:
-        return place_workload(
-            task_units, cap is not None, cheapest_after, start, max_ways=cap, scope=CANDIDATES, deadline=deadline
-        )
     choose = RecordingChooser()  # cheapest_after, keeping each step for the policy's argmax rollout
+    task_units = cache.units(cost_model)
     state = place_workload(
         task_units, cap is not None, choose, start, max_ways=cap, scope=CANDIDATES, deadline=deadline
     )
     if not state.dropped_lookahead:  # else not the steps of a placement under the mask
-        shared.record(workload, topology, greedy_steps_key(cap), choose.recorded(state))
+        cache.record(greedy_steps_key(cap), choose.recorded(state))
     return state
 
 
 def greedy_steps_key(cap: int | None) -> tuple:
-    """Where a ``SharedWork`` keeps greedy placement's recorded steps at split cap ``cap``."""
+    """Where a ``TaskCache`` keeps greedy placement's recorded steps at split cap ``cap``."""
     return ("greedy steps", cap)

@@ -3,7 +3,7 @@
 The shipped policy is greedy placement's clone, so ``rl``'s argmax rollout (``rl.rollout``) runs
 greedy's device at every step and then checks all the steps in one pass of the policy. When
 cost_greedy has placed the same units under the same mask already, its recorded steps are
-those steps: ``rl`` checks them without stepping a placement again (``SharedWork.recorded``).
+those steps: ``rl`` checks them without stepping a placement again (``TaskCache.recorded``).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ class TaskUnits:
     """``prepare_units`` of one task under one cost function, each split (whether to split, the
     shard memory limit, the cap on ways) computed once and handed out as a new list: a planner
     asks for the units of every split cap to choose the caps it plans, then places them, and the
-    planners of a task that share a ``SharedWork`` ask alike (``units_of``)."""
+    planners of a task ask alike (``TaskCache.units``)."""
 
     def __init__(self, workload: Workload, topology: Topology, cost_fn: CostFn) -> None:
         self.workload, self.topology, self.cost_fn = workload, topology, cost_fn

@@ -25,14 +25,8 @@ from autoshard.planners.local_search import MAX_ROUNDS, REL_TOL, improve, lower_
 from autoshard.planners.place_loop import place_together, place_workload
 from autoshard.planners.placement_state import SET_SIZE_HEADROOM, PlacementState, unit_cap
 from autoshard.planners.placement_unit import Unit
-from autoshard.planners.shared import (
-    Placement,
-    SharedWork,
-    placement_of,
-    steps_of,
-    units_of,
-)
 from autoshard.planners.split_cap_choice import best_over_split_caps, chosen_over_split, clearly_lower
+from autoshard.planners.task_cache import Placement, TaskCache
 from autoshard.rl.env import guarded_state
 from autoshard.rl.repair import follow_recorded, policy_repair
 from autoshard.rl.rollout import PolicyChooser, argmax_rollout, recorded_departure
@@ -79,8 +73,9 @@ class RLPlanner:
     lower than its).
     Past ``time_budget_s`` the search stops and the best plan so far comes back ``partial``
     (the argmax rollout always completes, past the budget without the packing lookahead:
-    ``place``). With ``shared``, the argmax rollout and cost_greedy's searched placement come
-    from the planners of the task that computed them first (``rl``, ``cost_greedy``).
+    ``place``). ``cache``: the task's (``TaskCache``; without one, or one of another task, it
+    makes its own): the argmax rollout and cost_greedy's searched placement come from the
+    planners of the task that computed them first (``rl``, ``cost_greedy``).
     """
 
     cost_model: CostModel
@@ -95,12 +90,13 @@ class RLPlanner:
     max_rounds: int = MAX_ROUNDS
     time_budget_s: float | None = None
     name: str = "rl"
-    shared: SharedWork | None = None
+    cache: TaskCache | None = None
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
         batch = workload.batch_size
-        task_units = units_of(self.shared, workload, topology, self.cost_model)
+        cache = TaskCache.for_task(self.cache, workload, topology)
+        task_units = cache.units(self.cost_model)
         rng = np.random.default_rng(self.seed)
 
         def guard(units: Sequence[Unit]) -> int | None:
@@ -114,7 +110,7 @@ class RLPlanner:
                 self.cost_model,
                 batch,
                 self.set_size_headroom,
-                steps=steps_of(self.shared, workload, topology, units),
+                steps=cache.steps(units),
             )
 
         def rollout(cap: int | None, choose: Chooser) -> PlacementState:
@@ -126,7 +122,7 @@ class RLPlanner:
             """``samples`` rollouts side by side (one head call per step for all of them)."""
             devices = topology.num_devices
             shared = self.cost_model.accumulator(self.samples * devices, batch)
-            steps = steps_of(self.shared, workload, topology, units)
+            steps = cache.steps(units)
             states = [
                 guarded_state(
                     units,
@@ -154,10 +150,8 @@ class RLPlanner:
             devices = list(placed.devices)
             cap_units = guard(placed.units)
             made = 0
-            if from_greedy and self.shared is not None:
-                greedy = searched_greedy(
-                    workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared
-                )
+            if from_greedy:
+                greedy = searched_greedy(cache, self.cost_model, cap, self.max_rounds, deadline)
                 reused.append(greedy.reused_s)
                 if greedy.rounds is not None and greedy.searched_from == assignment(devices):
                     made = follow_recorded(devices, greedy.rounds, self.policy, cap_units)
@@ -169,9 +163,7 @@ class RLPlanner:
         def argmax_at(cap: int | None) -> Placement:
             def place() -> tuple[Placement, bool]:
                 path = None
-                record = (
-                    None if self.shared is None else self.shared.recorded(workload, topology, greedy_steps_key(cap))
-                )
+                record = cache.recorded(greedy_steps_key(cap))
                 if record is not None and record.same_under_cap(guard(record.units)):
                     path = recorded_departure(record, self.policy)  # greedy placed these units already
                     if path is None:  # ... and the policy's argmax takes greedy's device at every step
@@ -181,7 +173,7 @@ class RLPlanner:
                 return repaired(Placement(tuple(state.units), tuple(state.devices)), cap, False), True
 
             key = ("rl argmax", cap, id(self.policy), self.set_size_headroom)
-            found = placement_of(self.shared, workload, topology, key, place)
+            found = cache.placement(key, place)
             reused.append(found.reused_s)
             return found
 
@@ -193,9 +185,7 @@ class RLPlanner:
             argmax = argmax_at(cap)
             greedy = None
             if self.samples:
-                greedy = searched_greedy(
-                    workload, topology, self.cost_model, cap, self.max_rounds, deadline, self.shared
-                )
+                greedy = searched_greedy(cache, self.cost_model, cap, self.max_rounds, deadline)
                 reused.append(greedy.reused_s)
             starts[cap] = (argmax, greedy)
             return lower_start(cap)

@@ -135,7 +135,7 @@ budget, as on most requests, loses nothing.)"""
 def _task_groups(state: ServiceState, names: Sequence[str]) -> list[tuple[str, ...]]:
     """A request's planners as worker tasks: the heuristics together (a millisecond or two each);
     cost_greedy, rl and rl+refine together, since rl+refine starts from the other two's
-    placements (``autoshard.planners.shared``); any other planner (TorchRec's) on its own."""
+    placements (``autoshard.planners.task_cache``); any other planner (TorchRec's) on its own."""
     kinds = {n: state.planners[n].kind for n in names}
     heuristics = tuple(n for n in names if kinds[n] is PlannerKind.HEURISTIC)
     modelled = tuple(n for n in names if kinds[n] in (PlannerKind.COST_MODEL, PlannerKind.POLICY))
