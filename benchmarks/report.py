@@ -885,8 +885,18 @@ def figure_plan_devices(devices: dict, path: Path) -> None:
     ax.set_xticklabels([f"dev {i}" for i in x])
     ax.set_ylabel("predicted ms per iteration")
     ax.set_ylim(0, devices["max_cost_ms"] * 1.25)
+    shards = [s for d in rows for s in d["shards"]]
+    split = sorted({s.split("[")[0] for s in shards if "[" in s})
+    how = (
+        "; ".join(
+            f"{name} split column-wise over {sum(s.startswith(name + '[') for s in shards)} devices" for name in split
+        )
+        if split
+        else "whole tables"
+    )
     ax.set_title(
-        "cost_greedy's plan of Criteo Terabyte (26 tables) on 8 x 24 GiB: the largest table split column-wise",
+        f"cost_greedy's plan of Criteo Terabyte ({len({s.split('[')[0] for s in shards})} tables) on "
+        f"{len(rows)} devices x 24 GiB: {how}",
         fontsize=9,
     )
     ax.legend(fontsize=7, loc="upper right")
