@@ -94,138 +94,177 @@ class RLPlanner:
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
-        batch = workload.batch_size
-        cache = TaskCache.for_task(self.cache, workload, topology)
-        task_units = cache.units(self.cost_model)
-        rng = np.random.default_rng(self.seed)
-
-        def guard(units: Sequence[Unit]) -> int | None:
-            """The extrapolation guard of a placement of ``units`` (``unit_cap``)."""
-            return unit_cap(self.cost_model, len(units), topology.num_devices, self.set_size_headroom)
-
-        def start(units: list[Unit]) -> PlacementState:
-            return guarded_state(
-                units,
-                topology,
-                self.cost_model,
-                batch,
-                self.set_size_headroom,
-                steps=cache.steps(units),
-            )
-
-        def rollout(cap: int | None, choose: Chooser) -> PlacementState:
-            return place_workload(
-                task_units, cap is not None, choose, start, max_ways=cap, scope=CANDIDATES, deadline=deadline
-            )  # argmax_rollout's choosers score that many
-
-        def sampled(units: list[Unit]) -> list[list[DeviceState]]:
-            """``samples`` rollouts side by side (one head call per step for all of them)."""
-            devices = topology.num_devices
-            shared = self.cost_model.accumulator(self.samples * devices, batch)
-            steps = cache.steps(units)
-            states = [
-                guarded_state(
-                    units,
-                    topology,
-                    self.cost_model,
-                    batch,
-                    self.set_size_headroom,
-                    AccumulatorView(shared, k * devices, devices),
-                    steps,
-                )
-                for k in range(self.samples)
-            ]
-            choose = PolicyChooser(self.policy, rng, self.temperature, SAMPLED_CANDIDATES).choose_many
-            placed = place_together(states, choose, shared, SAMPLED_CANDIDATES, deadline)
-            return [s.devices for s in placed if s is not None]  # a rollout into a dead end: the others stand
-
-        reused: list[float] = []  # seconds of the placements taken from the task's other planners
-
-        def repaired(placed: Placement, cap: int | None, from_greedy: bool) -> Placement:
-            """The policy's repair steps on its placement of split cap ``cap``, if it was trained
-            to repair. Where the placement is greedy's (``from_greedy``), they start by following
-            the rounds of cost_greedy's local search from it, checked in one pass of the policy."""
-            if not self.policy.info.repair_rounds:
-                return placed
-            devices = list(placed.devices)
-            cap_units = guard(placed.units)
-            made = 0
-            if from_greedy:
-                greedy = searched_greedy(cache, self.cost_model, cap, self.max_rounds, deadline)
-                reused.append(greedy.reused_s)
-                if greedy.rounds is not None and greedy.searched_from == assignment(devices):
-                    made = follow_recorded(devices, greedy.rounds, self.policy, cap_units)
-                    if made == len(greedy.rounds):  # the search stopped there, and so would the policy's
-                        return placed
-            policy_repair(devices, self.policy, self.cost_model, batch, cap_units, self.max_rounds - made, deadline)
-            return placed
-
-        def argmax_at(cap: int | None) -> Placement:
-            def place() -> tuple[Placement, bool]:
-                path = None
-                record = cache.recorded(greedy_steps_key(cap))
-                if record is not None and record.same_under_cap(guard(record.units)):
-                    path = recorded_departure(record, self.policy)  # greedy placed these units already
-                    if path is None:  # ... and the policy's argmax takes greedy's device at every step
-                        greedys = Placement(record.units, tuple(d.copy() for d in record.devices))
-                        return repaired(greedys, cap, True), True
-                state = argmax_rollout(lambda choose: rollout(cap, choose), self.policy, path=path)
-                return repaired(Placement(tuple(state.units), tuple(state.devices)), cap, False), True
-
-            key = ("rl argmax", cap, id(self.policy), self.set_size_headroom)
-            found = cache.placement(key, place)
-            reused.append(found.reused_s)
-            return found
-
-        starts: dict[int | None, tuple[Placement, Placement | None]] = {}  # per split cap: argmax, greedy's
-
-        def start_at(cap: int | None) -> list[DeviceState]:
-            """The argmax rollout of a split cap and, for rl+refine, cost_greedy's own searched
-            placement (so that it is never worse than cost_greedy either): the lower of the two."""
-            argmax = argmax_at(cap)
-            greedy = None
-            if self.samples:
-                greedy = searched_greedy(cache, self.cost_model, cap, self.max_rounds, deadline)
-                reused.append(greedy.reused_s)
-            starts[cap] = (argmax, greedy)
-            return lower_start(cap)
-
-        def lower_start(cap: int | None) -> list[DeviceState]:
-            return min([list(p.devices) for p in starts[cap] if p is not None], key=max_load)
-
-        def refined(cap: int | None) -> list[DeviceState]:
-            """The sampled rollouts of the split cap, and local search from the best of them and
-            the argmax rollout (on copies: the starts stay as they were); no samples where
-            ``_floor`` leaves no room for a plan it would return (the argmax rollout at the floor,
-            or cost_greedy's plan within the departure margin of it)."""
-            argmax, greedy = starts[cap]
-            assert greedy is not None
-            found = [[d.copy() for d in argmax.devices]]
-            returnable = min(max_load(list(greedy.devices)) * (1 - self.departure_margin), max_load(found[0]))
-            if not deadline.expired and returnable > _floor(found[0], list(greedy.devices), OWN_TOTAL_SLACK):
-                found += sampled(list(argmax.units))  # else no plan it could return is lower than the floor
-            found.sort(key=max_load)
-            searched = {greedy.searched_from}
-            if greedy.rounds is not None and len(greedy.rounds) < self.max_rounds:  # its search stopped by itself:
-                searched.add(assignment(list(greedy.devices)))  # from its end, a search ends there (rl's repair's)
-            for states in found[: self.refine_top]:
-                start = assignment(states)
-                if start in searched:  # the search from here ends where it did: greedy's (the policy is
-                    continue  # its clone), or one of these placements sampled twice
-                searched.add(start)
-                improve(states, self.cost_model, batch, self.max_rounds, deadline, max_units=guard(argmax.units))
-            return min(found, key=max_load)
-
         deadline = Deadline(started, self.time_budget_s)
+        planning = _Planning(self, TaskCache.for_task(self.cache, workload, topology), deadline)
+        best = planning.best()
+        reused_s = sum(planning.reused)
+        return build_plan(self.name, best, started, workload.batch_size, partial=deadline.hit, reused_s=reused_s)
+
+
+class _Planning:
+    """One ``RLPlanner.plan`` call: the planner, the task's ``cache``, the ``deadline``, the
+    samples' random generator, per planned split cap its starts (``starts``: the argmax rollout
+    and, for rl+refine, cost_greedy's searched placement), and the seconds of the placements it
+    took from the task's other planners (``reused``)."""
+
+    def __init__(self, planner: RLPlanner, cache: TaskCache, deadline: Deadline) -> None:
+        self.planner, self.cache, self.deadline = planner, cache, deadline
+        self.model, self.policy = planner.cost_model, planner.policy
+        self.topology, self.batch = cache.topology, cache.workload.batch_size
+        self.rng = np.random.default_rng(planner.seed)
+        self.starts: dict[int | None, tuple[Placement, Placement | None]] = {}
+        self.reused: list[float] = []
+
+    def best(self) -> list[DeviceState]:
+        """The plan's devices: the lower start of the split caps ``best_over_split_caps`` plans;
+        for rl+refine, the lowest of that and each cap's ``refined`` (the lowest start first),
+        returned only where it is clearly lower than cost_greedy's plan."""
+        planner = self.planner
+        units_at = self.cache.units(self.model).at_cap
         best = best_over_split_caps(
-            topology, self.allow_column_split, start_at, task_units.at_cap, self.departure_margin, deadline
+            self.topology, planner.allow_column_split, self.start_at, units_at, planner.departure_margin, self.deadline
         )
-        if self.samples:  # the samples and their local search at each planned cap, the lowest start first
-            ranked = sorted(starts, key=lambda cap: max_load(lower_start(cap)))
-            best = min([best, *(refined(cap) for cap in ranked)], key=max_load)
-        if self.samples:
-            best = _kept_unless_clearly_lower(best, _greedy_best(starts, self.departure_margin), self.departure_margin)
-        return build_plan(self.name, best, started, batch, partial=deadline.hit, reused_s=sum(reused))
+        if planner.samples:
+            ranked = sorted(self.starts, key=lambda cap: max_load(self.lower_start(cap)))
+            best = min([best, *(self.refined(cap) for cap in ranked)], key=max_load)
+            greedy = _greedy_best(self.starts, planner.departure_margin)
+            best = _kept_unless_clearly_lower(best, greedy, planner.departure_margin)
+        return best
+
+    def start_at(self, cap: int | None) -> list[DeviceState]:
+        """The argmax rollout of a split cap and, for rl+refine, cost_greedy's own searched
+        placement (so that it is never worse than cost_greedy either): the lower of the two."""
+        argmax = self.argmax_at(cap)
+        self.starts[cap] = (argmax, self.greedy_at(cap) if self.planner.samples else None)
+        return self.lower_start(cap)
+
+    def lower_start(self, cap: int | None) -> list[DeviceState]:
+        return min([list(p.devices) for p in self.starts[cap] if p is not None], key=max_load)
+
+    def greedy_at(self, cap: int | None) -> Placement:
+        """cost_greedy's searched placement of split cap ``cap`` (the task's, if computed)."""
+        greedy = searched_greedy(self.cache, self.model, cap, self.planner.max_rounds, self.deadline)
+        self.reused.append(greedy.reused_s)
+        return greedy
+
+    def argmax_at(self, cap: int | None) -> Placement:
+        """The policy's argmax placement of split cap ``cap``, repaired (the task's, if computed)."""
+        key = ("rl argmax", cap, id(self.policy), self.planner.set_size_headroom)
+        found = self.cache.placement(key, lambda: (self._argmax_placed(cap), True))
+        self.reused.append(found.reused_s)
+        return found
+
+    def _argmax_placed(self, cap: int | None) -> Placement:
+        """``argmax_at``, computed: where greedy placed these units already (its recorded steps)
+        and the policy's argmax takes greedy's device at every step, greedy's placement; else
+        the argmax rollout, from where the policy departs from greedy's steps if it does."""
+        path = None
+        record = self.cache.recorded(greedy_steps_key(cap))
+        if record is not None and record.same_under_cap(self.guard(record.units)):
+            path = recorded_departure(record, self.policy)  # checked in one pass of the policy
+            if path is None:
+                greedys = Placement(record.units, tuple(d.copy() for d in record.devices))
+                return self.repaired(greedys, cap, True)
+        state = argmax_rollout(lambda choose: self.rollout(cap, choose), self.policy, path=path)
+        return self.repaired(Placement(tuple(state.units), tuple(state.devices)), cap, False)
+
+    def rollout(self, cap: int | None, choose: Chooser) -> PlacementState:
+        """A placement of split cap ``cap``'s units by ``choose``, with the agent's mask."""
+        units = self.cache.units(self.model)
+        return place_workload(
+            units, cap is not None, choose, self.fresh_state, max_ways=cap, scope=CANDIDATES, deadline=self.deadline
+        )  # argmax_rollout's choosers score that many
+
+    def fresh_state(self, units: list[Unit]) -> PlacementState:
+        """A fresh placement of ``units`` as the agent sees it, on the task's ``StepCosts``."""
+        planner = self.planner
+        steps = self.cache.steps(units)
+        return guarded_state(units, self.topology, self.model, self.batch, planner.set_size_headroom, steps=steps)
+
+    def guard(self, units: Sequence[Unit]) -> int | None:
+        """The extrapolation guard of a placement of ``units`` (``unit_cap``)."""
+        return unit_cap(self.model, len(units), self.topology.num_devices, self.planner.set_size_headroom)
+
+    def repaired(self, placed: Placement, cap: int | None, from_greedy: bool) -> Placement:
+        """The policy's repair steps on its placement of split cap ``cap`` (its devices, in
+        place), if it was trained to repair. Where the placement is greedy's (``from_greedy``),
+        they start by following the rounds of cost_greedy's local search from it."""
+        if not self.policy.info.repair_rounds:
+            return placed
+        devices, guard = list(placed.devices), self.guard(placed.units)
+        made = self._followed_greedy_search(devices, cap, guard) if from_greedy else 0
+        if made is None:  # the search stopped where the rounds end, and so would the policy's
+            return placed
+        rounds = self.planner.max_rounds - made
+        policy_repair(devices, self.policy, self.model, self.batch, guard, rounds, self.deadline)
+        return placed
+
+    def _followed_greedy_search(self, devices: list[DeviceState], cap: int | None, guard: int | None) -> int | None:
+        """The repair steps that follow the rounds of cost_greedy's local search from greedy's
+        placement ``devices`` (checked in one pass of the policy): how many it made, or None
+        where it made them all."""
+        greedy = self.greedy_at(cap)
+        if greedy.rounds is None or greedy.searched_from != assignment(devices):
+            return 0
+        made = follow_recorded(devices, greedy.rounds, self.policy, guard)
+        return None if made == len(greedy.rounds) else made
+
+    def refined(self, cap: int | None) -> list[DeviceState]:
+        """The sampled rollouts of the split cap where they may pay (``may_pay``), and local
+        search from the best of them and the argmax rollout (on copies: the starts stay as they
+        were); the lowest of them."""
+        argmax, greedy = self.starts[cap]
+        assert greedy is not None
+        found = [[d.copy() for d in argmax.devices]]
+        if self.may_pay(found[0], list(greedy.devices)):
+            found += self.sampled(list(argmax.units))
+        found.sort(key=max_load)
+        self.search_best(found, greedy, self.guard(argmax.units))
+        return min(found, key=max_load)
+
+    def may_pay(self, argmax: list[DeviceState], greedy: list[DeviceState]) -> bool:
+        """Whether samples could find a plan that rl+refine would return: one below the
+        argmax rollout and clearly below cost_greedy's placement (``greedy``), and above
+        ``_floor``; and the deadline has not expired."""
+        returnable = min(max_load(greedy) * (1 - self.planner.departure_margin), max_load(argmax))
+        return not self.deadline.expired and returnable > _floor(argmax, greedy, OWN_TOTAL_SLACK)
+
+    def sampled(self, units: list[Unit]) -> list[list[DeviceState]]:
+        """``samples`` rollouts of ``units`` side by side (one head call per step for all of
+        them); a rollout into a dead end is dropped, the others stand."""
+        planner, devices = self.planner, self.topology.num_devices
+        together = self.model.accumulator(planner.samples * devices, self.batch)
+        steps = self.cache.steps(units)
+        states = [
+            guarded_state(
+                units,
+                self.topology,
+                self.model,
+                self.batch,
+                planner.set_size_headroom,
+                AccumulatorView(together, k * devices, devices),
+                steps,
+            )
+            for k in range(planner.samples)
+        ]
+        choose = PolicyChooser(self.policy, self.rng, planner.temperature, SAMPLED_CANDIDATES).choose_many
+        placed = place_together(states, choose, together, SAMPLED_CANDIDATES, self.deadline)
+        return [s.devices for s in placed if s is not None]
+
+    def search_best(self, found: list[list[DeviceState]], greedy: Placement, guard: int | None) -> None:
+        """Local search (in place) from the ``refine_top`` lowest of ``found``, but from none it
+        ends where it did already: greedy's start (the policy is its clone), the end of greedy's
+        search where it stopped by itself, or a placement sampled twice."""
+        planner = self.planner
+        searched = {greedy.searched_from}
+        if greedy.rounds is not None and len(greedy.rounds) < planner.max_rounds:  # its search stopped by itself:
+            searched.add(assignment(list(greedy.devices)))  # from its end, a search ends there (rl's repair's)
+        for states in found[: planner.refine_top]:
+            start = assignment(states)
+            if start in searched:
+                continue
+            searched.add(start)
+            improve(states, self.model, self.batch, planner.max_rounds, self.deadline, max_units=guard)
 
 
 def _floor(argmax: list[DeviceState], greedy: list[DeviceState], slack: float) -> float:
