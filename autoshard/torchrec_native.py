@@ -94,7 +94,8 @@ class AutoShardShardingPlanner(ShardingPlanner):
     Args:
         device_memory_gb: memory per device for embedding tables, GiB.
         world_size: number of devices; default: the process group's size at planning time.
-        planner: plan in process with this AutoShard planner (e.g. ``make_planner("cost_greedy", PlannerContext(model))``).
+        planner: plan in process with this AutoShard planner
+            (e.g. ``make_planner("cost_greedy", PlannerContext(model))``).
         client: or ask an AutoShard service over HTTP; ``planners`` names which ones (default: the
             service's default set), and the best plan is used.
         pooling_factors, zipf_alphas: per table name (defaults 1.0 and 0).

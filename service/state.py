@@ -59,7 +59,7 @@ def planner_catalog(store: ModelStore) -> dict[str, PlannerInfo]:
             except PlannerError as error:
                 reason = error.message
         available = reason is None
-        policy = context.policy.name if spec.needs_policy and context.policy is not None else None
+        policy = getattr(context.policy, "name", None) if spec.needs_policy else None
         catalog[name] = PlannerInfo(name, spec.kind, available, available and spec.default, reason, policy)
     # cheap ones first: a request whose budget runs out still gets the heuristics
     order = list(PlannerKind)

@@ -7,7 +7,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -76,7 +76,7 @@ def train_cmd(
         raise InputError("--network", f"unknown network {network!r}", f"use one of {', '.join(candidates)}")
     if network is not None and tune:
         raise InputError("--network", "--network and --tune both choose the network", "pass one of them")
-    chosen = candidates.get(network)
+    chosen = candidates.get(network) if network is not None else None
     command = "autoshard cost train " + " ".join(shlex.quote(a) for a in sys.argv[3:])
     train_and_save(
         read_all(traces),
@@ -267,7 +267,7 @@ def errors_cmd(
     found = DeviceErrors(errors, len({task for _, task in per_task}), tuple(str(p) for p in reports))
     found.save(folder / DEVICE_ERRORS_FILE)
     levels = (0.05, 0.25, 0.5, 0.75, 0.95)
-    summary = {
+    summary: dict[str, Any] = {
         **found.summary(),
         "file": str(folder / DEVICE_ERRORS_FILE),
         "quantiles": {f"p{round(q * 100)}": round(float(v), 4) for q, v in zip(levels, np.quantile(errors, levels))},

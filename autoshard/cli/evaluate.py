@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,6 +28,9 @@ from autoshard.cli.support import (
     verification_measures,
 )
 from autoshard.core.errors import InputError
+
+if TYPE_CHECKING:
+    from autoshard.evaluation.suite import DistributedMeasurer
 
 
 @friendly_errors
@@ -163,7 +166,7 @@ def evaluate_cmd(
     )
     measurer = plans_measurer(rounds, row_cap_mb, profile) if measure else None
     verifier = plans_verifier(verify_rounds, row_cap_mb, profile, comm, verify_top) if verify else None
-    run_distributed = None
+    run_distributed: DistributedMeasurer | None = None
     if distributed:
         from autoshard.evaluation.distributed_run import (
             DistributedConfig,
@@ -319,7 +322,7 @@ def _priceable(tasks, cost_model) -> dict[str, tuple[str, ...]]:
     return found
 
 
-def _settings(profile, context, names: list[str], communication: bool, measure: bool, rounds: int) -> dict:
+def _settings(profile, context, names: list[str] | None, communication: bool, measure: bool, rounds: int) -> dict:
     """What the report was made with, so that a figure can be read without its command."""
     from datetime import datetime
 

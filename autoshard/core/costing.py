@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Union
+from typing import Protocol
 
 import numpy as np
 
-from autoshard.core.types import Table, Workload
+from autoshard.core.types import CostModel, Table, Workload
 
 Edit = tuple[int, int | None, Table | None]
 """``(b, r, t)``: set ``b`` without its table at position ``r`` (if not None), with ``t`` added (if not None)."""
@@ -68,7 +68,7 @@ class EditBatch:
         ]
 
 
-Edits = Union[EditBatch, Sequence[Edit]]
+Edits = EditBatch | Sequence[Edit]
 """Edits to score, as tuples or as one ``EditBatch``."""
 
 
@@ -136,7 +136,7 @@ class SetCostModel:
         return predict_nonempty(self, sets, batch_size)
 
 
-def predict_nonempty(cost_model: SetCostModel, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
+def predict_nonempty(cost_model: CostModel, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
     """One batched ``predict_many`` call; an empty set costs 0.0 without asking the model."""
     out = [0.0] * len(table_sets)
     asked = [i for i, tables in enumerate(table_sets) if tables]

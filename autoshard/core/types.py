@@ -355,7 +355,8 @@ class CostModel(Protocol):
 class Planner(Protocol):
     """Places a workload onto a topology."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan: ...
 

@@ -50,9 +50,10 @@ def compare_planners(
         skipped.extend(unavailable)
     # without a trained model, every plan is scored by one proxy, so that plans compare like with like
     scored = context if context.cost_model is not None else replace(context, cost_model=ProxyCostModel())
+    assert scored.cost_model is not None
     plans, errors, unscored_at, planned = [], [], [], []
     unscored = replace(scored, cost_model=None)
-    longest, not_started = 0.0, []
+    longest, not_started = 0.0, list[str]()
     for name in names:
         if not_started or (may_start is not None and name != names[0] and not may_start(longest)):
             not_started.append(name)

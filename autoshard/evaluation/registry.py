@@ -129,8 +129,8 @@ _SPECS = (
         "cost_greedy",
         PlannerKind.COST_MODEL,
         lambda c: CostGreedyPlanner(
-            c.cost_model,
-            c.splits(PlannerKind.COST_MODEL),  # type: ignore[arg-type]
+            c.cost_model,  # type: ignore[arg-type]  # needs_cost_model: built only with one
+            c.splits(PlannerKind.COST_MODEL),
             time_budget_s=c.time_budget_s,
             cache=c.cache,
             departure_margin=c.margin,

@@ -34,9 +34,14 @@ PlanMeasurer = Callable[[Sequence[ShardingPlan], int, int], Sequence[Measured]] 
 
 
 class DistributedMeasured(Protocol):
-    plan_name: str
-    median_ms: float
-    iqr_ms: float
+    @property
+    def plan_name(self) -> str: ...
+
+    @property
+    def median_ms(self) -> float: ...
+
+    @property
+    def iqr_ms(self) -> float: ...
 
 
 DistributedMeasurer = Callable[[Sequence[ShardingPlan], Workload], Sequence[DistributedMeasured]]

@@ -84,8 +84,9 @@ class CurrentPlacement:
                 raise InputError("shards", f"table {name!r} lists no shards", fix, source)
             for shard in listed:
                 keys = ("rank", "column_offset", "columns")
-                values = [shard.get(k) if isinstance(shard, dict) else None for k in keys]
-                if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values) or values[2] < 1:
+                raw = [shard.get(k) if isinstance(shard, dict) else None for k in keys]
+                values = [v for v in raw if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+                if len(values) < len(keys) or values[2] < 1:
                     raise InputError(
                         "shards",
                         f"table {name!r} has a shard {shard!r}: each needs integer rank >= 0, "

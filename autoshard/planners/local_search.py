@@ -256,13 +256,13 @@ def _swaps(source: DeviceState, targets: Sequence[DeviceState], budget: int = SW
     per_target = ok.astype(np.int64) @ held
     kept = np.zeros((n, count), dtype=bool)  # the budget: targets taken in order until each unit's share
     total = 0
-    for i in range(n):
-        share = budget * (i + 1) / n
+    for row in range(n):
+        share = budget * (row + 1) / n
         for k in range(count):
             if total >= share:
                 break
-            kept[i, k] = True
-            total += int(per_target[i, k])
+            kept[row, k] = True
+            total += int(per_target[row, k])
     i, m = np.nonzero(ok & kept[:, t_of])
     starts = np.concatenate([[0], np.cumsum([len(t.units) for t in targets])])
     k, j, swaps = t_of[m], m - starts[t_of[m]], len(i)

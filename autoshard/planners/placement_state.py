@@ -142,7 +142,7 @@ class PlacementState:
         """The devices with room for the current unit (under the unit cap, where it leaves a
         choice), and whether the packing lookahead must check them."""
         ok = self.room()
-        if self._capped and ok.sum() > 1:
+        if self._capped and self.max_units_per_device is not None and ok.sum() > 1:
             capped = ok & (self.count < self.max_units_per_device)
             ok = capped if capped.any() else ok
         open_ = ok.nonzero()[0]

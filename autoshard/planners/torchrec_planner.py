@@ -196,7 +196,7 @@ class TorchRecPlanner:
             if found
             else str(error).strip().splitlines()[0]
         )
-        fixes = (
+        fixes: tuple[str, ...] = (
             FIX_DEVICES,
             FIX_MEMORY,
             f"reduce the batch size ({workload.batch_size}): TorchRec reserves input and "

@@ -298,5 +298,5 @@ class ShardingEnv(gym.Env):
                 reward += (self._max() - self._refined_max(self.state)) / self.scale
             reward += self.greedy_max / self.scale
         done = terminated and self.state.done
-        obs = np.zeros(self.observation_space.shape, np.float32) if done else self._get_obs()
+        obs = np.zeros(self.observation_space.shape or (), np.float32) if done else self._get_obs()
         return obs, float(reward), terminated, False, self._get_info()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoshard.planners.placement_state import PlacementState
+from autoshard.planners.recording import StepView
 
 GLOBAL_FEATURES = ("progress", "remaining_cost", "remaining_memory", "max_cost", "mean_cost", "log_devices")
 UNIT_FEATURES = ("cost", "memory", "log_rows", "log_dim", "log_pooling", "zipf_alpha")
@@ -96,7 +97,7 @@ def first_lowest(values: np.ndarray, group: np.ndarray, groups: int) -> np.ndarr
 
 
 def observe_many(
-    states: Sequence[PlacementState],
+    states: Sequence[PlacementState | StepView],
     rows: Sequence[np.ndarray],
     if_added: Sequence[np.ndarray],
     allowed: Sequence[np.ndarray | None],

@@ -49,9 +49,9 @@ class PolicyChooser:
         # and placements alike at a history (a StepCosts') that another chooser of this policy
         # scored there already (the argmax rollout, before the sampled ones) read its scores
         kept = {
-            k: (states[k].steps.scores(states[k].history), _score_key(self.policy, rows[k]))
+            k: (steps.scores(states[k].history), _score_key(self.policy, rows[k]))
             for k in scored
-            if states[k].steps is not None
+            if (steps := states[k].steps) is not None
         }
         mine = {k: kept[k][0][kept[k][1]] for k in kept if kept[k][1] in kept[k][0]}
         fresh = [k for k in scored if k not in mine]

@@ -28,6 +28,7 @@ from autoshard.rl.imitation import clone, demonstrations
 from autoshard.rl.policy import (
     POLICY_FILE,
     DevicePolicy,
+    DeviceScorerNet,
     DeviceScoringPolicy,
     PolicyInfo,
 )
@@ -106,6 +107,7 @@ def _plan_max(
     if config.repair_rounds and policy is None:  # greedy's: as many rounds of local search
         return refined_max(placed, task, cost_model, communication, config.repair_rounds)
     if config.repair_rounds:
+        assert policy is not None
         policy_repair(
             placed.devices,
             policy,
@@ -225,8 +227,8 @@ def train_policy(
         )
     tasks = eval_tasks(config.eval_distribution, config.eval_tasks, config.seed + 1)
     greedy = greedy_maxima(tasks, cost_model, communication, config.env)
-    best = recorded.get("best_ratio") if resumed else None
-    best = math.inf if best is None else best
+    recorded_best = recorded.get("best_ratio") if resumed else None
+    best: float = math.inf if recorded_best is None else recorded_best
     if not resumed:  # the settings first, so that a run killed before its first evaluation resumes checked
         state_path.write_text(
             json.dumps({"best_ratio": None, "best_steps": None, "config": _plain(asdict(config))}, indent=1) + "\n"
@@ -248,6 +250,7 @@ def train_policy(
     def evaluate(steps: int) -> float:
         """Score the current actor on the held-out tasks; keep it as policy.pt if it is the best."""
         nonlocal best
+        assert isinstance(model.policy.mlp_extractor, DeviceScorerNet)
         policy = DevicePolicy.from_net(model.policy.mlp_extractor, info(steps, None))
         ratio = ratio_to_greedy(policy, tasks, greedy, cost_model, communication, config.env)
         new_log = not (out / EVAL_LOG).exists()
@@ -282,6 +285,7 @@ def train_policy(
         greedy_steps = demonstrations(
             ShardingEnv(cost_model, config.tasks, config.env, communication), config.imitation_episodes, config.seed + 2
         )
+        assert isinstance(model.policy, DeviceScoringPolicy)
         agreement = clone(model.policy, greedy_steps, config.imitation_epochs, seed=config.seed)
         ratio = evaluate(0)
         log(

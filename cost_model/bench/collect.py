@@ -144,7 +144,7 @@ def sample_specs(config: CollectConfig, pool: TablePool) -> list[SampleSpec]:
     budget = config.set_memory_gb * 1024**3
     ranges = [(1, config.max_tables)] * config.samples
     ranges += [(config.max_tables + 1, config.large_max_tables)] * config.large_samples
-    for offset, (low, high) in enumerate(ranges):
+    for low, high in ranges:
         sample_id = len(specs)
         rng = np.random.default_rng([config.seed, sample_id])
         split = "test" if rng.random() < config.test_fraction else "train"

@@ -18,8 +18,8 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch

@@ -102,11 +102,12 @@ _TORN_GZIP = (EOFError, gzip.BadGzipFile, zlib.error)  # a gzip stream cut short
 def iter_lines(path: Path) -> Iterator[dict[str, Any]]:
     """Parsed lines; a last line cut short by a kill is skipped. A file that is not a trace file
     (a folder, not text, lines that are not JSON objects) is an ``InputError``."""
-    not_traces = lambda why: InputError(
-        "traces",
-        f"{path} is not a trace file ({why})",  # noqa: E731
-        "pass a file written by `autoshard bench collect`",
-    )
+
+    def not_traces(why: str) -> InputError:
+        return InputError(
+            "traces", f"{path} is not a trace file ({why})", "pass a file written by `autoshard bench collect`"
+        )
+
     if path.is_dir():
         raise not_traces("a folder")
     with _open(path, "r") as f:
