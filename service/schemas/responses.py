@@ -15,6 +15,7 @@ class ShardOut(BaseModel):
 
 
 class DeviceOut(BaseModel):
+    host: int = Field(0, description="The device's host: rank // devices_per_host (0 on one host).")
     tables: list[str] = Field(description="Table names; a column shard reads 'name[a:b]'.")
     shards: list[ShardOut] = Field(description="The same, structured: table and column range.")
     cost_ms: float = Field(description="Predicted cost of the device (see cost_unit).")
@@ -76,7 +77,11 @@ class WorkloadSummary(BaseModel):
 
 class TopologyOut(BaseModel):
     num_devices: int
-    device_memory_gb: float
+    num_hosts: int = 1
+    devices_per_host: int | None = None
+    device_memory_gb: float | list[float] = Field(description="GiB per device: one value, or one per rank.")
+    intra_host_bw_gbps: float | None = Field(None, description="Within a host, GiB/s.")
+    inter_host_bw_gbps: float | None = Field(None, description="Between hosts, GiB/s.")
 
 
 class SkippedOut(BaseModel):
