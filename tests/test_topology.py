@@ -401,3 +401,40 @@ def test_torchrec_keeps_each_device_within_its_own_cap(task):
         assert error.kind in (PlannerErrorKind.INSUFFICIENT_MEMORY, PlannerErrorKind.TABLE_DOES_NOT_FIT)
         return
     check_within_caps(plan, workload, topology)
+
+
+def test_a_cluster_plan_exports_to_torchrec_with_each_ranks_local_device():
+    from autoshard.core.torchrec_bridge import to_torchrec_plan
+
+    plan = make_planner("size_greedy").plan(FOUR, SMALL_FIRST)  # s on rank 0, a 1, b 2, c 3
+    sharding = to_torchrec_plan(plan, FOUR, 4, local_world_size=2).plan[""]
+    placements = {name: str(p.sharding_spec.shards[0].placement) for name, p in sharding.items()}
+    assert placements == {"s": "rank:0/cuda:0", "a": "rank:1/cuda:1", "b": "rank:2/cuda:0", "c": "rank:3/cuda:1"}
+
+
+def test_replan_keeps_a_clusters_hosts_from_the_options_or_the_file(tmp_path):
+    """Criteo Kaggle planned on 2 hosts x 2 devices, then re-planned on the same cluster."""
+    torch.set_num_threads(1)
+    current = tmp_path / "current.json"
+    cluster = ["--hosts", "2", "--devices-per-host", "2", "--memory-gb", "8"]
+    result = runner.invoke(
+        app,
+        ["plan", "criteo_kaggle", "--planner", "cost_greedy", "--format", "torchrec", "--out", str(current), *cluster],
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(current.read_text())["local_world_size"] == 2
+    result = runner.invoke(
+        app, ["replan", "criteo_kaggle", "--from", str(current), *cluster, "--max-moves", "2", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["topology"] == {"num_devices": 4, "num_hosts": 2, "devices_per_host": 2, "device_memory_gb": 8}
+    assert all([d["host"] for d in row["devices"]] == [0, 0, 1, 1] for row in report["plans"])
+    from autoshard.core.presets import load_workload_or_preset
+
+    kaggle, _ = load_workload_or_preset("criteo_kaggle")
+    file = tmp_path / "kaggle.json"
+    file.write_text(json.dumps(workload_to_dict(kaggle, Topology.cluster(2, 2, [8, 8, 8, 6]))))
+    result = runner.invoke(app, ["replan", str(file), "--from", str(current), "--max-moves", "2"])
+    assert result.exit_code == 0, result.output
+    assert "2 hosts x 2 x 6-8 GiB" in said(result)
