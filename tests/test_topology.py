@@ -129,6 +129,8 @@ def test_the_workload_file_reads_a_cluster_and_names_the_field_on_contradictions
         ({"num_hosts": 2, "devices_per_host": 2, "device_memory_gb": [16, 16, 8]}, "device_memory_gb"),
         ({"num_hosts": 2, "device_memory_gb": 16}, "num_devices"),
         ({"num_devices": 2, "device_memory_gb": 16, "hosts": 2}, "hosts"),
+        ({"num_devices": 2, "device_memory_gb": 16, "devices_per_host": 0}, "devices_per_host"),
+        ({"num_hosts": "2", "devices_per_host": 1, "device_memory_gb": 16}, "num_hosts"),
     ]:
         with pytest.raises(InputError) as info:
             topology_from_dict(bad)

@@ -91,17 +91,13 @@ def topology_from_dict(data: Any) -> Topology:
                 "add 'num_devices' for one host, or 'num_hosts' and 'devices_per_host'",
             )
         values = dict(data)
+        for key in ("num_hosts", "devices_per_host"):  # 0 would mean "derive it" to ``Topology``
+            if key in values and not (is_int(values[key]) and values[key] >= 1):
+                raise InputError(key, f"must be an integer >= 1, got {values[key]!r}", f"set {key}")
         if isinstance(values["device_memory_gb"], list):
             values["device_memory_gb"] = tuple(values["device_memory_gb"])
         if "num_devices" not in values:
-            hosts, per_host = values.get("num_hosts", 1), values["devices_per_host"]
-            if not (is_int(hosts) and is_int(per_host)):
-                raise InputError(
-                    "devices_per_host" if is_int(hosts) else "num_hosts",
-                    f"must be an integer >= 1, got {per_host if is_int(hosts) else hosts!r}",
-                    "set the hosts and the devices in each host",
-                )
-            values["num_devices"] = hosts * per_host
+            values["num_devices"] = values.get("num_hosts", 1) * values["devices_per_host"]
         return Topology(**values)
     except InputError as error:
         raise error.located("topology") from None
