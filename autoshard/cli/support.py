@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -309,8 +310,18 @@ OPTION_OF_FIELD = {
 
 
 def as_option(error: InputError) -> InputError:
-    """``error`` about a topology field, named by the option that gives it."""
-    return InputError(OPTION_OF_FIELD.get(error.field, error.field), error.message, error.fix, error.where)
+    """``error`` about a topology field, named by the option that gives it (in its message and fix too:
+    ``num_hosts * devices_per_host`` reads ``--hosts * --devices-per-host``)."""
+
+    def options(text: str) -> str:
+        return re.sub(
+            r"\b(num_devices|device_memory_gb|num_hosts|devices_per_host)\b", lambda m: OPTION_OF_FIELD[m[1]], text
+        )
+
+    field = OPTION_OF_FIELD.get(error.field, error.field)
+    if field == error.field:
+        return error
+    return InputError(field, options(error.message), options(error.fix), error.where)
 
 
 def topology_of(
