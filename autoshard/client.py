@@ -230,7 +230,7 @@ def _task_body(workload: Workload, topology: Topology) -> dict[str, Any]:
             "batch_size": workload.batch_size,
             "tables": [table_to_dict(t) for t in workload.tables],
         },
-        "topology": {"num_devices": topology.num_devices, "device_memory_gb": topology.device_memory_gb},
+        "topology": topology.to_dict(),
     }
 
 

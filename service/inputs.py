@@ -32,7 +32,7 @@ def parse_body(body: PlanRequest | ReplanRequest, settings: Settings) -> tuple[W
         raise input_error_at(error, ("body", "workload")) from None
     if body.topology is not None:
         try:
-            topology = topology_from_dict(body.topology.model_dump())
+            topology = topology_from_dict(body.topology.model_dump(exclude_none=True))
         except InputError as error:
             raise input_error_at(error, ("body", "topology")) from None
     elif file_topology is not None:

@@ -12,6 +12,8 @@ from autoshard.cli.support import (
     COLUMN_SPLIT_HELP,
     DEFAULT_MODEL,
     DEPARTURE_MARGIN_HELP,
+    DEVICES_PER_HOST_HELP,
+    HOSTS_HELP,
     MEASUREMENT,
     OUTPUT,
     PLANNERS,
@@ -24,6 +26,7 @@ from autoshard.cli.support import (
     planner_names,
     plans_verifier,
     print_json,
+    topology_label,
     topology_of,
     verification_measures,
     write_torchrec,
@@ -44,6 +47,14 @@ def plan_cmd(
     memory_gb: Annotated[
         float | None,
         typer.Option(help="Memory per device for embeddings, GiB (default: the file's).", rich_help_panel=WORKLOAD),
+    ] = None,
+    hosts: Annotated[
+        int | None,
+        typer.Option(min=1, help=HOSTS_HELP, rich_help_panel=WORKLOAD),
+    ] = None,
+    devices_per_host: Annotated[
+        int | None,
+        typer.Option(min=1, help=DEVICES_PER_HOST_HELP, rich_help_panel=WORKLOAD),
     ] = None,
     planner: Annotated[
         str, typer.Option(help="'all', a planner name, or a comma-separated list of them.", rich_help_panel=PLANNERS)
@@ -136,7 +147,7 @@ def plan_cmd(
     from autoshard.planners.report import plans_report
 
     loaded, file_topology = load_workload_or_preset(workload)
-    topology = topology_of(devices, memory_gb, file_topology)
+    topology = topology_of(devices, memory_gb, file_topology, hosts, devices_per_host)
     one_thread()
     profile, why_no_model = load_profile_or_none(model)
     cost_model = profile.model if profile else None
@@ -254,10 +265,7 @@ def _print_table(workload: Workload, topology: Topology, report: dict) -> None:
     from autoshard.planners.report import TIE
 
     unit = "ms" if report["cost_unit"] == "ms" else "proxy"
-    table = RichTable(
-        title=f"{workload.name}: {len(workload.tables)} tables on {topology.num_devices} "
-        f"x {topology.device_memory_gb:g} GiB"
-    )
+    table = RichTable(title=f"{workload.name}: {len(workload.tables)} tables on {topology_label(topology)}")
     errors = report.get("model_error")
     for column in (
         "planner",

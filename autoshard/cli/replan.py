@@ -10,6 +10,8 @@ import typer
 
 from autoshard.cli.support import (
     DEFAULT_MODEL,
+    DEVICES_PER_HOST_HELP,
+    HOSTS_HELP,
     MEASUREMENT,
     OUTPUT,
     PLANNERS,
@@ -59,6 +61,14 @@ def replan_cmd(
         typer.Option(
             help="Memory per device for embeddings, GiB (default: the workload file's).", rich_help_panel=WORKLOAD
         ),
+    ] = None,
+    hosts: Annotated[
+        int | None,
+        typer.Option(min=1, help=HOSTS_HELP, rich_help_panel=WORKLOAD),
+    ] = None,
+    devices_per_host: Annotated[
+        int | None,
+        typer.Option(min=1, help=DEVICES_PER_HOST_HELP, rich_help_panel=WORKLOAD),
     ] = None,
     max_moves: Annotated[
         str,
@@ -152,7 +162,10 @@ def replan_cmd(
 
     placement = CurrentPlacement.from_export(read_json_file(current, "--from"), str(current))
     loaded, file_topology = load_workload_or_preset(workload)
-    topology = topology_of(devices if devices is not None else placement.world_size, memory_gb, file_topology)
+    if devices is None and hosts is None and devices_per_host is None:
+        same = file_topology is not None and file_topology.num_devices == placement.world_size
+        devices = None if same else placement.world_size  # the file's topology (hosts too), if it is that plan's
+    topology = topology_of(devices, memory_gb, file_topology, hosts, devices_per_host)
     one_thread()
     profile, why_no_model = load_profile_or_none(model)
     if profile is None:
@@ -222,14 +235,22 @@ def _measure(
         }
 
 
+def _topology_label(topology: dict[str, Any]) -> str:
+    """The report's topology as ``8 x 16 GiB`` (``2 hosts x 4 x 8-16 GiB`` for a cluster of unequal devices)."""
+    memory = topology["device_memory_gb"]
+    memory = f"{min(memory):g}-{max(memory):g}" if isinstance(memory, list) else f"{memory:g}"
+    hosts = topology.get("num_hosts", 1)
+    devices = f"{hosts} hosts x {topology['devices_per_host']}" if hosts > 1 else topology["num_devices"]
+    return f"{devices} x {memory} GiB"
+
+
 def _print(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table as RichTable
 
     topology = report["topology"]
     table = RichTable(
-        title=f"{report['workload']}: {report['tables']} tables on {topology['num_devices']} x "
-        f"{topology['device_memory_gb']:g} GiB, from the current plan"
+        title=f"{report['workload']}: {report['tables']} tables on {_topology_label(topology)}, from the current plan"
     )
     with_expected = any(row["expected_max_ms"] is not None for row in report["plans"])
     measured = "measured" in report["plans"][0]

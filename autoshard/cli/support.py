@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -289,28 +290,78 @@ def one_thread() -> None:
     threadpool_limits(1)
 
 
-OPTION_OF_FIELD = {"num_devices": "--devices", "device_memory_gb": "--memory-gb"}
+HOSTS_HELP = "Number of hosts, with --devices-per-host (--devices alone: one host; default: the file's)."
+DEVICES_PER_HOST_HELP = "Devices in each host, with --hosts (ranks fill host 0 first)."
+
+
+def topology_label(topology: Topology) -> str:
+    """``8 x 16 GiB`` for one host; ``2 hosts x 4 x 16 GiB`` for a cluster (``8-16 GiB`` when devices differ)."""
+    hosts = f"{topology.num_hosts} hosts x {topology.devices_per_host}" if topology.num_hosts > 1 else ""
+    return f"{hosts or topology.num_devices} x {topology.memory_label} GiB"
+
+
+OPTION_OF_FIELD = {
+    "num_devices": "--devices",
+    "device_memory_gb": "--memory-gb",
+    "num_hosts": "--hosts",
+    "devices_per_host": "--devices-per-host",
+}
 """The command-line option that gives a topology field."""
 
 
 def as_option(error: InputError) -> InputError:
-    """``error`` about a topology field, named by the option that gives it."""
-    return InputError(OPTION_OF_FIELD.get(error.field, error.field), error.message, error.fix, error.where)
+    """``error`` about a topology field, named by the option that gives it (in its message and fix too:
+    ``num_hosts * devices_per_host`` reads ``--hosts * --devices-per-host``)."""
+
+    def options(text: str) -> str:
+        return re.sub(
+            r"\b(num_devices|device_memory_gb|num_hosts|devices_per_host)\b", lambda m: OPTION_OF_FIELD[m[1]], text
+        )
+
+    field = OPTION_OF_FIELD.get(error.field, error.field)
+    if field == error.field:
+        return error
+    return InputError(field, options(error.message), options(error.fix), error.where)
 
 
-def topology_of(devices: int | None, memory_gb: float | None, from_file: Topology | None) -> Topology:
+def topology_of(
+    devices: int | None,
+    memory_gb: float | None,
+    from_file: Topology | None,
+    hosts: int | None = None,
+    devices_per_host: int | None = None,
+) -> Topology:
     """The topology of the options, where given, else of the workload file; ``InputError`` naming
-    the option."""
-    devices = devices if devices is not None else (from_file.num_devices if from_file else None)
-    memory_gb = memory_gb if memory_gb is not None else (from_file.device_memory_gb if from_file else None)
-    if devices is None or memory_gb is None:
+    the option. ``--devices`` alone is one host; ``--hosts`` / ``--devices-per-host`` a cluster
+    (with ``--devices`` too, they must agree); the file's hosts, per-device memory and bandwidths
+    hold where no option replaces them."""
+    if devices is None and hosts is None and devices_per_host is None and memory_gb is None and from_file:
+        return from_file
+    if hosts is None and devices_per_host is None:
+        num_devices = devices if devices is not None else (from_file.num_devices if from_file else None)
+        num_hosts = 1 if devices is not None or from_file is None else from_file.num_hosts
+        per_host = 0 if devices is not None or from_file is None else from_file.devices_per_host
+    else:
+        num_hosts = hosts if hosts is not None else (from_file.num_hosts if from_file and devices is None else 1)
+        per_host = devices_per_host if devices_per_host is not None else 0
+        if devices is not None:
+            num_devices = devices
+        elif per_host:
+            num_devices = num_hosts * per_host
+        else:  # --hosts alone: the file's devices, over that many hosts
+            num_devices = from_file.num_devices if from_file else None
+    memory: float | tuple[float, ...] | None = memory_gb
+    if memory is None and from_file is not None:
+        memory = from_file.device_memory_caps_gb or from_file.device_memory_gb
+    if num_devices is None or memory is None:
         raise InputError(
             "topology",
             "the workload names no topology",
-            "pass --devices and --memory-gb (or add a topology to the file)",
+            "pass --devices (or --hosts and --devices-per-host) and --memory-gb (or add a topology to the file)",
         )
+    bandwidths = (from_file.intra_host_bw_gbps, from_file.inter_host_bw_gbps) if from_file else ()
     try:
-        return Topology(devices, memory_gb)
+        return Topology(num_devices, memory, num_hosts, per_host, *bandwidths)  # type: ignore[arg-type]
     except InputError as error:  # name the option that gave the value, not the file's field
         raise as_option(error) from None
 
@@ -327,6 +378,7 @@ def write_torchrec(workload: Workload, topology: Topology, best: ShardingPlan, o
     data = {
         "planner": best.planner,
         "world_size": topology.num_devices,
+        **({"local_world_size": topology.local_world_size} if topology.num_hosts > 1 else {}),
         "workload": workload.name,
         "max_cost_ms": best.max_cost_ms,
         "tables": export_torchrec(best, workload),

@@ -110,6 +110,8 @@ def _task(raw: Any) -> Task:
         raise InputError(
             "workload", "a task needs 'workload' (a file or preset) or 'synthetic'", f"e.g. {SYNTHETIC_EXAMPLE}"
         )
+    if file_topology is not None and not {"num_devices", "device_memory_gb", "memory_slack"} & raw.keys():
+        return Task(name, workload, file_topology)  # the workload file's own: its hosts and per-device memory too
     devices = _int_field(raw, "num_devices", file_topology.num_devices if file_topology else None, 1)
     memory = raw.get("device_memory_gb")
     if memory is None and file_topology is not None and "memory_slack" not in raw:

@@ -156,10 +156,15 @@ def to_parameter_constraints(plan: ShardingPlan) -> dict[str, ParameterConstrain
 
 
 def to_torchrec_plan(
-    plan: ShardingPlan, workload: Workload, world_size: int, compute_device: str = "cuda"
+    plan: ShardingPlan,
+    workload: Workload,
+    world_size: int,
+    compute_device: str = "cuda",
+    local_world_size: int | None = None,
 ) -> TorchRecShardingPlan:
     """Our plan as a TorchRec ShardingPlan for ``DistributedModelParallel`` over the workload's
-    EmbeddingBagCollection (module path ``""``), fused kernels, placements ``rank:{r}/{device}``.
+    EmbeddingBagCollection (module path ``""``), fused kernels, placements ``rank:{r}/{device}``
+    (``local_world_size``: devices per host, default ``world_size``: one host).
 
     Column shards may have any widths and share ranks (TorchRec's ``column_wise(ranks=...)``
     helper only cuts equal widths that are multiples of 4, so shards are built here directly).
@@ -171,7 +176,7 @@ def to_torchrec_plan(
         module,
         {name: _generator(shards) for name, shards in placements.items()},
         sharder=EmbeddingBagCollectionSharder(),
-        local_size=world_size,
+        local_size=world_size if local_world_size is None else local_world_size,
         world_size=world_size,
         device_type=compute_device,
     )

@@ -188,12 +188,67 @@ class Workload:
         return sum(t.memory_bytes for t in self.tables)
 
 
+INTRA_HOST_BW_GBPS = 600.0
+"""Bandwidth between the devices of one host, GiB/s: TorchRec 1.8.0's ``INTRA_NODE_BANDWIDTH``
+(``600 * 1024**3 / 1000`` bytes/ms, i.e. 600 GiB/s; NVLink class)."""
+INTER_HOST_BW_GBPS = 12.5
+"""Bandwidth between hosts, GiB/s: TorchRec 1.8.0's ``CROSS_NODE_BANDWIDTH``
+(``12.5 * 1024**3 / 1000`` bytes/ms, i.e. 12.5 GiB/s; a 100 Gbit/s NIC)."""
+_MEMORY_FIX = "set the memory per device available to embeddings, in GiB (one number, or one per device)"
+_HOSTS_FIX = (
+    "give num_hosts and devices_per_host with num_hosts * devices_per_host = num_devices (or leave num_devices out)"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Topology:
-    """Identical devices: how many, and the memory each offers to embedding tables."""
+    """The devices: ``num_hosts`` hosts of ``devices_per_host`` devices each (TorchRec's
+    ``world_size`` = ``num_devices`` and ``local_world_size`` = ``devices_per_host``), rank r on
+    host ``r // devices_per_host``, and the memory each offers to embedding tables.
+
+    ``Topology(8, 16)`` is one host of 8 devices with 16 GiB each, as before. ``device_memory_gb``
+    may be given as a sequence, one GiB value per rank (TorchRec's ``CustomTopologyData``
+    ``hbm_cap``): it is kept in ``device_memory_caps_gb`` and ``device_memory_gb`` becomes the
+    largest device's; a sequence of equal values is the same topology as that one value.
+    ``devices_per_host`` 0 (the default) means ``num_devices // num_hosts``. Bandwidths are GiB/s
+    (TorchRec's defaults); the planners do not price them yet (the all-to-all model is one host's).
+    """
 
     num_devices: int
     device_memory_gb: float
+    num_hosts: int = 1
+    devices_per_host: int = 0
+    intra_host_bw_gbps: float = INTRA_HOST_BW_GBPS
+    inter_host_bw_gbps: float = INTER_HOST_BW_GBPS
+    device_memory_caps_gb: tuple[float, ...] = ()  # per rank; () = every device has device_memory_gb
+
+    @classmethod
+    def cluster(
+        cls,
+        num_hosts: int,
+        devices_per_host: int,
+        device_memory_gb: float | Sequence[float],
+        intra_host_bw_gbps: float = INTRA_HOST_BW_GBPS,
+        inter_host_bw_gbps: float = INTER_HOST_BW_GBPS,
+    ) -> Topology:
+        """``num_hosts`` x ``devices_per_host`` devices (``device_memory_gb``: one value, or one per rank)."""
+        _require(
+            is_int(num_hosts) and is_int(devices_per_host),
+            "num_hosts",
+            "num_hosts and devices_per_host must be integers, got {value!r}",
+            _HOSTS_FIX,
+            (num_hosts, devices_per_host),
+        )
+        memory, caps = _memory_and_caps(device_memory_gb)
+        return cls(
+            num_hosts * devices_per_host,
+            memory,
+            num_hosts,
+            devices_per_host,
+            intra_host_bw_gbps,
+            inter_host_bw_gbps,
+            caps,
+        )
 
     def __post_init__(self) -> None:
         _require(
@@ -205,22 +260,188 @@ class Topology:
         )
         _require_at_most(self.num_devices, MAX_DEVICES, "num_devices", "set the number of devices")
         _require(
-            is_number(self.device_memory_gb) and self.device_memory_gb > 0,
-            "device_memory_gb",
-            "must be a number > 0, got {value!r}",
-            "set the memory per device available to embeddings, in GiB",
-            self.device_memory_gb,
+            is_int(self.num_hosts) and self.num_hosts >= 1,
+            "num_hosts",
+            "must be an integer >= 1, got {value!r}",
+            "set the number of hosts (1 for a single machine)",
+            self.num_hosts,
         )
-        _require_at_most(
-            self.device_memory_gb,
-            MAX_DEVICE_GB,
-            "device_memory_gb",
-            "set the memory per device available to embeddings, in GiB",
+        if self.devices_per_host == 0:
+            _require(
+                self.num_devices % self.num_hosts == 0,
+                "num_hosts",
+                f"{self.num_devices} devices do not divide evenly over {{value!r}} hosts",
+                _HOSTS_FIX,
+                self.num_hosts,
+            )
+            object.__setattr__(self, "devices_per_host", self.num_devices // self.num_hosts)
+        _require(
+            is_int(self.devices_per_host) and self.devices_per_host >= 1,
+            "devices_per_host",
+            "must be an integer >= 1, got {value!r}",
+            "set the number of devices in each host",
+            self.devices_per_host,
         )
+        _require(
+            self.num_hosts * self.devices_per_host == self.num_devices,
+            "devices_per_host",
+            f"num_hosts * devices_per_host = {self.num_hosts} * {self.devices_per_host} = "
+            f"{self.num_hosts * self.devices_per_host}, but num_devices is {{value!r}}",
+            _HOSTS_FIX,
+            self.num_devices,
+        )
+        for name in ("intra_host_bw_gbps", "inter_host_bw_gbps"):
+            value = getattr(self, name)
+            _require(
+                is_number(value) and value > 0,
+                name,
+                "must be a number > 0 (GiB/s), got {value!r}",
+                "give the bandwidth in GiB/s, or leave it out for TorchRec's default",
+                value,
+            )
+        if not isinstance(self.device_memory_gb, (int, float)) or isinstance(self.device_memory_gb, bool):
+            memory, caps = _memory_and_caps(self.device_memory_gb)  # a sequence, one per rank
+            _require(
+                not self.device_memory_caps_gb or tuple(self.device_memory_caps_gb) == caps,
+                "device_memory_gb",
+                "and device_memory_caps_gb differ",
+                _MEMORY_FIX,
+            )
+            object.__setattr__(self, "device_memory_gb", memory)
+            object.__setattr__(self, "device_memory_caps_gb", caps)
+        caps = self.device_memory_caps_gb
+        _require(
+            isinstance(caps, tuple),
+            "device_memory_gb",
+            "per-device memory must be a tuple, got {value!r}",
+            _MEMORY_FIX,
+            caps,
+        )
+        for value in (self.device_memory_gb, *caps):
+            _require(
+                is_number(value) and value > 0,
+                "device_memory_gb",
+                "must be a number > 0, got {value!r}",
+                _MEMORY_FIX,
+                value,
+            )
+            _require_at_most(value, MAX_DEVICE_GB, "device_memory_gb", _MEMORY_FIX)
+        if caps:
+            _require(
+                len(caps) == self.num_devices,
+                "device_memory_gb",
+                f"lists {{value!r}} per-device values, but the topology has num_hosts * devices_per_host = "
+                f"{self.num_hosts} * {self.devices_per_host} = {self.num_devices} devices",
+                "give one value per device (rank order: host 0's devices first), or one value for all",
+                len(caps),
+            )
+            if all(c == caps[0] for c in caps):  # uniform after all: the same topology as one value
+                object.__setattr__(self, "device_memory_caps_gb", ())
+                object.__setattr__(self, "device_memory_gb", caps[0])
+            else:
+                object.__setattr__(self, "device_memory_gb", max(caps))
+
+    @property
+    def world_size(self) -> int:
+        """TorchRec's name: every device of every host."""
+        return self.num_devices
+
+    @property
+    def local_world_size(self) -> int:
+        """TorchRec's name: the devices of one host."""
+        return self.devices_per_host
+
+    @property
+    def uniform_memory(self) -> bool:
+        """Whether every device offers ``device_memory_gb``."""
+        return not self.device_memory_caps_gb
 
     @property
     def device_memory_bytes(self) -> int:
+        """The largest device's memory for embeddings (every device's, unless per-device caps)."""
         return int(self.device_memory_gb * GIB)
+
+    def device_memory_bytes_of(self, rank: int) -> int:
+        """Rank ``rank``'s memory for embeddings, bytes."""
+        if not 0 <= rank < self.num_devices:
+            raise IndexError(f"rank {rank} is not in [0, {self.num_devices})")
+        return int(self.device_memory_caps_gb[rank] * GIB) if self.device_memory_caps_gb else self.device_memory_bytes
+
+    @property
+    def device_memory_bytes_all(self) -> tuple[int, ...]:
+        """Every rank's memory for embeddings, bytes."""
+        if self.device_memory_caps_gb:
+            return tuple(int(c * GIB) for c in self.device_memory_caps_gb)
+        return (self.device_memory_bytes,) * self.num_devices
+
+    @property
+    def total_memory_bytes(self) -> int:
+        return sum(self.device_memory_bytes_all)
+
+    @property
+    def smallest_device_memory_bytes(self) -> int:
+        return min(self.device_memory_bytes_all)
+
+    def device_memory_gb_of(self, rank: int) -> float:
+        """Rank ``rank``'s memory for embeddings, GiB."""
+        return self.device_memory_caps_gb[rank] if self.device_memory_caps_gb else self.device_memory_gb
+
+    def host_of(self, rank: int) -> int:
+        """The host of rank ``rank`` (ranks fill host 0 first, as TorchRec numbers them)."""
+        if not (is_int(rank) and 0 <= rank < self.num_devices):
+            raise IndexError(f"rank {rank!r} is not in [0, {self.num_devices})")
+        return rank // self.devices_per_host
+
+    @property
+    def memory_label(self) -> str:
+        """``16`` GiB, or ``8-16`` when devices differ: for one-line summaries."""
+        if not self.device_memory_caps_gb:
+            return f"{self.device_memory_gb:g}"
+        return f"{min(self.device_memory_caps_gb):g}-{max(self.device_memory_caps_gb):g}"
+
+    def to_dict(self) -> dict[str, object]:
+        """The workload file's ``topology`` object; a single host with default bandwidths keeps
+        the two fields it always had."""
+        out: dict[str, object] = {"num_devices": self.num_devices}
+        if self.num_hosts > 1:
+            out.update(num_hosts=self.num_hosts, devices_per_host=self.devices_per_host)
+        out["device_memory_gb"] = (
+            list(self.device_memory_caps_gb) if self.device_memory_caps_gb else self.device_memory_gb
+        )
+        if self.intra_host_bw_gbps != INTRA_HOST_BW_GBPS:
+            out["intra_host_bw_gbps"] = self.intra_host_bw_gbps
+        if self.inter_host_bw_gbps != INTER_HOST_BW_GBPS:
+            out["inter_host_bw_gbps"] = self.inter_host_bw_gbps
+        return out
+
+
+def _memory_and_caps(device_memory_gb: object) -> tuple[float, tuple[float, ...]]:
+    """One value (no caps), or a sequence of per-rank values (the largest, and the caps)."""
+    if isinstance(device_memory_gb, (list, tuple)):
+        _require(
+            len(device_memory_gb) >= 1,
+            "device_memory_gb",
+            "the per-device list is empty",
+            _MEMORY_FIX,
+        )
+        caps = tuple(device_memory_gb)
+        for value in caps:
+            _require(
+                is_number(value) and value > 0,
+                "device_memory_gb",
+                "must be a number > 0, got {value!r}",
+                _MEMORY_FIX,
+                value,
+            )
+        return max(caps), caps
+    _require(
+        is_number(device_memory_gb),
+        "device_memory_gb",
+        "must be a number > 0 or a list of one per device, got {value!r}",
+        _MEMORY_FIX,
+        device_memory_gb,
+    )
+    return device_memory_gb, ()  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)

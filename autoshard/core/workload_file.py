@@ -7,6 +7,10 @@
  "topology": {"num_devices": 8, "device_memory_gb": 16}}
 ```
 
+A cluster: ``"topology": {"num_hosts": 2, "devices_per_host": 4, "device_memory_gb": 16}``, with
+``device_memory_gb`` optionally one value per device (rank order) and ``intra_host_bw_gbps`` /
+``inter_host_bw_gbps`` in GiB/s (default TorchRec's 600 and 12.5).
+
 Only ``tables[].name``, ``num_embeddings`` and ``embedding_dim`` are required; see the README for
 every field and its default. Errors name the table and the field.
 """
@@ -19,12 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from autoshard.core.errors import InputError
-from autoshard.core.types import Optimizer, Table, Topology, Workload
+from autoshard.core.types import Optimizer, Table, Topology, Workload, is_int
 
 TABLE_FIELDS = tuple(f.name for f in fields(Table))
 TABLE_REQUIRED = ("name", "num_embeddings", "embedding_dim")
 WORKLOAD_FIELDS = ("name", "batch_size", "tables", "topology", "source", "notes")
-TOPOLOGY_FIELDS = tuple(f.name for f in fields(Topology))
+TOPOLOGY_FIELDS = (
+    "num_devices",
+    "num_hosts",
+    "devices_per_host",
+    "device_memory_gb",
+    "intra_host_bw_gbps",
+    "inter_host_bw_gbps",
+)
 
 
 def _check_keys(data: Any, allowed: tuple[str, ...], required: tuple[str, ...], what: str) -> None:
@@ -66,11 +77,36 @@ def table_to_dict(table: Table) -> dict[str, Any]:
 
 
 def topology_from_dict(data: Any) -> Topology:
+    """``{"num_devices", "device_memory_gb"}`` (one host), or ``{"num_hosts", "devices_per_host",
+    "device_memory_gb"}`` (``num_devices`` optional then, and must agree); ``device_memory_gb`` one
+    value or a list of one per device; the bandwidths (GiB/s) optional. Absent = ``null``."""
     try:
-        _check_keys(data, TOPOLOGY_FIELDS, TOPOLOGY_FIELDS, "topology")
-        return Topology(**data)
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if v is not None}
+        _check_keys(data, TOPOLOGY_FIELDS, ("device_memory_gb",), "topology")
+        if "num_devices" not in data and "devices_per_host" not in data:
+            raise InputError(
+                "num_devices",
+                "is required (or num_hosts and devices_per_host)",
+                "add 'num_devices' for one host, or 'num_hosts' and 'devices_per_host'",
+            )
+        values = dict(data)
+        for key in ("num_hosts", "devices_per_host"):  # 0 would mean "derive it" to ``Topology``
+            if key in values and not (is_int(values[key]) and values[key] >= 1):
+                raise InputError(key, f"must be an integer >= 1, got {values[key]!r}", f"set {key}")
+        if isinstance(values["device_memory_gb"], list):
+            values["device_memory_gb"] = tuple(values["device_memory_gb"])
+        if "num_devices" not in values:
+            values["num_devices"] = values.get("num_hosts", 1) * values["devices_per_host"]
+        return Topology(**values)
     except InputError as error:
         raise error.located("topology") from None
+
+
+def topology_to_dict(topology: Topology) -> dict[str, Any]:
+    """The file's ``topology`` object: ``{"num_devices", "device_memory_gb"}`` for one host with
+    TorchRec's bandwidths, as always; the cluster fields where they are not the defaults."""
+    return topology.to_dict()
 
 
 def workload_from_dict(data: Any) -> tuple[Workload, Topology | None]:
@@ -103,7 +139,7 @@ def workload_to_dict(workload: Workload, topology: Topology | None = None) -> di
         "tables": [table_to_dict(t) for t in workload.tables],
     }
     if topology is not None:
-        out["topology"] = {"num_devices": topology.num_devices, "device_memory_gb": topology.device_memory_gb}
+        out["topology"] = topology_to_dict(topology)
     return out
 
 

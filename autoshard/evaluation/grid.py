@@ -103,7 +103,7 @@ def lower_bound_ms(task: Task, context: PlannerContext, communication: Communica
     so a device costs at least the table in its cheapest form that fits. None without a cost model."""
     if context.cost_model is None:
         return None
-    topology, capacity = task.topology, task.topology.device_memory_bytes
+    topology, capacity = task.topology, task.topology.device_memory_bytes  # the largest device's
     priced = (
         WithCommunication(context.cost_model, communication, topology.num_devices)
         if communication is not None

@@ -159,12 +159,14 @@ def compare_replans(
         tuple(kept.dropped),
         tuple(kept.replaced),
         tuple(t.name for t in workload.tables if not current.of_table(t.name)),
-        tuple(replan_row(plan, moves, device_errors) for plan, moves in rows),
+        tuple(replan_row(plan, moves, device_errors, topology) for plan, moves in rows),
     )
     return report, [plan for plan, _ in rows]
 
 
-def replan_row(plan: ShardingPlan, moves: Sequence[Move], device_errors: DeviceErrors | None) -> ReplanRow:
+def replan_row(
+    plan: ShardingPlan, moves: Sequence[Move], device_errors: DeviceErrors | None, topology: Topology | None = None
+) -> ReplanRow:
     """One plan of the report: its costs, its moves, its devices, and itself as a current placement
     (what ``CurrentPlacement.from_export`` reads: the next re-plan starts from it)."""
     costs = [d.cost_ms for d in plan.devices]
@@ -177,7 +179,7 @@ def replan_row(plan: ShardingPlan, moves: Sequence[Move], device_errors: DeviceE
         len(moves),
         sum(m.memory_bytes for m in moves),
         tuple(moves),
-        tuple(DeviceReport.of(d) for d in plan.devices),
+        DeviceReport.all_of(plan, topology),
         placement_of(plan),
     )
 

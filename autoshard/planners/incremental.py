@@ -390,5 +390,5 @@ def _over_memory(kept: Sequence[tuple[TableShard, int]], topology: Topology) -> 
     rank = max(used, key=lambda r: used[r])
     return (
         f"device {rank} would hold {used[rank] / 2**30:.3g} GiB of its shards, more than "
-        f"{topology.device_memory_gb:g} GiB"
+        f"{topology.device_memory_gb_of(rank):g} GiB"
     )

@@ -48,12 +48,12 @@ class PlacementState:
         steps: StepCosts | None = None,
     ) -> None:
         self.units, self.topology = list(units), topology
-        self.devices = [DeviceState(d, topology.device_memory_bytes) for d in range(topology.num_devices)]
+        self.devices = [DeviceState(d, cap) for d, cap in enumerate(topology.device_memory_bytes_all)]
         self.accumulator, self.lookahead, self.max_units_per_device = accumulator, lookahead, max_units_per_device
         self._capped = False  # some device holds ``max_units_per_device`` units (until then the cap masks nothing)
         self.dropped_lookahead = False
         self.position = 0
-        self.free = np.full(topology.num_devices, topology.device_memory_bytes, dtype=np.int64)
+        self.free = np.array(topology.device_memory_bytes_all, dtype=np.int64)  # each device's own cap
         self.count = np.zeros(topology.num_devices, dtype=np.int64)
         self.loads = np.zeros(topology.num_devices)
         self.remaining_cost = float(sum(u.cost for u in self.units))  # of the units not yet placed

@@ -36,25 +36,35 @@ class ShardReport:
 
 @dataclass(frozen=True, slots=True)
 class DeviceReport:
-    """A device of a plan: its tables (``shard_label``), the same structured, its cost and memory."""
+    """A device of a plan: its tables (``shard_label``), the same structured, its cost and memory,
+    and its host (``Topology.host_of`` its rank; 0 on one host)."""
 
     tables: tuple[str, ...]
     shards: tuple[ShardReport, ...]
     cost_ms: float
     memory_bytes: int
+    host: int = 0
 
     @classmethod
-    def of(cls, device: DevicePlan) -> DeviceReport:
+    def of(cls, device: DevicePlan, host: int = 0) -> DeviceReport:
         return cls(
             tuple(shard_label(s) for s in device.shards),
             tuple(ShardReport.of(s) for s in device.shards),
             device.cost_ms,
             device.memory_bytes,
+            host,
         )
 
+    @classmethod
+    def all_of(cls, plan: ShardingPlan, topology: Topology | None = None) -> tuple[DeviceReport, ...]:
+        """The plan's devices, each with its host in ``topology`` (without one: host 0)."""
+        hosts = [0] * len(plan.devices) if topology is None else [topology.host_of(r) for r in range(len(plan.devices))]
+        return tuple(cls.of(d, h) for d, h in zip(plan.devices, hosts))
+
     def to_dict(self, shards: bool = False) -> dict[str, Any]:
-        """``{"tables", "cost_ms", "memory_bytes"}``; with ``shards``, the structured shards after the tables."""
-        out: dict[str, Any] = {"tables": list(self.tables)}
+        """``{"host", "tables", "cost_ms", "memory_bytes"}``; with ``shards``, the structured shards after
+        the tables."""
+        out: dict[str, Any] = {"host": self.host, "tables": list(self.tables)}
         if shards:
             out["shards"] = [s.to_dict() for s in self.shards]
         out.update(cost_ms=self.cost_ms, memory_bytes=self.memory_bytes)
@@ -79,9 +89,16 @@ class PlanReport:
     own_estimate_max_ms: float | None = None
 
     @classmethod
-    def of(cls, plan: ShardingPlan, best: bool = False, device_errors: DeviceErrors | None = None) -> PlanReport:
+    def of(
+        cls,
+        plan: ShardingPlan,
+        best: bool = False,
+        device_errors: DeviceErrors | None = None,
+        topology: Topology | None = None,
+    ) -> PlanReport:
         """The plan; with ``device_errors``, its ``expected_max_ms`` under them (``DeviceErrors.expected_max``:
-        what the model's measured error on each device leads to expect of the max), else None."""
+        what the model's measured error on each device leads to expect of the max), else None; each
+        device with its host in ``topology`` (host 0 without one)."""
         expected = device_errors.expected_max([d.cost_ms for d in plan.devices]) if device_errors else None
         return cls(
             plan.planner,
@@ -92,7 +109,7 @@ class PlanReport:
             plan.reused_s,
             best,
             plan.partial,
-            tuple(DeviceReport.of(d) for d in plan.devices),
+            DeviceReport.all_of(plan, topology),
             max(plan.own_estimate_ms) if plan.own_estimate_ms else None,
         )
 
@@ -153,15 +170,27 @@ class WorkloadReport:
 
 @dataclass(frozen=True, slots=True)
 class TopologyReport:
-    num_devices: int
-    device_memory_gb: float
+    """The topology planned for, as the workload file writes it (``Topology.to_dict``):
+    ``{"num_devices", "device_memory_gb"}`` for one host, plus ``num_hosts`` and
+    ``devices_per_host`` for a cluster, ``device_memory_gb`` a list of one per rank where devices
+    differ, and bandwidths (GiB/s) where they are not TorchRec's defaults."""
+
+    topology: Topology
 
     @classmethod
     def of(cls, topology: Topology) -> TopologyReport:
-        return cls(topology.num_devices, topology.device_memory_gb)
+        return cls(topology)
+
+    @property
+    def num_devices(self) -> int:
+        return self.topology.num_devices
+
+    @property
+    def device_memory_gb(self) -> float:
+        return self.topology.device_memory_gb
 
     def to_dict(self) -> dict[str, Any]:
-        return {"num_devices": self.num_devices, "device_memory_gb": self.device_memory_gb}
+        return self.topology.to_dict()
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +251,6 @@ def plans_report(
         TopologyReport.of(topology),
         cost_unit,
         device_errors.summary() if device_errors else None,
-        tuple(PlanReport.of(p, i == best, device_errors) for i, p in enumerate(plans)),
+        tuple(PlanReport.of(p, i == best, device_errors, topology) for i, p in enumerate(plans)),
         tuple(Skipped(name, reason) for name, reason in skipped),
     )

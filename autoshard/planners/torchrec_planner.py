@@ -1,7 +1,9 @@
 """TorchRec's own planner (``EmbeddingShardingPlanner``) behind our Planner interface.
 
-It plans for a CUDA topology of ``num_devices`` devices with ``device_memory_bytes`` of HBM each
-(no GPU is needed to plan), fused kernels, table-wise sharding (plus column-wise when allowed),
+It plans for a CUDA topology of ``num_hosts`` x ``devices_per_host`` devices (TorchRec's
+``world_size`` and ``local_world_size``, and its intra-/inter-host bandwidths) with
+``device_memory_bytes`` of HBM each, or each rank its own cap through TorchRec's
+``CustomTopologyData`` (no GPU is needed to plan), fused kernels, table-wise sharding (plus column-wise when allowed),
 TorchRec's default proposers, partitioner and storage reservation. Needs the ``torchrec`` extra.
 """
 
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoshard.core.errors import PlannerError, PlannerErrorKind
 from autoshard.core.types import (
+    GIB,
     CostModel,
     Optimizer,
     ShardingPlan,
@@ -128,11 +131,7 @@ class TorchRecPlanner:
         world_size = topology.num_devices
         with _quiet_torchrec():
             planner = EmbeddingShardingPlanner(
-                topology=TorchRecTopology(
-                    world_size=world_size,
-                    compute_device=self.compute_device,
-                    **{"hbm_cap" if self.compute_device == "cuda" else "ddr_cap": topology.device_memory_bytes},
-                ),
+                topology=TorchRecTopology(**torchrec_topology_args(topology, self.compute_device)),
                 batch_size=workload.batch_size,
                 storage_reservation=HeuristicalStorageReservation(
                     percentage=self.storage_reservation, dense_tensor_estimate=0
@@ -211,6 +210,28 @@ class TorchRecPlanner:
             f"but not within TorchRec's reservations: {reason}",
             fixes,
         )
+
+
+def torchrec_topology_args(topology: Topology, compute_device: str = "cuda") -> dict[str, Any]:
+    """The keyword arguments of TorchRec's ``Topology`` for ours: world and local world size, the
+    memory cap (HBM on cuda, DDR on cpu), per rank through ``CustomTopologyData`` where devices
+    differ, and the bandwidths in TorchRec's bytes/ms (ours are GiB/s)."""
+    from torchrec.distributed.planner.types import CustomTopologyData
+
+    cap = "hbm_cap" if compute_device == "cuda" else "ddr_cap"
+    args: dict[str, Any] = {
+        "world_size": topology.world_size,
+        "local_world_size": topology.local_world_size,
+        "compute_device": compute_device,
+        cap: topology.device_memory_bytes,
+        "intra_host_bw": topology.intra_host_bw_gbps * GIB / 1000,
+        "inter_host_bw": topology.inter_host_bw_gbps * GIB / 1000,
+    }
+    if not topology.uniform_memory:
+        args["custom_topology_data"] = CustomTopologyData(
+            {cap: list(topology.device_memory_bytes_all)}, topology.world_size
+        )
+    return args
 
 
 def _check_cuttable(workload: Workload, topology: Topology) -> None:

@@ -10,7 +10,7 @@ from autoshard.planners.feasibility import fmt_bytes
 def validate_plan(plan: ShardingPlan, workload: Workload, topology: Topology) -> None:
     """Raise ``InputError`` unless the plan has one entry per device, places every table of the
     workload exactly once (its column shards cover its columns exactly once, on distinct
-    devices), holds nothing else, and fits every device's memory."""
+    devices), holds nothing else, and fits every device's memory (each its own cap)."""
     fix = "plan with one of the autoshard planners, or fix the plan by hand"
     if len(plan.devices) != topology.num_devices:
         raise InputError(
@@ -21,8 +21,8 @@ def validate_plan(plan: ShardingPlan, workload: Workload, topology: Topology) ->
         )
     tables = {t.name: t for t in workload.tables}
     pieces: dict[str, list[tuple[int, int, int]]] = {name: [] for name in tables}
-    capacity = topology.device_memory_bytes
     for d, device in enumerate(plan.devices):
+        capacity = topology.device_memory_bytes_of(d)
         where = f"{plan.planner} devices[{d}]"
         for shard in device.shards:
             name = shard.table.name

@@ -108,7 +108,8 @@ def observe_many(
     scaled by its own ``cost_bound``. The placements' per-device arrays are stacked, so the work
     is a few array operations whatever their number."""
     topology = states[0].topology
-    n, capacity = topology.num_devices, float(topology.device_memory_bytes)
+    n, capacity = topology.num_devices, float(topology.device_memory_bytes)  # the largest device's
+    caps = np.array(topology.device_memory_bytes_all, dtype=np.float64)  # each device's own
     units = [s.current for s in states]
     lengths = [len(r) for r in rows]
     starts = tuple(itertools.accumulate(lengths, initial=0))
@@ -156,8 +157,8 @@ def observe_many(
         loads / scale,
         added / scale,
         (added - current_max[of_row]) / scale,
-        (capacity - free) / capacity,
-        np.minimum(np.maximum((free - memory[of_row]) / capacity, -1.0), 1.0),
+        (caps[at] - free) / caps[at],
+        np.minimum(np.maximum((free - memory[of_row]) / caps[at], -1.0), 1.0),
         count / np.array([len(s.units) / n for s in states])[of_row],
         _ranks(all_loads)[of_row, at] / max(n - 1, 1),
         greedy,

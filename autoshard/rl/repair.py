@@ -69,7 +69,7 @@ def observe_repair(devices: Sequence[DeviceState], step: Round, scale: float, ro
     the one local search makes (greedy's choice)."""
     n, source = len(devices), step.source
     loads = np.array([d.load for d in devices])
-    capacity = float(devices[0].capacity)
+    capacity = np.array([d.capacity for d in devices], dtype=np.float64)  # each device's own
     current_max, even = float(loads.max()), sum(len(d.units) for d in devices) / n
     after, new_max, free = loads.copy(), np.full(n, current_max), np.array([d.free_bytes for d in devices], float)
     changes = step.changes
@@ -93,8 +93,8 @@ def observe_repair(devices: Sequence[DeviceState], step: Round, scale: float, ro
             loads[rows] / scale,
             after[rows] / scale,
             (new_max[rows] - current_max) / scale,
-            np.array([devices[d].memory_bytes for d in rows]) / capacity,
-            np.clip(free[rows] / capacity, -1.0, 1.0),
+            np.array([devices[d].memory_bytes for d in rows]) / capacity[rows],
+            np.clip(free[rows] / capacity[rows], -1.0, 1.0),
             np.array([len(devices[d].units) for d in rows]) / max(even, 1e-9),
             ranks[rows] / max(n - 1, 1),
             rows == step.changes[0].target,

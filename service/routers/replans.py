@@ -21,7 +21,7 @@ from service.tasks import ErrorInfo, ReplanTask
 
 router = APIRouter(tags=["plans"])
 
-TOPOLOGY_FIELDS = ("num_devices", "device_memory_gb")
+TOPOLOGY_FIELDS = ("num_devices", "num_hosts", "devices_per_host", "device_memory_gb")
 
 
 @router.post(

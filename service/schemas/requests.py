@@ -100,19 +100,43 @@ class TableIn(BaseModel):
 
 
 class TopologyIn(BaseModel):
-    """Identical devices: how many, and the memory each offers to embedding tables."""
+    """The devices: ``num_devices`` on one host, or ``num_hosts`` x ``devices_per_host`` (ranks fill
+    host 0 first), and the memory each offers to embedding tables (one value, or one per rank).
+    Contradictions (``num_hosts * devices_per_host != num_devices``, a per-device list of another
+    length) are 422 naming the field."""
 
     model_config = ConfigDict(
         extra="forbid",
         allow_inf_nan=False,
-        json_schema_extra={"examples": [{"num_devices": 8, "device_memory_gb": 16}]},
+        json_schema_extra={
+            "examples": [
+                {"num_devices": 8, "device_memory_gb": 16},
+                {"num_hosts": 2, "devices_per_host": 4, "device_memory_gb": 16},
+            ]
+        },
     )
 
-    num_devices: int = Field(
-        description="Number of devices, >= 1 (the service caps it, see AUTOSHARD_MAX_DEVICES).", **_doc(minimum=1)
+    num_devices: int | None = Field(
+        None,
+        description="Number of devices, >= 1: one host (the service caps it, see AUTOSHARD_MAX_DEVICES). "
+        "Optional with num_hosts and devices_per_host; given with them, it must equal their product.",
+        **_doc(minimum=1),
     )
-    device_memory_gb: float = Field(
-        description="Memory per device for embeddings, GiB, > 0.", le=MAX_DEVICE_GB, **_doc(exclusiveMinimum=0)
+    num_hosts: int | None = Field(None, description="Hosts, >= 1 (default 1).", **_doc(minimum=1))
+    devices_per_host: int | None = Field(
+        None, description="Devices in each host, >= 1 (default num_devices / num_hosts).", **_doc(minimum=1)
+    )
+    device_memory_gb: float | list[float] = Field(
+        description="Memory per device for embeddings, GiB, > 0 (at most 10^6): one value for every device, or a "
+        "list of one per rank (num_hosts x devices_per_host of them)."
+    )
+    intra_host_bw_gbps: float | None = Field(
+        None,
+        description="Bandwidth between the devices of a host, GiB/s (default TorchRec's 600).",
+        **_doc(exclusiveMinimum=0),
+    )
+    inter_host_bw_gbps: float | None = Field(
+        None, description="Bandwidth between hosts, GiB/s (default TorchRec's 12.5).", **_doc(exclusiveMinimum=0)
     )
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autoshard.core.types import INTER_HOST_BW_GBPS, INTRA_HOST_BW_GBPS
 
 
 class ShardOut(BaseModel):
@@ -15,6 +17,7 @@ class ShardOut(BaseModel):
 
 
 class DeviceOut(BaseModel):
+    host: int = Field(0, description="The device's host: rank // devices_per_host (0 on one host).")
     tables: list[str] = Field(description="Table names; a column shard reads 'name[a:b]'.")
     shards: list[ShardOut] = Field(description="The same, structured: table and column range.")
     cost_ms: float = Field(description="Predicted cost of the device (see cost_unit).")
@@ -76,7 +79,17 @@ class WorkloadSummary(BaseModel):
 
 class TopologyOut(BaseModel):
     num_devices: int
-    device_memory_gb: float
+    num_hosts: int = 1
+    devices_per_host: int = Field(0, description="Devices in each host (num_devices / num_hosts).")
+    device_memory_gb: float | list[float] = Field(description="GiB per device: one value, or one per rank.")
+    intra_host_bw_gbps: float = Field(INTRA_HOST_BW_GBPS, description="Within a host, GiB/s.")
+    inter_host_bw_gbps: float = Field(INTER_HOST_BW_GBPS, description="Between hosts, GiB/s.")
+
+    @model_validator(mode="after")
+    def _per_host(self) -> TopologyOut:
+        if not self.devices_per_host:
+            self.devices_per_host = self.num_devices // max(self.num_hosts, 1)
+        return self
 
 
 class SkippedOut(BaseModel):
