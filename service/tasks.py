@@ -160,7 +160,7 @@ def run_task(
     cache = TaskCache(task.workload, task.topology)
     if cost_model is not None and communication is not None:  # one priced model for the task's planners:
         # ``TaskCache`` hands out the units it costed by model, so that they are costed once
-        cost_model = WithCommunication(cost_model, communication, task.topology.num_devices)
+        cost_model = WithCommunication(cost_model, communication, task.topology)
     results: list[PlannerResult] = []
     for names in _batches(task.names):
         left = task.deadline - time.monotonic()

@@ -21,6 +21,35 @@ def test_formula_by_hand():
         CommunicationModel(0.0, 0.1)
 
 
+def test_two_hosts_price_the_remote_share_at_the_inter_host_bandwidth():
+    """2 hosts x 2 devices: a device sends 1/4 of its bytes within its host, at the measured
+    1 GB/s (1e6 bytes/ms), and 2/4 to the other host at 0.5 GiB/s (536,870.912 bytes/ms)."""
+    comm = CommunicationModel(bandwidth_gbps=1.0, latency_ms=0.1)
+    ten = Table("t", 10, 10)
+    cluster = Topology.cluster(2, 2, 16, inter_host_bw_gbps=0.5)
+    volume = 2 * 1000 * 10 * 4  # forward outputs + backward gradients, 4-byte elements
+    by_hand = 0.2 + volume * 1 / 4 / 1e6 + volume * 2 / 4 / (0.5 * 2**30 / 1000)
+    assert comm.cost_ms([ten], 1000, cluster) == pytest.approx(by_hand)  # 0.2945...
+    # one host of 4: every remote byte at the measured bandwidth, exactly as a bare device count
+    assert comm.cost_ms([ten], 1000, Topology(4, 16)) == comm.cost_ms([ten], 1000, 4) == pytest.approx(0.26)
+    # an inter-host link faster than the measured one is capped at it: as one host
+    fast = Topology.cluster(2, 2, 16, inter_host_bw_gbps=100.0)
+    assert comm.cost_ms([ten], 1000, fast) == pytest.approx(0.26)
+
+
+def test_wrapper_prices_a_cluster_alike_in_every_path():
+    compute = AnalyticalTestCostModel()
+    cluster = Topology.cluster(2, 2, 16, inter_host_bw_gbps=0.5)
+    model = WithCommunication(compute, CommunicationModel(1.0, 0.05), cluster)
+    sets = [[A, B], [A], [], [B]]
+    accumulator = model.accumulator(len(sets), 512)
+    for i, tables in enumerate(sets):
+        for table in tables:
+            accumulator.add(i, table)
+    assert accumulator.costs() == pytest.approx(model.predict_many(sets, 512))
+    assert model.predict([A], 512) > WithCommunication(compute, CommunicationModel(1.0, 0.05), 4).predict([A], 512)
+
+
 def test_wrapper_adds_comm_everywhere(tmp_path):
     compute = AnalyticalTestCostModel()
     comm = CommunicationModel(1.0, 0.05)

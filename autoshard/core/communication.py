@@ -11,6 +11,11 @@ outputs and D devices::
 ``bandwidth_gbps`` is the measured all-to-all bandwidth per device in GB/s (1e9 bytes/s) and
 ``latency_ms`` the cost of one all-to-all of no data; `autoshard bench comm` measures both on
 this machine's ranks and writes them next to the cost model (``communication.json``).
+
+On a cluster of hosts of L devices each, a device sends (L - 1) / D of its bytes to the other
+devices of its host, at the measured bandwidth, and (D - L) / D to other hosts, at the topology's
+``inter_host_bw_gbps`` (GiB/s, TorchRec's unit and default; never faster than the measured one).
+The inter-host figure is modelled, not measured: this machine has one host.
 """
 
 from __future__ import annotations
@@ -30,9 +35,33 @@ from autoshard.core.costing import (
     SetCostModel,
 )
 from autoshard.core.errors import InputError
-from autoshard.core.types import CostModel, Table, Workload
+from autoshard.core.types import GIB, CostModel, Table, Topology, Workload
 
 COMMUNICATION_FILE = "communication.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Links:
+    """What a device's all-to-all crosses: ``num_devices`` ranks, ``devices_per_host`` of them on
+    its host (the rest behind ``inter_host_bw_gbps``, GiB/s)."""
+
+    num_devices: int
+    devices_per_host: int
+    inter_host_bw_gbps: float = 0.0
+
+    @classmethod
+    def of(cls, where: Links | Topology | int) -> Links:
+        """A topology's links; a bare device count is one host."""
+        if isinstance(where, Links):
+            return where
+        if isinstance(where, Topology):
+            return cls(where.num_devices, where.local_world_size, where.inter_host_bw_gbps)
+        return cls(where, where)
+
+    @property
+    def remote_share(self) -> float:
+        """The share of a device's bytes that leaves its host."""
+        return (self.num_devices - self.devices_per_host) / self.num_devices
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,22 +77,40 @@ class CommunicationModel:
             raise InputError("latency_ms", f"must be >= 0, got {self.latency_ms}")
 
     def bytes(self, dims: int, batch_size: int, num_devices: int) -> float:
+        """Bytes a device of ``dims`` output columns sends to the other devices of its host (all
+        of them, on one host of ``num_devices``)."""
         return 2.0 * batch_size * dims * 4 * (num_devices - 1) / num_devices
 
-    def cost_ms(self, tables: Sequence[Table], batch_size: int, num_devices: int) -> float:
-        return self.cost_ms_of(sum(t.embedding_dim for t in tables), len(tables), batch_size, num_devices)
+    def _host_bytes(self, dims: float, batch_size: int, links: Links) -> float:
+        return 2.0 * batch_size * dims * 4 * (links.devices_per_host - 1) / links.num_devices
 
-    def cost_ms_of(self, dims: int, count: int, batch_size: int, num_devices: int) -> float:
-        """The cost of a device holding ``count`` tables (shards) of ``dims`` columns in all."""
-        if num_devices <= 1 or count == 0:
+    def _remote_ms(self, dims: float | np.ndarray, batch_size: int, links: Links) -> float | np.ndarray:
+        """The inter-host part of the all-to-all (0 on one host)."""
+        if links.devices_per_host >= links.num_devices:
             return 0.0
-        return 2 * self.latency_ms + self.bytes(dims, batch_size, num_devices) / (self.bandwidth_gbps * 1e6)
+        per_ms = min(self.bandwidth_gbps * 1e6, links.inter_host_bw_gbps * GIB / 1000)
+        return 2.0 * batch_size * dims * 4 * links.remote_share / per_ms
 
-    def cost_ms_many(self, dims: np.ndarray, count: np.ndarray, batch_size: int, num_devices: int) -> np.ndarray:
+    def cost_ms(self, tables: Sequence[Table], batch_size: int, where: Links | Topology | int) -> float:
+        return self.cost_ms_of(sum(t.embedding_dim for t in tables), len(tables), batch_size, where)
+
+    def cost_ms_of(self, dims: int, count: int, batch_size: int, where: Links | Topology | int) -> float:
+        """The cost of a device holding ``count`` tables (shards) of ``dims`` columns in all."""
+        links = Links.of(where)
+        if links.num_devices <= 1 or count == 0:
+            return 0.0
+        host = self._host_bytes(dims, batch_size, links) / (self.bandwidth_gbps * 1e6)
+        return 2 * self.latency_ms + host + float(self._remote_ms(dims, batch_size, links))
+
+    def cost_ms_many(
+        self, dims: np.ndarray, count: np.ndarray, batch_size: int, where: Links | Topology | int
+    ) -> np.ndarray:
         """``cost_ms_of`` of many devices at once (arrays of their dims and table counts)."""
-        if num_devices <= 1:
+        links = Links.of(where)
+        if links.num_devices <= 1:
             return np.zeros(len(dims))
-        cost = 2 * self.latency_ms + self.bytes(1, batch_size, num_devices) * dims / (self.bandwidth_gbps * 1e6)
+        host = self._host_bytes(1, batch_size, links) * dims / (self.bandwidth_gbps * 1e6)
+        cost = 2 * self.latency_ms + host + self._remote_ms(dims, batch_size, links)
         return np.where(count > 0, cost, 0.0)
 
     def save(self, path: Path) -> None:
@@ -83,14 +130,20 @@ class CommunicationModel:
 
 
 class WithCommunication(SetCostModel):
-    """A cost model plus the all-to-all cost of each device's set, for ``num_devices`` devices."""
+    """A cost model plus the all-to-all cost of each device's set on a topology (or a bare
+    device count: one host)."""
 
-    def __init__(self, compute: CostModel, communication: CommunicationModel, num_devices: int) -> None:
-        self.compute, self.communication, self.num_devices = compute, communication, num_devices
+    def __init__(self, compute: CostModel, communication: CommunicationModel, where: Topology | int) -> None:
+        self.compute, self.communication = compute, communication
+        self.links = Links.of(where)
         self.max_set_size = compute.max_set_size
 
+    @property
+    def num_devices(self) -> int:
+        return self.links.num_devices
+
     def _comm(self, tables: Sequence[Table], batch_size: int) -> float:
-        return self.communication.cost_ms(tables, batch_size, self.num_devices)
+        return self.communication.cost_ms(tables, batch_size, self.links)
 
     def check_workload(self, workload: Workload, max_tables_per_device: int | None = None) -> tuple[str, ...]:
         return self.compute.check_workload(workload, max_tables_per_device)
@@ -132,7 +185,7 @@ class _CommEdits:
         added = np.array([0.0, *(t.embedding_dim for t in edits.added)])[edits.add + 1]
         count = (self.sizes[edits.base] - has_rem + has_add).astype(np.float64)
         return compute + self.model.communication.cost_ms_many(
-            self.set_dims[edits.base] - removed + added, count, self.batch_size, self.model.num_devices
+            self.set_dims[edits.base] - removed + added, count, self.batch_size, self.model.links
         )
 
 
@@ -144,7 +197,7 @@ class _CommAccumulator:
         self.dims, self.count = np.zeros(num_sets), np.zeros(num_sets)
 
     def _comm(self, dims: np.ndarray, count: np.ndarray) -> np.ndarray:
-        return self.model.communication.cost_ms_many(dims, count, self.batch_size, self.model.num_devices)
+        return self.model.communication.cost_ms_many(dims, count, self.batch_size, self.model.links)
 
     def costs(self) -> np.ndarray:
         return self.compute.costs() + self._comm(self.dims, self.count)

@@ -41,9 +41,7 @@ def compare_planners(
     planner has taken so far, may refuse the rest (``not_started``: a caller's deadline)."""
     context = context.for_task(workload, topology)
     if context.cost_model is not None and communication is not None:
-        context = replace(
-            context, cost_model=WithCommunication(context.cost_model, communication, topology.num_devices)
-        )
+        context = replace(context, cost_model=WithCommunication(context.cost_model, communication, topology))
     skipped: list[tuple[str, str]] = []
     if names is None:
         names, unavailable = available_planners(context, defaults_only=False)

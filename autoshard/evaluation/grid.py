@@ -105,7 +105,7 @@ def lower_bound_ms(task: Task, context: PlannerContext, communication: Communica
         return None
     topology, capacity = task.topology, task.topology.device_memory_bytes  # the largest device's
     priced = (
-        WithCommunication(context.cost_model, communication, topology.num_devices)
+        WithCommunication(context.cost_model, communication, topology)
         if communication is not None
         else context.cost_model
     )

@@ -127,7 +127,7 @@ def compare_replans(
     """The report and its plans, in its order: keep (0 moves), a re-plan per budget (as given),
     cost_greedy from scratch (column splits as ``allow_split`` says). Costs include
     ``communication``'s all-to-all; each plan's expected max comes from ``device_errors``."""
-    scorer = cost_model if communication is None else WithCommunication(cost_model, communication, topology.num_devices)
+    scorer = cost_model if communication is None else WithCommunication(cost_model, communication, topology)
     kept, *moved = replans(
         workload,
         topology,

@@ -88,9 +88,7 @@ def guarded_state(
 def priced(task: Task, cost_model: CostModel, communication: CommunicationModel | None) -> CostModel:
     """Device costs as the env scores them: the cost model plus, if given, the all-to-all for the
     task's device count."""
-    return (
-        cost_model if communication is None else WithCommunication(cost_model, communication, task.topology.num_devices)
-    )
+    return cost_model if communication is None else WithCommunication(cost_model, communication, task.topology)
 
 
 def refined_max(
