@@ -84,3 +84,25 @@ def test_all_to_all_is_measured_on_two_ranks():
     model, points = measure_all_to_all(2, sizes_mb=(0.0625, 1.0), repeats=3)
     assert model.bandwidth_gbps > 0 and model.latency_ms >= 0
     assert [b for b, _ in points] == [65536, 1048576] and all(ms > 0 for _, ms in points)
+
+
+def test_the_plan_report_splits_each_device_into_compute_and_all_to_all():
+    from autoshard.evaluation.compare import compare_planners
+    from autoshard.planners.report import plans_report
+
+    compute = AnalyticalTestCostModel()
+    comm = CommunicationModel(1.0, 0.05)
+    workload = Workload((A, B, Table("c", 10, 32)), batch_size=512)
+    cluster = Topology.cluster(2, 1, 16, inter_host_bw_gbps=0.5)
+    plans = compare_planners(workload, cluster, ["round_robin"], PlannerContext(compute), comm).plans
+    report = plans_report(workload, cluster, plans, communication=comm)
+    for device, plan_device in zip(report.plans[0].devices, plans[0].devices):
+        tables = [s.as_table for s in plan_device.shards]
+        assert device.communication_ms == pytest.approx(comm.cost_ms(tables, 512, cluster))
+        assert device.compute_ms == pytest.approx(compute.predict(tables, 512))
+        assert device.compute_ms + device.communication_ms == pytest.approx(device.cost_ms)
+    as_json = report.to_dict()["plans"][0]["devices"][0]
+    assert {"cost_ms", "compute_ms", "communication_ms", "memory_bytes", "host"} <= set(as_json)
+    # without a communication model the whole cost is compute
+    plain = plans_report(workload, cluster, plans).plans[0].devices[0]
+    assert plain.communication_ms == 0.0 and plain.compute_ms == plain.cost_ms

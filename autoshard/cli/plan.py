@@ -188,7 +188,13 @@ def plan_cmd(
         )
     plans = list(result.plans)
     report = plans_report(
-        loaded, topology, plans, skipped, "ms" if cost_model else PROXY_UNIT, profile.device_errors if profile else None
+        loaded,
+        topology,
+        plans,
+        skipped,
+        "ms" if cost_model else PROXY_UNIT,
+        profile.device_errors if profile else None,
+        comm,
     ).to_dict()  # the JSON, with what the CLI adds
     report["warnings"] = list(warnings)
     report["profile"] = profile.profile if profile else None  # which device's costs these are (as the service says)

@@ -145,6 +145,7 @@ def compare_replans(
         PlannerContext(cost_model, allow_column_split=None if allow_split else False, time_budget_s=time_budget_s),
         communication,
     ).plans
+    priced = (communication, workload.batch_size) if communication else None
     rows = [
         (kept.plan, kept.moves),
         *((r.plan, r.moves) for r in moved),
@@ -159,13 +160,17 @@ def compare_replans(
         tuple(kept.dropped),
         tuple(kept.replaced),
         tuple(t.name for t in workload.tables if not current.of_table(t.name)),
-        tuple(replan_row(plan, moves, device_errors, topology) for plan, moves in rows),
+        tuple(replan_row(plan, moves, device_errors, topology, priced) for plan, moves in rows),
     )
     return report, [plan for plan, _ in rows]
 
 
 def replan_row(
-    plan: ShardingPlan, moves: Sequence[Move], device_errors: DeviceErrors | None, topology: Topology | None = None
+    plan: ShardingPlan,
+    moves: Sequence[Move],
+    device_errors: DeviceErrors | None,
+    topology: Topology | None = None,
+    priced: tuple[CommunicationModel, int] | None = None,
 ) -> ReplanRow:
     """One plan of the report: its costs, its moves, its devices, and itself as a current placement
     (what ``CurrentPlacement.from_export`` reads: the next re-plan starts from it)."""
@@ -179,7 +184,7 @@ def replan_row(
         len(moves),
         sum(m.memory_bytes for m in moves),
         tuple(moves),
-        DeviceReport.all_of(plan, topology),
+        DeviceReport.all_of(plan, topology, priced),
         placement_of(plan),
     )
 

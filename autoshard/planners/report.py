@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autoshard.core.communication import CommunicationModel
 from autoshard.core.model_error import DeviceErrors
 from autoshard.core.types import DevicePlan, ShardingPlan, TableShard, Topology, Workload
 
@@ -37,37 +38,61 @@ class ShardReport:
 @dataclass(frozen=True, slots=True)
 class DeviceReport:
     """A device of a plan: its tables (``shard_label``), the same structured, its cost and memory,
-    and its host (``Topology.host_of`` its rank; 0 on one host)."""
+    and its host (``Topology.host_of`` its rank; 0 on one host). ``communication_ms``: the part of
+    ``cost_ms`` that is its all-to-all (0 where the plan was priced without one); the rest is
+    compute."""
 
     tables: tuple[str, ...]
     shards: tuple[ShardReport, ...]
     cost_ms: float
     memory_bytes: int
     host: int = 0
+    communication_ms: float = 0.0
+
+    @property
+    def compute_ms(self) -> float:
+        return self.cost_ms - self.communication_ms
 
     @classmethod
-    def of(cls, device: DevicePlan, host: int = 0) -> DeviceReport:
+    def of(cls, device: DevicePlan, host: int = 0, communication_ms: float = 0.0) -> DeviceReport:
         return cls(
             tuple(shard_label(s) for s in device.shards),
             tuple(ShardReport.of(s) for s in device.shards),
             device.cost_ms,
             device.memory_bytes,
             host,
+            communication_ms,
         )
 
     @classmethod
-    def all_of(cls, plan: ShardingPlan, topology: Topology | None = None) -> tuple[DeviceReport, ...]:
-        """The plan's devices, each with its host in ``topology`` (without one: host 0)."""
-        hosts = [0] * len(plan.devices) if topology is None else [topology.host_of(r) for r in range(len(plan.devices))]
-        return tuple(cls.of(d, h) for d, h in zip(plan.devices, hosts))
+    def all_of(
+        cls,
+        plan: ShardingPlan,
+        topology: Topology | None = None,
+        priced: tuple[CommunicationModel, int] | None = None,
+    ) -> tuple[DeviceReport, ...]:
+        """The plan's devices, each with its host in ``topology`` (without one: host 0) and, where
+        the plan was priced with ``priced`` (the all-to-all and the batch size), its share of it."""
+        n = len(plan.devices)
+        hosts = [0] * n if topology is None else [topology.host_of(r) for r in range(n)]
+        where = topology if topology is not None else n
+        comm = [
+            priced[0].cost_ms([s.as_table for s in d.shards], priced[1], where) if priced else 0.0 for d in plan.devices
+        ]
+        return tuple(cls.of(d, h, c) for d, h, c in zip(plan.devices, hosts, comm))
 
     def to_dict(self, shards: bool = False) -> dict[str, Any]:
-        """``{"host", "tables", "cost_ms", "memory_bytes"}``; with ``shards``, the structured shards after
-        the tables."""
+        """``{"host", "tables", "cost_ms", "compute_ms", "communication_ms", "memory_bytes"}``;
+        with ``shards``, the structured shards after the tables."""
         out: dict[str, Any] = {"host": self.host, "tables": list(self.tables)}
         if shards:
             out["shards"] = [s.to_dict() for s in self.shards]
-        out.update(cost_ms=self.cost_ms, memory_bytes=self.memory_bytes)
+        out.update(
+            cost_ms=self.cost_ms,
+            compute_ms=self.compute_ms,
+            communication_ms=self.communication_ms,
+            memory_bytes=self.memory_bytes,
+        )
         return out
 
 
@@ -95,6 +120,7 @@ class PlanReport:
         best: bool = False,
         device_errors: DeviceErrors | None = None,
         topology: Topology | None = None,
+        priced: tuple[CommunicationModel, int] | None = None,
     ) -> PlanReport:
         """The plan; with ``device_errors``, its ``expected_max_ms`` under them (``DeviceErrors.expected_max``:
         what the model's measured error on each device leads to expect of the max), else None; each
@@ -109,7 +135,7 @@ class PlanReport:
             plan.reused_s,
             best,
             plan.partial,
-            DeviceReport.all_of(plan, topology),
+            DeviceReport.all_of(plan, topology, priced),
             max(plan.own_estimate_ms) if plan.own_estimate_ms else None,
         )
 
@@ -241,16 +267,19 @@ def plans_report(
     skipped: Sequence[tuple[str, str]] = (),
     cost_unit: str = "ms",
     device_errors: DeviceErrors | None = None,
+    communication: CommunicationModel | None = None,
 ) -> PlansReport:
     """Several plans of one workload side by side; the ``best_plan_index`` one is flagged
     ``best``. ``skipped`` lists (planner, reason). With the profile's ``device_errors``, each
-    plan's expected max under them, and their summary as ``model_error``."""
+    plan's expected max under them, and their summary as ``model_error``. With the
+    ``communication`` the plans were priced with, each device's compute and all-to-all apart."""
     best = best_plan_index(plans)
+    priced = (communication, workload.batch_size) if communication is not None and cost_unit == "ms" else None
     return PlansReport(
         WorkloadReport(workload.name, len(workload.tables), workload.batch_size, workload.memory_bytes),
         TopologyReport.of(topology),
         cost_unit,
         device_errors.summary() if device_errors else None,
-        tuple(PlanReport.of(p, i == best, device_errors, topology) for i, p in enumerate(plans)),
+        tuple(PlanReport.of(p, i == best, device_errors, topology, priced) for i, p in enumerate(plans)),
         tuple(Skipped(name, reason) for name, reason in skipped),
     )

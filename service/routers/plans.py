@@ -205,6 +205,7 @@ def _response(
         outcome.skipped,
         "ms" if model else PROXY_UNIT,
         model.device_errors if model else None,
+        model.communication if model else None,
     )
     best_name = next(e.planner for e in report.plans if e.best)
     best = next(p for p in plans if p.planner == best_name)

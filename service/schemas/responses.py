@@ -21,6 +21,10 @@ class DeviceOut(BaseModel):
     tables: list[str] = Field(description="Table names; a column shard reads 'name[a:b]'.")
     shards: list[ShardOut] = Field(description="The same, structured: table and column range.")
     cost_ms: float = Field(description="Predicted cost of the device (see cost_unit).")
+    compute_ms: float = Field(description="The part of cost_ms that is the device's own compute.")
+    communication_ms: float = Field(
+        0.0, description="The part of cost_ms that is its all-to-all (0 where the profile has no communication model)."
+    )
     memory_bytes: int
 
 
