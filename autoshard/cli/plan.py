@@ -12,12 +12,12 @@ from autoshard.cli.support import (
     COLUMN_SPLIT_HELP,
     DEFAULT_MODEL,
     DEPARTURE_MARGIN_HELP,
-    DEVICES_PER_HOST_HELP,
-    HOSTS_HELP,
     MEASUREMENT,
     OUTPUT,
     PLANNERS,
     WORKLOAD,
+    DevicesPerHostOption,
+    HostsOption,
     console,
     ensure_malloc_settings,
     friendly_errors,
@@ -48,14 +48,8 @@ def plan_cmd(
         float | None,
         typer.Option(help="Memory per device for embeddings, GiB (default: the file's).", rich_help_panel=WORKLOAD),
     ] = None,
-    hosts: Annotated[
-        int | None,
-        typer.Option(min=1, help=HOSTS_HELP, rich_help_panel=WORKLOAD),
-    ] = None,
-    devices_per_host: Annotated[
-        int | None,
-        typer.Option(min=1, help=DEVICES_PER_HOST_HELP, rich_help_panel=WORKLOAD),
-    ] = None,
+    hosts: HostsOption = None,
+    devices_per_host: DevicesPerHostOption = None,
     planner: Annotated[
         str, typer.Option(help="'all', a planner name, or a comma-separated list of them.", rich_help_panel=PLANNERS)
     ] = "all",

@@ -10,12 +10,12 @@ import typer
 
 from autoshard.cli.support import (
     DEFAULT_MODEL,
-    DEVICES_PER_HOST_HELP,
-    HOSTS_HELP,
     MEASUREMENT,
     OUTPUT,
     PLANNERS,
     WORKLOAD,
+    DevicesPerHostOption,
+    HostsOption,
     as_option,
     console,
     ensure_malloc_settings,
@@ -62,14 +62,8 @@ def replan_cmd(
             help="Memory per device for embeddings, GiB (default: the workload file's).", rich_help_panel=WORKLOAD
         ),
     ] = None,
-    hosts: Annotated[
-        int | None,
-        typer.Option(min=1, help=HOSTS_HELP, rich_help_panel=WORKLOAD),
-    ] = None,
-    devices_per_host: Annotated[
-        int | None,
-        typer.Option(min=1, help=DEVICES_PER_HOST_HELP, rich_help_panel=WORKLOAD),
-    ] = None,
+    hosts: HostsOption = None,
+    devices_per_host: DevicesPerHostOption = None,
     max_moves: Annotated[
         str,
         typer.Option(

@@ -9,7 +9,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -290,8 +290,18 @@ def one_thread() -> None:
     threadpool_limits(1)
 
 
-HOSTS_HELP = "Number of hosts, with --devices-per-host (--devices alone: one host; default: the file's)."
-DEVICES_PER_HOST_HELP = "Devices in each host, with --hosts (ranks fill host 0 first)."
+HostsOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Number of hosts, with --devices-per-host (--devices alone: one host; default: the file's).",
+        rich_help_panel=WORKLOAD,
+    ),
+]
+DevicesPerHostOption = Annotated[
+    int | None,
+    typer.Option(min=1, help="Devices in each host, with --hosts (ranks fill host 0 first).", rich_help_panel=WORKLOAD),
+]
 
 
 def topology_label(topology: Topology) -> str:
