@@ -16,6 +16,15 @@ On a cluster of hosts of L devices each, a device sends (L - 1) / D of its bytes
 devices of its host, at the measured bandwidth, and (D - L) / D to other hosts, at the topology's
 ``inter_host_bw_gbps`` (GiB/s, TorchRec's unit and default; never faster than the measured one).
 The inter-host figure is modelled, not measured: this machine has one host.
+
+Each shard adds its own output columns (``link_dims``, from its table's sharding type; see
+``autoshard.core.sharding``): a table-, column- or row-wise shard its d columns to both tiers (a
+row-wise shard's reduce-scatter moves the same bytes as an all-to-all of its partial sums); a
+table-row-wise or grid shard reduce-scatters inside its host (2 B d 4 (L - 1) / L bytes) and
+sends only B / L rows of the reduced output to other hosts; a data-parallel replica sends no
+pooled output but all-reduces its R x d gradient (a ring: 2 (W - 1) / W x R d b bytes a device,
+at the measured bandwidth on one host and at the slower of it and ``inter_host_bw_gbps`` across
+hosts; modelled, like every inter-host figure).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from autoshard.core.costing import (
     SetCostModel,
 )
 from autoshard.core.errors import InputError
+from autoshard.core.sharding import ShardingType
 from autoshard.core.types import GIB, CostModel, Table, Topology, Workload
 
 COMMUNICATION_FILE = "communication.json"
@@ -64,6 +74,26 @@ class Links:
         return (self.num_devices - self.devices_per_host) / self.num_devices
 
 
+def link_dims(table: Table, links: Links) -> tuple[float, float]:
+    """The output columns a shard (``table``: its ``as_table``) sends inside its host and to
+    other hosts, in units of a table-wise shard's all-to-all (see the module docstring)."""
+    kind, d = table.sharding_type, float(table.embedding_dim)
+    if kind is ShardingType.DATA_PARALLEL:
+        return 0.0, 0.0
+    if kind is ShardingType.TABLE_ROW_WISE or kind is ShardingType.GRID_SHARD:
+        host_size = links.devices_per_host
+        return d * links.num_devices / host_size, d / host_size
+    return d, d
+
+
+def allreduce_bytes(table: Table, links: Links) -> float:
+    """Bytes a device sends to all-reduce a data-parallel replica's gradient (ring; 0 otherwise)."""
+    if table.sharding_type is not ShardingType.DATA_PARALLEL or links.num_devices <= 1:
+        return 0.0
+    weights = table.num_embeddings * table.embedding_dim * table.bytes_per_element
+    return 2.0 * (links.num_devices - 1) / links.num_devices * weights
+
+
 @dataclass(frozen=True, slots=True)
 class CommunicationModel:
     bandwidth_gbps: float
@@ -84,34 +114,78 @@ class CommunicationModel:
     def _host_bytes(self, dims: float, batch_size: int, links: Links) -> float:
         return 2.0 * batch_size * dims * 4 * (links.devices_per_host - 1) / links.num_devices
 
+    def _slowest_per_ms(self, links: Links) -> float:
+        """Bytes per ms over the slowest link a device's traffic crosses."""
+        measured = self.bandwidth_gbps * 1e6
+        if links.devices_per_host >= links.num_devices:
+            return measured
+        return min(measured, links.inter_host_bw_gbps * GIB / 1000)
+
     def _remote_ms(self, dims: float | np.ndarray, batch_size: int, links: Links) -> float | np.ndarray:
         """The inter-host part of the all-to-all (0 on one host)."""
         if links.devices_per_host >= links.num_devices:
             return 0.0
-        per_ms = min(self.bandwidth_gbps * 1e6, links.inter_host_bw_gbps * GIB / 1000)
-        return 2.0 * batch_size * dims * 4 * links.remote_share / per_ms
+        return 2.0 * batch_size * dims * 4 * links.remote_share / self._slowest_per_ms(links)
+
+    def allreduce_ms(self, table: Table, where: Links | Topology | int) -> float:
+        """A data-parallel replica's gradient all-reduce (0 for any other shard)."""
+        links = Links.of(where)
+        sent = allreduce_bytes(table, links)
+        return sent / self._slowest_per_ms(links) if sent else 0.0
 
     def cost_ms(self, tables: Sequence[Table], batch_size: int, where: Links | Topology | int) -> float:
-        return self.cost_ms_of(sum(t.embedding_dim for t in tables), len(tables), batch_size, where)
+        """The communication of a device holding ``tables`` (its shards, as tables)."""
+        links = Links.of(where)
+        host = remote = extra = 0.0
+        for table in tables:
+            h, r = link_dims(table, links)
+            host, remote, extra = host + h, remote + r, extra + self.allreduce_ms(table, links)
+        return self.cost_ms_of(host, len(tables), batch_size, links, remote, extra)
 
-    def cost_ms_of(self, dims: int, count: int, batch_size: int, where: Links | Topology | int) -> float:
-        """The cost of a device holding ``count`` tables (shards) of ``dims`` columns in all."""
+    def cost_ms_of(
+        self,
+        dims: float,
+        count: int,
+        batch_size: int,
+        where: Links | Topology | int,
+        remote_dims: float | None = None,
+        extra_ms: float = 0.0,
+    ) -> float:
+        """The cost of a device holding ``count`` shards of ``dims`` output columns in all (and
+        ``remote_dims`` to other hosts, if they differ; ``extra_ms`` of all-reduce)."""
         links = Links.of(where)
         if links.num_devices <= 1 or count == 0:
             return 0.0
         host = self._host_bytes(dims, batch_size, links) / (self.bandwidth_gbps * 1e6)
-        return 2 * self.latency_ms + host + float(self._remote_ms(dims, batch_size, links))
+        remote = float(self._remote_ms(dims if remote_dims is None else remote_dims, batch_size, links))
+        return 2 * self.latency_ms + host + remote + extra_ms
 
     def cost_ms_many(
-        self, dims: np.ndarray, count: np.ndarray, batch_size: int, where: Links | Topology | int
+        self,
+        dims: np.ndarray,
+        count: np.ndarray,
+        batch_size: int,
+        where: Links | Topology | int,
+        remote_dims: np.ndarray | None = None,
+        extra_ms: np.ndarray | None = None,
     ) -> np.ndarray:
-        """``cost_ms_of`` of many devices at once (arrays of their dims and table counts)."""
+        """The cost of many devices at once: arrays of their output dims inside the host (and,
+        if they differ, to other hosts: ``remote_dims``), their shard counts, and their
+        all-reduce time (``extra_ms``)."""
         links = Links.of(where)
         if links.num_devices <= 1:
             return np.zeros(len(dims))
         host = self._host_bytes(1, batch_size, links) * dims / (self.bandwidth_gbps * 1e6)
-        cost = 2 * self.latency_ms + host + self._remote_ms(dims, batch_size, links)
+        remote = self._remote_ms(dims if remote_dims is None else remote_dims, batch_size, links)
+        cost = 2 * self.latency_ms + host + remote
+        if extra_ms is not None:
+            cost = cost + extra_ms
         return np.where(count > 0, cost, 0.0)
+
+    def terms(self, table: Table, links: Links) -> tuple[float, float, float]:
+        """What ``table`` adds to a device's communication: (host dims, remote dims, all-reduce ms)."""
+        host, remote = link_dims(table, links)
+        return host, remote, self.allreduce_ms(table, links)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=1) + "\n")
@@ -169,10 +243,14 @@ class _CommEdits:
         self, compute: EditScorer, model: WithCommunication, base_sets: Sequence[Sequence[Table]], batch_size: int
     ) -> None:
         self.compute, self.model, self.batch_size = compute, model, batch_size
-        self.dims = np.array([t.embedding_dim for s in base_sets for t in s], dtype=np.float64)
+        terms = model.communication.terms
+        self.terms = np.array([terms(t, model.links) for s in base_sets for t in s], dtype=np.float64).reshape(-1, 3)
         self.sizes = np.array([len(s) for s in base_sets], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
-        self.set_dims = np.array([sum(t.embedding_dim for t in s) for s in base_sets], dtype=np.float64)
+        self.set_terms = np.array(
+            [np.sum([terms(t, model.links) for t in s], axis=0) if s else np.zeros(3) for s in base_sets],
+            dtype=np.float64,
+        ).reshape(-1, 3)
 
     def predict(self, edits: Edits) -> np.ndarray:
         edits = EditBatch.of(edits)
@@ -180,12 +258,14 @@ class _CommEdits:
         if not len(edits):
             return compute
         has_rem, has_add = edits.removed >= 0, edits.add >= 0
-        flat_row = np.minimum(self.offsets[edits.base] + edits.removed, max(len(self.dims) - 1, 0))
-        removed = np.where(has_rem, self.dims[flat_row] if len(self.dims) else 0.0, 0.0)
-        added = np.array([0.0, *(t.embedding_dim for t in edits.added)])[edits.add + 1]
+        flat_row = np.minimum(self.offsets[edits.base] + edits.removed, max(len(self.terms) - 1, 0))
+        removed = np.where(has_rem[:, None], self.terms[flat_row] if len(self.terms) else 0.0, 0.0)
+        added_terms = [self.model.communication.terms(t, self.model.links) for t in edits.added]
+        added = np.array([(0.0, 0.0, 0.0), *added_terms], dtype=np.float64)[edits.add + 1]
         count = (self.sizes[edits.base] - has_rem + has_add).astype(np.float64)
+        total = self.set_terms[edits.base] - removed + added
         return compute + self.model.communication.cost_ms_many(
-            self.set_dims[edits.base] - removed + added, count, self.batch_size, self.model.links
+            total[:, 0], count, self.batch_size, self.model.links, total[:, 1], total[:, 2]
         )
 
 
@@ -195,18 +275,24 @@ class _CommAccumulator:
     def __init__(self, compute: Accumulator, model: WithCommunication, num_sets: int, batch_size: int) -> None:
         self.compute, self.model, self.batch_size = compute, model, batch_size
         self.dims, self.count = np.zeros(num_sets), np.zeros(num_sets)
+        self.remote, self.extra = np.zeros(num_sets), np.zeros(num_sets)
 
-    def _comm(self, dims: np.ndarray, count: np.ndarray) -> np.ndarray:
-        return self.model.communication.cost_ms_many(dims, count, self.batch_size, self.model.links)
+    def _comm(self, dims: np.ndarray, count: np.ndarray, remote: np.ndarray, extra: np.ndarray) -> np.ndarray:
+        return self.model.communication.cost_ms_many(dims, count, self.batch_size, self.model.links, remote, extra)
 
     def costs(self) -> np.ndarray:
-        return self.compute.costs() + self._comm(self.dims, self.count)
+        return self.compute.costs() + self._comm(self.dims, self.count, self.remote, self.extra)
 
     def costs_if_added(self, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
-        dims, count = (self.dims, self.count) if rows is None else (self.dims[rows], self.count[rows])
-        return self.compute.costs_if_added(table, rows) + self._comm(dims + table.embedding_dim, count + 1)
+        at = slice(None) if rows is None else rows
+        host, remote, extra = self.model.communication.terms(table, self.model.links)
+        comm = self._comm(self.dims[at] + host, self.count[at] + 1, self.remote[at] + remote, self.extra[at] + extra)
+        return self.compute.costs_if_added(table, rows) + comm
 
     def add(self, set_index: int, table: Table) -> None:
         self.compute.add(set_index, table)
-        self.dims[set_index] += table.embedding_dim
+        host, remote, extra = self.model.communication.terms(table, self.model.links)
+        self.dims[set_index] += host
+        self.remote[set_index] += remote
+        self.extra[set_index] += extra
         self.count[set_index] += 1

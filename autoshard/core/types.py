@@ -12,6 +12,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from autoshard.core.errors import InputError
+from autoshard.core.sharding import ShardingType, row_block_shares, row_blocks
 
 if TYPE_CHECKING:
     from autoshard.core.costing import Accumulator, Edits, EditScorer
@@ -72,6 +73,7 @@ class Table:
     zipf_alpha: float = 0.0
     bytes_per_element: int = 4
     optimizer: Optimizer = Optimizer.SGD
+    sharding_type: ShardingType = ShardingType.TABLE_WISE
 
     def __post_init__(self) -> None:
         _require(
@@ -446,34 +448,91 @@ def _memory_and_caps(device_memory_gb: object) -> tuple[float, tuple[float, ...]
 
 @dataclass(frozen=True, slots=True)
 class TableShard:
-    """A table, or a column-wise slice ``[column_offset, column_offset + columns)`` of it."""
+    """One shard of a table on one device: rows ``[row_offset, row_offset + rows)`` and columns
+    ``[column_offset, column_offset + columns)`` of it (``None``: all of them), placed under
+    ``sharding`` (``None``: ``table_wise`` when whole, ``column_wise`` when a column slice).
+    ``lookup_share``: the share of the table's lookups it serves (a row block's ``s_j``, a
+    data-parallel replica's 1 / W; see ``autoshard.core.sharding``)."""
 
     table: Table
     column_offset: int = 0
     columns: int | None = None
+    row_offset: int = 0
+    rows: int | None = None
+    sharding: ShardingType | None = None
+    lookup_share: float = 1.0
 
     @property
     def width(self) -> int:
         return self.table.embedding_dim if self.columns is None else self.columns
 
     @property
+    def height(self) -> int:
+        return self.table.num_embeddings if self.rows is None else self.rows
+
+    @property
+    def sharding_type(self) -> ShardingType:
+        if self.sharding is not None:
+            return self.sharding
+        return ShardingType.TABLE_WISE if self.width == self.table.embedding_dim else ShardingType.COLUMN_WISE
+
+    @property
+    def label(self) -> str:
+        """``name``, ``name[c0:c1]`` (columns), ``name[r0:r1]`` or ``name[r0:r1,c0:c1]`` (rows),
+        ``name[dp]`` (a replica): unique among one device's shards."""
+        t = self.table
+        columns = f"{self.column_offset}:{self.column_offset + self.width}"
+        if self.sharding is ShardingType.DATA_PARALLEL:
+            return f"{t.name}[dp]"
+        if self.rows is not None:
+            rows = f"r{self.row_offset}:{self.row_offset + self.rows}"
+            return f"{t.name}[{rows}]" if self.width == t.embedding_dim else f"{t.name}[{rows},{columns}]"
+        return t.name if self.width == t.embedding_dim else f"{t.name}[{columns}]"
+
+    @property
     def as_table(self) -> Table:
         """The shard as a table of its own, which is what a device's cost depends on."""
-        if self.width == self.table.embedding_dim:
-            return self.table
+        t = self.table
+        if self.width == t.embedding_dim and self.rows is None and self.lookup_share == 1.0 and self.sharding is None:
+            return t
         return Table(
-            f"{self.table.name}[{self.column_offset}:{self.column_offset + self.width}]",
-            self.table.num_embeddings,
+            self.label,
+            self.height,
             self.width,
-            self.table.pooling_factor,
-            self.table.zipf_alpha,
-            self.table.bytes_per_element,
-            self.table.optimizer,
+            t.pooling_factor * self.lookup_share,
+            t.zipf_alpha,
+            t.bytes_per_element,
+            t.optimizer,
+            self.sharding_type,
         )
 
     @property
     def memory_bytes(self) -> int:
         return self.as_table.memory_bytes
+
+
+def row_shards(
+    table: Table,
+    ways: int,
+    sharding: ShardingType,
+    column_offset: int = 0,
+    columns: int | None = None,
+) -> tuple[TableShard, ...]:
+    """The ``ways`` row blocks of ``table`` (of its columns ``[column_offset, +columns)``) under
+    ``sharding``, TorchRec's sizes, each priced at its lookup share; blocks of 0 rows are left out."""
+    blocks = row_blocks(table.num_embeddings, ways)
+    shares = row_block_shares(table.num_embeddings, table.zipf_alpha, blocks)
+    return tuple(
+        TableShard(table, column_offset, columns, offset, size, sharding, share)
+        for (offset, size), share in zip(blocks, shares)
+        if size > 0
+    )
+
+
+def replica(table: Table, world_size: int) -> TableShard:
+    """A data-parallel replica of ``table``: all of it, serving its device's 1 / ``world_size``
+    of the samples."""
+    return TableShard(table, sharding=ShardingType.DATA_PARALLEL, lookup_share=1.0 / world_size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -491,7 +550,14 @@ class DevicePlan:
     def set_key(self) -> tuple:
         """What the device runs, as a comparable key: its shards (table, first column, columns) in
         any order. Two devices with one key run alike, whatever plan or index they have."""
-        return tuple(sorted((s.table.name, s.column_offset, s.width) for s in self.shards))
+        return tuple(sorted(_shard_key(s) for s in self.shards))
+
+
+def _shard_key(shard: TableShard) -> tuple:
+    if shard.rows is None and shard.sharding is None:
+        return (shard.table.name, shard.column_offset, shard.width)
+    kind = shard.sharding_type.value
+    return (shard.table.name, shard.column_offset, shard.width, shard.row_offset, shard.height, kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -599,8 +665,11 @@ __all__ = [
     "Optimizer",
     "Planner",
     "ShardingPlan",
+    "ShardingType",
     "Table",
     "TableShard",
     "Topology",
     "Workload",
+    "replica",
+    "row_shards",
 ]

@@ -25,7 +25,7 @@ from typing import Any
 from autoshard.core.errors import InputError
 from autoshard.core.types import Optimizer, Table, Topology, Workload, is_int
 
-TABLE_FIELDS = tuple(f.name for f in fields(Table))
+TABLE_FIELDS = tuple(f.name for f in fields(Table) if f.name != "sharding_type")  # a plan's, not a table's
 TABLE_REQUIRED = ("name", "num_embeddings", "embedding_dim")
 WORKLOAD_FIELDS = ("name", "batch_size", "tables", "topology", "source", "notes")
 TOPOLOGY_FIELDS = (
