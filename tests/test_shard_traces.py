@@ -46,7 +46,15 @@ def test_column_shards_replace_tables_of_the_same_sets_by_narrower_slices_of_the
             assert maybe_shard.name.startswith(f"{table.name}[0:")
             assert maybe_shard.embedding_dim in {table.embedding_dim // k for k in (2, 4, 8)}
             assert maybe_shard.embedding_dim >= 4
-            assert replace(maybe_shard, name=table.name, embedding_dim=table.embedding_dim) == table
+            assert (
+                replace(
+                    maybe_shard,
+                    name=table.name,
+                    embedding_dim=table.embedding_dim,
+                    sharding_type=table.sharding_type,
+                )
+                == table
+            )
     assert shards > 30
     half = sample_specs(replace(base, column_shard_share=0.5), pool)
     shares = sum("[" in t.name for s in half for t in s.tables) / sum(len(s.tables) for s in half)

@@ -98,6 +98,34 @@ def collect_cmd(
             rich_help_panel=SAMPLES,
         ),
     ] = 0.0,
+    row_shards: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            max=1,
+            help="Share of each set's tables measured as one row block of them "
+            "(row_wise: R / k rows, the block's share of the lookups, possibly under 1 a bag).",
+            rich_help_panel=SAMPLES,
+        ),
+    ] = 0.0,
+    row_shard_ways: Annotated[
+        str,
+        typer.Option(help="k drawn for each row block: the table is cut into k blocks.", rich_help_panel=SAMPLES),
+    ] = "2,4,8,16,32",
+    replicas: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            max=1,
+            help="Share of each set's tables measured as a data-parallel replica (all rows, "
+            "pooling factor / W); at most 1 - --row-shards.",
+            rich_help_panel=SAMPLES,
+        ),
+    ] = 0.0,
+    replica_world_sizes: Annotated[
+        str,
+        typer.Option(help="W drawn for each replica: the devices it is replicated on.", rich_help_panel=SAMPLES),
+    ] = "8,16,32,64,128",
     singles: Annotated[bool, typer.Option(help="Also measure every pool table alone.", rich_help_panel=SAMPLES)] = True,
     seed: Annotated[
         int, typer.Option(min=0, help="Seed of the sampled sets and index batches.", rich_help_panel=SAMPLES)
@@ -178,6 +206,8 @@ def collect_cmd(
     optimizer_values = _optimizers(optimizers)
     batch_values = _positive_ints("--batch-sizes", batch_sizes) if batch_sizes is not None else ()
     dim_values = _positive_ints("--dims", dims) if dims is not None else ()
+    ways_values = _positive_ints("--row-shard-ways", row_shard_ways)
+    world_values = _positive_ints("--replica-world-sizes", replica_world_sizes)
     pooling_range = _pooling_range(pooling) if pooling is not None else None
     ensure_malloc_settings()
     from autoshard.core.synthetic import PoolConfig
@@ -223,6 +253,10 @@ def collect_cmd(
         optimizers=optimizer_values,
         batch_sizes=batch_values,
         column_shard_share=column_shards,
+        row_shard_share=row_shards,
+        row_shard_ways=ways_values,
+        replica_share=replicas,
+        replica_world_sizes=world_values,
         set_memory_gb=set_memory_gb,
     )
     with Progress(
@@ -245,6 +279,8 @@ _EXAMPLES = {
     "--batch-sizes": "512,2048,16384",
     "--devices": "4,8,16,32,64",
     "--dims": "16,32,64",
+    "--row-shard-ways": "2,4,8,16,32",
+    "--replica-world-sizes": "8,16,32,64,128",
 }
 
 

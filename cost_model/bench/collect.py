@@ -12,8 +12,15 @@ each sample a seeded draw of its batch size; by default every sample runs at the
 batch size. Every line records its ``batch``. ``column_shard_share`` replaces that share of the
 tables of every set (not the singles) by a column shard of them, ``name[0:w]`` with ``w`` a half,
 a quarter or an eighth of the dim (at least 4 columns): what a device holds where a plan splits a
-table, and the same rows, lookups and skew at a narrower width. The header lists those shards
-apart (split ``shard``: not pool tables, so no plan task draws them).
+table, and the same rows, lookups and skew at a narrower width. ``row_shard_share`` and
+``replica_share`` (their own stream, drawn before the column shards) replace a share of the tables
+of every set by what TorchRec's other sharding types put on a device (``autoshard.core.sharding``):
+one row block of ``k`` (from ``row_shard_ways``), drawn uniformly among the table's blocks, as
+``row_shards`` cuts and prices it (``name[r0:r1]``: R / k rows, pooling factor L x s_j), or a
+data-parallel replica on ``W`` devices (from ``replica_world_sizes``; ``name[dp/W]``: all rows,
+pooling factor L / W). Pooling factors below 1 run as bags of 0 or 1 lookups
+(``cost_model.bench.indices.bag_lengths``). The header lists those shards apart (split ``shard``:
+not pool tables, so no plan task draws them).
 
 Under ``torchrun`` (``WORLD_SIZE`` > 1) rank r measures the ids with ``id % world == r`` on its
 own device into ``OUT.rank<r>.part``; rank 0 then gathers all parts into ``OUT``.
@@ -29,8 +36,9 @@ from pathlib import Path
 import numpy as np
 
 from autoshard.core.errors import InputError
+from autoshard.core.sharding import ShardingType
 from autoshard.core.synthetic import PoolConfig, TablePool, generate_pool
-from autoshard.core.types import Optimizer, Table, TableShard
+from autoshard.core.types import Optimizer, Table, TableShard, replica, row_shards
 from cost_model.bench.harness import BenchConfig, check_benchable, measure
 from cost_model.features import physical_rows
 from cost_model.profile import detect_profile, malloc_settings_active
@@ -42,6 +50,23 @@ from cost_model.traces.store import (
     measured_passes,
     write_trace,
 )
+
+ROW_SHARD_WAYS = (2, 4, 8, 16, 32)
+REPLICA_WORLD_SIZES = (8, 16, 32, 64, 128)
+# CollectConfig fields that joined after the first traces: a header records them only when set
+_NEW_PLAN_FIELDS = (
+    "precisions",
+    "optimizers",
+    "batch_sizes",
+    "column_shard_share",
+    "row_shard_share",
+    "row_shard_ways",
+    "replica_share",
+    "replica_world_sizes",
+)
+
+# fields whose `autoshard bench collect` option is not the field's name
+_OPTIONS = {"column_shard_share": "--column-shards", "row_shard_share": "--row-shards", "replica_share": "--replicas"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +86,10 @@ class CollectConfig:
     optimizers: tuple[str, ...] = ("sgd",)  # Optimizer values drawn for each pool table
     batch_sizes: tuple[int, ...] = ()  # drawn for each sample; () = the benchmark's batch size
     column_shard_share: float = 0.0  # share of a set's tables measured as one column shard of them
+    row_shard_share: float = 0.0  # share of a set's tables measured as one row block of them
+    row_shard_ways: tuple[int, ...] = ROW_SHARD_WAYS  # k: a row block is drawn of k blocks
+    replica_share: float = 0.0  # share of a set's tables measured as a data-parallel replica
+    replica_world_sizes: tuple[int, ...] = REPLICA_WORLD_SIZES  # W: a replica serves 1 / W of the samples
 
     def __post_init__(self) -> None:
         valid_optimizers = {o.value for o in Optimizer}
@@ -84,10 +113,23 @@ class CollectConfig:
             ("set_memory_gb", self.set_memory_gb > 0, "> 0"),
             ("batch_sizes", all(b >= 1 for b in self.batch_sizes), "integers >= 1"),
             ("column_shard_share", 0 <= self.column_shard_share <= 1, "in [0, 1]"),
+            ("row_shard_share", 0 <= self.row_shard_share <= 1, "in [0, 1]"),
+            ("replica_share", 0 <= self.replica_share <= 1, "in [0, 1]"),
+            (
+                "replica_share",
+                self.row_shard_share + self.replica_share <= 1,
+                f"at most 1 - --row-shard-share ({1 - self.row_shard_share:g})",
+            ),
+            ("row_shard_ways", bool(self.row_shard_ways) and all(k >= 2 for k in self.row_shard_ways), "integers >= 2"),
+            (
+                "replica_world_sizes",
+                bool(self.replica_world_sizes) and all(w >= 2 for w in self.replica_world_sizes),
+                "integers >= 2",
+            ),
         ]
         for name, ok, valid in checks:
             if not ok:
-                option = "--" + name.replace("_", "-")
+                option = _OPTIONS.get(name, "--" + name.replace("_", "-"))
                 raise InputError(
                     option, f"must be {valid}, got {getattr(self, name)!r}", "see `autoshard bench collect --help`"
                 )
@@ -99,7 +141,7 @@ class CollectConfig:
         out.pop("bench")
         out.pop("passes")
         defaults = {f.name: f.default for f in fields(self)}
-        for name in ("precisions", "optimizers", "batch_sizes", "column_shard_share"):  # absent at the default:
+        for name in _NEW_PLAN_FIELDS:  # absent at the default:
             if out[name] == defaults[name]:  # older trace headers still match
                 out.pop(name)
         pool_defaults = asdict(PoolConfig())
@@ -159,9 +201,8 @@ def sample_specs(config: CollectConfig, pool: TablePool) -> list[SampleSpec]:
                 used += cost
             if len(chosen) == size:
                 break
-        specs.append(
-            SampleSpec(sample_id, "set", split, _column_shards(config, sample_id, chosen), _batch_of(config, sample_id))
-        )
+        tables = _column_shards(config, sample_id, _row_shards(config, sample_id, chosen))
+        specs.append(SampleSpec(sample_id, "set", split, tables, _batch_of(config, sample_id)))
     return specs
 
 
@@ -186,6 +227,27 @@ def _column_shards(config: CollectConfig, sample_id: int, tables: list[Table]) -
             table = TableShard(table, 0, int(rng.choice(widths))).as_table
         out.append(table)
     return tuple(out)
+
+
+def _row_shards(config: CollectConfig, sample_id: int, tables: list[Table]) -> list[Table]:
+    """``tables`` with a seeded ``row_shard_share`` of them replaced by one row block and a
+    ``replica_share`` by a data-parallel replica (their own stream: the sets drawn, and the column
+    shards' draws, do not depend on it). A table of fewer rows than the ways drawn has fewer
+    blocks; one block of a 1-row table is the table itself, at its lookup share."""
+    if not (config.row_shard_share or config.replica_share):
+        return tables
+    rng = np.random.default_rng([config.seed, sample_id, 4_000_037])
+    out = []
+    for table in tables:
+        u = rng.random()
+        if u < config.row_shard_share:
+            blocks = row_shards(table, int(rng.choice(config.row_shard_ways)), ShardingType.ROW_WISE)
+            table = blocks[int(rng.integers(len(blocks)))].as_table
+        elif u < config.row_shard_share + config.replica_share:
+            world = int(rng.choice(config.replica_world_sizes))
+            table = replace(replica(table, world).as_table, name=f"{table.name}[dp/{world}]")
+        out.append(table)
+    return out
 
 
 def _batch_of(config: CollectConfig, sample_id: int) -> int:

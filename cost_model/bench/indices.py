@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# A prime above any physical row count: rank -> row by multiplication scatters hot rows over
-# the table, as hashed ids do in production, and is a bijection modulo any smaller row count.
-_SCATTER_PRIME = 2_147_483_647
+from autoshard.core.sharding import SCATTER_PRIME
 
 
 def zipf_ranks(rows: int, alpha: float, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -24,13 +22,20 @@ def zipf_ranks(rows: int, alpha: float, n: int, rng: np.random.Generator) -> np.
 
 
 def zipf_rows(rows: int, alpha: float, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Row ids: Zipf ranks scattered over the table."""
-    return (zipf_ranks(rows, alpha, n, rng) * _SCATTER_PRIME) % rows
+    """Row ids: Zipf ranks scattered over the table (``autoshard.core.sharding.scattered_row``)."""
+    return (zipf_ranks(rows, alpha, n, rng) * SCATTER_PRIME) % rows
 
 
 def bag_lengths(batch_size: int, pooling_factor: float) -> np.ndarray:
-    """Per-sample bag lengths whose mean is exactly the pooling factor (floor/ceil mix, >= 1)."""
-    base = max(1, int(np.floor(pooling_factor)))
+    """Per-sample bag lengths whose mean is the pooling factor: each bag floor(L) or floor(L) + 1
+    lookups, the longer ones spread evenly (Bresenham), floor(B x frac(L)) of them, so that the
+    batch holds B x floor(L) + floor(B x frac(L)) lookups (exactly B x L where that is whole).
+
+    A pooling factor below 1 (a row block's or a data-parallel replica's share of a table's
+    lookups; ``autoshard.core.types.TableShard.as_table``) gives bags of 0 or 1 lookups: empty
+    bags, as a device holding one row block of a table sees for the samples whose ids fall in
+    other blocks (FBGEMM TBE and ``EmbeddingBag`` take zero-length bags)."""
+    base = int(np.floor(pooling_factor))
     frac = max(0.0, pooling_factor - base)
     steps = np.floor(np.arange(batch_size + 1) * frac + 1e-9)  # Bresenham: evenly spread ceil samples
     return base + np.diff(steps).astype(np.int64)
