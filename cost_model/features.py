@@ -20,6 +20,12 @@ b bytes per element, pooling factor L and Zipf skew a, the features are:
 14 [Adagrad]          1 if the table trains with EXACT_ADAGRAD (a state per element); both 0: SGD
 
 U = sum_i 1 - exp(-B L p_i) with p_i ~ i^-a over R' ranks, summed over log-spaced rank buckets.
+Every feature is finite for any L > 0, B >= 1: a pooling factor below 1 (a row block's or a
+data-parallel replica's share of the lookups, ``TableShard.as_table``) gives negative logs, and
+fewer than one lookup a batch a U below 1. With ``min_pooling`` (a model's trained minimum), a
+table of a lower pooling factor is featurised at that minimum: fewer lookups never cost more, so
+it is priced at an upper bound rather than by a network extrapolating in log L, which priced
+L = 0.001 up to 25x L = 1 (``cost_model.ranges`` warns about such tables).
 Features are standardised with statistics stored in the checkpoint. New features are appended,
 never inserted: a network records how many it reads (``NetworkConfig.num_features``) and takes
 the first that many, so a checkpoint trained before a feature existed still loads and predicts.
@@ -88,9 +94,9 @@ def _unique(ranks: np.ndarray, counts: np.ndarray, alpha: np.ndarray, draws: np.
     return (counts * -np.expm1(-draws[:, None] * p)).sum(1)
 
 
-def table_features(table: Table, batch_size: int, row_cap_bytes: int) -> np.ndarray:
+def table_features(table: Table, batch_size: int, row_cap_bytes: int, min_pooling: float | None = None) -> np.ndarray:
     """The raw (unstandardised) features of one table."""
-    return table_features_many([table], batch_size, row_cap_bytes)[0]
+    return table_features_many([table], batch_size, row_cap_bytes, min_pooling)[0]
 
 
 def physical_rows(table: Table, row_cap_bytes: int) -> int:
@@ -99,12 +105,17 @@ def physical_rows(table: Table, row_cap_bytes: int) -> int:
     return max(1, min(table.num_embeddings, row_cap_bytes // (table.embedding_dim * 4)))
 
 
-def table_features_many(tables: Sequence[Table], batch_size: int, row_cap_bytes: int) -> np.ndarray:
-    """The raw features of each table, ``[len(tables), NUM_FEATURES]`` float32, in one pass."""
+def table_features_many(
+    tables: Sequence[Table], batch_size: int, row_cap_bytes: int, min_pooling: float | None = None
+) -> np.ndarray:
+    """The raw features of each table, ``[len(tables), NUM_FEATURES]`` float32, in one pass; with
+    ``min_pooling``, pooling factors below it count as it (see the module docstring)."""
     rows = np.array([t.num_embeddings for t in tables], dtype=np.float64)
     d = np.array([t.embedding_dim for t in tables], dtype=np.float64)
     b = np.array([t.bytes_per_element for t in tables], dtype=np.float64)
     L = np.array([t.pooling_factor for t in tables], dtype=np.float64)
+    if min_pooling is not None:
+        L = np.maximum(L, min_pooling)
     alpha = np.array([t.zipf_alpha for t in tables], dtype=np.float64)
     phys = np.array([physical_rows(t, row_cap_bytes) for t in tables], dtype=np.float64)
     lookups = batch_size * L
@@ -132,16 +143,30 @@ def table_features_many(tables: Sequence[Table], batch_size: int, row_cap_bytes:
 
 
 class FeatureCache:
-    """Memoised per-table features: planners and the RL env ask for the same tables again and again."""
+    """Memoised per-table features: planners and the RL env ask for the same tables again and again.
+    ``min_pooling``: see ``table_features_many``; setting it empties the cache."""
 
-    def __init__(self, row_cap_bytes: int, max_entries: int = CACHED_TABLES) -> None:
+    def __init__(self, row_cap_bytes: int, max_entries: int = CACHED_TABLES, min_pooling: float | None = None) -> None:
         self.row_cap_bytes, self.max_entries = row_cap_bytes, max_entries
+        self._min_pooling = min_pooling
         self._cache: dict[tuple[Table, int], np.ndarray] = {}
+
+    @property
+    def min_pooling(self) -> float | None:
+        return self._min_pooling
+
+    @min_pooling.setter
+    def min_pooling(self, value: float | None) -> None:
+        if value != self._min_pooling:
+            self._cache.clear()
+        self._min_pooling = value
 
     def __call__(self, tables: Sequence[Table], batch_size: int) -> np.ndarray:
         missing = [t for t, _ in keys_to_fill(self._cache, [(t, batch_size) for t in tables], self.max_entries)]
         if missing:  # computed in one pass
-            for table, row in zip(missing, table_features_many(missing, batch_size, self.row_cap_bytes)):
+            for table, row in zip(
+                missing, table_features_many(missing, batch_size, self.row_cap_bytes, self._min_pooling)
+            ):
                 self._cache[(table, batch_size)] = row
         out = np.empty((len(tables), NUM_FEATURES), dtype=np.float32)
         for i, table in enumerate(tables):

@@ -54,8 +54,27 @@ class NeuralCostModel(SetCostModel):
         self._alone: dict[tuple[Table, int], float] = {}
         self._split_head = self._interaction_split_head = None
         self._max_cached = max_cached
+        self._ranges: TrainedRanges | None = None
         self.ranges = ranges  # what the training data covered (None: an older checkpoint)
         self.linear_beyond = linear_beyond
+
+    @property
+    def ranges(self) -> TrainedRanges | None:
+        """What the training data covered (None: an older checkpoint). Tables of a pooling factor
+        below its minimum are priced as at that minimum (``cost_model.features``: an upper bound,
+        since fewer lookups never cost more); setting it empties the per-table caches if that
+        minimum changes."""
+        return self._ranges
+
+    @ranges.setter
+    def ranges(self, value: TrainedRanges | None) -> None:
+        self._ranges = value
+        min_pooling = None if value is None else float(value.pooling[0])
+        if min_pooling != self.features.min_pooling:
+            self.features.min_pooling = min_pooling
+            self._codes.clear()
+            self._code_arrays.clear()
+            self._alone.clear()
 
     @property
     def max_set_size(self) -> int | None:  # type: ignore[override]
@@ -77,6 +96,14 @@ class NeuralCostModel(SetCostModel):
                 "detected; re-save it with cost_model.checkpoint.add_trained_ranges",
             )
         return self.ranges.check(workload, max_tables_per_device)
+
+    def check_tables(self, tables: Sequence[Table], noun: str = "shard") -> tuple[str, ...]:
+        """``check_workload`` for the tables a plan puts on devices, e.g. the ``as_table`` of its
+        row-wise shards and replicas, whose pooling factors (a share of their table's) may be
+        below the trained range where the workload's are not (``TrainedRanges.check_tables``)."""
+        if self.ranges is None:
+            return ()
+        return self.ranges.check_tables(tables, noun)
 
     def normalise(self, raw: np.ndarray) -> torch.Tensor:
         """Standardised features, the first ``num_features`` (what this network was trained on)."""

@@ -12,6 +12,13 @@
   (lookups, bytes, distinct rows), so the model extrapolates along trends it learnt; the planner
   still answers, with one warning per field. The margins keep the sample extremes of a densely
   sampled range (rows 104..39.6M drawn from 100..39.8M) from warning about their neighbours.
+
+A pooling factor below the trained minimum is the one extrapolation the model does not make: the
+predictor prices such a table as at the minimum (``cost_model.features``; an upper bound), so its
+warning says so. Row-wise shards and data-parallel replicas (``TableShard.as_table``) run at a
+share of their table's pooling factor, often below 1 a bag, so a plan's shards can leave the
+ranges that its whole tables keep: ``check_tables`` warns about them as ``check`` does about a
+workload's tables.
 """
 
 from __future__ import annotations
@@ -120,26 +127,43 @@ class TrainedRanges:
                 f"batch_size {workload.batch_size} is outside the trained range {_span(*self.batch_size)}; "
                 "predictions extrapolate through the lookups-per-batch features"
             )
-        for field, attr, fmt, log_scaled in _TABLE_SPANS:
-            low, high = _tolerated(getattr(self, field), log_scaled)
-            for side, bound, out in (
-                ("below the trained min", getattr(self, field)[0], lambda v: v < low),
-                ("above the trained max", getattr(self, field)[1], lambda v: v > high),
-            ):
-                hits = [t for t in workload.tables if out(getattr(t, attr))]
-                if hits:
-                    worst = (min if side.startswith("below") else max)(hits, key=lambda t: getattr(t, attr))
-                    count = f"{len(hits)} table{'s have' if len(hits) > 1 else ' has'}"
-                    warnings.append(
-                        f"{count} {attr} {side} {fmt.format(bound)} "
-                        f"(e.g. {worst.name!r}: {fmt.format(getattr(worst, attr))})"
-                    )
+        warnings.extend(self._table_warnings(workload.tables, "table"))
         if max_tables_per_device is not None and max_tables_per_device > self.tables_per_set[1]:
             warnings.append(
                 f"a device may hold {max_tables_per_device} tables, beyond the largest trained set "
                 f"of {self.tables_per_set[1]}; larger sets are priced linearly in their size"
             )
         return tuple(warnings)
+
+    def check_tables(self, tables: Sequence[Table], noun: str = "shard") -> tuple[str, ...]:
+        """``check`` for the tables a plan puts on devices (e.g. its shards' ``as_table``), which
+        may leave the ranges that the workload's tables keep: ``InputError`` for an unseen
+        precision or optimizer, else one warning per field, counting ``noun``s."""
+        self._refuse_unseen(tables)
+        return tuple(self._table_warnings(tables, noun))
+
+    def _table_warnings(self, tables: Sequence[Table], noun: str) -> list[str]:
+        warnings = []
+        for field, attr, fmt, log_scaled in _TABLE_SPANS:
+            low, high = _tolerated(getattr(self, field), log_scaled)
+            for side, bound, out in (
+                ("below the trained min", getattr(self, field)[0], lambda v: v < low),
+                ("above the trained max", getattr(self, field)[1], lambda v: v > high),
+            ):
+                hits = [t for t in tables if out(getattr(t, attr))]
+                if hits:
+                    worst = (min if side.startswith("below") else max)(hits, key=lambda t: getattr(t, attr))
+                    count = f"{len(hits)} {noun}{'s have' if len(hits) > 1 else ' has'}"
+                    bounded = (
+                        "; priced as at the trained min, an upper bound"
+                        if field == "pooling" and side.startswith("below")
+                        else ""
+                    )
+                    warnings.append(
+                        f"{count} {attr} {side} {fmt.format(bound)} "
+                        f"(e.g. {worst.name!r}: {fmt.format(getattr(worst, attr))}){bounded}"
+                    )
+        return warnings
 
     def _refuse_unseen(self, tables: Sequence[Table]) -> None:
         checks = (
