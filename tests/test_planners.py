@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.core.sharding import ShardingType
 from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
 from autoshard.core.types import (
     GIB,
@@ -29,6 +30,7 @@ from autoshard.planners.local_search import improve
 from autoshard.planners.placement_unit import Unit
 from autoshard.planners.proxies import ProxyCostModel, lookup_proxy, size_lookup_proxy
 from autoshard.planners.report import PlanReport, best_plan_index, plans_report
+from autoshard.planners.sharding_options import PLACED_TYPES
 from autoshard.planners.split_cap_choice import additive_max, best_over_split_caps
 from autoshard.planners.validate import validate_plan
 from tests.cost_models import AnalyticalTestCostModel
@@ -165,14 +167,22 @@ def tasks(draw):
 def check_valid(plan: ShardingPlan, workload: Workload, topology: Topology) -> None:
     """``validate_plan``, and the same checked independently, column by column."""
     validate_plan(plan, workload, topology)
-    cover = {t.name: [0] * t.embedding_dim for t in workload.tables}
+    cover = {t.name: [0] * t.embedding_dim for t in workload.tables}  # rows covered, column by column
+    replicas = dict.fromkeys(cover, 0)
     for device in plan.devices:
         assert device.memory_bytes <= topology.device_memory_bytes
         assert len({s.table.name for s in device.shards}) == len(device.shards)
         for shard in device.shards:
+            if shard.sharding_type is ShardingType.DATA_PARALLEL:
+                replicas[shard.table.name] += 1
+                continue
             for column in range(shard.column_offset, shard.column_offset + shard.width):
-                cover[shard.table.name][column] += 1
-    assert all(count == 1 for columns in cover.values() for count in columns)
+                cover[shard.table.name][column] += shard.height
+    for table in workload.tables:
+        if replicas[table.name]:
+            assert replicas[table.name] == topology.num_devices and not any(cover[table.name])
+        else:
+            assert all(rows == table.num_embeddings for rows in cover[table.name])
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -193,9 +203,12 @@ def test_every_planner_places_every_table_once_within_memory_or_raises_when_infe
         else:
             assert error.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT
         return
-    assert total <= topology.num_devices * capacity and largest <= capacity
+    assert total <= topology.num_devices * capacity
     check_valid(plan, workload, topology)
-    assert sum(len(d.shards) for d in plan.devices) == len(workload.tables)
+    spread = {s.table.name for d in plan.devices for s in d.shards if s.sharding_type not in PLACED_TYPES}
+    assert largest <= capacity or spread  # a table larger than a device only row-sharded
+    whole = [t for t in workload.tables if t.name not in spread]
+    assert sum(1 for d in plan.devices for s in d.shards if s.table.name not in spread) == len(whole)
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -242,16 +255,17 @@ def test_cost_greedy_never_worse_than_the_best_heuristic(index):
     model = AnalyticalTestCostModel()
     heuristic = min(plan.max_cost_ms for plan in heuristic_plans(workload, topology, model))
     greedy_only = CostGreedyPlanner(model, max_rounds=0).plan(workload, topology)
-    model.calls = 0
     plan = make_planner("cost_greedy", PlannerContext(model)).plan(workload, topology)
     check_valid(plan, workload, topology)
     assert plan.max_cost_ms <= heuristic * (1 + 1e-9)
     assert plan.max_cost_ms <= greedy_only.max_cost_ms * (1 + 1e-9)  # local search never hurts
-    assert model.calls <= 1 + len(workload.tables) + 50  # singles, one per table, one per round
     for device in plan.devices:  # reported costs are the model's, for the final sets
         assert device.cost_ms == pytest.approx(
-            model.predict([s.table for s in device.shards], 2048) if device.shards else 0.0
+            model.predict([s.as_table for s in device.shards], 2048) if device.shards else 0.0
         )
+    model.calls = 0  # whole tables only: one batched call for the singles, one per table, one per round
+    CostGreedyPlanner(model, sharding_types=PLACED_TYPES).plan(workload, topology)
+    assert model.calls <= 1 + len(workload.tables) + 50
 
 
 def test_local_search_lowers_the_max_on_some_tasks():
@@ -375,7 +389,8 @@ def test_by_default_the_cost_model_planners_split_and_the_heuristics_place_whole
         name: make_planner(name, PlannerContext(model)).plan(SKEWED, topology)
         for name in ("cost_greedy", "size_greedy")
     }
-    whole = make_planner("cost_greedy", PlannerContext(model, allow_column_split=False)).plan(SKEWED, topology)
+    placed_only = PlannerContext(model, allow_column_split=False, sharding_types=PLACED_TYPES)
+    whole = make_planner("cost_greedy", placed_only).plan(SKEWED, topology)
     shards = lambda plan: sorted(s.width for d in plan.devices for s in d.shards if s.table.name == "huge")  # noqa: E731
     assert shards(default["size_greedy"]) == [128] and shards(whole) == [128]
     assert len(shards(default["cost_greedy"])) > 1 and default["cost_greedy"].max_cost_ms < 0.9 * whole.max_cost_ms
@@ -385,8 +400,13 @@ def test_by_default_the_cost_model_planners_split_and_the_heuristics_place_whole
 def test_column_split_lowers_the_max_and_places_shards_on_distinct_devices(planner):
     model = AnalyticalTestCostModel()
     topology = topo(4, AMPLE)
-    whole = make_planner(planner, PlannerContext(model, allow_column_split=False)).plan(SKEWED, topology)
-    split = make_planner(planner, PlannerContext(model, allow_column_split=True)).plan(SKEWED, topology)
+    placed = PLACED_TYPES  # column splits alone, no row-wise
+    whole = make_planner(planner, PlannerContext(model, allow_column_split=False, sharding_types=placed)).plan(
+        SKEWED, topology
+    )
+    split = make_planner(planner, PlannerContext(model, allow_column_split=True, sharding_types=placed)).plan(
+        SKEWED, topology
+    )
     validate_plan(split, SKEWED, topology)
     shards = [(d, s) for d, device in enumerate(split.devices) for s in device.shards if s.table.name == "huge"]
     assert len(shards) == 4  # 50 x 128 lookups is far over the average: 4 shards of 32 columns
@@ -493,7 +513,9 @@ def test_cost_greedy_splits_only_where_the_split_plan_is_predicted_clearly_lower
     workload, topology = next((t.workload, t.topology) for t in load_suite("default")[1] if t.name == task)
 
     def planned(split: bool, margin: float | None = None) -> ShardingPlan:
-        context = PlannerContext(shipped_model, allow_column_split=split, departure_margin=margin)
+        context = PlannerContext(
+            shipped_model, allow_column_split=split, departure_margin=margin, sharding_types=PLACED_TYPES
+        )
         return make_planner("cost_greedy", context).plan(workload, topology)
 
     def has_shards(plan: ShardingPlan) -> bool:

@@ -21,6 +21,7 @@ from autoshard.planners.choosers import cheapest_after
 from autoshard.planners.context import DEPARTURE_MARGIN, PlannerContext
 from autoshard.planners.place_loop import place
 from autoshard.planners.proxies import ProxyCostModel
+from autoshard.planners.sharding_options import PLACED_TYPES
 from autoshard.planners.validate import validate_plan
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, start
 from autoshard.rl.policy import DevicePolicy, DeviceScoringPolicy, PolicyInfo
@@ -230,7 +231,7 @@ def test_rl_refine_plans_column_split_plans_and_keeps_them_valid(model):
     )
     workload, topology = Workload(tables, batch_size=2048, name="mix"), Topology(8, 1.0)
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
-    context = PlannerContext(model, policy, allow_column_split=True, departure_margin=0.0)
+    context = PlannerContext(model, policy, allow_column_split=True, departure_margin=0.0, sharding_types=PLACED_TYPES)
     refined = make_planner("rl+refine", context).plan(workload, topology)
     validate_plan(refined, workload, topology)
     assert any(s.width < s.table.embedding_dim for d in refined.devices for s in d.shards)  # it split
@@ -265,7 +266,11 @@ def test_with_column_splits_rl_refine_samples_at_the_planned_caps_only(model, mo
     )
     workload, topology = Workload(tables, batch_size=2048, name="mix16"), Topology(16, 1.0)
     context = PlannerContext(
-        model, DevicePolicy.load(SHIPPED / "policy.pt"), allow_column_split=True, departure_margin=0.0
+        model,
+        DevicePolicy.load(SHIPPED / "policy.pt"),
+        allow_column_split=True,
+        departure_margin=0.0,
+        sharding_types=PLACED_TYPES,
     )
     sampled, refined = _refined_counting_samples(monkeypatch, context, workload, topology)
     validate_plan(refined, workload, topology)
@@ -478,7 +483,7 @@ def test_planners_of_one_task_share_their_placements_and_plan_as_they_do_alone(m
     policy = DevicePolicy.load(SHIPPED / "policy.pt")
     workload = sample_task(generate_pool(PoolConfig(size=600, seed=11)).test, 40, np.random.default_rng(4))
     topology = Topology(4, memory_for(workload, 4, 1.3))
-    context = PlannerContext(model, policy, seed=2, allow_column_split=column_split)
+    context = PlannerContext(model, policy, seed=2, allow_column_split=column_split, sharding_types=PLACED_TYPES)
     names = ["cost_greedy", "rl", "rl+refine"]
     alone = {n: make_planner(n, context).plan(workload, topology) for n in names}
     for order in (names, names[::-1]):

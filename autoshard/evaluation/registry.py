@@ -88,6 +88,7 @@ def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
             time_budget_s=context.time_budget_s,
             name=name,
             cache=context.cache,
+            sharding_types=context.sharding_types,
         )
 
     return build
@@ -134,6 +135,7 @@ _SPECS = (
             time_budget_s=c.time_budget_s,
             cache=c.cache,
             departure_margin=c.margin,
+            sharding_types=c.sharding_types,
         ),
     ),
     PlannerSpec("rl", PlannerKind.POLICY, _rl(0, "rl")),

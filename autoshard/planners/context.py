@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
+from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, Topology, Workload
+from autoshard.planners.sharding_options import ALL_TYPES
 from autoshard.planners.task_cache import TaskCache
 
 DEPARTURE_MARGIN = 0.10
@@ -37,7 +39,9 @@ class PlannerContext:
     ``allow_column_split``: which planners may split tables column-wise (``splits``).
     ``cache``: what the planners of one task compute alike, done once (``TaskCache``): the
     caller that plans a task owns it (``for_task``; ``compare_planners`` and the service make one
-    per task); without one, each planner makes its own."""
+    per task); without one, each planner makes its own.
+    ``sharding_types``: the sharding types planners may choose (TorchRec's names; default all
+    of them). Column-wise splits also need ``splits``."""
 
     cost_model: CostModel | None = None
     policy: object | None = None  # an ``autoshard.rl.policy.DevicePolicy``: planners do not look inside
@@ -46,6 +50,7 @@ class PlannerContext:
     time_budget_s: float | None = None
     departure_margin: float | None = None
     cache: TaskCache | None = field(default=None, compare=False, repr=False)
+    sharding_types: frozenset[ShardingType] = ALL_TYPES
 
     def for_task(self, workload: Workload, topology: Topology) -> PlannerContext:
         """This context with the cache of ``workload`` on ``topology``: its own, if it is that

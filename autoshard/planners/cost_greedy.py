@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
 from autoshard.planners.choosers import CANDIDATES
 from autoshard.planners.context import DEPARTURE_MARGIN
@@ -15,7 +16,9 @@ from autoshard.planners.place_loop import place_workload
 from autoshard.planners.placement_state import PlacementState, unit_cap
 from autoshard.planners.placement_unit import Unit
 from autoshard.planners.recording import RecordingChooser
+from autoshard.planners.sharding_options import ALL_TYPES
 from autoshard.planners.split_cap_choice import best_over_split_caps
+from autoshard.planners.spread_stage import best_of_tasks, spread_tasks
 from autoshard.planners.task_cache import Placement, TaskCache
 
 
@@ -37,7 +40,15 @@ class CostGreedyPlanner:
     (greedy placement places the rest without the packing lookahead; no further local-search
     round or split cap) and the best plan so far comes back ``partial``.
     ``cache``: the task's (``TaskCache``), where a placement another planner of the task
-    searched already is reused (without one, or one of another task, it makes its own)."""
+    searched already is reused (without one, or one of another task, it makes its own).
+
+    Sharding types (``sharding_types``, every one TorchRec runs by default): tables that must or
+    may gain from row-wise, table-row-wise, grid or data-parallel sharding are spread first
+    (``spread_variants``: a few variants, each table on its option and host that leaves the
+    lowest load, ``place_spread``), and the rest is placed as above around them. A plan with
+    spread tables replaces the plan without (where one exists) only if it is predicted more than
+    ``departure_margin`` below it, as a split plan does; among variants, likewise against the
+    first."""
 
     cost_model: CostModel
     allow_column_split: bool = False
@@ -46,12 +57,19 @@ class CostGreedyPlanner:
     name: str = "cost_greedy"
     cache: TaskCache | None = None
     departure_margin: float = DEPARTURE_MARGIN
+    sharding_types: frozenset[ShardingType] = ALL_TYPES
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
-        cache = TaskCache.for_task(self.cache, workload, topology)
         deadline = Deadline(started, self.time_budget_s)
         reused: list[float] = []  # seconds of the placements taken from the task's other planners
+        cache = TaskCache.for_task(self.cache, workload, topology)
+        tasks = spread_tasks(cache, self.cost_model, self.allow_column_split, self.sharding_types)
+        best = best_of_tasks(tasks, lambda task: self._placed(task, deadline, reused), self.departure_margin, deadline)
+        return build_plan(self.name, best, started, workload.batch_size, partial=deadline.hit, reused_s=sum(reused))
+
+    def _placed(self, cache: TaskCache, deadline: Deadline, reused: list[float]) -> list[DeviceState]:
+        """The task's units placed and searched, over split caps (``best_over_split_caps``)."""
 
         def plan_at(cap: int | None) -> list[DeviceState]:
             found = searched_greedy(cache, self.cost_model, cap, self.max_rounds, deadline)
@@ -59,10 +77,9 @@ class CostGreedyPlanner:
             return list(found.devices)
 
         units_at = cache.units(self.cost_model).at_cap
-        best = best_over_split_caps(
-            topology, self.allow_column_split, plan_at, units_at, self.departure_margin, deadline
+        return best_over_split_caps(
+            cache.topology, self.allow_column_split, plan_at, units_at, self.departure_margin, deadline
         )
-        return build_plan(self.name, best, started, workload.batch_size, partial=deadline.hit, reused_s=sum(reused))
 
 
 def searched_greedy(
@@ -109,8 +126,9 @@ def greedy_placement(
             topology,
             cost_model.accumulator(topology.num_devices, cache.workload.batch_size),
             lookahead=True,
-            max_units_per_device=unit_cap(cost_model, len(units), topology.num_devices),
+            max_units_per_device=unit_cap(cost_model, len(units) + len(cache.fixed), topology.num_devices),
             steps=cache.steps(units),
+            fixed=cache.fixed,
         )
 
     choose = RecordingChooser()  # cheapest_after, keeping each step for the policy's argmax rollout

@@ -25,18 +25,7 @@ def fmt_bytes(n: int) -> str:
 def check_feasible(units: Sequence[Unit], topology: Topology, split_allowed: bool) -> None:
     """Raise before planning if the tables cannot fit: in total, or one of them on any device."""
     capacity = topology.device_memory_bytes  # the largest device's (every device's, unless per-device caps)
-    total, offered = sum(u.memory_bytes for u in units), topology.total_memory_bytes
-    if total > offered:
-        devices = (
-            f"{topology.num_devices} device(s) x {fmt_bytes(capacity)}"
-            if topology.uniform_memory
-            else f"{topology.num_devices} device(s) of {topology.memory_label} GiB"
-        )
-        raise PlannerError(
-            PlannerErrorKind.INSUFFICIENT_MEMORY,
-            f"the tables need {fmt_bytes(total)} but {devices} offer {fmt_bytes(offered)}",
-            (FIX_DEVICES, FIX_MEMORY, f"{FIX_SHRINK} (column-wise splitting does not reduce the total)"),
-        )
+    check_total(sum(u.memory_bytes for u in units), topology)
     largest = max(units, key=lambda u: u.memory_bytes)
     if largest.memory_bytes > capacity:
         what = (
@@ -50,6 +39,22 @@ def check_feasible(units: Sequence[Unit], topology: Topology, split_allowed: boo
             PlannerErrorKind.TABLE_DOES_NOT_FIT,
             f"{what}, more than {'one' if topology.uniform_memory else 'the largest'} device's {fmt_bytes(capacity)}",
             fixes,
+        )
+
+
+def check_total(total: int, topology: Topology) -> None:
+    """Raise if ``total`` bytes exceed every device's memory together."""
+    offered = topology.total_memory_bytes
+    if total > offered:
+        devices = (
+            f"{topology.num_devices} device(s) x {fmt_bytes(topology.device_memory_bytes)}"
+            if topology.uniform_memory
+            else f"{topology.num_devices} device(s) of {topology.memory_label} GiB"
+        )
+        raise PlannerError(
+            PlannerErrorKind.INSUFFICIENT_MEMORY,
+            f"the tables need {fmt_bytes(total)} but {devices} offer {fmt_bytes(offered)}",
+            (FIX_DEVICES, FIX_MEMORY, f"{FIX_SHRINK} (column-wise splitting does not reduce the total)"),
         )
 
 

@@ -221,7 +221,8 @@ def _moves(source: DeviceState, targets: Sequence[DeviceState], max_units: int |
     n = len(source.units)
     shares = (parent[:, None] == t_parent[None, :]).astype(np.int64) @ held > 0  # a shard of its table is on target k
     open_ = np.array([max_units is None or len(t.units) < max_units for t in targets])
-    i, k = np.nonzero((memory[:, None] <= free[None, :]) & ~shares & open_[None, :])
+    movable = np.array([u.movable for u in source.units], dtype=bool)
+    i, k = np.nonzero((memory[:, None] <= free[None, :]) & ~shares & open_[None, :] & movable[:, None])
     removals = np.arange(n)  # edit i: the source without unit i, shared by its moves
     edits = EditBatch(
         np.concatenate([np.zeros(n, np.int64), k + 1]),
@@ -246,8 +247,12 @@ def _swaps(source: DeviceState, targets: Sequence[DeviceState], budget: int = SW
     used, capacity = (
         np.array([getattr(t, a) for t in targets], dtype=np.int64)[t_of] for a in ("memory_bytes", "capacity")
     )
+    movable = np.array([u.movable for u in source.units], dtype=bool)
+    t_movable = np.array([u.movable for t in targets for u in t.units], dtype=bool)
     ok = (
-        ~same
+        movable[:, None]
+        & t_movable[None, :]
+        & ~same
         & ~on_target
         & ~on_source
         & (source.memory_bytes - memory[:, None] + t_memory[None, :] <= source.capacity)

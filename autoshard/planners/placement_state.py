@@ -35,7 +35,9 @@ class PlacementState:
     placed, its set's prediction itself, as any plan of those sets is scored; without, the sum of
     its units' own costs (proxy planners). With ``steps``, costs-if-added and the lookahead's
     answers come from, and go to, placements of the same units that made the same choices
-    (``StepCosts``): the same numbers, computed once.
+    (``StepCosts``): the same numbers, computed once. ``fixed``: units already on their devices
+    (rank, unit) before the first step, the shards of sharding options that fix their devices
+    (``sharding_options``); they take memory and load like placed units.
     """
 
     def __init__(
@@ -46,6 +48,7 @@ class PlacementState:
         lookahead: bool = False,
         max_units_per_device: int | None = None,
         steps: StepCosts | None = None,
+        fixed: Sequence[tuple[int, Unit]] = (),
     ) -> None:
         self.units, self.topology = list(units), topology
         self.devices = [DeviceState(d, cap) for d, cap in enumerate(topology.device_memory_bytes_all)]
@@ -59,6 +62,8 @@ class PlacementState:
         self.remaining_cost = float(sum(u.cost for u in self.units))  # of the units not yet placed
         self.cost_bound = cost_bound(self.units, topology.num_devices)
         self._placed_parents: set[str] = set()
+        if fixed:
+            self._hold(fixed)
         self.steps, self.history = steps, 0
         self.packing = PackingLookahead((u.memory_bytes for u in self.units), {} if steps is None else steps.rooms(0))
         table = self.units[0].table if self.units else None
@@ -212,6 +217,20 @@ class PlacementState:
             self._place(device, self.devices[device].load + self.current.cost)
         if not self.done:  # else the last unit's placing priced them
             self._price_sets()
+
+    def _hold(self, fixed: Sequence[tuple[int, Unit]]) -> None:
+        """Put the ``fixed`` units on their devices and price the devices' sets."""
+        for device, unit in fixed:
+            if self.accumulator is not None:
+                self.accumulator.add(device, unit.table)
+            self.devices[device].add(unit, self.devices[device].load + unit.cost)
+            self.free[device] -= unit.memory_bytes
+            self.count[device] += 1
+            self._placed_parents.add(unit.parent)
+        self.loads[:] = [d.load for d in self.devices]
+        self._price_sets()
+        if self.max_units_per_device is not None and (self.count >= self.max_units_per_device).any():
+            self._capped = True
 
     def _price_sets(self) -> None:
         """Every device's load: the cost model's prediction for its whole set (one call)."""

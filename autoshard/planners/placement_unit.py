@@ -39,6 +39,12 @@ class Unit:
     def parent(self) -> str:
         return self.shard.table.name
 
+    @property
+    def movable(self) -> bool:
+        """Whether local search may move it alone: a table- or column-wise shard; the shards of
+        the other sharding types sit where their option put them (``sharding_options``)."""
+        return self.shard.sharding is None
+
 
 def proxy_costs(proxy: Callable[[Table], float]) -> CostFn:
     return lambda tables: [float(proxy(t)) for t in tables]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from autoshard.core.types import CostModel, Topology, Workload
 from autoshard.planners.device_state import Assignment, DeviceState
@@ -20,6 +21,8 @@ from autoshard.planners.placement_unit import Unit, model_costs
 from autoshard.planners.recording import RecordedSteps
 from autoshard.planners.step_costs import StepCosts
 from autoshard.planners.unit_preparation import TaskUnits
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +53,20 @@ class TaskCache:
     the task's units as each cost model costs them alone (``units``), the ``StepCosts`` of
     placements of the same units in the same order (``steps``), finished placements by key (what
     computed them, with the settings they depend on: ``placement``), and greedy placement's
-    recorded steps (``record``, ``recorded``). Only a placement computed within its planner's
-    budget is kept: one cut short stays that planner's own. ``for_task`` hands a planner the
-    cache of the task it plans."""
+    recorded steps (``record``, ``recorded``). ``fixed``: shards on their devices before the
+    task's units are placed (``PlacementState(fixed=...)``), for the tables of a workload that a
+    sharding option spread (the task is then the rest of the workload around them). Only a
+    placement computed within its planner's budget is kept: one cut short stays that planner's
+    own. ``for_task`` hands a planner the cache of the task it plans."""
 
-    def __init__(self, workload: Workload, topology: Topology) -> None:
-        self.workload, self.topology = workload, topology
+    def __init__(self, workload: Workload, topology: Topology, fixed: tuple[tuple[int, Unit], ...] = ()) -> None:
+        self.workload, self.topology, self.fixed = workload, topology, fixed
         self._kept: dict[Hashable, Placement] = {}
         self._steps: dict[Hashable, StepCosts] = {}
         self._records: dict[Hashable, RecordedSteps] = {}
         self._units: dict[int, tuple[CostModel, TaskUnits]] = {}  # by the cost model's id (it is kept alive)
         self.reused = 0  # how many placements were handed out instead of computed (for tests)
+        self._derived: dict[Hashable, Any] = {}
 
     @classmethod
     def for_task(cls, cache: TaskCache | None, workload: Workload, topology: Topology) -> TaskCache:
@@ -100,6 +106,12 @@ class TaskCache:
         if complete:
             self._kept[key] = found.copy()
         return found
+
+    def derived(self, key: Hashable, make: Callable[[], T]) -> T:
+        """What ``make()`` derives from the task (such as its spread tasks), once under ``key``."""
+        if key not in self._derived:
+            self._derived[key] = make()
+        return self._derived[key]
 
     def record(self, key: Hashable, steps: RecordedSteps | None) -> None:
         """Keep a placement's recorded steps under ``key`` (nothing for None)."""

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from autoshard.core.errors import InputError
-from autoshard.core.types import ShardingPlan, Topology, Workload
+from autoshard.core.sharding import ShardingType
+from autoshard.core.types import ShardingPlan, Table, TableShard, Topology, Workload
 from autoshard.planners.feasibility import fmt_bytes
 
 
 def validate_plan(plan: ShardingPlan, workload: Workload, topology: Topology) -> None:
     """Raise ``InputError`` unless the plan has one entry per device, places every table of the
-    workload exactly once (its column shards cover its columns exactly once, on distinct
-    devices), holds nothing else, and fits every device's memory (each its own cap)."""
+    workload under one sharding type, its shards covering its rows and columns exactly once on
+    distinct devices (a data-parallel table: a whole replica on every device), holds nothing
+    else, and fits every device's memory (each its own cap)."""
     fix = "plan with one of the autoshard planners, or fix the plan by hand"
     if len(plan.devices) != topology.num_devices:
         raise InputError(
@@ -20,7 +22,7 @@ def validate_plan(plan: ShardingPlan, workload: Workload, topology: Topology) ->
             where=plan.planner,
         )
     tables = {t.name: t for t in workload.tables}
-    pieces: dict[str, list[tuple[int, int, int]]] = {name: [] for name in tables}
+    pieces: dict[str, list[tuple[TableShard, int]]] = {name: [] for name in tables}
     for d, device in enumerate(plan.devices):
         capacity = topology.device_memory_bytes_of(d)
         where = f"{plan.planner} devices[{d}]"
@@ -33,19 +35,8 @@ def validate_plan(plan: ShardingPlan, workload: Workload, topology: Topology) ->
                     fix,
                     where,
                 )
-            if (
-                shard.column_offset < 0
-                or shard.width < 1
-                or shard.column_offset + shard.width > shard.table.embedding_dim
-            ):
-                raise InputError(
-                    "tables",
-                    f"shard of {name!r} has columns [{shard.column_offset}:"
-                    f"{shard.column_offset + shard.width}] outside [0:{shard.table.embedding_dim}]",
-                    fix,
-                    where,
-                )
-            pieces[name].append((shard.column_offset, shard.width, d))
+            _check_bounds(shard, fix, where)
+            pieces[name].append((shard, d))
         if device.memory_bytes > capacity:
             raise InputError(
                 "memory",
@@ -54,26 +45,61 @@ def validate_plan(plan: ShardingPlan, workload: Workload, topology: Topology) ->
                 where,
             )
     for name, parts in pieces.items():
-        parts.sort()
         if not parts:
             raise InputError("tables", f"table {name!r} is not placed", fix, plan.planner)
-        end = 0
-        for offset, width, _ in parts:
-            if offset != end:
+        kinds = {s.sharding_type for s, _ in parts} - {ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE}
+        if len(kinds) > 1 or (kinds and len({s.sharding_type for s, _ in parts}) > 1):
+            raise InputError(
+                "tables", f"table {name!r} mixes sharding types {sorted(k.value for k in kinds)}", fix, plan.planner
+            )
+        if len({d for _, d in parts}) != len(parts):
+            raise InputError("tables", f"two shards of table {name!r} are on one device", fix, plan.planner)
+        if kinds == {ShardingType.DATA_PARALLEL}:
+            if len(parts) != topology.num_devices:
                 raise InputError(
                     "tables",
-                    f"columns of table {name!r} are "
-                    f"{'covered twice' if offset < end else 'missing'} at {min(offset, end)}",
+                    f"data-parallel table {name!r} has {len(parts)} replicas, not {topology.num_devices}",
                     fix,
                     plan.planner,
                 )
-            end = offset + width
-        if end != tables[name].embedding_dim:
-            raise InputError(
-                "tables",
-                f"columns {end}:{tables[name].embedding_dim} of table {name!r} are not placed",
-                fix,
-                plan.planner,
-            )
-        if len({d for _, _, d in parts}) != len(parts):
-            raise InputError("tables", f"two shards of table {name!r} are on one device", fix, plan.planner)
+            continue
+        _check_cover(tables[name], [s for s, _ in parts], fix, plan.planner)
+
+
+def _check_bounds(shard: TableShard, fix: str, where: str) -> None:
+    table = shard.table
+    columns_ok = (
+        shard.column_offset >= 0 and shard.width >= 1 and shard.column_offset + shard.width <= table.embedding_dim
+    )
+    rows_ok = shard.row_offset >= 0 and shard.height >= 1 and shard.row_offset + shard.height <= table.num_embeddings
+    if not (columns_ok and rows_ok):
+        raise InputError(
+            "tables",
+            f"shard of {table.name!r} has rows [{shard.row_offset}:{shard.row_offset + shard.height}] and columns "
+            f"[{shard.column_offset}:{shard.column_offset + shard.width}] outside "
+            f"[0:{table.num_embeddings}] x [0:{table.embedding_dim}]",
+            fix,
+            where,
+        )
+
+
+def _check_cover(table: Table, shards: list[TableShard], fix: str, where: str) -> None:
+    """The shards' column blocks tile the columns, and each block's row blocks tile the rows."""
+    blocks: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for s in shards:
+        blocks.setdefault((s.column_offset, s.width), []).append((s.row_offset, s.height))
+    _check_tiling(sorted(blocks), table.embedding_dim, "columns", f"of table {table.name!r}", fix, where)
+    for (offset, width), rows in blocks.items():
+        of = f"of table {table.name!r} (columns {offset}:{offset + width})"
+        _check_tiling(sorted(rows), table.num_embeddings, "rows", of, fix, where)
+
+
+def _check_tiling(spans: list[tuple[int, int]], size: int, noun: str, of: str, fix: str, where: str) -> None:
+    end = 0
+    for offset, length in spans:
+        if offset != end:
+            problem = "covered twice" if offset < end else "missing"
+            raise InputError("tables", f"{noun} {of} are {problem} at {min(offset, end)}", fix, where)
+        end = offset + length
+    if end != size:
+        raise InputError("tables", f"{noun} {end}:{size} {of} are not placed", fix, where)

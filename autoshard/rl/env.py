@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -67,11 +68,12 @@ def guarded_state(
     headroom: float,
     accumulator: Accumulator | None = None,
     steps: StepCosts | None = None,
+    fixed: Sequence[tuple[int, Unit]] = (),
 ) -> PlacementState:
     """A fresh placement of ``units`` (in this order) as the agent sees it: running predicted
     costs (on ``accumulator``, default a new one of the model's; with ``steps``, shared with
-    placements of the same units), the packing lookahead and the extrapolation guard. The env
-    and the rl planners share it."""
+    placements of the same units), the packing lookahead and the extrapolation guard, around the
+    ``fixed`` shards of spread tables. The env and the rl planners share it."""
     devices = topology.num_devices
     if accumulator is None:
         accumulator = cost_model.accumulator(devices, batch_size)
@@ -80,8 +82,9 @@ def guarded_state(
         topology,
         accumulator,
         lookahead=True,
-        max_units_per_device=unit_cap(cost_model, len(units), devices, headroom),
+        max_units_per_device=unit_cap(cost_model, len(units) + len(fixed), devices, headroom),
         steps=steps,
+        fixed=fixed,
     )
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autoshard.core.costing import AccumulatorView
+from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
 from autoshard.planners.choosers import CANDIDATES, Chooser
 from autoshard.planners.context import DEPARTURE_MARGIN
@@ -25,7 +26,9 @@ from autoshard.planners.local_search import MAX_ROUNDS, REL_TOL, improve, lower_
 from autoshard.planners.place_loop import place_together, place_workload
 from autoshard.planners.placement_state import SET_SIZE_HEADROOM, PlacementState, unit_cap
 from autoshard.planners.placement_unit import Unit
+from autoshard.planners.sharding_options import ALL_TYPES
 from autoshard.planners.split_cap_choice import best_over_split_caps, chosen_over_split, clearly_lower
+from autoshard.planners.spread_stage import best_of_tasks, spread_tasks
 from autoshard.planners.task_cache import Placement, TaskCache
 from autoshard.rl.env import guarded_state
 from autoshard.rl.repair import follow_recorded, policy_repair
@@ -91,14 +94,24 @@ class RLPlanner:
     time_budget_s: float | None = None
     name: str = "rl"
     cache: TaskCache | None = None
+    sharding_types: frozenset[ShardingType] = ALL_TYPES
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
         deadline = Deadline(started, self.time_budget_s)
-        planning = _Planning(self, TaskCache.for_task(self.cache, workload, topology), deadline)
-        best = planning.best()
-        reused_s = sum(planning.reused)
-        return build_plan(self.name, best, started, workload.batch_size, partial=deadline.hit, reused_s=reused_s)
+        cache = TaskCache.for_task(self.cache, workload, topology)
+        tasks = spread_tasks(cache, self.cost_model, self.allow_column_split, self.sharding_types)
+        reused: list[float] = []
+
+        def plan_task(task: TaskCache) -> list[DeviceState]:
+            planning = _Planning(self, task, deadline)
+            try:
+                return planning.best()
+            finally:
+                reused.extend(planning.reused)
+
+        best = best_of_tasks(tasks, plan_task, self.departure_margin, deadline)
+        return build_plan(self.name, best, started, workload.batch_size, partial=deadline.hit, reused_s=sum(reused))
 
 
 class _Planning:
@@ -179,11 +192,13 @@ class _Planning:
         """A fresh placement of ``units`` as the agent sees it, on the task's ``StepCosts``."""
         planner = self.planner
         steps = self.cache.steps(units)
-        return guarded_state(units, self.topology, self.model, self.batch, planner.set_size_headroom, steps=steps)
+        headroom, fixed = planner.set_size_headroom, self.cache.fixed
+        return guarded_state(units, self.topology, self.model, self.batch, headroom, steps=steps, fixed=fixed)
 
     def guard(self, units: Sequence[Unit]) -> int | None:
         """The extrapolation guard of a placement of ``units`` (``unit_cap``)."""
-        return unit_cap(self.model, len(units), self.topology.num_devices, self.planner.set_size_headroom)
+        count = len(units) + len(self.cache.fixed)
+        return unit_cap(self.model, count, self.topology.num_devices, self.planner.set_size_headroom)
 
     def repaired(self, placed: Placement, cap: int | None, from_greedy: bool) -> Placement:
         """The policy's repair steps on its placement of split cap ``cap`` (its devices, in
@@ -244,6 +259,7 @@ class _Planning:
                 planner.set_size_headroom,
                 AccumulatorView(together, k * devices, devices),
                 steps,
+                self.cache.fixed,
             )
             for k in range(planner.samples)
         ]

@@ -1,0 +1,164 @@
+"""Each table's sharding options on a topology, and the spread ones placed before the rest.
+
+A table-wise or column-wise table goes to devices the placement chooses one shard at a time
+(``place_loop``). The other sharding types fix their devices once the option is chosen: a
+``row_wise`` table or a ``data_parallel`` replica uses every device; a ``table_row_wise`` or
+``grid_shard`` table uses every device of the host chosen for it. ``spread_options`` lists a
+table's options of those kinds; ``place_spread`` places the chosen ones, heaviest first, each
+on the option (and host) that leaves the lowest max load, before the rest are placed around
+them (``PlacementState(fixed=...)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoshard.core.errors import PlannerError, PlannerErrorKind
+from autoshard.core.sharding import ShardingType
+from autoshard.core.types import Table, TableShard, Topology, replica, row_shards
+from autoshard.planners.feasibility import FIX_DEVICES, FIX_MEMORY, FIX_SHRINK, fmt_bytes
+from autoshard.planners.placement_unit import CostFn, Unit
+
+ALL_TYPES = frozenset(ShardingType)
+SPREAD_TYPES = frozenset(
+    {ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD, ShardingType.DATA_PARALLEL}
+)
+PLACED_TYPES = frozenset({ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE})
+"""Sharding types whose shards the placement loop puts one by one."""
+DP_MEMORY_SHARE = 0.005
+"""A data-parallel candidate's replica takes at most this share of the smallest device: a replica
+lives on every device, so only tiny tables are worth it."""
+GRID_MIN_COLUMNS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadOption:
+    """A table under a sharding type that fixes its devices: its shards, each on its rank."""
+
+    table: Table
+    sharding_type: ShardingType
+    placements: tuple[tuple[int, TableShard], ...]
+    host: int | None = None
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(r for r, _ in self.placements)
+
+
+def _host_ranks(topology: Topology, host: int) -> range:
+    size = topology.local_world_size
+    return range(host * size, (host + 1) * size)
+
+
+def spread_options(table: Table, topology: Topology, allowed: Iterable[ShardingType] = ALL_TYPES) -> list[SpreadOption]:
+    """``table``'s options under the spread types ``allowed`` on ``topology``: row_wise over every
+    device; table_row_wise on each host; grid_shard as TorchRec cuts it: 2, 4, ... equal column
+    blocks (at least ``GRID_MIN_COLUMNS`` wide), block c row-sharded over the devices of host
+    h + c (one option per first host h); data_parallel everywhere. Options that would leave
+    a device without rows (fewer rows than devices) are left out; memory is not checked here."""
+    allowed = set(allowed)
+    world, local = topology.world_size, topology.local_world_size
+    found: list[SpreadOption] = []
+    if world < 2:
+        return found
+    rows, dim = table.num_embeddings, table.embedding_dim
+    if ShardingType.ROW_WISE in allowed and rows >= world:
+        shards = row_shards(table, world, ShardingType.ROW_WISE)
+        if len(shards) == world:
+            found.append(SpreadOption(table, ShardingType.ROW_WISE, tuple(enumerate(shards))))
+    hosts = range(topology.num_hosts)
+    if ShardingType.TABLE_ROW_WISE in allowed and local > 1 and rows >= local:
+        shards = row_shards(table, local, ShardingType.TABLE_ROW_WISE)
+        if len(shards) == local:
+            for h in hosts:
+                ranks = _host_ranks(topology, h)
+                found.append(SpreadOption(table, ShardingType.TABLE_ROW_WISE, tuple(zip(ranks, shards)), h))
+    if ShardingType.GRID_SHARD in allowed and local > 1 and rows >= local:
+        ways = 2
+        while ways <= topology.num_hosts and dim % ways == 0 and dim // ways >= GRID_MIN_COLUMNS:
+            width = dim // ways
+            for first in hosts:
+                placed = []
+                for c in range(ways):  # column block c, row-sharded over host first + c
+                    ranks = _host_ranks(topology, (first + c) % topology.num_hosts)
+                    shards = row_shards(table, local, ShardingType.GRID_SHARD, c * width, width)
+                    placed += list(zip(ranks, shards))
+                if len(placed) == ways * local:
+                    found.append(SpreadOption(table, ShardingType.GRID_SHARD, tuple(placed), first))
+            ways *= 2
+    if ShardingType.DATA_PARALLEL in allowed:
+        found.append(
+            SpreadOption(table, ShardingType.DATA_PARALLEL, tuple((r, replica(table, world)) for r in range(world)))
+        )
+    return found
+
+
+def place_spread(
+    tables: Sequence[Table],
+    options_of: Callable[[Table], Sequence[SpreadOption]],
+    topology: Topology,
+    cost_fn: CostFn,
+    free: np.ndarray | None = None,
+) -> tuple[tuple[int, Unit], ...]:
+    """Place ``tables`` under spread options: heaviest first (by their cost alone, whole), each on
+    its option whose shards leave the lowest max of the devices' summed costs alone (ties: fewer
+    devices, then the order of ``options_of``), among those whose shards fit the devices' ``free``
+    bytes (default: every device's memory). Returns the units, each with its rank.
+    ``PlannerError`` naming a table that no option fits."""
+    free = np.array(topology.device_memory_bytes_all, dtype=np.int64) if free is None else free.copy()
+    loads = np.zeros(topology.world_size)
+    whole = dict(zip((t.name for t in tables), cost_fn(tables))) if tables else {}
+    priced: list[tuple[Table, list[tuple[SpreadOption, list[Unit]]]]] = []
+    for table in sorted(tables, key=lambda t: (-whole[t.name], t.name)):
+        options = list(options_of(table))
+        shard_tables = [s.as_table for o in options for _, s in o.placements]
+        costs = iter(cost_fn(shard_tables) if shard_tables else ())
+        units = [[Unit.of(s, next(costs)) for _, s in o.placements] for o in options]
+        priced.append((table, list(zip(options, units))))
+    placed: list[tuple[int, Unit]] = []
+    for table, choices in priced:
+        best: tuple[float, int, int] | None = None
+        best_choice: tuple[SpreadOption, list[Unit]] | None = None
+        for index, (option, units) in enumerate(choices):
+            ranks = np.array(option.ranks)
+            need = np.zeros(topology.world_size, dtype=np.int64)
+            added = np.zeros(topology.world_size)
+            np.add.at(need, ranks, [u.memory_bytes for u in units])
+            np.add.at(added, ranks, [u.cost for u in units])
+            if (need > free).any():
+                continue
+            key = (float((loads + added).max()), len(set(option.ranks)), index)
+            if best is None or key < best:
+                best, best_choice = key, (option, units)
+        if best_choice is None:
+            raise _no_option_error(table, choices, topology, free)
+        option, units = best_choice
+        for (rank, _), unit in zip(option.placements, units):
+            free[rank] -= unit.memory_bytes
+            loads[rank] += unit.cost
+            placed.append((rank, unit))
+    return tuple(placed)
+
+
+def _no_option_error(
+    table: Table, choices: Sequence[tuple[SpreadOption, list[Unit]]], topology: Topology, free: np.ndarray
+) -> PlannerError:
+    if not choices:
+        what = f"table {table.name!r} ({fmt_bytes(table.memory_bytes)}) fits under no allowed sharding type"
+    else:
+        smallest = min(max(u.memory_bytes for u in units) for _, units in choices)
+        what = (
+            f"table {table.name!r} ({fmt_bytes(table.memory_bytes)}) fits under no sharding type: its smallest "
+            f"shard needs {fmt_bytes(smallest)}, the largest free space is {fmt_bytes(int(free.max()))}"
+        )
+    return PlannerError(
+        PlannerErrorKind.TABLE_DOES_NOT_FIT,
+        what,
+        (FIX_DEVICES, FIX_MEMORY, "allow row_wise or table_row_wise sharding for it", FIX_SHRINK),
+    )
+
+
+__all__ = ["ALL_TYPES", "PLACED_TYPES", "SPREAD_TYPES", "SpreadOption", "place_spread", "spread_options"]

@@ -1,0 +1,85 @@
+"""The tasks a placing planner plans once tables are spread: the task itself (when every table
+can be placed whole or column-wise) and, for each ``spread_variants`` variant, the rest of the
+workload around the variant's spread shards (a ``TaskCache`` with ``fixed`` shards). Computed
+once per task (kept in its cache), so cost_greedy and the rl planners share them and what they
+place on them; ``best_of_tasks`` keeps the best plan over them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from autoshard.core.errors import PlannerError
+from autoshard.core.sharding import ShardingType
+from autoshard.core.types import CostModel, Workload
+from autoshard.planners.deadline import Deadline
+from autoshard.planners.device_state import DeviceState, max_load
+from autoshard.planners.feasibility import check_total
+from autoshard.planners.placement_state import PlacementState
+from autoshard.planners.placement_unit import model_costs
+from autoshard.planners.sharding_options import place_spread
+from autoshard.planners.spread_variants import spread_variants
+from autoshard.planners.task_cache import Placement, TaskCache
+
+TaskOrError = TaskCache | Placement | PlannerError
+"""A task to place the rest of around spread shards; a finished ``Placement`` where every table
+was spread; or the ``PlannerError`` of a variant that does not fit."""
+
+
+def spread_tasks(
+    cache: TaskCache, cost_model: CostModel, allow_split: bool, allowed: frozenset[ShardingType]
+) -> list[TaskOrError]:
+    """The tasks to plan, in order: ``cache`` itself unless some table must be spread, then one
+    per variant (a variant whose spread tables fit under no option: its ``PlannerError``)."""
+    workload, topology = cache.workload, cache.topology
+
+    def make() -> list[TaskOrError]:
+        check_total(workload.memory_bytes, topology)
+        cost_fn = model_costs(cost_model, workload.batch_size)
+        variants = spread_variants(workload, topology, cost_fn, allow_split, allowed)
+        tasks: list[TaskOrError] = [] if variants and variants[0].name == "needed" else [cache]
+        for variant in variants:
+            try:
+                fixed = place_spread(variant.tables, variant.options_of(topology, allowed), topology, cost_fn)
+            except PlannerError as error:
+                tasks.append(error)
+                continue
+            spread = {t.name for t in variant.tables}
+            rest = tuple(t for t in workload.tables if t.name not in spread)
+            if rest:
+                tasks.append(TaskCache(Workload(rest, workload.batch_size, workload.name), topology, fixed))
+            else:
+                accumulator = cost_model.accumulator(topology.num_devices, workload.batch_size)
+                devices = PlacementState([], topology, accumulator, fixed=fixed).devices
+                tasks.append(Placement((), tuple(devices)))
+        return tasks
+
+    return cache.derived(("spread tasks", id(cost_model), allow_split, allowed), make)
+
+
+def best_of_tasks(
+    tasks: list[TaskOrError],
+    plan_task: Callable[[TaskCache], list[DeviceState]],
+    margin: float,
+    deadline: Deadline,
+) -> list[DeviceState]:
+    """``plan_task`` on each task in order (the rest skipped once the ``deadline`` expires with a
+    plan in hand); a later plan replaces the one kept only if predicted more than ``margin`` below
+    it. Raises the last ``PlannerError`` when no task could be planned."""
+    best: list[DeviceState] | None = None
+    error: PlannerError | None = None
+    for task in tasks:
+        if best is not None and deadline.expired:
+            break
+        try:
+            if isinstance(task, PlannerError):
+                raise task
+            found = [d.copy() for d in task.devices] if isinstance(task, Placement) else plan_task(task)
+        except PlannerError as failed:
+            error = failed
+            continue
+        if best is None or max_load(found) < (1 - margin) * max_load(best):
+            best = found
+    if best is None:
+        assert error is not None
+        raise error
+    return best
