@@ -427,13 +427,21 @@ def test_a_table_larger_than_a_device_fits_only_when_split():
     workload = Workload((big, Table("small", 10, 4)))
     topology = topo(4, 1_000_000)
     with pytest.raises(PlannerError) as info:
-        make_planner("size_greedy").plan(workload, topology)
+        make_planner("size_greedy", PlannerContext(sharding_types=PLACED_TYPES)).plan(workload, topology)
     assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT
     assert "'wide_and_long'" in str(info.value) and "2,560,000 bytes" in str(info.value)
     assert any("column-wise" in fix for fix in info.value.fixes)
     plan = make_planner("size_greedy", PlannerContext(allow_column_split=True)).plan(workload, topology)
     validate_plan(plan, workload, topology)
     assert max(d.memory_bytes for d in plan.devices) <= 1_000_000
+    # with every sharding type (the default), without column splits: TorchRec's rule, row-wise
+    # over the host's 4 devices (2,500 rows, 640,000 bytes each)
+    rows = make_planner("size_greedy").plan(workload, topology)
+    validate_plan(rows, workload, topology)
+    shards = [(d, s) for d, device in enumerate(rows.devices) for s in device.shards if s.table is big]
+    assert [(d, s.sharding_type, s.row_offset, s.height) for d, s in shards] == [
+        (d, ShardingType.TABLE_ROW_WISE, 2500 * d, 2500) for d in range(4)
+    ]
 
 
 def test_split_retries_finer_shards_after_a_packing_dead_end():
@@ -552,7 +560,7 @@ def test_insufficient_memory_names_the_bytes_needed_and_available():
 
 def test_a_table_bigger_than_a_device_is_named():
     with pytest.raises(PlannerError) as info:
-        make_planner("round_robin").plan(TINY, topo(3, 1_000_000))
+        make_planner("round_robin", PlannerContext(sharding_types=PLACED_TYPES)).plan(TINY, topo(3, 1_000_000))
     assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT
     assert "'big'" in info.value.message and "1,600,000 bytes" in info.value.message
 

@@ -110,12 +110,14 @@ def row_block_shares(rows: int, alpha: float, blocks: tuple[tuple[int, int], ...
     hot = zipf_mass(rows, alpha, _HOT_RANKS)
     ends = [offset + size for offset, size in blocks]
     shares = [0.0] * len(blocks)
+    cold = [size for _, size in blocks]  # each block's rows outside the hottest
     for rank, mass in enumerate(hot):
-        row = scattered_row(rank, rows)
-        shares[next(j for j, end in enumerate(ends) if row < end)] += mass
-    rest, cold_rows = 1.0 - sum(hot), rows - len(hot)
-    for j, (_, size) in enumerate(blocks):
-        shares[j] += rest * size / cold_rows if cold_rows > 0 else 0.0
+        block = next(j for j, end in enumerate(ends) if scattered_row(rank, rows) < end)
+        shares[block] += mass
+        cold[block] -= 1
+    rest, cold_rows = 1.0 - sum(hot), sum(cold)
+    for j in range(len(blocks)):
+        shares[j] += rest * cold[j] / cold_rows if cold_rows > 0 else 0.0
     return tuple(shares)
 
 

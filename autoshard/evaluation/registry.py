@@ -115,15 +115,21 @@ def _torchrec(compute_device: str) -> Callable[[PlannerContext], Planner]:
 
 
 def _greedy(name: str) -> Callable[[PlannerContext], Planner]:
-    return lambda c: GreedyProxyPlanner(name, PROXIES[name], c.cost_model, c.splits(PlannerKind.HEURISTIC))
+    return lambda c: GreedyProxyPlanner(
+        name, PROXIES[name], c.cost_model, c.splits(PlannerKind.HEURISTIC), c.spread_rule
+    )
 
 
 _SPECS = (
     PlannerSpec(
-        "random", PlannerKind.HEURISTIC, lambda c: RandomPlanner(c.cost_model, c.seed, c.splits(PlannerKind.HEURISTIC))
+        "random",
+        PlannerKind.HEURISTIC,
+        lambda c: RandomPlanner(c.cost_model, c.seed, c.splits(PlannerKind.HEURISTIC), rule=c.spread_rule),
     ),
     PlannerSpec(
-        "round_robin", PlannerKind.HEURISTIC, lambda c: RoundRobinPlanner(c.cost_model, c.splits(PlannerKind.HEURISTIC))
+        "round_robin",
+        PlannerKind.HEURISTIC,
+        lambda c: RoundRobinPlanner(c.cost_model, c.splits(PlannerKind.HEURISTIC), rule=c.spread_rule),
     ),
     *(PlannerSpec(name, PlannerKind.HEURISTIC, _greedy(name)) for name in PROXIES),
     PlannerSpec(

@@ -7,6 +7,7 @@ from enum import Enum
 
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, Topology, Workload
+from autoshard.planners.heuristics import SpreadRule
 from autoshard.planners.sharding_options import ALL_TYPES
 from autoshard.planners.task_cache import TaskCache
 
@@ -41,7 +42,8 @@ class PlannerContext:
     caller that plans a task owns it (``for_task``; ``compare_planners`` and the service make one
     per task); without one, each planner makes its own.
     ``sharding_types``: the sharding types planners may choose (TorchRec's names; default all
-    of them). Column-wise splits also need ``splits``."""
+    of them). Column-wise splits also need ``splits``. ``replicate_tiny``: the heuristics place
+    tiny tables data parallel (the planners that price options decide that by the cost model)."""
 
     cost_model: CostModel | None = None
     policy: object | None = None  # an ``autoshard.rl.policy.DevicePolicy``: planners do not look inside
@@ -51,6 +53,12 @@ class PlannerContext:
     departure_margin: float | None = None
     cache: TaskCache | None = field(default=None, compare=False, repr=False)
     sharding_types: frozenset[ShardingType] = ALL_TYPES
+    replicate_tiny: bool = False
+
+    @property
+    def spread_rule(self) -> SpreadRule:
+        """The heuristics' rule for tables they do not place whole."""
+        return SpreadRule(self.sharding_types, self.replicate_tiny)
 
     def for_task(self, workload: Workload, topology: Topology) -> PlannerContext:
         """This context with the cache of ``workload`` on ``topology``: its own, if it is that

@@ -14,14 +14,56 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
+from autoshard.core.sharding import ShardingType
+from autoshard.core.types import CostModel, ShardingPlan, Table, Topology, Workload
 from autoshard.planners.choosers import Chooser, least_loaded
 from autoshard.planners.device_state import build_plan
+from autoshard.planners.feasibility import check_total
 from autoshard.planners.place_loop import place_workload
 from autoshard.planners.placement_state import PlacementState
-from autoshard.planners.placement_unit import proxy_costs
+from autoshard.planners.placement_unit import Unit, proxy_costs
 from autoshard.planners.proxies import Proxy, lookup_proxy
+from autoshard.planners.sharding_options import ALL_TYPES, DP_MEMORY_SHARE, SpreadOption, place_spread, spread_options
+from autoshard.planners.spread_variants import fits_placed
 from autoshard.planners.unit_preparation import TaskUnits
+
+_ROW_RULE = (ShardingType.TABLE_ROW_WISE, ShardingType.ROW_WISE, ShardingType.GRID_SHARD)
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadRule:
+    """Which sharding types a heuristic may use, and whether it replicates tiny tables."""
+
+    sharding_types: frozenset[ShardingType] = ALL_TYPES
+    replicate_tiny: bool = False
+
+    def fixed(
+        self, workload: Workload, topology: Topology, proxy: Proxy, allow_split: bool
+    ) -> tuple[tuple[int, Unit], ...]:
+        """The spread shards, on their ranks (module docstring)."""
+        types = self.sharding_types
+        needed = [t for t in workload.tables if not fits_placed(t, topology, allow_split, types)]
+        if not types & set(_ROW_RULE):
+            needed = []  # placement names the table that does not fit
+        tiny: list[Table] = []
+        if self.replicate_tiny and ShardingType.DATA_PARALLEL in types:
+            limit = DP_MEMORY_SHARE * topology.smallest_device_memory_bytes
+            tiny = [t for t in workload.tables if t.memory_bytes <= limit and t not in needed]
+        replicated = {t.name for t in tiny}
+
+        def options(table: Table) -> list[SpreadOption]:
+            if table.name in replicated:
+                return spread_options(table, topology, {ShardingType.DATA_PARALLEL})
+            for kind in _ROW_RULE:  # the first type with an option that fits; place_spread picks the host
+                if kind in types:
+                    found = spread_options(table, topology, {kind})
+                    if found and max(s.memory_bytes for _, s in found[0].placements) <= topology.device_memory_bytes:
+                        return found
+            return []
+
+        if not needed and not tiny:
+            return ()
+        return place_spread(needed + tiny, options, topology, proxy_costs(proxy))
 
 
 def _plan(
@@ -33,13 +75,23 @@ def _plan(
     cost_model: CostModel | None,
     order_by_cost: bool,
     choose: Chooser,
+    rule: SpreadRule,
 ) -> ShardingPlan:
     started = time.perf_counter()
+    check_total(workload.memory_bytes, topology)
+    fixed = rule.fixed(workload, topology, proxy, allow_split)
+    spread = {u.parent for _, u in fixed}
+    rest = tuple(t for t in workload.tables if t.name not in spread)
+    if not rest:
+        devices = PlacementState([], topology, fixed=fixed).devices
+        return build_plan(name, devices, started, workload.batch_size, cost_model)
     state = place_workload(
-        TaskUnits(workload, topology, proxy_costs(proxy)),
+        TaskUnits(
+            Workload(rest, workload.batch_size, workload.name) if fixed else workload, topology, proxy_costs(proxy)
+        ),
         allow_split,
         choose,
-        lambda units: PlacementState(units, topology),
+        lambda units: PlacementState(units, topology, fixed=fixed),
         order_by_cost,
     )
     return build_plan(name, state.devices, started, workload.batch_size, cost_model)
@@ -55,10 +107,19 @@ class GreedyProxyPlanner:
     proxy: Proxy
     cost_model: CostModel | None = None
     allow_column_split: bool = False
+    rule: SpreadRule = SpreadRule()
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         return _plan(
-            self.name, workload, topology, self.proxy, self.allow_column_split, self.cost_model, True, least_loaded
+            self.name,
+            workload,
+            topology,
+            self.proxy,
+            self.allow_column_split,
+            self.cost_model,
+            True,
+            least_loaded,
+            self.rule,
         )
 
 
@@ -71,6 +132,7 @@ class RandomPlanner:
     seed: int = 0
     allow_column_split: bool = False
     name: str = "random"
+    rule: SpreadRule = SpreadRule()
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         rng = np.random.default_rng(self.seed)
@@ -79,7 +141,15 @@ class RandomPlanner:
             return int(allowed[rng.integers(len(allowed))])
 
         return _plan(
-            self.name, workload, topology, lookup_proxy, self.allow_column_split, self.cost_model, False, choose
+            self.name,
+            workload,
+            topology,
+            lookup_proxy,
+            self.allow_column_split,
+            self.cost_model,
+            False,
+            choose,
+            self.rule,
         )
 
 
@@ -90,6 +160,7 @@ class RoundRobinPlanner:
     cost_model: CostModel | None = None
     allow_column_split: bool = False
     name: str = "round_robin"
+    rule: SpreadRule = SpreadRule()
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         devices = topology.num_devices
@@ -98,5 +169,13 @@ class RoundRobinPlanner:
             return min(allowed.tolist(), key=lambda d: (d - state.position) % devices)
 
         return _plan(
-            self.name, workload, topology, lookup_proxy, self.allow_column_split, self.cost_model, False, choose
+            self.name,
+            workload,
+            topology,
+            lookup_proxy,
+            self.allow_column_split,
+            self.cost_model,
+            False,
+            choose,
+            self.rule,
         )

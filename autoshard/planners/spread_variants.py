@@ -66,7 +66,7 @@ def spread_variants(
     if topology.num_devices < 2:
         return []
     tables = workload.tables
-    needed = [t for t in tables if not fits_placed(t, topology, allow_split, allowed)]
+    needed = [t for t in tables if not fits_placed(t, topology, allow_split, allowed)] if spreadable else []
     costs = cost_fn(tables)
     share = sum(costs) / topology.num_devices
     heavy = [t for t, c in zip(tables, costs) if c > share and t not in needed] if spreadable else []
