@@ -22,10 +22,12 @@ from autoshard.core.errors import (
     PlannerErrorKind,
 )
 from autoshard.core.model_error import DeviceErrors
+from autoshard.core.sharding import ShardingType
 from autoshard.core.types import (
     CostModel,
     DevicePlan,
     ShardingPlan,
+    Table,
     TableShard,
     Topology,
     Workload,
@@ -35,6 +37,7 @@ from autoshard.evaluation.registry import PLANNERS
 from autoshard.evaluation.replan_report import ReplanReport, compare_replans
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.incremental import CurrentPlacement, MoveBudget
+from autoshard.planners.sharding_options import ALL_TYPES
 from autoshard.planners.task_cache import TaskCache
 
 if TYPE_CHECKING:
@@ -58,6 +61,7 @@ class PlannerTask:
     seed: int = 0
     allow_column_split: bool | None = None  # PlannerContext's rule
     export: bool = False
+    sharding_types: frozenset[ShardingType] = ALL_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +79,7 @@ class CompactPlan:
             plan.planner,
             plan.plan_time_s,
             tuple(d.cost_ms for d in plan.devices),
-            tuple(tuple((index[s.table.name], s.column_offset, s.width) for s in d.shards) for d in plan.devices),
+            tuple(tuple(_compact(index[s.table.name], s) for s in d.shards) for d in plan.devices),
             plan.partial,
             plan.reused_s,
         )
@@ -84,17 +88,7 @@ class CompactPlan:
         tables = workload.tables
         devices = []
         for cost, shards in zip(self.costs, self.devices):
-            devices.append(
-                DevicePlan(
-                    tuple(
-                        TableShard(tables[i])
-                        if offset == 0 and columns == tables[i].embedding_dim
-                        else TableShard(tables[i], offset, columns)
-                        for i, offset, columns in shards
-                    ),
-                    cost,
-                )
-            )
+            devices.append(DevicePlan(tuple(_shard(tables[s[0]], s) for s in shards), cost))
         return ShardingPlan(
             self.planner, tuple(devices), self.plan_time_s, partial=self.partial, reused_s=self.reused_s
         )
@@ -172,7 +166,15 @@ def run_task(
             left = task.deadline - time.monotonic()
             return left > 0 and left >= max([longest_s, *(r.seconds for r in results)])
 
-        context = PlannerContext(cost_model, policy, task.seed, task.allow_column_split, left, cache=cache)
+        context = PlannerContext(
+            cost_model,
+            policy,
+            task.seed,
+            task.allow_column_split,
+            left,
+            cache=cache,
+            sharding_types=task.sharding_types,
+        )
         results += _run_planners(names, task, context, index, may_start)
     return results
 
@@ -330,3 +332,24 @@ __all__ = [
     "run_replan",
     "run_task",
 ]
+
+
+def _compact(index: int, shard: TableShard) -> tuple:
+    """(table index, column offset, columns) of a table- or column-wise shard; with its rows,
+    sharding type and lookup share after them for the other types."""
+    if shard.rows is None and shard.sharding is None:
+        return (index, shard.column_offset, shard.width)
+    kind = None if shard.sharding is None else shard.sharding.value
+    return (index, shard.column_offset, shard.width, shard.row_offset, shard.rows, kind, shard.lookup_share)
+
+
+def _shard(table: Table, compact: tuple) -> TableShard:
+    _, offset, columns, *rest = compact
+    if not rest:
+        return (
+            TableShard(table) if offset == 0 and columns == table.embedding_dim else TableShard(table, offset, columns)
+        )
+    row_offset, rows, kind, share = rest
+    whole = offset == 0 and columns == table.embedding_dim
+    sharding = None if kind is None else ShardingType(kind)
+    return TableShard(table, offset, None if whole else columns, row_offset, rows, sharding, share)

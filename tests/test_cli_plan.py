@@ -141,6 +141,7 @@ def test_a_plan_bound_by_one_table_suggests_column_splits_and_a_split_plan_does_
     # Criteo Terabyte on 8 devices: without splits its largest table alone is the slowest device
     # of every plan; by default cost_greedy splits it (predicted a third lower), round_robin not
     args = ["plan", "criteo_terabyte", "--devices", "8", "--memory-gb", "24", "--planner", "cost_greedy,round_robin"]
+    args += ["--sharding-types", "table_wise,column_wise"]  # row-wise would split it too
     bound = runner.invoke(app, [*args, "--no-column-split"])
     assert bound.exit_code == 0, bound.output
     assert "holds one table alone" in bound.output and "--no-column-split" in " ".join(bound.output.split())
@@ -155,11 +156,18 @@ def test_infeasible_memory_exits_2_naming_the_bytes():
     assert "Traceback" not in result.output
 
 
-def test_a_table_too_large_for_a_device_exits_2_naming_it():
-    result = plan("criteo_terabyte", "--devices", "8", "--memory-gb", "16", "--planner", "size_greedy", *NO_MODEL)
+def test_a_table_too_large_for_a_device_exits_2_naming_it_unless_rows_may_split():
+    args = ("criteo_terabyte", "--devices", "8", "--memory-gb", "16", "--planner", "size_greedy", *NO_MODEL)
+    result = plan(*args, "--sharding-types", "table_wise,column_wise")
     assert result.exit_code == 2
     assert "table_does_not_fit" in result.stderr and "'cat_" in result.stderr
     assert "column-wise" in result.stderr
+    rows = plan(*args, "--json")  # every sharding type: TorchRec's rule row-shards it
+    assert rows.exit_code == 0, rows.output
+    labels = [t for d in json.loads(rows.stdout)["plans"][0]["devices"] for t in d["tables"]]
+    assert any(t.startswith("cat_") and "[r" in t for t in labels)  # row blocks: cat_N[r0:...]
+    bad = plan(*args, "--sharding-types", "table_wise,rowwise")
+    assert bad.exit_code == 2 and "--sharding-types" in bad.stderr and "row_wise" in bad.stderr
 
 
 def test_column_split_makes_it_fit():

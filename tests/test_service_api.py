@@ -231,6 +231,9 @@ def test_an_infeasible_topology_is_422_naming_the_table_and_the_shortfall(client
     big = copy.deepcopy(body)
     tables = big["workload"]["tables"]
     tables[7].update(num_embeddings=40 * 2**20, embedding_dim=128)  # 20 GiB > one 16 GiB device
+    rows = client.post("/v1/plans", json=big)  # every sharding type: every planner row-shards it
+    assert rows.status_code == 200 and not rows.json()["skipped"]
+    big["sharding_types"] = ["table_wise", "column_wise"]
     split = client.post("/v1/plans", json=big)  # by default the cost-model planners split it; the heuristics cannot
     assert split.status_code == 200
     assert {p["planner"] for p in split.json()["plans"]} == {"cost_greedy", "rl", "rl+refine"}
@@ -240,6 +243,9 @@ def test_an_infeasible_topology_is_422_naming_the_table_and_the_shortfall(client
     assert error.type == "infeasible.table_does_not_fit" and error.loc == ["body", "workload", "tables", 7]
     assert tables[7]["name"] in error.msg and error.ctx["table"] == tables[7]["name"]
     assert error.ctx["shortfall_bytes"] == 20 * GIB - 16 * GIB and error.ctx["fixes"]
+
+    bad = only_error(client.post("/v1/plans", json={**big, "sharding_types": ["rowwise"]}), 422)
+    assert "sharding_types" in bad.loc and "row_wise" in bad.msg + str(bad.ctx)
 
     small = {**body, "topology": {"num_devices": 2, "device_memory_gb": 4}}  # 11 GiB of tables: no split helps
     error = only_error(client.post("/v1/plans", json=small), 422)

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from autoshard.cli import app
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.core.sharding import ShardingType
 from autoshard.core.types import GIB, INTER_HOST_BW_GBPS, INTRA_HOST_BW_GBPS, ShardingPlan, Table, Topology, Workload
 from autoshard.core.workload_file import topology_from_dict, workload_from_dict, workload_to_dict
 from autoshard.evaluation.registry import HEURISTICS, make_planner
@@ -343,16 +344,17 @@ def cluster_tasks(draw):
 
 
 def check_within_caps(plan: ShardingPlan, workload: Workload, topology: Topology) -> None:
-    """``validate_plan``, and the same checked independently: each column once, each device within its own cap."""
+    """``validate_plan``, and the same checked independently: each cell (row, column) once (a
+    data-parallel table: once per device), each device within its own cap."""
     validate_plan(plan, workload, topology)
     assert len(plan.devices) == topology.num_devices
-    cover = {t.name: [0] * t.embedding_dim for t in workload.tables}
+    cells = dict.fromkeys((t.name for t in workload.tables), 0)
     for rank, device in enumerate(plan.devices):
         assert device.memory_bytes <= topology.device_memory_bytes_of(rank)
         for shard in device.shards:
-            for column in range(shard.column_offset, shard.column_offset + shard.width):
-                cover[shard.table.name][column] += 1
-    assert all(count == 1 for columns in cover.values() for count in columns)
+            replicated = shard.sharding_type is ShardingType.DATA_PARALLEL
+            cells[shard.table.name] += shard.height * shard.width * (1 if not replicated else 1 / topology.num_devices)
+    assert all(cells[t.name] == pytest.approx(t.num_embeddings * t.embedding_dim) for t in workload.tables)
 
 
 def easy(workload: Workload, topology: Topology) -> bool:

@@ -18,6 +18,7 @@ from autoshard.cli.support import (
     WORKLOAD,
     DevicesPerHostOption,
     HostsOption,
+    ShardingTypesOption,
     console,
     ensure_malloc_settings,
     friendly_errors,
@@ -26,6 +27,7 @@ from autoshard.cli.support import (
     planner_names,
     plans_verifier,
     print_json,
+    sharding_types_of,
     topology_label,
     topology_of,
     verification_measures,
@@ -65,6 +67,7 @@ def plan_cmd(
         bool | None,
         typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP, rich_help_panel=PLANNERS),
     ] = None,
+    sharding_types: ShardingTypesOption = None,
     time_budget: Annotated[
         float | None,
         typer.Option(
@@ -169,6 +172,7 @@ def plan_cmd(
         column_split,
         time_budget,
         departure_margin,
+        sharding_types=sharding_types_of(sharding_types),
     )
     result = compare_planners(loaded, topology, names, context, comm)
     skipped = [
@@ -235,7 +239,7 @@ def plan_cmd(
         if column_split is not True and (alone := _bound_by_one_table(best, topology)):
             console.print(
                 f"[yellow]note:[/yellow] the slowest device holds one table alone ({alone}): no placement "
-                "lowers it, a column-wise split can (docs/concepts.md, 'Column splits'); "
+                "lowers it, a column-wise or row-wise split can (docs/concepts.md, 'Column splits'); "
                 + (
                     "without --no-column-split the cost-model planners split it where it pays"
                     if column_split is False

@@ -298,6 +298,24 @@ HostsOption = Annotated[
         rich_help_panel=WORKLOAD,
     ),
 ]
+ShardingTypesOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Sharding types planners may choose, comma-separated TorchRec names (default: all of data_parallel, "
+        "table_wise, column_wise, row_wise, table_row_wise, table_column_wise, grid_shard). Column-wise also "
+        "follows --column-split.",
+        rich_help_panel=PLANNERS,
+    ),
+]
+
+
+def sharding_types_of(option: str | None) -> frozenset:
+    """``--sharding-types`` as a set (every type without it); ``InputError`` naming the option."""
+    from autoshard.core.sharding import ShardingType, parse_sharding_types
+
+    return frozenset(ShardingType) if option is None else parse_sharding_types(option, "--sharding-types")
+
+
 DevicesPerHostOption = Annotated[
     int | None,
     typer.Option(min=1, help="Devices in each host, with --hosts (ranks fill host 0 first).", rich_help_panel=WORKLOAD),
@@ -377,8 +395,10 @@ def topology_of(
 
 
 def write_torchrec(workload: Workload, topology: Topology, best: ShardingPlan, out: Path | None) -> None:
-    """A plan as TorchRec sharding: ``autoshard.core.torchrec_bridge.plan_from_export`` and
-    ``to_torchrec_plan`` turn it into the ``ShardingPlan`` DistributedModelParallel applies."""
+    """A plan as TorchRec sharding: each table's sharding type and shard metadata (ranks, row
+    and column offsets and sizes, as TorchRec lays out the type on the topology's hosts);
+    ``autoshard.core.torchrec_bridge.plan_from_export`` and ``to_torchrec_plan`` turn it into
+    the ``ShardingPlan`` DistributedModelParallel applies."""
     try:
         from autoshard.core.torchrec_bridge import export_torchrec
     except ImportError as error:
@@ -391,7 +411,7 @@ def write_torchrec(workload: Workload, topology: Topology, best: ShardingPlan, o
         **({"local_world_size": topology.local_world_size} if topology.num_hosts > 1 else {}),
         "workload": workload.name,
         "max_cost_ms": best.max_cost_ms,
-        "tables": export_torchrec(best, workload),
+        "tables": export_torchrec(best, workload, topology.local_world_size),
     }
     if out is None:
         print_json(data)

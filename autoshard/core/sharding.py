@@ -70,6 +70,24 @@ class ShardingType(str, Enum):
         return self in (ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD, ShardingType.TABLE_COLUMN_WISE)
 
 
+def parse_sharding_types(names: object, field: str = "sharding_types") -> frozenset[ShardingType]:
+    """TorchRec's sharding type names (a list, or one comma-separated string) as a set;
+    ``InputError`` naming ``field`` and the valid names otherwise."""
+    from autoshard.core.errors import InputError
+
+    valid = ", ".join(t.value for t in ShardingType)
+    items = names.split(",") if isinstance(names, str) else names
+    if not isinstance(items, (list, tuple)) or not items:
+        raise InputError(field, f"must list sharding types, got {names!r}", f"use some of: {valid}")
+    found = set()
+    for item in items:
+        try:
+            found.add(ShardingType(str(item).strip()))
+        except ValueError:
+            raise InputError(field, f"unknown sharding type {item!r}", f"use some of: {valid}") from None
+    return frozenset(found)
+
+
 def scattered_row(rank: int, rows: int) -> int:
     """The row that Zipf rank ``rank`` (0 = hottest) lands on among ``rows`` rows."""
     return (rank * SCATTER_PRIME) % rows
@@ -121,4 +139,12 @@ def row_block_shares(rows: int, alpha: float, blocks: tuple[tuple[int, int], ...
     return tuple(shares)
 
 
-__all__ = ["SCATTER_PRIME", "ShardingType", "row_block_shares", "row_blocks", "scattered_row", "zipf_mass"]
+__all__ = [
+    "SCATTER_PRIME",
+    "ShardingType",
+    "parse_sharding_types",
+    "row_block_shares",
+    "row_blocks",
+    "scattered_row",
+    "zipf_mass",
+]

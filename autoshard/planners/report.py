@@ -13,26 +13,37 @@ from autoshard.core.types import DevicePlan, ShardingPlan, TableShard, Topology,
 
 
 def shard_label(shard: TableShard) -> str:
-    """``name`` for a whole table, ``name[a:b]`` for a column shard."""
-    if shard.width == shard.table.embedding_dim:
-        return shard.table.name
-    return f"{shard.table.name}[{shard.column_offset}:{shard.column_offset + shard.width}]"
+    """``name`` for a whole table, ``name[a:b]`` for a column shard, ``name[ra:rb]`` for a row
+    block (``name[ra:rb,a:b]`` in a grid), ``name[dp]`` for a data-parallel replica."""
+    return shard.label
 
 
 @dataclass(frozen=True, slots=True)
 class ShardReport:
-    """A shard of a device: its table and column range (``table[column_offset:column_offset + columns]``)."""
+    """A shard of a device: its table, its sharding type (TorchRec's name), its column range
+    (``column_offset``, ``columns``) and row range (``row_offset``, ``rows``)."""
 
     table: str
     column_offset: int
     columns: int
+    sharding_type: str = "table_wise"
+    row_offset: int = 0
+    rows: int = 0
 
     @classmethod
     def of(cls, shard: TableShard) -> ShardReport:
-        return cls(shard.table.name, shard.column_offset, shard.width)
+        kind = shard.sharding_type.value
+        return cls(shard.table.name, shard.column_offset, shard.width, kind, shard.row_offset, shard.height)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"table": self.table, "column_offset": self.column_offset, "columns": self.columns}
+        return {
+            "table": self.table,
+            "sharding_type": self.sharding_type,
+            "row_offset": self.row_offset,
+            "rows": self.rows,
+            "column_offset": self.column_offset,
+            "columns": self.columns,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,8 @@ ALL_TYPES = frozenset(ShardingType)
 SPREAD_TYPES = frozenset(
     {ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD, ShardingType.DATA_PARALLEL}
 )
+ROW_TYPES = frozenset({ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD})
+"""Sharding types that split a table's rows: a table larger than any device fits under them."""
 PLACED_TYPES = frozenset({ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE})
 """Sharding types whose shards the placement loop puts one by one."""
 DP_MEMORY_SHARE = 0.005
@@ -111,13 +113,14 @@ def place_spread(
     free = np.array(topology.device_memory_bytes_all, dtype=np.int64) if free is None else free.copy()
     loads = np.zeros(topology.world_size)
     whole = dict(zip((t.name for t in tables), cost_fn(tables))) if tables else {}
+    ordered = sorted(tables, key=lambda t: (-whole[t.name], t.name))
+    options = [list(options_of(t)) for t in ordered]
+    shard_tables = [s.as_table for found in options for o in found for _, s in o.placements]
+    costs = iter(cost_fn(shard_tables) if shard_tables else ())  # one batched call for every shard
     priced: list[tuple[Table, list[tuple[SpreadOption, list[Unit]]]]] = []
-    for table in sorted(tables, key=lambda t: (-whole[t.name], t.name)):
-        options = list(options_of(table))
-        shard_tables = [s.as_table for o in options for _, s in o.placements]
-        costs = iter(cost_fn(shard_tables) if shard_tables else ())
-        units = [[Unit.of(s, next(costs)) for _, s in o.placements] for o in options]
-        priced.append((table, list(zip(options, units))))
+    for table, found in zip(ordered, options):
+        option_units = [[Unit.of(s, next(costs)) for _, s in o.placements] for o in found]
+        priced.append((table, list(zip(found, option_units))))
     placed: list[tuple[int, Unit]] = []
     for table, choices in priced:
         best: tuple[float, int, int] | None = None
@@ -161,4 +164,4 @@ def _no_option_error(
     )
 
 
-__all__ = ["ALL_TYPES", "PLACED_TYPES", "SPREAD_TYPES", "SpreadOption", "place_spread", "spread_options"]
+__all__ = ["ALL_TYPES", "PLACED_TYPES", "ROW_TYPES", "SPREAD_TYPES", "SpreadOption", "place_spread", "spread_options"]

@@ -10,12 +10,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.core.sharding import parse_sharding_types
 from autoshard.core.types import Topology, Workload
 from autoshard.evaluation.registry import HEURISTICS
 from autoshard.planners.context import PlannerContext, PlannerKind
+from autoshard.planners.feasibility import check_total
 from autoshard.planners.placement_unit import proxy_costs
 from autoshard.planners.proxies import size_proxy
 from autoshard.planners.report import plans_report
+from autoshard.planners.sharding_options import ALL_TYPES, ROW_TYPES
 from autoshard.planners.unit_preparation import prepare_units
 from autoshard.profiles import LoadedModel
 from service.deps import StateDep
@@ -81,13 +84,17 @@ async def create_plans(
     model = resolve_profile(state, body.profile)
     warnings = check_inputs(model, workload)
     names = state.planners_for(body.planners, model)
+    sharding_types = ALL_TYPES if body.sharding_types is None else parse_sharding_types(body.sharding_types)
     try:
-        prepare_units(
-            workload,
-            topology,
-            proxy_costs(size_proxy),  # with splits if any planner may split
-            PlannerContext(allow_column_split=body.allow_column_split).any_splits,
-        )
+        if sharding_types & ROW_TYPES:  # a table too large for a device can be row-sharded
+            check_total(workload.memory_bytes, topology)
+        else:
+            prepare_units(
+                workload,
+                topology,
+                proxy_costs(size_proxy),  # with splits if any planner may split
+                PlannerContext(allow_column_split=body.allow_column_split).any_splits,
+            )
     except PlannerError as error:  # it cannot fit, whatever the planner
         raise infeasible_error(error, workload, topology) from None
     if format == "torchrec":
@@ -105,6 +112,7 @@ async def create_plans(
                 body.seed,
                 body.allow_column_split,
                 format == "torchrec",
+                sharding_types,
             )
             for group in _task_groups(state, names)
         ]

@@ -191,6 +191,13 @@ class PlanRequest(BaseModel):
         "predicted more than 10% lower) and TorchRec's; the heuristics place whole tables, as the "
         "classic baselines do. true: every planner; false: none.",
     )
+    sharding_types: list[str] | None = Field(
+        None,
+        max_length=7,
+        description="Sharding types the planners may choose, TorchRec's names (data_parallel, table_wise, "
+        "column_wise, row_wise, table_row_wise, table_column_wise, grid_shard). null (the default): all of them; "
+        "column_wise also follows allow_column_split.",
+    )
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed of the random planner.")
     time_budget_s: float | None = Field(
         None,

@@ -12,14 +12,24 @@ from autoshard.core.types import INTER_HOST_BW_GBPS, INTRA_HOST_BW_GBPS
 
 class ShardOut(BaseModel):
     table: str
+    sharding_type: str = Field(
+        "table_wise",
+        description="TorchRec's sharding type of the table: data_parallel, table_wise, column_wise, row_wise, "
+        "table_row_wise, table_column_wise or grid_shard.",
+    )
+    row_offset: int = Field(0, description="Its first row.")
+    rows: int = Field(0, description="Its rows (a data-parallel replica: all of them).")
     column_offset: int
     columns: int
 
 
 class DeviceOut(BaseModel):
     host: int = Field(0, description="The device's host: rank // devices_per_host (0 on one host).")
-    tables: list[str] = Field(description="Table names; a column shard reads 'name[a:b]'.")
-    shards: list[ShardOut] = Field(description="The same, structured: table and column range.")
+    tables: list[str] = Field(
+        description="Table names; a column shard reads 'name[a:b]', a row block 'name[ra:rb]' "
+        "('name[ra:rb,a:b]' in a grid), a data-parallel replica 'name[dp]'."
+    )
+    shards: list[ShardOut] = Field(description="The same, structured: table, sharding type, rows and columns.")
     cost_ms: float = Field(description="Predicted cost of the device (see cost_unit).")
     compute_ms: float = Field(description="The part of cost_ms that is the device's own compute.")
     communication_ms: float = Field(
@@ -121,13 +131,31 @@ PLAN_EXAMPLE: dict[str, Any] = {
                     "tables": ["user_id"],
                     "cost_ms": 3.1,
                     "memory_bytes": 2_048_000_000,
-                    "shards": [{"table": "user_id", "column_offset": 0, "columns": 128}],
+                    "shards": [
+                        {
+                            "table": "user_id",
+                            "sharding_type": "table_wise",
+                            "row_offset": 0,
+                            "rows": 4_000_000,
+                            "column_offset": 0,
+                            "columns": 128,
+                        }
+                    ],
                 },
                 {
                     "tables": ["category"],
                     "cost_ms": 3.0,
                     "memory_bytes": 4_000_000,
-                    "shards": [{"table": "category", "column_offset": 0, "columns": 16}],
+                    "shards": [
+                        {
+                            "table": "category",
+                            "sharding_type": "table_wise",
+                            "row_offset": 0,
+                            "rows": 62_500,
+                            "column_offset": 0,
+                            "columns": 16,
+                        }
+                    ],
                 },
             ],
         }
