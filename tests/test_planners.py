@@ -678,12 +678,13 @@ def test_cost_greedy_keeps_no_more_units_on_a_device_than_the_extrapolation_guar
     workload = Workload(tuple(Table(f"t{i}", 1000 * (i + 1), 16, 1.0 + i) for i in range(12)), batch_size=1000)
     topology, model = Topology(2, 16.0), SubAdditiveModel()
     assert unit_cap(model, 12, 2) == 8 and unit_cap(AnalyticalTestCostModel(), 12, 2) is None
-    plan = make_planner("cost_greedy", PlannerContext(model, allow_column_split=False)).plan(workload, topology)
+    whole = {"allow_column_split": False, "sharding_types": PLACED_TYPES}  # one unit a table
+    plan = make_planner("cost_greedy", PlannerContext(model, **whole)).plan(workload, topology)
     validate_plan(plan, workload, topology)
     assert max(len(d.shards) for d in plan.devices) == 8
     unguarded = SubAdditiveModel()
     unguarded.max_set_size = None
-    piled = make_planner("cost_greedy", PlannerContext(unguarded, allow_column_split=False)).plan(workload, topology)
+    piled = make_planner("cost_greedy", PlannerContext(unguarded, **whole)).plan(workload, topology)
     assert max(len(d.shards) for d in piled.devices) > 8
 
 

@@ -180,3 +180,36 @@ def test_every_plan_covers_every_tables_rows_and_columns_once_within_memory(task
             assert replicas[table.name] == topology.num_devices and cells[table.name] == 0
         else:
             assert cells[table.name] == table.num_embeddings * table.embedding_dim
+
+
+def test_option_search_row_shards_a_table_that_binds_the_max_device_and_undoes_a_needless_spread():
+    from autoshard.planners.device_state import DeviceState
+    from autoshard.planners.option_search import change_options
+    from autoshard.planners.placement_unit import Unit
+
+    model, topology = AnalyticalTestCostModel(), Topology.cluster(1, 4, 1.0)
+    hot = Table("hot", 40_000, 64, 50.0)
+    cold = tuple(Table(f"c{i}", 1000, 16, 1.0) for i in range(3))
+
+    def states(placements: list[tuple[int, TableShard]]) -> list[DeviceState]:
+        devices = [DeviceState(d, topology.device_memory_bytes_of(d)) for d in range(4)]
+        for rank, shard in placements:
+            devices[rank].add(Unit.of(shard, model.predict([shard.as_table], 2048)), 0.0)
+        for d in devices:
+            d.load = model.predict(d.tables, 2048) if d.units else 0.0
+        return devices
+
+    bound = states([(0, TableShard(hot)), *((i + 1, TableShard(t)) for i, t in enumerate(cold))])
+    before = max(d.load for d in bound)
+    assert change_options(bound, model, topology, 2048, frozenset(ShardingType)) >= 1
+    kinds = {u.shard.sharding_type for d in bound for u in d.units if u.parent == "hot"}
+    assert kinds & {ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE}
+    assert max(d.load for d in bound) < before
+    # a tiny table row-sharded over every device, one of them busy: each shard pays the per-table
+    # overhead, so table-wise on a quiet device is cheaper
+    tiny = Table("tiny", 400, 16, 1.0)
+    rows = row_shards(tiny, 4, ShardingType.ROW_WISE)
+    spread = states([*enumerate(rows), (0, TableShard(cold[0])), (0, TableShard(cold[1])), (1, TableShard(cold[2]))])
+    assert change_options(spread, model, topology, 2048, frozenset(ShardingType)) >= 1
+    placed = [(d, u.shard.sharding_type) for d, s in enumerate(spread) for u in s.units if u.parent == "tiny"]
+    assert placed in ([(2, ShardingType.TABLE_WISE)], [(3, ShardingType.TABLE_WISE)])

@@ -12,6 +12,7 @@ from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState, assignment, build_plan
 from autoshard.planners.local_search import MAX_ROUNDS, SearchRound, improve
+from autoshard.planners.option_search import change_options
 from autoshard.planners.place_loop import place_workload
 from autoshard.planners.placement_state import PlacementState, unit_cap
 from autoshard.planners.placement_unit import Unit
@@ -48,7 +49,9 @@ class CostGreedyPlanner:
     lowest load, ``place_spread``), and the rest is placed as above around them. A plan with
     spread tables replaces the plan without (where one exists) only if it is predicted more than
     ``departure_margin`` below it, as a split plan does; among variants, likewise against the
-    first."""
+    first. Local search then also changes tables' options off the max device
+    (``option_search.change_options``: a placed table row-sharded, a spread one moved to another
+    host or made table-wise), with moves and swaps after any change."""
 
     cost_model: CostModel
     allow_column_split: bool = False
@@ -66,7 +69,18 @@ class CostGreedyPlanner:
         cache = TaskCache.for_task(self.cache, workload, topology)
         tasks = spread_tasks(cache, self.cost_model, self.allow_column_split, self.sharding_types)
         best = best_of_tasks(tasks, lambda task: self._placed(task, deadline, reused), self.departure_margin, deadline)
+        self._change_options(best, topology, workload.batch_size, deadline)
         return build_plan(self.name, best, started, workload.batch_size, partial=deadline.hit, reused_s=sum(reused))
+
+    def _change_options(
+        self, devices: list[DeviceState], topology: Topology, batch_size: int, deadline: Deadline
+    ) -> None:
+        """Option changes off the max device (``change_options``), then moves and swaps again."""
+        if self.max_rounds and change_options(
+            devices, self.cost_model, topology, batch_size, self.sharding_types, deadline=deadline
+        ):
+            guard = unit_cap(self.cost_model, sum(len(d.units) for d in devices), topology.num_devices)
+            improve(devices, self.cost_model, batch_size, self.max_rounds, deadline, max_units=guard)
 
     def _placed(self, cache: TaskCache, deadline: Deadline, reused: list[float]) -> list[DeviceState]:
         """The task's units placed and searched, over split caps (``best_over_split_caps``)."""
