@@ -13,9 +13,11 @@ model = DistributedModelParallel(model, plan=plan, sharders=sharders)
 ```
 
 It reads the table configs of every ``EmbeddingBagCollection`` in the module, plans them as one
-workload (in process with a ``Planner``, or over HTTP with an ``AutoShardClient``), and returns a
-TorchRec ``ShardingPlan`` keyed by each collection's module path: table-wise and column-wise
-shards on fused kernels. Needs the ``torchrec`` extra.
+workload (in process with a ``Planner``, or over HTTP with an ``AutoShardClient``) on the
+cluster the job runs on (``world_size`` devices, ``local_world_size`` of them per host, as
+TorchRec counts them), and returns a TorchRec ``ShardingPlan`` keyed by each collection's module
+path, with whatever sharding types the plan uses (``autoshard.core.torchrec_bridge``). Needs the
+``torchrec`` extra.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torchrec.distributed.collective_utils import invoke_on_rank_and_broadcast_result
+from torchrec.distributed.comm import get_local_size
 from torchrec.distributed.types import ModuleSharder, ShardingPlanner
 from torchrec.distributed.types import ShardingPlan as TorchRecShardingPlan
 from torchrec.modules.embedding_configs import DataType
@@ -94,6 +97,11 @@ class AutoShardShardingPlanner(ShardingPlanner):
     Args:
         device_memory_gb: memory per device for embedding tables, GiB.
         world_size: number of devices; default: the process group's size at planning time.
+        local_world_size: devices per host; default: TorchRec's own answer
+            (``torchrec.distributed.comm.get_local_size``: ``LOCAL_WORLD_SIZE`` as torchrun sets
+            it, else 8 where that divides the world size, else one host), which is what
+            ``DistributedModelParallel`` groups table-row-wise and grid shards by. The plan is
+            made for ``world_size / local_world_size`` hosts.
         planner: plan in process with this AutoShard planner
             (e.g. ``make_planner("cost_greedy", PlannerContext(model))``).
         client: or ask an AutoShard service over HTTP; ``planners`` names which ones (default: the
@@ -121,6 +129,7 @@ class AutoShardShardingPlanner(ShardingPlanner):
         batch_size: int = 2048,
         compute_device: str | None = None,
         allow_column_split: bool | None = None,
+        local_world_size: int | None = None,
     ) -> None:
         if (planner is None) == (client is None):
             raise InputError(
@@ -129,6 +138,7 @@ class AutoShardShardingPlanner(ShardingPlanner):
                 "pass planner=make_planner(...) or client=AutoShardClient(url)",
             )
         self.device_memory_gb, self.world_size = device_memory_gb, world_size
+        self.local_world_size = local_world_size
         self.planner, self.client, self.planners = planner, client, planners
         self.pooling_factors, self.zipf_alphas = pooling_factors, zipf_alphas
         self.batch_size, self.allow_column_split = batch_size, allow_column_split
@@ -144,14 +154,18 @@ class AutoShardShardingPlanner(ShardingPlanner):
         workload = Workload(
             tuple(t for _, tables in per_collection for t in tables), self.batch_size, type(module).__name__
         )
-        topology = Topology(self._world_size(), self.device_memory_gb)
+        topology = self.topology()
         ours = self._plan(workload, topology)
         self.last_plan = ours
         plan: dict[str, Any] = {}
         for path, tables in per_collection:
             sub = _restrict(ours, {t.name for t in tables})
             converted = to_torchrec_plan(
-                sub, Workload(tuple(tables), workload.batch_size), topology.num_devices, self.compute_device
+                sub,
+                Workload(tuple(tables), workload.batch_size),
+                topology.num_devices,
+                self.compute_device,
+                topology.local_world_size,
             )
             plan[path] = converted.plan[MODULE_PATH]
         return TorchRecShardingPlan(plan)
@@ -174,6 +188,19 @@ class AutoShardShardingPlanner(ShardingPlanner):
         if self.world_size is None:
             self.world_size = pg.size()  # type: ignore[union-attr]
         return invoke_on_rank_and_broadcast_result(pg, 0, self.plan, module, sharders or [])  # type: ignore[arg-type]
+
+    def topology(self) -> Topology:
+        """The cluster planned for: ``world_size / local_world_size`` hosts of
+        ``local_world_size`` devices with ``device_memory_gb`` each."""
+        world = self._world_size()
+        local = get_local_size(world) if self.local_world_size is None else self.local_world_size
+        if not (isinstance(local, int) and 1 <= local <= world and world % local == 0):
+            raise InputError(
+                "local_world_size",
+                f"{local!r} devices per host do not divide the {world} devices",
+                "pass local_world_size, a divisor of world_size (or set LOCAL_WORLD_SIZE)",
+            )
+        return Topology.cluster(world // local, local, self.device_memory_gb)
 
     def _world_size(self) -> int:
         if self.world_size is not None:

@@ -1,10 +1,13 @@
 """The distributed evaluation of a plan: the real system, TorchRec ``DistributedModelParallel``.
 
 ``run_distributed`` spawns ``world_size`` processes (gloo on the CPU, NCCL on GPUs), shards the
-workload's EmbeddingBagCollection with the plan (``to_torchrec_plan``: fused FBGEMM kernels,
-table-wise and column-wise shards as placed), and times full training iterations: input
-all-to-all, lookups, output all-to-all, backward (gradient all-to-all, TBE backward) and the
-sparse SGD update, which FBGEMM fuses into backward (``apply_optimizer_in_backward``).
+workload's EmbeddingBagCollection with the plan (``to_torchrec_plan``: each table's sharding type
+and shards as placed, fused FBGEMM kernels, data-parallel tables dense), and times full training
+iterations: input all-to-all, lookups, output all-to-all, backward (gradient all-to-all, TBE
+backward) and the sparse SGD update, which FBGEMM fuses into backward
+(``apply_optimizer_in_backward``; a data-parallel table's dense kernel takes none: its gradient
+is all-reduced, and no optimizer steps it). ``local_world_size`` groups the ranks into hosts, as
+table-row-wise, table-column-wise and grid shards need (``LOCAL_WORLD_SIZE`` in every rank).
 
 Each step starts after a barrier and is timed with ``time.perf_counter`` (wall clock: the
 iteration waits for the slowest rank in the all-to-alls, so thread CPU time would miss it). The
@@ -63,6 +66,7 @@ class DistributedConfig:
     seed: int = 0
     threads_per_rank: int = 1
     timeout_s: float = 300.0  # collective timeout: a hung rank fails the run after this
+    local_world_size: int | None = None  # ranks per host (LOCAL_WORLD_SIZE in the ranks); None: one host
 
 
 @dataclass(frozen=True)
@@ -118,15 +122,20 @@ def run_distributed(plan: ShardingPlan, workload: Workload, config: DistributedC
         )
     backend = resolve_backend(config)
     built = capped_workload(workload, config)
-    for name, shards in table_placements(plan, built).items():
-        if len(shards) > 1 and any(p.columns % 4 for p in shards):
+    dims = {t.name: t.embedding_dim for t in built.tables}
+    for name, shards in table_placements(plan, built, config.world_size, config.local_world_size).items():
+        if any(p.columns != dims[name] for p in shards) and any(p.columns % 4 for p in shards):
             raise InputError(
                 "columns",
                 f"table {name!r} is split into widths {[p.columns for p in shards]}",
                 "FBGEMM's fused kernels need column shards whose widths are multiples of 4",
             )
     to_torchrec_plan(
-        plan, built, config.world_size, compute_device="cuda" if backend == "nccl" else "cpu"
+        plan,
+        built,
+        config.world_size,
+        compute_device="cuda" if backend == "nccl" else "cpu",
+        local_world_size=config.local_world_size,
     )  # fail here, not in a rank
 
     import torch.multiprocessing as mp
@@ -255,7 +264,8 @@ def _free_port() -> int:
 @contextmanager
 def _child_environment(config: DistributedConfig) -> Iterator[None]:
     """os.environ as the spawned children must start with; the parent's is restored after."""
-    settings = {**MALLOC_SETTINGS, "OMP_NUM_THREADS": str(config.threads_per_rank)}
+    local = config.world_size if config.local_world_size is None else config.local_world_size
+    settings = {**MALLOC_SETTINGS, "OMP_NUM_THREADS": str(config.threads_per_rank), "LOCAL_WORLD_SIZE": str(local)}
     saved = {k: os.environ.get(k) for k in settings}
     os.environ.update(settings)
     try:
@@ -320,7 +330,13 @@ def _worker(
         model = DistributedModelParallel(
             module,
             device=device,
-            plan=to_torchrec_plan(plan, built, config.world_size, compute_device="cuda" if cuda else "cpu"),
+            plan=to_torchrec_plan(
+                plan,
+                built,
+                config.world_size,
+                compute_device="cuda" if cuda else "cpu",
+                local_world_size=config.local_world_size,
+            ),
             sharders=[EmbeddingBagCollectionSharder()],
             init_data_parallel=False,
         )

@@ -3,8 +3,14 @@
 It plans for a CUDA topology of ``num_hosts`` x ``devices_per_host`` devices (TorchRec's
 ``world_size`` and ``local_world_size``, and its intra-/inter-host bandwidths) with
 ``device_memory_bytes`` of HBM each, or each rank its own cap through TorchRec's
-``CustomTopologyData`` (no GPU is needed to plan), fused kernels, table-wise sharding (plus column-wise when allowed),
-TorchRec's default proposers, partitioner and storage reservation. Needs the ``torchrec`` extra.
+``CustomTopologyData`` (no GPU is needed to plan), with TorchRec's default proposers,
+partitioner and storage reservation, over the sharding types of ``sharding_types``: by default
+every type TorchRec's ``EmbeddingBagCollectionSharder`` offers for the device (data parallel,
+table-wise, column-wise, table-column-wise, and on cuda row-wise, table-row-wise and grid) on a
+cluster or where a table does not fit one device, and table-wise (plus column-wise when allowed)
+on one host whose devices each fit every table, as before. Kernels are fused (data parallel:
+dense, the one kernel TorchRec gives it), never UVM or SSD offloading: our plans keep every
+shard in the device's memory. Needs the ``torchrec`` extra.
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from autoshard.core.errors import PlannerError, PlannerErrorKind
+from autoshard.core.sharding import ShardingType
 from autoshard.core.types import (
     GIB,
     CostModel,
@@ -36,12 +43,23 @@ from autoshard.planners.feasibility import (
     FIX_SHRINK,
     FIX_SPLIT,
     check_feasible,
+    check_total,
     fmt_bytes,
 )
 from autoshard.planners.placement_unit import Unit
 
 if TYPE_CHECKING:
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+AUTO = "auto"
+"""``sharding_types``: the full space on a cluster or where a table does not fit one device, else
+table-wise (plus column-wise when allowed)."""
+FULL_SEARCH = "all"
+"""``sharding_types``: every type TorchRec's sharder offers for the compute device."""
+SOFT_BUDGET_SHARE = 0.8
+"""TorchRec's own timeout ends at this share of the time budget: past it TorchRec keeps the best
+plan found (a partial plan); the rest is for its last proposal and its plan's output, before the
+hard stop at the budget."""
 
 INSTALL_FIX = (
     "install the torchrec extra after torch, without its dependencies: "
@@ -72,9 +90,22 @@ class TorchRecPlanner:
             the planner ``torchrec``) or ``"cpu"`` (its CPU perf model, memory as DDR; the planner
             ``torchrec_cpu``, the fair reference when plans are measured on a CPU).
 
-        time_budget_s: TorchRec's planner takes no budget of its own (minutes on thousands of
-            tables): past this one it is stopped and ``plan`` raises ``PlannerError(TIME_BUDGET)``
-            (``_stopped_after``).
+        time_budget_s: TorchRec's planner runs its proposers until its ``timeout_seconds`` ends
+            at 80% of the budget (``SOFT_BUDGET_SHARE``), then returns the best plan it found by
+            then: that plan has ``partial`` set. It checks its timeout only between proposals
+            and not while it enumerates, so at the budget itself it is stopped and ``plan``
+            raises ``PlannerError(TIME_BUDGET)`` (``_stopped_after``); so it does when its
+            timeout ends before its first plan.
+        sharding_types: the sharding types it may choose from: ``"auto"`` (the default,
+            ``AUTO``): the full space (``FULL_SEARCH``) on a cluster (more than one host) or when
+            a table needs more memory than one device offers, else table-wise (plus
+            column-wise with ``allow_column_split``), its search before the full space (the full
+            space plans single hosts differently and 20-60 times slower); ``"all"``
+            (``FULL_SEARCH``): every type TorchRec's ``EmbeddingBagCollectionSharder`` offers for
+            ``compute_device`` (on cuda: data_parallel, table_wise, column_wise,
+            table_column_wise, row_wise, table_row_wise, grid_shard; on cpu the first four); or a
+            sequence of TorchRec's type values to restrict it to (``allow_column_split`` then
+            plays no part).
 
     Raises ``PlannerError(UNAVAILABLE)`` when constructed without torchrec installed.
     """
@@ -86,9 +117,19 @@ class TorchRecPlanner:
         storage_reservation: float = 0.15,
         compute_device: str = "cuda",
         time_budget_s: float | None = None,
+        sharding_types: str | Sequence[str] = AUTO,
     ) -> None:
         if compute_device not in ("cuda", "cpu"):
             raise ValueError(f"compute_device must be cuda or cpu, not {compute_device!r}")
+        if isinstance(sharding_types, str):
+            if sharding_types not in (AUTO, FULL_SEARCH):
+                raise ValueError(f"sharding_types must be {AUTO!r}, {FULL_SEARCH!r} or a list of types")
+        else:
+            known = {k.value for k in ShardingType}
+            if not sharding_types or any(t not in known for t in sharding_types):
+                raise ValueError(f"sharding_types must be TorchRec's types {sorted(known)}, not {sharding_types!r}")
+            sharding_types = tuple(sharding_types)
+        self.sharding_types = sharding_types
         self.compute_device = compute_device
         self.name = "torchrec" if compute_device == "cuda" else "torchrec_cpu"
         try:
@@ -123,49 +164,78 @@ class TorchRecPlanner:
         )
 
         started = time.perf_counter()
+        types = self.search_space(workload, topology)
         units = [Unit.of(TableShard(t), 0.0) for t in workload.tables]
-        if not self.allow_column_split:
-            check_feasible(units, topology, split_allowed=False)
-        else:
-            _check_cuttable(workload, topology)
+        _check_before(units, workload, topology, types)
         world_size = topology.num_devices
-        with _quiet_torchrec():
+        soft_deadline = None if self.time_budget_s is None else started + SOFT_BUDGET_SHARE * self.time_budget_s
+        with _quiet_torchrec() as timed_out:
             planner = EmbeddingShardingPlanner(
                 topology=TorchRecTopology(**torchrec_topology_args(topology, self.compute_device)),
                 batch_size=workload.batch_size,
                 storage_reservation=HeuristicalStorageReservation(
                     percentage=self.storage_reservation, dense_tensor_estimate=0
                 ),
-                constraints=self._constraints(workload),
+                constraints=self._constraints(workload, types),
                 stats=[],
                 debug=False,
+                timeout_seconds=_left(soft_deadline),  # type: ignore[arg-type]  # compared with float seconds
             )
+            _timeout_from_search(planner, soft_deadline)
             try:
                 with _stopped_after(self.time_budget_s, started):
                     torchrec_plan = planner.plan(self._module(workload), [EmbeddingBagCollectionSharder()])
             except TorchRecPlannerError as error:
-                check_feasible(units, topology, self.allow_column_split)
-                raise self._no_plan_error(workload, topology, error) from None
+                if timed_out:
+                    raise _budget_error(self.time_budget_s) from None
+                if _splits_rows(types):
+                    check_total(sum(u.memory_bytes for u in units), topology)
+                else:
+                    check_feasible(units, topology, _splits_columns(types))
+                raise self._no_plan_error(workload, topology, error, types) from None
         estimates = [0.0] * world_size
         for option in planner._best_plan or ():
             for shard in option.shards:
                 estimates[shard.rank] += shard.perf.total
         plan = self._bridge.from_torchrec_plan(
-            torchrec_plan, workload, world_size, self.cost_model, self.name, time.perf_counter() - started
+            torchrec_plan,
+            workload,
+            world_size,
+            self.cost_model,
+            self.name,
+            time.perf_counter() - started,
+            topology.local_world_size,
         )
+        plan = replace(plan, partial=bool(timed_out))
         if self.cost_model is None:
             plan = replace(plan, devices=tuple(replace(d, cost_ms=e) for d, e in zip(plan.devices, estimates)))
         return TorchRecPlanResult(plan, tuple(estimates))
 
-    def _constraints(self, workload: Workload) -> dict[str, Any]:
+    def search_space(self, workload: Workload, topology: Topology) -> tuple[str, ...] | None:
+        """The sharding types TorchRec may choose from for this task (``None``: every type its
+        sharder offers; see ``sharding_types``)."""
+        if self.sharding_types == FULL_SEARCH:
+            return None
+        if self.sharding_types != AUTO:
+            return tuple(self.sharding_types)
+        if topology.num_hosts > 1 or any(t.memory_bytes > topology.device_memory_bytes for t in workload.tables):
+            return None
+        split = (self._bridge.COLUMN_WISE,) if self.allow_column_split else ()
+        return (self._bridge.TABLE_WISE, *split)
+
+    def _constraints(self, workload: Workload, types: tuple[str, ...] | None) -> dict[str, Any]:
+        """Per table: the sharding types (``None``: all the sharder offers), fused kernels (and
+        dense, data parallel's only kernel, where data parallel may be chosen), its pooling factor."""
         from torchrec.distributed.planner.types import ParameterConstraints
 
-        sharding_types = [self._bridge.TABLE_WISE]
-        if self.allow_column_split:
-            sharding_types.append(self._bridge.COLUMN_WISE)
+        kernels = [self._bridge.FUSED]
+        if types is None or ShardingType.DATA_PARALLEL.value in types:
+            kernels.append(self._bridge.DENSE)
         return {
             t.name: ParameterConstraints(
-                sharding_types=sharding_types, compute_kernels=[self._bridge.FUSED], pooling_factors=[t.pooling_factor]
+                sharding_types=None if types is None else list(types),
+                compute_kernels=kernels,
+                pooling_factors=[t.pooling_factor],
             )
             for t in workload.tables
         }
@@ -187,7 +257,9 @@ class TorchRecPlanner:
             weight._optimizer_classes = [optimizer_class[table.optimizer]]  # type: ignore[attr-defined]
         return module
 
-    def _no_plan_error(self, workload: Workload, topology: Topology, error: Exception) -> PlannerError:
+    def _no_plan_error(
+        self, workload: Workload, topology: Topology, error: Exception, types: tuple[str, ...] | None
+    ) -> PlannerError:
         found = _UNPLACED.search(str(error))
         reason = (
             f"it found no room for table {found['table']!r} ({int(found['need']):,} bytes with "
@@ -202,7 +274,7 @@ class TorchRecPlanner:
             "output buffers for it on every device",
             f"lower storage_reservation ({self.storage_reservation})",
         )
-        if not self.allow_column_split:
+        if types is not None and not _splits_columns(types) and not _splits_rows(types):
             fixes += (FIX_SPLIT,)
         return PlannerError(
             PlannerErrorKind.INSUFFICIENT_MEMORY,
@@ -234,6 +306,26 @@ def torchrec_topology_args(topology: Topology, compute_device: str = "cuda") -> 
     return args
 
 
+def _splits_rows(types: tuple[str, ...] | None) -> bool:
+    return types is None or any(ShardingType(t).splits_rows for t in types)
+
+
+def _splits_columns(types: tuple[str, ...] | None) -> bool:
+    return types is None or bool({ShardingType.COLUMN_WISE.value, ShardingType.TABLE_COLUMN_WISE.value} & set(types))
+
+
+def _check_before(units: Sequence[Unit], workload: Workload, topology: Topology, types: tuple[str, ...] | None) -> None:
+    """Raise before planning what no plan of these sharding types can get round: too little
+    memory in all (any types), a table larger than a device (whole tables only), or too narrow
+    for TorchRec's column blocks (column splits but no row splits)."""
+    if _splits_rows(types):
+        check_total(sum(u.memory_bytes for u in units), topology)
+    elif _splits_columns(types):
+        _check_cuttable(workload, topology)
+    else:
+        check_feasible(units, topology, split_allowed=False)
+
+
 def _check_cuttable(workload: Workload, topology: Topology) -> None:
     """Raise before planning if a table too large for one device is too narrow for TorchRec to
     cut: its column-wise shards are never narrower than ``MIN_CW_DIM`` (128) columns, so a
@@ -263,21 +355,87 @@ _UNPLACED = re.compile(
 )
 
 
+class _TimedOut(logging.Handler):
+    """Catches TorchRec planner's note that its ``timeout_seconds`` ran out (it keeps the best
+    plan found by then, and says so only in this log line)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen = self.seen or record.getMessage().startswith("Exceeded time limit")
+
+    def __bool__(self) -> bool:
+        return self.seen
+
+
+class _NoSpecWarning(logging.Filter):
+    """Drops TorchRec's root-logger warning for every data-parallel table of its own plans
+    ("Sharding spec not found": data parallel has none, by design)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Sharding spec not found")
+
+
 @contextmanager
-def _quiet_torchrec() -> Iterator[None]:
-    """Silence TorchRec planner's advice aimed at its own users (topology factory, dry runs)."""
+def _quiet_torchrec() -> Iterator[_TimedOut]:
+    """Silence TorchRec planner's advice aimed at its own users (topology factory, dry runs) and
+    its data-parallel warnings; yield what says whether its timeout ran out."""
     logger = logging.getLogger("torchrec.distributed.planner")
-    level = logger.level
+    planners = logging.getLogger("torchrec.distributed.planner.planners")
+    level, planners_level, propagate = logger.level, planners.level, planners.propagate
+    timed_out, no_spec = _TimedOut(), _NoSpecWarning()
     logger.setLevel(logging.ERROR)
+    planners.setLevel(logging.INFO)  # its timeout note, to ``timed_out`` only
+    planners.propagate = False
+    planners.addHandler(timed_out)
+    root = logging.getLogger()
+    root.addFilter(no_spec)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            yield
+            yield timed_out
     finally:
+        root.removeFilter(no_spec)
+        planners.removeHandler(timed_out)
+        planners.setLevel(planners_level)
+        planners.propagate = propagate
         logger.setLevel(level)
 
 
-__all__ = ["TorchRecPlanResult", "TorchRecPlanner"]
+__all__ = ["AUTO", "FULL_SEARCH", "TorchRecPlanResult", "TorchRecPlanner", "torchrec_topology_args"]
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(deadline - time.perf_counter(), 1e-6)
+
+
+def _timeout_from_search(planner: Any, deadline: float | None) -> None:
+    """Make TorchRec's ``timeout_seconds`` end at ``deadline`` (``time.perf_counter``): TorchRec
+    counts it from the start of its proposals, after its enumeration and its proposers' loading
+    (a second or more on a few dozen tables with every sharding type), so it is set again when
+    its last proposer has loaded. Without the attributes this needs (TorchRec 1.8's
+    ``_proposers`` and ``_timeout_seconds``) the timeout stays counted from that start."""
+    proposers = getattr(planner, "_proposers", None)
+    if deadline is None or not proposers or not hasattr(planner, "_timeout_seconds"):
+        return
+    last = proposers[-1]
+    load = last.load
+
+    def load_then_start_the_clock(*args: Any, **kwargs: Any) -> None:
+        load(*args, **kwargs)
+        planner._timeout_seconds = _left(deadline)
+
+    last.load = load_then_start_the_clock
+
+
+def _budget_error(budget_s: float | None) -> PlannerError:
+    return PlannerError(
+        PlannerErrorKind.TIME_BUDGET,
+        f"TorchRec's planner did not finish within the time budget of {budget_s:g} s",
+        ("raise the time budget", "leave torchrec out of the planners"),
+    )
 
 
 class _OutOfTime(Exception):
@@ -301,11 +459,7 @@ def _stopped_after(budget_s: float | None, started: float) -> Iterator[None]:
         signal.setitimer(signal.ITIMER_REAL, max(budget_s - (time.perf_counter() - started), 1e-6))
         yield
     except _OutOfTime:
-        raise PlannerError(
-            PlannerErrorKind.TIME_BUDGET,
-            f"TorchRec's planner did not finish within the time budget of {budget_s:g} s",
-            ("raise the time budget", "leave torchrec out of the planners"),
-        ) from None
+        raise _budget_error(budget_s) from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
