@@ -2,7 +2,7 @@
 workloads of T tables x D devices, on one core, interleaved, with medians and spread (after an
 untimed warm-up of each planner on 10 tables).
 
-    python benchmarks/planning_speed.py                          # 1,000 x 128 (16 hosts x 8), every default planner + torchrec
+    python benchmarks/planning_speed.py               # 1,000 x 128 (16 hosts x 8), every default planner + torchrec
     python benchmarks/planning_speed.py --tables 100,1000,5000 --devices 8,64,128,512 --repeats 3
     python benchmarks/planning_speed.py --tasks 50x16,1000x16,200x4,200x64 --repeats 1   # chosen T x D pairs
     python benchmarks/planning_speed.py --quick                  # the report's quick sweep (a minute or two)

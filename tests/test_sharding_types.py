@@ -213,3 +213,24 @@ def test_option_search_row_shards_a_table_that_binds_the_max_device_and_undoes_a
     assert change_options(spread, model, topology, 2048, frozenset(ShardingType)) >= 1
     placed = [(d, u.shard.sharding_type) for d, s in enumerate(spread) for u in s.units if u.parent == "tiny"]
     assert placed in ([(2, ShardingType.TABLE_WISE)], [(3, ShardingType.TABLE_WISE)])
+
+
+def test_a_plans_labels_read_back_as_its_shards():
+    from autoshard.core.shard_labels import plan_shards
+
+    skewed = Table("z", 1000, 16, 4.0, zipf_alpha=1.0)
+    other = Table("o", 50, 8)
+    rw = row_shards(skewed, 4, ShardingType.ROW_WISE)
+    devices = [[s] for s in rw]
+    for d in range(4):
+        devices[d].append(replica(other, 4))
+    tables = {"z": skewed, "o": other}
+    assert plan_shards([[s.label for s in d] for d in devices], tables, 2) == [tuple(d) for d in devices]
+    twrw = row_shards(skewed, 2, ShardingType.TABLE_ROW_WISE)
+    grid = [*row_shards(other, 2, ShardingType.GRID_SHARD, 0, 4), *row_shards(other, 2, ShardingType.GRID_SHARD, 4, 4)]
+    devices = [[twrw[0], grid[0]], [twrw[1], grid[1]], [grid[2]], [grid[3], TableShard(Table("w", 9, 8), 0, 4)]]
+    tables["w"] = Table("w", 9, 8)
+    devices[2].append(TableShard(tables["w"], 4, 4))
+    assert plan_shards([[s.label for s in d] for d in devices], tables, 2) == [tuple(d) for d in devices]
+    with pytest.raises(KeyError):
+        plan_shards([["nope[r0:5]"]], tables)

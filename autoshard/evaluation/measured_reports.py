@@ -9,11 +9,11 @@ cost model can learn the order of a task's sets from
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 from autoshard.core.errors import InputError
+from autoshard.core.shard_labels import plan_shards
 from autoshard.core.task import Task
 from autoshard.core.types import (
     DevicePlan,
@@ -28,7 +28,6 @@ from autoshard.core.workload_file import read_json_file, workload_from_dict
 from autoshard.evaluation.compare import Comparison
 from autoshard.evaluation.suite import TaskResult
 
-SHARD = re.compile(r"^(?P<table>.+)\[(?P<first>\d+):(?P<end>\d+)\]$")  # a column shard, as TableShard.as_table names it
 OPTION = "--measured"
 
 
@@ -88,35 +87,33 @@ def _report_sets(report: Any, run: str) -> list[MeasuredDeviceSet]:
         workload, _ = workload_from_dict(task["workload"])
         tables = {t.name: t for t in workload.tables}
         for row in rows:
-            for index, (names, ms) in enumerate(zip(row["devices"], row["measured_device_ms"])):
-                if names and ms > 0:
+            shards = devices_of(row["devices"], tables, run)
+            for index, (placed, ms) in enumerate(zip(shards, row["measured_device_ms"])):
+                if placed and ms > 0:
                     device = DeviceSet(
-                        (task["task"], row["planner"], index),
-                        tuple(_table(name, tables, run) for name in names),
-                        workload.batch_size,
+                        (task["task"], row["planner"], index), tuple(s.as_table for s in placed), workload.batch_size
                     )
                     found.append(MeasuredDeviceSet(run, device, float(ms)))
     return found
 
 
-def _table(name: str, tables: dict[str, Table], run: str) -> Table:
-    """A device's table by name (``shard_of``), as a table."""
-    return shard_of(name, tables, run).as_table
-
-
-def shard_of(name: str, tables: dict[str, Table], run: str, option: str = OPTION) -> TableShard:
-    """A device's entry in a report: a workload table, or a column shard of one (``name[first:end]``)."""
-    if name in tables:
-        return TableShard(tables[name])
-    shard = SHARD.match(name)
-    if shard is None or shard["table"] not in tables:
+def devices_of(
+    names: list[list[str]],
+    tables: dict[str, Table],
+    run: str,
+    option: str = OPTION,
+    local_world_size: int | None = None,
+) -> list[tuple[TableShard, ...]]:
+    """A plan's devices as a report lists them (each device's table and shard labels), as shards
+    (``plan_shards``); ``InputError`` naming a label that is no table of the task's workload."""
+    try:
+        return plan_shards(names, tables, local_world_size)
+    except KeyError as error:
         raise InputError(
             option,
-            f"{run}: a plan holds {name!r}, which is not a table of its task's workload",
+            f"{run}: a plan holds {error.args[0]!r}, which is not a table of its task's workload",
             "pass the report as `autoshard evaluate` wrote it",
-        )
-    first, end = int(shard["first"]), int(shard["end"])
-    return TableShard(tables[shard["table"]], first, end - first)
+        ) from None
 
 
 def reported_result(task: Task, entry: dict[str, Any]) -> TaskResult:
@@ -134,10 +131,8 @@ def reported_result(task: Task, entry: dict[str, Any]) -> TaskResult:
     tables = {t.name: t for t in task.workload.tables}
     plans, measured = [], []
     for row in rows:
-        devices = tuple(
-            DevicePlan(tuple(shard_of(n, tables, task.name, "--resume") for n in names), cost)
-            for names, cost in zip(row["devices"], row["predicted_device_ms"])
-        )
+        shards = devices_of(row["devices"], tables, task.name, "--resume", task.topology.local_world_size)
+        devices = tuple(DevicePlan(placed, cost) for placed, cost in zip(shards, row["predicted_device_ms"]))
         plans.append(ShardingPlan(row["planner"], devices, row["plan_time_s"], reused_s=row["reused_s"]))
         rounds = row["measured_round_device_ms"]
         if rounds:

@@ -41,7 +41,7 @@ from autoshard.core.task import Task  # noqa: E402
 from autoshard.core.types import DevicePlan, MeasuredPlan, ShardingPlan  # noqa: E402
 from autoshard.core.workload_file import workload_from_dict  # noqa: E402
 from autoshard.evaluation.compare import Comparison  # noqa: E402
-from autoshard.evaluation.measured_reports import shard_of  # noqa: E402
+from autoshard.evaluation.measured_reports import devices_of  # noqa: E402
 from autoshard.evaluation.registry import HEURISTICS  # noqa: E402
 from autoshard.evaluation.suite import (  # noqa: E402
     TaskResult,
@@ -56,12 +56,10 @@ def task_plans(task: dict) -> tuple[list[ShardingPlan], int]:
     workload, _ = workload_from_dict(task["workload"])
     tables = {t.name: t for t in workload.tables}
 
-    def device(names: list[str]) -> DevicePlan:
-        return DevicePlan(tuple(shard_of(n, tables, task["task"]) for n in names), 0.0)
+    def devices(names: list[list[str]]) -> tuple[DevicePlan, ...]:
+        return tuple(DevicePlan(placed, 0.0) for placed in devices_of(names, tables, task["task"]))
 
-    plans = [
-        ShardingPlan(row["planner"], tuple(device(names) for names in row["devices"]), 0.0) for row in task["planners"]
-    ]
+    plans = [ShardingPlan(row["planner"], devices(row["devices"]), 0.0) for row in task["planners"]]
     return plans, workload.batch_size
 
 
