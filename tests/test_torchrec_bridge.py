@@ -600,6 +600,9 @@ def test_torchrec_searches_every_sharding_type_on_a_cluster_and_its_plan_exports
     restricted = TorchRecPlanner(sharding_types=["table_wise"]).plan(workload, roomy)
     validate_plan(restricted, workload, roomy)
     assert {s.sharding_type for d in restricted.devices for s in d.shards} == {ShardingType.TABLE_WISE}
+    on_cpu = TorchRecPlanner(compute_device="cpu").plan(workload, roomy)  # its sharder offers no row splits there
+    validate_plan(on_cpu, workload, roomy)
+    assert not any(s.sharding_type.splits_rows for d in on_cpu.devices for s in d.shards)
     with pytest.raises(ValueError, match="sharding_types"):
         TorchRecPlanner(sharding_types=["sideways"])
     with pytest.raises(ValueError, match="sharding_types"):

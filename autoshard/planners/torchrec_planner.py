@@ -1,6 +1,6 @@
 """TorchRec's own planner (``EmbeddingShardingPlanner``) behind our Planner interface.
 
-It plans for a CUDA topology of ``num_hosts`` x ``devices_per_host`` devices (TorchRec's
+It plans for a topology of ``num_hosts`` x ``devices_per_host`` devices (TorchRec's
 ``world_size`` and ``local_world_size``, and its intra-/inter-host bandwidths) with
 ``device_memory_bytes`` of HBM each, or each rank its own cap through TorchRec's
 ``CustomTopologyData`` (no GPU is needed to plan), with TorchRec's default proposers,
@@ -81,15 +81,15 @@ class TorchRecPlanner:
     """TorchRec's ``EmbeddingShardingPlanner`` on our workloads.
 
     Args:
-        allow_column_split: also let TorchRec shard tables column-wise (it only cuts equal widths
-            of at least 128 columns, multiples of 4, that divide the dimension).
+        allow_column_split: where ``sharding_types`` is ``"auto"`` and the task is one host whose
+            devices each fit every table, also let TorchRec shard tables column-wise (it only
+            cuts equal widths of at least 128 columns, multiples of 4, that divide the dimension).
         cost_model: fills the plan's device costs; without one they are TorchRec's estimates.
         storage_reservation: the fraction of each device's memory TorchRec keeps back (its
             default 0.15); it also reserves room for each device's input and output buffers.
         compute_device: what TorchRec plans for: ``"cuda"`` (its GPU perf model, memory as HBM;
             the planner ``torchrec``) or ``"cpu"`` (its CPU perf model, memory as DDR; the planner
             ``torchrec_cpu``, the fair reference when plans are measured on a CPU).
-
         time_budget_s: TorchRec's planner runs its proposers until its ``timeout_seconds`` ends
             at 80% of the budget (``SOFT_BUDGET_SHARE``), then returns the best plan it found by
             then: that plan has ``partial`` set. It checks its timeout only between proposals
@@ -165,8 +165,9 @@ class TorchRecPlanner:
 
         started = time.perf_counter()
         types = self.search_space(workload, topology)
+        offered = tuple(EmbeddingBagCollectionSharder().sharding_types(self.compute_device)) if types is None else types
         units = [Unit.of(TableShard(t), 0.0) for t in workload.tables]
-        _check_before(units, workload, topology, types)
+        _check_before(units, workload, topology, offered)
         world_size = topology.num_devices
         soft_deadline = None if self.time_budget_s is None else started + SOFT_BUDGET_SHARE * self.time_budget_s
         with _quiet_torchrec() as timed_out:
@@ -188,11 +189,11 @@ class TorchRecPlanner:
             except TorchRecPlannerError as error:
                 if timed_out:
                     raise _budget_error(self.time_budget_s) from None
-                if _splits_rows(types):
+                if _splits_rows(offered):
                     check_total(sum(u.memory_bytes for u in units), topology)
                 else:
-                    check_feasible(units, topology, _splits_columns(types))
-                raise self._no_plan_error(workload, topology, error, types) from None
+                    check_feasible(units, topology, _splits_columns(offered))
+                raise self._no_plan_error(workload, topology, error, offered) from None
         estimates = [0.0] * world_size
         for option in planner._best_plan or ():
             for shard in option.shards:
@@ -258,7 +259,7 @@ class TorchRecPlanner:
         return module
 
     def _no_plan_error(
-        self, workload: Workload, topology: Topology, error: Exception, types: tuple[str, ...] | None
+        self, workload: Workload, topology: Topology, error: Exception, types: tuple[str, ...]
     ) -> PlannerError:
         found = _UNPLACED.search(str(error))
         reason = (
@@ -274,7 +275,7 @@ class TorchRecPlanner:
             "output buffers for it on every device",
             f"lower storage_reservation ({self.storage_reservation})",
         )
-        if types is not None and not _splits_columns(types) and not _splits_rows(types):
+        if not _splits_columns(types) and not _splits_rows(types):
             fixes += (FIX_SPLIT,)
         return PlannerError(
             PlannerErrorKind.INSUFFICIENT_MEMORY,
@@ -306,15 +307,15 @@ def torchrec_topology_args(topology: Topology, compute_device: str = "cuda") -> 
     return args
 
 
-def _splits_rows(types: tuple[str, ...] | None) -> bool:
-    return types is None or any(ShardingType(t).splits_rows for t in types)
+def _splits_rows(types: tuple[str, ...]) -> bool:
+    return any(ShardingType(t).splits_rows for t in types)
 
 
-def _splits_columns(types: tuple[str, ...] | None) -> bool:
-    return types is None or bool({ShardingType.COLUMN_WISE.value, ShardingType.TABLE_COLUMN_WISE.value} & set(types))
+def _splits_columns(types: tuple[str, ...]) -> bool:
+    return bool({ShardingType.COLUMN_WISE.value, ShardingType.TABLE_COLUMN_WISE.value} & set(types))
 
 
-def _check_before(units: Sequence[Unit], workload: Workload, topology: Topology, types: tuple[str, ...] | None) -> None:
+def _check_before(units: Sequence[Unit], workload: Workload, topology: Topology, types: tuple[str, ...]) -> None:
     """Raise before planning what no plan of these sharding types can get round: too little
     memory in all (any types), a table larger than a device (whole tables only), or too narrow
     for TorchRec's column blocks (column splits but no row splits)."""
@@ -355,16 +356,19 @@ _UNPLACED = re.compile(
 )
 
 
-class _TimedOut(logging.Handler):
-    """Catches TorchRec planner's note that its ``timeout_seconds`` ran out (it keeps the best
-    plan found by then, and says so only in this log line)."""
+class _TimedOut(logging.Filter):
+    """Notes TorchRec planner's log line that its ``timeout_seconds`` ran out (it keeps the best
+    plan found by then, and says so only there), and lets only its errors through."""
 
     def __init__(self) -> None:
-        super().__init__(logging.INFO)
+        super().__init__()
         self.seen = False
 
-    def emit(self, record: logging.LogRecord) -> None:
-        self.seen = self.seen or record.getMessage().startswith("Exceeded time limit")
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            self.seen = self.seen or record.getMessage().startswith("Exceeded time limit")
+            return False
+        return True
 
     def __bool__(self) -> bool:
         return self.seen
@@ -384,12 +388,11 @@ def _quiet_torchrec() -> Iterator[_TimedOut]:
     its data-parallel warnings; yield what says whether its timeout ran out."""
     logger = logging.getLogger("torchrec.distributed.planner")
     planners = logging.getLogger("torchrec.distributed.planner.planners")
-    level, planners_level, propagate = logger.level, planners.level, planners.propagate
+    level, planners_level = logger.level, planners.level
     timed_out, no_spec = _TimedOut(), _NoSpecWarning()
     logger.setLevel(logging.ERROR)
-    planners.setLevel(logging.INFO)  # its timeout note, to ``timed_out`` only
-    planners.propagate = False
-    planners.addHandler(timed_out)
+    planners.setLevel(logging.INFO)  # its timeout note reaches ``timed_out``, which keeps it there
+    planners.addFilter(timed_out)
     root = logging.getLogger()
     root.addFilter(no_spec)
     try:
@@ -398,9 +401,8 @@ def _quiet_torchrec() -> Iterator[_TimedOut]:
             yield timed_out
     finally:
         root.removeFilter(no_spec)
-        planners.removeHandler(timed_out)
+        planners.removeFilter(timed_out)
         planners.setLevel(planners_level)
-        planners.propagate = propagate
         logger.setLevel(level)
 
 
