@@ -227,3 +227,109 @@ def test_bundled_workloads_cite_sources():
     for name in PRESETS:
         data = json.loads((resources.files("autoshard.core.presets") / f"{name}.json").read_text())
         assert "source" in data and len(data["source"]) > 40
+
+
+def test_uncapped_criteo_terabyte_is_the_raw_counts_that_mlperf_caps_at_40m():
+    capped, _ = load_preset("criteo_terabyte")
+    raw, _ = load_preset("criteo_terabyte_uncapped")
+    assert [min(t.num_embeddings, 40_000_000) for t in raw.tables] == [t.num_embeddings for t in capped.tables]
+    assert [replace(t, num_embeddings=1) for t in raw.tables] == [replace(t, num_embeddings=1) for t in capped.tables]
+    assert sum(t.num_embeddings for t in raw.tables) == 882_774_559  # the 1TB logs' distinct values, all 26 features
+    assert max(t.num_embeddings for t in raw.tables) == 292_775_614 and raw.batch_size == capped.batch_size
+
+
+# ---------------------------------------------------------------------------------------------
+# suites: tasks on clusters, and the bundled multi-host suites (issue 51)
+
+
+def _suite(tmp_path, *tasks):
+    from autoshard.core.task import load_suite
+
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"tasks": list(tasks)}))
+    return load_suite(path)[1]
+
+
+SYN8 = {"pool_size": 500, "pool_seed": 0, "split": "test", "num_tables": 8, "seed": 1}
+
+
+def test_a_suite_task_gives_hosts_devices_per_host_and_per_device_memory(tmp_path):
+    from autoshard.core.task import memory_for
+
+    cluster, derived, listed, slack, single = _suite(
+        tmp_path,
+        {"name": "c", "workload": "criteo_kaggle", "num_hosts": 2, "devices_per_host": 4, "device_memory_gb": 2},
+        {"name": "d", "workload": "criteo_kaggle", "num_hosts": 2, "num_devices": 8, "device_memory_gb": 2},
+        {
+            "name": "l",
+            "workload": "criteo_kaggle",
+            "num_hosts": 2,
+            "devices_per_host": 2,
+            "device_memory_gb": [2, 2, 3, 4],
+        },
+        {"name": "s", "synthetic": SYN8, "num_hosts": 4, "devices_per_host": 2, "memory_slack": 1.5},
+        {"name": "o", "workload": "criteo_kaggle", "num_devices": 4, "device_memory_gb": 2},  # as before
+    )
+    assert cluster.topology == Topology.cluster(2, 4, 2) == derived.topology
+    assert (cluster.topology.num_devices, cluster.topology.host_of(4)) == (8, 1)
+    assert listed.topology.device_memory_caps_gb == (2, 2, 3, 4) and listed.topology.local_world_size == 2
+    assert slack.topology == Topology.cluster(4, 2, memory_for(slack.workload, 8, 1.5))
+    assert single.topology == Topology(4, 2) and single.topology.num_hosts == 1
+
+
+def test_a_suite_task_on_a_workload_file_keeps_its_bandwidths_and_may_set_its_own_hosts(tmp_path):
+    capped, _ = load_preset("criteo_kaggle")
+    workload_file = tmp_path / "w.json"
+    save_workload(workload_file, capped, Topology.cluster(2, 2, 3.0, inter_host_bw_gbps=25.0))
+    as_filed, regrouped = _suite(
+        tmp_path,
+        {"workload": str(workload_file)},
+        {"workload": str(workload_file), "num_hosts": 4, "devices_per_host": 2},
+    )
+    assert as_filed.topology == Topology.cluster(2, 2, 3.0, inter_host_bw_gbps=25.0)
+    assert regrouped.topology == Topology.cluster(4, 2, 3.0, inter_host_bw_gbps=25.0)
+
+
+@pytest.mark.parametrize(
+    "task, expected",
+    [
+        ({"num_hosts": 3, "num_devices": 8, "device_memory_gb": 2}, "num_hosts: 8 devices do not divide evenly"),
+        ({"num_hosts": 2, "devices_per_host": 4, "num_devices": 6, "device_memory_gb": 2}, "devices_per_host"),
+        ({"num_hosts": 0, "devices_per_host": 4, "device_memory_gb": 2}, "num_hosts: must be an integer >= 1"),
+        ({"num_hosts": 2, "devices_per_host": "4", "device_memory_gb": 2}, "devices_per_host: must be an integer"),
+        ({"num_hosts": 2, "device_memory_gb": 2}, "num_devices: is required"),
+        ({"num_hosts": 1, "devices_per_host": 2, "device_memory_gb": [1, 2, 3]}, "per-device values"),
+    ],
+)
+def test_a_bad_cluster_task_names_the_task_and_the_field(tmp_path, task, expected):
+    with pytest.raises(InputError) as error:
+        _suite(tmp_path, {"name": "x", "synthetic": SYN8, **task})
+    assert expected in str(error.value) and "tasks[0]" in str(error.value)
+
+
+def test_the_giants_suite_has_tables_no_device_holds_on_one_to_four_hosts_of_eight():
+    from autoshard.core.task import load_suite
+
+    name, tasks = load_suite("giants")
+    assert name == "giants" and 6 <= len(tasks) <= 9
+    assert {(t.topology.num_hosts, t.topology.devices_per_host) for t in tasks} == {(1, 8), (2, 8), (4, 8)}
+    for task in tasks:
+        largest = max(t.memory_bytes for t in task.workload.tables)
+        assert largest > task.topology.device_memory_bytes, task.name  # binding: only split tables fit
+        assert 1.2 <= task.topology.total_memory_bytes / task.workload.memory_bytes <= 1.5, task.name
+    rows = {t.name: max(x.num_embeddings for x in t.workload.tables) for t in tasks}
+    assert rows["criteo_tb_2x8"] == 40_000_000 and rows["criteo_tb_uncapped_2x8"] == 292_775_614
+    synthetic = [t for t in tasks if t.name.startswith("syn")]
+    assert synthetic and all(sum(x.num_embeddings >= 10**8 for x in t.workload.tables) >= 2 for t in synthetic)
+
+
+def test_the_hosts_suite_spreads_ordinary_pools_over_two_to_sixteen_hosts():
+    from autoshard.core.task import load_suite
+
+    name, tasks = load_suite("hosts")
+    assert name == "hosts" and 5 <= len(tasks) <= 9
+    shapes = {(t.topology.num_hosts, t.topology.devices_per_host) for t in tasks}
+    assert {(2, 4), (2, 8), (4, 8), (8, 8), (16, 8)} <= shapes
+    for task in tasks:
+        assert max(t.memory_bytes for t in task.workload.tables) <= task.topology.device_memory_bytes
+        assert all(t.name.startswith("syn0_") for t in task.workload.tables)  # the default suite's kind of pool

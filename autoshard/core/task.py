@@ -1,5 +1,17 @@
 """A task is a workload on a topology; a suite is a named list of tasks, read from a JSON file
-(bundled ones live in ``suites/``) whose tasks name a preset, a workload file or a synthetic draw."""
+(bundled ones live in ``suites/``) whose tasks name a preset, a workload file or a synthetic draw.
+
+A task's topology: ``num_devices`` (one host), or ``num_hosts`` and ``devices_per_host`` (a
+cluster of ``num_hosts`` x ``devices_per_host`` devices, rank r on host r // devices_per_host;
+``num_devices`` may be left out, and must agree if given); with ``device_memory_gb`` (GiB per
+device, or a list of one per device in rank order) or ``memory_slack`` (x an even share of the
+tables' memory, but at least 1.25 x the largest table; default 1.3). A task that names none of
+these takes its workload file's topology; one that does keeps the file's link bandwidths.
+
+```json
+{"name": "criteo_2x8", "workload": "criteo_terabyte", "num_hosts": 2, "devices_per_host": 8, "device_memory_gb": 8}
+```
+"""
 
 from __future__ import annotations
 
@@ -34,6 +46,8 @@ def memory_for(workload: Workload, num_devices: int, slack: float) -> float:
     return round(gib, 6) or gib  # tiny workloads keep their few bytes rather than round to 0
 
 
+TOPOLOGY_FIELDS = frozenset({"num_devices", "num_hosts", "devices_per_host", "device_memory_gb", "memory_slack"})
+"""A task's own topology fields; a task naming none of them takes its workload file's topology."""
 SYNTHETIC_FIELDS = ("pool_size", "pool_seed", "split", "num_tables", "seed", "batch_size", "max_log10_rows")
 SYNTHETIC_EXAMPLE = '{"synthetic": {"num_tables": 80, "seed": 1}, "num_devices": 8}'
 
@@ -110,9 +124,15 @@ def _task(raw: Any) -> Task:
         raise InputError(
             "workload", "a task needs 'workload' (a file or preset) or 'synthetic'", f"e.g. {SYNTHETIC_EXAMPLE}"
         )
-    if file_topology is not None and not {"num_devices", "device_memory_gb", "memory_slack"} & raw.keys():
+    if file_topology is not None and not TOPOLOGY_FIELDS & raw.keys():
         return Task(name, workload, file_topology)  # the workload file's own: its hosts and per-device memory too
-    devices = _int_field(raw, "num_devices", file_topology.num_devices if file_topology else None, 1)
+    hosts = _int_field(raw, "num_hosts", 1, 1)
+    if "devices_per_host" in raw:  # a cluster: num_devices follows (and must agree if given too)
+        per_host = _int_field(raw, "devices_per_host", None, 1)
+        devices = _int_field(raw, "num_devices", hosts * per_host, 1)
+    else:  # num_devices over num_hosts hosts (one host by default)
+        per_host = 0
+        devices = _int_field(raw, "num_devices", file_topology.num_devices if file_topology else None, 1)
     memory = raw.get("device_memory_gb")
     if memory is None and file_topology is not None and "memory_slack" not in raw:
         memory = file_topology.device_memory_gb  # the workload file's own
@@ -121,7 +141,15 @@ def _task(raw: Any) -> Task:
         if not is_number(slack) or slack <= 0:
             raise InputError("memory_slack", f"must be a number > 0, got {slack!r}", "e.g. 1.3 (1.3 x an even share)")
         memory = memory_for(workload, devices, slack)
-    return Task(name, workload, Topology(devices, memory))
+    elif isinstance(memory, list):  # one value per device, in rank order
+        memory = tuple(memory)
+    links: dict[str, float] = {}
+    if file_topology is not None:  # the workload file's link bandwidths
+        links = {
+            "intra_host_bw_gbps": file_topology.intra_host_bw_gbps,
+            "inter_host_bw_gbps": file_topology.inter_host_bw_gbps,
+        }
+    return Task(name, workload, Topology(devices, memory, hosts, per_host, **links))
 
 
 def load_suite(ref: str | Path) -> tuple[str, list[Task]]:

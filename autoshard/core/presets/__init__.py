@@ -9,7 +9,7 @@ from autoshard.core.errors import InputError
 from autoshard.core.types import Topology, Workload
 from autoshard.core.workload_file import load_workload
 
-PRESETS = ("criteo_terabyte", "criteo_terabyte_fp16_rowwise", "criteo_kaggle")
+PRESETS = ("criteo_terabyte", "criteo_terabyte_fp16_rowwise", "criteo_terabyte_uncapped", "criteo_kaggle")
 
 
 def load_preset(name: str) -> tuple[Workload, Topology | None]:
