@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from autoshard.core.errors import InputError
@@ -495,22 +496,31 @@ class TableShard:
         t = self.table
         if self.width == t.embedding_dim and self.rows is None and self.lookup_share == 1.0 and self.sharding is None:
             return t
-        return Table(
-            self.label,
-            self.height,
-            self.width,
-            t.pooling_factor * self.lookup_share,
-            t.zipf_alpha,
-            t.bytes_per_element,
-            t.optimizer,
-            self.sharding_type,
-        )
+        return _shard_table(self)
 
     @property
     def memory_bytes(self) -> int:
         return self.as_table.memory_bytes
 
 
+@lru_cache(maxsize=1 << 16)
+def _shard_table(shard: TableShard) -> Table:
+    """``TableShard.as_table`` of a shard that is not its whole table, made once (planners ask
+    for each shard's table many times, and a Table checks its fields when made)."""
+    t = shard.table
+    return Table(
+        shard.label,
+        shard.height,
+        shard.width,
+        t.pooling_factor * shard.lookup_share,
+        t.zipf_alpha,
+        t.bytes_per_element,
+        t.optimizer,
+        shard.sharding_type,
+    )
+
+
+@lru_cache(maxsize=1 << 14)
 def row_shards(
     table: Table,
     ways: int,

@@ -68,7 +68,8 @@ class CostGreedyPlanner:
         reused: list[float] = []  # seconds of the placements taken from the task's other planners
         cache = TaskCache.for_task(self.cache, workload, topology)
         tasks = spread_tasks(cache, self.cost_model, self.allow_column_split, self.sharding_types)
-        best = best_of_tasks(tasks, lambda task: self._placed(task, deadline, reused), self.departure_margin, deadline)
+        plan_task = lambda task: self._placed(task, deadline, reused)  # noqa: E731
+        best = best_of_tasks(tasks, plan_task, self.departure_margin, deadline, self.cost_model)
         self._change_options(best, topology, workload.batch_size, deadline)
         return build_plan(self.name, best, started, workload.batch_size, partial=deadline.hit, reused_s=sum(reused))
 

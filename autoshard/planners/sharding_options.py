@@ -114,12 +114,13 @@ def place_spread(
     loads = np.zeros(topology.world_size)
     whole = dict(zip((t.name for t in tables), cost_fn(tables))) if tables else {}
     ordered = sorted(tables, key=lambda t: (-whole[t.name], t.name))
-    options = [list(options_of(t)) for t in ordered]
-    shard_tables = [s.as_table for found in options for o in found for _, s in o.placements]
-    costs = iter(cost_fn(shard_tables) if shard_tables else ())  # one batched call for every shard
+    options = [list(options_of(t)) for t in ordered]  # one batched call below prices every distinct shard
+    distinct = {s: None for found in options for o in found for _, s in o.placements}  # hosts share shapes
+    shards = list(distinct)
+    unit_of = dict(zip(shards, map(Unit.of, shards, cost_fn([s.as_table for s in shards]) if shards else ())))
     priced: list[tuple[Table, list[tuple[SpreadOption, list[Unit]]]]] = []
     for table, found in zip(ordered, options):
-        option_units = [[Unit.of(s, next(costs)) for _, s in o.placements] for o in found]
+        option_units = [[unit_of[s] for _, s in o.placements] for o in found]
         priced.append((table, list(zip(found, option_units))))
     placed: list[tuple[int, Unit]] = []
     for table, choices in priced:

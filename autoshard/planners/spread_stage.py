@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from autoshard.core.errors import PlannerError
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, Workload
@@ -56,20 +58,46 @@ def spread_tasks(
     return cache.derived(("spread tasks", id(cost_model), allow_split, allowed), make)
 
 
+BOUND_SLACK = 0.9
+"""``task_bound`` sums costs alone, and a device's set may cost less than the sum of its tables
+alone (about 0.93x for 2-4 tables, docs/concepts.md): a task is skipped only where 0.9x its bound
+cannot clear the margin."""
+
+
+def task_bound(task: TaskCache, cost_model: CostModel) -> float:
+    """No plan of ``task`` has a lower max than this (up to ``BOUND_SLACK``): the even share of its
+    units' and fixed shards' costs alone, or the most its fixed shards put on one device."""
+    rest = task.units(cost_model).at_cap(None) if task.topology.num_devices else []
+    fixed = np.zeros(task.topology.num_devices)
+    for rank, unit in task.fixed:
+        fixed[rank] += unit.cost
+    total = sum(u.cost for u in rest) + float(fixed.sum())
+    return max(total / task.topology.num_devices, float(fixed.max()))
+
+
 def best_of_tasks(
     tasks: list[TaskOrError],
     plan_task: Callable[[TaskCache], list[DeviceState]],
     margin: float,
     deadline: Deadline,
+    cost_model: CostModel | None = None,
 ) -> list[DeviceState]:
     """``plan_task`` on each task in order (the rest skipped once the ``deadline`` expires with a
     plan in hand); a later plan replaces the one kept only if predicted more than ``margin`` below
-    it. Raises the last ``PlannerError`` when no task could be planned."""
+    it, so a task whose bound (``task_bound``, with the ``cost_model``) cannot be is not planned.
+    Raises the last ``PlannerError`` when no task could be planned."""
     best: list[DeviceState] | None = None
     error: PlannerError | None = None
     for task in tasks:
         if best is not None and deadline.expired:
             break
+        if best is not None and cost_model is not None and isinstance(task, TaskCache):
+            try:
+                hopeless = BOUND_SLACK * task_bound(task, cost_model) >= (1 - margin) * max_load(best)
+            except PlannerError:  # its tables do not fit whole: no bound, plan it
+                hopeless = False
+            if hopeless:
+                continue
         try:
             if isinstance(task, PlannerError):
                 raise task

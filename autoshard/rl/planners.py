@@ -110,7 +110,7 @@ class RLPlanner:
             finally:
                 reused.extend(planning.reused)
 
-        best = best_of_tasks(tasks, plan_task, self.departure_margin, deadline)
+        best = best_of_tasks(tasks, plan_task, self.departure_margin, deadline, self.cost_model)
         return build_plan(self.name, best, started, workload.batch_size, partial=deadline.hit, reused_s=sum(reused))
 
 
