@@ -160,3 +160,18 @@ def test_collected_row_shards_and_replicas_read_back_and_resume(tmp_path):
 def test_bad_shard_options_are_refused_naming_the_option(tmp_path, args, option):
     result = CliRunner().invoke(app, ["bench", "collect", "--out", str(tmp_path / "x.jsonl"), *args])
     assert result.exit_code != 0 and option in result.output and "Traceback" not in result.output
+
+
+def test_the_row_shard_traces_hold_shards_below_one_lookup_and_controls_of_the_same_pool():
+    from pathlib import Path
+
+    stem = Path(__file__).resolve().parents[1] / "data" / "traces" / "cpu-intel-r-xeon-r-processor-f6m207-fbgemm_tbe-t1"
+    shards, control = read_traces(f"{stem}.row-shards.jsonl.gz"), read_traces(f"{stem}.row-shards-control.jsonl.gz")
+    assert shards.profile.id == control.profile.id and shards.header["bench"] == control.header["bench"]
+    assert shards.header["plan"]["pool"] == control.header["plan"]["pool"]  # one pool: splits (b) agree
+    assert {len(s.passes) for s in shards.samples + control.samples} == {3}
+    tables = [t for s in shards.samples for t in s.tables]
+    assert min(t.pooling_factor for t in tables) < 0.01 and any("[dp/" in t.name for t in tables)
+    assert sum("[r" in t.name for t in tables) > 0.3 * len(tables)
+    assert all("[" not in t.name for s in control.samples for t in s.tables)
+    assert {s.split for s in shards.samples} == {"train", "test"}
