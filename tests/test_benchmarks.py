@@ -326,3 +326,121 @@ def test_collect_traces_smoke_run_writes_samples_on_the_cpu(tmp_path):
     found = re.search(r"smoke: exit (\d+) \(cap 120 s\), (\d+) sample lines", done.stdout)
     assert found and found[1] == "0" and int(found[2]) >= 2, done.stdout
     assert not (tmp_path / "cuda.jsonl").exists()  # SMOKE_ONLY stops after the smoke run
+
+
+# ---------------------------------------------------------------------------------------------
+# sharding_4d: cost_greedy against TorchRec's full search on clusters (issue 51)
+
+
+@pytest.fixture(scope="module")
+def tiny_4d_suite(tmp_path_factory):
+    """Two small tasks: an ordinary pool on 2 x 2 devices, and a table no device holds on 2 x 2."""
+    from autoshard.core.types import Table, Topology, Workload
+    from autoshard.core.workload_file import save_workload
+
+    folder = tmp_path_factory.mktemp("sharding_4d")
+    giant = Workload(
+        (
+            Table("big", 1_000_000, 64, 4.0, 0.8),  # 244 MiB: more than a device's 96 MiB
+            *(Table(f"t{i}", 20_000 * (i + 1), 32, 1.0 + i) for i in range(6)),
+        ),
+        512,
+        "giant",
+    )
+    save_workload(folder / "giant.json", giant)
+    per_device = 1.4 * giant.memory_bytes / 4 / 1024**3
+    suite = folder / "tiny_4d.json"
+    suite.write_text(
+        json.dumps(
+            {
+                "name": "tiny_4d",
+                "tasks": [
+                    {
+                        "name": "syn8_2x2",
+                        "synthetic": {"pool_size": 500, "pool_seed": 0, "num_tables": 8, "seed": 1, "batch_size": 512},
+                        "num_hosts": 2,
+                        "devices_per_host": 2,
+                        "memory_slack": 1.5,
+                    },
+                    {
+                        "name": "giant_2x2",
+                        "workload": str(folder / "giant.json"),
+                        "num_hosts": 2,
+                        "devices_per_host": 2,
+                        "device_memory_gb": per_device,
+                    },
+                ],
+            }
+        )
+    )
+    assert Topology.cluster(2, 2, per_device).device_memory_bytes < giant.tables[0].memory_bytes
+    return suite
+
+
+def test_sharding_4d_compares_both_planners_under_both_models(tiny_4d_suite, tmp_path):
+    out = tmp_path / "out"
+    done = script("benchmarks/sharding_4d.py", str(tiny_4d_suite), "--time-limit", "60", "--out", str(out))
+    report = json.loads((out / "tiny_4d.json").read_text())
+    assert report["time_limit_s"] == 60 and report["torchrec_search_space"].startswith("every type")
+    assert [r["task"] for r in report["rows"]] == ["syn8_2x2", "giant_2x2"]
+    for row in report["rows"]:
+        cg, tr = row["cost_greedy"], row["torchrec"]
+        assert "error" not in cg and "error" not in tr, row
+        assert row["ratio_ours"] == pytest.approx(cg["max_ms"] / tr["max_ms"])
+        assert row["ratio_torchrec_estimate"] == pytest.approx(
+            cg["torchrec_estimate_max_ms"] / tr["own_estimate_max_ms"]
+        )
+        assert row["estimate_check"] < 1e-9  # TorchRec's estimator on TorchRec's own plan: its own figures again
+        assert sum(cg["sharding_types"].values()) == sum(tr["sharding_types"].values()) == row["tables"]
+        assert cg["fits_our_caps"] and 0 < cg["compute_max_ms"] <= cg["max_ms"]
+        assert cg["plan_time_s"] > 0 and tr["plan_time_s"] > 0 and tr["partial"] is False
+    giant = report["rows"][1]
+    assert giant["largest_table_gib"] > float(giant["device_memory_gb"])
+    assert "big" in giant["cost_greedy"]["not_table_wise"] and "big" in giant["torchrec"]["not_table_wise"]
+    assert report["git"]["commit"]
+    summary = report["summary"]
+    assert summary["paired_tasks"] == 2 and summary["geomean_ratio_ours"] > 0
+    assert summary["tasks_where_cost_greedy_is_worse"] == [r["task"] for r in report["rows"] if r["ratio_ours"] > 1]
+    md = (out / "tiny_4d.md").read_text()
+    assert "| syn8_2x2 | 2 x 2 x" in md and "| giant_2x2 |" in md and "Geometric mean of cost_greedy / torchrec" in md
+    assert "ratio (TR est.)" in md and md in done.stdout
+
+
+def test_sharding_4d_measures_both_plans_interleaved(tiny_4d_suite, tmp_path):
+    out = tmp_path / "out"
+    script("benchmarks/sharding_4d.py", str(tiny_4d_suite), "--tasks", "syn8_2x2", "--measure", "--rounds", "2",
+           "--out", str(out))  # fmt: skip
+    report = json.loads((out / "tiny_4d.json").read_text())
+    measured = report["rows"][0]["measured"]
+    assert measured["rounds"] == 2 and measured["ratio"] > 0 and measured["compute_only_ratio"] > 0
+    assert report["summary"]["geomean_measured_ratio"] == pytest.approx(measured["ratio"])
+    assert "measured ratio [95% CI]" in (out / "tiny_4d.md").read_text()
+
+
+def test_sharding_4d_gives_torchrec_the_bytes_for_tables_that_our_planners_have():
+    """TorchRec's own storage reservation, run on the raised caps, leaves each device our cap."""
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import Topology as TorchRecTopology
+    from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
+    from torchrec.distributed.planner.types import ParameterConstraints
+
+    from autoshard.core import torchrec_bridge
+    from autoshard.core.presets import load_preset
+    from autoshard.core.types import Topology
+    from autoshard.planners.torchrec_planner import torchrec_topology_args
+    from benchmarks.sharding_4d import STORAGE_RESERVATION, torchrec_caps_gb
+
+    workload, _ = load_preset("criteo_terabyte")
+    for ours in (Topology.cluster(2, 8, 8.0), Topology.cluster(1, 4, [30.0, 30.0, 20.0, 25.0])):
+        raised = torchrec_caps_gb(workload, ours)
+        assert (raised.num_hosts, raised.devices_per_host) == (ours.num_hosts, ours.devices_per_host)
+        reservation = HeuristicalStorageReservation(percentage=STORAGE_RESERVATION, dense_tensor_estimate=0)
+        reserved = reservation.reserve(
+            TorchRecTopology(**torchrec_topology_args(raised)),
+            workload.batch_size,
+            torchrec_bridge.embedding_bag_collection(workload),
+            [EmbeddingBagCollectionSharder()],
+            {t.name: ParameterConstraints(pooling_factors=[t.pooling_factor]) for t in workload.tables},
+        )
+        for rank, device in enumerate(reserved.devices):
+            assert 0 <= device.storage.hbm - ours.device_memory_bytes_of(rank) < 4096

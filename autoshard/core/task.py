@@ -25,7 +25,15 @@ import numpy as np
 from autoshard.core.errors import InputError
 from autoshard.core.presets import load_workload_or_preset
 from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
-from autoshard.core.types import GIB, Topology, Workload, is_int, is_number
+from autoshard.core.types import (
+    GIB,
+    INTER_HOST_BW_GBPS,
+    INTRA_HOST_BW_GBPS,
+    Topology,
+    Workload,
+    is_int,
+    is_number,
+)
 from autoshard.core.workload_file import read_json_file
 
 
@@ -141,15 +149,14 @@ def _task(raw: Any) -> Task:
         if not is_number(slack) or slack <= 0:
             raise InputError("memory_slack", f"must be a number > 0, got {slack!r}", "e.g. 1.3 (1.3 x an even share)")
         memory = memory_for(workload, devices, slack)
-    elif isinstance(memory, list):  # one value per device, in rank order
-        memory = tuple(memory)
-    links: dict[str, float] = {}
-    if file_topology is not None:  # the workload file's link bandwidths
-        links = {
-            "intra_host_bw_gbps": file_topology.intra_host_bw_gbps,
-            "inter_host_bw_gbps": file_topology.inter_host_bw_gbps,
-        }
-    return Task(name, workload, Topology(devices, memory, hosts, per_host, **links))
+    caps: tuple[float, ...] = ()
+    if isinstance(memory, list):  # one value per device, in rank order (``Topology`` checks each)
+        caps = tuple(memory)
+        memory = max((c for c in caps if is_number(c)), default=0.0)
+    bandwidths = (INTRA_HOST_BW_GBPS, INTER_HOST_BW_GBPS)
+    if file_topology is not None:  # the workload file's links
+        bandwidths = (file_topology.intra_host_bw_gbps, file_topology.inter_host_bw_gbps)
+    return Task(name, workload, Topology(devices, memory, hosts, per_host, *bandwidths, caps))
 
 
 def load_suite(ref: str | Path) -> tuple[str, list[Task]]:

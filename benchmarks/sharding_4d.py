@@ -1,0 +1,552 @@
+"""cost_greedy against TorchRec's planner with every sharding type, on multi-host topologies and
+tables larger than a device (issue 51): the bundled ``giants`` and ``hosts`` suites.
+
+    python benchmarks/sharding_4d.py giants hosts                     # both suites, predicted
+    python benchmarks/sharding_4d.py giants --time-limit 60 --tasks criteo_tb_2x8,criteo_tb_4x8
+    python benchmarks/sharding_4d.py giants --measure --rounds 4      # also measured here (minutes a task)
+
+For every task of each suite, both planners plan the same workload on the same topology:
+
+- ``cost_greedy`` as the product ships it: the default profile's cost model, with each device's
+  all-to-all per link tier (``WithCommunication``), every sharding type, ``--time-limit`` as its
+  time budget (past it, its best plan so far, marked partial).
+- TorchRec's ``EmbeddingShardingPlanner`` (``TorchRecPlanner``, planner ``torchrec``) with its full
+  search space (every type its sharder offers on cuda: data_parallel, table_wise, column_wise,
+  table_column_wise, row_wise, table_row_wise, grid_shard), fused kernels, TorchRec's default
+  proposers and storage reservation, under the same time limit (TorchRec keeps its best plan at
+  80% of it, marked partial; past the limit itself it has no plan). So that both planners have the
+  same bytes for tables, each device's HBM cap given to TorchRec is raised by what its
+  reservation takes back: the 15% margin and its input (KJT) buffers, ``(cap + kjt) / 0.85``
+  (``torchrec_caps_gb``). TorchRec also counts each shard's input and output buffers against a
+  device; that stays its own. Whether each plan fits OUR per-device memory is reported.
+
+Each plan is priced twice: under our cost model (compute + all-to-all, ms per iteration) and under
+TorchRec's own perf estimate (``EmbeddingPerfEstimator``, what its planner minimises): for
+TorchRec's plan the estimate its planner kept (``own_estimate_ms``), for cost_greedy's the same
+estimator run on its shards (``torchrec_estimate_ms``: TorchRec's enumerator builds each table's
+sharding option of the plan's type and the estimator prices the plan's own shards; re-run on
+TorchRec's own plan, it gives back TorchRec's figures exactly: ``estimate_check``). Reported per
+task and in geometric mean: both maxima under both models, the ratio cost_greedy / torchrec under
+each, the tables per sharding type in each plan, planning times, and whether TorchRec's plan was
+partial, timed out or failed (with the error). The issue's bars: cost_greedy <= 0.85 x TorchRec in
+geometric mean (predicted, our model), and <= 1 on every task.
+
+``--measure`` also runs both plans' device sets here with the interleaved microbenchmark
+(``autoshard.evaluation.measure_plan.measure_plans``, as ``autoshard evaluate --measure``; tables
+capped at ``--row-cap-mb`` MiB of rows, as the traces are): each round's max of measured compute
+plus the modelled all-to-all, cost_greedy's over TorchRec's, geometric mean with a 95% interval.
+
+Writes ``OUT/<suite>.json`` (after every task) and ``OUT/<suite>.md``, and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
+from autoshard.core.communication import WithCommunication  # noqa: E402
+from autoshard.core.errors import AutoShardError  # noqa: E402
+from autoshard.core.stats import geomean, ratio_ci95  # noqa: E402
+from autoshard.core.task import Task, load_suite  # noqa: E402
+from autoshard.core.types import GIB, Optimizer, ShardingPlan, Topology, Workload  # noqa: E402
+from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.planners.context import PlannerContext  # noqa: E402
+
+BAR_GEOMEAN = 0.85
+"""cost_greedy's predicted max over TorchRec's, geometric mean over a suite's tasks (our model)."""
+BAR_TASK = 1.0
+"""... and on every task."""
+DEFAULT_TIME_LIMIT_S = 120.0
+STORAGE_RESERVATION = 0.15
+"""TorchRec's default storage reservation, as ``TorchRecPlanner`` sets it."""
+KJT_COPIES = 20
+"""TorchRec's ``HeuristicalStorageReservation``: 2 pipelined batches of 10 copies of each device's input ids."""
+
+
+# --- TorchRec's side ----------------------------------------------------------------------------
+
+
+def kjt_bytes(workload: Workload) -> int:
+    """The input (KJT) buffers TorchRec's storage reservation takes from every device: the batch's
+    ids of every table (pooling factor x batch, 8-byte ids), 20 copies (``_reserve_kjt_storage``)."""
+    from torchrec.distributed.planner.constants import BIGINT_DTYPE
+
+    ids = sum(t.pooling_factor * workload.batch_size for t in workload.tables)
+    return math.ceil(ids * float(BIGINT_DTYPE)) * KJT_COPIES
+
+
+def torchrec_caps_gb(workload: Workload, topology: Topology, reservation: float = STORAGE_RESERVATION) -> Topology:
+    """``topology`` with each device's memory raised by what TorchRec's storage reservation keeps
+    back (``reservation`` of the cap, then the input buffers), so that TorchRec has the bytes for
+    tables that our planners have: ``int((1 - reservation) x cap') - kjt >= cap``."""
+    kjt = kjt_bytes(workload)
+
+    def raised(gb: float) -> float:
+        needed = math.ceil((gb * GIB + kjt) / (1.0 - reservation)) + 1024  # a KiB above float rounding
+        return needed / GIB
+
+    caps = tuple(raised(topology.device_memory_gb_of(r)) for r in range(topology.num_devices))
+    return Topology(  # equal caps collapse to one value
+        topology.num_devices,
+        caps,
+        topology.num_hosts,
+        topology.devices_per_host,
+        topology.intra_host_bw_gbps,
+        topology.inter_host_bw_gbps,
+    )
+
+
+def torchrec_planner(cost_model: Any, time_limit_s: float) -> tuple[Any, str]:
+    """TorchRec's planner with its full search space (and what that space is, for the report).
+    A checkout whose ``TorchRecPlanner`` has no ``sharding_types`` gets its default search."""
+    from autoshard.planners import torchrec_planner as module
+
+    full = getattr(module, "FULL_SEARCH", None)
+    if full is not None and "sharding_types" in inspect.signature(module.TorchRecPlanner).parameters:
+        planner = module.TorchRecPlanner(cost_model=cost_model, time_budget_s=time_limit_s, sharding_types=full)
+        return planner, "every type its sharder offers on cuda"
+    planner = module.TorchRecPlanner(allow_column_split=True, cost_model=cost_model, time_budget_s=time_limit_s)
+    return planner, "table_wise, column_wise (this checkout's TorchRecPlanner has no full search)"
+
+
+def torchrec_estimate_ms(plan: ShardingPlan, workload: Workload, topology: Topology) -> list[float]:
+    """TorchRec's own perf estimate of each device of ``plan`` (ms per iteration, summed over the
+    device's shards as its planner sums them): TorchRec's enumerator builds, for each table, the
+    sharding option of the plan's sharding type and kernel (fused; data parallel: dense), its
+    shards are replaced by the plan's own (sizes, offsets, ranks), and TorchRec's estimators
+    price them on ``topology`` (its ``world_size``, ``local_world_size``, bandwidths)."""
+    import torch
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import Topology as TorchRecTopology
+    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+    from torchrec.distributed.planner.types import ParameterConstraints, Shard
+    from torchrec.optim import RowWiseAdagrad
+
+    from autoshard.core import torchrec_bridge as bridge
+    from autoshard.planners.torchrec_planner import torchrec_topology_args
+
+    shardings = bridge.table_shardings(plan, workload, topology.world_size, topology.local_world_size)
+    constraints = {
+        t.name: ParameterConstraints(
+            sharding_types=[shardings[t.name].sharding_type.value],
+            compute_kernels=[shardings[t.name].compute_kernel],
+            pooling_factors=[t.pooling_factor],
+        )
+        for t in workload.tables
+    }
+    enumerator = EmbeddingEnumerator(
+        TorchRecTopology(**torchrec_topology_args(topology, "cuda")), workload.batch_size, constraints
+    )
+    module = bridge.embedding_bag_collection(workload)
+    optimizer = {Optimizer.SGD: torch.optim.SGD, Optimizer.ADAGRAD: torch.optim.Adagrad}
+    for table in workload.tables:  # its optimizer state in TorchRec's storage estimate, as TorchRecPlanner tags it
+        weight = module.embedding_bags[table.name].weight
+        weight._optimizer_classes = [optimizer.get(table.optimizer, RowWiseAdagrad)]  # type: ignore[attr-defined]
+    options = {}
+    for option in enumerator.enumerate(module, [EmbeddingBagCollectionSharder()]):
+        options.setdefault(option.name, option)
+    for name, option in options.items():
+        option.shards = [
+            Shard(size=[p.rows, p.columns], offset=[p.row_offset, p.column_offset], rank=p.rank)
+            for p in shardings[name].shards
+        ]
+    enumerator.populate_estimates(list(options.values()))
+    estimate = [0.0] * topology.world_size
+    for option in options.values():
+        for shard in option.shards:
+            assert shard.perf is not None and shard.rank is not None
+            estimate[shard.rank] += shard.perf.total
+    return estimate
+
+
+# --- one task -----------------------------------------------------------------------------------
+
+
+def sharding_counts(plan: ShardingPlan) -> dict[str, int]:
+    """Tables per sharding type (a table's shards all have its type)."""
+    kinds = {s.table.name: s.sharding_type.value for d in plan.devices for s in d.shards}
+    return dict(sorted(Counter(kinds.values()).items()))
+
+
+def not_table_wise(plan: ShardingPlan) -> dict[str, str]:
+    """Each table the plan splits or replicates, and its sharding type."""
+    kinds = {s.table.name: s.sharding_type.value for d in plan.devices for s in d.shards}
+    return {name: kind for name, kind in sorted(kinds.items()) if kind != "table_wise"}
+
+
+def memory_fit(plan: ShardingPlan, topology: Topology) -> dict[str, Any]:
+    """The fullest device's bytes against its cap (ours), and whether every device fits."""
+    used = [d.memory_bytes / topology.device_memory_bytes_of(r) for r, d in enumerate(plan.devices)]
+    return {"fits_our_caps": all(u <= 1.0 + 1e-9 for u in used), "fullest_device_share": round(max(used), 4)}
+
+
+def compute_max_ms(plan: ShardingPlan, compute: Any, batch_size: int) -> float:
+    """The plan's max under our cost model's compute alone (no all-to-all, no all-reduce)."""
+    from autoshard.core.costing import predict_nonempty
+
+    return max(predict_nonempty(compute, [[s.as_table for s in d.shards] for d in plan.devices], batch_size))
+
+
+def _plan_summary(plan: ShardingPlan, topology: Topology, compute: Any, batch_size: int) -> dict[str, Any]:
+    return {
+        "max_ms": plan.max_cost_ms,
+        "compute_max_ms": compute_max_ms(plan, compute, batch_size),
+        "plan_time_s": round(plan.plan_time_s, 3),
+        "partial": plan.partial,
+        "sharding_types": sharding_counts(plan),
+        "not_table_wise": not_table_wise(plan),
+        "shards": sum(len(d.shards) for d in plan.devices),
+        **memory_fit(plan, topology),
+        "device_ms": [round(d.cost_ms, 4) for d in plan.devices],
+    }
+
+
+def _error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}".strip()
+
+
+def run_task(task: Task, profile: Any, time_limit_s: float, measure: Any = None) -> tuple[dict, list]:
+    """Both planners on one task: its row of the report, and the plans (cost_greedy's, TorchRec's;
+    None where a planner failed)."""
+    workload, topology = task.workload, task.topology
+    row: dict[str, Any] = {
+        "task": task.name,
+        "tables": len(workload.tables),
+        "hosts": topology.num_hosts,
+        "devices_per_host": topology.devices_per_host,
+        "device_memory_gb": topology.memory_label,
+        "tables_gib": round(workload.memory_bytes / GIB, 2),
+        "largest_table_gib": round(max(t.memory_bytes for t in workload.tables) / GIB, 2),
+        "memory_over_tables": round(topology.total_memory_bytes / workload.memory_bytes, 3),
+    }
+    cost_model = WithCommunication(profile.model, profile.communication, topology)
+    plans: list[ShardingPlan | None] = [None, None]
+
+    # cost_greedy, as the product plans (compare_planners wraps the communication model the same way)
+    context = PlannerContext(profile.model, profile.policy, time_budget_s=time_limit_s)
+    started = time.perf_counter()
+    try:
+        comparison = compare_planners(workload, topology, ["cost_greedy"], context, profile.communication)
+        if comparison.plans:
+            plans[0] = comparison.plans[0]
+            row["cost_greedy"] = _plan_summary(comparison.plans[0], topology, profile.model, workload.batch_size)
+        else:
+            row["cost_greedy"] = {"error": comparison.skipped[0][1] if comparison.skipped else "no plan"}
+    except Exception as error:  # noqa: BLE001 - a benchmark reports a planner's failure and goes on
+        row["cost_greedy"] = {"error": _error(error), "traceback": traceback.format_exc(limit=6)}
+    row["cost_greedy"].setdefault("wall_s", round(time.perf_counter() - started, 3))
+
+    # TorchRec, full search, the same bytes for tables
+    raised = torchrec_caps_gb(workload, topology)
+    planner, space = torchrec_planner(cost_model, time_limit_s)
+    row["torchrec_search_space"] = space
+    row["torchrec_hbm_cap_gb"] = raised.memory_label
+    started = time.perf_counter()
+    try:
+        plan = planner.plan(workload, raised)
+        plans[1] = plan
+        row["torchrec"] = _plan_summary(plan, topology, profile.model, workload.batch_size)
+        row["torchrec"]["own_estimate_max_ms"] = max(plan.own_estimate_ms) if plan.own_estimate_ms else None
+    except AutoShardError as error:
+        timed_out = getattr(getattr(error, "kind", None), "value", "") == "time_budget"
+        row["torchrec"] = {"error": _error(error), "timed_out": timed_out}
+    except Exception as error:  # noqa: BLE001
+        row["torchrec"] = {"error": _error(error), "traceback": traceback.format_exc(limit=6)}
+    row["torchrec"].setdefault("wall_s", round(time.perf_counter() - started, 3))
+
+    # TorchRec's estimate of cost_greedy's plan, and the check that it gives TorchRec's own back
+    if plans[0] is not None:
+        try:
+            row["cost_greedy"]["torchrec_estimate_max_ms"] = max(torchrec_estimate_ms(plans[0], workload, raised))
+        except Exception as error:  # noqa: BLE001
+            row["cost_greedy"]["torchrec_estimate_error"] = _error(error)
+    if plans[1] is not None and plans[1].own_estimate_ms:
+        try:
+            again = torchrec_estimate_ms(plans[1], workload, raised)
+            row["estimate_check"] = max(abs(a - b) for a, b in zip(again, plans[1].own_estimate_ms))
+        except Exception as error:  # noqa: BLE001
+            row["estimate_check"] = _error(error)
+    if plans[0] is not None and plans[1] is not None:
+        row["ratio_ours"] = plans[0].max_cost_ms / plans[1].max_cost_ms
+        row["ratio_ours_compute_only"] = row["cost_greedy"]["compute_max_ms"] / row["torchrec"]["compute_max_ms"]
+        ours_tr = row["cost_greedy"].get("torchrec_estimate_max_ms")
+        theirs = row["torchrec"].get("own_estimate_max_ms")
+        row["ratio_torchrec_estimate"] = ours_tr / theirs if ours_tr and theirs else None
+        if measure is not None:
+            row["measured"] = measure(plans, workload, topology)
+    return row, plans
+
+
+def measured_ratio(plans: list, workload: Workload, topology: Topology, rounds: int, row_cap_mb: int, profile: Any):
+    """Both plans measured here in interleaved rounds: per round, each plan's max over its devices
+    of measured compute plus the modelled all-to-all; cost_greedy's over TorchRec's."""
+    from autoshard.cli.support import plans_measurer
+
+    measured = plans_measurer(rounds, row_cap_mb, profile)(plans, workload.batch_size, 1)
+    comm = profile.communication
+
+    def maxima(plan: ShardingPlan, rounds_ms: Any) -> list[float]:
+        extra = [comm.cost_ms([s.as_table for s in d.shards], workload.batch_size, topology) for d in plan.devices]
+        return [max(m + c for m, c in zip(devices, extra)) for devices in rounds_ms]
+
+    ours = maxima(plans[0], measured[0].round_device_ms)
+    theirs = maxima(plans[1], measured[1].round_device_ms)
+    ratio, low, high = ratio_ci95(ours, theirs)
+    compute, c_low, c_high = measured[0].ratio_to_reference, *measured[0].ratio_ci95
+    return {
+        "rounds": rounds,
+        "row_cap_mb": row_cap_mb,
+        "ratio": ratio,
+        "ci95": [low, high],
+        "compute_only_ratio": compute,
+        "compute_only_ci95": [c_low, c_high],
+        "cost_greedy_max_ms": sorted(ours)[len(ours) // 2],
+        "torchrec_max_ms": sorted(theirs)[len(theirs) // 2],
+    }
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def summarise(rows: list[dict]) -> dict[str, Any]:
+    paired = [r for r in rows if r.get("ratio_ours") is not None]
+    ours = [r["ratio_ours"] for r in paired]
+    estimated = [r["ratio_torchrec_estimate"] for r in paired if r.get("ratio_torchrec_estimate")]
+    worse = [r["task"] for r in paired if r["ratio_ours"] > BAR_TASK]
+    failed = {
+        f"{r['task']}/{name}": r[name]["error"]
+        for r in rows
+        for name in ("cost_greedy", "torchrec")
+        if "error" in r.get(name, {})
+    }
+    summary: dict[str, Any] = {
+        "tasks": len(rows),
+        "paired_tasks": len(paired),
+        "geomean_ratio_ours": geomean(ours) if ours else None,
+        "geomean_ratio_ours_compute_only": geomean([r["ratio_ours_compute_only"] for r in paired]) if paired else None,
+        "geomean_ratio_torchrec_estimate": geomean(estimated) if estimated else None,
+        "tasks_worse_under_torchrec_estimate": [
+            r["task"] for r in paired if (r.get("ratio_torchrec_estimate") or 0) > 1
+        ],
+        "tasks_where_cost_greedy_is_worse": worse,
+        "failed": failed,
+        "torchrec_partial": [r["task"] for r in rows if r.get("torchrec", {}).get("partial")],
+        "cost_greedy_partial": [r["task"] for r in rows if r.get("cost_greedy", {}).get("partial")],
+    }
+    summary["bar_geomean_met"] = bool(ours) and summary["geomean_ratio_ours"] <= BAR_GEOMEAN and not failed
+    summary["bar_every_task_met"] = bool(ours) and not worse and len(paired) == len(rows)
+    measured = [r["measured"]["ratio"] for r in paired if "measured" in r]
+    if measured:
+        summary["geomean_measured_ratio"] = geomean(measured)
+    return summary
+
+
+def _f(value: Any, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _types(counts: dict[str, int]) -> str:
+    short = {
+        "table_wise": "TW",
+        "column_wise": "CW",
+        "table_column_wise": "TWCW",
+        "row_wise": "RW",
+        "table_row_wise": "TWRW",
+        "grid_shard": "GRID",
+        "data_parallel": "DP",
+    }
+    return " ".join(f"{short.get(k, k)} {v}" for k, v in counts.items())
+
+
+def markdown(report: dict) -> str:
+    s = report["summary"]
+    lines = [
+        f"# cost_greedy vs TorchRec's planner (full search): suite `{report['suite']}`",
+        "",
+        f"`{report['command']}` ({report['started']}, profile `{report['profile']}`, time limit "
+        f"{report['time_limit_s']:g} s a planner a task; TorchRec: {report['torchrec_search_space']}).",
+        "",
+        "Max = the slowest device, ms per iteration. *ours*: our cost model, compute + all-to-all per "
+        "link tier; *TR est.*: TorchRec's own perf estimate (for cost_greedy's plan, TorchRec's "
+        "estimator run on its shards). Ratio = cost_greedy / torchrec (< 1: cost_greedy is better). "
+        "Types: tables per sharding type. TorchRec's HBM cap is raised by its storage reservation "
+        "(same bytes for tables).",
+        "",
+        "| task | H x L x GiB | cg max (ours) | tr max (ours) | ratio (ours) | ratio (ours, compute only) "
+        "| cg max (TR est.) | tr max (TR est.) | ratio (TR est.) | cg types | tr types | cg s | tr s | tr status |"
+        + (
+            " measured ratio [95% CI] (with the modelled all-to-all) |"
+            if s.get("geomean_measured_ratio") is not None
+            else ""
+        ),
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | --- |"
+        + (" ---: |" if s.get("geomean_measured_ratio") is not None else ""),
+    ]
+    for r in report["rows"]:
+        cg, tr = r.get("cost_greedy", {}), r.get("torchrec", {})
+        status = (
+            "timed out"
+            if tr.get("timed_out")
+            else "failed"
+            if "error" in tr
+            else "partial"
+            if tr.get("partial")
+            else "complete"
+        )
+        if "fits_our_caps" in tr and not tr["fits_our_caps"]:
+            status += f", over our cap ({tr['fullest_device_share']:.2f}x)"
+        if "error" in cg:
+            status += "; cost_greedy failed"
+        elif cg.get("partial"):
+            status += "; cost_greedy partial"
+        cells = [
+            r["task"],
+            f"{r['hosts']} x {r['devices_per_host']} x {r['device_memory_gb']}",
+            _f(cg.get("max_ms")),
+            _f(tr.get("max_ms")),
+            _f(r.get("ratio_ours")),
+            _f(r.get("ratio_ours_compute_only")),
+            _f(cg.get("torchrec_estimate_max_ms")),
+            _f(tr.get("own_estimate_max_ms")),
+            _f(r.get("ratio_torchrec_estimate")),
+            _types(cg.get("sharding_types", {})) or "-",
+            _types(tr.get("sharding_types", {})) or "-",
+            _f(cg.get("plan_time_s", cg.get("wall_s")), 2),
+            _f(tr.get("plan_time_s", tr.get("wall_s")), 2),
+            status,
+        ]
+        if s.get("geomean_measured_ratio") is not None:
+            m = r.get("measured")
+            cells.append(
+                f"{m['ratio']:.3f} [{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]; "
+                f"compute alone {m['compute_only_ratio']:.3f}"
+                if m
+                else "-"
+            )
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"Geometric mean of cost_greedy / torchrec: **{_f(s['geomean_ratio_ours'])}** under our model "
+        f"(bar <= {BAR_GEOMEAN}: {'met' if s['bar_geomean_met'] else 'NOT met'}), "
+        f"{_f(s['geomean_ratio_ours_compute_only'])} under our model's compute alone, "
+        f"{_f(s['geomean_ratio_torchrec_estimate'])} under TorchRec's estimate"
+        + (f", {_f(s['geomean_measured_ratio'])} measured" if s.get("geomean_measured_ratio") is not None else "")
+        + f"; over {s['paired_tasks']} of {s['tasks']} tasks.",
+        f"cost_greedy worse than TorchRec (our model) on: {', '.join(s['tasks_where_cost_greedy_is_worse']) or 'none'} "
+        f"(bar: none; {'met' if s['bar_every_task_met'] else 'NOT met'}).",
+    ]
+    lines.append(
+        "cost_greedy worse than TorchRec under TorchRec's estimate on: "
+        + (", ".join(s["tasks_worse_under_torchrec_estimate"]) or "none")
+        + "."
+    )
+    if s["failed"]:
+        lines.append("Failed: " + "; ".join(f"{k}: {v}" for k, v in s["failed"].items()))
+    if s["torchrec_partial"]:
+        lines.append("TorchRec partial (its time ran out; best plan by then): " + ", ".join(s["torchrec_partial"]))
+    return "\n".join(lines) + "\n"
+
+
+def run_suite(suite: str, args: argparse.Namespace, profile: Any, command: str) -> dict:
+    name, tasks = load_suite(suite)
+    if args.tasks:
+        wanted = set(args.tasks.split(","))
+        tasks = [t for t in tasks if t.name in wanted]
+    measure = None
+    if args.measure:
+        measure = lambda plans, workload, topology: measured_ratio(  # noqa: E731
+            plans, workload, topology, args.rounds, args.row_cap_mb, profile
+        )
+    _, space = torchrec_planner(None, args.time_limit)
+    report: dict[str, Any] = {
+        "suite": name,
+        "command": command,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host_load_1min": os.getloadavg()[0],
+        "git": _git_state(),
+        "profile": getattr(profile, "profile", str(args.model)),
+        "time_limit_s": args.time_limit,
+        "torchrec_search_space": space,
+        "torchrec_storage_reservation": STORAGE_RESERVATION,
+        "bars": {"geomean": BAR_GEOMEAN, "every_task": BAR_TASK},
+        "rows": [],
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"{name}.json"
+    for task in tasks:
+        row, _ = run_task(task, profile, args.time_limit, measure)
+        report["rows"].append(row)
+        report["summary"] = summarise(report["rows"])
+        out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+        cg, tr = row.get("cost_greedy", {}), row.get("torchrec", {})
+        print(
+            f"{name}/{task.name}: cost_greedy {_f(cg.get('max_ms'))} ms, torchrec {_f(tr.get('max_ms'))} ms, "
+            f"ratio {_f(row.get('ratio_ours'))} (TorchRec's estimate: {_f(row.get('ratio_torchrec_estimate'))})"
+            + (f"; torchrec: {tr['error']}" if "error" in tr else "")
+            + (f"; cost_greedy: {cg['error']}" if "error" in cg else ""),
+            flush=True,
+        )
+    report["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
+    report["host_load_1min_end"] = os.getloadavg()[0]
+    out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    (args.out / f"{name}.md").write_text(markdown(report))
+    return report
+
+
+def _git_state() -> dict[str, Any]:
+    """The commit planned at, and the project's files that differ from it (others' edits included)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", "autoshard", "cost_model")
+    return {"commit": git("rev-parse", "HEAD"), "modified": [line[3:] for line in changed.splitlines()]}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suites", nargs="*", default=["giants", "hosts"], help="suite files or bundled names")
+    parser.add_argument("--tasks", help="only these tasks (comma-separated names)")
+    parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, help="seconds a planner a task")
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="the profile (default: the shipped one)")
+    parser.add_argument("--measure", action="store_true", help="also measure both plans here, interleaved")
+    parser.add_argument("--rounds", type=int, default=4, help="with --measure: rounds (even balances the order)")
+    parser.add_argument("--row-cap-mb", type=int, default=128, help="with --measure: MiB of rows per table, at most")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "benchmarks" / "sharding_4d")
+    args = parser.parse_args(argv)
+    command = "python " + " ".join(["benchmarks/sharding_4d.py", *(argv if argv is not None else sys.argv[1:])])
+    if args.measure:
+        from cost_model.profile import MALLOC_SETTINGS, malloc_settings_active
+
+        if not malloc_settings_active():  # they must be set before the process starts
+            if argv is not None:
+                sys.exit("error: --measure needs the allocator settings set before Python starts")
+            os.environ.update(MALLOC_SETTINGS)
+            os.execv(sys.executable, [sys.executable, *sys.argv])
+    one_thread()
+    profile = load_profile_or_exit(args.model)
+    reports = [run_suite(suite, args, profile, command) for suite in args.suites]
+    for report in reports:
+        print(markdown(report))
+    return reports
+
+
+if __name__ == "__main__":
+    main()
