@@ -86,15 +86,15 @@ class PlanResult:
         EmbeddingBagCollection (module path ``""``). Needs torchrec."""
         from autoshard.core.torchrec_bridge import to_torchrec_plan
 
-        return to_torchrec_plan(
-            self.plans[planner or self.best], self.workload, self.topology.num_devices, compute_device
-        )
+        topology = self.topology
+        plan = self.plans[planner or self.best]
+        return to_torchrec_plan(plan, self.workload, topology.num_devices, compute_device, topology.local_world_size)
 
     def parameter_constraints(self, planner: str | None = None) -> dict[str, ParameterConstraints]:
         """TorchRec ParameterConstraints of the plan (default: the best). Needs torchrec."""
         from autoshard.core.torchrec_bridge import to_parameter_constraints
 
-        return to_parameter_constraints(self.plans[planner or self.best])
+        return to_parameter_constraints(self.plans[planner or self.best], self.topology.local_world_size)
 
 
 class AutoShardClient:
@@ -135,19 +135,22 @@ class AutoShardClient:
         name: str = "workload",
         profile: str | None = None,
         allow_column_split: bool | None = None,
+        sharding_types: Sequence[str] | None = None,
         seed: int = 0,
         time_budget_s: float | None = None,
         torchrec_export: bool = False,
     ) -> PlanResult:
         """Plan ``tables`` (a Workload, or tables with ``batch_size``) on ``topology`` with the
         named planners (default: every planner the service runs by default); ``allow_column_split``:
-        which may split tables (None: the service's default, the cost-model planners; True: all; False: none)."""
+        which may split tables (None: the service's default, the cost-model planners; True: all; False: none);
+        ``sharding_types``: TorchRec's names of the types planners may choose (None: all)."""
         workload = tables if isinstance(tables, Workload) else Workload(tuple(tables), batch_size, name)
         body: dict[str, Any] = {
             **_task_body(workload, topology),
             "planners": list(planners) if planners is not None else None,
             "profile": profile,
             "allow_column_split": allow_column_split,
+            "sharding_types": list(sharding_types) if sharding_types is not None else None,
             "seed": seed,
             "time_budget_s": time_budget_s,
         }

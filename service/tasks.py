@@ -258,7 +258,7 @@ def _result(name: str, plan: ShardingPlan, task: PlannerTask, index: dict[str, i
         from autoshard.core.torchrec_bridge import export_torchrec
 
         try:
-            export = export_torchrec(plan, task.workload)
+            export = export_torchrec(plan, task.workload, task.topology.local_world_size)
         except AutoShardError as error:  # e.g. a table TorchRec cannot represent
             return PlannerResult(name, "skipped", seconds, reason=str(error), error=ErrorInfo.of(error))
     return PlannerResult(name, "ok", seconds, plan=CompactPlan.of(plan, index), export=export)

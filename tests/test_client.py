@@ -111,6 +111,7 @@ def test_service_errors_come_back_as_the_librarys_errors(client, server):
             [Table("huge", 40 * 2**20, 128), Table("small", 10, 4)],
             Topology(2, 16),  # 20 GiB
             allow_column_split=False,
+            sharding_types=["table_wise", "column_wise"],  # row-wise would split it
         )
     assert info.value.kind is PlannerErrorKind.TABLE_DOES_NOT_FIT and "huge" in info.value.message
     assert "Fixes:" not in info.value.message and info.value.fixes  # listed once

@@ -72,8 +72,8 @@ def plan_cmd(
         float | None,
         typer.Option(
             min=0.001,
-            help="Seconds each searching planner (cost_greedy, rl, rl+refine) may search; past it, its best plan "
-            "so far, marked partial (TorchRec's planner, which has none, is stopped and skipped).",
+            help="Seconds each searching planner (cost_greedy, rl, rl+refine, TorchRec's) may search; past it, "
+            "its best plan so far, marked partial.",
             rich_help_panel=PLANNERS,
         ),
     ] = None,

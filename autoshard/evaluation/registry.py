@@ -20,6 +20,7 @@ from autoshard.planners.heuristics import (
     RoundRobinPlanner,
 )
 from autoshard.planners.proxies import PROXIES
+from autoshard.planners.sharding_options import ALL_TYPES
 
 REFINE_SAMPLES = 4
 """rl+refine's sampled rollouts: more gave the same predicted max, in more time (docs/decisions.md, 32)."""
@@ -104,11 +105,13 @@ def _torchrec(compute_device: str) -> Callable[[PlannerContext], Planner]:
                 f"TorchRec's planner cannot load ({error})",
                 ("install the torchrec extra",),
             ) from None
+        every = context.sharding_types == ALL_TYPES  # TorchRec's own default search space ("auto")
         return TorchRecPlanner(
             allow_column_split=context.splits(PlannerKind.REFERENCE),
             cost_model=context.cost_model,
             compute_device=compute_device,
             time_budget_s=context.time_budget_s,
+            sharding_types="auto" if every else sorted(t.value for t in context.sharding_types),
         )
 
     return build

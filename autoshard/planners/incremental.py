@@ -42,6 +42,8 @@ from autoshard.planners.placement_unit import Unit, model_costs
 from autoshard.planners.split_cap_choice import clearly_lower
 from autoshard.planners.unit_preparation import by_cost
 
+_KEPT_TYPES = ("table_wise", "column_wise", "table_column_wise")
+
 
 @dataclass(frozen=True, slots=True)
 class KeptShard:
@@ -79,6 +81,14 @@ class CurrentPlacement:
             raise InputError("world_size", f"must be an integer >= 1, got {world!r}", fix, source)
         shards = []
         for name, entry in data["tables"].items():
+            kind = entry.get("sharding_type", "table_wise") if isinstance(entry, dict) else None
+            if kind not in _KEPT_TYPES:
+                raise InputError(
+                    "sharding_type",
+                    f"table {name!r} is {kind!r}: re-planning keeps table- and column-wise shards only",
+                    "plan the workload afresh with `autoshard plan` (it chooses every sharding type)",
+                    source,
+                )
             listed = entry.get("shards") if isinstance(entry, dict) else None
             if not isinstance(listed, list) or not listed:
                 raise InputError("shards", f"table {name!r} lists no shards", fix, source)

@@ -220,14 +220,16 @@ class PlacedShardIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     rank: int = Field(ge=0, le=MAX_DEVICES, description="The device (TorchRec rank) that holds it.")
+    row_offset: int = Field(0, ge=0, description="Its first row (a TorchRec export's; re-planning keeps whole rows).")
+    rows: int | None = Field(None, ge=0, description="Its rows (a TorchRec export's).")
     column_offset: int = Field(ge=0, le=MAX_DIM, description="Its first column.")
     columns: int = Field(ge=1, le=MAX_DIM, description="Its width.")
 
 
 class PlacedTableIn(BaseModel):
     """A table of the current plan: its shards (a whole table is one shard of every column). A
-    TorchRec export's other fields (sharding_type, ranks, compute_kernel, pooling_factor) may come
-    along, and are not read."""
+    TorchRec export's other fields (ranks, compute_kernel, pooling_factor) may come along, and are
+    not read; its ``sharding_type`` must be table- or column-wise: re-planning keeps those shards."""
 
     model_config = ConfigDict(extra="allow")
 

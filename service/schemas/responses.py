@@ -40,6 +40,8 @@ class DeviceOut(BaseModel):
 
 class TorchRecShardOut(BaseModel):
     rank: int
+    row_offset: int = Field(0, description="Its first row.")
+    rows: int = Field(0, description="Its rows (TorchRec lists empty row blocks too: 0).")
     column_offset: int
     columns: int
 
