@@ -381,6 +381,12 @@ def markdown(report: dict) -> str:
         f"`{report['command']}` ({report['started']}, profile `{report['profile']}`, time limit "
         f"{report['time_limit_s']:g} s a planner a task; TorchRec: {report['torchrec_search_space']}).",
         "",
+        f"At commit `{report['git']['commit'][:10]}`"
+        + (f" with uncommitted edits to {', '.join(report['git']['modified'])}" if report["git"]["modified"] else "")
+        + f"; 1-minute load {report['host_load_1min']:.1f} at the start, "
+        f"{report.get('host_load_1min_end', report['host_load_1min']):.1f} at the end"
+        f" ({os.cpu_count()} cores): planning times are wall-clock seconds on this host.",
+        "",
         "Max = the slowest device, ms per iteration. *ours*: our cost model, compute + all-to-all per "
         "link tier; *TR est.*: TorchRec's own perf estimate (for cost_greedy's plan, TorchRec's "
         "estimator run on its shards). Ratio = cost_greedy / torchrec (< 1: cost_greedy is better). "
@@ -513,11 +519,10 @@ def _git_state() -> dict[str, Any]:
     import subprocess
 
     def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-        return done.stdout.strip()
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout
 
     changed = git("status", "--porcelain", "--untracked-files=no", "--", "autoshard", "cost_model")
-    return {"commit": git("rev-parse", "HEAD"), "modified": [line[3:] for line in changed.splitlines()]}
+    return {"commit": git("rev-parse", "HEAD").strip(), "modified": [line[3:] for line in changed.splitlines()]}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
