@@ -138,7 +138,7 @@ def plan_cmd(
     if verify:
         ensure_malloc_settings()
     from autoshard.core.presets import load_workload_or_preset
-    from autoshard.evaluation.compare import compare_planners
+    from autoshard.evaluation.compare import compare_planners, shard_warnings
     from autoshard.evaluation.registry import PLANNERS
     from autoshard.planners.context import PlannerContext
     from autoshard.planners.report import plans_report
@@ -194,7 +194,11 @@ def plan_cmd(
         profile.device_errors if profile else None,
         comm,
     ).to_dict()  # the JSON, with what the CLI adds
-    report["warnings"] = list(warnings)
+    spread_warnings = shard_warnings(cost_model, plans)
+    report["warnings"] = [*warnings, *spread_warnings]
+    if not json_out:
+        for warning in spread_warnings:
+            console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     report["profile"] = profile.profile if profile else None  # which device's costs these are (as the service says)
     best = next(p for p, r in zip(plans, report["plans"]) if r["best"])
     verification = None

@@ -101,3 +101,14 @@ def rescored(
         devices = tuple(replace(d, cost_ms=float(next(costs))) for d in plan.devices)
         out[i] = replace(plan, devices=devices, plan_time_s=plan.plan_time_s + share)
     return out
+
+
+def shard_warnings(cost_model: CostModel | None, plans: Sequence[ShardingPlan]) -> tuple[str, ...]:
+    """The cost model's range warnings for the shards that plans spread (row blocks, grid blocks,
+    replicas): their share of a table's lookups may fall below what the model was trained on,
+    where the workload's own tables do not (a model that cannot tell: none)."""
+    check = getattr(cost_model, "check_tables", None)
+    shards = {s.as_table for p in plans for d in p.devices for s in d.shards if s.sharding is not None}
+    if check is None or not shards:
+        return ()
+    return tuple(check(sorted(shards, key=lambda t: t.name)))

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query, Request, Response
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.sharding import parse_sharding_types
 from autoshard.core.types import Topology, Workload
+from autoshard.evaluation.compare import shard_warnings
 from autoshard.evaluation.registry import HEURISTICS
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.feasibility import check_total
@@ -230,7 +231,7 @@ def _response(
         },
         partial=bool(outcome.timed_out) or any(p.partial for p in plans),
         timed_out=outcome.timed_out,
-        warnings=warnings,
+        warnings=[*warnings, *shard_warnings(model.model if model else None, plans)],
         elapsed_s=0.0,  # the request's own is added per answer (a kept answer serves many)
     )
     return PlanResponse.model_validate(answer)
