@@ -821,37 +821,23 @@ def _short_plan(name: str) -> str:
 
 
 def plan_devices(plan: dict, model: Path) -> dict:
-    """Each device of the plan: its cost, and the all-to-all share of it (the profile's
-    communication model on the device's columns), so compute = cost - all-to-all."""
+    """Each device of the plan: its cost, and the communication share of it (the plan's own
+    split: ``communication_ms``), so compute = cost - communication."""
     from autoshard.core.communication import COMMUNICATION_FILE, CommunicationModel
-    from autoshard.core.presets import load_workload_or_preset
 
     best = next(p for p in plan["plans"] if p["planner"] == "cost_greedy")
-    workload, _ = load_workload_or_preset("criteo_terabyte")
-    dims = {t.name: t.embedding_dim for t in workload.tables}
     comm_file = model / COMMUNICATION_FILE
     comm = CommunicationModel.load(comm_file) if comm_file.is_file() else None
-    devices = []
-    n = len(best["devices"])
-    for device in best["devices"]:
-        columns = 0
-        for shard in device["tables"]:
-            name, _, span = shard.partition("[")
-            if span:
-                first, end = span.rstrip("]").split(":")
-                columns += int(end) - int(first)
-            else:
-                columns += dims[name]
-        a2a = comm.cost_ms_of(columns, len(device["tables"]), workload.batch_size, n) if comm else 0.0
-        devices.append(
-            {
-                "cost_ms": device["cost_ms"],
-                "all_to_all_ms": a2a,
-                "compute_ms": device["cost_ms"] - a2a,
-                "shards": device["tables"],
-                "memory_gib": device["memory_bytes"] / 2**30,
-            }
-        )
+    devices = [
+        {
+            "cost_ms": device["cost_ms"],
+            "all_to_all_ms": device["communication_ms"],
+            "compute_ms": device["compute_ms"],
+            "shards": device["tables"],
+            "memory_gib": device["memory_bytes"] / 2**30,
+        }
+        for device in best["devices"]
+    ]
     return {
         "max_cost_ms": best["max_cost_ms"],
         "expected_max_ms": best.get("expected_max_ms"),
