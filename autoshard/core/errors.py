@@ -40,6 +40,7 @@ class PlannerErrorKind(str, Enum):
     TABLE_DOES_NOT_FIT = "table_does_not_fit"
     UNAVAILABLE = "unavailable"
     TIME_BUDGET = "time_budget"  # a planner without a best-so-far plan (TorchRec's) ran out of it
+    CONSTRAINTS_CONFLICT = "constraints_conflict"  # no plan satisfies the workload's constraints
 
 
 class PlannerError(AutoShardError):

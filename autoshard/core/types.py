@@ -5,15 +5,16 @@ Units: memory in bytes, costs in milliseconds per training iteration (forward + 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from autoshard.core.constraints import Constraints
 from autoshard.core.errors import InputError
 from autoshard.core.sharding import ShardingType, row_block_shares, row_blocks
+from autoshard.core.values import is_int, is_number
 
 if TYPE_CHECKING:
     from autoshard.core.costing import Accumulator, Edits, EditScorer
@@ -167,6 +168,7 @@ class Workload:
     tables: tuple[Table, ...]
     batch_size: int = 2048
     name: str = "workload"
+    constraints: Constraints = Constraints()  # per table (TorchRec's ParameterConstraints) and placement
 
     def __post_init__(self) -> None:
         _require(len(self.tables) >= 1, "tables", "must hold at least one table", "add tables")
@@ -656,14 +658,6 @@ class Planner(Protocol):
     def name(self) -> str: ...
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan: ...
-
-
-def is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 __all__ = [

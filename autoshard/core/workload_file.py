@@ -18,16 +18,17 @@ every field and its default. Errors name the table and the field.
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from autoshard.core.constraints import TableConstraints, constraints_from_dict
 from autoshard.core.errors import InputError
 from autoshard.core.types import Optimizer, Table, Topology, Workload, is_int
 
 TABLE_FIELDS = tuple(f.name for f in fields(Table) if f.name != "sharding_type")  # a plan's, not a table's
 TABLE_REQUIRED = ("name", "num_embeddings", "embedding_dim")
-WORKLOAD_FIELDS = ("name", "batch_size", "tables", "topology", "source", "notes")
+WORKLOAD_FIELDS = ("name", "batch_size", "tables", "topology", "constraints", "placement", "source", "notes")
 TOPOLOGY_FIELDS = (
     "num_devices",
     "num_hosts",
@@ -127,9 +128,16 @@ def workload_from_dict(data: Any) -> tuple[Workload, Topology | None]:
     name = data.get("name", "workload")
     if not isinstance(name, str) or not name:
         raise InputError("name", f"must be a non-empty string, got {name!r}", 'name the workload, e.g. "ranking"')
-    workload = Workload(tuple(tables), data.get("batch_size", 2048), name)
+    constraints = constraints_from_dict(data.get("constraints"), data.get("placement"), {t.name for t in tables})
+    tables = [_with_pooling(t, constraints.of(t.name)) for t in tables]  # the constraints' pooling factors win
+    workload = Workload(tuple(tables), data.get("batch_size", 2048), name, constraints)
     topology = topology_from_dict(data["topology"]) if data.get("topology") is not None else None
     return workload, topology
+
+
+def _with_pooling(table: Table, constraints: TableConstraints | None) -> Table:
+    pooling = constraints.pooling_factor if constraints is not None else None
+    return table if pooling is None else replace(table, pooling_factor=pooling)
 
 
 def workload_to_dict(workload: Workload, topology: Topology | None = None) -> dict[str, Any]:
@@ -137,6 +145,7 @@ def workload_to_dict(workload: Workload, topology: Topology | None = None) -> di
         "name": workload.name,
         "batch_size": workload.batch_size,
         "tables": [table_to_dict(t) for t in workload.tables],
+        **workload.constraints.to_dict(),
     }
     if topology is not None:
         out["topology"] = topology_to_dict(topology)

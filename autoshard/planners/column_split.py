@@ -27,6 +27,7 @@ def split_units(
     memory_limit: int | None = None,
     max_ways: int | None = None,
     frozen: int = 0,
+    whole: frozenset[str] = frozenset(),
 ) -> list[Unit]:
     """Split each whole-table unit whose cost exceeds a level, or whose memory exceeds
     ``memory_limit`` (default: a device's memory), into the fewest shards at or under both; if
@@ -34,13 +35,14 @@ def split_units(
     average device load (total / D), or, where higher, the cost of the costliest unit at its
     cheapest (whole, or split as it may be): no plan's max is below it, so a cheaper shard would
     lower no max. Shard costs come from one ``cost_fn`` call. The first ``frozen`` units stay as
-    they are (a deployed plan's shards, ``incremental.replan``), and count towards the level."""
+    they are (a deployed plan's shards, ``incremental.replan``), and count towards the level; so
+    do the tables named in ``whole`` (constraints keep them whole)."""
     average = sum(u.cost for u in units) / topology.num_devices
     max_ways = topology.num_devices if max_ways is None else min(max_ways, topology.num_devices)
     capacity = topology.device_memory_bytes if memory_limit is None else memory_limit
     options: dict[int, list[tuple[int, Table]]] = {}
     for i, unit in enumerate(units):
-        if i >= frozen and (unit.cost > average or unit.memory_bytes > capacity):
+        if i >= frozen and unit.parent not in whole and (unit.cost > average or unit.memory_bytes > capacity):
             dim = unit.table.embedding_dim
             ways = split_ways(dim, max_ways)
             if ways:

@@ -74,6 +74,8 @@ class PlannerContext:
         than the departure margin below the plan without; TorchRec's planner, by its own), while
         the heuristics place whole tables, as the classic baselines do: they have no model to keep
         them from splitting badly (docs/decisions.md, 20 and 21)."""
+        if ShardingType.COLUMN_WISE not in self.sharding_types:
+            return False
         if self.allow_column_split is None:
             return kind is not PlannerKind.HEURISTIC
         return self.allow_column_split

@@ -70,15 +70,22 @@ class CostGreedyPlanner:
         tasks = spread_tasks(cache, self.cost_model, self.allow_column_split, self.sharding_types)
         plan_task = lambda task: self._placed(task, deadline, reused)  # noqa: E731
         best = best_of_tasks(tasks, plan_task, self.departure_margin, deadline, self.cost_model)
-        self._change_options(best, topology, workload.batch_size, deadline)
+        self._change_options(best, workload, topology, deadline)
         return build_plan(self.name, best, started, workload.batch_size, partial=deadline.hit, reused_s=sum(reused))
 
     def _change_options(
-        self, devices: list[DeviceState], topology: Topology, batch_size: int, deadline: Deadline
+        self, devices: list[DeviceState], workload: Workload, topology: Topology, deadline: Deadline
     ) -> None:
         """Option changes off the max device (``change_options``), then moves and swaps again."""
+        batch_size, constraints = workload.batch_size, workload.constraints
         if self.max_rounds and change_options(
-            devices, self.cost_model, topology, batch_size, self.sharding_types, deadline=deadline
+            devices,
+            self.cost_model,
+            topology,
+            batch_size,
+            self.sharding_types,
+            deadline=deadline,
+            constraints=constraints,
         ):
             guard = unit_cap(self.cost_model, sum(len(d.units) for d in devices), topology.num_devices)
             improve(devices, self.cost_model, batch_size, self.max_rounds, deadline, max_units=guard)
@@ -144,6 +151,7 @@ def greedy_placement(
             max_units_per_device=unit_cap(cost_model, len(units) + len(cache.fixed), topology.num_devices),
             steps=cache.steps(units),
             fixed=cache.fixed,
+            rules=cache.rules,
         )
 
     choose = RecordingChooser()  # cheapest_after, keeping each step for the policy's argmax rollout

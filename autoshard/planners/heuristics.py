@@ -10,7 +10,7 @@ dim x pooling x log10(rows) for size_lookup_greedy) -- proxy units, not millisec
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -20,10 +20,18 @@ from autoshard.planners.choosers import Chooser, least_loaded
 from autoshard.planners.device_state import build_plan
 from autoshard.planners.feasibility import check_total
 from autoshard.planners.place_loop import place_workload
+from autoshard.planners.placement_rules import PlacementRules, check_constraints
 from autoshard.planners.placement_state import PlacementState
 from autoshard.planners.placement_unit import Unit, proxy_costs
 from autoshard.planners.proxies import Proxy, lookup_proxy
-from autoshard.planners.sharding_options import ALL_TYPES, DP_MEMORY_SHARE, SpreadOption, place_spread, spread_options
+from autoshard.planners.sharding_options import (
+    ALL_TYPES,
+    DP_MEMORY_SHARE,
+    SpreadOption,
+    must_spread,
+    place_spread,
+    spread_options,
+)
 from autoshard.planners.spread_variants import fits_placed
 from autoshard.planners.unit_preparation import TaskUnits
 
@@ -38,25 +46,42 @@ class SpreadRule:
     replicate_tiny: bool = False
 
     def fixed(
-        self, workload: Workload, topology: Topology, proxy: Proxy, allow_split: bool
+        self, workload: Workload, topology: Topology, proxy: Proxy, allow_split: bool, rules: PlacementRules
     ) -> tuple[tuple[int, Unit], ...]:
-        """The spread shards, on their ranks (module docstring)."""
-        types = self.sharding_types
-        needed = [t for t in workload.tables if not fits_placed(t, topology, allow_split, types)]
-        if not types & set(_ROW_RULE):
-            needed = []  # placement names the table that does not fit
+        """The spread shards, on their ranks (module docstring), within each table's own
+        sharding types and pin."""
+        constraints = workload.constraints
+        kinds = {t.name: constraints.allowed_types(t.name, self.sharding_types) for t in workload.tables}
+        needed = [
+            t
+            for t in workload.tables
+            if not fits_placed(t, topology, allow_split, kinds[t.name]) or must_spread(kinds[t.name])
+        ]
+        needed = [
+            t for t in needed if kinds[t.name] & {*_ROW_RULE, ShardingType.DATA_PARALLEL}
+        ]  # else placement names it
         tiny: list[Table] = []
-        if self.replicate_tiny and ShardingType.DATA_PARALLEL in types:
+        if self.replicate_tiny:
             limit = DP_MEMORY_SHARE * topology.smallest_device_memory_bytes
-            tiny = [t for t in workload.tables if t.memory_bytes <= limit and t not in needed]
+            tiny = [
+                t
+                for t in workload.tables
+                if t.memory_bytes <= limit
+                and t not in needed
+                and ShardingType.DATA_PARALLEL in kinds[t.name]
+                and t.name not in constraints.placed_tables
+            ]
         replicated = {t.name for t in tiny}
 
         def options(table: Table) -> list[SpreadOption]:
-            if table.name in replicated:
-                return spread_options(table, topology, {ShardingType.DATA_PARALLEL})
+            own = kinds[table.name]
+            if table.name in replicated or not own & set(_ROW_RULE):
+                return spread_options(table, topology, own & {ShardingType.DATA_PARALLEL})
             for kind in _ROW_RULE:  # the first type with an option that fits; place_spread picks the host
-                if kind in types:
-                    found = spread_options(table, topology, {kind})
+                if kind in own:
+                    found = [
+                        o for o in spread_options(table, topology, {kind}) if rules.ranks_allowed(table.name, o.ranks)
+                    ]
                     if found and max(s.memory_bytes for _, s in found[0].placements) <= topology.device_memory_bytes:
                         return found
             return []
@@ -79,19 +104,19 @@ def _plan(
 ) -> ShardingPlan:
     started = time.perf_counter()
     check_total(workload.memory_bytes, topology)
-    fixed = rule.fixed(workload, topology, proxy, allow_split)
+    check_constraints(workload, topology, rule.sharding_types)
+    rules = PlacementRules(workload.constraints, topology)
+    fixed = rule.fixed(workload, topology, proxy, allow_split, rules)
     spread = {u.parent for _, u in fixed}
     rest = tuple(t for t in workload.tables if t.name not in spread)
     if not rest:
         devices = PlacementState([], topology, fixed=fixed).devices
         return build_plan(name, devices, started, workload.batch_size, cost_model)
     state = place_workload(
-        TaskUnits(
-            Workload(rest, workload.batch_size, workload.name) if fixed else workload, topology, proxy_costs(proxy)
-        ),
+        TaskUnits(replace(workload, tables=rest) if fixed else workload, topology, proxy_costs(proxy)),
         allow_split,
         choose,
-        lambda units: PlacementState(units, topology, fixed=fixed),
+        lambda units: PlacementState(units, topology, fixed=fixed, rules=rules),
         order_by_cost,
     )
     return build_plan(name, state.devices, started, workload.batch_size, cost_model)

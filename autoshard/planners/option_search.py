@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoshard.core.constraints import Constraints
 from autoshard.core.costing import predict_nonempty
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, Table, TableShard, Topology
@@ -47,16 +48,19 @@ def change_options(
     allowed: frozenset[ShardingType],
     max_rounds: int = MAX_OPTION_ROUNDS,
     deadline: Deadline | None = None,
+    constraints: Constraints = Constraints(),
 ) -> int:
     """Apply the best option change while it lowers the max (module docstring); ``states[*].load``
-    must hold predicted costs and are kept up to date. Returns the number of changes applied."""
+    must hold predicted costs and are kept up to date. Tables under a placement constraint keep
+    their option, and the others take only the types their ``constraints`` allow. Returns the
+    number of changes applied."""
     applied = 0
     for _ in range(max_rounds):
         if deadline is not None and deadline.expired:
             break
         loads = np.array([s.load for s in states])
         source = int(loads.argmax())
-        changes = _candidates(states, source, topology, allowed)
+        changes = _candidates(states, source, topology, allowed, constraints)
         if not changes:
             break
         best = _best(states, changes, loads, cost_model, batch_size)
@@ -68,7 +72,11 @@ def change_options(
 
 
 def _candidates(
-    states: Sequence[DeviceState], source: int, topology: Topology, allowed: frozenset[ShardingType]
+    states: Sequence[DeviceState],
+    source: int,
+    topology: Topology,
+    allowed: frozenset[ShardingType],
+    constraints: Constraints,
 ) -> list[OptionChange]:
     units = sorted(states[source].units, key=lambda u: -u.cost)
     tables: list[Table] = []
@@ -80,14 +88,17 @@ def _candidates(
     quiet_host = int(host_loads.argmin())
     changes: list[OptionChange] = []
     for table in tables[:TABLES_PER_ROUND]:
+        if table.name in constraints.placed_tables:
+            continue
+        own = constraints.allowed_types(table.name, allowed)
         kinds = {s.sharding_type for d in states for u in d.units if u.shard.table is table for s in (u.shard,)}
         placed = kinds <= {ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE}
-        row_types = allowed & {ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE}
+        row_types = own & {ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE}
         for option in spread_options(table, topology, row_types):
             keep = option.host is None or option.host in (topology.host_of(source), quiet_host)
             if keep and (placed or option.sharding_type not in kinds or option.host != topology.host_of(source)):
                 changes.append(OptionChange(table, option.placements))
-        if not placed and ShardingType.TABLE_WISE in allowed:
+        if not placed and ShardingType.TABLE_WISE in own:
             order = np.argsort(loads, kind="stable")
             targets = [int(d) for d in order if d != source][:TABLE_WISE_TARGETS]
             changes += [OptionChange(table, ((d, TableShard(table)),)) for d in targets]

@@ -17,6 +17,7 @@ from autoshard.core.types import CostModel, Topology
 from autoshard.planners.added_costs import AddedCosts
 from autoshard.planners.device_state import DeviceState
 from autoshard.planners.packing_lookahead import PackingLookahead
+from autoshard.planners.placement_rules import PlacementRules
 from autoshard.planners.placement_unit import Unit
 from autoshard.planners.step_costs import StepCosts
 
@@ -37,7 +38,8 @@ class PlacementState:
     answers come from, and go to, placements of the same units that made the same choices
     (``StepCosts``): the same numbers, computed once. ``fixed``: units already on their devices
     (rank, unit) before the first step, the shards of sharding options that fix their devices
-    (``sharding_options``); they take memory and load like placed units.
+    (``sharding_options``); they take memory and load like placed units. ``rules``: the
+    workload's placement constraints, applied by ``room`` (``placement_rules``).
     """
 
     def __init__(
@@ -49,7 +51,9 @@ class PlacementState:
         max_units_per_device: int | None = None,
         steps: StepCosts | None = None,
         fixed: Sequence[tuple[int, Unit]] = (),
+        rules: PlacementRules | None = None,
     ) -> None:
+        self.rules = rules if rules else None
         self.units, self.topology = list(units), topology
         self.devices = [DeviceState(d, cap) for d, cap in enumerate(topology.device_memory_bytes_all)]
         self.accumulator, self.lookahead, self.max_units_per_device = accumulator, lookahead, max_units_per_device
@@ -98,6 +102,8 @@ class PlacementState:
             for d in ok.nonzero()[0]:
                 if unit.parent in self.devices[d].parents:
                     ok[d] = False
+        if self.rules is not None and unit.parent in self.rules.tables:
+            ok &= self.rules.mask(unit.parent, self.devices)
         return ok
 
     def drop_lookahead(self) -> None:

@@ -20,6 +20,7 @@ class Unit:
     cost: float
     table: Table
     memory_bytes: int
+    fixed: bool = False  # a table under a placement constraint: local search leaves it where it is
 
     def __hash__(self) -> int:
         # the name and cost alone (equal units have equal tables): the derived hash walked the
@@ -27,9 +28,9 @@ class Unit:
         return hash((self.table.name, self.cost))
 
     @classmethod
-    def of(cls, shard: TableShard, cost: float) -> Unit:
+    def of(cls, shard: TableShard, cost: float, fixed: bool = False) -> Unit:
         table = shard.as_table
-        return cls(shard, float(cost), table, table.memory_bytes)
+        return cls(shard, float(cost), table, table.memory_bytes, fixed)
 
     @property
     def name(self) -> str:
@@ -42,8 +43,9 @@ class Unit:
     @property
     def movable(self) -> bool:
         """Whether local search may move it alone: a table- or column-wise shard; the shards of
-        the other sharding types sit where their option put them (``sharding_options``)."""
-        return self.shard.sharding is None
+        the other sharding types sit where their option put them (``sharding_options``), and a
+        table under a placement constraint where the constraint put it (``placement_rules``)."""
+        return self.shard.sharding is None and not self.fixed
 
 
 def proxy_costs(proxy: Callable[[Table], float]) -> CostFn:

@@ -36,6 +36,11 @@ lives on every device, so only tiny tables are worth it."""
 GRID_MIN_COLUMNS = 4
 
 
+def must_spread(kinds: frozenset[ShardingType]) -> bool:
+    """A table whose constraints forbid placing it whole, and allow a spread type."""
+    return ShardingType.TABLE_WISE not in kinds and bool(kinds & SPREAD_TYPES)
+
+
 @dataclass(frozen=True, slots=True)
 class SpreadOption:
     """A table under a sharding type that fixes its devices: its shards, each on its rank."""
@@ -64,7 +69,9 @@ def spread_options(table: Table, topology: Topology, allowed: Iterable[ShardingT
     allowed = set(allowed)
     world, local = topology.world_size, topology.local_world_size
     found: list[SpreadOption] = []
-    if world < 2:
+    if world < 2:  # one device: a replica is the only spread option (what a constraint may ask for)
+        if ShardingType.DATA_PARALLEL in allowed:
+            found.append(SpreadOption(table, ShardingType.DATA_PARALLEL, ((0, replica(table, 1)),)))
         return found
     rows, dim = table.num_embeddings, table.embedding_dim
     if ShardingType.ROW_WISE in allowed and rows >= world:

@@ -7,15 +7,17 @@ place on them; ``best_of_tasks`` keeps the best plan over them."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
 from autoshard.core.errors import PlannerError
 from autoshard.core.sharding import ShardingType
-from autoshard.core.types import CostModel, Workload
+from autoshard.core.types import CostModel
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState, max_load
 from autoshard.planners.feasibility import check_total
+from autoshard.planners.placement_rules import check_constraints
 from autoshard.planners.placement_state import PlacementState
 from autoshard.planners.placement_unit import model_costs
 from autoshard.planners.sharding_options import place_spread
@@ -36,19 +38,21 @@ def spread_tasks(
 
     def make() -> list[TaskOrError]:
         check_total(workload.memory_bytes, topology)
+        check_constraints(workload, topology, allowed)
         cost_fn = model_costs(cost_model, workload.batch_size)
         variants = spread_variants(workload, topology, cost_fn, allow_split, allowed)
         tasks: list[TaskOrError] = [] if variants and variants[0].name == "needed" else [cache]
         for variant in variants:
             try:
-                fixed = place_spread(variant.tables, variant.options_of(topology, allowed), topology, cost_fn)
+                options = variant.options_of(topology, allowed, workload.constraints, cache.rules)
+                fixed = place_spread(variant.tables, options, topology, cost_fn)
             except PlannerError as error:
                 tasks.append(error)
                 continue
             spread = {t.name for t in variant.tables}
             rest = tuple(t for t in workload.tables if t.name not in spread)
             if rest:
-                tasks.append(TaskCache(Workload(rest, workload.batch_size, workload.name), topology, fixed))
+                tasks.append(TaskCache(replace(workload, tables=rest), topology, fixed))
             else:
                 accumulator = cost_model.accumulator(topology.num_devices, workload.batch_size)
                 devices = PlacementState([], topology, accumulator, fixed=fixed).devices

@@ -16,13 +16,15 @@ it differs from the ones before). The planner keeps the variant with the lowest 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from autoshard.core.constraints import Constraints
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import Table, Topology, Workload, replica
+from autoshard.planners.placement_rules import PlacementRules
 from autoshard.planners.placement_unit import CostFn
-from autoshard.planners.sharding_options import DP_MEMORY_SHARE, SpreadOption, spread_options
+from autoshard.planners.sharding_options import DP_MEMORY_SHARE, SpreadOption, must_spread, spread_options
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +35,22 @@ class SpreadVariant:
     tables: tuple[Table, ...]
     replicated: frozenset[str]  # the tables to place data parallel (the rest: row-sharded)
 
-    def options_of(self, topology: Topology, allowed: frozenset[ShardingType]):  # noqa: ANN201
+    def options_of(
+        self,
+        topology: Topology,
+        allowed: frozenset[ShardingType],
+        constraints: Constraints = Constraints(),
+        rules: PlacementRules | None = None,
+    ) -> Callable[[Table], Sequence[SpreadOption]]:
+        """Each table's options: a replica for the replicated ones, else its row-splitting types,
+        within the types its constraints allow and on the ranks its pin allows."""
+
         def options(table: Table) -> Sequence[SpreadOption]:
-            if table.name in self.replicated:
-                return spread_options(table, topology, {ShardingType.DATA_PARALLEL})
-            return spread_options(table, topology, allowed - {ShardingType.DATA_PARALLEL})
+            kinds = constraints.allowed_types(table.name, allowed)
+            replicated = table.name in self.replicated or not kinds - {ShardingType.DATA_PARALLEL}
+            kinds = kinds & {ShardingType.DATA_PARALLEL} if replicated else kinds - {ShardingType.DATA_PARALLEL}
+            found = spread_options(table, topology, kinds)
+            return [o for o in found if rules is None or rules.ranks_allowed(table.name, o.ranks)]
 
         return options
 
@@ -63,17 +76,23 @@ def spread_variants(
     """The variants to try (see the module docstring); empty when no table needs or may gain from
     a spread type (the plan is then the placed one alone)."""
     spreadable = allowed & {ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD}
-    if topology.num_devices < 2:
+    if topology.num_devices < 2 and not workload.constraints:
         return []
-    tables = workload.tables
-    needed = [t for t in tables if not fits_placed(t, topology, allow_split, allowed)] if spreadable else []
+    tables, constraints = workload.tables, workload.constraints
+    kinds = {t.name: constraints.allowed_types(t.name, allowed) for t in tables}
+    needed = [
+        t
+        for t in tables
+        if (spreadable and not fits_placed(t, topology, allow_split, kinds[t.name])) or must_spread(kinds[t.name])
+    ]
     costs = cost_fn(tables)
     share = sum(costs) / topology.num_devices
-    heavy = [t for t, c in zip(tables, costs) if c > share and t not in needed] if spreadable else []
+    free = [t for t in tables if t.name not in constraints.placed_tables and t not in needed]  # may spread or not
+    heavy = [t for t, c in zip(tables, costs) if c > share and t in free and kinds[t.name] & spreadable]
     tiny: list[Table] = []
     if ShardingType.DATA_PARALLEL in allowed:
-        small = [t for t in tables if t.memory_bytes <= DP_MEMORY_SHARE * topology.smallest_device_memory_bytes]
-        small = [t for t in small if t not in needed and t not in heavy]
+        small = [t for t in free if t.memory_bytes <= DP_MEMORY_SHARE * topology.smallest_device_memory_bytes]
+        small = [t for t in small if t not in heavy and ShardingType.DATA_PARALLEL in kinds[t.name]]
         if small:
             replicas = cost_fn([replica(t, topology.world_size).as_table for t in small])
             alone = dict(zip((t.name for t in tables), costs))

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from autoshard.core.types import CostModel, Topology, Workload
 from autoshard.planners.device_state import Assignment, DeviceState
 from autoshard.planners.local_search import SearchRound
+from autoshard.planners.placement_rules import PlacementRules
 from autoshard.planners.placement_unit import Unit, model_costs
 from autoshard.planners.recording import RecordedSteps
 from autoshard.planners.step_costs import StepCosts
@@ -75,6 +76,11 @@ class TaskCache:
         if cache is not None and cache.workload is workload and cache.topology == topology:
             return cache
         return cls(workload, topology)
+
+    @property
+    def rules(self) -> PlacementRules:
+        """The workload's constraints on the topology, as the placements apply them."""
+        return self.derived("rules", lambda: PlacementRules(self.workload.constraints, self.topology))
 
     @property
     def kept(self) -> int:

@@ -152,7 +152,14 @@ class TorchRecPlanner:
         return replace(result.plan, own_estimate_ms=result.torchrec_estimates_ms)
 
     def plan_with_estimates(self, workload: Workload, topology: Topology) -> TorchRecPlanResult:
-        """Plan, and keep TorchRec's per-device perf estimates."""
+        """Plan, and keep TorchRec's per-device perf estimates. Placement constraints (pin,
+        co-locate, apart) have no counterpart in TorchRec's planner: ``PlannerError`` (skipped)."""
+        if workload.constraints.placement:
+            raise PlannerError(
+                PlannerErrorKind.UNAVAILABLE,
+                "TorchRec's planner cannot pin, co-locate or keep tables apart (the workload's placement constraints)",
+                ("compare with the planners that honour them", "drop the placement constraints for this comparison"),
+            )
         from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
         from torchrec.distributed.planner import EmbeddingShardingPlanner
         from torchrec.distributed.planner import Topology as TorchRecTopology
@@ -229,17 +236,24 @@ class TorchRecPlanner:
         dense, data parallel's only kernel, where data parallel may be chosen), its pooling factor."""
         from torchrec.distributed.planner.types import ParameterConstraints
 
-        kernels = [self._bridge.FUSED]
-        if types is None or ShardingType.DATA_PARALLEL.value in types:
-            kernels.append(self._bridge.DENSE)
-        return {
-            t.name: ParameterConstraints(
-                sharding_types=None if types is None else list(types),
+        out = {}
+        for t in workload.tables:
+            own = workload.constraints.of(t.name)
+            kinds = types
+            if own is not None and own.sharding_types is not None:  # the table's own constraint narrows it
+                kinds = tuple(
+                    k for k in (types or [s.value for s in ShardingType]) if ShardingType(k) in own.sharding_types
+                )
+            kernels = [self._bridge.FUSED]
+            if kinds is None or ShardingType.DATA_PARALLEL.value in kinds:
+                kernels.append(self._bridge.DENSE)
+            out[t.name] = ParameterConstraints(
+                sharding_types=None if kinds is None else list(kinds),
                 compute_kernels=kernels,
                 pooling_factors=[t.pooling_factor],
+                min_partition=own.min_partition if own is not None else None,
             )
-            for t in workload.tables
-        }
+        return out
 
     def _module(self, workload: Workload) -> EmbeddingBagCollection:
         """The workload on ``meta``, each weight tagged with its optimizer so that TorchRec counts

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from autoshard.core.errors import PlannerError
+from autoshard.core.sharding import ShardingType
 from autoshard.core.types import TableShard, Topology, Workload
 from autoshard.planners.column_split import split_units
 from autoshard.planners.feasibility import check_feasible
@@ -54,12 +55,20 @@ class TaskUnits:
         return list(found)
 
     def _prepared(self, allow_split: bool, limit: int, max_ways: int | None) -> list[Unit]:
+        constraints = self.workload.constraints
         if self._whole is None:  # every split starts from the whole tables: costed once
-            tables = self.workload.tables
-            self._whole = [Unit.of(TableShard(t), c) for t, c in zip(tables, self.cost_fn(tables))]
+            tables, placed = self.workload.tables, constraints.placed_tables
+            costs = self.cost_fn(tables)
+            self._whole = [Unit.of(TableShard(t), c, t.name in placed) for t, c in zip(tables, costs)]
         units = self._whole
         if allow_split and self.topology.num_devices > 1:
-            units = split_units(units, self.cost_fn, self.topology, limit, max_ways)
+            whole = frozenset(  # placement-constrained tables, and those not allowed column-wise, stay whole
+                t.name
+                for t in self.workload.tables
+                if t.name in constraints.placed_tables
+                or ShardingType.COLUMN_WISE not in constraints.allowed_types(t.name, frozenset(ShardingType))
+            )
+            units = split_units(units, self.cost_fn, self.topology, limit, max_ways, whole=whole)
         check_feasible(units, self.topology, allow_split)
         return units
 

@@ -18,6 +18,7 @@ from autoshard.core.types import CostModel, Topology
 from autoshard.planners.choosers import cheapest_after
 from autoshard.planners.local_search import Round, improve, round_changes
 from autoshard.planners.place_loop import place
+from autoshard.planners.placement_rules import PlacementRules
 from autoshard.planners.placement_state import SET_SIZE_HEADROOM, PlacementState, unit_cap
 from autoshard.planners.placement_unit import Unit, model_costs
 from autoshard.planners.step_costs import StepCosts
@@ -69,6 +70,7 @@ def guarded_state(
     accumulator: Accumulator | None = None,
     steps: StepCosts | None = None,
     fixed: Sequence[tuple[int, Unit]] = (),
+    rules: PlacementRules | None = None,
 ) -> PlacementState:
     """A fresh placement of ``units`` (in this order) as the agent sees it: running predicted
     costs (on ``accumulator``, default a new one of the model's; with ``steps``, shared with
@@ -85,6 +87,7 @@ def guarded_state(
         max_units_per_device=unit_cap(cost_model, len(units) + len(fixed), devices, headroom),
         steps=steps,
         fixed=fixed,
+        rules=rules,
     )
 
 

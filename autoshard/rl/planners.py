@@ -192,8 +192,10 @@ class _Planning:
         """A fresh placement of ``units`` as the agent sees it, on the task's ``StepCosts``."""
         planner = self.planner
         steps = self.cache.steps(units)
-        headroom, fixed = planner.set_size_headroom, self.cache.fixed
-        return guarded_state(units, self.topology, self.model, self.batch, headroom, steps=steps, fixed=fixed)
+        headroom, fixed, rules = planner.set_size_headroom, self.cache.fixed, self.cache.rules
+        return guarded_state(
+            units, self.topology, self.model, self.batch, headroom, steps=steps, fixed=fixed, rules=rules
+        )
 
     def guard(self, units: Sequence[Unit]) -> int | None:
         """The extrapolation guard of a placement of ``units`` (``unit_cap``)."""
@@ -260,6 +262,7 @@ class _Planning:
                 AccumulatorView(together, k * devices, devices),
                 steps,
                 self.cache.fixed,
+                self.cache.rules,
             )
             for k in range(planner.samples)
         ]

@@ -159,6 +159,16 @@ class WorkloadIn(BaseModel):
         **_doc(minItems=1),
     )
     topology: TopologyIn | None = Field(None, description="Used when the request has no top-level topology.")
+    constraints: dict[str, dict[str, Any]] | None = Field(
+        None,
+        description="Per table name, TorchRec's ParameterConstraints fields: sharding_types, compute_kernels "
+        "('fused' only), min_partition, pooling_factors, num_poolings, batch_sizes, is_weighted, feature_names.",
+    )
+    placement: list[dict[str, Any]] | None = Field(
+        None,
+        description='Placement constraints: {"pin": {"table", "ranks" or "hosts"}}, {"colocate": [tables], '
+        '"level": "device" or "host"}, {"apart": [tables]}.',
+    )
     source: str | None = Field(None, description="Free text: where the workload comes from.")
     notes: str | None = Field(None, description="Free text.")
 
@@ -204,6 +214,11 @@ class PlanRequest(BaseModel):
         gt=0,
         le=3600,
         description="Planning time budget; the service's own budget (AUTOSHARD_PLAN_TIMEOUT_S) caps it.",
+    )
+    stats: bool = Field(
+        False,
+        description="Add the best plan's stats (per rank, per table, balance, critical path, memory pressure, "
+        "what makes the max) as its `stats`: one more cost-model call, and a larger answer.",
     )
 
 

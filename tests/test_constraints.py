@@ -1,0 +1,206 @@
+"""Workload constraints: TorchRec's ParameterConstraints per table and placement constraints (pin,
+co-locate, apart), read from workload files, honoured by every planner (a property test), and
+conflicts refused with typed errors that name them (CLI exit 2, HTTP 422)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from autoshard.cli import app
+from autoshard.core.constraints import Apart, Colocate, Constraints, Pin, TableConstraints
+from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
+from autoshard.core.sharding import ShardingType
+from autoshard.core.types import GIB, ShardingPlan, Table, Topology, Workload
+from autoshard.core.workload_file import workload_from_dict, workload_to_dict
+from autoshard.evaluation.registry import make_planner
+from autoshard.planners.context import PlannerContext
+from autoshard.planners.validate import validate_plan
+from tests.cost_models import AnalyticalTestCostModel
+
+PLANNERS = ("cost_greedy", "size_greedy", "lookup_greedy", "round_robin", "random")
+
+
+def where(plan: ShardingPlan) -> dict[str, dict]:
+    """Per table: its ranks and its sharding types."""
+    out: dict[str, dict] = {}
+    for rank, device in enumerate(plan.devices):
+        for s in device.shards:
+            entry = out.setdefault(s.table.name, {"ranks": set(), "types": set()})
+            entry["ranks"].add(rank)
+            entry["types"].add(s.sharding_type)
+    return out
+
+
+def check_honoured(plan: ShardingPlan, workload: Workload, topology: Topology) -> None:
+    validate_plan(plan, workload, topology)
+    placed = where(plan)
+    host = topology.host_of
+    for name, own in workload.constraints.tables:
+        if own.sharding_types is not None:
+            assert placed[name]["types"] <= own.sharding_types, (name, placed[name]["types"])
+    for c in workload.constraints.placement:
+        if isinstance(c, Pin):
+            allowed = set(c.ranks) if c.ranks else {r for r in range(topology.num_devices) if host(r) in c.hosts}
+            assert placed[c.table]["ranks"] <= allowed, (c, placed[c.table]["ranks"])
+        elif isinstance(c, Colocate):
+            ranks = set().union(*(placed[t]["ranks"] for t in c.tables))
+            assert len({host(r) for r in ranks} if c.level == "host" else ranks) == 1, (c, ranks)
+        else:
+            for i, a in enumerate(c.tables):
+                for b in c.tables[i + 1 :]:
+                    assert not placed[a]["ranks"] & placed[b]["ranks"], (c, a, b)
+
+
+# --- the workload file ---------------------------------------------------------------------------
+
+FILE = {
+    "name": "ranking",
+    "tables": [
+        {"name": "user", "num_embeddings": 100_000, "embedding_dim": 64},
+        {"name": "item", "num_embeddings": 50_000, "embedding_dim": 32, "pooling_factor": 3},
+        {"name": "a", "num_embeddings": 1000, "embedding_dim": 16},
+        {"name": "b", "num_embeddings": 1000, "embedding_dim": 16},
+        {"name": "c", "num_embeddings": 1000, "embedding_dim": 16},
+    ],
+    "constraints": {
+        "user": {"sharding_types": ["row_wise", "table_row_wise"], "compute_kernels": ["fused"]},
+        "item": {"pooling_factors": [10.0, 20.0], "num_poolings": [1, 3]},
+    },
+    "placement": [
+        {"pin": {"table": "item", "ranks": [0, 1]}},
+        {"colocate": ["a", "b"]},
+        {"apart": ["b", "c"]},
+    ],
+    "topology": {"num_hosts": 2, "devices_per_host": 2, "device_memory_gb": 1},
+}
+
+
+def test_constraints_are_read_from_the_workload_file_and_written_back():
+    workload, topology = workload_from_dict(FILE)
+    c = workload.constraints
+    assert c.of("user").sharding_types == {ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE}
+    item = next(t for t in workload.tables if t.name == "item")
+    assert item.pooling_factor == pytest.approx((10 * 1 + 20 * 3) / 4)  # the constraints' pooling factors win
+    assert c.placement == (Pin("item", (0, 1)), Colocate(("a", "b")), Apart(("b", "c")))
+    again, _ = workload_from_dict(workload_to_dict(workload, topology))
+    assert again.constraints == c
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"constraints": {"user": {"compute_kernels": ["dense"]}}}, "compute_kernels"),
+        ({"constraints": {"user": {"sharding_types": ["rowwise"]}}}, "sharding_types"),
+        ({"constraints": {"nope": {}}}, "table"),
+        ({"constraints": {"user": {"colour": 1}}}, "colour"),
+        ({"placement": [{"pin": {"table": "item", "ranks": [0], "hosts": [0]}}]}, "pin"),
+        ({"placement": [{"colocate": ["a"]}]}, "colocate"),
+        ({"placement": [{"apart": ["a", "zzz"]}]}, "table"),
+        ({"placement": [{"colocate": ["a", "b"], "level": "rack"}]}, "level"),
+    ],
+)
+def test_bad_constraints_name_the_field(change, field):
+    with pytest.raises(InputError) as info:
+        workload_from_dict({**FILE, **change})
+    assert info.value.field == field
+
+
+# --- every planner honours them --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("planner", PLANNERS)
+def test_every_planner_honours_the_files_constraints(planner):
+    workload, topology = workload_from_dict(FILE)
+    plan = make_planner(planner, PlannerContext(AnalyticalTestCostModel())).plan(workload, topology)
+    check_honoured(plan, workload, topology)
+
+
+@st.composite
+def constrained_tasks(draw):
+    hosts, local = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    world = hosts * local
+    n = draw(st.integers(2, 9))
+    tables = tuple(
+        Table(f"t{i}", draw(st.integers(world, 5000)), draw(st.sampled_from((4, 8, 16))), draw(st.floats(1.0, 10.0)))
+        for i in range(n)
+    )
+    names = [t.name for t in tables]
+    per_table = []
+    for name in draw(st.lists(st.sampled_from(names), unique=True, max_size=3)):
+        kinds = draw(st.sets(st.sampled_from(list(ShardingType)), min_size=1))
+        per_table.append((name, TableConstraints(sharding_types=frozenset(kinds))))
+    placement: list = []
+    for _ in range(draw(st.integers(0, 3))):
+        kind = draw(st.sampled_from(("pin", "colocate", "apart")))
+        if kind == "pin":
+            ranks = draw(st.lists(st.integers(0, world - 1), min_size=1, max_size=world, unique=True))
+            placement.append(Pin(draw(st.sampled_from(names)), tuple(sorted(ranks))))
+        else:
+            group = tuple(draw(st.lists(st.sampled_from(names), min_size=2, max_size=3, unique=True)))
+            level = draw(st.sampled_from(("device", "host")))
+            placement.append(Colocate(group, level) if kind == "colocate" else Apart(group))
+    workload = Workload(tables, 256, "c", Constraints(tuple(per_table), tuple(placement)))
+    capacity = max(64, int(draw(st.floats(1.0, 3.0)) * workload.memory_bytes / world))
+    return workload, Topology.cluster(hosts, local, capacity / GIB)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(task=constrained_tasks(), planner=st.sampled_from(PLANNERS))
+def test_plans_honour_random_constraints_or_say_why_not(task, planner):
+    workload, topology = task
+    try:
+        plan = make_planner(planner, PlannerContext(AnalyticalTestCostModel())).plan(workload, topology)
+    except PlannerError as error:
+        assert error.kind in (
+            PlannerErrorKind.CONSTRAINTS_CONFLICT,
+            PlannerErrorKind.TABLE_DOES_NOT_FIT,
+            PlannerErrorKind.INSUFFICIENT_MEMORY,
+        )
+        return
+    check_honoured(plan, workload, topology)
+
+
+def test_torchrec_is_skipped_with_the_reason_under_placement_constraints():
+    workload, topology = workload_from_dict(FILE)
+    with pytest.raises(PlannerError) as info:
+        make_planner("torchrec", PlannerContext()).plan(workload, topology)
+    assert info.value.kind is PlannerErrorKind.UNAVAILABLE and "co-locate" in info.value.message
+
+
+# --- conflicts ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        # a pin onto one device too small for the table (and it may not be row-sharded there)
+        ({"placement": [{"pin": {"table": "user", "ranks": [0]}}]}, "pin of 'user'"),
+        # a co-located group larger than a device
+        ({"placement": [{"colocate": ["user", "item"]}]}, "colocate"),
+        # sharding types that cannot fit the table
+        ({"constraints": {"user": {"sharding_types": ["table_wise"]}}}, "sharding_types"),
+    ],
+)
+def test_conflicting_constraints_get_a_typed_error_with_fixes(change, named):
+    data = {**FILE, **change, "topology": {"num_hosts": 2, "devices_per_host": 2, "device_memory_gb": 0.02}}
+    workload, topology = workload_from_dict(data)  # user: 25.6 MB, devices of 21 MB
+    for planner in ("cost_greedy", "size_greedy"):
+        with pytest.raises(PlannerError) as info:
+            make_planner(planner, PlannerContext(AnalyticalTestCostModel())).plan(workload, topology)
+        assert info.value.kind is PlannerErrorKind.CONSTRAINTS_CONFLICT, planner
+        assert named in info.value.message and info.value.fixes
+
+
+def test_a_conflict_exits_2_at_the_cli_naming_it(tmp_path):
+    data = {**FILE, "placement": [{"colocate": ["user", "item"]}]}
+    data["topology"] = {"num_hosts": 2, "devices_per_host": 2, "device_memory_gb": 0.02}
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(data))
+    result = CliRunner().invoke(app, ["plan", str(path), "--planner", "size_greedy", "--model", "none"])
+    assert result.exit_code == 2, result.output
+    assert "constraints_conflict" in result.output and "colocate" in result.output
