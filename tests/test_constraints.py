@@ -15,7 +15,7 @@ from autoshard.cli import app
 from autoshard.core.constraints import Apart, Colocate, Constraints, Pin, TableConstraints
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.sharding import ShardingType
-from autoshard.core.types import GIB, ShardingPlan, Table, Topology, Workload
+from autoshard.core.types import GIB, DevicePlan, ShardingPlan, Table, TableShard, Topology, Workload
 from autoshard.core.workload_file import workload_from_dict, workload_to_dict
 from autoshard.evaluation.registry import make_planner
 from autoshard.planners.context import PlannerContext
@@ -204,3 +204,41 @@ def test_a_conflict_exits_2_at_the_cli_naming_it(tmp_path):
     result = CliRunner().invoke(app, ["plan", str(path), "--planner", "size_greedy", "--model", "none"])
     assert result.exit_code == 2, result.output
     assert "constraints_conflict" in result.output and "colocate" in result.output
+
+
+def test_the_service_honours_constraints_and_answers_conflicts_with_422_at_the_field(tmp_path):
+    from service.schemas.responses import ErrorResponse
+    from tests.service_support import copy_shipped_profile
+    from tests.test_service_api import serve
+
+    workload = {k: v for k, v in FILE.items() if k != "topology"}
+    body = {"workload": workload, "topology": FILE["topology"], "planners": ["cost_greedy", "rl", "size_greedy"]}
+    with serve(model_dir=copy_shipped_profile(tmp_path)) as client:
+        answer = client.post("/v1/plans?format=json", json=body)
+        assert answer.status_code == 200, answer.text
+        parsed, topology = workload_from_dict(FILE)
+        for entry in answer.json()["plans"]:
+            tables = {t.name: t for t in parsed.tables}
+            devices = tuple(
+                tuple(_shard(tables[s["table"]], s) for s in device["shards"]) for device in entry["devices"]
+            )
+            check_honoured(ShardingPlan(entry["planner"], tuple(DevicePlan(d, 0.0) for d in devices)), parsed, topology)
+        clash = {**body, "workload": {**workload, "placement": [{"colocate": ["user", "item"]}]}}
+        clash["topology"] = {"num_hosts": 2, "devices_per_host": 2, "device_memory_gb": 0.02}
+        refused = client.post("/v1/plans", json=clash)
+        assert refused.status_code == 422, refused.text
+        detail = ErrorResponse.model_validate(refused.json()).detail[0]
+        assert detail.loc == ["body", "workload", "placement"] and detail.type == "infeasible.constraints_conflict"
+        assert "colocate" in detail.msg and detail.ctx["fixes"]
+
+
+def _shard(table: Table, s: dict) -> TableShard:
+    kind = ShardingType(s["sharding_type"])
+    whole_rows = s["row_offset"] == 0 and s["rows"] == table.num_embeddings
+    if kind is ShardingType.DATA_PARALLEL:
+        return TableShard(table, sharding=kind)
+    if kind in (ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE) and whole_rows:
+        whole = s["column_offset"] == 0 and s["columns"] == table.embedding_dim
+        return TableShard(table) if whole else TableShard(table, s["column_offset"], s["columns"])
+    columns = None if s["columns"] == table.embedding_dim else s["columns"]
+    return TableShard(table, s["column_offset"], columns, s["row_offset"], s["rows"], kind)

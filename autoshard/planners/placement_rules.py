@@ -148,12 +148,14 @@ def check_constraints(workload: Workload, topology: Topology, allowed: frozenset
             raise _conflict(
                 f"sharding_types of {name!r} leave no type among those allowed ({sorted(t.value for t in allowed)})",
                 ("allow one of the table's sharding types",),
+                "constraints",
             )
         if ShardingType.TABLE_WISE not in kinds and not kinds & SPREAD_TYPES:
             raise _conflict(
                 f"sharding_types {sorted(t.value for t in kinds)} of {name!r}: AutoShard splits tables column-wise "
                 "only where a split pays, so it cannot promise a column-wise shard",
                 ("allow table_wise for it too", "allow row_wise or table_row_wise for it"),
+                "constraints",
             )
         fits = table.memory_bytes <= largest or kinds - {ShardingType.TABLE_WISE, ShardingType.DATA_PARALLEL}
         if not fits:
@@ -161,8 +163,18 @@ def check_constraints(workload: Workload, topology: Topology, allowed: frozenset
                 f"sharding_types {sorted(t.value for t in kinds)} of {name!r} cannot fit it: it needs "
                 f"{fmt_bytes(table.memory_bytes)}, a device holds {fmt_bytes(largest)}",
                 ("allow row_wise, table_row_wise or column_wise for it", "use devices with more memory"),
+                "constraints",
             )
 
 
-def _conflict(what: str, fixes: tuple[str, ...]) -> PlannerError:
-    return PlannerError(PlannerErrorKind.CONSTRAINTS_CONFLICT, f"the constraints conflict: {what}", fixes)
+class ConstraintsConflict(PlannerError):
+    """No plan satisfies the workload's constraints; ``field``: the workload file's field that
+    holds the constraint in conflict (``placement`` or ``constraints``)."""
+
+    def __init__(self, what: str, fixes: tuple[str, ...], field: str) -> None:
+        super().__init__(PlannerErrorKind.CONSTRAINTS_CONFLICT, f"the constraints conflict: {what}", fixes)
+        self.field = field
+
+
+def _conflict(what: str, fixes: tuple[str, ...], field: str = "placement") -> ConstraintsConflict:
+    return ConstraintsConflict(what, fixes, field)

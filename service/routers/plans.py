@@ -16,14 +16,16 @@ from autoshard.evaluation.compare import shard_warnings
 from autoshard.evaluation.registry import HEURISTICS
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.feasibility import check_total
+from autoshard.planners.placement_rules import ConstraintsConflict, check_constraints
 from autoshard.planners.placement_unit import proxy_costs
-from autoshard.planners.proxies import size_proxy
+from autoshard.planners.proxies import ProxyCostModel, size_proxy
 from autoshard.planners.report import plans_report
 from autoshard.planners.sharding_options import ALL_TYPES, ROW_TYPES
+from autoshard.planners.stats import plan_stats
 from autoshard.planners.unit_preparation import prepare_units
 from autoshard.profiles import LoadedModel
 from service.deps import StateDep
-from service.errors import PlanningTimeout, infeasible_error, input_error_at
+from service.errors import FieldError, PlanningTimeout, infeasible_error, input_error_at
 from service.inputs import check_inputs, parse_body, resolve_profile
 from service.plan_cache import Answer
 from service.planning import PlanningOutcome, PlanningUnavailable
@@ -87,6 +89,17 @@ async def create_plans(
     names = state.planners_for(body.planners, model)
     sharding_types = ALL_TYPES if body.sharding_types is None else parse_sharding_types(body.sharding_types)
     try:
+        check_constraints(workload, topology, sharding_types)
+    except ConstraintsConflict as error:
+        raise FieldError(
+            ("body", "workload", error.field),
+            error.message,
+            "infeasible.constraints_conflict",
+            {"kind": error.kind.value, "fixes": list(error.fixes)},
+        ) from None
+    except InputError as error:  # a pin past the topology
+        raise input_error_at(error, ("body", "workload", "placement")) from None
+    try:
         if sharding_types & ROW_TYPES:  # a table too large for a device can be row-sharded
             check_total(workload.memory_bytes, topology)
         else:
@@ -127,7 +140,7 @@ async def create_plans(
             state.metrics.planner_runs.labels(name, "timeout").inc()
         if not outcome.plans:
             _raise_no_plan(outcome, budget, workload, topology)
-        return _render(_response(workload, topology, outcome, model, warnings))
+        return _render(_response(workload, topology, outcome, model, warnings, body.stats))
 
     answer, source = await state.cache.get_or_plan(key, plan, len(workload.tables) * len(names))
     return _send(state, answer, source, arrived)
@@ -201,11 +214,17 @@ def _raise_no_plan(outcome: PlanningOutcome, budget: float, workload: Workload, 
 
 
 def _response(
-    workload: Workload, topology: Topology, outcome: PlanningOutcome, model: LoadedModel | None, warnings: list[str]
+    workload: Workload,
+    topology: Topology,
+    outcome: PlanningOutcome,
+    model: LoadedModel | None,
+    warnings: list[str],
+    stats: bool = False,
 ) -> PlanResponse:
     """``plans_report`` (shared with the CLI), plus structured shards, the TorchRec exports, the
-    best planner and its improvement over each heuristic, and the time-budget flags; validated
-    against ``PlanResponse`` (the schema is enforced, not only documented)."""
+    best planner and its improvement over each heuristic, the time-budget flags and, with
+    ``stats``, the best plan's ``plan_stats``; validated against ``PlanResponse`` (the schema is
+    enforced, not only documented)."""
     plans = outcome.plans
     report = plans_report(
         workload,
@@ -221,6 +240,16 @@ def _response(
     answer = report.to_dict(shards=True)
     for plan, entry in zip(plans, answer["plans"]):
         entry["torchrec"] = outcome.exports.get(plan.planner)
+        if stats and plan is best:  # this thread's own use of the model: planning threads use their copies
+            entry["stats"] = plan_stats(
+                plan,
+                workload,
+                topology,
+                model.model if model else ProxyCostModel(),
+                model.communication if model else None,
+                model.device_errors if model else None,
+                report.cost_unit,
+            ).to_dict()
     answer.update(
         profile=model.profile if model else None,
         best=best.planner,
