@@ -84,6 +84,16 @@ def plan_cmd(
         ),
     ] = True,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
+    stats: Annotated[
+        bool,
+        typer.Option(
+            "--stats",
+            help="The chosen plan's stats (the best, or with --verify the one that measured fastest): per rank, "
+            "per table, balance, critical path, memory pressure, what makes the max (docs/concepts.md, 'Reading "
+            "a plan's stats'); with --json, under that plan's entry.",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = False,
     format: Annotated[
         str,
         typer.Option(
@@ -231,8 +241,30 @@ def plan_cmd(
             verification = verifier(plans, loaded.batch_size)
         report["verification"] = {"measures": verification_measures(comm), **verification.to_dict()}
         best = verification.plan
+    plan_stats = None
+    if stats:
+        from autoshard.planners.proxies import ProxyCostModel
+        from autoshard.planners.stats import plan_stats as stats_of
+
+        plan_stats = stats_of(
+            best,
+            loaded,
+            topology,
+            cost_model if cost_model is not None else ProxyCostModel(),
+            comm if cost_model is not None else None,
+            profile.device_errors if profile else None,
+            report["cost_unit"],
+        )
+        chosen = next((i for i, p in enumerate(plans) if p is best), None)
+        if chosen is None:  # a verified candidate stands for the first planner that made it
+            chosen = next(i for i, p in enumerate(plans) if p.planner == best.planner)
+        report["plans"][chosen]["stats"] = plan_stats.to_dict()
     if format == "torchrec":
         write_torchrec(loaded, topology, best, out)
+        if plan_stats is not None:  # stdout may carry the export: the stats go to stderr
+            from autoshard.cli.stats_view import print_stats
+
+            print_stats(plan_stats, console)
     elif json_out:
         print_json(report)
     else:
@@ -240,6 +272,10 @@ def plan_cmd(
         if verification is not None:
             expected = {plan["planner"]: plan["expected_max_ms"] for plan in report["plans"]}
             _print_verification(report["verification"], report["cost_unit"], expected)
+        if plan_stats is not None:
+            from autoshard.cli.stats_view import print_stats
+
+            print_stats(plan_stats)
         if column_split is not True and (alone := _bound_by_one_table(best, topology)):
             console.print(
                 f"[yellow]note:[/yellow] the slowest device holds one table alone ({alone}): no placement "

@@ -54,6 +54,114 @@ class TorchRecTableOut(BaseModel):
     shards: list[TorchRecShardOut]
 
 
+class RankStatsOut(BaseModel):
+    rank: int
+    host: int
+    cost_ms: float = Field(description="The rank's predicted cost: compute_ms + communication_ms (see cost_unit).")
+    compute_ms: float = Field(
+        description="The cost model's prediction of the rank's whole set: forward, backward and the update "
+        "together (the model is not split into forward and backward)."
+    )
+    communication_ms: float = Field(description="Its all-to-all (0 without a communication model).")
+    memory_bytes: int = Field(description="Its shards' weights and optimizer state.")
+    memory_cap_bytes: int = Field(description="Its device's memory for embeddings.")
+    memory_share: float = Field(description="memory_bytes / memory_cap_bytes.")
+    input_bytes: float = Field(
+        description="Ids in an iteration: B x pooling factor x lookup share x 8 bytes, summed over its shards."
+    )
+    output_bytes: float = Field(
+        description="Pooled outputs an iteration: B x width x 4 bytes per shard (a data-parallel replica: "
+        "B / world size samples)."
+    )
+    shards: dict[str, int] = Field(description="Its shards per sharding type (TorchRec's names).")
+
+
+class TableStatsOut(BaseModel):
+    table: str
+    sharding_type: str = Field(description="TorchRec's sharding type of the table.")
+    ranks: list[int] = Field(description="The ranks of its shards, ascending.")
+    shards: int
+    cost_alone_ms: float = Field(
+        description="compute_alone_ms + communication_ms: its shards' costs alone, summed. It ranks tables; "
+        "it does not split a rank's cost (costs do not add)."
+    )
+    compute_alone_ms: float = Field(
+        description="Each shard priced by the cost model as the only table on a device, summed."
+    )
+    communication_ms: float = Field(
+        description="What its shards add to their ranks' all-to-alls (a rank pays the latency once)."
+    )
+    memory_bytes: int = Field(description="Weights and optimizer state, every shard together.")
+    pooling_factor: float
+
+
+class ImbalanceOut(BaseModel):
+    max_over_mean: float = Field(description="max / mean over ranks - 1.")
+    total_variation: float = Field(description="TorchRec's: max |p_i - 1/k| of the distribution over k ranks.")
+    kl_divergence: float = Field(description="TorchRec's: KL divergence from even / log k (0 even, 1 on one rank).")
+
+
+class PlanImbalanceOut(BaseModel):
+    cost: ImbalanceOut
+    memory: ImbalanceOut
+
+
+class MaxRankOut(BaseModel):
+    rank: int = Field(description="The costliest rank (the lowest of those tied).")
+    host: int
+    cost_ms: float = Field(description="Its cost: the plan's predicted max.")
+    mean_cost_ms: float = Field(description="The mean over ranks.")
+    expected_max_ms: float | None = Field(
+        None, description="The plan's expected max under the model's measured error (null without it)."
+    )
+
+
+class CriticalPathOut(BaseModel):
+    rank: int
+    compute_ms: float
+    communication_ms: float
+    total_ms: float = Field(
+        description="The max rank's compute plus its own all-to-all (= the predicted max): each rank computes, "
+        "then communicates, and ranks wait for the slowest."
+    )
+    sum_of_maxima_ms: float = Field(
+        description="The max compute over ranks plus the max communication over ranks: the iteration if "
+        "every phase were synchronised, as TorchRec's critical path assumes."
+    )
+
+
+class MemoryPressureOut(BaseModel):
+    rank: int
+    host: int
+    memory_bytes: int
+    memory_cap_bytes: int
+    memory_share: float
+
+
+class MaxRankShardOut(BaseModel):
+    shard: str = Field(description="The shard's label ('name', 'name[a:b]', 'name[ra:rb]', 'name[dp]').")
+    table: str
+    sharding_type: str
+    cost_alone_ms: float = Field(description="Its cost alone: compute alone plus what it adds to the all-to-all.")
+    share_of_rank: float = Field(description="cost_alone_ms / the max rank's cost (shares need not sum to 1).")
+
+
+class PlanStatsOut(BaseModel):
+    """A plan's stats (``autoshard.planners.stats``), laid out like TorchRec's ``EmbeddingStats``;
+    costs are the learned model's predictions (docs/concepts.md, "Reading a plan's stats")."""
+
+    planner: str
+    cost_unit: str
+    batch_size: int
+    ranks: list[RankStatsOut]
+    tables: list[TableStatsOut] = Field(description="Per table, in the workload's order.")
+    imbalance: PlanImbalanceOut
+    max: MaxRankOut
+    critical_path: CriticalPathOut
+    nearest_memory_cap: list[MemoryPressureOut] = Field(description="The 3 ranks with the highest memory_share.")
+    max_rank_shards: list[MaxRankShardOut] = Field(description="The max rank's shards, costliest alone first.")
+
+
 class PlanOut(BaseModel):
     planner: str
     max_cost_ms: float = Field(description="The plan's cost: the max over devices.")
@@ -75,6 +183,9 @@ class PlanOut(BaseModel):
     devices: list[DeviceOut]
     torchrec: dict[str, TorchRecTableOut] | None = Field(
         None, description="With ?format=torchrec: per table, its TorchRec sharding (ParameterConstraints / plan)."
+    )
+    stats: PlanStatsOut | None = Field(
+        None, description="With stats: true in the request, the best plan's stats; null on every other plan."
     )
 
 
