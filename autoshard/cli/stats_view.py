@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table as RichTable
 
+from autoshard.planners.report import TIE
 from autoshard.planners.stats import PlanStats, abbreviation
 
 MAX_TABLE_ROWS = 30
@@ -119,9 +120,15 @@ def _print_balance(stats: PlanStats, unit: str, out: Console) -> None:
         if stats.expected_max_ms is not None
         else ""
     )
+    tied = [r.rank for r in stats.ranks if r.rank != top.rank and r.cost_ms >= top.cost_ms * (1 - TIE)]
+    ties = (
+        f"; {'ranks' if len(tied) > 1 else 'rank'} {ranks_label(tied)} {'tie' if len(tied) > 1 else 'ties'} it"
+        if tied
+        else ""
+    )
     lines = [
         "total variation and KL divergence: TorchRec's measures, 0 balanced to 1 all on one rank",
-        f"max: rank {top.rank} (host {top.host}) at {top.cost_ms:.4g} {unit}, "
+        f"max: rank {top.rank} (host {top.host}{ties}) at {top.cost_ms:.4g} {unit}, "
         f"{stats.cost_imbalance.max_over_mean:.1%} above the mean {stats.mean_cost_ms:.4g} {unit}{expected}",
         f"critical path: rank {path.rank}'s compute {path.compute_ms:.4g} + its comms {path.communication_ms:.4g} "
         f"= {path.total_ms:.4g} {unit} (each rank computes, then its all-to-all; ranks wait for the slowest). "
@@ -129,7 +136,7 @@ def _print_balance(stats: PlanStats, unit: str, out: Console) -> None:
         f"assumes): {path.sum_of_maxima_ms:.4g} {unit}",
         "nearest their memory cap: "
         + ", ".join(
-            f"rank {m.rank} {m.memory_bytes / GIB:.3g} of {m.memory_cap_bytes / GIB:.3g} GiB ({m.memory_share:.0%})"
+            f"rank {m.rank}: {m.memory_bytes / GIB:.3g} of {m.memory_cap_bytes / GIB:.3g} GiB ({m.memory_share:.0%})"
             for m in stats.nearest_memory_cap
         ),
     ]
