@@ -178,6 +178,8 @@ def test_the_native_planner_plans_nested_collections_in_process():
     pytest.importorskip("torchrec")
     import torch
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner.types import ParameterConstraints
+    from torchrec.distributed.planner.types import Topology as TorchRecTopology
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
@@ -196,7 +198,9 @@ def test_the_native_planner_plans_nested_collections_in_process():
     model.user = collection(("u1", 1000, 16), ("u2", 500, 32))
     model.tower = torch.nn.Sequential(collection(("i1", 2000, 64)))
     planner = AutoShardShardingPlanner(
-        1, world_size=2, planner=make_planner("lookup_greedy"), pooling_factors={"i1": 30.0}, compute_device="cpu"
+        topology=TorchRecTopology(world_size=2, compute_device="cpu", ddr_cap=2**30),
+        constraints={"i1": ParameterConstraints(pooling_factors=[30.0])},
+        planner=make_planner("lookup_greedy"),
     )
     plan = planner.plan(model, [EmbeddingBagCollectionSharder()])
     assert set(plan.plan) == {"user", "tower.0"}
@@ -214,6 +218,8 @@ def _dmp_worker(rank: int, world_size: int, port: int, url: str) -> None:
     import torch.distributed as dist
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.planner.types import ParameterConstraints
+    from torchrec.distributed.planner.types import Topology as TorchRecTopology
 
     from autoshard.core.torchrec_bridge import embedding_bag_collection
     from autoshard.torchrec_native import AutoShardShardingPlanner
@@ -228,13 +234,12 @@ def _dmp_worker(rank: int, world_size: int, port: int, url: str) -> None:
         reference = embedding_bag_collection(workload, "cpu")
         sharders = [EmbeddingBagCollectionSharder()]
         planner = AutoShardShardingPlanner(
-            0.001,
+            topology=TorchRecTopology(world_size=world_size, compute_device="cpu", ddr_cap=2**20),
+            batch_size=workload.batch_size,
+            constraints={t.name: ParameterConstraints(pooling_factors=[t.pooling_factor]) for t in workload.tables},
             client=AutoShardClient(url, token=TOKEN) if rank == 0 else None,
             planner=None if rank == 0 else _NeverCalled(),
             planners=["cost_greedy"],
-            pooling_factors={t.name: t.pooling_factor for t in workload.tables},
-            batch_size=workload.batch_size,
-            compute_device="cpu",
             allow_column_split=True,
         )
         plan = planner.collective_plan(embedding_bag_collection(workload), sharders, dist.GroupMember.WORLD)

@@ -46,6 +46,7 @@ class AllTypesPlanner:
 def _worker(rank: int, port: int) -> None:
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.planner.types import Topology as TorchRecTopology
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
     from autoshard.core.torchrec_bridge import embedding_bag_collection
@@ -60,7 +61,8 @@ def _worker(rank: int, port: int) -> None:
         sharders = [EmbeddingBagCollectionSharder()]
         module = embedding_bag_collection(workload)
         apply_optimizer_in_backward(torch.optim.SGD, module.parameters(), {"lr": LR})
-        planner = AutoShardShardingPlanner(1.0, planner=AllTypesPlanner(), batch_size=4, compute_device="cpu")
+        topology = TorchRecTopology(world_size=WORLD, local_world_size=PER_HOST, compute_device="cpu")
+        planner = AutoShardShardingPlanner(topology=topology, batch_size=4, planner=AllTypesPlanner())
         plan = planner.collective_plan(module, sharders, dist.GroupMember.WORLD)
         kinds = {name: sharding.sharding_type for name, sharding in plan.plan[""].items()}
         assert kinds == {

@@ -638,28 +638,29 @@ class _Recording:
         return all_types_plan(workload, topology.num_hosts, topology.local_world_size)
 
 
-def test_the_native_planner_plans_the_cluster_torchrec_runs_on(monkeypatch):
-    """Hosts from TorchRec's local world size (LOCAL_WORLD_SIZE, as DMP groups ranks), or the
-    one given; the plan with every type converts for DMP on that cluster."""
+def test_the_native_planner_plans_the_cluster_torchrec_runs_on():
+    """Hosts from the TorchRec Topology's local world size (as DMP groups ranks); the plan with
+    every type converts for DMP on that cluster (TorchRec's arguments: test_drop_in_planner.py)."""
+    from torchrec.distributed.planner.types import Topology as TorchRecTopology
+
     from autoshard.torchrec_native import AutoShardShardingPlanner
 
     module = embedding_bag_collection(all_types_workload())
     recording = _Recording()
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    planner = AutoShardShardingPlanner(1.0, world_size=4, planner=recording, compute_device="cuda")
+    two_hosts = TorchRecTopology(world_size=4, local_world_size=2, compute_device="cuda", hbm_cap=2**30)
+    planner = AutoShardShardingPlanner(topology=two_hosts, planner=recording)
     plan = planner.plan(module, [EmbeddingBagCollectionSharder()]).plan[MODULE_PATH]
     assert (recording.topology.num_hosts, recording.topology.local_world_size) == (2, 2)
     expected = to_torchrec_plan(all_types_plan(recording.workload), recording.workload, 4, "cuda", 2)
     assert dict(plan) == dict(expected.plan[MODULE_PATH])
     assert plan["twrw"].ranks == [2, 3] and str(plan["twrw"].sharding_spec.shards[0].placement) == "rank:2/cuda:0"
 
-    assert AutoShardShardingPlanner(1.0, world_size=4, planner=recording, local_world_size=4).topology() == (
-        Topology.cluster(1, 4, 1.0)
-    )
+    one_host = TorchRecTopology(world_size=4, compute_device="cuda", hbm_cap=2**30)  # TorchRec: one host
+    AutoShardShardingPlanner(topology=one_host, planner=recording).plan(module, [EmbeddingBagCollectionSharder()])
+    assert (recording.topology.num_hosts, recording.topology.local_world_size) == (1, 4)
+    uneven = TorchRecTopology(world_size=4, local_world_size=3, compute_device="cuda", hbm_cap=2**30)
     with pytest.raises(InputError, match="local_world_size"):
-        AutoShardShardingPlanner(1.0, world_size=4, planner=recording, local_world_size=3).topology()
-    monkeypatch.delenv("LOCAL_WORLD_SIZE")  # TorchRec then takes one host (4 ranks: not 8 a host)
-    assert AutoShardShardingPlanner(1.0, world_size=4, planner=recording).topology() == Topology(4, 1.0)
+        AutoShardShardingPlanner(topology=uneven, planner=recording).plan(module, [EmbeddingBagCollectionSharder()])
 
 
 def test_cli_export_of_a_cluster_plan_reads_back(tmp_path):
