@@ -232,6 +232,7 @@ def _task_body(workload: Workload, topology: Topology) -> dict[str, Any]:
             "name": workload.name,
             "batch_size": workload.batch_size,
             "tables": [table_to_dict(t) for t in workload.tables],
+            **workload.constraints.to_dict(),
         },
         "topology": topology.to_dict(),
     }

@@ -46,11 +46,10 @@ What it takes from TorchRec's arguments:
   weights) and the reservation (as TorchRec counts the KJT inputs), not the workload's batch.
 - ``timeout_seconds``: the time budget of a named in-process planner or of the service.
 
-AutoShard's planners restrict sharding types for the whole workload, not per table (yet): the
-workload is planned with the union of the tables' allowed types (a table without constraints
-allows all), and a table whose chosen type its constraints do not allow is a ``PlannerError``
-naming the table, its allowed types and the type chosen. ``allowed_types_by_table`` gives the
-per-table sets for planners that take them.
+Each table's allowed sharding types (``allowed_types_by_table``) become its workload constraint
+(``autoshard.core.constraints``), which every planner honours; the planners may choose among the
+union of them, and a plan whose table took a type its constraints do not allow is still refused
+(``check_constraints``, a safety net) naming the table, its allowed types and the type chosen.
 """
 
 from __future__ import annotations
@@ -76,6 +75,7 @@ from torchrec.distributed.utils import get_device_type
 from torchrec.modules.embedding_configs import DataType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
+from autoshard.core.constraints import Constraints, TableConstraints
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.sharding import ShardingType, parse_sharding_types
 from autoshard.core.torchrec_bridge import DENSE, FUSED, MODULE_PATH, to_torchrec_plan
@@ -358,9 +358,16 @@ class AutoShardShardingPlanner(ShardingPlanner):
         per_collection = tables_from_module(module, self.pooling_factors, self.zipf_alphas)
         if not per_collection:
             raise InputError("module", "holds no EmbeddingBagCollection", "pass the model whose tables to shard")
-        workload = Workload(
-            tuple(t for _, tables in per_collection for t in tables), self.batch_size, type(module).__name__
+        every = tuple(t for _, collection in per_collection for t in collection)
+        names = {t.name for t in every}
+        constraints = Constraints(
+            tuple(
+                (name, TableConstraints(sharding_types=kinds))
+                for name, kinds in sorted(self.allowed_types.items())
+                if name in names
+            )
         )
+        workload = Workload(every, self.batch_size, type(module).__name__, constraints)
         topology = self.autoshard_topology(module, sharders)
         ours = self._plan(workload, topology)
         self.last_plan, self.last_workload, self.last_topology = ours, workload, topology

@@ -204,10 +204,10 @@ def test_constraints_pooling_types_and_kernels():
         AutoShardShardingPlanner(topology=topology)
 
 
-def test_tables_whose_allowed_types_differ_are_checked_by_name():
-    """Per-table types are planned with their union; a table given a type it does not allow is
-    a PlannerError naming it, its allowed types and the chosen one. Kernel settings of the
-    constraints reach the table's ParameterSharding, as TorchRec's planner copies them."""
+def test_tables_whose_allowed_types_differ_are_planned_per_table():
+    """Each table takes a type its own constraints allow (they become the workload's per-table
+    constraints). Kernel settings of the constraints reach the table's ParameterSharding, as
+    TorchRec's planner copies them."""
     module = ebc([("a", 1_000, 16), ("b", 1_000, 16)])
     topology = TorchRecTopology(world_size=2, compute_device="cuda", hbm_cap=64 * MiB)
     constraints = {
@@ -215,8 +215,7 @@ def test_tables_whose_allowed_types_differ_are_checked_by_name():
         "b": ParameterConstraints(sharding_types=["table_wise"]),
     }
     planner = AutoShardShardingPlanner(topology=topology, constraints=constraints, planner="size_greedy")
-    with pytest.raises(PlannerError, match="table 'a' allows sharding types \\['row_wise'\\].*gives it 'table_wise'"):
-        planner.plan(module, SHARDERS)
+    assert kinds_of(planner.plan(module, SHARDERS)) == {"a": "row_wise", "b": "table_wise"}
 
     same = {
         "a": ParameterConstraints(sharding_types=["row_wise"], stochastic_rounding=False, output_dtype=DataType.FP16),
@@ -359,3 +358,32 @@ def test_the_drop_in_plan_runs_under_dmp():
     """collective_plan with TorchRec's arguments on 2 gloo ranks: rank 0 plans (user row-wise,
     as constrained), every rank gets the plan, DMP shards it and computes the unsharded output."""
     mp.spawn(_dmp_worker, args=(free_port(),), nprocs=DMP_WORLD, join=True)
+
+
+def test_one_table_limited_to_row_wise_among_unconstrained_ones_is_planned_row_wise():
+    """TorchRec's most common constraint: one large table row_wise, the others free; the
+    table's own types become its workload constraint, which the planners honour."""
+    from torchrec.distributed.planner import Topology as TorchRecTopology
+    from torchrec.distributed.planner.types import ParameterConstraints
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    from autoshard.torchrec_native import AutoShardShardingPlanner
+
+    configs = [
+        EmbeddingBagConfig(name="big", embedding_dim=16, num_embeddings=40_000, feature_names=["f_big"]),
+        *(
+            EmbeddingBagConfig(name=f"t{i}", embedding_dim=16, num_embeddings=2000, feature_names=[f"f{i}"])
+            for i in range(4)
+        ),
+    ]
+    module = EmbeddingBagCollection(tables=configs, device=torch.device("meta"))
+    planner = AutoShardShardingPlanner(
+        topology=TorchRecTopology(world_size=4, local_world_size=2, compute_device="cpu"),
+        batch_size=64,
+        constraints={"big": ParameterConstraints(sharding_types=["row_wise"])},
+        planner="size_greedy",
+    )
+    plan = planner.plan(module, [])
+    kinds = {name: s.sharding_type for name, s in plan.plan[""].items()}
+    assert kinds["big"] == "row_wise"
