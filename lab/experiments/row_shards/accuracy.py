@@ -13,6 +13,7 @@ relative costs, apart from the host's speed.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -25,12 +26,13 @@ from cost_model.estimators import BandwidthEstimator, LinearAggregate
 from cost_model.traces.store import merge_traces, read_traces
 
 T = "data/traces/cpu-intel-r-xeon-r-processor-f6m207-fbgemm_tbe-t1"
-SHARDS, CONTROL = read_traces(f"{T}.row-shards.jsonl.gz"), read_traces(f"{T}.row-shards-control.jsonl.gz")
+TAG = os.environ.get("ROW_SHARDS_TAG", "row-shards")  # row-shards-quiet: the quiet-host collection
+SHARDS, CONTROL = read_traces(f"{T}.{TAG}.jsonl.gz"), read_traces(f"{T}.{TAG}-control.jsonl.gz")
 MODELS = {
     "default (shipped, AMD EPYC profile)": "data/models/default",
     "Intel Xeon profile (shipped)": "data/models/cpu-intel-r-xeon-r-processor-fbgemm_tbe-t1",
-    "default adapted on control sets": "runs/row-shards/adapt-control",
-    "default adapted on control + shard sets": "runs/row-shards/adapt-shards",
+    "default adapted on control sets": f"runs/{TAG}/adapt-control",
+    "default adapted on control + shard sets": f"runs/{TAG}/adapt-shards",
 }
 
 
