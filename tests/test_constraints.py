@@ -242,3 +242,19 @@ def _shard(table: Table, s: dict) -> TableShard:
         return TableShard(table) if whole else TableShard(table, s["column_offset"], s["columns"])
     columns = None if s["columns"] == table.embedding_dim else s["columns"]
     return TableShard(table, s["column_offset"], columns, s["row_offset"], s["rows"], kind)
+
+
+def test_min_partition_bounds_the_column_split():
+    hot = Table("hot", 1000, 64, 50.0)
+    rest = tuple(Table(f"s{i}", 100, 8) for i in range(6))
+    topology = Topology(8, 1.0)
+    context = PlannerContext(
+        AnalyticalTestCostModel(),
+        allow_column_split=True,
+        sharding_types=frozenset({ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE}),
+    )
+    free = make_planner("cost_greedy", context).plan(Workload((hot, *rest)), topology)
+    assert min(s.width for d in free.devices for s in d.shards if s.table is hot) < 32  # it splits finer unbound
+    bound = Workload((hot, *rest), constraints=Constraints((("hot", TableConstraints(min_partition=32)),)))
+    plan = make_planner("cost_greedy", context).plan(bound, topology)
+    assert min(s.width for d in plan.devices for s in d.shards if s.table is hot) >= 32

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from autoshard.core.types import Table, TableShard, Topology
 from autoshard.planners.placement_unit import CostFn, Unit
@@ -28,6 +28,7 @@ def split_units(
     max_ways: int | None = None,
     frozen: int = 0,
     whole: frozenset[str] = frozenset(),
+    min_width: Mapping[str, int] | None = None,
 ) -> list[Unit]:
     """Split each whole-table unit whose cost exceeds a level, or whose memory exceeds
     ``memory_limit`` (default: a device's memory), into the fewest shards at or under both; if
@@ -36,7 +37,8 @@ def split_units(
     cheapest (whole, or split as it may be): no plan's max is below it, so a cheaper shard would
     lower no max. Shard costs come from one ``cost_fn`` call. The first ``frozen`` units stay as
     they are (a deployed plan's shards, ``incremental.replan``), and count towards the level; so
-    do the tables named in ``whole`` (constraints keep them whole)."""
+    do the tables named in ``whole`` (constraints keep them whole); ``min_width``: per table, the
+    narrowest shard its constraints allow (TorchRec's ``min_partition``)."""
     average = sum(u.cost for u in units) / topology.num_devices
     max_ways = topology.num_devices if max_ways is None else min(max_ways, topology.num_devices)
     capacity = topology.device_memory_bytes if memory_limit is None else memory_limit
@@ -44,7 +46,8 @@ def split_units(
     for i, unit in enumerate(units):
         if i >= frozen and unit.parent not in whole and (unit.cost > average or unit.memory_bytes > capacity):
             dim = unit.table.embedding_dim
-            ways = split_ways(dim, max_ways)
+            narrowest = (min_width or {}).get(unit.parent, MIN_SHARD_WIDTH)
+            ways = [k for k in split_ways(dim, max_ways) if dim // k >= narrowest]
             if ways:
                 options[i] = [(k, TableShard(unit.table, 0, dim // k).as_table) for k in ways]
     if not options:

@@ -68,7 +68,8 @@ class TaskUnits:
                 if t.name in constraints.placed_tables
                 or ShardingType.COLUMN_WISE not in constraints.allowed_types(t.name, frozenset(ShardingType))
             )
-            units = split_units(units, self.cost_fn, self.topology, limit, max_ways, whole=whole)
+            min_width = {n: c.min_partition for n, c in constraints.tables if c.min_partition is not None}
+            units = split_units(units, self.cost_fn, self.topology, limit, max_ways, whole=whole, min_width=min_width)
         check_feasible(units, self.topology, allow_split)
         return units
 
