@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -258,3 +259,34 @@ def test_min_partition_bounds_the_column_split():
     bound = Workload((hot, *rest), constraints=Constraints((("hot", TableConstraints(min_partition=32)),)))
     plan = make_planner("cost_greedy", context).plan(bound, topology)
     assert min(s.width for d in plan.devices for s in d.shards if s.table is hot) >= 32
+
+
+@pytest.mark.parametrize("planner", ["rl", "rl+refine"])
+def test_the_rl_planners_honour_constraints(planner, shipped_model):
+    """The policy places through the same mask, and its repair through local search, which leaves
+    constrained tables: the constrained file and random constrained tasks, with the shipped
+    model and policy."""
+    from pathlib import Path
+
+    from autoshard.rl.policy import DevicePolicy
+
+    policy = DevicePolicy.load(Path(__file__).resolve().parents[1] / "data" / "models" / "default" / "policy.pt")
+    context = PlannerContext(shipped_model, policy, departure_margin=0.0)
+    workload, topology = workload_from_dict(FILE)
+    check_honoured(make_planner(planner, context).plan(workload, topology), workload, topology)
+    rng = np.random.default_rng(5)
+    for seed in range(4):
+        tables = tuple(
+            Table(f"t{i}", int(rng.integers(1000, 50_000)), int(rng.choice([16, 32, 64])), float(rng.uniform(1, 8)))
+            for i in range(12)
+        )
+        names = [t.name for t in tables]
+        placement = (
+            Pin(names[seed], (0, 1)),
+            Colocate((names[4], names[5])),
+            Apart((names[6], names[7], names[8])),
+            Colocate((names[9], names[10]), "host"),
+        )
+        task = Workload(tables, 2048, f"c{seed}", Constraints(placement=placement))
+        cluster = Topology.cluster(2, 2, 3 * task.memory_bytes / 4 / GIB)
+        check_honoured(make_planner(planner, context).plan(task, cluster), task, cluster)
