@@ -444,3 +444,25 @@ def test_sharding_4d_gives_torchrec_the_bytes_for_tables_that_our_planners_have(
         )
         for rank, device in enumerate(reserved.devices):
             assert 0 <= device.storage.hbm - ours.device_memory_bytes_of(rank) < 4096
+
+
+# constraints_cost: what random pins, co-located and apart pairs cost cost_greedy (issue 52)
+
+
+def test_constraints_cost_plans_each_draw_with_and_without_constraints(tmp_path):
+    from benchmarks import constraints_cost
+
+    suite = tmp_path / "tiny.json"
+    task = {
+        "name": "t20",
+        "synthetic": {"pool_size": 500, "pool_seed": 0, "split": "test", "num_tables": 20, "seed": 1},
+    }
+    suite.write_text(json.dumps({"name": "tiny", "tasks": [{**task, "num_devices": 4, "memory_slack": 1.5}]}))
+    out = tmp_path / "constraints.json"
+    assert constraints_cost.main(["--suite", str(suite), "--draws", "2", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows = [r for r in report["rows"] if "ratio" in r]
+    assert len(rows) == 2 and report["geomean_ratio"] > 0
+    for row in rows:
+        assert row["forced_bound_ms"] >= row["lower_bound_ms"] and set(row["constraints"]) == {"placement"}
+        assert row["within"] == (row["constrained_max_ms"] <= 1.02 * max(row["free_max_ms"], row["forced_bound_ms"]))
