@@ -6,8 +6,9 @@ each predicted and measured on this machine (interleaved rounds), with the shard
         --rounds 6 --max-moves 2,4,8 --out runs/benchmarks/replan/
     python benchmarks/replan_measured.py --rounds 0 --out runs/benchmarks/replan/   # predicted only (seconds)
 
-Each scenario plans the workload as it was with ``autoshard plan --planner cost_greedy --format
-torchrec`` (the plan deployed today), changes it, then runs ``autoshard replan --measure`` on the
+Each scenario plans the workload as it was with ``autoshard plan --planner cost_greedy
+--sharding-types table_wise,column_wise --format torchrec`` (the plan deployed today, of the shards
+a re-plan keeps), changes it, then runs ``autoshard replan --measure`` on the
 changed one (``--rounds 0``: predicted only, no measurement). The scenarios: Criteo Terabyte
 losing two tables and gaining six; 80 tables of the synthetic pool gaining 20 more; and losing 20
 (``--scenarios`` picks some). Measuring needs the allocator settings of docs/traces.md (``autoshard``
@@ -113,6 +114,8 @@ def main(argv: list[str] | None = None) -> dict:
             str(memory_gb),
             "--planner",
             "cost_greedy",
+            "--sharding-types",
+            "table_wise,column_wise",  # the shards a re-plan keeps (it refuses row-wise and replicated tables)
             "--model",
             str(args.model.resolve()),
             "--format",
