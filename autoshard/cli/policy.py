@@ -198,14 +198,26 @@ def train_cmd(
     )
 
 
+TOPOLOGIES_DEFAULT = "1x4,1x8,2x8,4x8,16x8"
+
+
 @app.command("eval")
 @friendly_errors
 def eval_cmd(
     profile: Annotated[
         Path, typer.Option(help="Profile folder with cost_model.pt and policy.pt.", rich_help_panel=PROFILE)
     ] = DEFAULT_MODEL,
-    tables: Annotated[str, typer.Option(help="Comma-separated table counts.", rich_help_panel=GRID)] = "20,80,200,400",
-    devices: Annotated[str, typer.Option(help="Comma-separated device counts.", rich_help_panel=GRID)] = "4,8,16,32,64",
+    tables: Annotated[
+        str, typer.Option(help="Comma-separated table counts.", rich_help_panel=GRID)
+    ] = "20,80,200,400,1000",
+    topologies: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated clusters, HOSTSxDEVICES_PER_HOST (every second task is a giant one: "
+            "memory without room for the largest table whole).",
+            rich_help_panel=GRID,
+        ),
+    ] = TOPOLOGIES_DEFAULT,
     seed: Annotated[
         int, typer.Option(min=0, help="Seed of the grid's tasks and of the planners.", rich_help_panel=GRID)
     ] = 0,
@@ -224,8 +236,9 @@ def eval_cmd(
         float | None, typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP, rich_help_panel=ADVANCED)
     ] = None,
 ) -> None:
-    """Every default planner on held-out tasks (tables x devices, binding memory; tables from a
-    pool no training saw), predicted: rl and rl+refine against cost_greedy and the heuristics."""
+    """Every default planner on held-out tasks (tables x clusters, binding memory, every second
+    task with tables larger than a device; tables from a pool no training saw), predicted: rl,
+    rl+refine_raw and rl+refine against cost_greedy, the heuristics and a lower bound."""
     from autoshard.evaluation.grid import (
         GridConfig,
         GridReport,
@@ -238,13 +251,13 @@ def eval_cmd(
     from autoshard.evaluation.registry import available_planners
     from autoshard.planners.context import PlannerContext
 
+    config = GridConfig(_counts(tables, "--tables", "20,80,200"), _topologies(topologies), seed=seed)
     loaded = _profile(profile)
     if loaded.policy is None:
         raise ModelError(
             f"no loadable policy in {profile}: train one with `autoshard policy train --profile {profile}`"
         )
     one_thread()
-    config = GridConfig(_counts(tables, "--tables", "20,80,200"), _counts(devices, "--devices", "4,8,16"), seed=seed)
     context = PlannerContext(
         loaded.model,
         loaded.policy,
@@ -253,10 +266,12 @@ def eval_cmd(
         departure_margin=departure_margin,
     )
     names, _ = available_planners(context)
-    rows = evaluate_grid(grid_tasks(config), context, loaded.communication if communication else None, names)
+    tasks = grid_tasks(config)
+    giant = [config.is_giant(i) for i in range(len(tasks))]
+    rows = evaluate_grid(tasks, context, loaded.communication if communication else None, names, giant)
     summary = summarise(rows)
     report = GridReport(loaded.policy.name, config, context.split_setting, summary, tuple(rows))
-    shown = [n for n in ("cost_greedy", "rl", "rl+refine") if n in names]
+    shown = [n for n in ("rl", "rl+refine_raw", "rl+refine", "cost_greedy") if n in names]
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "grid.json").write_text(json.dumps(report.to_dict(), indent=1) + "\n")
@@ -276,3 +291,23 @@ def _counts(text: str, option: str, example: str) -> tuple[int, ...]:
     if not counts or min(counts) < 1:
         raise InputError(option, f"must be integers >= 1, got {text!r}", f"e.g. {example}")
     return counts
+
+
+def _topologies(text: str) -> tuple[tuple[int, int], ...]:
+    """``--topologies``: comma-separated HOSTSxDEVICES_PER_HOST pairs, each at least 1x1."""
+    fix = f"give HOSTSxDEVICES_PER_HOST pairs, e.g. {TOPOLOGIES_DEFAULT}"
+    found = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        hosts, sep, per_host = part.lower().partition("x")
+        try:
+            pair = (int(hosts), int(per_host))
+        except ValueError:
+            pair = (0, 0)
+        if not sep or min(pair) < 1:
+            raise InputError("--topologies", f"{part!r} is not HOSTSxDEVICES_PER_HOST (integers >= 1)", fix)
+        found.append(pair)
+    if not found:
+        raise InputError("--topologies", f"names no cluster, got {text!r}", fix)
+    return tuple(found)
