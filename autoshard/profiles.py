@@ -39,7 +39,7 @@ class LoadedModel:
     sha256: str
     metrics: dict[str, Any]
     communication: CommunicationModel | None = None  # the profile's all-to-all, added to device costs
-    policy: Any = None  # autoshard.rl.policy.DevicePolicy: the rl planners' policy, when one loaded
+    policy: Any = None  # autoshard.rl.policy.OptionPolicy: the rl planners' policy, when one loaded
     policy_sha256: str | None = None
     policy_problem: str | None = None  # why the profile has no policy (missing or corrupt policy.pt)
     device_errors: DeviceErrors | None = None  # the model's measured errors: plans' expected max (device_errors.json)
@@ -123,9 +123,9 @@ def load_profile(folder: Path, problems: list[str]) -> LoadedModel | None:
     policy_file = folder / POLICY_FILE
     if policy_file.exists():
         try:
-            from autoshard.rl.policy import DevicePolicy
+            from autoshard.rl.policy import OptionPolicy
 
-            policy, policy_sha = DevicePolicy.load(policy_file), file_sha256(policy_file)
+            policy, policy_sha = OptionPolicy.load(policy_file), file_sha256(policy_file)
         except (ModelError, ImportError, OSError) as error:
             policy_problem = str(error)
             problems.append(f"profile {folder.name!r}: {error}; the rl planners are unavailable")

@@ -1,5 +1,5 @@
 """Whether a change leaves the plans alone: plan a fixed set of tasks with cost_greedy, rl and
-rl+refine (each alone, and the three side by side as the service plans them, sharing their
+rl+refine, rl+refine_raw (each alone, and the three side by side as the service plans them, sharing their
 work; with and without column splits) and the six heuristics (side by side, scored together as
 the service scores them) in this checkout, write every plan, and compare two such files.
 
@@ -21,7 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-PLANNERS = ("cost_greedy", "rl", "rl+refine")
+import numpy as np
+
+PLANNERS = ("cost_greedy", "rl", "rl+refine", "rl+refine_raw")
 HEURISTICS = ("random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 
 
@@ -31,15 +33,20 @@ def plan_all(out: Path, limit: int | None = None) -> dict:
     from load_test import Config, request_body
 
     from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
-    from autoshard.core.task import Task
+    from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
+    from autoshard.core.task import Task, memory_for
+    from autoshard.core.types import Topology
     from autoshard.core.workload_file import topology_from_dict, workload_from_dict
     from autoshard.evaluation.compare import compare_planners
-    from autoshard.evaluation.grid import GridConfig, grid_tasks
     from autoshard.planners.context import PlannerContext
 
     one_thread()
     profile = load_profile_or_exit(DEFAULT_MODEL)
-    tasks = list(grid_tasks(GridConfig(tables=(20, 80, 200, 400), devices=(4, 8, 16, 32))))
+    tables, rng, tasks = generate_pool(PoolConfig(size=2000, seed=7)).test, np.random.default_rng(0), []
+    for count in (20, 80, 200, 400):  # fixed here, whatever the held-out grid's defaults become
+        for devices in (4, 8, 16, 32):
+            workload = sample_task(tables, count, rng, 2048, f"grid{count}x{devices}")
+            tasks.append(Task(workload.name, workload, Topology(devices, memory_for(workload, devices, 1.3))))
     for draw in range(1, 21):
         body = request_body(Config(), draw)
         tasks.append(Task(f"load{draw}", workload_from_dict(body["workload"])[0], topology_from_dict(body["topology"])))

@@ -41,7 +41,7 @@ from autoshard.planners.sharding_options import ALL_TYPES
 from autoshard.planners.task_cache import TaskCache
 
 if TYPE_CHECKING:
-    from autoshard.rl.policy import DevicePolicy
+    from autoshard.rl.policy import OptionPolicy
 
 log = logging.getLogger("autoshard.service")
 
@@ -137,7 +137,7 @@ def run_task(
     task: PlannerTask,
     cost_model: CostModel | None,
     communication: CommunicationModel | None = None,
-    policy: DevicePolicy | None = None,
+    policy: OptionPolicy | None = None,
 ) -> list[PlannerResult]:
     """Each planner of the task, until the deadline passes; device costs include the profile's
     all-to-all when it has a communication model. Searching planners get the time left as their

@@ -268,9 +268,9 @@ def test_the_rl_planners_honour_constraints(planner, shipped_model):
     model and policy."""
     from pathlib import Path
 
-    from autoshard.rl.policy import DevicePolicy
+    from autoshard.rl.policy import OptionPolicy
 
-    policy = DevicePolicy.load(Path(__file__).resolve().parents[1] / "data" / "models" / "default" / "policy.pt")
+    policy = OptionPolicy.load(Path(__file__).resolve().parents[1] / "data" / "models" / "default" / "policy.pt")
     context = PlannerContext(shipped_model, policy, departure_margin=0.0)
     workload, topology = workload_from_dict(FILE)
     check_honoured(make_planner(planner, context).plan(workload, topology), workload, topology)

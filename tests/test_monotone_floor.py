@@ -12,7 +12,7 @@ from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.packing import packable
 from autoshard.planners.placement_state import PlacementState
 from autoshard.planners.placement_unit import Unit
-from autoshard.rl.policy import DevicePolicy
+from autoshard.rl.policy import OptionPolicy
 from tests.conftest import SHIPPED_PROFILE
 
 BATCH = 4096
@@ -102,7 +102,7 @@ def test_one_placement_costs_the_same_whatever_planner_made_it(model):
     workload = Workload((a, b, c), batch_size=4096)
     whole = model.predict([a, b, c], 4096)
     assert model.predict([a, c], 4096) > whole * 1.01  # the model's dip: the case under test
-    context = PlannerContext(model, DevicePolicy.load(SHIPPED_PROFILE / "policy.pt"))
+    context = PlannerContext(model, OptionPolicy.load(SHIPPED_PROFILE / "policy.pt"))
     for name in (n for n, spec in PLANNERS.items() if spec.kind is not PlannerKind.REFERENCE):
         plan = make_planner(name, context).plan(workload, Topology(1, 16.0))
         assert plan.max_cost_ms == pytest.approx(whole, rel=1e-5), name

@@ -39,7 +39,7 @@ from tests.service_support import (
 )
 
 GIB = 1024**3
-DEFAULT_PLANNERS = [*HEURISTICS, "cost_greedy", "rl", "rl+refine"]
+DEFAULT_PLANNERS = [*HEURISTICS, "cost_greedy", "rl", "rl+refine", "rl+refine_raw"]
 WITHOUT_POLICY = [*HEURISTICS, "cost_greedy"]
 
 
@@ -113,10 +113,10 @@ def test_every_default_planner_side_by_side(client, body):
     for plan in report.plans:
         if plan.planner in HEURISTICS:
             assert report.improvement_over[plan.planner] == pytest.approx(1 - best.max_cost_ms / plan.max_cost_ms)
-    # cost_greedy, rl and rl+refine plan as one task: rl's repair steps follow cost_greedy's search, and
-    # rl+refine starts from the other two's placements
+    # the planners plan as one task: rl+refine takes cost_greedy's searched placement, and
+    # rl+refine_raw the search rl+refine made
     reused = {p.planner: p.reused_s for p in report.plans}
-    shares = ("rl", "rl+refine")
+    shares = ("rl+refine", "rl+refine_raw")
     assert all(reused[p] > 0 for p in shares) and all(reused[p] == 0 for p in DEFAULT_PLANNERS if p not in shares)
 
 
@@ -455,7 +455,7 @@ def test_planners_and_profiles_describe_what_is_loaded(client, model_dir):
     assert by_name["cost_greedy"].kind == "cost_model" and by_name["size_greedy"].kind == "heuristic"
     assert by_name["torchrec"].kind == "reference" and not by_name["torchrec"].default  # runs only when asked
     folder = next(model_dir.iterdir())
-    for name in ("rl", "rl+refine"):
+    for name in ("rl", "rl+refine", "rl+refine_raw"):
         assert by_name[name].kind == "policy"
         assert by_name[name].policy and f"{folder.name}/policy.pt" in by_name[name].policy
     assert all(p.policy is None for n, p in by_name.items() if p.kind != "policy")
@@ -469,9 +469,9 @@ def test_planners_and_profiles_describe_what_is_loaded(client, model_dir):
     assert model.sha256 == file_sha256(folder / "cost_model.pt")
     assert model.metrics["test_mape"] == 0.15 and "evaluation" in model.metrics  # metrics.json + the checkpoint's
     assert (policy.kind, policy.file) == ("policy", f"{folder.name}/policy.pt")
-    from autoshard.rl.policy import DevicePolicy
+    from autoshard.rl.policy import OptionPolicy
 
-    shipped = DevicePolicy.load(folder / "policy.pt").info  # the shipped one is the clone of greedy, at step 0
+    shipped = OptionPolicy.load(folder / "policy.pt").info
     assert policy.sha256 == file_sha256(folder / "policy.pt")
     assert (policy.metrics["steps"], policy.metrics["command"]) == (shipped.steps, shipped.command)
     assert (errors.kind, errors.file) == ("device_errors", f"{folder.name}/device_errors.json")
@@ -569,7 +569,7 @@ def test_the_model_task_costs_its_units_once_and_prices_the_all_to_all(monkeypat
     import autoshard.planners.task_cache as task_cache
     from autoshard.core.communication import CommunicationModel, WithCommunication
     from autoshard.core.types import Topology
-    from autoshard.rl.policy import DevicePolicy
+    from autoshard.rl.policy import OptionPolicy
     from cost_model.checkpoint import load_cost_model
     from service.tasks import PlannerTask, run_task
     from tests.service_support import synthetic_workload
@@ -581,7 +581,7 @@ def test_the_model_task_costs_its_units_once_and_prices_the_all_to_all(monkeypat
     communication = CommunicationModel.load(SHIPPED_PROFILE / "communication.json")
     workload, topology = synthetic_workload(40), Topology(4, 16.0)
     task = PlannerTask(("cost_greedy", "rl", "rl+refine"), workload, topology, None, time.monotonic() + 60)
-    results = run_task(task, model, communication, DevicePolicy.load(SHIPPED_PROFILE / "policy.pt"))
+    results = run_task(task, model, communication, OptionPolicy.load(SHIPPED_PROFILE / "policy.pt"))
     assert [r.outcome for r in results] == ["ok", "ok", "ok"]
     assert len(built) == 1 and isinstance(built[0], WithCommunication)
     plan = results[0].plan.plan(workload)

@@ -24,7 +24,7 @@ from autoshard.planners.context import PlannerContext
 from autoshard.planners.cost_greedy import CostGreedyPlanner
 from autoshard.planners.report import plans_report
 from autoshard.planners.validate import validate_plan
-from autoshard.rl.policy import DevicePolicy
+from autoshard.rl.policy import OptionPolicy
 from tests.cost_models import AnalyticalTestCostModel
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "default"
@@ -369,7 +369,7 @@ def easy(workload: Workload, topology: Topology) -> bool:
 @pytest.fixture(scope="module")
 def contexts():
     torch.set_num_threads(1)
-    policy = DevicePolicy.load(SHIPPED / "policy.pt")
+    policy = OptionPolicy.load(SHIPPED / "policy.pt")
     model = AnalyticalTestCostModel()
     return {split: PlannerContext(model, policy, allow_column_split=split) for split in (False, True)}
 

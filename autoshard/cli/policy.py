@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -83,27 +82,30 @@ def train_cmd(
         ),
     ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.", rich_help_panel=RUN)] = True,
-    repair_rounds: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Repair steps after the placement: the agent revisits it, "
-            "one change off the max-cost device a step (0: none).",
-            rich_help_panel=POLICY,
-        ),
-    ] = 50,
     imitation_episodes: Annotated[
         int,
         typer.Option(
-            min=0, help="Greedy episodes cloned before PPO (0: start from a random policy).", rich_help_panel=POLICY
+            min=0,
+            help="Episodes of the greedy rule over options cloned before PPO (0: start from a random policy).",
+            rich_help_panel=POLICY,
         ),
     ] = 200,
+    dagger_rounds: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Rounds of the clone's own episodes labelled by the rule and cloned again (DAgger).",
+            rich_help_panel=POLICY,
+        ),
+    ] = 2,
     slots: Annotated[
         int,
         typer.Option(
-            min=2, help="Device slots while training (the largest training device count).", rich_help_panel=POLICY
+            min=2,
+            help="Option rows in the observation while training (options past them are not offered).",
+            rich_help_panel=POLICY,
         ),
-    ] = 16,
+    ] = 48,
     seed: Annotated[
         int, typer.Option(min=0, help="Seed of the tasks, the environments and PPO.", rich_help_panel=TRAINING)
     ] = 0,
@@ -113,7 +115,7 @@ def train_cmd(
         typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).", rich_help_panel=TRAINING),
     ] = False,
     reward: Annotated[
-        str, typer.Option(help="'step' or 'refined' (see ShardingEnv).", rich_help_panel=TRAINING)
+        str, typer.Option(help="'step' or 'terminal' (see ShardingEnv).", rich_help_panel=TRAINING)
     ] = "step",
     learning_rate: Annotated[
         float, typer.Option(min=0.0, help="PPO's learning rate.", rich_help_panel=TRAINING)
@@ -133,7 +135,6 @@ def train_cmd(
     becomes PROFILE/policy.pt."""
     from autoshard.rl.env import EnvConfig, Reward
     from autoshard.rl.policy import POLICY_FILE
-    from autoshard.rl.tasks import TaskDistribution
     from autoshard.rl.train import TrainConfig, train_policy
 
     try:
@@ -154,8 +155,6 @@ def train_cmd(
             f"{folder / POLICY_FILE} exists: training would replace it",
             "pass --fresh to replace it, --resume to continue its run, or train into a copy of the profile",
         )
-    devices = tuple(d for d in TaskDistribution().num_devices if d <= slots)
-    eval_devices = tuple(d for d in (4, 8, 16) if d <= slots) or (slots,)
     config = TrainConfig(
         steps=steps,
         seed=seed,
@@ -164,17 +163,16 @@ def train_cmd(
         checkpoint_every=checkpoint_every,
         eval_every=eval_every,
         eval_tasks=eval_tasks,
-        env=EnvConfig(slots=slots, reward=reward_kind, repair_rounds=repair_rounds),
+        env=EnvConfig(slots=slots, reward=reward_kind),
         imitation_episodes=imitation_episodes,
+        dagger_rounds=dagger_rounds,
         learning_rate=learning_rate,
         ent_coef=ent_coef,
-        tasks=TaskDistribution(num_devices=devices),
-        eval_distribution=replace(TrainConfig().eval_distribution, num_devices=eval_devices),
     )
     command = (
         f"autoshard policy train --profile {shlex.quote(str(profile))} --steps {steps} --seed {seed} "
-        f"--envs {envs} --reward {reward} --slots {slots} --repair-rounds {repair_rounds} "
-        f"--imitation-episodes {imitation_episodes} "
+        f"--envs {envs} --reward {reward} --slots {slots} "
+        f"--imitation-episodes {imitation_episodes} --dagger-rounds {dagger_rounds} "
         f"--learning-rate {learning_rate:g} --ent-coef {ent_coef:g}" + (" --subprocess" if subprocess else "")
     )
     policy = train_policy(
@@ -190,10 +188,11 @@ def train_cmd(
         fresh=fresh,
     )
     policy.save(folder / POLICY_FILE)
-    yardstick = "greedy placement's, after local search," if repair_rounds else "greedy placement's"
+    warm = policy.info.warm_start_ratio
     console.print(
-        f"wrote {folder / POLICY_FILE}: best at {policy.info.steps:,} steps, its plans "
-        f"{policy.info.eval_ratio_to_greedy:.4f}x {yardstick} predicted max on held-out tasks",
+        f"wrote {folder / POLICY_FILE}: best at {policy.info.steps:,} PPO steps, its argmax plans "
+        f"{policy.info.eval_ratio:.4f}x the greedy rule's predicted max on held-out tasks"
+        + (f" (the warm start's: {warm:.4f}x)" if warm is not None else ""),
         highlight=False,
     )
 

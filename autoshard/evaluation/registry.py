@@ -23,7 +23,7 @@ from autoshard.planners.proxies import PROXIES
 from autoshard.planners.sharding_options import ALL_TYPES
 
 REFINE_SAMPLES = 4
-"""rl+refine's sampled rollouts: more gave the same predicted max, in more time (docs/decisions.md, 32)."""
+"""rl+refine's sampled plans, each finished by local search (docs/decisions.md, 40)."""
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,12 @@ def import_planners() -> None:
     import autoshard.rl.planners  # noqa: F401
 
 
-def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
+def _rl(samples: int, name: str, raw: bool = False) -> Callable[[PlannerContext], Planner]:
     def build(context: PlannerContext) -> Planner:
         from autoshard.rl.planners import RLPlanner
-        from autoshard.rl.policy import DevicePolicy
+        from autoshard.rl.policy import OptionPolicy
 
-        assert context.cost_model is not None and isinstance(context.policy, DevicePolicy)
+        assert context.cost_model is not None and isinstance(context.policy, OptionPolicy)
         return RLPlanner(
             context.cost_model,
             context.policy,
@@ -90,6 +90,7 @@ def _rl(samples: int, name: str) -> Callable[[PlannerContext], Planner]:
             name=name,
             cache=context.cache,
             sharding_types=context.sharding_types,
+            raw=raw,
         )
 
     return build
@@ -149,6 +150,7 @@ _SPECS = (
     ),
     PlannerSpec("rl", PlannerKind.POLICY, _rl(0, "rl")),
     PlannerSpec("rl+refine", PlannerKind.POLICY, _rl(REFINE_SAMPLES, "rl+refine")),
+    PlannerSpec("rl+refine_raw", PlannerKind.POLICY, _rl(REFINE_SAMPLES, "rl+refine_raw", raw=True)),
     PlannerSpec("torchrec", PlannerKind.REFERENCE, _torchrec("cuda"), default=False),
     PlannerSpec("torchrec_cpu", PlannerKind.REFERENCE, _torchrec("cpu"), default=False),
 )

@@ -46,7 +46,7 @@ class PlannerContext:
     tiny tables data parallel (the planners that price options decide that by the cost model)."""
 
     cost_model: CostModel | None = None
-    policy: object | None = None  # an ``autoshard.rl.policy.DevicePolicy``: planners do not look inside
+    policy: object | None = None  # an ``autoshard.rl.policy.OptionPolicy``: planners do not look inside
     seed: int = 0
     allow_column_split: bool | None = None
     time_budget_s: float | None = None

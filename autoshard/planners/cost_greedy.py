@@ -76,19 +76,8 @@ class CostGreedyPlanner:
     def _change_options(
         self, devices: list[DeviceState], workload: Workload, topology: Topology, deadline: Deadline
     ) -> None:
-        """Option changes off the max device (``change_options``), then moves and swaps again."""
-        batch_size, constraints = workload.batch_size, workload.constraints
-        if self.max_rounds and change_options(
-            devices,
-            self.cost_model,
-            topology,
-            batch_size,
-            self.sharding_types,
-            deadline=deadline,
-            constraints=constraints,
-        ):
-            guard = unit_cap(self.cost_model, sum(len(d.units) for d in devices), topology.num_devices)
-            improve(devices, self.cost_model, batch_size, self.max_rounds, deadline, max_units=guard)
+        if self.max_rounds:
+            option_rounds(devices, self.cost_model, workload, topology, self.sharding_types, self.max_rounds, deadline)
 
     def _placed(self, cache: TaskCache, deadline: Deadline, reused: list[float]) -> list[DeviceState]:
         """The task's units placed and searched, over split caps (``best_over_split_caps``)."""
@@ -102,6 +91,25 @@ class CostGreedyPlanner:
         return best_over_split_caps(
             cache.topology, self.allow_column_split, plan_at, units_at, self.departure_margin, deadline
         )
+
+
+def option_rounds(
+    devices: list[DeviceState],
+    cost_model: CostModel,
+    workload: Workload,
+    topology: Topology,
+    allowed: frozenset[ShardingType],
+    max_rounds: int,
+    deadline: Deadline,
+) -> None:
+    """Option changes off the max device (``change_options``), then moves and swaps again: the
+    end of cost_greedy's search, which rl+refine runs on its own plans too."""
+    batch_size = workload.batch_size
+    if change_options(
+        devices, cost_model, topology, batch_size, allowed, deadline=deadline, constraints=workload.constraints
+    ):
+        guard = unit_cap(cost_model, sum(len(d.units) for d in devices), topology.num_devices)
+        improve(devices, cost_model, batch_size, max_rounds, deadline, max_units=guard)
 
 
 def searched_greedy(

@@ -35,6 +35,13 @@ class PackingLookahead:
         self.remaining_bytes -= size
         self.answers = answers
 
+    def add(self, sizes: Iterable[int]) -> None:
+        """Units that join those not yet placed (a table taken as column shards)."""
+        for size in sizes:
+            bisect.insort(self._rest, size)
+            self.remaining_bytes += size
+        self.answers = {}
+
     def fits_after(self, free: np.ndarray, rooms: np.ndarray, size: int) -> np.ndarray:
         """For devices with free bytes ``rooms``: would the units after the current one still
         pack if it took the current one (False where it has no room)? Answers the rooms not

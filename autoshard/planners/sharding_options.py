@@ -60,12 +60,15 @@ def _host_ranks(topology: Topology, host: int) -> range:
     return range(host * size, (host + 1) * size)
 
 
-def spread_options(table: Table, topology: Topology, allowed: Iterable[ShardingType] = ALL_TYPES) -> list[SpreadOption]:
+def spread_options(
+    table: Table, topology: Topology, allowed: Iterable[ShardingType] = ALL_TYPES, max_grid_ways: int | None = None
+) -> list[SpreadOption]:
     """``table``'s options under the spread types ``allowed`` on ``topology``: row_wise over every
     device; table_row_wise on each host; grid_shard as TorchRec cuts it: 2, 4, ... equal column
     blocks (at least ``GRID_MIN_COLUMNS`` wide), block c row-sharded over the devices of host
     h + c (one option per first host h); data_parallel everywhere. Options that would leave
-    a device without rows (fewer rows than devices) are left out; memory is not checked here."""
+    a device without rows (fewer rows than devices) are left out; memory is not checked here.
+    ``max_grid_ways``: grid options of at most that many column blocks (default: every count)."""
     allowed = set(allowed)
     world, local = topology.world_size, topology.local_world_size
     found: list[SpreadOption] = []
@@ -87,7 +90,8 @@ def spread_options(table: Table, topology: Topology, allowed: Iterable[ShardingT
                 found.append(SpreadOption(table, ShardingType.TABLE_ROW_WISE, tuple(zip(ranks, shards)), h))
     if ShardingType.GRID_SHARD in allowed and local > 1 and rows >= local:
         ways = 2
-        while ways <= topology.num_hosts and dim % ways == 0 and dim // ways >= GRID_MIN_COLUMNS:
+        most = topology.num_hosts if max_grid_ways is None else min(max_grid_ways, topology.num_hosts)
+        while ways <= most and dim % ways == 0 and dim // ways >= GRID_MIN_COLUMNS:
             width = dim // ways
             for first in hosts:
                 placed = []

@@ -1,11 +1,9 @@
-"""A warm start for PPO: behaviour cloning of greedy placement.
+"""A warm start for PPO: behaviour cloning of the greedy rule over options (``expert_choice``).
 
-PPO from a random policy learns greedy's rule and then drifts above it as it keeps exploring
-(docs/decisions.md, 18). Cloning greedy first (cross-entropy on greedy's device, under the env's
-mask) starts PPO at greedy's placements, with a critic fitted to the returns those placements
-get, so its updates start from good advantages rather than a random critic.
-Another expert's episodes clone the same way (``demonstrations(..., expert=...)``; the rollout
-policy of ``lab/experiments/rollout_distillation.py``).
+Cloning first (cross-entropy on the teacher's option, under the env's mask) starts PPO at the
+teacher's plans, with a critic fitted to the returns those plans get, so its updates start from
+good advantages rather than a random critic. The teacher is only the start: no feature of the
+observation holds its choice, and PPO trains on from there.
 """
 
 from __future__ import annotations
@@ -16,14 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from autoshard.planners.choosers import cheapest_after
+from autoshard.core.sharding import ShardingType
 from autoshard.rl.env import ShardingEnv
-from autoshard.rl.policy import DeviceScoringPolicy
+from autoshard.rl.options import CONTEXT, KINDS, OPTION, expert_choice
+from autoshard.rl.policy import OptionScoringPolicy
 
 
 @dataclass(frozen=True, slots=True)
 class Demonstrations:
-    """Greedy's steps: observations, masks, greedy's actions, and each step's return to go."""
+    """The teacher's steps: observations, masks, its actions, and each step's return to go."""
 
     observations: np.ndarray
     masks: np.ndarray
@@ -38,16 +37,23 @@ Expert = Callable[[ShardingEnv, np.ndarray], int]
 """(the env mid-episode, indices of the devices its mask allows) -> the device to demonstrate."""
 
 
-def greedy_expert(env: ShardingEnv, allowed: np.ndarray) -> int:
-    """Greedy placement's device; while repairing, the target of the change local search makes."""
-    assert env.state is not None
-    if env.repair is not None:
-        return env.repair.changes[0].target
-    return cheapest_after(env.state, allowed)
+def teacher(env: ShardingEnv, allowed: np.ndarray) -> int:
+    """The greedy rule's option (``expert_choice``) at the env's current step."""
+    assert env.state is not None and env.found is not None
+    return expert_choice(env.state, env.found)
 
 
-def demonstrations(env: ShardingEnv, episodes: int, seed: int, expert: Expert = greedy_expert) -> Demonstrations:
-    """``episodes`` of ``expert``'s placement (default greedy's, ``cheapest_after``) in ``env``,
+Follower = Callable[[np.ndarray, np.ndarray], int]
+"""(an observation, its action mask) -> the action a policy takes there."""
+
+
+def demonstrations(
+    env: ShardingEnv, episodes: int, seed: int, expert: Expert = teacher, follow: Follower | None = None
+) -> Demonstrations:
+    """``episodes`` of ``expert``'s choices (default the teacher's) in ``env``; with ``follow``, the
+    episodes take ``follow``'s actions and ``expert`` labels the states they reach (DAgger: the
+    clone learns the teacher's choice where its own choices lead, not only along the teacher's
+    path),
     from tasks it draws with ``seed``; an episode that ends in a dead end keeps its steps (their
     returns include it)."""
     observations: list[np.ndarray] = []
@@ -63,7 +69,7 @@ def demonstrations(env: ShardingEnv, episodes: int, seed: int, expert: Expert = 
             observations.append(obs)
             masks.append(mask)
             actions.append(action)
-            obs, reward, done, _, _ = env.step(action)
+            obs, reward, done, _, _ = env.step(action if follow is None else follow(obs, mask))
             rewards.append(reward)
         returns.extend(np.cumsum(rewards[::-1])[::-1])  # gamma = 1: the sum of the rewards to come
     return Demonstrations(
@@ -71,26 +77,60 @@ def demonstrations(env: ShardingEnv, episodes: int, seed: int, expert: Expert = 
     )
 
 
+def joined(a: Demonstrations, b: Demonstrations) -> Demonstrations:
+    """Both sets of steps, as one."""
+    return Demonstrations(
+        np.concatenate([a.observations, b.observations]),
+        np.concatenate([a.masks, b.masks]),
+        np.concatenate([a.actions, b.actions]),
+        np.concatenate([a.returns, b.returns]),
+    )
+
+
+def argmax_follower(policy: OptionScoringPolicy) -> Follower:
+    """The actor's best-scored allowed action."""
+
+    def follow(obs: np.ndarray, mask: np.ndarray) -> int:
+        with torch.no_grad():
+            logits = policy.mlp_extractor.forward_actor(torch.as_tensor(obs[None]))[0].numpy()
+        return int(np.argmax(np.where(mask, logits, -np.inf)))
+
+    return follow
+
+
+SPLIT_WEIGHT = 10.0
+"""Cloning weighs a step whose teacher's option is not table_wise this much more: such steps are
+few (a few percent) and decide the most (a table's type and shard count)."""
+CLONE_LEARNING_RATE = 1e-3
+
+
 def clone(
-    policy: DeviceScoringPolicy, demonstrations: Demonstrations, epochs: int = 10, batch_size: int = 256, seed: int = 0
+    policy: OptionScoringPolicy, demonstrations: Demonstrations, epochs: int = 10, batch_size: int = 256, seed: int = 0
 ) -> float:
-    """Fit ``policy``'s actor to greedy's actions (masked cross-entropy) and its critic to the
-    returns (squared error), with its own optimizer; returns the share of steps on which the
-    actor's argmax is greedy's device afterwards."""
+    """Fit ``policy``'s actor to the teacher's actions (masked cross-entropy, ``SPLIT_WEIGHT`` on
+    the steps that choose a type other than table_wise) and its critic to the returns (squared
+    error), with an optimizer of its own; returns the share of steps on which the actor's argmax
+    is the teacher's option afterwards."""
     rng = np.random.default_rng(seed)
     obs = torch.as_tensor(demonstrations.observations)
     masks = torch.as_tensor(demonstrations.masks)
     actions = torch.as_tensor(demonstrations.actions)
     returns = torch.as_tensor(demonstrations.returns)
+    options = obs[:, CONTEXT:].reshape(len(obs), masks.shape[1], OPTION)
+    table_wise = options[torch.arange(len(obs)), actions, 1 + KINDS.index(ShardingType.TABLE_WISE)]
+    weights = torch.where(table_wise > 0, 1.0, SPLIT_WEIGHT)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=CLONE_LEARNING_RATE)
     policy.set_training_mode(True)
     for _ in range(epochs):
         for batch in np.array_split(rng.permutation(len(demonstrations)), max(len(demonstrations) // batch_size, 1)):
             values, log_prob, _ = policy.evaluate_actions(obs[batch], actions[batch], action_masks=masks[batch])
-            loss = -log_prob.mean() + 0.5 * torch.nn.functional.mse_loss(values.flatten(), returns[batch])
-            policy.optimizer.zero_grad()
+            w = weights[batch]
+            critic = torch.nn.functional.mse_loss(values.flatten(), returns[batch])
+            loss = -(w * log_prob).sum() / w.sum() + 0.5 * critic
+            optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
-            policy.optimizer.step()
+            optimizer.step()
     policy.set_training_mode(False)
     with torch.no_grad():
         features = policy.extract_features(obs, policy.pi_features_extractor)

@@ -1,15 +1,16 @@
-"""The agent's policy: one shared-weight MLP scores every device, so it plans any device count.
+"""The agent's policy: one shared-weight MLP scores every candidate option, so it plans any device
+count and any number of options.
 
-``DeviceScorerNet`` is the network (actor: a score per device row; critic: mean- and max-pooled
-device embeddings with the context). ``DeviceScoringPolicy`` plugs it into sb3-contrib's
-``MaskablePPO`` through SB3's extension point (the ``mlp_extractor``), without forking PPO.
-``DevicePolicy`` is the trained actor on its own, loaded from ``policy.pt`` for planning: it
-scores the devices of any task, D larger than the training slots included.
+``OptionScorerNet`` is the network (actor: a score per option row, each row the context then the
+option's features; critic: mean- and max-pooled option embeddings with the context).
+``OptionScoringPolicy`` plugs it into sb3-contrib's ``MaskablePPO`` through SB3's extension point
+(the ``mlp_extractor``), without forking PPO. ``OptionPolicy`` is the trained actor on its own,
+loaded from ``policy.pt`` for planning.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +21,11 @@ from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from torch import nn
 
 from autoshard.core.errors import ModelError
-from autoshard.rl.observation import (
-    DEVICE_FEATURES,
-    GLOBAL_FEATURES,
-    UNIT_FEATURES,
-    Observations,
-)
+from autoshard.rl.options import CONTEXT, OPTION, kept_columns
 
 POLICY_FILE = "policy.pt"
-FORMAT = "autoshard-policy-v1"
-CONTEXT = len(GLOBAL_FEATURES) + len(UNIT_FEATURES)
-ROW = CONTEXT + len(DEVICE_FEATURES)
+FORMAT = "autoshard-policy-v2"
+ROW = CONTEXT + OPTION
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:
@@ -42,9 +37,9 @@ def _mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class DeviceScorerNet(nn.Module):
-    """Input: ``[batch, CONTEXT + slots x F]``. Actor: ``[batch, slots]`` device scores; critic:
-    ``[batch, hidden]`` latent for SB3's value head."""
+class OptionScorerNet(nn.Module):
+    """Input: ``[batch, CONTEXT + slots x OPTION]``. Actor: ``[batch, slots]`` option scores;
+    critic: ``[batch, hidden]`` latent for SB3's value head."""
 
     def __init__(self, slots: int, hidden: int) -> None:
         super().__init__()
@@ -56,8 +51,8 @@ class DeviceScorerNet(nn.Module):
 
     def _rows(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         context = features[:, :CONTEXT]
-        devices = features[:, CONTEXT:].reshape(len(features), self.slots, len(DEVICE_FEATURES))
-        rows = torch.cat([context.unsqueeze(1).expand(-1, self.slots, -1), devices], dim=2)
+        options = features[:, CONTEXT:].reshape(len(features), self.slots, OPTION)
+        rows = torch.cat([context.unsqueeze(1).expand(-1, self.slots, -1), options], dim=2)
         return context, rows
 
     def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
@@ -65,7 +60,7 @@ class DeviceScorerNet(nn.Module):
 
     def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
         context, rows = self._rows(features)
-        real = rows[:, :, CONTEXT : CONTEXT + 1]  # the ``real`` device flag
+        real = rows[:, :, CONTEXT : CONTEXT + 1]  # the ``real`` option flag
         h = self.embed(rows)
         mean = (h * real).sum(1) / real.sum(1).clamp(min=1)
         largest = torch.where(real > 0, h, torch.full_like(h, -1e4)).amax(1)
@@ -75,9 +70,9 @@ class DeviceScorerNet(nn.Module):
         return self.forward_actor(features), self.forward_critic(features)
 
 
-class DeviceScoringPolicy(MaskableActorCriticPolicy):
-    """MaskablePPO's policy with ``DeviceScorerNet`` as its ``mlp_extractor``; the per-device
-    scores are the action logits (the action net is the identity)."""
+class OptionScoringPolicy(MaskableActorCriticPolicy):
+    """MaskablePPO's policy with ``OptionScorerNet`` as its ``mlp_extractor``; the option scores
+    are the action logits (the action net is the identity)."""
 
     def __init__(self, *args: Any, hidden: int = 64, **kwargs: Any) -> None:
         self.hidden = hidden
@@ -85,12 +80,12 @@ class DeviceScoringPolicy(MaskableActorCriticPolicy):
 
     def _build_mlp_extractor(self) -> None:
         assert isinstance(self.action_space, spaces.Discrete)
-        self.mlp_extractor = DeviceScorerNet(int(self.action_space.n), self.hidden)  # type: ignore[assignment]
+        self.mlp_extractor = OptionScorerNet(int(self.action_space.n), self.hidden)  # type: ignore[assignment]
 
     def _build(self, lr_schedule) -> None:
         super()._build(lr_schedule)
         self.action_net = nn.Identity()
-        assert isinstance(self.mlp_extractor, DeviceScorerNet)
+        assert isinstance(self.mlp_extractor, OptionScorerNet)
         last = self.mlp_extractor.scorer[-1]
         assert isinstance(last, nn.Linear)
         nn.init.orthogonal_(last.weight, gain=0.01)  # near-uniform scores at the start
@@ -102,7 +97,11 @@ class DeviceScoringPolicy(MaskableActorCriticPolicy):
 
 @dataclass(frozen=True, slots=True)
 class PolicyInfo:
-    """What travels with a trained policy: how it was trained, and what its env looked like."""
+    """What travels with a trained policy: how it was trained, its env, and its evaluations.
+
+    ``eval_ratio``: its argmax plans' predicted max over the warm start's teacher's (the greedy
+    rule over options, ``options.expert_choice``) on held-out tasks, geometric mean; ``history``:
+    (PPO steps, that ratio) at every evaluation; ``warm_start_ratio``: the clone's, before PPO."""
 
     profile: str
     hidden: int
@@ -111,23 +110,28 @@ class PolicyInfo:
     set_size_headroom: float
     steps: int
     command: str = ""
-    eval_ratio_to_greedy: float | None = None
-    repair_rounds: int = 0  # the env's: 0, a policy that only places (``autoshard.rl.repair``)
+    eval_ratio: float | None = None
+    warm_start_ratio: float | None = None
+    history: tuple[tuple[int, float], ...] = field(default_factory=tuple)
+    dropped: tuple[str, ...] = ()  # feature groups it never saw (ablations)
 
 
-class DevicePolicy:
-    """The trained actor in numpy: scores the devices of any task, one row each."""
+class OptionPolicy:
+    """The trained actor in numpy: scores the options of any task, one row each."""
 
     def __init__(self, layers: list[tuple[np.ndarray, np.ndarray]], info: PolicyInfo) -> None:
         self.layers, self.info = layers, info
+        if info.dropped:  # the features it never saw read as zero: fold that into its first layer
+            keep_context, keep_option = kept_columns(info.dropped)
+            w, b = layers[0]
+            self.layers = [(w * np.concatenate([keep_context, keep_option])[:, None], b), *layers[1:]]
 
     @property
     def name(self) -> str:
-        repair = f", {self.info.repair_rounds} repair rounds" if self.info.repair_rounds else ""
-        return f"{self.info.profile}/{POLICY_FILE} ({self.info.steps:,} steps, {self.info.reward} reward{repair})"
+        return f"{self.info.profile}/{POLICY_FILE} ({self.info.steps:,} PPO steps, {self.info.reward} reward)"
 
     @classmethod
-    def from_net(cls, net: DeviceScorerNet, info: PolicyInfo) -> DevicePolicy:
+    def from_net(cls, net: OptionScorerNet, info: PolicyInfo) -> OptionPolicy:
         layers = [
             (m.weight.detach().float().numpy().T.copy(), m.bias.detach().float().numpy().copy())
             for m in net.scorer
@@ -135,15 +139,11 @@ class DevicePolicy:
         ]
         return cls(layers, info)
 
-    def scores(self, observations: Observations) -> np.ndarray:
-        """One score per device row of every placement observed (higher is better); mask before
-        taking the argmax. A placement's shared context enters the first layer once, not once
-        per device."""
+    def scores(self, context: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """One score per option row (higher is better) for one step: ``context`` [CONTEXT], ``rows``
+        [n, OPTION]. The context enters the first layer once, not once per option."""
         (w, b), rest = self.layers[0], self.layers[1:]
-        context = observations.contexts @ w[:CONTEXT] + b
-        if len(context) > 1:
-            context = context[observations.placement_of_row]
-        x = np.tanh(observations.devices @ w[CONTEXT:] + context)
+        x = np.tanh(rows @ w[CONTEXT:] + (context @ w[:CONTEXT] + b))
         for i, (w, b) in enumerate(rest):
             x = x @ w + b
             if i < len(rest) - 1:
@@ -151,27 +151,31 @@ class DevicePolicy:
         return x[:, 0]
 
     def save(self, path: Path) -> None:
+        info = asdict(self.info)
+        info["history"] = [list(h) for h in self.info.history]
         torch.save(
             {
                 "format": FORMAT,
-                "info": asdict(self.info),
+                "info": info,
                 "layers": [(torch.from_numpy(w), torch.from_numpy(b)) for w, b in self.layers],
             },
             path,
         )
 
     @classmethod
-    def load(cls, path: Path) -> DevicePolicy:
+    def load(cls, path: Path) -> OptionPolicy:
         """``ModelError`` naming the file if it is missing, corrupt or of another format."""
         try:
             data = torch.load(path, map_location="cpu", weights_only=True)
             if not isinstance(data, dict) or data.get("format") != FORMAT:
                 raise ValueError(f"not an {FORMAT} file")
             layers = [(w.numpy(), b.numpy()) for w, b in data["layers"]]
-            info = PolicyInfo(**data["info"])
-            width = CONTEXT + len(DEVICE_FEATURES)
-            if not layers or layers[0][0].shape[0] != width or layers[-1][0].shape[1] != 1:
-                raise ValueError(f"layer shapes do not fit {width} inputs and one score")
+            raw = dict(data["info"])
+            raw["history"] = tuple((int(s), float(r)) for s, r in raw.get("history", ()))
+            raw["dropped"] = tuple(raw.get("dropped", ()))
+            info = PolicyInfo(**raw)
+            if not layers or layers[0][0].shape[0] != ROW or layers[-1][0].shape[1] != 1:
+                raise ValueError(f"layer shapes do not fit {ROW} inputs and one score")
         except FileNotFoundError:
             raise ModelError(f"no policy at {path}; train one with `autoshard policy train`") from None
         except Exception as error:  # torch raises many kinds for a corrupt file

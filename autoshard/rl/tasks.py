@@ -1,5 +1,6 @@
-"""Placement tasks for training and evaluating the agent: tables drawn from a pool, a device
-count, and binding memory (``slack`` x an even share, at least the largest table's need)."""
+"""Sharding tasks for training and evaluating the agent: tables drawn from a pool, a cluster of
+hosts x devices, and binding memory (``slack`` x an even share; in a ``giant_share`` of tasks
+without the floor of the largest table, so that some tables fit no device)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 from autoshard.core.errors import InputError
 from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
 from autoshard.core.task import Task, memory_for
-from autoshard.core.types import Table, Topology
+from autoshard.core.types import GIB, Table, Topology, Workload
 
 
 class TaskSource(Protocol):
@@ -37,16 +38,24 @@ def _pool_tables(pool: PoolConfig, split: str) -> tuple[Table, ...]:
     return generated.train if split == "train" else generated.test
 
 
+def cluster_memory_gb(workload: Workload, devices: int, slack: float, giant: bool) -> float:
+    """GiB per device: ``slack`` x an even share; unless ``giant``, at least what the largest
+    table needs (``memory_for``)."""
+    return slack * workload.memory_bytes / devices / GIB if giant else memory_for(workload, devices, slack)
+
+
 @dataclass(frozen=True, slots=True)
 class TaskDistribution:
-    """What each episode draws: ``num_tables`` and ``num_devices`` uniformly from their choices,
-    memory slack uniformly from ``slack``; tables from the pool's ``split``."""
+    """What each episode draws: ``num_tables`` and a topology (hosts, devices per host) uniformly
+    from their choices, memory slack uniformly from ``slack``, and in ``giant_share`` of the tasks
+    memory without the largest table's floor; tables from the pool's ``split``."""
 
     pool: PoolConfig = PoolConfig()
     split: str = "train"
-    num_tables: tuple[int, ...] = (10, 20, 40, 60, 80, 120, 160)
-    num_devices: tuple[int, ...] = (2, 4, 8, 16)
+    num_tables: tuple[int, ...] = (10, 20, 40, 80, 120, 160)
+    topologies: tuple[tuple[int, int], ...] = ((1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 4))
     slack: tuple[float, float] = (1.1, 2.0)
+    giant_share: float = 0.25
     batch_size: int = 2048
 
     def __post_init__(self) -> None:
@@ -54,19 +63,24 @@ class TaskDistribution:
             raise InputError("split", f"must be 'train' or 'test', got {self.split!r}")
         if not self.num_tables or min(self.num_tables) < 1:
             raise InputError("num_tables", f"must be counts >= 1, got {self.num_tables!r}")
-        if not self.num_devices or min(self.num_devices) < 1:
-            raise InputError("num_devices", f"must be counts >= 1, got {self.num_devices!r}")
+        if not self.topologies or min(min(t) for t in self.topologies) < 1:
+            raise InputError("topologies", f"must be (hosts, devices per host) >= 1, got {self.topologies!r}")
         if not 1.0 <= self.slack[0] <= self.slack[1]:
             raise InputError("slack", f"must be (low, high) with 1 <= low <= high, got {self.slack!r}")
+        if not 0.0 <= self.giant_share <= 1.0:
+            raise InputError("giant_share", f"must be in [0, 1], got {self.giant_share}")
 
     @property
     def max_devices(self) -> int:
-        return max(self.num_devices)
+        return max(h * d for h, d in self.topologies)
 
     def sample(self, rng: np.random.Generator) -> Task:
         tables = _pool_tables(self.pool, self.split)
         count = min(int(rng.choice(self.num_tables)), len(tables))
-        devices = int(rng.choice(self.num_devices))
+        hosts, per_host = self.topologies[int(rng.integers(len(self.topologies)))]
         slack = float(rng.uniform(*self.slack))
-        workload = sample_task(tables, count, rng, self.batch_size, f"{self.split}{count}x{devices}")
-        return Task(workload.name, workload, Topology(devices, memory_for(workload, devices, slack)))
+        giant = bool(rng.random() < self.giant_share)
+        devices = hosts * per_host
+        workload = sample_task(tables, count, rng, self.batch_size, f"{self.split}{count}_{hosts}x{per_host}")
+        memory = cluster_memory_gb(workload, devices, slack, giant)
+        return Task(workload.name, workload, Topology.cluster(hosts, per_host, memory))

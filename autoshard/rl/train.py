@@ -1,9 +1,11 @@
-"""Training the placement policy with sb3-contrib's MaskablePPO against a cost model.
+"""Training the sharding policy with sb3-contrib's MaskablePPO against a cost model.
 
-Seeded; vectorised envs (``DummyVecEnv``, or ``SubprocVecEnv`` on request); TensorBoard logs;
-a checkpoint every ``checkpoint_every`` steps that ``resume`` continues from; and an evaluation
-on fixed test-pool tasks (tables never seen in training) that keeps the best policy as
-``policy.pt``: the geometric mean of its plans' predicted max over greedy placement's.
+A warm start clones the greedy rule over options (``options.expert_choice``); PPO then trains on.
+Seeded; vectorised envs (``DummyVecEnv``, or ``SubprocVecEnv`` on request); TensorBoard logs; a
+checkpoint every ``checkpoint_every`` steps that ``resume`` continues from; and an evaluation on
+fixed test-pool tasks (tables never seen in training) that keeps the best policy as
+``policy.pt``: the geometric mean of its argmax plans' predicted max over the teacher's. The
+policy file records its PPO steps, the clone's score and every evaluation's.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import csv
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,24 +23,23 @@ from autoshard.core.communication import CommunicationModel
 from autoshard.core.errors import InputError, PlannerError
 from autoshard.core.task import Task
 from autoshard.core.types import CostModel
-from autoshard.planners.choosers import cheapest_after
-from autoshard.planners.place_loop import place
-from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, priced, refined_max, start
-from autoshard.rl.imitation import clone, demonstrations
+from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, priced, start
+from autoshard.rl.imitation import argmax_follower, clone, demonstrations, joined
+from autoshard.rl.options import expert_choice
 from autoshard.rl.policy import (
     POLICY_FILE,
-    DevicePolicy,
-    DeviceScorerNet,
-    DeviceScoringPolicy,
+    OptionPolicy,
+    OptionScorerNet,
+    OptionScoringPolicy,
     PolicyInfo,
 )
-from autoshard.rl.repair import policy_repair
-from autoshard.rl.rollout import PolicyChooser
+from autoshard.rl.rollout import Choose, argmax_choice, rollout
 from autoshard.rl.tasks import TaskDistribution
 
 CHECKPOINTS = "checkpoints"
 EVAL_LOG = "eval_log.csv"
 STATE_FILE = "training.json"
+WARM_START_FILE = "warm_start.pt"  # the clone, before PPO: what PPO's gain is measured against
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +56,18 @@ class TrainConfig:
     gamma: float = 1.0  # episodic, and the return is the plan's quality: no discounting
     gae_lambda: float = 0.95
     ent_coef: float = 0.01
-    imitation_episodes: int = 200  # greedy episodes cloned before PPO (``autoshard.rl.imitation``); 0: none
-    imitation_epochs: int = 10
+    imitation_episodes: int = 200  # teacher episodes cloned before PPO (``autoshard.rl.imitation``); 0: none
+    imitation_epochs: int = 20
+    dagger_rounds: int = 2  # rounds of the clone's own episodes labelled by the teacher, cloned again
     eval_every: int = 25_000
     eval_tasks: int = 24
     checkpoint_every: int = 50_000
     env: EnvConfig = EnvConfig()
     tasks: TaskDistribution = TaskDistribution()
     eval_distribution: TaskDistribution = field(
-        default_factory=lambda: TaskDistribution(split="test", num_tables=(40, 80, 160), num_devices=(4, 8, 16))
+        default_factory=lambda: TaskDistribution(
+            split="test", num_tables=(40, 80, 160), topologies=((1, 4), (1, 8), (2, 8), (4, 4))
+        )
     )
 
     def __post_init__(self) -> None:
@@ -83,6 +87,8 @@ class TrainConfig:
                 raise InputError(name, f"must be >= 1, got {getattr(self, name)}")
         if self.imitation_episodes < 0:
             raise InputError("imitation_episodes", f"must be >= 0, got {self.imitation_episodes}")
+        if self.dagger_rounds < 0:
+            raise InputError("dagger_rounds", f"must be >= 0, got {self.dagger_rounds}")
 
 
 def eval_tasks(distribution: TaskDistribution, count: int, seed: int) -> list[Task]:
@@ -90,62 +96,32 @@ def eval_tasks(distribution: TaskDistribution, count: int, seed: int) -> list[Ta
     return [distribution.sample(rng) for _ in range(count)]
 
 
-def _plan_max(
-    task: Task,
-    choose,
-    cost_model: CostModel,
-    communication: CommunicationModel | None,
-    config: EnvConfig,
-    policy: DevicePolicy | None = None,
-) -> float:
-    """The predicted max of ``choose``'s placement of ``task``; after local search when the env's
-    reward is ``refined`` (the objective it trains for); with repair, after ``policy``'s repair
-    steps, or without a policy (greedy) as many rounds of local search."""
-    placed = place(start(task, cost_model, communication, config), choose)
-    if config.reward is Reward.REFINED:
-        return refined_max(placed, task, cost_model, communication)
-    if config.repair_rounds and policy is None:  # greedy's: as many rounds of local search
-        return refined_max(placed, task, cost_model, communication, config.repair_rounds)
-    if config.repair_rounds:
-        assert policy is not None
-        policy_repair(
-            placed.devices,
-            policy,
-            priced(task, cost_model, communication),
-            task.workload.batch_size,
-            placed.max_units_per_device,
-            config.repair_rounds,
-        )
-    return max(d.load for d in placed.devices)
+def plan_max(task: Task, choose: Choose, cost_model: CostModel, communication: CommunicationModel | None) -> float:
+    """The predicted max of ``choose``'s plan of ``task``."""
+    return float(rollout(start(task, priced(task, cost_model, communication)), choose).loads.max())
 
 
-def greedy_maxima(
-    tasks: list[Task], cost_model: CostModel, communication: CommunicationModel | None, config: EnvConfig
-) -> list[float]:
-    """Greedy placement's predicted max on each task (after local search for the ``refined``
-    reward and with repair): the evaluation's yardstick, computed once per training run."""
-    return [_plan_max(task, cheapest_after, cost_model, communication, config) for task in tasks]
+def teacher_maxima(tasks: list[Task], cost_model: CostModel, communication: CommunicationModel | None) -> list[float]:
+    """The teacher's (``expert_choice``) predicted max on each task: the evaluation's yardstick."""
+    return [plan_max(task, expert_choice, cost_model, communication) for task in tasks]
 
 
-def ratio_to_greedy(
-    policy: DevicePolicy,
+def ratio_to_teacher(
+    policy: OptionPolicy,
     tasks: list[Task],
-    greedy: list[float],
+    teacher: list[float],
     cost_model: CostModel,
     communication: CommunicationModel | None,
-    config: EnvConfig,
 ) -> float:
-    """Geometric mean over tasks of the policy's predicted max / greedy placement's (``greedy``,
-    from ``greedy_maxima``; both after local search for the ``refined`` reward, and with repair
-    the policy's after its repair steps, greedy's after local search): below 1 means the policy
-    places better than greedy."""
+    """Geometric mean over tasks of the policy's argmax plan's predicted max / the teacher's:
+    below 1, the policy shards better than the rule it was cloned from (inf at a dead end)."""
     logs = []
-    for task, greedy_max in zip(tasks, greedy):
+    for task, yardstick in zip(tasks, teacher):
         try:
-            agent = _plan_max(task, PolicyChooser(policy), cost_model, communication, config, policy)
+            agent = plan_max(task, argmax_choice(policy), cost_model, communication)
         except PlannerError:
             return math.inf
-        logs.append(math.log(agent / greedy_max))
+        logs.append(math.log(agent / yardstick))
     return math.exp(float(np.mean(logs)))
 
 
@@ -160,7 +136,7 @@ def train_policy(
     progress_bar: bool = True,
     log: Callable[[str], None] = print,
     fresh: bool = False,
-) -> DevicePolicy:
+) -> OptionPolicy:
     """Train (or, with ``resume``, continue from the latest checkpoint in ``out``) and return the
     best policy found, saved as ``out/policy.pt``. A previous run in ``out`` is never lost by
     accident: without ``resume`` it is an ``InputError`` unless ``fresh`` (discard it); a
@@ -174,12 +150,6 @@ def train_policy(
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    if config.tasks.max_devices > config.env.slots:
-        raise InputError(
-            "slots",
-            f"{config.env.slots} slots cannot hold training tasks of {config.tasks.max_devices} devices",
-            "raise slots to the largest training device count",
-        )
     out.mkdir(parents=True, exist_ok=True)
     checkpoints = sorted((out / CHECKPOINTS).glob("ppo_*_steps.zip"), key=lambda p: int(p.stem.split("_")[1]))
     state_path = out / STATE_FILE
@@ -210,7 +180,7 @@ def train_policy(
             log("no checkpoint to resume from: starting afresh")
         _forget_previous_run(out, checkpoints)
         model = MaskablePPO(
-            DeviceScoringPolicy,
+            OptionScoringPolicy,
             env,
             learning_rate=config.learning_rate,
             n_steps=config.n_steps,
@@ -226,13 +196,20 @@ def train_policy(
             verbose=0,
         )
     tasks = eval_tasks(config.eval_distribution, config.eval_tasks, config.seed + 1)
-    greedy = greedy_maxima(tasks, cost_model, communication, config.env)
+    teacher = teacher_maxima(tasks, cost_model, communication)
     recorded_best = recorded.get("best_ratio") if resumed else None
     best: float = math.inf if recorded_best is None else recorded_best
+    history: list[tuple[int, float]] = [tuple(h) for h in recorded.get("history", [])] if resumed else []
+    warm: list[float | None] = [recorded.get("warm_start_ratio") if resumed else None]
     if not resumed:  # the settings first, so that a run killed before its first evaluation resumes checked
         state_path.write_text(
             json.dumps({"best_ratio": None, "best_steps": None, "config": _plain(asdict(config))}, indent=1) + "\n"
         )
+
+    def record() -> None:
+        state = {"best_ratio": None if best == math.inf else best, "config": _plain(asdict(config))}
+        state.update(history=history, warm_start_ratio=warm[0])
+        state_path.write_text(json.dumps(state, indent=1) + "\n")
 
     def info(steps: int, ratio: float | None) -> PolicyInfo:
         return PolicyInfo(
@@ -244,27 +221,35 @@ def train_policy(
             steps,
             command,
             ratio,
-            config.env.repair_rounds,
+            warm[0],
+            tuple(history),
+            config.env.dropped,
         )
 
-    def evaluate(steps: int) -> float:
-        """Score the current actor on the held-out tasks; keep it as policy.pt if it is the best."""
+    def evaluate(steps: int, warm_start: bool = False) -> float:
+        """Score the current actor on the held-out tasks; keep it as policy.pt if it is the best
+        (``warm_start``: the clone's score, before PPO)."""
         nonlocal best
-        assert isinstance(model.policy.mlp_extractor, DeviceScorerNet)
-        policy = DevicePolicy.from_net(model.policy.mlp_extractor, info(steps, None))
-        ratio = ratio_to_greedy(policy, tasks, greedy, cost_model, communication, config.env)
+        assert isinstance(model.policy.mlp_extractor, OptionScorerNet)
+        policy = OptionPolicy.from_net(model.policy.mlp_extractor, info(steps, None))
+        ratio = ratio_to_teacher(policy, tasks, teacher, cost_model, communication)
+        if warm_start:
+            warm[0] = ratio
+            OptionPolicy(policy.layers, info(steps, ratio)).save(out / WARM_START_FILE)
+        history.append((steps, ratio))
         new_log = not (out / EVAL_LOG).exists()
         with open(out / EVAL_LOG, "a", newline="") as handle:
             writer = csv.writer(handle)
             if new_log:
-                writer.writerow(["steps", "ratio_to_greedy", "best"])
+                writer.writerow(["steps", "ratio_to_teacher", "best"])
             writer.writerow([steps, f"{ratio:.5f}", int(ratio < best)])
         if ratio < best:
             best = ratio
-            DevicePolicy(policy.layers, info(steps, ratio)).save(out / POLICY_FILE)
-            state_path.write_text(
-                json.dumps({"best_ratio": best, "best_steps": steps, "config": _plain(asdict(config))}, indent=1) + "\n"
-            )
+            OptionPolicy(policy.layers, info(steps, ratio)).save(out / POLICY_FILE)
+        else:  # the kept policy's record gains this evaluation too
+            kept = OptionPolicy.load(out / POLICY_FILE)
+            OptionPolicy(kept.layers, replace(kept.info, history=tuple(history))).save(out / POLICY_FILE)
+        record()
         return ratio
 
     class KeepBest(BaseCallback):
@@ -279,18 +264,23 @@ def train_policy(
             return True
 
         def evaluate(self) -> None:
-            self.logger.record("eval/ratio_to_greedy", evaluate(self.num_timesteps))
+            self.logger.record("eval/ratio_to_teacher", evaluate(self.num_timesteps))
 
     if not resumed and config.imitation_episodes:
-        greedy_steps = demonstrations(
-            ShardingEnv(cost_model, config.tasks, config.env, communication), config.imitation_episodes, config.seed + 2
-        )
-        assert isinstance(model.policy, DeviceScoringPolicy)
-        agreement = clone(model.policy, greedy_steps, config.imitation_epochs, seed=config.seed)
-        ratio = evaluate(0)
+        demo_env = ShardingEnv(cost_model, config.tasks, config.env, communication)
+        taught = demonstrations(demo_env, config.imitation_episodes, config.seed + 2)
+        assert isinstance(model.policy, OptionScoringPolicy)
+        agreement = clone(model.policy, taught, config.imitation_epochs, seed=config.seed)
+        for round_ in range(1, config.dagger_rounds + 1):  # the clone's own episodes, labelled by the teacher
+            seed = config.seed + 2 + 100_000 * round_
+            own = demonstrations(demo_env, config.imitation_episodes, seed, follow=argmax_follower(model.policy))
+            taught = joined(taught, own)
+            agreement = clone(model.policy, taught, config.imitation_epochs, seed=config.seed + round_)
+        ratio = evaluate(0, warm_start=True)
         log(
-            f"cloned greedy placement ({len(greedy_steps):,} steps of {config.imitation_episodes} episodes): "
-            f"the actor picks greedy's device on {agreement:.1%} of them; {ratio:.4f}x greedy on held-out tasks"
+            f"cloned the greedy rule over options ({len(taught):,} steps of {config.imitation_episodes} episodes, "
+            f"{config.dagger_rounds} DAgger rounds): "
+            f"the actor picks its option on {agreement:.1%} of them; {ratio:.4f}x its plans on held-out tasks"
         )
 
     keep_best = KeepBest()
@@ -314,7 +304,7 @@ def train_policy(
         )
         keep_best.evaluate()
     env.close()
-    return DevicePolicy.load(out / POLICY_FILE)
+    return OptionPolicy.load(out / POLICY_FILE)
 
 
 RESUMABLE_CHANGES = ("steps", "subprocess", "checkpoint_every")
@@ -343,7 +333,7 @@ def _same_settings(recorded: dict | None, config: TrainConfig, where: Path) -> N
 def _forget_previous_run(out: Path, checkpoints: list[Path]) -> None:
     """A fresh run starts from nothing: an earlier run's checkpoints (a later ``--resume`` would
     continue them, maybe trained on another cost model), evaluation log and best score go."""
-    for stale in [*checkpoints, out / EVAL_LOG, out / STATE_FILE]:
+    for stale in [*checkpoints, out / EVAL_LOG, out / STATE_FILE, out / WARM_START_FILE]:
         stale.unlink(missing_ok=True)
 
 
