@@ -36,11 +36,11 @@ from autoshard.core.errors import (
     PlannerError,
     PlannerErrorKind,
 )
+from autoshard.core.shard_labels import plan_shards
 from autoshard.core.types import (
     DevicePlan,
     ShardingPlan,
     Table,
-    TableShard,
     Topology,
     Workload,
 )
@@ -269,14 +269,9 @@ def _result(workload: Workload, topology: Topology, report: dict[str, Any]) -> P
     tables = {t.name: t for t in workload.tables}
     plans = {}
     for entry in report["plans"]:
-        devices = []
-        for device in entry["devices"]:
-            shards = []
-            for s in device["shards"]:
-                table = tables[s["table"]]
-                whole = s["column_offset"] == 0 and s["columns"] == table.embedding_dim
-                shards.append(TableShard(table) if whole else TableShard(table, s["column_offset"], s["columns"]))
-            devices.append(DevicePlan(tuple(shards), float(device["cost_ms"])))
+        labels = [device["tables"] for device in entry["devices"]]  # every sharding type's shards, read back
+        shards = plan_shards(labels, tables, topology.local_world_size)
+        devices = [DevicePlan(s, float(d["cost_ms"])) for s, d in zip(shards, entry["devices"])]
         plans[entry["planner"]] = ShardingPlan(
             entry["planner"], tuple(devices), float(entry["plan_time_s"]), reused_s=float(entry.get("reused_s", 0.0))
         )

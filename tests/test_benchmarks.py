@@ -252,8 +252,8 @@ def test_plan_identity_finds_a_changed_plan(tmp_path):
     before, after = tmp_path / "before.json", tmp_path / "after.json"
     script("benchmarks/plan_identity.py", "--out", str(before), "--limit", "1")
     plans = json.loads(before.read_text())["plans"]
-    # the first task (20 tables on 4 devices), with and without splits: 3 alone, 3 together, 6 heuristics
-    assert len(plans) == 2 * 12 and all(k.startswith("grid20x4/") for k in plans)
+    # the first task (20 tables on 4 devices), with and without splits: 4 alone, 4 together, 6 heuristics
+    assert len(plans) == 2 * 14 and all(k.startswith("grid20x4/") for k in plans)
     assert all(sum(len(d) for d in p["devices"]) >= 20 for p in plans.values())
     same = subprocess.run(
         [sys.executable, "benchmarks/plan_identity.py", "--compare", str(before), str(before)],

@@ -46,7 +46,10 @@ def test_plan_returns_every_planners_plan_as_our_types(client):
     workload = synthetic_workload(80)
     topology = Topology(8, 16)
     result = client.plan(workload, topology)
-    assert set(result.plans) == {*HEURISTICS, "cost_greedy", "rl", "rl+refine"} and result.cost_unit == "ms"
+    assert (
+        set(result.plans) == {*HEURISTICS, "cost_greedy", "rl", "rl+refine", "rl+refine_raw"}
+        and result.cost_unit == "ms"
+    )
     assert result.warnings == ()
     for plan in result.plans.values():
         validate_plan(plan, workload, topology)  # rebuilt shards are exactly the workload's tables

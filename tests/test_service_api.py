@@ -103,8 +103,8 @@ def test_every_default_planner_side_by_side(client, body):
     names = sorted(t["name"] for t in body["workload"]["tables"])
     for plan in report.plans:
         assert len(plan.devices) == 8
-        assert sorted(t for d in plan.devices for t in d.tables) == names
-        assert sorted(s.table for d in plan.devices for s in d.shards) == names
+        assert sorted({t.split("[")[0] for d in plan.devices for t in d.tables}) == names  # labels: name[...]
+        assert sorted({s.table for d in plan.devices for s in d.shards}) == names  # rl may split a table
         assert all(d.memory_bytes <= 16 * GIB for d in plan.devices)
         assert plan.max_cost_ms == max(d.cost_ms for d in plan.devices) and plan.torchrec is None
     best = min(report.plans, key=lambda p: p.max_cost_ms)
@@ -236,7 +236,7 @@ def test_an_infeasible_topology_is_422_naming_the_table_and_the_shortfall(client
     big["sharding_types"] = ["table_wise", "column_wise"]
     split = client.post("/v1/plans", json=big)  # by default the cost-model planners split it; the heuristics cannot
     assert split.status_code == 200
-    assert {p["planner"] for p in split.json()["plans"]} == {"cost_greedy", "rl", "rl+refine"}
+    assert {p["planner"] for p in split.json()["plans"]} == {"cost_greedy", "rl", "rl+refine", "rl+refine_raw"}
     assert all("table_does_not_fit" in s["reason"] for s in split.json()["skipped"])
     big["allow_column_split"] = False
     error = only_error(client.post("/v1/plans", json=big), 422)

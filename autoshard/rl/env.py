@@ -21,6 +21,7 @@ from autoshard.rl.tasks import TaskDistribution, TaskSource
 
 DEAD_END_PENALTY = 2.0  # in units of the task's scale: worse than any finished plan's return
 OBS_BOUND = 1e3  # features are of order 1; the bound only keeps the space finite
+RESAMPLES = 20  # draws of a task whose first table some option fits (a drawn task may fit none)
 FULL_VIEW_DEVICES = 16
 """Up to this many devices every allowed device is a table-wise option; beyond, the ``CANDIDATES``
 least loaded (and one empty one), as the planners offer them."""
@@ -92,7 +93,8 @@ class ShardingEnv(gym.Env):
 
     **Task.** Each ``reset`` draws a workload and a topology (hosts x devices, binding memory,
     sometimes tables larger than a device) from ``tasks`` (``self.np_random``), or takes
-    ``options["task"]`` (an ``autoshard.core.task.Task``).
+    ``options["task"]`` (an ``autoshard.core.task.Task``). A drawn task where no option fits the
+    first table is drawn again; a given one is an ``InputError``.
 
     **Order.** Tables go largest predicted cost first; a table taken column-wise puts its column
     shards next, each then placed table-wise.
@@ -144,14 +146,22 @@ class ShardingEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        task = (options or {}).get("task")
-        if task is None:
-            task = self.tasks.sample(self.np_random)
-        self.task = task
-        self.state = start(task, priced(task, self.cost_model, self.communication), self.config.set_size_headroom)
-        self.taken = []
-        self.found = self.state.candidates()
-        return self._obs(), self._info()
+        given = (options or {}).get("task")
+        for _ in range(RESAMPLES):
+            task = self.tasks.sample(self.np_random) if given is None else given
+            self.task = task
+            self.state = start(task, priced(task, self.cost_model, self.communication), self.config.set_size_headroom)
+            self.taken = []
+            self.found = self.state.candidates()
+            if len(self.found):
+                return self._obs(), self._info()
+            if given is not None:
+                break
+        raise InputError(
+            "task",
+            f"no sharding option fits {self.state.current.name!r}, the first table of {self.task.name!r}",
+            "give the devices more memory",
+        )
 
     def _obs(self) -> np.ndarray:
         assert self.state is not None and self.found is not None
