@@ -157,6 +157,7 @@ class ShardingEnv(gym.Env):
                 return self._obs(), self._info()
             if given is not None:
                 break
+        assert self.state is not None
         raise InputError(
             "task",
             f"no sharding option fits {self.state.current.name!r}, the first table of {self.task.name!r}",
