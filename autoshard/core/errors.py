@@ -50,6 +50,9 @@ class PlannerError(AutoShardError):
         self.kind, self.message, self.fixes = kind, message, fixes
         super().__init__(str(self))
 
+    def __reduce__(self):  # pickled whole across processes (its arguments are not ``args``)
+        return (type(self), (self.kind, self.message, self.fixes))
+
     def __str__(self) -> str:
         lines = [f"{self.kind.value}: {self.message}"]
         lines += [f"  {i}. {fix}" for i, fix in enumerate(self.fixes, 1)]

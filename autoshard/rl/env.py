@@ -152,7 +152,7 @@ class ShardingEnv(gym.Env):
             self.task = task
             self.state = start(task, priced(task, self.cost_model, self.communication), self.config.set_size_headroom)
             self.taken = []
-            self.found = self.state.candidates()
+            self.found = self.state.candidates().first(self.config.slots)
             if len(self.found):
                 return self._obs(), self._info()
             if given is not None:
@@ -198,7 +198,7 @@ class ShardingEnv(gym.Env):
             reward = -self._max() / scale
         info = self._info()
         if not terminated:
-            self.found = state.candidates()
+            self.found = state.candidates().first(self.config.slots)
             if not len(self.found):  # a packing dead end the lookahead could not avoid
                 terminated, reward = True, reward - DEAD_END_PENALTY
                 info["dead_end"] = True

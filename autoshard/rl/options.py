@@ -136,6 +136,12 @@ class Candidates:
     def __len__(self) -> int:
         return len(self.options)
 
+    def first(self, n: int) -> Candidates:
+        """The first ``n`` options (an env of ``n`` option rows offers no more)."""
+        if len(self.options) <= n:
+            return self
+        return Candidates(self.options[:n], self.rows[:n], self.after_max[:n], self.added[:n])
+
 
 class OptionState:
     """A placement in progress over options (see the module docstring). ``cost_model`` prices

@@ -101,9 +101,18 @@ def plan_max(task: Task, choose: Choose, cost_model: CostModel, communication: C
     return float(rollout(start(task, priced(task, cost_model, communication)), choose).loads.max())
 
 
-def teacher_maxima(tasks: list[Task], cost_model: CostModel, communication: CommunicationModel | None) -> list[float]:
-    """The teacher's (``expert_choice``) predicted max on each task: the evaluation's yardstick."""
-    return [plan_max(task, expert_choice, cost_model, communication) for task in tasks]
+def teacher_maxima(
+    tasks: list[Task], cost_model: CostModel, communication: CommunicationModel | None
+) -> tuple[list[Task], list[float]]:
+    """The tasks the teacher (``expert_choice``) plans, and its predicted max on each: the
+    evaluation's yardstick (a task where it runs into a dead end is left out)."""
+    kept: list[tuple[Task, float]] = []
+    for task in tasks:
+        try:
+            kept.append((task, plan_max(task, expert_choice, cost_model, communication)))
+        except PlannerError:
+            continue
+    return [t for t, _ in kept], [m for _, m in kept]
 
 
 def ratio_to_teacher(
@@ -196,7 +205,7 @@ def train_policy(
             verbose=0,
         )
     tasks = eval_tasks(config.eval_distribution, config.eval_tasks, config.seed + 1)
-    teacher = teacher_maxima(tasks, cost_model, communication)
+    tasks, teacher = teacher_maxima(tasks, cost_model, communication)
     recorded_best = recorded.get("best_ratio") if resumed else None
     best: float = math.inf if recorded_best is None else recorded_best
     history: list[tuple[int, float]] = [tuple(h) for h in recorded.get("history", [])] if resumed else []
