@@ -188,6 +188,7 @@ class OptionState:
         self._table_wise_costs: dict[int, float] = {}  # the current unit's, from ``candidates``
         self.max_units = unit_cap(cost_model, len(units), n, headroom)
         self.packing = PackingLookahead((u.memory_bytes for u in units if self._fits(u)), {})
+        self.reserve = sum(self._row_share(u) for u in units if not self._fits(u))  # bytes a device keeps for them
         self.placed_steps = 0
         self._shard_costs: dict[TableShard, float] = {}
         self._placed_parents: set[str] = set()
@@ -220,6 +221,17 @@ class OptionState:
     def _fits(self, unit: Unit) -> bool:
         return unit.memory_bytes <= self.largest_room
 
+    def _row_share(self, unit: Unit) -> int:
+        """A device's share of ``unit`` row-sharded over every device: what a table that fits no
+        device takes of each at least, kept free for it while others are placed."""
+        return math.ceil(unit.memory_bytes / len(self.capacity))
+
+    def _usable(self, unit: Unit) -> np.ndarray:
+        """Each device's free bytes less the row shares kept for the tables that fit no device
+        (other than ``unit``)."""
+        kept = self.reserve - (0 if self._fits(unit) else self._row_share(unit))
+        return self.free - kept if kept else self.free
+
     def kinds(self, unit: Unit) -> frozenset[ShardingType]:
         """The sharding types open to ``unit``: a column shard's is table_wise; a table's, its
         constraints' within the planner's."""
@@ -242,11 +254,15 @@ class OptionState:
         others: list[Option] = []
         before: list[np.ndarray] = []  # each other option's touched devices
         after: list[np.ndarray] = []  # their costs after it
+        packs: list[bool] = []  # whether the rest still packs after it
         if unit.shard.columns is None and not (self.rules is not None and self._grouped(unit.parent)):
             worth = not options or not self._fits(unit) or unit.cost >= SPREAD_SHARE * self.share
             if worth and ShardingType.COLUMN_WISE in kinds and self.allow_column_split:
-                self._column_options(unit, others, before, after)
-            self._spread_options(unit, kinds, worth, others, before, after)
+                self._column_options(unit, others, before, after, packs)
+            self._spread_options(unit, kinds, worth, others, before, after, packs)
+            if any(packs) and not all(packs):  # the lookahead, where it leaves a choice
+                kept = [i for i, ok in enumerate(packs) if ok]
+                others, before, after = [others[i] for i in kept], [before[i] for i in kept], [after[i] for i in kept]
         return self._featured(unit, options, rows, costs, others, before, after)
 
     def _grouped(self, table: str) -> bool:
@@ -269,6 +285,9 @@ class OptionState:
         a choice, and (where it leaves one) those after which the rest still pack; with ``limit``,
         the least loaded of them and the first empty one."""
         ok = self._open(unit)
+        if self.reserve:  # where it leaves one, room beside the row shares of the tables that fit no device
+            kept = ok & (self._usable(unit) >= unit.memory_bytes)
+            ok = kept if kept.any() else ok
         if self.max_units is not None and ok.sum() > 1:
             capped = ok & (self.count < self.max_units)
             ok = capped if capped.any() else ok
@@ -284,9 +303,10 @@ class OptionState:
         return passing if len(passing) else rows
 
     def _packing_ok(self, unit: Unit, rows: np.ndarray) -> np.ndarray:
-        if len(rows) < 2 or self.packing.packs_anywhere(self.free, unit.memory_bytes):
+        usable = self._usable(unit)
+        if len(rows) < 2 or self.packing.packs_anywhere(usable, unit.memory_bytes):
             return rows
-        return rows[self.packing.fits_after(self.free, self.free[rows], unit.memory_bytes)]
+        return rows[self.packing.fits_after(usable, usable[rows], unit.memory_bytes)]
 
     def _shard_cost(self, shards: Sequence[TableShard]) -> list[float]:
         """Each shard's cost alone (one batched call for those not priced yet)."""
@@ -295,7 +315,7 @@ class OptionState:
             self._shard_costs.update(zip(new, self.cost_fn([s.as_table for s in new])))
         return [self._shard_costs[s] for s in shards]
 
-    def _column_options(self, unit: Unit, options: list, before: list, after: list) -> None:
+    def _column_options(self, unit: Unit, options: list, before: list, after: list, packs: list) -> None:
         table = unit.table
         narrowest = self.workload.constraints.of(unit.parent)
         width_floor = MIN_SHARD_WIDTH
@@ -318,15 +338,21 @@ class OptionState:
             roomiest = rows[np.argsort(-self.free[rows], kind="stable")[:k]]
             need = np.zeros(len(self.free), dtype=np.int64)
             need[roomiest] = units[0].memory_bytes
-            if not self._spread_packs(unit, need):  # not even on the roomiest devices: the rest would not pack
-                continue
+            packs.append(self._spread_packs(unit, need))  # on the roomiest devices: the rest still packs
             rows = rows[np.argsort(self.loads[rows], kind="stable")[:k]]  # where they would go, to price it
             options.append(Option(ShardingType.COLUMN_WISE, tuple((-1, u) for u in units)))
             before.append(rows)
             after.append(self.loads[rows] + cost)
 
     def _spread_options(
-        self, unit: Unit, kinds: frozenset[ShardingType], worth: bool, options: list, before: list, after: list
+        self,
+        unit: Unit,
+        kinds: frozenset[ShardingType],
+        worth: bool,
+        options: list,
+        before: list,
+        after: list,
+        packs: list,
     ) -> None:
         spread = kinds & SPREAD_TYPES
         if not worth:
@@ -345,8 +371,9 @@ class OptionState:
             units = [unit_of[s] for _, s in option.placements]
             need = np.zeros(len(self.free), dtype=np.int64)
             np.add.at(need, ranks, [u.memory_bytes for u in units])
-            if (need > self.free).any() or not self._spread_packs(unit, need):
+            if (need > self.free).any():
                 continue
+            packs.append(self._spread_packs(unit, need))
             added = np.zeros(len(self.free))
             np.add.at(added, ranks, [u.cost for u in units])
             touched = np.unique(ranks)
@@ -356,10 +383,11 @@ class OptionState:
 
     def _spread_packs(self, unit: Unit, need: np.ndarray) -> bool:
         """Whether the units after ``unit`` still pack once its shards take ``need`` bytes."""
+        left = np.maximum(self._usable(unit) - need, 0)
         rest = self.packing.sizes_after(unit.memory_bytes)  # a table that fits no device is not among them
         if not rest:
             return True
-        return bool(packable_many(rest, (self.free - need)[None, :])[0])
+        return bool(packable_many(rest, left[None, :])[0])
 
     def _featured(
         self,
@@ -459,6 +487,9 @@ class OptionState:
         """Take ``option`` for the current unit (it must be one of ``candidates``)."""
         unit, known = self.pending.pop(), self._table_wise_costs
         self._table_wise_costs = {}
+        self.packing.answers = {}  # a step's packing answers hold for its free rooms only
+        if not self._fits(unit):
+            self.reserve -= self._row_share(unit)
         self.remaining_cost -= unit.cost
         self.remaining_bytes -= unit.memory_bytes
         self.placed_steps += 1
