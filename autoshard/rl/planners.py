@@ -49,8 +49,8 @@ class RLPlanner:
     softmax at ``temperature`` (seeded), each finished by cost_greedy's local search (moves and
     swaps, then option changes off the max device); the lowest predicted max is the raw result.
     With ``raw`` it is returned as it is (``rl+refine_raw``); else it is returned only where it is
-    predicted more than ``departure_margin`` below cost_greedy's plan, and cost_greedy's plan
-    otherwise (smaller predicted gains are within the model's error: ``DEPARTURE_MARGIN``). Both
+    predicted more than ``departure_margin`` below cost_greedy's plan (or cost_greedy finds none),
+    and cost_greedy's plan otherwise (smaller predicted gains are within the model's error: ``DEPARTURE_MARGIN``). Both
     names share one search per task (``cache``). Past ``time_budget_s`` no further sample starts
     and the plan comes back ``partial`` (the argmax plan always completes)."""
 
@@ -84,8 +84,11 @@ class RLPlanner:
         search.claimed = True
         found = [d.copy() for d in search.devices]
         if not self.raw:
-            greedy = self._greedy(cache).plan(workload, topology)
-            if max_load(found) >= (1 - self.departure_margin) * greedy.max_cost_ms:
+            try:
+                greedy: ShardingPlan | None = self._greedy(cache).plan(workload, topology)
+            except PlannerError:  # cost_greedy found no plan (a packing dead end): the search's stands
+                greedy = None
+            if greedy is not None and max_load(found) >= (1 - self.departure_margin) * greedy.max_cost_ms:
                 took = time.perf_counter() - started
                 return replace(greedy, planner=self.name, plan_time_s=took, reused_s=greedy.reused_s + reused)
         return build_plan(self.name, found, started, workload.batch_size, partial=search.partial, reused_s=reused)
