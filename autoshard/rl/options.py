@@ -364,11 +364,14 @@ class OptionState:
         found = spread_options(unit.table, self.topology, spread, GRID_WAYS)
         if self.rules is not None:
             found = [o for o in found if self.rules.ranks_allowed(unit.parent, o.ranks)]
-        distinct = list(dict.fromkeys(s for o in found for _, s in o.placements))
-        unit_of = dict(zip(distinct, map(Unit.of, distinct, self._shard_cost(distinct))))
+        # the options of one type share their shard objects across hosts (``row_shards`` is cached):
+        # told apart by identity, each priced once
+        by_id = {id(s): s for o in found for _, s in o.placements}
+        distinct = list(by_id.values())
+        unit_of = dict(zip(by_id, map(Unit.of, distinct, self._shard_cost(distinct))))
         for option in found:
             ranks = np.array(option.ranks)
-            units = [unit_of[s] for _, s in option.placements]
+            units = [unit_of[id(s)] for _, s in option.placements]
             need = np.zeros(len(self.free), dtype=np.int64)
             np.add.at(need, ranks, [u.memory_bytes for u in units])
             if (need > self.free).any():
@@ -384,6 +387,8 @@ class OptionState:
     def _spread_packs(self, unit: Unit, need: np.ndarray) -> bool:
         """Whether the units after ``unit`` still pack once its shards take ``need`` bytes."""
         left = np.maximum(self._usable(unit) - need, 0)
+        if self.packing.packs_anywhere(left, 0):  # room beyond the largest covers them all
+            return True
         rest = self.packing.sizes_after(unit.memory_bytes)  # a table that fits no device is not among them
         if not rest:
             return True
