@@ -860,51 +860,6 @@ def test_the_devices_allowed_to_a_chooser_of_few_candidates_give_the_mask_s_cand
         state.loads[device] = float(rng.integers(0, 3))  # loads tie often
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.lists(st.integers(1, 12), min_size=6, max_size=24),
-    st.integers(2, 12),
-    st.integers(0, 20),
-    st.floats(1.0, 1.15),
-    st.sampled_from([None, 1, 3]),
-    st.integers(0, 2**32 - 1),
-)
-def test_the_lookahead_prefetched_for_placements_side_by_side_answers_as_each_alone(
-    sizes, devices, placed, slack, limit, seed
-):
-    """``prefetch_lookahead`` (``place_together``'s placements at one step: one first-fit pass for
-    the rooms each checks first) records for every room the answer of that placement's own
-    first-fit, and ``allowed`` answers as without it: four placements of random choices."""
-    from autoshard.planners.place_loop import prefetch_lookahead
-    from autoshard.planners.placement_state import PlacementState
-
-    units = [
-        Unit.of(TableShard(Table(f"t{i}", s * GIB // 64, 16)), float(s))  # s GiB each
-        for i, s in enumerate(sorted(sizes, reverse=True))
-    ]
-    topology = Topology(devices, max(slack * sum(sizes) / devices, max(sizes)))
-
-    def stepped() -> list[PlacementState]:
-        rng = np.random.default_rng(seed)
-        states = [PlacementState(units, topology, lookahead=True) for _ in range(4)]
-        for _ in range(min(placed, len(units) - 1)):
-            allowed = [state.allowed(limit) for state in states]
-            if not all(len(a) for a in allowed):
-                break
-            for state, a in zip(states, allowed):
-                state.apply(int(rng.choice(a)))
-        return states
-
-    together, alone = stepped(), stepped()
-    prefetch_lookahead(together, limit)
-    for one, other in zip(together, alone):
-        prefetched = dict(one.packing.answers)
-        assert one.allowed(limit).tolist() == other.allowed(limit).tolist()
-        for room, answer in prefetched.items():
-            rooms = np.array([room], dtype=np.int64)
-            assert answer == bool(other.packing.packable(other.free, other.current.memory_bytes, rooms)[0])
-
-
 def test_a_chooser_of_one_candidate_has_the_lookahead_check_only_the_least_loaded_device():
     """The by-hand lookahead above (4 devices of 10 GiB, 3 GiB on devices 2 and 3, a 4 GiB unit
     next, then 7, 7, 6, 5): a chooser of one candidate gets device 0, the first empty device

@@ -146,25 +146,6 @@ def predict_nonempty(cost_model: CostModel, table_sets: Sequence[Sequence[Table]
     return out
 
 
-class AccumulatorView:
-    """Sets ``offset`` .. ``offset + num_sets - 1`` of a ``shared`` accumulator, as an accumulator
-    of their own: placements that step side by side (``planners.place_loop.place_together``) keep
-    their devices in one accumulator, so that one call scores a step of all of them."""
-
-    def __init__(self, shared: Accumulator, offset: int, num_sets: int) -> None:
-        self.shared, self.offset, self.num_sets = shared, offset, num_sets
-
-    def costs(self) -> np.ndarray:
-        return self.shared.costs()[self.offset : self.offset + self.num_sets]
-
-    def costs_if_added(self, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
-        rows = np.arange(self.num_sets) if rows is None else np.asarray(rows, dtype=np.int64)
-        return self.shared.costs_if_added(table, rows + self.offset)
-
-    def add(self, set_index: int, table: Table) -> None:
-        self.shared.add(self.offset + set_index, table)
-
-
 class RebuildingAccumulator:
     """The fallback accumulator: keeps the sets and asks ``predict_edits`` for every device."""
 

@@ -49,12 +49,3 @@ class AddedCosts:
         if self._every is None and device in self.known:  # scored among a few candidates
             return self.known[device]
         return float(self.of(np.array([device]))[0])
-
-    def knows(self, rows: np.ndarray) -> bool:
-        """Whether the costs on the devices ``rows`` are known already."""
-        return all(r in self.known for r in rows.tolist())
-
-    def prime(self, rows: np.ndarray, costs: np.ndarray) -> None:
-        """Record the costs on the devices ``rows``, predicted elsewhere (``place_together`` asks
-        for several placements in one call); ``of`` those devices then answers from them."""
-        self.known.update(zip(rows.tolist(), np.maximum(costs, self.loads[rows]).tolist()))

@@ -1,10 +1,10 @@
 """The choosers the planners share: a ``Chooser`` picks the device for a placement's current unit
 among those its mask allows (``least_loaded`` by running load, ``cheapest_after`` by the cost
-model among the ``candidates``); a ``BatchChooser`` picks for several placements at once."""
+model among the ``candidates``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 
@@ -41,10 +41,6 @@ def candidates(state: PlacementState, allowed: np.ndarray, limit: int = CANDIDAT
     if len(allowed) > limit:
         allowed = np.sort(allowed[np.argsort(state.loads[allowed], kind="stable")[:limit]])
     return allowed
-
-
-BatchChooser = Callable[[Sequence[PlacementState], Sequence[np.ndarray]], list[int]]
-"""(placements, each one's allowed devices) -> each one's device: ``Chooser`` for several at once."""
 
 
 def cheapest_after(state: PlacementState, allowed: np.ndarray) -> int:

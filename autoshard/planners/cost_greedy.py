@@ -7,16 +7,15 @@ from dataclasses import dataclass
 
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
-from autoshard.planners.choosers import CANDIDATES
+from autoshard.planners.choosers import CANDIDATES, cheapest_after
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.deadline import Deadline
-from autoshard.planners.device_state import DeviceState, assignment, build_plan
-from autoshard.planners.local_search import MAX_ROUNDS, SearchRound, improve
+from autoshard.planners.device_state import DeviceState, build_plan
+from autoshard.planners.local_search import MAX_ROUNDS, improve
 from autoshard.planners.option_search import change_options
 from autoshard.planners.place_loop import place_workload
 from autoshard.planners.placement_state import PlacementState, unit_cap
 from autoshard.planners.placement_unit import Unit
-from autoshard.planners.recording import RecordingChooser
 from autoshard.planners.sharding_options import ALL_TYPES
 from autoshard.planners.split_cap_choice import best_over_split_caps
 from autoshard.planners.spread_stage import best_of_tasks, spread_tasks
@@ -116,26 +115,13 @@ def searched_greedy(
     cache: TaskCache, cost_model: CostModel, cap: int | None, max_rounds: int, deadline: Deadline
 ) -> Placement:
     """cost_greedy's placement of a split cap after its local search (the ``cache``'s, if another
-    planner of the task searched it already within its budget); the devices are the caller's.
-    The search's rounds are recorded for the rl planner's repair steps."""
+    planner of the task searched it already within its budget); the devices are the caller's."""
 
     def search() -> tuple[Placement, bool]:
         state = greedy_placement(cache, cost_model, cap, deadline)
-        start = assignment(state.devices)
-        rounds: list[SearchRound] = []
         batch_size = cache.workload.batch_size
-        improve(
-            state.devices,
-            cost_model,
-            batch_size,
-            max_rounds,
-            deadline,
-            record=rounds,
-            max_units=state.max_units_per_device,
-        )
-        complete = not deadline.hit
-        placement = Placement(tuple(state.units), tuple(state.devices), start, tuple(rounds) if complete else None)
-        return placement, complete
+        improve(state.devices, cost_model, batch_size, max_rounds, deadline, max_units=state.max_units_per_device)
+        return Placement(tuple(state.units), tuple(state.devices)), not deadline.hit
 
     return cache.placement(("cost_greedy", cap, max_rounds), search)
 
@@ -146,8 +132,7 @@ def greedy_placement(
     """cost_greedy's placement before local search: largest predicted cost first, each unit to
     the device whose predicted cost with it is lowest, with the packing lookahead until the
     ``deadline`` (``place``; shards of at most ``cap`` ways, or none without a cap). Its steps'
-    costs are the task's ``StepCosts`` (``cache``), and its steps are recorded there
-    (``greedy_steps_key``) for ``rl``, if it kept the lookahead to the end."""
+    costs are the task's ``StepCosts`` (``cache``)."""
     topology = cache.topology
 
     def start(units: list[Unit]) -> PlacementState:
@@ -162,16 +147,7 @@ def greedy_placement(
             rules=cache.rules,
         )
 
-    choose = RecordingChooser()  # cheapest_after, keeping each step for the policy's argmax rollout
     task_units = cache.units(cost_model)
-    state = place_workload(
-        task_units, cap is not None, choose, start, max_ways=cap, scope=CANDIDATES, deadline=deadline
+    return place_workload(
+        task_units, cap is not None, cheapest_after, start, max_ways=cap, scope=CANDIDATES, deadline=deadline
     )
-    if not state.dropped_lookahead:  # else not the steps of a placement under the mask
-        cache.record(greedy_steps_key(cap), choose.recorded(state))
-    return state
-
-
-def greedy_steps_key(cap: int | None) -> tuple:
-    """Where a ``TaskCache`` keeps greedy placement's recorded steps at split cap ``cap``."""
-    return ("greedy steps", cap)

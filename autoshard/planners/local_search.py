@@ -37,7 +37,6 @@ def improve(
     max_rounds: int = MAX_ROUNDS,
     deadline: Deadline | None = None,
     even_out: bool = False,
-    record: list[SearchRound] | None = None,
     max_units: int | None = None,
 ) -> int:
     """Apply the best move off the max-cost device, or when no move helps the best swap, while
@@ -47,10 +46,8 @@ def improve(
     one-shard-per-device rule hold throughout. A round prices its neighbourhood in batches on one
     ``edit_scorer`` of the devices' sets (the moves; then the swaps' source sides, and their
     target sides only where the source side helps); returns the number of changes applied.
-    Stops early once ``deadline`` expires. ``record``: each round (``SearchRound``) is appended
-    to it, with every target's best change (the rl planner checks its policy's repair steps
-    against them). ``max_units``: no move may leave a device holding more units (the rl
-    planners' extrapolation guard).
+    Stops early once ``deadline`` expires. ``max_units``: no move may leave a device holding more
+    units (the extrapolation guard).
 
     ``even_out``: where no change lowers the max (another device is as loaded), take the best
     one that leaves both devices it touches below it, so that a later round can lower the max
@@ -62,11 +59,9 @@ def improve(
     for done in range(max_rounds):
         if deadline is not None and deadline.expired:
             return done
-        step = round_changes(states, cost_model, batch_size, max_units, per_target=record is not None)
+        step = round_changes(states, cost_model, batch_size, max_units, per_target=False)
         if step is None:
             return done
-        if record is not None:
-            record.append(SearchRound(tuple(s.copy() for s in states), step))
         apply_change(states, step.changes[0])
     return max_rounds
 
@@ -116,14 +111,6 @@ class Round:
 
     source: int
     changes: tuple[Change, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SearchRound:
-    """A round ``improve`` made: the devices before it (copies), and its changes."""
-
-    devices: tuple[DeviceState, ...]
-    step: Round
 
 
 def round_changes(

@@ -197,16 +197,6 @@ class PlacementState:
         assert self.added is not None, "costs_if_added needs a cost model's accumulator"
         return self.added.of(rows)
 
-    def knows(self, rows: np.ndarray) -> bool:
-        """Whether the current unit's costs on the devices ``rows`` are known already."""
-        return self.added is not None and self.added.knows(rows)
-
-    def prime(self, rows: np.ndarray, costs: np.ndarray) -> None:
-        """Record the current unit's predicted costs on the devices ``rows``, scored elsewhere
-        (``place_together`` scores several placements in one call)."""
-        assert self.added is not None, "prime needs a cost model's accumulator"
-        self.added.prime(rows, costs)
-
     def apply(self, device: int) -> None:
         """Place the current unit on ``device`` (which must have room) and move to the next."""
         self._require_room(device)
@@ -297,10 +287,3 @@ def unit_cap(
     if cost_model.max_set_size is None:
         return None
     return max(cost_model.max_set_size, math.ceil(headroom * num_units / num_devices))
-
-
-def first_alike(states: Sequence[PlacementState], indices: Sequence[int]) -> list[int]:
-    """For each of ``indices``, the first of them whose placement is alike it so far
-    (``PlacementState.alike_key``; itself when there is none)."""
-    first: dict[object, int] = {}
-    return [first.setdefault(k if (key := states[k].alike_key) is None else key, k) for k in indices]

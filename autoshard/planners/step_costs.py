@@ -11,15 +11,14 @@ import numpy as np
 class StepCosts:
     """Costs-if-added that placements of the same units, in the same order, on the same cost
     model have computed, by the choices made before the step. Placements that made the same
-    choices hold the same sets, so the current unit costs the same on each device: greedy
-    placement, the policy's argmax rollout (the clone of greedy) and its sampled rollouts
-    (until they first draw otherwise) ask the cost model once for a step they share. A history
+    choices hold the same sets, so the current unit costs the same on each device: the greedy
+    placements of one task (the split caps' retries, the heuristics scored together) ask the cost
+    model once for a step they share. A history
     is a node of a tree of choices (0: none yet), so two histories never share an entry."""
 
     def __init__(self) -> None:
         self._children: dict[tuple[int, int], int] = {}  # (history, device chosen) -> the history after it
         self._costs: dict[int, dict[int, float]] = {}  # history -> {device: cost with the next unit added}
-        self._scores: dict[int, dict[Hashable, np.ndarray]] = {}  # history -> {(policy, rows): scores}
         self._known: dict[Hashable, np.ndarray] = {}  # (fact, history, ...) -> its value (``once``)
         self._rooms: dict[int, dict[int, bool]] = {}  # history -> {free room: packable after taking the unit}
 
@@ -38,16 +37,10 @@ class StepCosts:
         one dict every placement at that history reads and adds to)."""
         return self._rooms.setdefault(history, {})
 
-    def scores(self, history: int) -> dict[Hashable, np.ndarray]:
-        """A policy's scores of candidate devices computed at ``history``, by (policy, rows): the
-        policy's argmax rollout and its sampled rollouts alike so far observe the same state."""
-        return self._scores.setdefault(history, {})
-
     def once(self, key: Hashable, compute: Callable[[], np.ndarray]) -> np.ndarray:
         """A fact about the state at a history (``key`` names the fact and the history), computed
         once (read-only): the devices allowed (state, mask rules and the choosers' ``limit``).
-        Greedy placement, the policy's argmax rollout (the same steps under an extra rule) and its
-        sampled rollouts compute the steps they share once."""
+        Placements that share the step compute it once."""
         found = self._known.get(key)
         if found is None:
             found = self._known[key] = compute()

@@ -1,10 +1,10 @@
 """Work that the planners of one task do alike, done once: the task's ``TaskCache``.
 
-``rl+refine`` starts from cost_greedy's searched placement and from the policy's argmax rollout,
-which are ``cost_greedy``'s and ``rl``'s own plans: when the three plan one task side by side
-(``compare_planners``, the service's model task), each placement is computed by the first planner
-that needs it and handed to the others as copies. The caller that plans a task owns its cache
-(``PlannerContext.cache``); a planner given none makes its own.
+``rl+refine`` compares its search with cost_greedy's plan, and ``rl+refine_raw`` returns that same
+search: when they plan one task side by side (``compare_planners``, the service's model task),
+each placement and search is computed by the first planner that needs it and handed to the others.
+The caller that plans a task owns its cache (``PlannerContext.cache``); a planner given none makes
+its own.
 """
 
 from __future__ import annotations
@@ -15,11 +15,9 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from autoshard.core.types import CostModel, Topology, Workload
-from autoshard.planners.device_state import Assignment, DeviceState
-from autoshard.planners.local_search import SearchRound
+from autoshard.planners.device_state import DeviceState
 from autoshard.planners.placement_rules import PlacementRules
 from autoshard.planners.placement_unit import Unit, model_costs
-from autoshard.planners.recording import RecordedSteps
 from autoshard.planners.step_costs import StepCosts
 from autoshard.planners.unit_preparation import TaskUnits
 
@@ -28,15 +26,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """A finished placement: its units in the order they were placed, its devices, and, for a
-    placement local search improved, the ``assignment`` the search started from and, where it
-    was recorded and ran to its end, its rounds (read-only). ``seconds``: the time it took to
-    compute; ``reused``: handed out by a ``TaskCache``, not computed by the planner that holds it."""
+    """A finished placement: its units in the order they were placed, and its devices.
+    ``seconds``: the time it took to compute; ``reused``: handed out by a ``TaskCache``, not
+    computed by the planner that holds it."""
 
     units: tuple[Unit, ...]
     devices: tuple[DeviceState, ...]
-    searched_from: Assignment | None = None
-    rounds: tuple[SearchRound, ...] | None = None
     seconds: float = 0.0
     reused: bool = False
 
@@ -53,8 +48,8 @@ class TaskCache:
     """What the planners of one task (``workload`` on ``topology``, one cost model) compute alike:
     the task's units as each cost model costs them alone (``units``), the ``StepCosts`` of
     placements of the same units in the same order (``steps``), finished placements by key (what
-    computed them, with the settings they depend on: ``placement``), and greedy placement's
-    recorded steps (``record``, ``recorded``). ``fixed``: shards on their devices before the
+    computed them, with the settings they depend on: ``placement``), and other derived results
+    (``derived``). ``fixed``: shards on their devices before the
     task's units are placed (``PlacementState(fixed=...)``), for the tables of a workload that a
     sharding option spread (the task is then the rest of the workload around them). Only a
     placement computed within its planner's budget is kept: one cut short stays that planner's
@@ -64,7 +59,6 @@ class TaskCache:
         self.workload, self.topology, self.fixed = workload, topology, fixed
         self._kept: dict[Hashable, Placement] = {}
         self._steps: dict[Hashable, StepCosts] = {}
-        self._records: dict[Hashable, RecordedSteps] = {}
         self._units: dict[int, tuple[CostModel, TaskUnits]] = {}  # by the cost model's id (it is kept alive)
         self.reused = 0  # how many placements were handed out instead of computed (for tests)
         self._derived: dict[Hashable, Any] = {}
@@ -118,12 +112,3 @@ class TaskCache:
         if key not in self._derived:
             self._derived[key] = make()
         return self._derived[key]
-
-    def record(self, key: Hashable, steps: RecordedSteps | None) -> None:
-        """Keep a placement's recorded steps under ``key`` (nothing for None)."""
-        if steps is not None:
-            self._records[key] = steps
-
-    def recorded(self, key: Hashable) -> RecordedSteps | None:
-        """The recorded steps kept under ``key`` (read-only), if any."""
-        return self._records.get(key)
