@@ -270,7 +270,7 @@ def _result(workload: Workload, topology: Topology, report: dict[str, Any]) -> P
     plans = {}
     for entry in report["plans"]:
         labels = [device["tables"] for device in entry["devices"]]  # every sharding type's shards, read back
-        shards = plan_shards(labels, tables, topology.local_world_size)
+        shards = plan_shards(labels, tables, None if topology is None else topology.local_world_size)
         devices = [DevicePlan(s, float(d["cost_ms"])) for s, d in zip(shards, entry["devices"])]
         plans[entry["planner"]] = ShardingPlan(
             entry["planner"], tuple(devices), float(entry["plan_time_s"]), reused_s=float(entry.get("reused_s", 0.0))
