@@ -28,6 +28,11 @@ from autoshard.rl.options import OptionState
 from autoshard.rl.policy import OptionPolicy
 from autoshard.rl.rollout import Choose, argmax_choice, rollout, sampled_choice
 
+SAMPLE_BUDGET_S = 1.0
+"""rl+refine draws another sample only where the search so far plus one more rollout (as long as
+the argmax one took) stays within this: every sample on tasks up to a few hundred tables, none on
+1,000 tables x 128 devices, where one rollout takes 0.5-0.7 s (docs/decisions.md, 40)."""
+
 
 @dataclass
 class _Search:
@@ -51,8 +56,9 @@ class RLPlanner:
     With ``raw`` it is returned as it is (``rl+refine_raw``); else it is returned only where it is
     predicted more than ``departure_margin`` below cost_greedy's plan (or cost_greedy finds none),
     and cost_greedy's plan otherwise (smaller predicted gains are within the model's error: ``DEPARTURE_MARGIN``). Both
-    names share one search per task (``cache``). Past ``time_budget_s`` no further sample starts
-    and the plan comes back ``partial`` (the argmax plan always completes)."""
+    names share one search per task (``cache``). A sample starts only within ``sample_budget_s``;
+    past ``time_budget_s`` no further sample starts and the plan comes back ``partial`` (the
+    argmax plan always completes)."""
 
     cost_model: CostModel
     policy: OptionPolicy
@@ -68,6 +74,7 @@ class RLPlanner:
     cache: TaskCache | None = None
     sharding_types: frozenset[ShardingType] = ALL_TYPES
     raw: bool = False
+    sample_budget_s: float = SAMPLE_BUDGET_S
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
@@ -119,11 +126,14 @@ class RLPlanner:
         chooses = [argmax_choice(self.policy)]
         chooses += [sampled_choice(self.policy, rng, self.temperature) for _ in range(self.samples)]
         best: list[DeviceState] | None = None
+        first = 0.0  # the argmax rollout's seconds: what a sample is expected to take
         for k, choose in enumerate(chooses):
-            if k and deadline.expired:
+            if k and (deadline.expired or time.perf_counter() - started + first > self.sample_budget_s):
                 break
             try:
+                began = time.perf_counter()
                 state = self._rollout(workload, topology, choose)
+                first = first or time.perf_counter() - began
             except PlannerError:
                 if k == 0:
                     raise
