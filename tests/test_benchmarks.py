@@ -248,15 +248,6 @@ def test_measure_report_measures_an_evaluate_reports_plans_on_the_cpu(tiny, tmp_
 # the other scripts
 
 
-def test_policy_gain_compares_the_shipped_policy_with_its_warm_start(tmp_path):
-    """Issue 53's PPO bar on a tiny grid: both policies plan each task, and the ratio is theirs."""
-    script("benchmarks/policy_gain.py", "--tables", "20", "--topologies", "1x4,2x2", "--out", str(tmp_path))
-    found = json.loads((tmp_path / "policy_gain.json").read_text())
-    assert found["tasks"] == 2 and "warm_start" in found and found["shipped"] != found["warm_start"]
-    for row in found["rows"]:
-        assert row["ratio"] == pytest.approx(row["shipped_ms"] / row["warm_start_ms"])
-
-
 def test_plan_identity_finds_a_changed_plan(tmp_path):
     before, after = tmp_path / "before.json", tmp_path / "after.json"
     script("benchmarks/plan_identity.py", "--out", str(before), "--limit", "1")

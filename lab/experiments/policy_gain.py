@@ -2,8 +2,8 @@
 against ``rl`` with its warm start (the clone PPO started from), on the held-out 4D grid of
 ``autoshard policy eval`` (predicted; compute + communication).
 
-    python benchmarks/policy_gain.py                                  # the default profile
-    python benchmarks/policy_gain.py --tables 20,80 --topologies 1x4,2x8 --out runs/policy_gain
+    python lab/experiments/policy_gain.py                                  # the default profile
+    python lab/experiments/policy_gain.py --tables 20,80 --topologies 1x4,2x8 --out runs/policy_gain
 
 The profile holds both: ``policy.pt`` and ``policy_warm_start.pt`` (what ``autoshard policy
 train`` writes to its work dir as ``warm_start.pt``). Per task, both plans' predicted max and
@@ -18,7 +18,7 @@ import math
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
