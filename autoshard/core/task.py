@@ -54,6 +54,13 @@ def memory_for(workload: Workload, num_devices: int, slack: float) -> float:
     return round(gib, 6) or gib  # tiny workloads keep their few bytes rather than round to 0
 
 
+def even_memory(workload: Workload, num_devices: int, slack: float) -> float:
+    """GiB per device: ``slack`` x an even share, without ``memory_for``'s floor of the largest
+    table (some tables may fit no device: they must be row-sharded)."""
+    gib = slack * workload.memory_bytes / num_devices / GIB
+    return round(gib, 6) or gib
+
+
 TOPOLOGY_FIELDS = frozenset({"num_devices", "num_hosts", "devices_per_host", "device_memory_gb", "memory_slack"})
 """A task's own topology fields; a task naming none of them takes its workload file's topology."""
 SYNTHETIC_FIELDS = ("pool_size", "pool_seed", "split", "num_tables", "seed", "batch_size", "max_log10_rows")

@@ -14,8 +14,8 @@ import numpy as np
 
 from autoshard.core.communication import CommunicationModel, WithCommunication
 from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
-from autoshard.core.task import Task, memory_for
-from autoshard.core.types import GIB, Table, TableShard, Topology, Workload
+from autoshard.core.task import Task, even_memory, memory_for
+from autoshard.core.types import Table, TableShard, Topology
 from autoshard.evaluation.compare import compare_planners
 from autoshard.evaluation.registry import planner_spec
 from autoshard.planners.column_split import split_ways
@@ -45,12 +45,6 @@ class GridConfig:
     def is_giant(self, index: int) -> bool:
         """Whether the grid's task at 0-based ``index`` is a giant task."""
         return self.giant_every > 0 and (index + 1) % self.giant_every == 0
-
-
-def even_memory(workload: Workload, num_devices: int, slack: float) -> float:
-    """GiB per device: ``slack`` x an even share of the tables' memory (no largest-table floor)."""
-    gib = slack * workload.memory_bytes / num_devices / GIB
-    return round(gib, 6) or gib
 
 
 GIANT_SUFFIX = "-giant"

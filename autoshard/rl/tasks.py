@@ -12,8 +12,8 @@ import numpy as np
 
 from autoshard.core.errors import InputError
 from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
-from autoshard.core.task import Task, memory_for
-from autoshard.core.types import GIB, Table, Topology, Workload
+from autoshard.core.task import Task, even_memory, memory_for
+from autoshard.core.types import Table, Topology
 
 
 class TaskSource(Protocol):
@@ -36,12 +36,6 @@ class FixedTasks:
 def _pool_tables(pool: PoolConfig, split: str) -> tuple[Table, ...]:
     generated = generate_pool(pool)
     return generated.train if split == "train" else generated.test
-
-
-def cluster_memory_gb(workload: Workload, devices: int, slack: float, giant: bool) -> float:
-    """GiB per device: ``slack`` x an even share; unless ``giant``, at least what the largest
-    table needs (``memory_for``)."""
-    return slack * workload.memory_bytes / devices / GIB if giant else memory_for(workload, devices, slack)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,5 +76,5 @@ class TaskDistribution:
         giant = bool(rng.random() < self.giant_share)
         devices = hosts * per_host
         workload = sample_task(tables, count, rng, self.batch_size, f"{self.split}{count}_{hosts}x{per_host}")
-        memory = cluster_memory_gb(workload, devices, slack, giant)
+        memory = even_memory(workload, devices, slack) if giant else memory_for(workload, devices, slack)
         return Task(workload.name, workload, Topology.cluster(hosts, per_host, memory))
