@@ -25,3 +25,18 @@ class AnalyticalTestCostModel(SetCostModel):
     def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
         self.calls += 1
         return [self.predict(tables, batch_size) for tables in table_sets]
+
+
+@dataclass
+class FixedCostTestModel(SetCostModel):
+    """ms = ``fixed`` + ``per_table`` n for a set of n >= 1 tables (0 for none): a device's fixed
+    cost (kernel launches, the all-to-all's latency) is paid once, however many tables it holds."""
+
+    fixed: float = 1.0
+    per_table: float = 0.1
+
+    def predict(self, tables: Sequence[Table], batch_size: int) -> float:
+        return self.fixed + self.per_table * len(tables) if tables else 0.0
+
+    def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
+        return [self.predict(tables, batch_size) for tables in table_sets]

@@ -3,6 +3,7 @@ the planners that show the policy's own work, and the shipped policy."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from autoshard.rl.policy import OptionPolicy, OptionScoringPolicy
 from autoshard.rl.rollout import argmax_choice, rollout
 from autoshard.rl.tasks import FixedTasks, TaskDistribution
 from cost_model.checkpoint import load_cost_model
+from tests.cost_models import FixedCostTestModel
 
 SHIPPED = Path(__file__).resolve().parents[1] / "data" / "models" / "default"
 SMALL = TaskDistribution(num_tables=(6, 12), topologies=((1, 2), (1, 4), (2, 2)))
@@ -125,6 +127,17 @@ def test_masks_allow_exactly_the_feasible_options(model):
     state = OptionState(Workload((giant,)), Topology(3, 9e6 / GIB), model)
     kinds = {o.sharding_type for o in state.candidates().options}
     assert ShardingType.TABLE_WISE not in kinds and ShardingType.ROW_WISE in kinds
+
+
+def test_the_teacher_opens_every_device_rather_than_pile_onto_one():
+    """Four alike tables on two devices whose sets cost 1 + 0.1 n ms: opening a device costs 1.1,
+    adding to an open one 0.1, but the second device will be opened anyway. By hand: 2 + 2,
+    max 1.2 (counting the opening cost against the projected mean would put three on the first
+    device: max 1.3)."""
+    tables = tuple(Table(f"t{i}", 1_000, 16) for i in range(4))
+    state = OptionState(Workload(tables), Topology(2, 1.0), FixedCostTestModel(), allowed=TW_ONLY)
+    rollout(state, expert_choice)
+    assert state.count.tolist() == [2, 2] and state.loads.max() == pytest.approx(1.2)
 
 
 def test_the_observation_carries_no_planners_pick(model):
@@ -286,9 +299,14 @@ def test_policy_train_cli_writes_a_policy_that_plans_and_resumes(tmp_path):
     shutil.copy(SHIPPED / "communication.json", tmp_path)
     args = ["policy", "train", "--profile", str(tmp_path), "--envs", "1", "--no-progress", "--slots", "8"]
     args += ["--checkpoint-every", "256", "--eval-every", "512", "--eval-tasks", "2", "--imitation-episodes", "2"]
+    args += ["--tables", "6,60", "--topologies", "1x2,2x2", "--pool-size", "100"]
     first = CliRunner().invoke(app, [*args, "--steps", "512"])
     assert first.exit_code == 0, first.output
     work = tmp_path / "policy_training"
+    config = json.loads((work / "training.json").read_text())["config"]
+    assert config["tasks"]["num_tables"] == [6, 60] and config["tasks"]["pool"]["size"] == 100
+    held_out = config["eval_distribution"]  # the pool's test tables, the sizes where plans differ
+    assert held_out["split"] == "test" and held_out["num_tables"] == [60] and held_out["topologies"] == [[2, 2]]
     assert (tmp_path / "policy.pt").exists() and (work / "eval_log.csv").exists()
     assert list((work / "checkpoints").glob("ppo_*_steps.zip")) and list((work / "tensorboard").rglob("events.*"))
     policy = OptionPolicy.load(tmp_path / "policy.pt")
@@ -309,6 +327,9 @@ def test_policy_train_cli_writes_a_policy_that_plans_and_resumes(tmp_path):
     assert changed.exit_code == 2 and "slots" in changed.output, changed.output
     bad = CliRunner().invoke(app, ["policy", "train", "--profile", str(tmp_path), "--reward", "nope"])
     assert bad.exit_code == 2 and "reward" in bad.output
+    for option, value in (("--tables", "0,6"), ("--topologies", "2by4")):
+        bad = CliRunner().invoke(app, ["policy", "train", "--profile", str(tmp_path), option, value])
+        assert bad.exit_code == 2 and option in bad.output, bad.output
 
 
 def test_past_its_time_budget_rl_refine_returns_its_best_so_far_marked_partial(model, shipped):

@@ -23,16 +23,21 @@ from autoshard.cli.support import (
     print_json,
 )
 from autoshard.core.errors import InputError, ModelError
+from autoshard.core.synthetic import PoolConfig
+from autoshard.rl.tasks import TaskDistribution
 
 app = typer.Typer(
     help="The RL placement policy: train it against a profile's cost model, evaluate it.", no_args_is_help=True
 )
 TRAINING_DIR = "policy_training"
+TRAIN_TABLES_DEFAULT = ",".join(str(n) for n in TaskDistribution().num_tables)
+TRAIN_TOPOLOGIES_DEFAULT = ",".join(f"{h}x{d}" for h, d in TaskDistribution().topologies)
 # help panels beside support's
-PROFILE, RUN, POLICY, TRAINING, EVALUATION, GRID = (
+PROFILE, RUN, POLICY, TASKS, TRAINING, EVALUATION, GRID = (
     "Profile",
     "Run",
     "Policy",
+    "Training tasks",
     "Training",
     "Checkpoints and evaluation",
     "Grid",
@@ -106,6 +111,27 @@ def train_cmd(
             rich_help_panel=POLICY,
         ),
     ] = 48,
+    tables: Annotated[
+        str,
+        typer.Option(
+            help="Table counts of the training tasks, comma-separated (each episode draws one).",
+            rich_help_panel=TASKS,
+        ),
+    ] = TRAIN_TABLES_DEFAULT,
+    topologies: Annotated[
+        str,
+        typer.Option(
+            help="Clusters of the training tasks, HOSTSxDEVICES_PER_HOST, comma-separated.", rich_help_panel=TASKS
+        ),
+    ] = TRAIN_TOPOLOGIES_DEFAULT,
+    pool_size: Annotated[
+        int,
+        typer.Option(
+            min=10,
+            help="Synthetic tables in the pool the tasks draw from (80% train, 20% held out for evaluation).",
+            rich_help_panel=TASKS,
+        ),
+    ] = PoolConfig().size,
     seed: Annotated[
         int, typer.Option(min=0, help="Seed of the tasks, the environments and PPO.", rich_help_panel=TRAINING)
     ] = 0,
@@ -145,6 +171,11 @@ def train_cmd(
         ) from None
     if resume and fresh:
         raise InputError("--fresh", "cannot both resume a run and discard it", "pass --resume or --fresh, not both")
+    distribution = TaskDistribution(
+        pool=PoolConfig(size=pool_size),
+        num_tables=_counts(tables, "--tables", TRAIN_TABLES_DEFAULT),
+        topologies=_topologies(topologies),
+    )
     loaded = _profile(profile)
     one_thread()
     folder = profile if profile.is_dir() else profile.parent
@@ -156,6 +187,7 @@ def train_cmd(
             "pass --fresh to replace it, --resume to continue its run, or train into a copy of the profile",
         )
     config = TrainConfig(
+        tasks=distribution,
         steps=steps,
         seed=seed,
         envs=envs,
@@ -172,6 +204,7 @@ def train_cmd(
     command = (
         f"autoshard policy train --profile {shlex.quote(str(profile))} --steps {steps} --seed {seed} "
         f"--envs {envs} --reward {reward} --slots {slots} "
+        f"--tables {tables} --topologies {topologies} --pool-size {pool_size} "
         f"--imitation-episodes {imitation_episodes} --dagger-rounds {dagger_rounds} "
         f"--learning-rate {learning_rate:g} --ent-coef {ent_coef:g}" + (" --subprocess" if subprocess else "")
     )

@@ -14,7 +14,7 @@ import csv
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -64,13 +64,11 @@ class TrainConfig:
     checkpoint_every: int = 50_000
     env: EnvConfig = EnvConfig()
     tasks: TaskDistribution = TaskDistribution()
-    eval_distribution: TaskDistribution = field(
-        default_factory=lambda: TaskDistribution(
-            split="test", num_tables=(40, 80, 160), topologies=((1, 4), (1, 8), (2, 8), (4, 4))
-        )
-    )
+    eval_distribution: TaskDistribution | None = None  # None: ``held_out(tasks)``
 
     def __post_init__(self) -> None:
+        if self.eval_distribution is None:
+            object.__setattr__(self, "eval_distribution", held_out(self.tasks))
         for name in (
             "steps",
             "envs",
@@ -89,6 +87,20 @@ class TrainConfig:
             raise InputError("imitation_episodes", f"must be >= 0, got {self.imitation_episodes}")
         if self.dagger_rounds < 0:
             raise InputError("dagger_rounds", f"must be >= 0, got {self.dagger_rounds}")
+
+
+HELD_OUT_MIN_TABLES = 40
+HELD_OUT_MIN_DEVICES = 4
+
+
+def held_out(tasks: TaskDistribution) -> TaskDistribution:
+    """The evaluation's tasks for training on ``tasks``: its pool's test tables (never trained
+    on), its table counts of at least ``HELD_OUT_MIN_TABLES`` and its clusters of at least
+    ``HELD_OUT_MIN_DEVICES`` devices (all of them where none is that large): the sizes where
+    plans differ."""
+    counts = tuple(n for n in tasks.num_tables if n >= HELD_OUT_MIN_TABLES) or tasks.num_tables
+    clusters = tuple(t for t in tasks.topologies if t[0] * t[1] >= HELD_OUT_MIN_DEVICES) or tasks.topologies
+    return replace(tasks, split="test", num_tables=counts, topologies=clusters)
 
 
 def eval_tasks(distribution: TaskDistribution, count: int, seed: int) -> list[Task]:
@@ -204,6 +216,7 @@ def train_policy(
             device="cpu",
             verbose=0,
         )
+    assert config.eval_distribution is not None  # set by __post_init__
     tasks = eval_tasks(config.eval_distribution, config.eval_tasks, config.seed + 1)
     tasks, teacher = teacher_maxima(tasks, cost_model, communication)
     recorded_best = recorded.get("best_ratio") if resumed else None
