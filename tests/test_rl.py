@@ -136,6 +136,12 @@ def test_the_teacher_opens_every_device_rather_than_pile_onto_one():
     device: max 1.3)."""
     tables = tuple(Table(f"t{i}", 1_000, 16) for i in range(4))
     state = OptionState(Workload(tables), Topology(2, 1.0), FixedCostTestModel(), allowed=TW_ONLY)
+    state.apply(state.candidates().options[0])
+    found = state.candidates()  # the second table: on the open device (+0.1 ms) or the empty one (+1.1 ms)
+    assert found.added.tolist() == pytest.approx([0.1, 0.1])  # the empty one is opened by the end anyway
+    assert found.after_max.tolist() == pytest.approx([1.2, 1.1])
+    mean_added = found.rows[:, OPTION_FEATURES.index("mean_added")]
+    assert mean_added[0] == mean_added[1] == pytest.approx(0.1 / 2 / state.scale)
     rollout(state, expert_choice)
     assert state.count.tolist() == [2, 2] and state.loads.max() == pytest.approx(1.2)
 
@@ -283,7 +289,7 @@ def test_a_corrupt_missing_or_older_policy_is_a_model_error(tmp_path):
     (tmp_path / "policy.pt").write_bytes(b"not a policy")
     with pytest.raises(ModelError, match="cannot load"):
         OptionPolicy.load(tmp_path / "policy.pt")
-    torch.save({"format": "autoshard-policy-v1", "info": {}, "layers": []}, tmp_path / "old.pt")
+    torch.save({"format": "autoshard-policy-v2", "info": {}, "layers": []}, tmp_path / "old.pt")  # before `mean_added`
     with pytest.raises(ModelError, match="retrain"):
         OptionPolicy.load(tmp_path / "old.pt")
 

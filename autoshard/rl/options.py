@@ -75,7 +75,7 @@ OPTION_FEATURES = (
     "cost_before",
     "cost_after",
     "over_max",
-    "added_cost",
+    "mean_added",
     "memory",
     "free_after",
     "count",
@@ -88,7 +88,7 @@ FEATURE_GROUPS = {
     "global": CONTEXT_FEATURES[:7],
     "unit": CONTEXT_FEATURES[7:],
     "option_kind": OPTION_FEATURES[1:8],
-    "option_cost": ("cost_before", "cost_after", "over_max", "added_cost", "host_cost", "mean_after"),
+    "option_cost": ("cost_before", "cost_after", "over_max", "mean_added", "host_cost", "mean_after"),
     "option_fit": ("memory", "free_after", "count", "rank"),
 }
 """The observation's feature groups, for the ablations that train without one (``dropped``)."""
@@ -131,7 +131,7 @@ class Candidates:
     options: tuple[Option, ...]
     rows: np.ndarray  # [len(options), OPTION]
     after_max: np.ndarray  # each option's highest device cost after it, unscaled
-    added: np.ndarray  # each option's added cost, unscaled
+    added: np.ndarray  # each option's added cost, unscaled (an empty device's: ``_added_table_wise``)
 
     def __len__(self) -> int:
         return len(self.options)
@@ -421,20 +421,21 @@ class OptionState:
         k = len(placed)
         if k:
             loads = self.loads[rows]
+            adds = self._added_table_wise(rows, costs - loads)
             block = features[:k]
             block[:, 0], block[:, 1] = 1.0, 1.0  # real; table_wise
             block[:, 7] = 1 / n
             block[:, 8] = loads / scale
             block[:, 9] = costs / scale
             block[:, 10] = (costs - current_max) / scale
-            block[:, 11] = (costs - loads) / scale
+            block[:, 11] = adds / (n * scale)
             block[:, 12] = unit.memory_bytes / free_total
             block[:, 13] = (self.free[rows] - unit.memory_bytes) / self.capacity[rows]
             block[:, 14] = self.count[rows] / even
             block[:, 15] = ranks[rows]
             block[:, 16] = host_mean[self.hosts[rows]] / scale
             block[:, 17] = costs / scale
-            after_max[:k], added_all[:k] = costs, costs - loads
+            after_max[:k], added_all[:k] = costs, adds
         for i, (option, touched, cost) in enumerate(zip(others, before, after), start=k):
             loads = self.loads[touched]
             added = float((cost - loads).sum())
@@ -452,7 +453,7 @@ class OptionState:
             row[8] = loads.max() / scale
             row[9] = cost.max() / scale
             row[10] = (cost.max() - current_max) / scale
-            row[11] = added / scale
+            row[11] = added / (n * scale)
             row[12] = memory / free_total
             row[13] = float(np.min((self.free[touched] - per) / self.capacity[touched]))
             row[14] = float(self.count[touched].sum()) / len(touched) / even
@@ -461,6 +462,19 @@ class OptionState:
             row[17] = float(cost.sum()) / len(cost) / scale
             after_max[i], added_all[i] = float(cost.max()), added
         return Candidates(options, features, after_max, added_all)
+
+    def _added_table_wise(self, rows: np.ndarray, added: np.ndarray) -> np.ndarray:
+        """What placing the unit table-wise on each device of ``rows`` adds, where an empty
+        device counts as the cheapest loaded one while at least as many units are left as
+        devices are empty: every device is opened by the end anyway, so its fixed cost (a set's
+        cost over the sum of its tables' marginal costs) is no reason to pile tables onto loaded
+        devices (criteo_kaggle: the teacher's plan 1.275x cost_greedy's predicted max with it
+        counted, 0.999x without; docs/decisions.md, 41)."""
+        empty = self.count == 0
+        opens = empty[rows]
+        if len(self.pending) < empty.sum() or opens.all() or not opens.any():
+            return added
+        return np.where(opens, added[~opens].min(), added)
 
     def context(self) -> np.ndarray:
         """The global features and the current unit's (``CONTEXT_FEATURES``)."""
@@ -552,27 +566,8 @@ def expert_choice(state: OptionState, found: Candidates) -> int:
     n = len(state.loads)
     current_max = float(state.loads.max())
     base = (float(state.loads.sum()) + state.remaining_cost - state.current.cost) / n
-    bound = np.maximum(np.maximum(found.after_max, current_max), base + _projected_added(state, found) / n)
+    bound = np.maximum(np.maximum(found.after_max, current_max), base + found.added / n)
     return int(np.lexsort((found.after_max, np.round(bound / (TIE * state.scale))))[0])
-
-
-def _projected_added(state: OptionState, found: Candidates) -> np.ndarray:
-    """Each option's added cost for the projected mean, where placing on an empty device counts
-    as the cheapest addition to a loaded one while at least as many units are left as devices are
-    empty: every device is opened by the end anyway, so its fixed cost (a set's cost over the sum
-    of its tables' marginal costs) is no reason to pile tables onto loaded devices
-    (criteo_kaggle: 1.275x cost_greedy's predicted max without it, 0.999x with it; docs/decisions.md, 41)."""
-    empty = state.count == 0
-    table_wise = [o.placements[0][0] for o in found.options if o.sharding_type is ShardingType.TABLE_WISE]
-    if not empty.any() or len(state.pending) < empty.sum() or not table_wise:
-        return found.added
-    ranks = np.array(table_wise)  # table-wise options come first
-    opens = empty[ranks]
-    if opens.all() or not opens.any():
-        return found.added
-    added = found.added.copy()
-    added[: len(ranks)][opens] = added[: len(ranks)][~opens].min()
-    return added
 
 
 __all__ = ["CONTEXT", "KINDS", "OPTION", "Candidates", "Option", "OptionState", "expert_choice"]

@@ -24,7 +24,7 @@ from autoshard.core.errors import ModelError
 from autoshard.rl.options import CONTEXT, OPTION, kept_columns
 
 POLICY_FILE = "policy.pt"
-FORMAT = "autoshard-policy-v2"
+FORMAT = "autoshard-policy-v3"  # v3: the option feature `mean_added` (docs/decisions.md, 41)
 ROW = CONTEXT + OPTION
 
 
