@@ -29,6 +29,7 @@ from autoshard.rl.planners import RLPlanner
 from autoshard.rl.policy import OptionPolicy, OptionScoringPolicy
 from autoshard.rl.rollout import argmax_choice, rollout
 from autoshard.rl.tasks import FixedTasks, TaskDistribution
+from autoshard.rl.train import TrainConfig
 from cost_model.checkpoint import load_cost_model
 from tests.cost_models import FixedCostTestModel
 
@@ -347,3 +348,27 @@ def test_past_its_time_budget_rl_refine_returns_its_best_so_far_marked_partial(m
     )
     validate_plan(plan, workload, topology)
     assert plan.partial
+
+
+def test_policy_train_defaults_are_the_shipped_policys_run():
+    """`autoshard policy train --profile P --subprocess` retrains the shipped policy: every setting its
+    recorded command names is the CLI's default (and TrainConfig's)."""
+    import shlex
+
+    import typer
+
+    from autoshard.cli import app
+
+    train = typer.main.get_command(app).commands["policy"].commands["train"]  # type: ignore[attr-defined]
+    defaults = {f"--{p.name.replace('_', '-')}": p.default for p in train.params}
+    words = shlex.split(OptionPolicy.load(SHIPPED / "policy.pt").info.command)
+    recorded = dict(zip(words[3::2], words[4::2]))  # after "autoshard policy train"
+    assert recorded.pop("--profile") and "--subprocess" in words
+    recorded = {k: v for k, v in recorded.items() if k != "--subprocess"}
+    assert set(recorded) >= {"--steps", "--envs", "--learning-rate", "--ent-coef", "--imitation-episodes"}
+    for option, value in recorded.items():
+        default = defaults[option]
+        assert (float(value) == default) if isinstance(default, float) else (value == str(default)), option
+    config = TrainConfig()
+    assert (config.envs, config.learning_rate, config.ent_coef) == (4, 5e-5, 0.0)
+    assert (config.imitation_episodes, config.dagger_rounds, config.steps) == (300, 2, 600_000)

@@ -94,7 +94,7 @@ def train_cmd(
             help="Episodes of the greedy rule over options cloned before PPO (0: start from a random policy).",
             rich_help_panel=POLICY,
         ),
-    ] = 200,
+    ] = 300,
     dagger_rounds: Annotated[
         int,
         typer.Option(
@@ -135,7 +135,7 @@ def train_cmd(
     seed: Annotated[
         int, typer.Option(min=0, help="Seed of the tasks, the environments and PPO.", rich_help_panel=TRAINING)
     ] = 0,
-    envs: Annotated[int, typer.Option(min=1, help="Environments stepped together.", rich_help_panel=TRAINING)] = 2,
+    envs: Annotated[int, typer.Option(min=1, help="Environments stepped together.", rich_help_panel=TRAINING)] = 4,
     subprocess: Annotated[
         bool,
         typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).", rich_help_panel=TRAINING),
@@ -145,8 +145,8 @@ def train_cmd(
     ] = "step",
     learning_rate: Annotated[
         float, typer.Option(min=0.0, help="PPO's learning rate.", rich_help_panel=TRAINING)
-    ] = 3e-4,
-    ent_coef: Annotated[float, typer.Option(min=0.0, help="PPO's entropy bonus.", rich_help_panel=TRAINING)] = 0.01,
+    ] = 5e-5,
+    ent_coef: Annotated[float, typer.Option(min=0.0, help="PPO's entropy bonus.", rich_help_panel=TRAINING)] = 0.0,
     checkpoint_every: Annotated[
         int, typer.Option(min=1, help="Steps between checkpoints.", rich_help_panel=EVALUATION)
     ] = 50_000,
