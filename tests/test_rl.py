@@ -130,6 +130,18 @@ def test_masks_allow_exactly_the_feasible_options(model):
     assert ShardingType.TABLE_WISE not in kinds and ShardingType.ROW_WISE in kinds
 
 
+def test_tables_that_fit_no_device_are_placed_first(model):
+    """As cost_greedy spreads them first: a table no device holds whole is the first unit, though
+    it is the cheapest, so that its row shares are placed before the rest fills the devices."""
+    giant = Table("giant", 78_125, 64, 1.0)  # 20 MB on 9 MB devices, one lookup per sample
+    heavy = tuple(Table(f"t{i}", 2_000, 64, 40.0) for i in range(4))
+    state = OptionState(Workload((*heavy, giant)), Topology(3, 9e6 / GIB), model)
+    assert state.current.name == "giant" and state.current.cost < min(u.cost for u in state.pending[:-1])
+    assert ShardingType.TABLE_WISE not in {o.sharding_type for o in state.candidates().options}
+    rollout(state, expert_choice)
+    assert state.done and sum(state.count) >= len(heavy) + 3
+
+
 def test_the_teacher_opens_every_device_rather_than_pile_onto_one():
     """Four alike tables on two devices whose sets cost 1 + 0.1 n ms: opening a device costs 1.1,
     adding to an open one 0.1, but the second device will be opened anyway. By hand: 2 + 2,

@@ -96,8 +96,8 @@ class ShardingEnv(gym.Env):
     ``options["task"]`` (an ``autoshard.core.task.Task``). A drawn task where no option fits the
     first table is drawn again; a given one is an ``InputError``.
 
-    **Order.** Tables go largest predicted cost first; a table taken column-wise puts its column
-    shards next, each then placed table-wise.
+    **Order.** Tables that fit no device go first, then the largest predicted cost first; a table
+    taken column-wise puts its column shards next, each then placed table-wise.
 
     **Observation.** ``Box(CONTEXT + slots x OPTION)`` (``autoshard.rl.options``): the context
     (progress; remaining cost and memory; current max and mean device cost; log device and host

@@ -8,8 +8,9 @@ An *option* is a sharding type with the devices it puts the table's shards on:
 - ``row_wise`` over every device, ``table_row_wise`` on host h, ``grid_shard`` from host h,
   ``data_parallel`` on every device (``sharding_options.spread_options``).
 
-Tables are taken largest predicted cost first (the big decisions come while every device is still
-open). ``OptionState.candidates`` lists the current unit's feasible options with their features;
+Tables that fit no device whole come first (their row shares before the rest fills the devices, as
+cost_greedy spreads them first), then the largest predicted cost first (the big decisions come while
+every device is still open). ``OptionState.candidates`` lists the current unit's feasible options with their features;
 ``apply`` takes one. The options are the decisions; which ones are offered is feasibility (memory,
 TorchRec's constraints, the packing lookahead, the extrapolation guard) plus two limits on what is
 worth pricing: a row or column split only for a table no device can take whole or that costs at least
@@ -171,10 +172,11 @@ class OptionState:
         placed = workload.constraints.placed_tables
         tables = workload.tables
         units = [Unit.of(TableShard(t), c, t.name in placed) for t, c in zip(tables, self.cost_fn(tables))]
-        self.pending = sorted(units, key=lambda u: (u.cost, u.name))  # a stack: the last (costliest) is next
         self.total_units = len(units)
         self.capacity = np.array(topology.device_memory_bytes_all, dtype=np.int64)
         self.largest_room = int(self.capacity.max())
+        # a stack, the last next: tables that fit no device first (as cost_greedy spreads them), then the costliest
+        self.pending = sorted(units, key=lambda u: (not self._fits(u), u.cost, u.name))
         self.hosts = np.arange(n) // topology.local_world_size
         self.devices = [DeviceState(d, int(cap)) for d, cap in enumerate(self.capacity)]
         self.accumulator = cost_model.accumulator(n, self.batch)
