@@ -10,12 +10,13 @@ An *option* is a sharding type with the devices it puts the table's shards on:
 
 Tables that fit no device whole come first (their row shares before the rest fills the devices, as
 cost_greedy spreads them first), then the largest predicted cost first (the big decisions come while
-every device is still open). ``OptionState.candidates`` lists the current unit's feasible options with their features;
-``apply`` takes one. The options are the decisions; which ones are offered is feasibility (memory,
-TorchRec's constraints, the packing lookahead, the extrapolation guard) plus two limits on what is
-worth pricing: a row or column split only for a table no device can take whole or that costs at least
-``SPREAD_SHARE`` of an even share (a cheaper table gains nothing from one), a replica only for a
-table within ``DP_MEMORY_SHARE`` of a device whose replicas together cost less than it alone.
+every device is still open). ``OptionState.candidates`` lists the current unit's feasible options
+with their features; ``apply`` takes one. The options are the decisions; which ones are offered is
+feasibility (memory, TorchRec's constraints, the packing lookahead, the extrapolation guard) plus two
+limits on what is worth pricing: a row or column split only for a table no device can take whole or
+that costs at least ``SPREAD_SHARE`` of an even share (a cheaper table gains nothing from one), a
+replica only for a table within ``DP_MEMORY_SHARE`` of a device whose replicas together cost less
+than it alone.
 """
 
 from __future__ import annotations
