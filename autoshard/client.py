@@ -84,7 +84,7 @@ class PlanResult:
     def torchrec_plan(self, planner: str | None = None, compute_device: str = "cuda") -> TorchRecShardingPlan:
         """The plan (default: the best) as a TorchRec ShardingPlan over the workload's
         EmbeddingBagCollection (module path ``""``). Needs torchrec."""
-        from autoshard.core.torchrec_bridge import to_torchrec_plan
+        from autoshard.torchrec.bridge import to_torchrec_plan
 
         topology = self.topology
         plan = self.plans[planner or self.best]
@@ -92,7 +92,7 @@ class PlanResult:
 
     def parameter_constraints(self, planner: str | None = None) -> dict[str, ParameterConstraints]:
         """TorchRec ParameterConstraints of the plan (default: the best). Needs torchrec."""
-        from autoshard.core.torchrec_bridge import to_parameter_constraints
+        from autoshard.torchrec.bridge import to_parameter_constraints
 
         return to_parameter_constraints(self.plans[planner or self.best], self.topology.local_world_size)
 

@@ -33,9 +33,9 @@ from autoshard.core.communication import WithCommunication  # noqa: E402
 from autoshard.core.constraints import Apart, Colocate, Constraints, Pin  # noqa: E402
 from autoshard.core.errors import PlannerError  # noqa: E402
 from autoshard.core.task import load_suite  # noqa: E402
-from autoshard.evaluation.registry import make_planner  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planners.spread_stage import BOUND_SLACK  # noqa: E402
+from autoshard.planning.registry import make_planner  # noqa: E402
 
 TOLERANCE = 1.02
 

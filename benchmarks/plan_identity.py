@@ -37,8 +37,8 @@ def plan_all(out: Path, limit: int | None = None) -> dict:
     from autoshard.core.task import Task, memory_for
     from autoshard.core.types import Topology
     from autoshard.core.workload_file import topology_from_dict, workload_from_dict
-    from autoshard.evaluation.compare import compare_planners
     from autoshard.planners.context import PlannerContext
+    from autoshard.planning.compare import compare_planners
 
     one_thread()
     profile = load_profile_or_exit(DEFAULT_MODEL)

@@ -64,8 +64,8 @@ from autoshard.core.errors import AutoShardError  # noqa: E402
 from autoshard.core.stats import geomean, ratio_ci95  # noqa: E402
 from autoshard.core.task import Task, load_suite  # noqa: E402
 from autoshard.core.types import GIB, Optimizer, ShardingPlan, Topology, Workload  # noqa: E402
-from autoshard.evaluation.compare import compare_planners  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
+from autoshard.planning.compare import compare_planners  # noqa: E402
 
 BAR_GEOMEAN = 0.85
 """cost_greedy's predicted max over TorchRec's, geometric mean over a suite's tasks (our model)."""
@@ -114,7 +114,7 @@ def torchrec_caps_gb(workload: Workload, topology: Topology, reservation: float 
 def torchrec_planner(cost_model: Any, time_limit_s: float) -> tuple[Any, str]:
     """TorchRec's planner with its full search space (and what that space is, for the report).
     A checkout whose ``TorchRecPlanner`` has no ``sharding_types`` gets its default search."""
-    from autoshard.planners import torchrec_planner as module
+    from autoshard.torchrec import planner as module
 
     full = getattr(module, "FULL_SEARCH", None)
     if full is not None and "sharding_types" in inspect.signature(module.TorchRecPlanner).parameters:
@@ -137,8 +137,8 @@ def torchrec_estimate_ms(plan: ShardingPlan, workload: Workload, topology: Topol
     from torchrec.distributed.planner.types import ParameterConstraints, Shard
     from torchrec.optim import RowWiseAdagrad
 
-    from autoshard.core import torchrec_bridge as bridge
-    from autoshard.planners.torchrec_planner import torchrec_topology_args
+    from autoshard.torchrec import bridge
+    from autoshard.torchrec.planner import torchrec_topology_args
 
     shardings = bridge.table_shardings(plan, workload, topology.world_size, topology.local_world_size)
     constraints = {

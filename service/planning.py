@@ -33,7 +33,7 @@ from typing import Any
 
 from autoshard.core.errors import AutoShardError, PlannerErrorKind
 from autoshard.core.types import ShardingPlan
-from autoshard.evaluation.registry import import_planners
+from autoshard.planning.registry import import_planners
 from autoshard.profiles import LoadedModel, ModelStore
 from service.tasks import (
     ErrorInfo,
@@ -243,7 +243,7 @@ def _worker_ready(seconds: float) -> int:
     # within the first such request's budget. Not in _init_worker: a pool restarted after a worker
     # died would then make the next request wait for it too.
     try:
-        import autoshard.core.torchrec_bridge  # noqa: F401
+        import autoshard.torchrec.bridge  # noqa: F401
     except (ImportError, OSError):
         pass
     import_planners()

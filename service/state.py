@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autoshard.core.errors import InputError, ModelError, PlannerError, PlannerErrorKind
-from autoshard.evaluation.registry import PLANNERS, PlannerSpec
 from autoshard.planners.context import PlannerContext, PlannerKind
+from autoshard.planning.registry import PLANNERS, PlannerSpec
 from autoshard.profiles import LoadedModel, ModelStore, load_models
 from service.metrics import Metrics
 from service.plan_cache import PlanCache

@@ -32,13 +32,13 @@ from autoshard.core.types import (
     Topology,
     Workload,
 )
-from autoshard.evaluation.compare import compare_planners
-from autoshard.evaluation.registry import PLANNERS
-from autoshard.evaluation.replan_report import ReplanReport, compare_replans
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.incremental import CurrentPlacement, MoveBudget
 from autoshard.planners.sharding_options import ALL_TYPES
 from autoshard.planners.task_cache import TaskCache
+from autoshard.planning.compare import compare_planners
+from autoshard.planning.registry import PLANNERS
+from autoshard.planning.replan import ReplanReport, compare_replans
 
 if TYPE_CHECKING:
     from autoshard.rl.policy import OptionPolicy
@@ -255,7 +255,7 @@ def _result(name: str, plan: ShardingPlan, task: PlannerTask, index: dict[str, i
         )
     export = None
     if task.export:
-        from autoshard.core.torchrec_bridge import export_torchrec
+        from autoshard.torchrec.bridge import export_torchrec
 
         try:
             export = export_torchrec(plan, task.workload, task.topology.local_world_size)
@@ -266,7 +266,7 @@ def _result(name: str, plan: ShardingPlan, task: PlannerTask, index: dict[str, i
 
 @dataclass(frozen=True, slots=True)
 class ReplanTask:
-    """A re-plan to run in a planning worker (``autoshard.evaluation.replan_report.compare_replans``):
+    """A re-plan to run in a planning worker (``autoshard.planning.replan.compare_replans``):
     each of its ``2 + len(budgets)`` plans may search for ``plan_budget_s``."""
 
     workload: Workload

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from autoshard.core.types import Table
-from cost_model.bench.harness import BenchConfig, measure
+from cost_model.bench.harness import measure
 from cost_model.bench.indices import bag_lengths, zipf_ranks
 from cost_model.profile import ExecutionMode, fbgemm_available
+from cost_model.traces.records import BenchConfig
 from cost_model.traces.store import read_traces
 from cost_model.traces.summary import summarize
 from tests.conftest import autoshard_cmd

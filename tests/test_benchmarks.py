@@ -32,7 +32,7 @@ def script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def test_the_report_times_with_the_projects_allocator_settings_and_knows_its_heuristics():
-    from autoshard.evaluation import registry
+    from autoshard.planning import registry
     from benchmarks.report import HEURISTICS, MALLOC
     from cost_model.profile import MALLOC_SETTINGS
 
@@ -424,10 +424,10 @@ def test_sharding_4d_gives_torchrec_the_bytes_for_tables_that_our_planners_have(
     from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
     from torchrec.distributed.planner.types import ParameterConstraints
 
-    from autoshard.core import torchrec_bridge
     from autoshard.core.presets import load_preset
     from autoshard.core.types import Topology
-    from autoshard.planners.torchrec_planner import torchrec_topology_args
+    from autoshard.torchrec import bridge as torchrec_bridge
+    from autoshard.torchrec.planner import torchrec_topology_args
     from benchmarks.sharding_4d import STORAGE_RESERVATION, torchrec_caps_gb
 
     workload, _ = load_preset("criteo_terabyte")

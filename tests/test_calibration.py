@@ -83,9 +83,9 @@ def test_a_complete_calibrated_collection_is_left_alone_and_an_incomplete_one_re
     calibrated file is still refused, since its factor belongs to the measurements in it."""
     from autoshard.core.synthetic import PoolConfig
     from cost_model.bench.collect import CollectConfig, collect
-    from cost_model.bench.harness import BenchConfig
     from cost_model.profile import ExecutionMode
     from cost_model.traces.calibration import Calibration
+    from cost_model.traces.records import BenchConfig
     from cost_model.traces.store import iter_lines, write_trace
 
     config = CollectConfig(

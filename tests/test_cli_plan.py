@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from autoshard.cli import app
 from autoshard.core.types import Table, Topology, Workload
 from autoshard.core.workload_file import save_workload
-from autoshard.evaluation.registry import HEURISTICS
+from autoshard.planning.registry import HEURISTICS
 
 runner = CliRunner()
 NO_MODEL = ["--model", "none"]

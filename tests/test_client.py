@@ -11,9 +11,9 @@ import pytest
 from autoshard.client import AutoShardClient, ServiceError
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.types import Table, Topology
-from autoshard.evaluation.distributed_run import exit_finished_rank  # noqa: E402
-from autoshard.evaluation.registry import HEURISTICS
 from autoshard.planners.validate import validate_plan
+from autoshard.planning.registry import HEURISTICS
+from autoshard.torchrec.dmp_run import exit_finished_rank  # noqa: E402
 from tests.dmp_support import assert_sharded_matches_reference  # noqa: E402
 from tests.service_support import (
     ServedProcess,
@@ -160,7 +160,7 @@ def test_a_server_that_is_not_autoshard_is_a_service_error():
 
 def test_torchrec_plan_and_constraints_from_the_answer(client):
     pytest.importorskip("torchrec")
-    from autoshard.core.torchrec_bridge import MODULE_PATH, table_placements
+    from autoshard.torchrec.bridge import MODULE_PATH, table_placements
 
     workload = synthetic_workload(12)
     result = client.plan(workload, Topology(4, 16), ["cost_greedy"], torchrec_export=True)
@@ -186,8 +186,8 @@ def test_the_native_planner_plans_nested_collections_in_process():
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    from autoshard.evaluation.registry import make_planner
-    from autoshard.torchrec_native import AutoShardShardingPlanner
+    from autoshard.planning.registry import make_planner
+    from autoshard.torchrec.drop_in import AutoShardShardingPlanner
 
     def collection(*specs):
         return EmbeddingBagCollection(
@@ -224,8 +224,8 @@ def _dmp_worker(rank: int, world_size: int, port: int, url: str) -> None:
     from torchrec.distributed.planner.types import ParameterConstraints
     from torchrec.distributed.planner.types import Topology as TorchRecTopology
 
-    from autoshard.core.torchrec_bridge import embedding_bag_collection
-    from autoshard.torchrec_native import AutoShardShardingPlanner
+    from autoshard.torchrec.bridge import embedding_bag_collection
+    from autoshard.torchrec.drop_in import AutoShardShardingPlanner
     from tests.test_torchrec_bridge import hand_plan
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

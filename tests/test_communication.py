@@ -5,8 +5,8 @@ import pytest
 from autoshard.core.communication import CommunicationModel, WithCommunication
 from autoshard.core.errors import InputError
 from autoshard.core.types import Table, Topology, Workload
-from autoshard.evaluation.registry import make_planner
 from autoshard.planners.context import PlannerContext
+from autoshard.planning.registry import make_planner
 from tests.cost_models import AnalyticalTestCostModel
 
 A, B = Table("a", 10, 16), Table("b", 10, 48)
@@ -87,8 +87,8 @@ def test_all_to_all_is_measured_on_two_ranks():
 
 
 def test_the_plan_report_splits_each_device_into_compute_and_all_to_all():
-    from autoshard.evaluation.compare import compare_planners
     from autoshard.planners.report import plans_report
+    from autoshard.planning.compare import compare_planners
 
     compute = AnalyticalTestCostModel()
     comm = CommunicationModel(1.0, 0.05)

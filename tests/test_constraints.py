@@ -18,9 +18,9 @@ from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import GIB, DevicePlan, ShardingPlan, Table, TableShard, Topology, Workload
 from autoshard.core.workload_file import workload_from_dict, workload_to_dict
-from autoshard.evaluation.registry import make_planner
 from autoshard.planners.context import PlannerContext
 from autoshard.planners.validate import validate_plan
+from autoshard.planning.registry import make_planner
 from tests.cost_models import AnalyticalTestCostModel
 
 PLANNERS = ("cost_greedy", "size_greedy", "lookup_greedy", "round_robin", "random")

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autoshard.evaluation.registry import HEURISTICS
+from autoshard.planning.registry import HEURISTICS
 from tests.service_support import free_port, plan_body
 
 ROOT = Path(__file__).resolve().parents[1]

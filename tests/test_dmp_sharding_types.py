@@ -17,7 +17,7 @@ import torch.multiprocessing as mp  # noqa: E402
 
 from autoshard.core.sharding import ShardingType  # noqa: E402
 from autoshard.core.types import ShardingPlan, Topology, Workload  # noqa: E402
-from autoshard.evaluation.distributed_run import exit_finished_rank  # noqa: E402
+from autoshard.torchrec.dmp_run import exit_finished_rank  # noqa: E402
 from tests.dmp_support import (  # noqa: E402
     all_types_plan,
     all_types_workload,
@@ -49,8 +49,8 @@ def _worker(rank: int, port: int) -> None:
     from torchrec.distributed.planner.types import Topology as TorchRecTopology
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
-    from autoshard.core.torchrec_bridge import embedding_bag_collection
-    from autoshard.torchrec_native import AutoShardShardingPlanner
+    from autoshard.torchrec.bridge import embedding_bag_collection
+    from autoshard.torchrec.drop_in import AutoShardShardingPlanner
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(PER_HOST))
     torch.set_num_threads(1)

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 from autoshard.cli import app
 from autoshard.core.synthetic import PoolConfig
 from cost_model.bench.collect import CollectConfig, collect
-from cost_model.bench.harness import BenchConfig
+from cost_model.bench.drift import Drift, SetDrift, check_drift
 from cost_model.profile import ExecutionMode
-from cost_model.traces.drift import Drift, SetDrift, check_drift
+from cost_model.traces.records import BenchConfig
 from cost_model.traces.store import iter_lines, read_traces, write_trace
 
 BENCH = BenchConfig(batch_size=32, warmups=1, repeats=3, mode=ExecutionMode.EMBEDDING_BAG, row_cap_bytes=2**20)
@@ -40,7 +40,7 @@ def test_drift_remeasures_the_traces_sets_with_their_settings(tmp_path):
 
 
 def test_each_set_is_remeasured_at_the_batch_size_it_was_measured_at(tmp_path, monkeypatch):
-    import cost_model.traces.drift as drift_module
+    import cost_model.bench.drift as drift_module
 
     out = tmp_path / "batches.jsonl"
     collect(

@@ -35,13 +35,13 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection  # noqa: E
 
 from autoshard.core.errors import InputError, PlannerError  # noqa: E402
 from autoshard.core.sharding import ShardingType  # noqa: E402
-from autoshard.core.torchrec_bridge import embedding_bag_collection  # noqa: E402
 from autoshard.core.types import GIB, Table, Topology, Workload  # noqa: E402
-from autoshard.evaluation.distributed_run import exit_finished_rank  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planners.sharding_options import ALL_TYPES  # noqa: E402
 from autoshard.planners.validate import validate_plan  # noqa: E402
-from autoshard.torchrec_native import (  # noqa: E402
+from autoshard.torchrec.bridge import embedding_bag_collection  # noqa: E402
+from autoshard.torchrec.dmp_run import exit_finished_rank  # noqa: E402
+from autoshard.torchrec.drop_in import (  # noqa: E402
     AutoShardShardingPlanner,
     allowed_types_by_table,
     pooling_factors_from_constraints,
@@ -368,7 +368,7 @@ def test_one_table_limited_to_row_wise_among_unconstrained_ones_is_planned_row_w
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    from autoshard.torchrec_native import AutoShardShardingPlanner
+    from autoshard.torchrec.drop_in import AutoShardShardingPlanner
 
     configs = [
         EmbeddingBagConfig(name="big", embedding_dim=16, num_embeddings=40_000, feature_names=["f_big"]),

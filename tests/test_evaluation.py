@@ -23,9 +23,7 @@ from autoshard.core.types import (
     Topology,
     Workload,
 )
-from autoshard.evaluation.compare import Comparison
 from autoshard.evaluation.measure_plan import MeasuredPlan, measure_plans
-from autoshard.evaluation.registry import make_planner
 from autoshard.evaluation.suite import (
     OTHER_TASKS,
     PROFILE_ERRORS,
@@ -40,8 +38,10 @@ from autoshard.evaluation.suite import (
     write_task_outputs,
 )
 from autoshard.planners.context import DEPARTURE_MARGIN, PlannerContext
-from cost_model.bench.harness import BenchConfig
+from autoshard.planning.compare import Comparison
+from autoshard.planning.registry import make_planner
 from cost_model.profile import ExecutionMode
+from cost_model.traces.records import BenchConfig
 from tests.cost_models import AnalyticalTestCostModel
 
 TINY = Workload(tuple(Table(f"t{i}", 100 * (i + 1), 8 * (1 + i % 2), 1.0 + i) for i in range(4)), 64, "tiny")
@@ -225,7 +225,7 @@ def test_cli_evaluate_json(tmp_path):
 
 def test_evaluate_task_runs_plans_distributed(tmp_path):
     pytest.importorskip("torchrec")
-    from autoshard.evaluation.distributed_run import (
+    from autoshard.torchrec.dmp_run import (
         DistributedConfig,
         compare_distributed,
     )

@@ -25,8 +25,8 @@ from autoshard.evaluation.grid import (
     markdown,
     summarise,
 )
-from autoshard.evaluation.registry import HEURISTICS
 from autoshard.planners.context import PlannerContext
+from autoshard.planning.registry import HEURISTICS
 from tests.cost_models import AnalyticalTestCostModel
 
 TINY = GridConfig(tables=(8, 20), topologies=((1, 4), (2, 2)))

@@ -6,12 +6,12 @@ import pytest
 
 from autoshard.core.synthetic import PoolConfig, generate_pool
 from autoshard.core.types import Optimizer, Table, TableShard, Topology, Workload
-from autoshard.evaluation.registry import PLANNERS, make_planner
 from autoshard.planners.choosers import candidates
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.packing import packable
 from autoshard.planners.placement_state import PlacementState
 from autoshard.planners.placement_unit import Unit
+from autoshard.planning.registry import PLANNERS, make_planner
 from autoshard.rl.policy import OptionPolicy
 from tests.conftest import SHIPPED_PROFILE
 

@@ -11,9 +11,9 @@ from autoshard.cli import app
 from autoshard.core.synthetic import PoolConfig
 from autoshard.core.types import DeviceSet, Table
 from cost_model.bench.collect import CollectConfig, collect
-from cost_model.bench.harness import BenchConfig
 from cost_model.bench.plan_traces import distinct_sets
 from cost_model.profile import ExecutionMode
+from cost_model.traces.records import BenchConfig
 from cost_model.traces.store import merge_traces, read_traces
 
 

@@ -21,7 +21,6 @@ from autoshard.core.types import (
     Topology,
     Workload,
 )
-from autoshard.evaluation.registry import HEURISTICS, PLANNERS, make_planner
 from autoshard.planners.column_split import split_ways
 from autoshard.planners.context import PlannerContext
 from autoshard.planners.cost_greedy import CostGreedyPlanner
@@ -33,6 +32,7 @@ from autoshard.planners.report import PlanReport, best_plan_index, plans_report
 from autoshard.planners.sharding_options import PLACED_TYPES
 from autoshard.planners.split_cap_choice import additive_max, best_over_split_caps
 from autoshard.planners.validate import validate_plan
+from autoshard.planning.registry import HEURISTICS, PLANNERS, make_planner
 from tests.cost_models import AnalyticalTestCostModel
 
 ALL = HEURISTICS + ("cost_greedy",)
@@ -697,7 +697,7 @@ PLAN_IN_A_FRESH_PROCESS = """
 import numpy as np
 from pathlib import Path
 from autoshard.planners.context import PlannerContext
-from autoshard.evaluation.registry import make_planner
+from autoshard.planning.registry import make_planner
 from autoshard.core.types import Table, Topology, Workload
 from cost_model.checkpoint import load_cost_model
 model = load_cost_model(Path("data/models/cpu-amd-epyc-fbgemm_tbe-t1/cost_model.pt"))
@@ -740,7 +740,7 @@ def test_heuristics_planned_side_by_side_are_scored_as_each_alone(with_model):
     """``compare_planners`` places the heuristics by their proxies and scores all their plans in
     one cost-model call (or, without a model, by one proxy): each plan and device cost is the
     one the heuristic makes alone with the same model."""
-    from autoshard.evaluation.compare import compare_planners
+    from autoshard.planning.compare import compare_planners
     from tests.test_cost_model import untrained_model
 
     workload = sample_task(generate_pool(PoolConfig(size=300, seed=5)).test, 30, np.random.default_rng(1))

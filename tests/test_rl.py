@@ -19,10 +19,10 @@ from autoshard.core.sharding import ShardingType
 from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
 from autoshard.core.task import Task, memory_for
 from autoshard.core.types import GIB, Table, Topology, Workload
-from autoshard.evaluation.registry import make_planner
 from autoshard.planners.context import PlannerContext
 from autoshard.planners.proxies import ProxyCostModel
 from autoshard.planners.validate import validate_plan
+from autoshard.planning.registry import make_planner
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, start
 from autoshard.rl.options import CONTEXT_FEATURES, OPTION_FEATURES, OptionState, expert_choice
 from autoshard.rl.planners import RLPlanner

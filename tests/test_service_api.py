@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 
 from autoshard.core.errors import ModelError
 from autoshard.core.types import DevicePlan, ShardingPlan, TableShard
-from autoshard.evaluation.registry import HEURISTICS, PLANNERS, PlannerSpec
 from autoshard.planners.context import PlannerKind
+from autoshard.planning.registry import HEURISTICS, PLANNERS, PlannerSpec
 from cost_model.checkpoint import file_sha256
 from service.main import create_app
 from service.schemas.responses import (
@@ -149,8 +149,8 @@ def test_column_split_shards_come_back_structured(client):
 def test_torchrec_format_adds_each_plans_export(client, body):
     pytest.importorskip("torchrec")
     from autoshard.client import _result
-    from autoshard.core.torchrec_bridge import export_torchrec
     from autoshard.core.workload_file import workload_from_dict
+    from autoshard.torchrec.bridge import export_torchrec
 
     response = client.post("/v1/plans?format=torchrec", json={**body, "planners": ["size_greedy", "cost_greedy"]})
     assert response.status_code == 200, response.text

@@ -13,8 +13,8 @@ from cost_model.bench.collect import (
     collection_pool,
     sample_specs,
 )
-from cost_model.bench.harness import BenchConfig
 from cost_model.profile import ExecutionMode
+from cost_model.traces.records import BenchConfig
 from cost_model.traces.store import read_traces
 
 BENCH = BenchConfig(batch_size=16, warmups=0, repeats=1, mode=ExecutionMode.EMBEDDING_BAG, row_cap_bytes=2**20)

@@ -11,10 +11,10 @@ from autoshard.core.communication import CommunicationModel, WithCommunication
 from autoshard.core.errors import PlannerError, PlannerErrorKind
 from autoshard.core.sharding import ShardingType, row_block_shares, row_blocks
 from autoshard.core.types import GIB, Optimizer, Table, TableShard, Topology, Workload, replica, row_shards
-from autoshard.evaluation.registry import make_planner
 from autoshard.planners.context import PlannerContext
 from autoshard.planners.sharding_options import PLACED_TYPES, spread_options
 from autoshard.planners.validate import validate_plan
+from autoshard.planning.registry import make_planner
 from tests.cost_models import AnalyticalTestCostModel
 
 # 1,000 rows x 16 columns, fp32, row-wise Adagrad: 64,000 bytes of weights + 4,000 of state

@@ -19,11 +19,11 @@ from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import GIB, INTER_HOST_BW_GBPS, INTRA_HOST_BW_GBPS, ShardingPlan, Table, Topology, Workload
 from autoshard.core.workload_file import topology_from_dict, workload_from_dict, workload_to_dict
-from autoshard.evaluation.registry import HEURISTICS, make_planner
 from autoshard.planners.context import PlannerContext
 from autoshard.planners.cost_greedy import CostGreedyPlanner
 from autoshard.planners.report import plans_report
 from autoshard.planners.validate import validate_plan
+from autoshard.planning.registry import HEURISTICS, make_planner
 from autoshard.rl.policy import OptionPolicy
 from tests.cost_models import AnalyticalTestCostModel
 
@@ -216,7 +216,7 @@ def test_reports_name_each_devices_host():
 def test_torchrec_plans_a_cluster_with_per_rank_caps():
     from torchrec.distributed.planner import Topology as TorchRecTopology
 
-    from autoshard.planners.torchrec_planner import TorchRecPlanner, torchrec_topology_args
+    from autoshard.torchrec.planner import TorchRecPlanner, torchrec_topology_args
 
     theirs = TorchRecTopology(**torchrec_topology_args(SMALL_FIRST))
     assert (theirs.world_size, theirs.local_world_size) == (4, 2)
@@ -396,7 +396,7 @@ def test_every_planner_keeps_each_device_within_its_own_cap(contexts, task, plan
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(task=cluster_tasks())
 def test_torchrec_keeps_each_device_within_its_own_cap(task):
-    from autoshard.planners.torchrec_planner import TorchRecPlanner
+    from autoshard.torchrec.planner import TorchRecPlanner
 
     workload, topology = task
     try:
@@ -408,7 +408,7 @@ def test_torchrec_keeps_each_device_within_its_own_cap(task):
 
 
 def test_a_cluster_plan_exports_to_torchrec_with_each_ranks_local_device():
-    from autoshard.core.torchrec_bridge import to_torchrec_plan
+    from autoshard.torchrec.bridge import to_torchrec_plan
 
     plan = make_planner("size_greedy").plan(FOUR, SMALL_FIRST)  # s on rank 0, a 1, b 2, c 3
     sharding = to_torchrec_plan(plan, FOUR, 4, local_world_size=2).plan[""]

@@ -34,7 +34,19 @@ from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backwa
 from autoshard.core.costing import SetCostModel  # noqa: E402
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind  # noqa: E402
 from autoshard.core.sharding import ShardingType  # noqa: E402
-from autoshard.core.torchrec_bridge import (  # noqa: E402
+from autoshard.core.types import (  # noqa: E402
+    DevicePlan,
+    Optimizer,
+    ShardingPlan,
+    Table,
+    TableShard,
+    Topology,
+    Workload,
+    replica,
+    row_shards,
+)
+from autoshard.planners.validate import validate_plan  # noqa: E402
+from autoshard.torchrec.bridge import (  # noqa: E402
     MODULE_PATH,
     ShardPlacement,
     embedding_bag_collection,
@@ -48,20 +60,8 @@ from autoshard.core.torchrec_bridge import (  # noqa: E402
     to_parameter_constraints,
     to_torchrec_plan,
 )
-from autoshard.core.types import (  # noqa: E402
-    DevicePlan,
-    Optimizer,
-    ShardingPlan,
-    Table,
-    TableShard,
-    Topology,
-    Workload,
-    replica,
-    row_shards,
-)
-from autoshard.evaluation.distributed_run import exit_finished_rank  # noqa: E402
-from autoshard.planners.torchrec_planner import TorchRecPlanner  # noqa: E402
-from autoshard.planners.validate import validate_plan  # noqa: E402
+from autoshard.torchrec.dmp_run import exit_finished_rank  # noqa: E402
+from autoshard.torchrec.planner import TorchRecPlanner  # noqa: E402
 from tests.dmp_support import (  # noqa: E402
     all_types_plan,
     all_types_workload,
@@ -123,8 +123,8 @@ def test_torchrec_planner_places_every_table_once_within_memory(allow_column_spl
 
 
 def test_torchrec_plans_for_the_cpu_with_its_cpu_perf_model_and_ddr_memory():
-    from autoshard.evaluation.registry import make_planner
     from autoshard.planners.context import PlannerContext
+    from autoshard.planning.registry import make_planner
 
     workload, topology = small_workload(), Topology(3, 0.03)
     gpu = TorchRecPlanner().plan_with_estimates(workload, topology)
@@ -209,10 +209,10 @@ def test_torchrec_planner_stops_at_its_time_budget_and_the_timer_is_put_back():
 
 
 def test_torchrec_planner_is_unavailable_without_torchrec(monkeypatch):
-    import autoshard.core
+    import autoshard.torchrec
 
-    monkeypatch.setitem(sys.modules, "autoshard.core.torchrec_bridge", None)  # import now fails
-    monkeypatch.delattr(autoshard.core, "torchrec_bridge")
+    monkeypatch.setitem(sys.modules, "autoshard.torchrec.bridge", None)  # import now fails
+    monkeypatch.delattr(autoshard.torchrec, "bridge")
     with pytest.raises(PlannerError) as info:
         TorchRecPlanner()
     assert info.value.kind is PlannerErrorKind.UNAVAILABLE and "--no-deps" in info.value.fixes[0]
@@ -643,7 +643,7 @@ def test_the_native_planner_plans_the_cluster_torchrec_runs_on():
     every type converts for DMP on that cluster (TorchRec's arguments: test_drop_in_planner.py)."""
     from torchrec.distributed.planner.types import Topology as TorchRecTopology
 
-    from autoshard.torchrec_native import AutoShardShardingPlanner
+    from autoshard.torchrec.drop_in import AutoShardShardingPlanner
 
     module = embedding_bag_collection(all_types_workload())
     recording = _Recording()

@@ -119,8 +119,8 @@ def test_evaluate_judges_the_verified_choice_on_rounds_of_its_own(tmp_path):
         task_rows,
     )
     from autoshard.planners.context import PlannerContext
-    from cost_model.bench.harness import BenchConfig
     from cost_model.profile import ExecutionMode
+    from cost_model.traces.records import BenchConfig
     from tests.cost_models import AnalyticalTestCostModel
 
     config = BenchConfig(batch_size=64, warmups=1, repeats=3, mode=ExecutionMode.EMBEDDING_BAG)

@@ -212,13 +212,13 @@ def collect_cmd(
     ensure_malloc_settings()
     from autoshard.core.synthetic import PoolConfig
     from cost_model.bench.collect import CollectConfig, collect
-    from cost_model.bench.harness import BenchConfig
     from cost_model.profile import (
         ExecutionMode,
         default_device,
         default_mode,
         fbgemm_available,
     )
+    from cost_model.traces.records import BenchConfig
 
     device = default_device() if device == "auto" else device
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
@@ -503,8 +503,8 @@ def _plan_and_measure(
     """Plan ``config``'s tasks (from ``anchors``' ``split`` pool tables) with ``profile``'s
     planners, and measure their device sets into ``out``; (measured now, distinct sets)."""
     from autoshard.evaluation.plan_sets import plan_memberships, plan_tasks
-    from autoshard.evaluation.registry import available_planners
     from autoshard.planners.context import PlannerContext
+    from autoshard.planning.registry import available_planners
     from cost_model.bench.plan_traces import collect_plan_sets, distinct_sets
     from cost_model.traces.store import header_tables
 
@@ -661,7 +661,7 @@ def drift_cmd(
     more than 0.8-1.25x off the median ratio (their relative costs changed: collect a profile here)."""
     _require_traces(traces)
     ensure_malloc_settings()
-    from cost_model.traces.drift import check_drift
+    from cost_model.bench.drift import check_drift
     from cost_model.traces.store import read_traces
 
     with console.status(f"re-measuring {samples} sets x {rounds} rounds"):

@@ -168,7 +168,7 @@ def evaluate_cmd(
     verifier = plans_verifier(verify_rounds, row_cap_mb, profile, comm, verify_top) if verify else None
     run_distributed: DistributedMeasurer | None = None
     if distributed:
-        from autoshard.evaluation.distributed_run import (
+        from autoshard.torchrec.dmp_run import (
             DistributedConfig,
             compare_distributed,
         )
@@ -421,7 +421,7 @@ def _anchor_traces(profile) -> Path | None:
 
 def _drift(traces: Path, samples: int, when: str) -> dict:
     """``bench drift`` on ``samples`` of the traces' sets, printed and as a dict."""
-    from cost_model.traces.drift import check_drift
+    from cost_model.bench.drift import check_drift
     from cost_model.traces.store import read_traces
 
     drift = check_drift(read_traces(traces), samples)

@@ -148,10 +148,10 @@ def plan_cmd(
     if verify:
         ensure_malloc_settings()
     from autoshard.core.presets import load_workload_or_preset
-    from autoshard.evaluation.compare import compare_planners, shard_warnings
-    from autoshard.evaluation.registry import PLANNERS
     from autoshard.planners.context import PlannerContext
     from autoshard.planners.report import plans_report
+    from autoshard.planning.compare import compare_planners, shard_warnings
+    from autoshard.planning.registry import PLANNERS
 
     loaded, file_topology = load_workload_or_preset(workload)
     topology = topology_of(devices, memory_gb, file_topology, hosts, devices_per_host)

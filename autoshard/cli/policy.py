@@ -280,8 +280,8 @@ def eval_cmd(
         markdown,
         summarise,
     )
-    from autoshard.evaluation.registry import available_planners
     from autoshard.planners.context import PlannerContext
+    from autoshard.planning.registry import available_planners
 
     config = GridConfig(_counts(tables, "--tables", "20,80,200"), _topologies(topologies), seed=seed)
     loaded = _profile(profile)

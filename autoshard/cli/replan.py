@@ -151,8 +151,8 @@ def replan_cmd(
         ensure_malloc_settings()
     from autoshard.core.presets import load_workload_or_preset
     from autoshard.core.workload_file import read_json_file
-    from autoshard.evaluation.replan_report import compare_replans
     from autoshard.planners.incremental import CurrentPlacement
+    from autoshard.planning.replan import compare_replans
 
     placement = CurrentPlacement.from_export(read_json_file(current, "--from"), str(current))
     loaded, file_topology = load_workload_or_preset(workload)

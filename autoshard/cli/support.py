@@ -129,13 +129,13 @@ def plans_measurer(
     device and execution mode (without one: this machine's default). ``InputError`` if this
     machine cannot run them (a GPU profile here without a GPU, FBGEMM missing)."""
     from autoshard.evaluation.measure_plan import measure_plans
-    from cost_model.bench.harness import BenchConfig
     from cost_model.profile import (
         ExecutionMode,
         default_device,
         default_mode,
         fbgemm_available,
     )
+    from cost_model.traces.records import BenchConfig
 
     device, mode = default_device(), default_mode()
     if profile is not None:
@@ -397,10 +397,10 @@ def topology_of(
 def write_torchrec(workload: Workload, topology: Topology, best: ShardingPlan, out: Path | None) -> None:
     """A plan as TorchRec sharding: each table's sharding type and shard metadata (ranks, row
     and column offsets and sizes, as TorchRec lays out the type on the topology's hosts);
-    ``autoshard.core.torchrec_bridge.plan_from_export`` and ``to_torchrec_plan`` turn it into
+    ``autoshard.torchrec.bridge.plan_from_export`` and ``to_torchrec_plan`` turn it into
     the ``ShardingPlan`` DistributedModelParallel applies."""
     try:
-        from autoshard.core.torchrec_bridge import export_torchrec
+        from autoshard.torchrec.bridge import export_torchrec
     except ImportError as error:
         raise InputError(
             "format", f"torchrec is not installed ({error})", "install the torchrec extra (scripts/setup.sh does)"

@@ -16,12 +16,12 @@ from autoshard.core.communication import CommunicationModel, WithCommunication
 from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
 from autoshard.core.task import Task, even_memory, memory_for
 from autoshard.core.types import Table, TableShard, Topology
-from autoshard.evaluation.compare import compare_planners
-from autoshard.evaluation.registry import planner_spec
 from autoshard.planners.column_split import split_ways
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.placement_unit import model_costs
 from autoshard.planners.sharding_options import SPREAD_TYPES, spread_options
+from autoshard.planning.compare import compare_planners
+from autoshard.planning.registry import planner_spec
 
 # A pool no training run draws from (training uses seed 0): every table here is unseen.
 EVAL_POOL = PoolConfig(size=6000, seed=7)  # its test split: 1,200 tables

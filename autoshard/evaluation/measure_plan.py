@@ -24,7 +24,8 @@ import numpy as np
 
 from autoshard.core.stats import ratio_ci95
 from autoshard.core.types import MeasuredPlan, ShardingPlan
-from cost_model.bench.harness import BenchConfig, measure
+from cost_model.bench.harness import measure
+from cost_model.traces.records import BenchConfig
 
 MIN_DEVICE_MS = 50.0
 """Each device of each round is timed for at least this long (``bench.measure``'s

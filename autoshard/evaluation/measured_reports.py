@@ -25,8 +25,8 @@ from autoshard.core.types import (
     TableShard,
 )
 from autoshard.core.workload_file import read_json_file, workload_from_dict
-from autoshard.evaluation.compare import Comparison
 from autoshard.evaluation.suite import TaskResult
+from autoshard.planning.compare import Comparison
 
 OPTION = "--measured"
 

@@ -17,8 +17,8 @@ from autoshard.core.communication import CommunicationModel
 from autoshard.core.synthetic import sample_task
 from autoshard.core.task import Task, memory_for
 from autoshard.core.types import DeviceSet, Table, Topology
-from autoshard.evaluation.compare import compare_planners
 from autoshard.planners.context import PlannerContext
+from autoshard.planning.compare import compare_planners
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,10 @@ from autoshard.core.model_error import centred, device_errors, expected_max
 from autoshard.core.stats import geomean, ratio_ci95, verdict
 from autoshard.core.task import Task
 from autoshard.core.types import MeasuredPlan, ShardingPlan, Workload
-from autoshard.evaluation.compare import Comparison, compare_planners
-from autoshard.evaluation.registry import planner_spec
 from autoshard.evaluation.verification import VERIFIED, Verification
 from autoshard.planners.context import PlannerContext, PlannerKind
+from autoshard.planning.compare import Comparison, compare_planners
+from autoshard.planning.registry import planner_spec
 
 Measured = MeasuredPlan
 """A plan measured in rounds (measured here, or read back from a report)."""

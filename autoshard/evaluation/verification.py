@@ -26,8 +26,8 @@ from typing import Any
 from autoshard.core.errors import InputError
 from autoshard.core.stats import ratio_ci95, verdict
 from autoshard.core.types import ShardingPlan
-from autoshard.evaluation.registry import HEURISTICS
 from autoshard.planners.report import costs_descending
+from autoshard.planning.registry import HEURISTICS
 
 RoundsMeasurer = Callable[[Sequence[ShardingPlan]], Sequence[Sequence[float]]]
 """(plans of one task) -> each plan's measured max in each round, rounds paired across plans."""

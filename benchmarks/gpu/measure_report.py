@@ -40,15 +40,15 @@ from autoshard.core.stats import geomean, mad_sigma  # noqa: E402
 from autoshard.core.task import Task  # noqa: E402
 from autoshard.core.types import DevicePlan, MeasuredPlan, ShardingPlan  # noqa: E402
 from autoshard.core.workload_file import workload_from_dict  # noqa: E402
-from autoshard.evaluation.compare import Comparison  # noqa: E402
 from autoshard.evaluation.measured_reports import devices_of  # noqa: E402
-from autoshard.evaluation.registry import HEURISTICS  # noqa: E402
 from autoshard.evaluation.suite import (  # noqa: E402
     TaskResult,
     against_best_heuristic,
     against_held_out_heuristic,
     suite_summary,
 )
+from autoshard.planning.compare import Comparison  # noqa: E402
+from autoshard.planning.registry import HEURISTICS  # noqa: E402
 
 
 def task_plans(task: dict) -> tuple[list[ShardingPlan], int]:
@@ -225,8 +225,8 @@ def main(argv: list[str] | None = None) -> None:
             args.merged.write_text(json.dumps(merged(measured, report)) + "\n")
         return
     from autoshard.evaluation.measure_plan import measure_plans
-    from cost_model.bench.harness import BenchConfig
     from cost_model.profile import ExecutionMode
+    from cost_model.traces.records import BenchConfig
 
     started = time.monotonic()
     report = json.loads(args.report.read_text())

@@ -39,9 +39,10 @@ from autoshard.core.errors import InputError
 from autoshard.core.sharding import ShardingType
 from autoshard.core.synthetic import PoolConfig, TablePool, generate_pool
 from autoshard.core.types import Optimizer, Table, TableShard, replica, row_shards
-from cost_model.bench.harness import BenchConfig, check_benchable, measure
+from cost_model.bench.harness import check_benchable, measure
 from cost_model.features import physical_rows
 from cost_model.profile import detect_profile, malloc_settings_active
+from cost_model.traces.records import BenchConfig
 from cost_model.traces.store import (
     TraceWriter,
     has_header,

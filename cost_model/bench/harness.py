@@ -15,10 +15,8 @@ trace); past a few times the last-level cache, more rows change random-access co
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -29,8 +27,8 @@ from autoshard.core.types import Optimizer, Table
 from cost_model.bench.indices import bag_lengths, zipf_rows
 from cost_model.features import op_key, physical_rows
 from cost_model.profile import ExecutionMode
+from cost_model.traces.records import BenchConfig, Measurement, Stats
 
-DEFAULT_ROW_CAP_BYTES = 128 * 1024**2
 # What FBGEMM TBE trains (fbgemm-gpu(-cpu) 1.8.0; docs/profiles.md, "Measurement settings"): weights
 # bytes -> SparseType name, and optimizer -> EmbOptimType name. INT8/FP8 weights have no CPU
 # backward kernel, BF16 no CPU forward kernel, and there is no fp64 SparseType.
@@ -40,50 +38,6 @@ TBE_OPTIMIZERS = {
     Optimizer.ROWWISE_ADAGRAD: "EXACT_ROWWISE_ADAGRAD",
     Optimizer.ADAGRAD: "EXACT_ADAGRAD",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class BenchConfig:
-    batch_size: int = 2048
-    warmups: int = 2
-    repeats: int = 7
-    device: str = "cpu"
-    mode: ExecutionMode = ExecutionMode.FBGEMM_TBE
-    threads: int = 1
-    row_cap_bytes: int = DEFAULT_ROW_CAP_BYTES
-    learning_rate: float = 0.01
-
-
-@dataclass(frozen=True, slots=True)
-class Stats:
-    """Median and inter-quartile range of repeated timings, in milliseconds."""
-
-    median: float
-    iqr: float
-    n: int
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Stats:
-        if len(values) >= 2:
-            q = statistics.quantiles(values, n=4, method="inclusive")
-            iqr = q[2] - q[0]
-        else:
-            iqr = 0.0
-        return cls(statistics.median(values), iqr, len(values))
-
-    def to_dict(self) -> dict:
-        return {"median": round(self.median, 5), "iqr": round(self.iqr, 5), "n": self.n}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Stats:
-        return cls(float(data["median"]), float(data["iqr"]), int(data["n"]))
-
-
-@dataclass(frozen=True, slots=True)
-class Measurement:
-    forward: Stats
-    backward: Stats  # backward + update
-    total: Stats
 
 
 def check_benchable(tables: Sequence[Table], mode: ExecutionMode) -> None:

@@ -28,8 +28,8 @@ from typing import Any
 from autoshard.core.errors import InputError
 from autoshard.core.types import Table
 from autoshard.core.workload_file import table_from_dict, table_to_dict
-from cost_model.bench.harness import BenchConfig, Measurement, Stats
 from cost_model.profile import DeviceProfile, ExecutionMode
+from cost_model.traces.records import BenchConfig, Measurement, Stats
 
 TRACE_VERSION = 1
 

@@ -34,7 +34,7 @@ def plan_all(planner: str, profile_dir: Path) -> list[tuple[str, int, float, flo
     from autoshard.core.communication import WithCommunication
     from autoshard.core.task import memory_for
     from autoshard.planners.context import PlannerContext
-    from autoshard.evaluation.registry import make_planner
+    from autoshard.planning.registry import make_planner
     from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
     from autoshard.core.types import Topology
 

@@ -42,7 +42,7 @@ def plan_all(planner: str, model: Path, names: list[str], out: Path) -> None:
     """Plan the named tasks with this process's checkout; pickle the plans to ``out``."""
     from autoshard.cli.support import measuring_profile
     from autoshard.planners.context import PlannerContext
-    from autoshard.evaluation.registry import make_planner
+    from autoshard.planning.registry import make_planner
 
     loaded = measuring_profile(model)
     planned = make_planner(planner, PlannerContext(loaded.model, loaded.policy))

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from error_runs import shipped_planning  # noqa: E402
 
 from autoshard.planners.context import PlannerContext  # noqa: E402
-from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.planning.compare import compare_planners  # noqa: E402
 
 FEATURES = ("tables", "lookups_per_sample", "mean_zipf", "mean_dim", "log10_rows", "predicted_ms")
 

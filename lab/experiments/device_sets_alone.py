@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from autoshard.cli.support import measuring_profile  # noqa: E402
 from autoshard.core.task import load_suite  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
-from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.planning.compare import compare_planners  # noqa: E402
 from cost_model.bench.harness import BenchConfig, measure  # noqa: E402
 from autoshard.evaluation.measure_plan import MIN_DEVICE_MS, measure_plans  # noqa: E402
 from cost_model.profile import default_mode  # noqa: E402

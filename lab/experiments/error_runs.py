@@ -34,7 +34,7 @@ from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_threa
 from autoshard.core.task import load_suite  # noqa: E402
 from autoshard.core.model_error import centred  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
-from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.planning.compare import compare_planners  # noqa: E402
 from autoshard.core.stats import mad_sigma  # noqa: E402
 from autoshard.core.types import Table  # noqa: E402
 

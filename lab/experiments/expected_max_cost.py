@@ -19,7 +19,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from autoshard.cli.support import one_thread  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planners.report import plans_report
-from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.planning.compare import compare_planners  # noqa: E402
 from autoshard.core.workload_file import topology_from_dict, workload_from_dict  # noqa: E402
 from autoshard.profiles import load_models  # noqa: E402
 from service_support import plan_body  # noqa: E402

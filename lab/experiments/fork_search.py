@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import one_thread  # noqa: E402
 from autoshard.core.communication import CommunicationModel, WithCommunication  # noqa: E402
-from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.planning.compare import compare_planners  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planners.local_search import improve  # noqa: E402
 from autoshard.planners.deadline import Deadline

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.evaluation.registry import HEURISTICS  # noqa: E402
+from autoshard.planning.registry import HEURISTICS  # noqa: E402
 from autoshard.core.stats import geomean  # noqa: E402
 
 PLANNERS = ("cost_greedy", "rl", "rl+refine")

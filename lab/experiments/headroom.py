@@ -31,7 +31,7 @@ from autoshard.cli.support import one_thread  # noqa: E402
 from autoshard.core.communication import WithCommunication  # noqa: E402
 from autoshard.core.task import load_suite  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
-from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.planning.compare import compare_planners  # noqa: E402
 from autoshard.evaluation.grid import GridConfig, grid_tasks  # noqa: E402
 from autoshard.profiles import load_models  # noqa: E402
 

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.core.task import load_suite  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
-from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.planning.compare import compare_planners  # noqa: E402
 from autoshard.core.types import ShardingPlan  # noqa: E402
 from cost_model.bench.harness import BenchConfig, measure  # noqa: E402
 from cost_model.checkpoint import load_cost_model  # noqa: E402

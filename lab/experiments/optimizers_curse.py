@@ -44,7 +44,7 @@ def replanned(report: dict, profile) -> tuple[list, list[str]]:
     from autoshard.core.task import Task, load_suite
     from autoshard.evaluation.suite import TaskResult
     from autoshard.planners.context import PlannerContext
-    from autoshard.evaluation.compare import compare_planners
+    from autoshard.planning.compare import compare_planners
     from autoshard.evaluation.measure_plan import MeasuredPlan
 
     settings = report.get("settings", {})

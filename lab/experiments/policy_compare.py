@@ -25,7 +25,7 @@ HEURISTICS = ("size_lookup_greedy", "lookup_greedy", "size_greedy", "dim_greedy"
 
 
 def best_of(names, context, task) -> float:
-    from autoshard.evaluation.registry import make_planner
+    from autoshard.planning.registry import make_planner
 
     found = []
     for name in names:

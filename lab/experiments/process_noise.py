@@ -46,7 +46,7 @@ def device_sets(limit: int) -> tuple[list[list], int]:
     from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
     from autoshard.core.task import load_suite
     from autoshard.planners.context import PlannerContext
-    from autoshard.evaluation.compare import compare_planners
+    from autoshard.planning.compare import compare_planners
 
     one_thread()
     profile = load_profile_or_exit(DEFAULT_MODEL)

@@ -66,7 +66,7 @@ def main() -> None:
     from autoshard.core.communication import WithCommunication
     from autoshard.core.task import memory_for
     from autoshard.planners.context import PlannerContext
-    from autoshard.evaluation.registry import make_planner
+    from autoshard.planning.registry import make_planner
     from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
     from autoshard.core.types import Topology
 

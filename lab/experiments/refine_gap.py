@@ -36,7 +36,7 @@ def main() -> None:
     from autoshard.core.communication import WithCommunication
     from autoshard.core.errors import PlannerError
     from autoshard.evaluation.grid import GridConfig, grid_tasks
-    from autoshard.evaluation.registry import make_planner
+    from autoshard.planning.registry import make_planner
     from autoshard.planners.context import PlannerContext
     from autoshard.rl.planners import RLPlanner
 

@@ -47,7 +47,7 @@ def run(name: str, steps: int, out: Path, profile: Path, score_only: bool = Fals
 
     from autoshard.core.communication import WithCommunication
     from autoshard.core.errors import PlannerError
-    from autoshard.evaluation.registry import make_planner
+    from autoshard.planning.registry import make_planner
     from autoshard.planners.context import PlannerContext
     from autoshard.profiles import load_profile
     from autoshard.rl.env import EnvConfig, Reward

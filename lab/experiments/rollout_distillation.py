@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_none, one_thread  # noqa: E402
 from autoshard.core.errors import PlannerError  # noqa: E402
-from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.planning.compare import compare_planners  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planners.placement import place  # noqa: E402
 from autoshard.planners.placing import cheapest_after

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from autoshard.cli.support import load_profile_or_none, one_thread  # noqa: E402
 from autoshard.core.communication import WithCommunication  # noqa: E402
 from autoshard.planners.cost_greedy import CostGreedyPlanner  # noqa: E402
-from autoshard.evaluation.registry import REFINE_SAMPLES, REFINE_SEARCH  # noqa: E402
+from autoshard.planning.registry import REFINE_SAMPLES, REFINE_SEARCH  # noqa: E402
 from autoshard.rl.planners import RLPlanner  # noqa: E402
 from autoshard.evaluation.grid import GridConfig, grid_tasks  # noqa: E402
 

@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 
 from autoshard.cli.support import DEFAULT_MODEL, measuring_profile  # noqa: E402
 from autoshard.core.task import load_suite  # noqa: E402
-from autoshard.evaluation.registry import HEURISTICS  # noqa: E402
+from autoshard.planning.registry import HEURISTICS  # noqa: E402
 from autoshard.planners.context import PlannerContext
-from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.planning.compare import compare_planners  # noqa: E402
 from autoshard.core.stats import geomean, ratio_ci95, verdict  # noqa: E402
 from autoshard.core.types import MeasuredPlan  # noqa: E402
 from cost_model.bench.harness import BenchConfig  # noqa: E402

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.core.task import load_suite  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
-from autoshard.evaluation.registry import make_planner
+from autoshard.planning.registry import make_planner
 from autoshard.core.stats import mad_sigma  # noqa: E402
 from cost_model.checkpoint import load_cost_model  # noqa: E402
 

@@ -46,7 +46,7 @@ def main() -> None:
     sys.path.insert(0, os.getcwd())
     from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
     from autoshard.planners.context import PlannerContext
-    from autoshard.evaluation.registry import make_planner
+    from autoshard.planning.registry import make_planner
     from autoshard.core.types import GIB, Topology
 
     one_thread()

@@ -37,7 +37,7 @@ import autoshard.rl.planners as rl  # noqa: E402
 from autoshard.cli.support import one_thread  # noqa: E402
 from autoshard.core.task import load_suite, memory_for  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
-from autoshard.evaluation.compare import compare_planners  # noqa: E402
+from autoshard.planning.compare import compare_planners  # noqa: E402
 from autoshard.evaluation.grid import GridConfig, grid_tasks  # noqa: E402
 from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
 from autoshard.core.types import Topology  # noqa: E402

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autoshard.evaluation.registry import HEURISTICS  # noqa: E402
+from autoshard.planning.registry import HEURISTICS  # noqa: E402
 
 
 

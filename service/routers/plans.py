@@ -12,8 +12,6 @@ from fastapi import APIRouter, Query, Request, Response
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.sharding import parse_sharding_types
 from autoshard.core.types import Topology, Workload
-from autoshard.evaluation.compare import shard_warnings
-from autoshard.evaluation.registry import HEURISTICS
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.feasibility import check_total
 from autoshard.planners.placement_rules import ConstraintsConflict, check_constraints
@@ -23,6 +21,8 @@ from autoshard.planners.report import plans_report
 from autoshard.planners.sharding_options import ALL_TYPES, ROW_TYPES
 from autoshard.planners.stats import plan_stats
 from autoshard.planners.unit_preparation import prepare_units
+from autoshard.planning.compare import shard_warnings
+from autoshard.planning.registry import HEURISTICS
 from autoshard.profiles import LoadedModel
 from service.deps import StateDep
 from service.errors import FieldError, PlanningTimeout, infeasible_error, input_error_at
@@ -189,7 +189,7 @@ def _send(state: ServiceState, answer: Answer, source: str, arrived: float) -> R
 
 def _check_torchrec() -> None:
     try:
-        import autoshard.core.torchrec_bridge  # noqa: F401
+        import autoshard.torchrec.bridge  # noqa: F401
     except (ImportError, OSError) as error:
         raise PlannerError(
             PlannerErrorKind.UNAVAILABLE,

@@ -17,7 +17,7 @@ from pathlib import Path
 from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread, plans_measurer
 from autoshard.core.communication import WithCommunication
 from autoshard.core.task import load_suite
-from autoshard.evaluation.registry import HEURISTICS, make_planner
+from autoshard.planning.registry import HEURISTICS, make_planner
 from autoshard.planners.context import PlannerContext
 from autoshard.planners.sharding_options import PLACED_TYPES
 

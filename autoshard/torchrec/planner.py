@@ -133,7 +133,7 @@ class TorchRecPlanner:
         self.compute_device = compute_device
         self.name = "torchrec" if compute_device == "cuda" else "torchrec_cpu"
         try:
-            from autoshard.core import torchrec_bridge
+            from autoshard.torchrec import bridge as torchrec_bridge
         except (ImportError, OSError) as error:
             raise PlannerError(
                 PlannerErrorKind.UNAVAILABLE,

@@ -42,10 +42,10 @@ import torch
 
 from autoshard.core.errors import InputError
 from autoshard.core.types import ShardingPlan, Workload
-from cost_model.bench.harness import Stats
 from cost_model.bench.indices import bag_lengths, zipf_rows
 from cost_model.features import physical_rows
 from cost_model.profile import MALLOC_SETTINGS, malloc_settings_active
+from cost_model.traces.records import Stats
 
 LEARNING_RATE = 0.01
 _BATCHES_PER_RANK = 4  # distinct batches generated per rank, cycled through the steps
@@ -110,7 +110,7 @@ def capped_workload(workload: Workload, config: DistributedConfig) -> Workload:
 
 def run_distributed(plan: ShardingPlan, workload: Workload, config: DistributedConfig) -> DistributedResult:
     """Train the workload sharded by ``plan`` on ``config.world_size`` processes; time each step."""
-    from autoshard.core.torchrec_bridge import table_placements, to_torchrec_plan
+    from autoshard.torchrec.bridge import table_placements, to_torchrec_plan
 
     _check_config(config)
     if len(plan.devices) != config.world_size:
@@ -310,7 +310,7 @@ def _worker(
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
-    from autoshard.core.torchrec_bridge import (
+    from autoshard.torchrec.bridge import (
         embedding_bag_collection,
         to_torchrec_plan,
     )

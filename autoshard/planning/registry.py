@@ -99,7 +99,7 @@ def _rl(samples: int, name: str, raw: bool = False) -> Callable[[PlannerContext]
 def _torchrec(compute_device: str) -> Callable[[PlannerContext], Planner]:
     def build(context: PlannerContext) -> Planner:
         try:
-            from autoshard.planners.torchrec_planner import TorchRecPlanner
+            from autoshard.torchrec.planner import TorchRecPlanner
         except ImportError as error:
             raise PlannerError(
                 PlannerErrorKind.UNAVAILABLE,

@@ -5,7 +5,7 @@ arguments, so that TorchRec users swap it in by changing one line.
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.planner.types import ParameterConstraints, Topology
 from autoshard.client import AutoShardClient
-from autoshard.torchrec_native import AutoShardShardingPlanner
+from autoshard.torchrec.drop_in import AutoShardShardingPlanner
 
 topology = Topology(world_size=16, local_world_size=8, compute_device="cuda", hbm_cap=80 * 1024**3)
 constraints = {"history": ParameterConstraints(pooling_factors=[50.0], sharding_types=["row_wise", "table_wise"])}
@@ -20,7 +20,7 @@ It reads the table configs of every ``EmbeddingBagCollection`` in the module and
 one workload (in process with an AutoShard planner, or over HTTP with an ``AutoShardClient``) on
 the cluster TorchRec's ``Topology`` describes, with the memory TorchRec's storage reservation
 leaves each device, and returns a TorchRec ``ShardingPlan`` keyed by each collection's module
-path, with whatever sharding types the plan uses (``autoshard.core.torchrec_bridge``). Needs the
+path, with whatever sharding types the plan uses (``autoshard.torchrec.bridge``). Needs the
 ``torchrec`` extra.
 
 What it takes from TorchRec's arguments:
@@ -78,7 +78,6 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from autoshard.core.constraints import Constraints, TableConstraints
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.sharding import ShardingType, parse_sharding_types
-from autoshard.core.torchrec_bridge import DENSE, FUSED, MODULE_PATH, to_torchrec_plan
 from autoshard.core.types import (
     GIB,
     DevicePlan,
@@ -88,9 +87,10 @@ from autoshard.core.types import (
     Topology,
     Workload,
 )
-from autoshard.evaluation.registry import make_planner
 from autoshard.planners.context import PlannerContext
 from autoshard.planners.sharding_options import ALL_TYPES
+from autoshard.planning.registry import make_planner
+from autoshard.torchrec.bridge import DENSE, FUSED, MODULE_PATH, to_torchrec_plan
 
 if TYPE_CHECKING:
     from autoshard.client import AutoShardClient

@@ -12,7 +12,6 @@ from typing import Any
 from autoshard.core.communication import CommunicationModel, WithCommunication
 from autoshard.core.model_error import DeviceErrors
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
-from autoshard.evaluation.compare import compare_planners
 from autoshard.planners.context import PlannerContext
 from autoshard.planners.incremental import (
     CurrentPlacement,
@@ -22,6 +21,7 @@ from autoshard.planners.incremental import (
     replans,
 )
 from autoshard.planners.report import DeviceReport, TopologyReport
+from autoshard.planning.compare import compare_planners
 
 
 @dataclass(frozen=True, slots=True)

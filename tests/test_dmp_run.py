@@ -9,8 +9,8 @@ pytest.importorskip("torchrec")
 
 from autoshard.core.errors import InputError  # noqa: E402
 from autoshard.core.types import DevicePlan, ShardingPlan, Table, TableShard, Workload  # noqa: E402
-from autoshard.evaluation import distributed_run  # noqa: E402
-from autoshard.evaluation.distributed_run import (  # noqa: E402
+from autoshard.torchrec import dmp_run as distributed_run  # noqa: E402
+from autoshard.torchrec.dmp_run import (  # noqa: E402
     DistributedConfig,
     DistributedResult,
     DistributedRunError,

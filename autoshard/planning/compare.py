@@ -10,9 +10,9 @@ from autoshard.core.communication import CommunicationModel, WithCommunication
 from autoshard.core.costing import predict_nonempty
 from autoshard.core.errors import PlannerError
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
-from autoshard.evaluation.registry import available_planners, make_planner, planner_spec
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.proxies import ProxyCostModel
+from autoshard.planning.registry import available_planners, make_planner, planner_spec
 
 
 @dataclass(frozen=True, slots=True)

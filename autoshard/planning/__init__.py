@@ -1,0 +1,1 @@
+"""Planning: the planner registry, planners compared side by side, and the one function that plans."""
