@@ -86,7 +86,7 @@ def test_constraints_are_read_from_the_workload_file_and_written_back():
     c = workload.constraints
     assert c.of("user").sharding_types == {ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE}
     item = next(t for t in workload.tables if t.name == "item")
-    assert item.pooling_factor == pytest.approx((10 * 1 + 20 * 3) / 4)  # the constraints' pooling factors win
+    assert item.pooling_factor == pytest.approx(10 * 1 + 20 * 3)  # the constraints' lookups per sample win
     assert c.placement == (Pin("item", (0, 1)), Colocate(("a", "b")), Apart(("b", "c")))
     again, _ = workload_from_dict(workload_to_dict(workload, topology))
     assert again.constraints == c
@@ -95,7 +95,7 @@ def test_constraints_are_read_from_the_workload_file_and_written_back():
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"constraints": {"user": {"compute_kernels": ["dense"]}}}, "compute_kernels"),
+        ({"constraints": {"user": {"compute_kernels": ["fused_uvm"]}}}, "compute_kernels"),
         ({"constraints": {"user": {"sharding_types": ["rowwise"]}}}, "sharding_types"),
         ({"constraints": {"nope": {}}}, "table"),
         ({"constraints": {"user": {"colour": 1}}}, "colour"),

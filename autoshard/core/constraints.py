@@ -11,10 +11,14 @@ In a workload file::
                   {"apart": ["e", "f"]}]
 
 - ``sharding_types``: the types the table may take (TorchRec's names).
-- ``compute_kernels``: ``fused`` only (the kernel AutoShard measures); any other is refused.
+- ``compute_kernels``: TorchRec's kernels AutoShard plans: ``fused`` (the kernel it measures)
+  for every sharded type, ``dense`` for ``data_parallel`` (the kernel TorchRec's sharders give
+  data parallel). A table whose kernels leave out ``dense`` is not placed data parallel, and one
+  without ``fused`` only data parallel; any other kernel is refused.
 - ``min_partition``: the narrowest column shard the table may be cut into.
 - ``pooling_factors`` / ``num_poolings`` / ``batch_sizes`` / ``is_weighted`` / ``feature_names``:
-  as TorchRec reads them; the mean pooling factor replaces the table's own.
+  as TorchRec reads them. The table's pooling factor becomes TorchRec's lookups per iteration
+  over the workload's batch (``pooling_factor_of``), replacing the table's own.
 - ``pin``: the table's shards only on these ``ranks`` (or the devices of these ``hosts``).
 - ``colocate``: the tables on one device (``"level": "host"``: one host).
 - ``apart``: no two of the tables share a device.
@@ -22,7 +26,7 @@ In a workload file::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +34,9 @@ from autoshard.core.errors import InputError
 from autoshard.core.sharding import ShardingType, parse_sharding_types
 from autoshard.core.values import is_int, is_number
 
-KERNELS = ("fused",)
+FUSED, DENSE = "fused", "dense"
+KERNELS = (FUSED, DENSE)
+"""TorchRec's compute kernels (``EmbeddingComputeKernel`` values) AutoShard plans."""
 _TABLE_FIELDS = (
     "sharding_types",
     "compute_kernels",
@@ -56,13 +62,51 @@ class TableConstraints:
     is_weighted: bool = False
     feature_names: tuple[str, ...] | None = None
 
-    @property
-    def pooling_factor(self) -> float | None:
-        """The mean of ``pooling_factors`` (each weighted by its ``num_poolings``), if given."""
+    def pooling_factor(self, batch_size: int) -> float | None:
+        """The table's pooling factor from ``pooling_factors`` (``None`` if not given):
+        ``pooling_factor_of`` at the workload's ``batch_size``."""
         if not self.pooling_factors:
             return None
-        weights = self.num_poolings or (1.0,) * len(self.pooling_factors)
-        return sum(p * w for p, w in zip(self.pooling_factors, weights)) / sum(weights)
+        return pooling_factor_of(self.pooling_factors, self.num_poolings, self.batch_sizes, batch_size)
+
+    def allowed_types(self, default: frozenset[ShardingType]) -> frozenset[ShardingType]:
+        """The types this table may take within ``default``: its ``sharding_types``, less
+        ``data_parallel`` when its ``compute_kernels`` leave out ``dense`` and the sharded types
+        when they leave out ``fused`` (``KERNELS``)."""
+        kinds = default if self.sharding_types is None else default & self.sharding_types
+        if self.compute_kernels is not None:
+            if DENSE not in self.compute_kernels:
+                kinds -= {ShardingType.DATA_PARALLEL}
+            if FUSED not in self.compute_kernels:
+                kinds &= {ShardingType.DATA_PARALLEL}
+        return kinds
+
+
+def pooling_factor_of(
+    pooling_factors: Sequence[float],
+    num_poolings: Sequence[float] | None,
+    batch_sizes: Sequence[int] | None,
+    batch_size: int,
+) -> float:
+    """A table's lookups per sample, as TorchRec's planner counts them: its features' lookups
+    per iteration, sum over features of ``pooling_factor x num_poolings x batch_size``
+    (``shard_estimators``' ``batch_inputs``; ``num_poolings`` default 1, ``batch_sizes`` the
+    workload's), over the workload's ``batch_size``. With one feature, its pooling factor; with
+    several, their sum (TorchRec's stats print this sum as the table's pooling factor): every
+    feature's lookups go to the one table. ``InputError`` when the lists differ in length."""
+    count = len(pooling_factors)
+    polls = list(num_poolings) if num_poolings else [1.0] * count
+    batches = list(batch_sizes) if batch_sizes else [batch_size] * count
+    if not count == len(polls) == len(batches):
+        raise InputError(
+            "pooling_factors",
+            f"lists {count} features, num_poolings {len(polls)}, batch_sizes {len(batches)}",
+            "give one entry per feature in each (TorchRec's rule)",
+        )
+    lookups = sum(float(f) * float(p) * float(b) for f, p, b in zip(pooling_factors, polls, batches))
+    if not lookups > 0:
+        raise InputError("pooling_factors", f"give no lookups ({list(pooling_factors)})", "give values > 0")
+    return lookups / batch_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +144,10 @@ class Constraints:
         return dict(self.tables).get(table)
 
     def allowed_types(self, table: str, default: frozenset[ShardingType]) -> frozenset[ShardingType]:
-        """The sharding types ``table`` may take: its own constraint within ``default``."""
+        """The sharding types ``table`` may take: its own constraint (types and kernels,
+        ``TableConstraints.allowed_types``) within ``default``."""
         own = self.of(table)
-        return default if own is None or own.sharding_types is None else default & own.sharding_types
+        return default if own is None else own.allowed_types(default)
 
     @property
     def placed_tables(self) -> frozenset[str]:
@@ -171,8 +216,9 @@ def _table_from_dict(raw: Any) -> TableConstraints:
         if not isinstance(kernels, list) or not kernels or any(k not in KERNELS for k in kernels):
             raise InputError(
                 "compute_kernels",
-                f"must list 'fused' only, got {kernels!r}",
-                'AutoShard plans and measures TorchRec\'s fused kernel: use ["fused"] or leave it out',
+                f"must list some of {list(KERNELS)}, got {kernels!r}",
+                'AutoShard plans TorchRec\'s fused kernel (and dense for data parallel): use ["fused", "dense"] '
+                "or leave it out",
             )
     min_partition = raw.get("min_partition")
     if min_partition is not None and not (is_int(min_partition) and min_partition >= 1):

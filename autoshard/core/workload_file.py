@@ -129,14 +129,22 @@ def workload_from_dict(data: Any) -> tuple[Workload, Topology | None]:
     if not isinstance(name, str) or not name:
         raise InputError("name", f"must be a non-empty string, got {name!r}", 'name the workload, e.g. "ranking"')
     constraints = constraints_from_dict(data.get("constraints"), data.get("placement"), {t.name for t in tables})
-    tables = [_with_pooling(t, constraints.of(t.name)) for t in tables]  # the constraints' pooling factors win
-    workload = Workload(tuple(tables), data.get("batch_size", 2048), name, constraints)
+    workload = Workload(tuple(tables), data.get("batch_size", 2048), name, constraints)  # checks the batch size
+    pooled = tuple(_with_pooling(t, constraints.of(t.name), workload.batch_size) for t in tables)
+    workload = replace(workload, tables=pooled)  # the constraints' pooling factors win
     topology = topology_from_dict(data["topology"]) if data.get("topology") is not None else None
     return workload, topology
 
 
-def _with_pooling(table: Table, constraints: TableConstraints | None) -> Table:
-    pooling = constraints.pooling_factor if constraints is not None else None
+def _with_pooling(table: Table, constraints: TableConstraints | None, batch_size: int) -> Table:
+    """``table`` with its constraints' pooling factor (TorchRec's lookups per sample,
+    ``pooling_factor_of``), when they give one."""
+    if constraints is None:
+        return table
+    try:
+        pooling = constraints.pooling_factor(batch_size)
+    except InputError as error:
+        raise error.located(f"constraints.{table.name}") from None
     return table if pooling is None else replace(table, pooling_factor=pooling)
 
 

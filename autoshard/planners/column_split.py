@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from autoshard.core.sharding import ShardingType
 from autoshard.core.types import Table, TableShard, Topology
 from autoshard.planners.placement_unit import CostFn, Unit
 
@@ -29,6 +30,7 @@ def split_units(
     frozen: int = 0,
     whole: frozenset[str] = frozenset(),
     min_width: Mapping[str, int] | None = None,
+    kinds: Mapping[str, ShardingType] | None = None,
 ) -> list[Unit]:
     """Split each whole-table unit whose cost exceeds a level, or whose memory exceeds
     ``memory_limit`` (default: a device's memory), into the fewest shards at or under both; if
@@ -38,7 +40,8 @@ def split_units(
     lower no max. Shard costs come from one ``cost_fn`` call. The first ``frozen`` units stay as
     they are (a deployed plan's shards, ``incremental.replan``), and count towards the level; so
     do the tables named in ``whole`` (constraints keep them whole); ``min_width``: per table, the
-    narrowest shard its constraints allow (TorchRec's ``min_partition``)."""
+    narrowest shard its constraints allow (TorchRec's ``min_partition``); ``kinds``: per table, the
+    sharding type its column shards take when not column_wise (table_column_wise)."""
     average = sum(u.cost for u in units) / topology.num_devices
     max_ways = topology.num_devices if max_ways is None else min(max_ways, topology.num_devices)
     capacity = topology.device_memory_bytes if memory_limit is None else memory_limit
@@ -49,7 +52,7 @@ def split_units(
             narrowest = (min_width or {}).get(unit.parent, MIN_SHARD_WIDTH)
             ways = [k for k in split_ways(dim, max_ways) if dim // k >= narrowest]
             if ways:
-                options[i] = [(k, TableShard(unit.table, 0, dim // k).as_table) for k in ways]
+                options[i] = [(k, TableShard(unit.shard.table, 0, dim // k).as_table) for k in ways]
     if not options:
         return list(units)
     candidates = [table for opts in options.values() for _, table in opts]
@@ -71,7 +74,7 @@ def split_units(
             out.append(unit)  # whole: it fits, and no cheaper shard could lower the max
             continue
         k, table, cost = next((p for p in priced[i] if p[2] <= level and p[1].memory_bytes <= capacity), priced[i][-1])
-        out.extend(
-            Unit.of(TableShard(unit.table, j * table.embedding_dim, table.embedding_dim), cost) for j in range(k)
-        )
+        kind = (kinds or {}).get(unit.parent)
+        width = table.embedding_dim
+        out.extend(Unit.of(TableShard(unit.shard.table, j * width, width, sharding=kind), cost) for j in range(k))
     return out

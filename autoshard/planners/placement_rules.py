@@ -3,24 +3,26 @@ the check before planning that names constraints no plan can satisfy (``check_co
 
 Every planner steps a ``PlacementState``, whose mask takes ``PlacementRules.mask``: a pinned
 table only on its ranks; a co-located table on the device (or host) where its group already is;
-a table kept apart from the devices holding another of its group. Local search and option
+a table kept apart from the devices holding another of its group; a table_column_wise table's
+column blocks on the host of its first block. Local search and option
 changes leave constrained tables where they were placed (their units are not movable), and a
 table's sharding options are those its ``sharding_types`` allow.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autoshard.core.constraints import Apart, Colocate, Constraints, Pin
+from autoshard.core.constraints import Apart, Colocate, Constraints, Pin, TableConstraints
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.sharding import ShardingType
-from autoshard.core.types import Topology, Workload
+from autoshard.core.types import Table, Topology, Workload
 from autoshard.planners.feasibility import fmt_bytes
-from autoshard.planners.sharding_options import SPREAD_TYPES, must_spread, spread_options
+from autoshard.planners.sharding_options import ROW_TYPES, column_kind, must_spread, spread_options
 
 if TYPE_CHECKING:
     from autoshard.planners.device_state import DeviceState
@@ -50,6 +52,10 @@ class PlacementRules:
             elif isinstance(c, Apart):
                 for t in c.tables:
                     self.apart.setdefault(t, []).append(frozenset(c.tables) - {t})
+        for name, own in constraints.tables:  # a table_column_wise table's blocks: on one host
+            kinds = own.allowed_types(frozenset(ShardingType))
+            if topology.num_hosts > 1 and column_kind(kinds) is ShardingType.TABLE_COLUMN_WISE:
+                self.together.setdefault(name, []).append((frozenset({name}), True))
         self.hosts = hosts
         self.tables = frozenset(self.pins) | frozenset(self.together) | frozenset(self.apart)
 
@@ -141,30 +147,63 @@ def check_constraints(workload: Workload, topology: Topology, allowed: frozenset
                     f"more than the largest device's {fmt_bytes(largest)}",
                     ('co-locate them on one host instead ("level": "host")', "co-locate fewer tables"),
                 )
-    for name, _ in constraints.tables:
-        kinds = constraints.allowed_types(name, allowed)
-        table = tables[name]
-        if not kinds:
-            raise _conflict(
-                f"sharding_types of {name!r} leave no type among those allowed ({sorted(t.value for t in allowed)})",
-                ("allow one of the table's sharding types",),
-                "constraints",
-            )
-        if ShardingType.TABLE_WISE not in kinds and not kinds & SPREAD_TYPES:
-            raise _conflict(
-                f"sharding_types {sorted(t.value for t in kinds)} of {name!r}: AutoShard splits tables column-wise "
-                "only where a split pays, so it cannot promise a column-wise shard",
-                ("allow table_wise for it too", "allow row_wise or table_row_wise for it"),
-                "constraints",
-            )
-        fits = table.memory_bytes <= largest or kinds - {ShardingType.TABLE_WISE, ShardingType.DATA_PARALLEL}
-        if not fits:
-            raise _conflict(
-                f"sharding_types {sorted(t.value for t in kinds)} of {name!r} cannot fit it: it needs "
-                f"{fmt_bytes(table.memory_bytes)}, a device holds {fmt_bytes(largest)}",
-                ("allow row_wise, table_row_wise or column_wise for it", "use devices with more memory"),
-                "constraints",
-            )
+    for name, own in constraints.tables:
+        _check_table(tables[name], own, constraints.allowed_types(name, allowed), allowed, topology)
+
+
+def _check_table(
+    table: Table,
+    own: TableConstraints,
+    kinds: frozenset[ShardingType],
+    allowed: frozenset[ShardingType],
+    topology: Topology,
+) -> None:
+    """Refuse one table's ``sharding_types``, ``compute_kernels`` and ``min_partition`` when no
+    plan can satisfy them: no type left, or no allowed type whose smallest shards fit a device."""
+    name, largest = table.name, topology.device_memory_bytes
+    if not kinds:
+        kernels = f" with compute_kernels {list(own.compute_kernels)}" if own.compute_kernels is not None else ""
+        raise _conflict(
+            f"sharding_types of {name!r}{kernels} leave no type among those allowed "
+            f"({sorted(t.value for t in allowed)}): data_parallel runs on the 'dense' kernel, the others on 'fused'",
+            ("allow one of the table's sharding types", "add the kernel its types need to compute_kernels"),
+            "constraints",
+        )
+    if table.memory_bytes <= largest or kinds & ROW_TYPES:
+        return  # whole on a device, or row blocks as small as the devices need
+    narrowest = column_block_bytes(table, kinds, own.min_partition, topology)
+    if narrowest is not None and narrowest <= largest:
+        return
+    if narrowest is not None:
+        raise _conflict(
+            f"min_partition {own.min_partition} of {name!r} ({table.embedding_dim} columns): its narrowest column "
+            f"blocks need {fmt_bytes(narrowest)}, a device holds {fmt_bytes(largest)}",
+            ("lower min_partition", "allow row_wise or table_row_wise for it", "use devices with more memory"),
+            "constraints",
+        )
+    raise _conflict(
+        f"sharding_types {sorted(t.value for t in kinds)} of {name!r} cannot fit it: it needs "
+        f"{fmt_bytes(table.memory_bytes)}, a device holds {fmt_bytes(largest)}",
+        ("allow row_wise, table_row_wise or column_wise for it", "use devices with more memory"),
+        "constraints",
+    )
+
+
+def column_block_bytes(
+    table: Table, kinds: frozenset[ShardingType], min_partition: int | None, topology: Topology
+) -> int | None:
+    """The memory of ``table``'s widest block when cut column-wise into as many blocks as its
+    ``kinds`` and ``min_partition`` allow (column_wise: one a device; table_column_wise: one a
+    device of a host); ``None`` when it may not be cut column-wise."""
+    if ShardingType.COLUMN_WISE in kinds:
+        devices = topology.num_devices
+    elif ShardingType.TABLE_COLUMN_WISE in kinds:
+        devices = topology.local_world_size
+    else:
+        return None
+    dim = table.embedding_dim
+    ways = max(1, min(devices, dim // max(1, min_partition or 1)))
+    return table.memory_bytes * math.ceil(dim / ways) // dim
 
 
 class ConstraintsConflict(PlannerError):

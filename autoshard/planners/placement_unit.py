@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, Table, TableShard
 
 CostFn = Callable[[Sequence[Table]], list[float]]
@@ -43,9 +44,10 @@ class Unit:
     @property
     def movable(self) -> bool:
         """Whether local search may move it alone: a table- or column-wise shard; the shards of
-        the other sharding types sit where their option put them (``sharding_options``), and a
-        table under a placement constraint where the constraint put it (``placement_rules``)."""
-        return self.shard.sharding is None and not self.fixed
+        the other sharding types sit where their option put them (``sharding_options``; a
+        table_column_wise block where its host is), and a table under a placement constraint
+        where the constraint put it (``placement_rules``)."""
+        return self.shard.sharding in (None, ShardingType.COLUMN_WISE) and not self.fixed
 
 
 def proxy_costs(proxy: Callable[[Table], float]) -> CostFn:

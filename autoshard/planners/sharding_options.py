@@ -1,7 +1,8 @@
 """Each table's sharding options on a topology, and the spread ones placed before the rest.
 
-A table-wise or column-wise table goes to devices the placement chooses one shard at a time
-(``place_loop``). The other sharding types fix their devices once the option is chosen: a
+A table-wise, column-wise or table-column-wise table goes to devices the placement chooses one
+shard at a time (``place_loop``; the type its shards take: ``placed_kind``). The other sharding
+types fix their devices once the option is chosen: a
 ``row_wise`` table or a ``data_parallel`` replica uses every device; a ``table_row_wise`` or
 ``grid_shard`` table uses every device of the host chosen for it. ``spread_options`` lists a
 table's options of those kinds; ``place_spread`` places the chosen ones, heaviest first, each
@@ -28,8 +29,9 @@ SPREAD_TYPES = frozenset(
 )
 ROW_TYPES = frozenset({ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD})
 """Sharding types that split a table's rows: a table larger than any device fits under them."""
-PLACED_TYPES = frozenset({ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE})
+PLACED_TYPES = frozenset({ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE})
 """Sharding types whose shards the placement loop puts one by one."""
+COLUMN_TYPES = frozenset({ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE})
 DP_MEMORY_SHARE = 0.005
 """A data-parallel candidate's replica takes at most this share of the smallest device: a replica
 lives on every device, so only tiny tables are worth it."""
@@ -39,6 +41,28 @@ GRID_MIN_COLUMNS = 4
 def must_spread(kinds: frozenset[ShardingType]) -> bool:
     """A table whose constraints forbid placing it whole, and allow a spread type."""
     return ShardingType.TABLE_WISE not in kinds and bool(kinds & SPREAD_TYPES)
+
+
+def placed_kind(kinds: frozenset[ShardingType]) -> ShardingType | None:
+    """The sharding type the placement loop's shards of a table take under ``kinds`` (its
+    allowed types): ``None`` where table_wise is allowed (a whole table is table_wise, a column
+    slice column_wise: ``TableShard.sharding_type``); else column_wise, where allowed (a whole
+    table is one column block), else table_column_wise (its column blocks on one host). A
+    table_column_wise table costs what a column_wise one of the same blocks does (TorchRec's
+    estimator prices them alike), and column_wise places its blocks anywhere, so it wins by cost
+    wherever both are allowed; table_column_wise is the type of tables that allow it and not
+    column_wise."""
+    return None if ShardingType.TABLE_WISE in kinds else column_kind(kinds)
+
+
+def column_kind(kinds: frozenset[ShardingType]) -> ShardingType | None:
+    """The type a table's column blocks take under ``kinds``: column_wise where allowed, else
+    table_column_wise where allowed, else ``None`` (it may not be cut column-wise)."""
+    if ShardingType.COLUMN_WISE in kinds:
+        return ShardingType.COLUMN_WISE
+    if ShardingType.TABLE_COLUMN_WISE in kinds:
+        return ShardingType.TABLE_COLUMN_WISE
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,4 +200,15 @@ def _no_option_error(
     )
 
 
-__all__ = ["ALL_TYPES", "PLACED_TYPES", "ROW_TYPES", "SPREAD_TYPES", "SpreadOption", "place_spread", "spread_options"]
+__all__ = [
+    "ALL_TYPES",
+    "COLUMN_TYPES",
+    "PLACED_TYPES",
+    "ROW_TYPES",
+    "SPREAD_TYPES",
+    "SpreadOption",
+    "column_kind",
+    "place_spread",
+    "placed_kind",
+    "spread_options",
+]

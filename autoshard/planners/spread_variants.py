@@ -24,7 +24,7 @@ from autoshard.core.sharding import ShardingType
 from autoshard.core.types import Table, Topology, Workload, replica
 from autoshard.planners.placement_rules import PlacementRules
 from autoshard.planners.placement_unit import CostFn
-from autoshard.planners.sharding_options import DP_MEMORY_SHARE, SpreadOption, must_spread, spread_options
+from autoshard.planners.sharding_options import COLUMN_TYPES, DP_MEMORY_SHARE, SpreadOption, must_spread, spread_options
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,13 +56,16 @@ class SpreadVariant:
 
 
 def fits_placed(table: Table, topology: Topology, allow_split: bool, allowed: frozenset[ShardingType]) -> bool:
-    """Whether ``table`` fits a device whole, or as column shards of up to one per device."""
+    """Whether ``table`` fits a device whole (table-wise, or as one column-wise block), or as
+    column shards of up to one per device (of a host, for table_column_wise alone)."""
     capacity = topology.device_memory_bytes
-    if ShardingType.TABLE_WISE in allowed and table.memory_bytes <= capacity:
+    placed = allowed & (COLUMN_TYPES | {ShardingType.TABLE_WISE})
+    if placed and table.memory_bytes <= capacity:
         return True
-    if not (allow_split and ShardingType.COLUMN_WISE in allowed):
+    if not (allow_split and allowed & COLUMN_TYPES):
         return False
-    ways = min(topology.num_devices, table.embedding_dim)
+    devices = topology.num_devices if ShardingType.COLUMN_WISE in allowed else topology.local_world_size
+    ways = min(devices, table.embedding_dim)
     return table.memory_bytes * math.ceil(table.embedding_dim / ways) / table.embedding_dim <= capacity
 
 

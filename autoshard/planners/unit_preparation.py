@@ -11,6 +11,7 @@ from autoshard.core.types import TableShard, Topology, Workload
 from autoshard.planners.column_split import split_units
 from autoshard.planners.feasibility import check_feasible
 from autoshard.planners.placement_unit import CostFn, Unit
+from autoshard.planners.sharding_options import COLUMN_TYPES, column_kind, placed_kind
 
 
 def prepare_units(
@@ -56,20 +57,36 @@ class TaskUnits:
 
     def _prepared(self, allow_split: bool, limit: int, max_ways: int | None) -> list[Unit]:
         constraints = self.workload.constraints
+        every = frozenset(ShardingType)
+        allowed = {t.name: constraints.allowed_types(t.name, every) for t in self.workload.tables}
         if self._whole is None:  # every split starts from the whole tables: costed once
             tables, placed = self.workload.tables, constraints.placed_tables
-            costs = self.cost_fn(tables)
-            self._whole = [Unit.of(TableShard(t), c, t.name in placed) for t, c in zip(tables, costs)]
+            shards = [TableShard(t, sharding=placed_kind(allowed[t.name])) for t in tables]
+            costs = self.cost_fn([s.as_table for s in shards])
+            self._whole = [Unit.of(s, c, s.table.name in placed) for s, c in zip(shards, costs)]
         units = self._whole
         if allow_split and self.topology.num_devices > 1:
             whole = frozenset(  # placement-constrained tables, and those not allowed column-wise, stay whole
                 t.name
                 for t in self.workload.tables
-                if t.name in constraints.placed_tables
-                or ShardingType.COLUMN_WISE not in constraints.allowed_types(t.name, frozenset(ShardingType))
+                if t.name in constraints.placed_tables or not allowed[t.name] & COLUMN_TYPES
             )
             min_width = {n: c.min_partition for n, c in constraints.tables if c.min_partition is not None}
-            units = split_units(units, self.cost_fn, self.topology, limit, max_ways, whole=whole, min_width=min_width)
+            column_kinds = {  # table_column_wise blocks (column_wise ones need no mark: TableShard's default)
+                n: ShardingType.TABLE_COLUMN_WISE
+                for n, k in allowed.items()
+                if column_kind(k) is ShardingType.TABLE_COLUMN_WISE
+            }
+            units = split_units(
+                units,
+                self.cost_fn,
+                self.topology,
+                limit,
+                max_ways,
+                whole=whole,
+                min_width=min_width,
+                kinds=column_kinds,
+            )
         check_feasible(units, self.topology, allow_split)
         return units
 
