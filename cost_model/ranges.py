@@ -144,6 +144,13 @@ class TrainedRanges:
 
     def _table_warnings(self, tables: Sequence[Table], noun: str) -> list[str]:
         warnings = []
+        sequences = [t for t in tables if not t.pooled]
+        if sequences:  # every trace is of pooled lookups (EmbeddingBag); a sequence table is outside
+            count = f"{len(sequences)} {noun}{'s are' if len(sequences) > 1 else ' is'}"
+            warnings.append(
+                f"{count} sequence (non-pooled) lookups, outside its trained range (e.g. {sequences[0].name!r}): "
+                "the traces hold pooled lookups only; their compute is priced as pooled bags of the same lookups"
+            )
         for field, attr, fmt, log_scaled in _TABLE_SPANS:
             low, high = _tolerated(getattr(self, field), log_scaled)
             for side, bound, out in (

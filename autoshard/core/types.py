@@ -65,7 +65,9 @@ class Table:
     """An embedding table as the cost depends on it.
 
     ``zipf_alpha`` is the access skew: indices follow a bounded Zipf law over the rows
-    (0 = uniform, the default; 1 ~ typical production skew; at most 3).
+    (0 = uniform, the default; 1 ~ typical production skew; at most 3). ``pooled``: its lookups
+    are summed per sample (an ``EmbeddingBagCollection`` table, the default); ``False``: a
+    sequence table (an ``EmbeddingCollection``'s), whose every id's embedding is an output row.
     """
 
     name: str
@@ -76,6 +78,7 @@ class Table:
     bytes_per_element: int = 4
     optimizer: Optimizer = Optimizer.SGD
     sharding_type: ShardingType = ShardingType.TABLE_WISE
+    pooled: bool = True
 
     def __post_init__(self) -> None:
         _require(
@@ -216,7 +219,8 @@ class Topology:
     ``hbm_cap``): it is kept in ``device_memory_caps_gb`` and ``device_memory_gb`` becomes the
     largest device's; a sequence of equal values is the same topology as that one value.
     ``devices_per_host`` 0 (the default) means ``num_devices // num_hosts``. Bandwidths are GiB/s
-    (TorchRec's defaults); the planners do not price them yet (the all-to-all model is one host's).
+        (TorchRec's defaults); ``autoshard.core.communication`` says how they price the traffic
+    between devices.
     """
 
     num_devices: int
@@ -519,6 +523,7 @@ def _shard_table(shard: TableShard) -> Table:
         t.bytes_per_element,
         t.optimizer,
         shard.sharding_type,
+        t.pooled,
     )
 
 
