@@ -1,41 +1,37 @@
-"""The all-to-all of pooled embeddings, added to each device's compute cost.
+"""Each device's communication, added to its compute cost: priced per collective and link tier.
 
-With table-wise (or column-wise) sharding, the device holding a table computes its pooled
-output for the whole batch and sends it to the ranks that own the samples; backward sends the
-gradients back. Per device and iteration, with batch B, the device's (shard) dims d_t, 4-byte
-outputs and D devices::
+A profile's model (``communication.json``, written by `autoshard bench comm`) holds one fit
+(``LinkFit``: latency and bandwidth, with the points it was fitted on) for each collective a
+sharded DMP step runs and each link tier (within a host, between hosts); ``autoshard.core
+.collectives`` says which bytes each shard sends on which tier. A device pays, for every
+(collective, tier) its shards use, ``CALLS`` x latency + bytes / bandwidth, summed over tiers
+and collectives (``TierPricing``). The topology's ``intra_host_bw_gbps`` and
+``inter_host_bw_gbps`` (GiB/s) are explicit user overrides: a value other than TorchRec's default
+(600 and 12.5 GiB/s) replaces that tier's measured bandwidths (latencies stay); the defaults
+themselves price nothing unless a profile declares them (``source`` "declared": a GPU profile made
+without GPUs; its outputs say "declared, not measured").
 
-    bytes  = 2 * B * sum(d_t) * 4 * (D - 1) / D          (forward outputs + backward gradients)
-    comm_ms = 2 * latency_ms + bytes / (bandwidth_gbps * 1e6)
-
-``bandwidth_gbps`` is the measured all-to-all bandwidth per device in GB/s (1e9 bytes/s) and
-``latency_ms`` the cost of one all-to-all of no data; `autoshard bench comm` measures both on
-this machine's ranks and writes them next to the cost model (``communication.json``).
-
-On a cluster of hosts of L devices each, a device sends (L - 1) / D of its bytes to the other
-devices of its host, at the measured bandwidth, and (D - L) / D to other hosts, at the topology's
-``inter_host_bw_gbps`` (GiB/s, TorchRec's unit and default; never faster than the measured one).
-The inter-host figure is modelled, not measured: this machine has one host.
-
-Each shard adds its own output columns (``link_dims``, from its table's sharding type; see
-``autoshard.core.sharding``): a table-, column- or row-wise shard its d columns to both tiers (a
-row-wise shard's reduce-scatter moves the same bytes as an all-to-all of its partial sums); a
-table-row-wise or grid shard reduce-scatters inside its host (2 B d 4 (L - 1) / L bytes) and
-sends only B / L rows of the reduced output to other hosts; a data-parallel replica sends no
-pooled output but all-reduces its R x d gradient (a ring: 2 (W - 1) / W x R d b bytes a device,
-at the measured bandwidth on one host and at the slower of it and ``inter_host_bw_gbps`` across
-hosts; modelled, like every inter-host figure).
+**One-figure models** (a file of format 1, or ``CommunicationModel(bandwidth_gbps, latency_ms)``)
+price as before the tiers were measured: a device holding table-, column- or row-wise shards of
+dims d_t sends ``2 * B * sum(d_t) * 4 * (D - 1) / D`` bytes on one host of D devices (outputs
+and gradients), at ``2 * latency_ms + bytes / (bandwidth_gbps * 1e6)``; on hosts of L devices,
+(L - 1) / D of them at that bandwidth and (D - L) / D at the topology's ``inter_host_bw_gbps``
+(never faster than the measured one). A table-row-wise or grid shard (``link_dims``)
+reduce-scatters inside its host and sends B / L reduced rows to other hosts; a replica
+all-reduces its R x d gradient (a ring, 2 (W - 1) / W x R d b bytes, at the slowest link). The
+ids are not priced.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from autoshard.core.collectives import CALLS, INDEX, KEYS, Collective, LinkFit, Tier, shard_traffic
 from autoshard.core.costing import (
     Accumulator,
     EditBatch,
@@ -45,19 +41,21 @@ from autoshard.core.costing import (
 )
 from autoshard.core.errors import InputError
 from autoshard.core.sharding import ShardingType
-from autoshard.core.types import GIB, CostModel, Table, Topology, Workload
+from autoshard.core.types import GIB, INTER_HOST_BW_GBPS, INTRA_HOST_BW_GBPS, CostModel, Table, Topology, Workload
 
 COMMUNICATION_FILE = "communication.json"
+FORMAT = 2  # communication.json with per-(collective, tier) fits; format 1: one figure
 
 
 @dataclass(frozen=True, slots=True)
 class Links:
-    """What a device's all-to-all crosses: ``num_devices`` ranks, ``devices_per_host`` of them on
-    its host (the rest behind ``inter_host_bw_gbps``, GiB/s)."""
+    """What a device's communication crosses: ``num_devices`` ranks, ``devices_per_host`` of them
+    on its host, and the topology's bandwidths (GiB/s; TorchRec's defaults unless the user set them)."""
 
     num_devices: int
     devices_per_host: int
     inter_host_bw_gbps: float = 0.0
+    intra_host_bw_gbps: float = INTRA_HOST_BW_GBPS
 
     @classmethod
     def of(cls, where: Links | Topology | int) -> Links:
@@ -65,8 +63,17 @@ class Links:
         if isinstance(where, Links):
             return where
         if isinstance(where, Topology):
-            return cls(where.num_devices, where.local_world_size, where.inter_host_bw_gbps)
+            return cls(where.num_devices, where.local_world_size, where.inter_host_bw_gbps, where.intra_host_bw_gbps)
         return cls(where, where)
+
+    def override_gbps(self, tier: Tier) -> float | None:
+        """The tier's bandwidth in GB/s where the user set it (a topology value other than
+        TorchRec's default), else None: the profile's fit prices the tier."""
+        if tier is Tier.INTRA:
+            value, default = self.intra_host_bw_gbps, INTRA_HOST_BW_GBPS
+        else:
+            value, default = self.inter_host_bw_gbps, INTER_HOST_BW_GBPS
+        return value * GIB / 1e9 if value and value != default else None
 
     @property
     def remote_share(self) -> float:
@@ -95,16 +102,109 @@ def allreduce_bytes(table: Table, links: Links) -> float:
 
 
 @dataclass(frozen=True, slots=True)
+class TierPricing:
+    """A model's fits on one set of links, as arrays over ``KEYS``: what a call's latency adds an
+    iteration (``CALLS`` x latency) and bytes a ms; ``cost_ms`` prices rows of traffic totals."""
+
+    fixed_ms: np.ndarray
+    bytes_per_ms: np.ndarray
+
+    def cost_ms(self, totals: np.ndarray, count: np.ndarray) -> np.ndarray:
+        """Each row's communication (``totals``: N x len(KEYS) bytes; ``count``: its shards)."""
+        used = totals > 0
+        cost = (np.where(used, self.fixed_ms, 0.0) + totals / self.bytes_per_ms).sum(axis=1)
+        return np.where(count > 0, cost, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
 class CommunicationModel:
+    """A profile's communication: per-(collective, tier) ``fits`` (see the module docstring), or
+    one figure (``bandwidth_gbps``, ``latency_ms``; no ``fits``). A per-tier model keeps its intra-host
+    all-to-all's figures in ``bandwidth_gbps`` and ``latency_ms`` (``tiered`` fills them)."""
+
     bandwidth_gbps: float
     latency_ms: float
     measured_on: str = ""
+    fits: tuple[LinkFit, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.bandwidth_gbps > 0:
             raise InputError("bandwidth_gbps", f"must be > 0, got {self.bandwidth_gbps}")
         if not self.latency_ms >= 0:
             raise InputError("latency_ms", f"must be >= 0, got {self.latency_ms}")
+        if self.fits:
+            keys = [f.key for f in self.fits]
+            missing = [f"{c.value} {t.value}" for c, t in KEYS if (c, t) not in keys]
+            if missing or len(keys) != len(set(keys)):
+                raise InputError(
+                    "fits",
+                    f"need one fit per (collective, tier); missing {missing or 'none'}, {len(keys)} given",
+                    "re-measure with `autoshard bench comm`",
+                )
+
+    @classmethod
+    def tiered(cls, fits: Sequence[LinkFit], measured_on: str = "") -> CommunicationModel:
+        """A per-tier model of ``fits`` (one per (collective, tier)), in ``KEYS`` order."""
+        by_key = {f.key: f for f in fits}
+        ordered = tuple(by_key[k] for k in KEYS if k in by_key)
+        head = by_key.get((Collective.ALL_TO_ALL, Tier.INTRA))
+        if head is None or len(ordered) != len(fits):
+            raise InputError("fits", "need one fit per (collective, tier)", "re-measure with `autoshard bench comm`")
+        return cls(head.bandwidth_gbps, head.latency_ms, measured_on, ordered)
+
+    @property
+    def per_tier(self) -> bool:
+        return bool(self.fits)
+
+    @property
+    def declared(self) -> bool:
+        """Whether any fit is a declared constant, not a measurement."""
+        return any(f.source == "declared" for f in self.fits)
+
+    def fit(self, collective: Collective, tier: Tier, where: Links | Topology | int = 1) -> LinkFit:
+        """The fit that prices ``collective`` on ``tier`` over ``where``'s links (its override's
+        bandwidth where the user set one)."""
+        if not self.fits:
+            raise InputError("communication", "a one-figure model has no per-tier fits", "re-measure with bench comm")
+        fit = self.fits[INDEX[collective, tier]]
+        override = Links.of(where).override_gbps(tier)
+        if override is None:
+            return fit
+        return LinkFit(fit.collective, fit.tier, fit.latency_ms, override, "override", (), fit.ranks, "the topology's")
+
+    def pricing(self, where: Links | Topology | int) -> TierPricing:
+        """The per-tier fits on ``where``'s links, as arrays (``TierPricing``)."""
+        fits = [self.fit(c, t, where) for c, t in KEYS]
+        return TierPricing(
+            np.array([CALLS[f.collective] * f.latency_ms for f in fits]),
+            np.array([f.bandwidth_gbps * 1e6 for f in fits]),
+        )
+
+    def traffic(self, table: Table, batch_size: int, where: Links | Topology | int) -> np.ndarray:
+        """Bytes ``table`` (a shard's ``as_table``) sends per (collective, tier), in ``KEYS`` order."""
+        links = Links.of(where)
+        return np.array(shard_traffic(table, batch_size, links.num_devices, links.devices_per_host))
+
+    def breakdown(self, tables: Sequence[Table], batch_size: int, where: Links | Topology | int) -> dict[str, float]:
+        """A device's communication ms per ``"collective tier"`` it uses (a per-tier model)."""
+        links = Links.of(where)
+        if not tables or links.num_devices <= 1:
+            return {}
+        totals = np.sum([self.traffic(t, batch_size, links) for t in tables], axis=0)
+        pricing = self.pricing(links)
+        return {
+            f"{c.value} {t.value}": float(pricing.fixed_ms[i] + totals[i] / pricing.bytes_per_ms[i])
+            for i, (c, t) in enumerate(KEYS)
+            if totals[i] > 0
+        }
+
+    def describe(self) -> str:
+        """One line for outputs: where the figures come from."""
+        if not self.fits:
+            return f"one figure ({self.measured_on or 'measured'}): {self.bandwidth_gbps:.3g} GB/s, both tiers"
+        if self.declared:
+            return f"declared, not measured: {self.measured_on}"
+        return f"measured per collective and tier: {self.measured_on}"
 
     def bytes(self, dims: int, batch_size: int, num_devices: int) -> float:
         """Bytes a device of ``dims`` output columns sends to the other devices of its host (all
@@ -136,6 +236,11 @@ class CommunicationModel:
     def cost_ms(self, tables: Sequence[Table], batch_size: int, where: Links | Topology | int) -> float:
         """The communication of a device holding ``tables`` (its shards, as tables)."""
         links = Links.of(where)
+        if self.fits:
+            if links.num_devices <= 1 or not tables:
+                return 0.0
+            totals = np.sum([self.traffic(t, batch_size, links) for t in tables], axis=0)
+            return float(self.pricing(links).cost_ms(totals[None, :], np.array([len(tables)]))[0])
         host = remote = extra = 0.0
         for table in tables:
             h, r = link_dims(table, links)
@@ -182,20 +287,45 @@ class CommunicationModel:
             cost = cost + extra_ms
         return np.where(count > 0, cost, 0.0)
 
-    def terms(self, table: Table, links: Links) -> tuple[float, float, float]:
-        """What ``table`` adds to a device's communication: (host dims, remote dims, all-reduce ms)."""
+    def terms(self, table: Table, links: Links, batch_size: int = 0) -> tuple[float, ...]:
+        """What ``table`` adds to a device's communication, additive over its shards: a per-tier
+        model's bytes per (collective, tier) at ``batch_size``; a one-figure model's (host dims,
+        remote dims, all-reduce ms)."""
+        if self.fits:
+            return tuple(shard_traffic(table, batch_size, links.num_devices, links.devices_per_host))
         host, remote = link_dims(table, links)
         return host, remote, self.allreduce_ms(table, links)
 
+    def terms_cost_ms(self, totals: np.ndarray, count: np.ndarray, batch_size: int, links: Links) -> np.ndarray:
+        """The cost of devices from their summed ``terms`` (rows) and shard counts."""
+        if links.num_devices <= 1:
+            return np.zeros(len(count))
+        if self.fits:
+            return self.pricing(links).cost_ms(totals, count)
+        return self.cost_ms_many(totals[:, 0], count, batch_size, links, totals[:, 1], totals[:, 2])
+
+    def to_dict(self) -> dict:
+        """``communication.json``: format 2 with every fit and its points; format 1: one figure."""
+        if not self.fits:
+            return dict(bandwidth_gbps=self.bandwidth_gbps, latency_ms=self.latency_ms, measured_on=self.measured_on)
+        return {
+            "format": FORMAT,
+            "measured_on": self.measured_on,
+            "source": "declared, not measured" if self.declared else "measured",
+            "fits": [f.to_dict() for f in self.fits],
+        }
+
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> CommunicationModel:
         try:
             data = json.loads(path.read_text())
+            if "fits" in data:
+                return cls.tiered([LinkFit.from_dict(f) for f in data["fits"]], str(data.get("measured_on", "")))
             return cls(float(data["bandwidth_gbps"]), float(data["latency_ms"]), str(data.get("measured_on", "")))
-        except (OSError, ValueError, KeyError, TypeError) as error:
+        except (OSError, ValueError, KeyError, TypeError, InputError) as error:
             raise InputError(
                 "communication",
                 f"{path} is not a communication model ({error})",
@@ -204,10 +334,16 @@ class CommunicationModel:
 
 
 class WithCommunication(SetCostModel):
-    """A cost model plus the all-to-all cost of each device's set on a topology (or a bare
-    device count: one host)."""
+    """A cost model plus each device's communication on a topology (or a bare device count: one
+    host)."""
 
-    def __init__(self, compute: CostModel, communication: CommunicationModel, where: Topology | int) -> None:
+    def __init__(self, compute: CostModel, communication: CommunicationModel | None, where: Topology | int) -> None:
+        if communication is None:
+            raise InputError(
+                "communication",
+                "the profile has no communication model (communication.json)",
+                "measure one with `autoshard bench comm --out PROFILE`, or plan without communication",
+            )
         self.compute, self.communication = compute, communication
         self.links = Links.of(where)
         self.max_set_size = compute.max_set_size
@@ -218,6 +354,12 @@ class WithCommunication(SetCostModel):
 
     def _comm(self, tables: Sequence[Table], batch_size: int) -> float:
         return self.communication.cost_ms(tables, batch_size, self.links)
+
+    def terms(self, table: Table, batch_size: int) -> tuple[float, ...]:
+        return self.communication.terms(table, self.links, batch_size)
+
+    def terms_cost_ms(self, totals: np.ndarray, count: np.ndarray, batch_size: int) -> np.ndarray:
+        return self.communication.terms_cost_ms(totals, count, batch_size, self.links)
 
     def check_workload(self, workload: Workload, max_tables_per_device: int | None = None) -> tuple[str, ...]:
         return self.compute.check_workload(workload, max_tables_per_device)
@@ -237,20 +379,22 @@ class WithCommunication(SetCostModel):
 
 
 class _CommEdits:
-    """The compute model's edit scorer plus each edited set's all-to-all (additive in its dims)."""
+    """The compute model's edit scorer plus each edited set's communication (additive in its terms)."""
 
     def __init__(
         self, compute: EditScorer, model: WithCommunication, base_sets: Sequence[Sequence[Table]], batch_size: int
     ) -> None:
         self.compute, self.model, self.batch_size = compute, model, batch_size
-        terms = model.communication.terms
-        self.terms = np.array([terms(t, model.links) for s in base_sets for t in s], dtype=np.float64).reshape(-1, 3)
+        self.width = len(model.terms(Table("probe", 1, 1), batch_size))
+        width = self.width
+        terms = [model.terms(t, batch_size) for s in base_sets for t in s]
+        self.terms = np.array(terms, dtype=np.float64).reshape(-1, width)
         self.sizes = np.array([len(s) for s in base_sets], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
         self.set_terms = np.array(
-            [np.sum([terms(t, model.links) for t in s], axis=0) if s else np.zeros(3) for s in base_sets],
+            [np.sum([model.terms(t, batch_size) for t in s], axis=0) if s else np.zeros(width) for s in base_sets],
             dtype=np.float64,
-        ).reshape(-1, 3)
+        ).reshape(-1, width)
 
     def predict(self, edits: Edits) -> np.ndarray:
         edits = EditBatch.of(edits)
@@ -260,39 +404,31 @@ class _CommEdits:
         has_rem, has_add = edits.removed >= 0, edits.add >= 0
         flat_row = np.minimum(self.offsets[edits.base] + edits.removed, max(len(self.terms) - 1, 0))
         removed = np.where(has_rem[:, None], self.terms[flat_row] if len(self.terms) else 0.0, 0.0)
-        added_terms = [self.model.communication.terms(t, self.model.links) for t in edits.added]
-        added = np.array([(0.0, 0.0, 0.0), *added_terms], dtype=np.float64)[edits.add + 1]
+        added_terms = [self.model.terms(t, self.batch_size) for t in edits.added]
+        added = np.array([(0.0,) * self.width, *added_terms], dtype=np.float64)[edits.add + 1]
         count = (self.sizes[edits.base] - has_rem + has_add).astype(np.float64)
         total = self.set_terms[edits.base] - removed + added
-        return compute + self.model.communication.cost_ms_many(
-            total[:, 0], count, self.batch_size, self.model.links, total[:, 1], total[:, 2]
-        )
+        return compute + self.model.terms_cost_ms(total, count, self.batch_size)
 
 
 class _CommAccumulator:
-    """The compute model's accumulator plus each set's all-to-all (additive in its dims)."""
+    """The compute model's accumulator plus each set's communication (additive in its terms)."""
 
     def __init__(self, compute: Accumulator, model: WithCommunication, num_sets: int, batch_size: int) -> None:
         self.compute, self.model, self.batch_size = compute, model, batch_size
-        self.dims, self.count = np.zeros(num_sets), np.zeros(num_sets)
-        self.remote, self.extra = np.zeros(num_sets), np.zeros(num_sets)
-
-    def _comm(self, dims: np.ndarray, count: np.ndarray, remote: np.ndarray, extra: np.ndarray) -> np.ndarray:
-        return self.model.communication.cost_ms_many(dims, count, self.batch_size, self.model.links, remote, extra)
+        width = len(model.terms(Table("probe", 1, 1), batch_size))
+        self.totals, self.count = np.zeros((num_sets, width)), np.zeros(num_sets)
 
     def costs(self) -> np.ndarray:
-        return self.compute.costs() + self._comm(self.dims, self.count, self.remote, self.extra)
+        return self.compute.costs() + self.model.terms_cost_ms(self.totals, self.count, self.batch_size)
 
     def costs_if_added(self, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
         at = slice(None) if rows is None else rows
-        host, remote, extra = self.model.communication.terms(table, self.model.links)
-        comm = self._comm(self.dims[at] + host, self.count[at] + 1, self.remote[at] + remote, self.extra[at] + extra)
+        terms = np.array(self.model.terms(table, self.batch_size))
+        comm = self.model.terms_cost_ms(self.totals[at] + terms, self.count[at] + 1, self.batch_size)
         return self.compute.costs_if_added(table, rows) + comm
 
     def add(self, set_index: int, table: Table) -> None:
         self.compute.add(set_index, table)
-        host, remote, extra = self.model.communication.terms(table, self.model.links)
-        self.dims[set_index] += host
-        self.remote[set_index] += remote
-        self.extra[set_index] += extra
+        self.totals[set_index] += self.model.terms(table, self.batch_size)
         self.count[set_index] += 1
