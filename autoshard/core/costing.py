@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from autoshard.core.types import CostModel, Table, Workload
+from autoshard.core.types import CostModel, Table, Topology, Workload
 
 Edit = tuple[int, int | None, Table | None]
 """``(b, r, t)``: set ``b`` without its table at position ``r`` (if not None), with ``t`` added (if not None)."""
@@ -162,3 +162,11 @@ class RebuildingAccumulator:
 
     def add(self, set_index: int, table: Table) -> None:
         self.sets[set_index].append(table)
+
+
+def bound_to_task(cost_model: CostModel | None, workload: Workload, topology: Topology) -> CostModel | None:
+    """``cost_model`` as it prices ``workload`` on ``topology``. A model whose prices depend on
+    the task beyond its shards and batch (TorchRec's estimator: each shard's table, the world and
+    local world size) offers ``for_task(workload, topology)``; any other model is its own."""
+    bind = getattr(cost_model, "for_task", None)
+    return cost_model if bind is None else bind(workload, topology)

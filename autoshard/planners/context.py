@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
+from autoshard.core.costing import bound_to_task
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, Topology, Workload
 from autoshard.planners.heuristics import SpreadRule
@@ -62,9 +63,13 @@ class PlannerContext:
 
     def for_task(self, workload: Workload, topology: Topology) -> PlannerContext:
         """This context with the cache of ``workload`` on ``topology``: its own, if it is that
-        task's; else a new one, which the planners it makes for the task then share."""
+        task's; else a new one, which the planners it makes for the task then share. A cost
+        model that prices per task (TorchRec's estimator) is bound to it (``bound_to_task``)."""
         cache = TaskCache.for_task(self.cache, workload, topology)
-        return self if cache is self.cache else replace(self, cache=cache)
+        model = bound_to_task(self.cost_model, workload, topology)
+        if cache is self.cache and model is self.cost_model:
+            return self
+        return replace(self, cache=cache, cost_model=model)
 
     def splits(self, kind: PlannerKind) -> bool:
         """Whether a planner of ``kind`` may split tables column-wise. ``allow_column_split``

@@ -21,6 +21,7 @@ from autoshard.planners.heuristics import (
 )
 from autoshard.planners.proxies import PROXIES
 from autoshard.planners.sharding_options import ALL_TYPES
+from autoshard.planning.memory_fit import fitted
 
 REFINE_SAMPLES = 4
 """rl+refine's sampled plans, each finished by local search (docs/decisions.md, 40)."""
@@ -181,7 +182,8 @@ def make_planner(name: str, context: PlannerContext = PlannerContext()) -> Plann
     unmet = spec.unmet(context)
     if unmet is not None:
         raise unmet
-    return spec.build(context)
+    planner = spec.build(context)
+    return planner if spec.kind is PlannerKind.REFERENCE else fitted(planner, context.cost_model)
 
 
 def available_planners(context: PlannerContext, defaults_only: bool = True) -> tuple[list[str], list[tuple[str, str]]]:

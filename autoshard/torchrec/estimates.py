@@ -1,0 +1,194 @@
+"""TorchRec's own estimates of one task's shards: its perf and storage estimators, run once per
+distinct shard and cached.
+
+TorchRec prices a shard from its sharding option (table, sharding type, compute kernel) and its
+size alone: ``EmbeddingPerfEstimator`` gives forward and backward compute and communication on
+TorchRec's ``Topology`` (world and local world size, bandwidths, compute device), and
+``EmbeddingStorageEstimator`` the bytes it holds (weights, optimizer state, input and output
+buffers; HBM on cuda, DDR on cpu). Neither depends on the rank or on the other shards of the rank,
+and TorchRec's planner adds a rank's shards up (``NoopPerfModel``), so a rank's cost is the sum of
+its shards' estimates: each distinct (table, sharding type, kernel, rows x columns) is estimated
+once, all the misses of a call in one estimator call per sharding option.
+
+A shard reaches the cost model as ``TableShard.as_table`` (named ``name[...]``, its rows, columns
+and sharding type); its table is looked up by name in the task's workload. Kernels are TorchRec's
+defaults for our plans: ``fused`` (every shard in the device's memory), data parallel ``dense``
+(the one kernel TorchRec's sharder gives it). What each rank may hold is TorchRec's
+``HeuristicalStorageReservation`` applied to the topology (``capacities``), as its planner does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+from torchrec.distributed.planner import Topology as TorchRecTopology
+from torchrec.distributed.planner.constants import DEFAULT_PERF_ESTIMATOR
+from torchrec.distributed.planner.enumerators import get_partition_by_type
+from torchrec.distributed.planner.estimator.estimator import EmbeddingPerfEstimatorFactory
+from torchrec.distributed.planner.shard_estimators import EmbeddingStorageEstimator
+from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
+from torchrec.distributed.planner.types import ParameterConstraints, Shard, ShardingOption
+from torchrec.distributed.planner.utils import build_sharder_data, sharder_name
+from torchrec.distributed.types import ShardingType as TorchRecShardingType
+from torchrec.optim import RowWiseAdagrad
+
+from autoshard.core.errors import InputError
+from autoshard.core.sharding import ShardingType
+from autoshard.core.types import Optimizer, Table, Topology, Workload
+from autoshard.torchrec import bridge
+from autoshard.torchrec.planner import torchrec_topology_args
+
+COMPUTE_DEVICES = ("cuda", "cpu")
+STORAGE_RESERVATION = 0.15
+"""TorchRec's default share of each device's memory kept back (``TorchRecPlanner``'s too)."""
+_OPTIMIZERS: dict[Optimizer, type[torch.optim.Optimizer]] = {
+    Optimizer.SGD: torch.optim.SGD,
+    Optimizer.ADAGRAD: torch.optim.Adagrad,
+    Optimizer.ROWWISE_ADAGRAD: RowWiseAdagrad,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ShardEstimate:
+    """TorchRec's estimate of one shard: ``ms`` its ``Perf.total`` (forward and backward compute
+    and communication, ms per iteration), ``bytes`` its storage on the compute device (HBM on
+    cuda, DDR on cpu)."""
+
+    ms: float
+    bytes: int
+
+
+_Key = tuple[str, ShardingType, int, int]  # (table, sharding type, rows, columns)
+
+
+class TaskEstimates:
+    """TorchRec's estimates of ``workload``'s shards on ``topology`` for ``compute_device``,
+    cached per distinct shard. ``capacities``: each rank's bytes for shards after TorchRec's
+    storage reservation (``storage_reservation`` of the memory, its input buffers; no dense
+    part, as ``TorchRecPlanner`` plans)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        topology: Topology,
+        compute_device: str = "cuda",
+        storage_reservation: float = STORAGE_RESERVATION,
+    ) -> None:
+        if compute_device not in COMPUTE_DEVICES:
+            raise InputError("compute_device", f"must be cuda or cpu, got {compute_device!r}", "use cuda or cpu")
+        self.workload, self.topology, self.compute_device = workload, topology, compute_device
+        self.tables = {t.name: t for t in workload.tables}
+        self._torchrec_topology = TorchRecTopology(**torchrec_topology_args(topology, compute_device))
+        self._module = bridge.embedding_bag_collection(workload)  # checks every table's precision
+        for table in workload.tables:  # its optimizer state in TorchRec's storage estimate
+            weight = self._module.embedding_bags[table.name].weight
+            weight._optimizer_classes = [_OPTIMIZERS[table.optimizer]]  # type: ignore[attr-defined]
+        sharder = EmbeddingBagCollectionSharder()
+        self._sharder_data = {sharder_name(type(self._module)): build_sharder_data(sharder)}
+        constraints = {t.name: ParameterConstraints(pooling_factors=[t.pooling_factor]) for t in workload.tables}
+        self._perf = EmbeddingPerfEstimatorFactory.create(
+            DEFAULT_PERF_ESTIMATOR, topology=self._torchrec_topology, constraints=constraints
+        )
+        self._storage = EmbeddingStorageEstimator(topology=self._torchrec_topology, constraints=constraints)
+        self.capacities = _reserved_capacities(
+            self._torchrec_topology, workload.batch_size, self._module, sharder, constraints, storage_reservation
+        )
+        self._by_table: dict[Table, ShardEstimate] = {}
+        self._by_key: dict[_Key, ShardEstimate] = {}
+
+    def of(self, tables: Sequence[Table]) -> list[ShardEstimate]:
+        """Each shard's estimate (``tables``: shards as tables, ``TableShard.as_table``)."""
+        missing = [t for t in dict.fromkeys(tables) if t not in self._by_table]
+        if missing:
+            self._estimate(missing)
+        return [self._by_table[t] for t in tables]
+
+    def one(self, table: Table) -> ShardEstimate:
+        found = self._by_table.get(table)
+        return found if found is not None else self.of([table])[0]
+
+    def parent(self, shard: Table) -> Table:
+        """The workload's table that ``shard`` (a shard as a table) is cut from."""
+        found = self.tables.get(shard.name)
+        if found is None:
+            cut = shard.name.rfind("[")
+            found = self.tables.get(shard.name[:cut]) if cut > 0 else None
+        if found is None:
+            raise InputError(
+                "tables",
+                f"{shard.name!r} is no table of workload {self.workload.name!r} nor a shard of one",
+                "price plans of the workload this TorchRec cost model was bound to (for_task)",
+            )
+        return found
+
+    def _estimate(self, shards: Sequence[Table]) -> None:
+        keys = {t: self._key(t) for t in shards}
+        groups: dict[tuple[str, ShardingType], list[tuple[int, int]]] = {}
+        for name, kind, rows, columns in (k for k in dict.fromkeys(keys.values()) if k not in self._by_key):
+            groups.setdefault((name, kind), []).append((rows, columns))
+        options = [self._option(name, kind, sizes) for (name, kind), sizes in groups.items()]
+        if options:
+            self._perf.estimate(options, self._sharder_data)
+            self._storage.estimate(options, self._sharder_data)
+        for ((name, kind), sizes), option in zip(groups.items(), options):
+            for (rows, columns), shard in zip(sizes, option.shards):
+                assert shard.perf is not None and shard.storage is not None
+                held = shard.storage.hbm if self.compute_device == "cuda" else shard.storage.ddr
+                self._by_key[(name, kind, rows, columns)] = ShardEstimate(shard.perf.total, int(held))
+        for table, key in keys.items():
+            self._by_table[table] = self._by_key[key]
+
+    def _key(self, shard: Table) -> _Key:
+        return (self.parent(shard).name, shard.sharding_type, shard.num_embeddings, shard.embedding_dim)
+
+    def _option(self, name: str, kind: ShardingType, sizes: list[tuple[int, int]]) -> ShardingOption:
+        """TorchRec's sharding option of table ``name`` under ``kind``, with one shard per size
+        (the estimators price each shard from its size and the option alone). Table-wise and
+        data parallel have one size: the whole table."""
+        table = self.tables[name]
+        return ShardingOption(
+            name=name,
+            tensor=self._module.embedding_bags[name].weight,
+            module=(bridge.MODULE_PATH, self._module),
+            input_lengths=[table.pooling_factor],
+            batch_size=self.workload.batch_size,
+            sharding_type=kind.value,
+            partition_by=_partition_by(kind),
+            compute_kernel=bridge.DENSE if kind is ShardingType.DATA_PARALLEL else bridge.FUSED,
+            shards=[Shard(size=[rows, columns], offset=[0, 0]) for rows, columns in sizes],
+            is_pooled=True,
+        )
+
+
+def _partition_by(kind: ShardingType) -> str:
+    return get_partition_by_type(TorchRecShardingType(kind.value).value)
+
+
+def _reserved_capacities(
+    topology: TorchRecTopology,
+    batch_size: int,
+    module: Any,
+    sharder: EmbeddingBagCollectionSharder,
+    constraints: dict[str, ParameterConstraints],
+    percentage: float,
+) -> tuple[int, ...]:
+    """Each rank's bytes for shards once TorchRec's ``HeuristicalStorageReservation`` has kept
+    back its share and the input buffers (no dense part: ``dense_tensor_estimate=0``, as
+    ``TorchRecPlanner`` plans). Negative where nothing is left."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        reservation = HeuristicalStorageReservation(percentage=percentage, dense_tensor_estimate=0)
+    try:
+        reserved = reservation.reserve(topology, batch_size, module, [sharder], constraints)
+    except Exception:  # TorchRec raises when the reservation leaves a device negative
+        reserved = None
+    if reserved is None:
+        return tuple(-1 for _ in topology.devices)
+    cuda = topology.compute_device == "cuda"
+    return tuple(int(d.storage.hbm if cuda else d.storage.ddr) for d in reserved.devices)
