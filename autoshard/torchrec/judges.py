@@ -1,0 +1,229 @@
+"""Three judges of a set of plans: our cost model, TorchRec's own estimator, and DMP measured.
+
+- **autoshard**: each plan's max device cost as its planner priced it (the cost model's compute
+  plus the modelled communication), and per rank its parts (``predict_ranks``).
+- **torchrec_estimator**: TorchRec's ``EmbeddingPerfEstimator`` on each plan's own shards, what
+  TorchRec's planner minimises (``torchrec_estimate_ms``; factored out of
+  ``benchmarks/sharding_4d.py``). TorchRec's sharder offers row-wise, table-row-wise and grid
+  sharding only on cuda, so plans that use them are estimated as cuda plans (HBM bandwidths);
+  plans of data-parallel, table-, column- and table-column-wise tables alone can be estimated on
+  the CPU (``estimator_device``).
+- **dmp**: each plan's slowest rank measured under TorchRec's DMP (``dmp_verify``), where the
+  ranks fit this machine.
+
+Each judge prefers the plan it rates fastest; ``Judges.disagreement`` says where they differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autoshard.core.communication import CommunicationModel
+from autoshard.core.costing import predict_nonempty
+from autoshard.core.sharding import ShardingType
+from autoshard.core.types import CostModel, Optimizer, ShardingPlan, Topology, Workload
+
+CPU_TYPES = frozenset(
+    {ShardingType.DATA_PARALLEL, ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE}
+)
+"""The sharding types TorchRec's ``EmbeddingBagCollectionSharder`` offers on the CPU (1.8)."""
+VERIFY_HINT = "run `autoshard plan ... --verify dmp` to measure them under TorchRec's DMP"
+
+
+@dataclass(frozen=True, slots=True)
+class RankPrediction:
+    """Our model's cost of one rank, in the parts a DMP step has (ms). ``input_dist`` is not
+    priced: the model's communication is the pooled outputs and the replicas' all-reduce."""
+
+    rank: int
+    lookup_ms: float  # forward + backward + fused update: the cost model's compute
+    output_dist_ms: float  # the pooled outputs' all-to-all / reduce-scatter, forward and backward
+    allreduce_ms: float  # the data-parallel replicas' gradients
+
+    @property
+    def total_ms(self) -> float:
+        return self.lookup_ms + self.output_dist_ms + self.allreduce_ms
+
+
+def predict_ranks(
+    plan: ShardingPlan,
+    batch_size: int,
+    topology: Topology,
+    cost_model: CostModel,
+    communication: CommunicationModel | None,
+) -> list[RankPrediction]:
+    """Each rank of ``plan`` priced by the cost model (and ``communication``) at ``batch_size``
+    bags a table-wise shard serves. The product's convention prices the per-rank batch there;
+    DMP serves every rank's samples there (pass ``batch_size x world_size`` to price it so)."""
+    sets = [[s.as_table for s in d.shards] for d in plan.devices]
+    compute = predict_nonempty(cost_model, sets, batch_size)
+    out = []
+    for rank, tables in enumerate(sets):
+        comm = allreduce = 0.0
+        if communication is not None and tables:
+            allreduce = sum(communication.allreduce_ms(t, topology) for t in tables)
+            comm = communication.cost_ms(tables, batch_size, topology) - allreduce
+        out.append(RankPrediction(rank, compute[rank], comm, allreduce))
+    return out
+
+
+def estimator_device(plans: Sequence[ShardingPlan]) -> str:
+    """``cpu`` if TorchRec's CPU sharder offers every type the plans use, else ``cuda``."""
+    kinds = {s.sharding_type for p in plans for d in p.devices for s in d.shards}
+    return "cpu" if kinds <= CPU_TYPES else "cuda"
+
+
+def torchrec_estimate_ms(
+    plan: ShardingPlan, workload: Workload, topology: Topology, compute_device: str = "cuda"
+) -> list[float]:
+    """TorchRec's own perf estimate of each rank of ``plan`` (ms per iteration, summed over the
+    rank's shards as its planner sums them): TorchRec's enumerator builds, for each table, the
+    sharding option of the plan's type and kernel (fused; data parallel: dense), its shards are
+    replaced by the plan's own (sizes, offsets, ranks), and TorchRec's estimators price them on
+    ``topology`` (its world size, local world size, bandwidths). On TorchRec's own plan it gives
+    back the estimate its planner kept."""
+    import torch
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import Topology as TorchRecTopology
+    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
+    from torchrec.distributed.planner.types import ParameterConstraints, Shard
+    from torchrec.optim import RowWiseAdagrad
+
+    from autoshard.torchrec import bridge
+    from autoshard.torchrec.planner import torchrec_topology_args
+
+    shardings = bridge.table_shardings(plan, workload, topology.world_size, topology.local_world_size)
+    constraints = {
+        t.name: ParameterConstraints(
+            sharding_types=[shardings[t.name].sharding_type.value],
+            compute_kernels=[shardings[t.name].compute_kernel],
+            pooling_factors=[t.pooling_factor],
+        )
+        for t in workload.tables
+    }
+    enumerator = EmbeddingEnumerator(
+        TorchRecTopology(**torchrec_topology_args(topology, compute_device)), workload.batch_size, constraints
+    )
+    module = bridge.embedding_bag_collection(workload)
+    optimizer: dict[Optimizer, type] = {Optimizer.SGD: torch.optim.SGD, Optimizer.ADAGRAD: torch.optim.Adagrad}
+    for table in workload.tables:  # its optimizer state in TorchRec's storage estimate, as TorchRecPlanner tags it
+        weight = module.embedding_bags[table.name].weight
+        weight._optimizer_classes = [optimizer.get(table.optimizer, RowWiseAdagrad)]  # type: ignore[attr-defined]
+    options: dict[str, Any] = {}
+    for option in enumerator.enumerate(module, [EmbeddingBagCollectionSharder()]):
+        options.setdefault(option.name, option)
+    for name, option in options.items():
+        option.shards = [
+            Shard(size=[p.rows, p.columns], offset=[p.row_offset, p.column_offset], rank=p.rank)
+            for p in shardings[name].shards
+        ]
+    enumerator.populate_estimates(list(options.values()))
+    estimate = [0.0] * topology.world_size
+    for option in options.values():
+        for shard in option.shards:
+            if shard.perf is not None and shard.rank is not None:
+                estimate[shard.rank] += shard.perf.total
+    return estimate
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One judge's slowest rank of each plan (ms; None where it could not judge that plan)."""
+
+    judge: str
+    max_ms: tuple[float | None, ...]
+    note: str = ""
+
+    @property
+    def prefers(self) -> int | None:
+        """The index of the plan it rates fastest (None if it judged none)."""
+        judged = [(v, k) for k, v in enumerate(self.max_ms) if v is not None]
+        return min(judged)[1] if judged else None
+
+
+@dataclass(frozen=True, slots=True)
+class Judges:
+    """The judges' verdicts on the same plans (named by their planners)."""
+
+    plans: tuple[str, ...]
+    verdicts: tuple[Verdict, ...]
+
+    def preferred(self) -> dict[str, str | None]:
+        return {v.judge: None if v.prefers is None else self.plans[v.prefers] for v in self.verdicts}
+
+    @property
+    def agree(self) -> bool:
+        return len({p for p in self.preferred().values() if p is not None}) <= 1
+
+    def disagreement(self) -> str | None:
+        """A sentence naming each judge's choice where they differ, pointing to the measurement."""
+        if self.agree:
+            return None
+        choices = ", ".join(f"{judge} prefers {plan}" for judge, plan in self.preferred().items() if plan)
+        measured = any(v.judge == "dmp" and v.prefers is not None for v in self.verdicts)
+        return f"the judges disagree: {choices}" + ("" if measured else f"; {VERIFY_HINT}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "plans": list(self.plans),
+            "judges": [
+                {
+                    "judge": v.judge,
+                    "max_ms": [None if m is None else round(m, 4) for m in v.max_ms],
+                    "prefers": None if v.prefers is None else self.plans[v.prefers],
+                    **({"note": v.note} if v.note else {}),
+                }
+                for v in self.verdicts
+            ],
+            "agree": self.agree,
+            "disagreement": self.disagreement(),
+        }
+
+
+def judge_plans(
+    plans: Sequence[ShardingPlan],
+    workload: Workload,
+    topology: Topology,
+    measured_max_ms: Sequence[float | None] | None = None,
+) -> Judges:
+    """The three judges on ``plans``: our model (each plan's priced max), TorchRec's estimator on
+    each plan's shards, and DMP measured (``measured_max_ms``, each plan's slowest rank; None:
+    not measured)."""
+    device = estimator_device(plans)
+    estimates: list[float | None] = []
+    failed = []
+    for plan in plans:
+        try:
+            estimates.append(max(torchrec_estimate_ms(plan, workload, topology, device)))
+        except Exception as error:  # noqa: BLE001 - a plan TorchRec cannot estimate is reported, not fatal
+            estimates.append(None)
+            failed.append(f"{plan.planner}: {type(error).__name__}: {error}")
+    note = (
+        "TorchRec's CPU sharder offers only data-parallel, table-, column- and table-column-wise: "
+        "these plans are estimated as cuda plans"
+        if device == "cuda"
+        else "estimated on the CPU"
+    )
+    verdicts = [
+        Verdict("autoshard", tuple(p.max_cost_ms for p in plans)),
+        Verdict("torchrec_estimator", tuple(estimates), "; ".join([note, *failed])),
+    ]
+    if measured_max_ms is not None:
+        verdicts.append(Verdict("dmp", tuple(measured_max_ms), "each plan's slowest rank, measured under DMP"))
+    else:
+        verdicts.append(Verdict("dmp", tuple(None for _ in plans), f"not measured: {VERIFY_HINT}"))
+    return Judges(tuple(p.planner for p in plans), tuple(verdicts))
+
+
+__all__ = [
+    "CPU_TYPES",
+    "Judges",
+    "RankPrediction",
+    "Verdict",
+    "estimator_device",
+    "judge_plans",
+    "predict_ranks",
+    "torchrec_estimate_ms",
+]

@@ -1,0 +1,393 @@
+"""Issue 61: cost_greedy's plans of every sharding type run end to end under TorchRec's DMP on 2
+CPU ranks; the model's per-rank step time against the measurement, part by part.
+
+    nice python lab/experiments/dmp_mape.py                      # ~5 min on 2 cores
+    nice python lab/experiments/dmp_mape.py --quick              # smoke run: 1 workload, 1 round
+
+For each of three synthetic workloads (one table too large for a device, medium tables, tiny
+ones), cost_greedy plans 2 ranks under several sharding-type limits and per-table constraints,
+on 2 emulated hosts x 1 device (the issue's topology) and on 1 host x 2 (where table-row-wise
+and grid shards are real row splits). Distinct plans of a workload run in one DMP world,
+interleaved, each twice (the second copy measures the noise floor). Reports:
+
+- per-rank step MAPE of our model (the product's batch convention: a table-wise owner priced at
+  the per-rank batch B; and DMP's: B x W bags), with and without the unpriced input distribution;
+- the noise floor: the same plan's two copies against each other;
+- pairs of plans DMP measures more than 10% apart: how often each judge names the faster one
+  (our model in both conventions, TorchRec's estimator);
+- per part (lookup, output dist, all-reduce): measured over predicted.
+
+Writes ``lab/results/dmp_mape/summary.json`` (small) and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from autoshard.core.constraints import constraints_from_dict  # noqa: E402
+from autoshard.core.sharding import ShardingType as S  # noqa: E402
+from autoshard.core.types import GIB, ShardingPlan, Table, Topology, Workload  # noqa: E402
+
+BATCH = 2048  # per rank
+GAP = 0.10  # pairs DMP measures more than this apart
+
+
+def workloads() -> list[Workload]:
+    """Three workloads: one table over a device's memory, medium tables, tiny ones (rows, dim, pooling, zipf)."""
+    specs = {
+        "w_mixed": [
+            (400_000, 64, 20, 1.0),
+            (50_000, 32, 5, 0.8),
+            (50_000, 128, 10, 1.1),
+            (2_000, 16, 1, 0.5),
+            (100_000, 64, 30, 1.2),
+            (1_000, 32, 3, 0.9),
+            (80_000, 64, 8, 1.0),
+            (500, 16, 2, 0.6),
+        ],
+        "w_wide": [
+            (200_000, 128, 12, 1.05),
+            (30_000, 64, 25, 0.9),
+            (60_000, 96, 6, 1.2),
+            (4_000, 32, 4, 0.7),
+            (20_000, 128, 15, 1.0),
+            (800, 64, 2, 0.5),
+        ],
+        "w_many": [
+            (300_000, 32, 40, 1.1),
+            *[(5_000 * (i + 1), 16 * (1 + i % 4), 2 + 3 * i, 0.6 + 0.08 * i) for i in range(9)],
+            (600, 16, 1, 0.5),
+            (1_500, 32, 2, 0.7),
+        ],
+    }
+    return [
+        Workload(tuple(Table(f"t{i}", r, d, float(pf), a) for i, (r, d, pf, a) in enumerate(rows)), BATCH, name)
+        for name, rows in specs.items()
+    ]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    hosts: int  # 2 x 1 or 1 x 2
+    types: frozenset[S]
+    forced: dict  # table role -> sharding types
+
+
+ALL = frozenset(S)
+VARIANTS = [
+    Variant("all", 2, ALL, {}),
+    Variant("tw_cw", 2, frozenset({S.TABLE_WISE, S.COLUMN_WISE}), {}),
+    Variant("rw_only", 2, frozenset({S.ROW_WISE}), {}),
+    Variant("dp_tiny", 2, ALL, {"tiny": ["data_parallel"]}),
+    Variant("giant_cw_dp", 2, ALL, {"giant": ["column_wise"], "tiny": ["data_parallel"]}),
+    Variant("medium_rw", 2, ALL, {"medium": ["row_wise"]}),
+    Variant("twrw", 1, frozenset({S.TABLE_WISE, S.TABLE_ROW_WISE}), {}),
+    Variant("twcw_dp", 1, ALL, {"giant": ["table_column_wise"], "tiny": ["data_parallel"]}),
+]
+
+
+def roles(workload: Workload, cap_bytes: int) -> dict[str, list[str]]:
+    big = [t.name for t in workload.tables if t.memory_bytes > cap_bytes]
+    tiny = [t.name for t in workload.tables if t.num_embeddings <= 2_000]
+    medium = [t.name for t in workload.tables if t.name not in big and t.name not in tiny]
+    return {"giant": big, "tiny": tiny, "medium": medium[:2]}
+
+
+def topology(workload: Workload, hosts: int) -> Topology:
+    """2 ranks whose memory holds the tables but not the largest alone; loopback-fast links."""
+    largest = max(t.memory_bytes for t in workload.tables)
+    cap = max(0.55 * workload.memory_bytes, 0.9 * largest) / GIB
+    return Topology.cluster(hosts, 2 // hosts, cap, inter_host_bw_gbps=1000.0)
+
+
+def plan_variants(workload: Workload, profile: Any) -> list[tuple[str, ShardingPlan, Topology]]:
+    """cost_greedy's plan of each variant (distinct placements only, per topology)."""
+    from dataclasses import replace
+
+    from autoshard.planners.context import PlannerContext
+    from autoshard.planning.compare import compare_planners
+
+    out: list[tuple[str, ShardingPlan, Topology]] = []
+    seen: set[tuple] = set()
+    for v in VARIANTS:
+        topo = topology(workload, v.hosts)
+        role = roles(workload, topo.device_memory_bytes)
+        forced = {name: {"sharding_types": kinds} for r, kinds in v.forced.items() for name in role[r]}
+        constrained = replace(
+            workload, constraints=constraints_from_dict(forced, [], {t.name for t in workload.tables})
+        )
+        context = PlannerContext(profile.model, None, 0, True, 10.0, sharding_types=v.types)
+        result = compare_planners(constrained, topo, ["cost_greedy"], context, profile.communication)
+        if not result.plans:
+            print(f"{workload.name}/{v.name}: no plan ({result.skipped})", flush=True)
+            continue
+        plan = replace(result.plans[0], planner=f"{workload.name}/{v.name}")
+        key = (v.hosts, tuple(sorted(d.set_key for d in plan.devices)))
+        if key in seen:
+            print(f"{workload.name}/{v.name}: same placement as an earlier variant", flush=True)
+            continue
+        seen.add(key)
+        out.append((v.name, plan, topo))
+    base = next(((p, t) for n, p, t in out if n == "twrw"), None)
+    if base is not None:
+        out.append(("grid_by_hand", grid_variant(workload, *base, profile), base[1]))
+    return out
+
+
+def grid_variant(workload: Workload, plan: ShardingPlan, topo: Topology, profile: Any) -> ShardingPlan:
+    """cost_greedy does not choose grid on 2 ranks (one host of 2, or 2 hosts of 1: a grid there
+    is a table-row- or column-wise split): ``plan`` with its largest table made a grid by hand,
+    two column blocks each row-sharded over the host's 2 ranks, priced by the model."""
+    from autoshard.core.communication import WithCommunication
+    from autoshard.core.types import DevicePlan, row_shards
+
+    big = max(workload.tables, key=lambda t: t.memory_bytes)
+    half = big.embedding_dim // 2
+    devices = [[s for s in d.shards if s.table.name != big.name] for d in plan.devices]
+    for offset in (0, half):
+        for j, shard in enumerate(row_shards(big, 2, S.GRID_SHARD, offset, half)):
+            devices[j].append(shard)
+    model = WithCommunication(profile.model, profile.communication, topo)
+    costs = model.predict_many([[s.as_table for s in d] for d in devices], workload.batch_size)
+    name = f"{workload.name}/grid_by_hand"
+    return ShardingPlan(name, tuple(DevicePlan(tuple(d), c) for d, c in zip(devices, costs)))
+
+
+def types_of(plan: ShardingPlan) -> list[str]:
+    return sorted({s.sharding_type.value for d in plan.devices for s in d.shards})
+
+
+def measure_workload(workload: Workload, profile: Any, rounds: int, steps: int) -> list[dict]:
+    """Every variant's plan of ``workload`` (twice) in one DMP world per topology; rows per plan."""
+    from dataclasses import replace
+
+    from autoshard.torchrec.dmp_run import DistributedConfig
+    from autoshard.torchrec.dmp_verify import DmpVerifyConfig, measure_plans_dmp
+    from autoshard.torchrec.judges import predict_ranks, torchrec_estimate_ms
+
+    variants = plan_variants(workload, profile)
+    rows = []
+    for hosts in (2, 1):
+        group = [(n, p, t) for n, p, t in variants if t.num_hosts == hosts]
+        if not group:
+            continue
+        topo = group[0][2]
+        twice = [p for _, p, _ in group] + [replace(p, planner=p.planner + "#2") for _, p, _ in group]
+        config = DmpVerifyConfig(
+            DistributedConfig(
+                world_size=2,
+                local_world_size=2 // hosts,
+                steps=steps,
+                warmups=2,
+                batch_size=workload.batch_size,
+                row_cap_bytes=128 * 2**20,
+            ),
+            rounds=rounds,
+        )
+        started = time.perf_counter()
+        measured = measure_plans_dmp(twice, workload, config)
+        print(
+            f"{workload.name} {hosts}x{2 // hosts}: {len(twice)} runs in {time.perf_counter() - started:.0f} s",
+            flush=True,
+        )
+        for k, (_, plan, _) in enumerate(group):
+            first, second = measured[k], measured[k + len(group)]
+            ours = predict_ranks(plan, workload.batch_size, topo, profile.model, profile.communication)
+            dmp = predict_ranks(plan, workload.batch_size * 2, topo, profile.model, profile.communication)
+            try:
+                estimate = torchrec_estimate_ms(plan, workload, topo, "cuda")
+            except Exception as error:  # noqa: BLE001
+                estimate = None
+                print(f"  estimator failed on {plan.planner}: {error}", flush=True)
+            rows.append(
+                {
+                    "plan": plan.planner,
+                    "workload": workload.name,
+                    "topology": f"{hosts}x{2 // hosts}",
+                    "types": types_of(plan),
+                    "outputs_match": first.outputs_match,
+                    "planned_max_ms": round(plan.max_cost_ms, 4),
+                    "torchrec_estimate_ms": None if estimate is None else [round(e, 4) for e in estimate],
+                    "ranks": [_rank(r, s, o, d) for r, s, o, d in zip(first.ranks, second.ranks, ours, dmp)],
+                }
+            )
+    return rows
+
+
+def _rank(first: Any, second: Any, ours: Any, dmp: Any) -> dict:
+    parts = dict(first.parts)
+    return {
+        "rank": first.rank,
+        "measured_ms": round(first.busy_ms, 4),
+        "measured_again_ms": round(second.busy_ms, 4),
+        "wall_ms": round(first.wall_ms, 4),
+        "parts_ms": {k: round(v, 4) for k, v in parts.items()},
+        "cpu_parts_ms": {k: round(v, 4) for k, v in first.cpu_parts},
+        "predicted": {"lookup": ours.lookup_ms, "output_dist": ours.output_dist_ms, "allreduce": ours.allreduce_ms},
+        "predicted_dmp_batch": {
+            "lookup": dmp.lookup_ms,
+            "output_dist": dmp.output_dist_ms,
+            "allreduce": dmp.allreduce_ms,
+        },
+    }
+
+
+# --- the summary ----------------------------------------------------------------------------------
+
+
+def _ape(predicted: float, measured: float) -> float:
+    return abs(predicted - measured) / measured
+
+
+def _total(pred: dict) -> float:
+    return pred["lookup"] + pred["output_dist"] + pred["allreduce"]
+
+
+def _lookup(r: dict) -> float:
+    return r["parts_ms"]["lookup_forward"] + r["parts_ms"]["lookup_backward"]
+
+
+def _output(r: dict) -> float:
+    return r["parts_ms"]["output_dist_forward"] + r["parts_ms"]["output_dist_backward"]
+
+
+def summarise(rows: list[dict]) -> dict:
+    ranks = [r for row in rows for r in row["ranks"]]
+    busy = [r for r in ranks if r["measured_ms"] > 0]
+
+    def mape(pred: Any, meas: Any) -> float:
+        return round(statistics.mean(_ape(pred(r), meas(r)) for r in busy), 4)
+
+    priced = lambda r: r["measured_ms"] - r["parts_ms"]["input_dist"]  # noqa: E731
+    summary = {
+        "plans": len(rows),
+        "ranks": len(busy),
+        "plans_per_type": {k: sum(k in row["types"] for row in rows) for k in sorted(s.value for s in S)},
+        "outputs_match_all": all(row["outputs_match"] for row in rows),
+        "mape_step": {
+            "ours_per_rank_batch": mape(lambda r: _total(r["predicted"]), lambda r: r["measured_ms"]),
+            "ours_dmp_batch": mape(lambda r: _total(r["predicted_dmp_batch"]), lambda r: r["measured_ms"]),
+            "ours_per_rank_batch_priced_parts": mape(lambda r: _total(r["predicted"]), priced),
+            "ours_dmp_batch_priced_parts": mape(lambda r: _total(r["predicted_dmp_batch"]), priced),
+            "noise_floor_same_plan_twice": mape(lambda r: r["measured_again_ms"], lambda r: r["measured_ms"]),
+        },
+        "mape_parts": {
+            "lookup_per_rank_batch": mape(lambda r: r["predicted"]["lookup"], _lookup),
+            "lookup_dmp_batch": mape(lambda r: r["predicted_dmp_batch"]["lookup"], _lookup),
+            "output_dist_per_rank_batch": mape(lambda r: r["predicted"]["output_dist"] or 1e-9, _output),
+            "output_dist_dmp_batch": mape(lambda r: r["predicted_dmp_batch"]["output_dist"] or 1e-9, _output),
+        },
+        "median_measured_over_predicted": {
+            part: round(statistics.median(meas(r) / max(pred(r), 1e-9) for r in busy if pred(r) > 0), 3)
+            for part, meas, pred in (
+                ("lookup_vs_per_rank_batch", _lookup, lambda r: r["predicted"]["lookup"]),
+                ("lookup_vs_dmp_batch", _lookup, lambda r: r["predicted_dmp_batch"]["lookup"]),
+                ("output_dist_vs_per_rank_batch", _output, lambda r: r["predicted"]["output_dist"]),
+                ("output_dist_vs_dmp_batch", _output, lambda r: r["predicted_dmp_batch"]["output_dist"]),
+                ("allreduce", lambda r: r["parts_ms"]["allreduce"], lambda r: r["predicted"]["allreduce"]),
+            )
+        },
+        "input_dist_share_of_step": round(
+            statistics.median(r["parts_ms"]["input_dist"] / r["measured_ms"] for r in busy), 3
+        ),
+        "pairs": pairs(rows),
+    }
+    return summary
+
+
+def pairs(rows: list[dict]) -> dict:
+    """Pairs of plans of one workload that DMP measures more than ``GAP`` apart (slowest rank):
+    how often each judge names the faster one."""
+    judges = {
+        "ours_per_rank_batch": lambda row: max(_total(r["predicted"]) for r in row["ranks"]),
+        "ours_dmp_batch": lambda row: max(_total(r["predicted_dmp_batch"]) for r in row["ranks"]),
+        "ours_as_planned": lambda row: row["planned_max_ms"],
+        "torchrec_estimator": lambda row: max(row["torchrec_estimate_ms"]) if row["torchrec_estimate_ms"] else None,
+        "noise_floor_second_measurement": lambda row: max(r["measured_again_ms"] for r in row["ranks"]),
+    }
+    measured = lambda row: max(r["measured_ms"] for r in row["ranks"])  # noqa: E731
+    found = {name: [0, 0] for name in judges}
+    misses: list[dict] = []
+    count = 0
+    for i, a in enumerate(rows):
+        for b in rows[i + 1 :]:
+            if a["workload"] != b["workload"]:
+                continue
+            ma, mb = measured(a), measured(b)
+            if max(ma, mb) / min(ma, mb) - 1 <= GAP:
+                continue
+            count += 1
+            for name, judge in judges.items():
+                ja, jb = judge(a), judge(b)
+                if ja is None or jb is None:
+                    continue
+                found[name][1] += 1
+                right = (ja < jb) == (ma < mb)
+                found[name][0] += right
+                if name == "ours_per_rank_batch" and not right:
+                    misses.append(
+                        {"faster": a["plan"] if ma < mb else b["plan"], "slower": b["plan"] if ma < mb else a["plan"]}
+                    )
+    return {
+        "gap": GAP,
+        "pairs": count,
+        "named_faster": {
+            k: {"right": v[0], "of": v[1], "share": round(v[0] / v[1], 3) if v[1] else None} for k, v in found.items()
+        },
+        "misses_ours": misses,
+    }
+
+
+def main() -> None:
+    from autoshard.profiles import load_profile_or_exit
+    from cost_model.profile import MALLOC_SETTINGS, malloc_settings_active
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="1 workload, 1 round, 3 steps")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=ROOT / "lab" / "results" / "dmp_mape")
+    args = parser.parse_args()
+    if not malloc_settings_active():  # the ranks inherit them; set before Python starts
+        os.environ.update(MALLOC_SETTINGS)
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+    profile = load_profile_or_exit(None)
+    rounds, steps = (1, 3) if args.quick else (args.rounds, args.steps)
+    chosen = workloads()[:1] if args.quick else workloads()
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    load = os.getloadavg()[0]
+    rows = [row for w in chosen for row in measure_workload(w, profile, rounds, steps)]
+    report = {
+        "command": "python lab/experiments/dmp_mape.py" + (" --quick" if args.quick else ""),
+        "started": started,
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_1min_start_end": [round(load, 2), round(os.getloadavg()[0], 2)],
+        "cores": os.cpu_count(),
+        "note": "2 CPU cores shared with other engineers' jobs: figures taken under load",
+        "profile": profile.profile,
+        "batch_size_per_rank": BATCH,
+        "rounds": rounds,
+        "steps_per_round": steps,
+        "summary": summarise(rows),
+        "plans": rows,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / ("quick.json" if args.quick else "summary.json")).write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    main()

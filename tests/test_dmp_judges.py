@@ -1,0 +1,95 @@
+"""The three judges of a set of plans: our model, TorchRec's estimator on each plan's shards
+(checked against the estimate TorchRec's own planner keeps for its plan), and DMP measured."""
+
+import math
+
+import pytest
+
+pytest.importorskip("torchrec")
+
+from autoshard.core.sharding import ShardingType  # noqa: E402
+from autoshard.core.types import DevicePlan, ShardingPlan, Table, TableShard, Topology, Workload, row_shards  # noqa: E402
+from autoshard.torchrec.judges import (  # noqa: E402
+    VERIFY_HINT,
+    Judges,
+    Verdict,
+    estimator_device,
+    judge_plans,
+    torchrec_estimate_ms,
+)
+from autoshard.torchrec.planner import FULL_SEARCH, TorchRecPlanner  # noqa: E402
+
+WORKLOAD = Workload(
+    (
+        Table("a", 5_000, 16, pooling_factor=4.0),
+        Table("b", 20_000, 32, pooling_factor=2.0),
+        Table("c", 1_000, 8),
+        Table("d", 50_000, 64, pooling_factor=8.0, zipf_alpha=1.1),
+    ),
+    batch_size=256,
+)
+
+
+@pytest.mark.parametrize(
+    ("device", "topology"),
+    [("cuda", Topology.cluster(2, 2, 1.0)), ("cpu", Topology(2, 1.0))],
+)
+def test_the_estimator_on_torchrecs_own_plan_gives_its_planners_estimate_back(device, topology):
+    plan = TorchRecPlanner(compute_device=device, sharding_types=FULL_SEARCH).plan(WORKLOAD, topology)
+    assert plan.own_estimate_ms and len(plan.own_estimate_ms) == topology.num_devices
+    again = torchrec_estimate_ms(plan, WORKLOAD, topology, device)
+    assert all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for a, b in zip(again, plan.own_estimate_ms))
+
+
+def tw_plan(name: str, first: tuple[str, ...]) -> ShardingPlan:
+    tables = {t.name: t for t in WORKLOAD.tables}
+    rest = tuple(n for n in tables if n not in first)
+    return ShardingPlan(
+        name,
+        (
+            DevicePlan(tuple(TableShard(tables[n]) for n in first), 1.0),
+            DevicePlan(tuple(TableShard(tables[n]) for n in rest), 2.0 if name == "lopsided" else 1.5),
+        ),
+    )
+
+
+def test_three_judges_side_by_side_on_a_tiny_plan():
+    topology = Topology(2, 1.0)
+    balanced, lopsided = tw_plan("balanced", ("a", "d")), tw_plan("lopsided", ("c",))
+    judges = judge_plans([balanced, lopsided], WORKLOAD, topology)
+    report = judges.to_dict()
+    assert [j["judge"] for j in report["judges"]] == ["autoshard", "torchrec_estimator", "dmp"]
+    ours, theirs, measured = report["judges"]
+    assert ours["prefers"] == "balanced" and ours["max_ms"] == [1.5, 2.0]
+    # TorchRec's estimate of each plan is its slowest rank's, as its estimator prices the shards
+    for plan, value in zip((balanced, lopsided), theirs["max_ms"]):
+        assert math.isclose(value, max(torchrec_estimate_ms(plan, WORKLOAD, topology, "cpu")), rel_tol=1e-3)
+    assert theirs["prefers"] == "balanced"  # d (the heaviest) alone with c is TorchRec's worst too
+    assert "on the CPU" in theirs["note"]
+    assert measured["prefers"] is None and VERIFY_HINT in measured["note"]
+    assert report["agree"] and report["disagreement"] is None
+    with_dmp = judge_plans([balanced, lopsided], WORKLOAD, topology, measured_max_ms=[9.0, 4.0])
+    assert not with_dmp.agree
+    message = with_dmp.disagreement()
+    assert message is not None and "dmp prefers lopsided" in message and "autoshard prefers balanced" in message
+    assert VERIFY_HINT not in message  # measured already
+
+
+def test_plans_torchrec_cannot_shard_on_the_cpu_are_estimated_as_cuda_plans():
+    d = WORKLOAD.tables[3]
+    rows = row_shards(d, 2, ShardingType.ROW_WISE)
+    others = [TableShard(t) for t in WORKLOAD.tables[:3]]
+    plan = ShardingPlan("rw", (DevicePlan((*others, rows[0]), 1.0), DevicePlan((rows[1],), 1.0)))
+    assert estimator_device([plan]) == "cuda" and estimator_device([tw_plan("x", ("a",))]) == "cpu"
+    judges = judge_plans([plan], WORKLOAD, Topology(2, 1.0))
+    assert "cuda" in judges.verdicts[1].note and judges.verdicts[1].max_ms[0] > 0
+
+
+def test_disagreement_names_each_judges_choice_and_points_to_the_measurement():
+    judges = Judges(
+        ("p", "q"),
+        (Verdict("autoshard", (1.0, 2.0)), Verdict("torchrec_estimator", (3.0, 1.0)), Verdict("dmp", (None, None))),
+    )
+    assert judges.preferred() == {"autoshard": "p", "torchrec_estimator": "q", "dmp": None}
+    message = judges.disagreement()
+    assert message == f"the judges disagree: autoshard prefers p, torchrec_estimator prefers q; {VERIFY_HINT}"
