@@ -7,12 +7,17 @@ measured device errors (``device_errors.json``) when present;
 file holding its name. A missing or corrupt file does not stop the service: it starts with the
 heuristics and says why it is degraded (unless ``fail_fast``). Request fields only ever select
 a profile by name in the loaded dict: none becomes a file-system path.
+
+The CLI, the benchmarks and the lab's scripts load one profile folder the same way
+(``load_profile_or_none``; ``DEFAULT_MODEL`` is the shipped one).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +32,14 @@ CHECKPOINT = "cost_model.pt"
 POLICY_FILE = "policy.pt"  # autoshard.rl.policy.POLICY_FILE, named here so that loading it is lazy
 METRICS = "metrics.json"
 DEFAULT_LINK = "default"
+# The shipped cost model: data/models/default points at the folder of the default device profile.
+DEFAULT_MODEL = Path(
+    os.environ.get("AUTOSHARD_MODEL", Path(__file__).resolve().parents[1] / "data" / "models" / DEFAULT_LINK)
+)
+NO_MODEL = "none"  # --model none: plan without a cost model (the heuristics, proxy costs)
+TORCHREC_MODELS = {"torchrec": "cuda", "torchrec_cpu": "cpu"}
+"""``--model`` / a request's ``profile`` naming TorchRec's own estimator as the cost model
+(``autoshard.torchrec.cost_model``), by the compute device it prices."""
 
 
 @dataclass(frozen=True)
@@ -56,21 +69,26 @@ class ModelStore:
     default_profile: str | None = None
     problems: list[str] = field(default_factory=list)
     _local: threading.local = field(default_factory=threading.local, repr=False)
+    _builtin: dict[str, LoadedModel] = field(default_factory=dict, repr=False)  # TORCHREC_MODELS, once asked
 
     def resolve(self, profile: str | None) -> LoadedModel | None:
         """The model of ``profile`` (default: the default profile; ``None`` when none is loaded).
         An unknown profile name is an ``InputError``."""
         if profile is None:
             return self.models.get(self.default_profile) if self.default_profile else None
+        if profile not in self.models and profile in TORCHREC_MODELS:  # TorchRec's estimator, made when asked
+            return self._builtin.setdefault(profile, torchrec_profile(profile))
         if profile not in self.models:
-            known = ", ".join(sorted(self.models)) or "none loaded"
+            known = ", ".join([*sorted(self.models), *TORCHREC_MODELS])
             raise InputError("profile", f"no cost model profile {profile!r}", f"use one of: {known} (GET /v1/profiles)")
         return self.models[profile]
 
     def for_thread(self, profile: str) -> CostModel:
         copies: dict[str, CostModel] = self._local.__dict__.setdefault("models", {})
         if profile not in copies:
-            copies[profile] = copy.deepcopy(self.models[profile].model)
+            loaded = self.resolve(profile)
+            assert loaded is not None
+            copies[profile] = copy.deepcopy(loaded.model)
         return copies[profile]
 
 
@@ -198,3 +216,73 @@ def load_models(model_dir: Path, default_profile: str | None = None) -> ModelSto
             f"no cost model in {model_dir} (expected <profile>/{CHECKPOINT}); cost_greedy is unavailable"
         )
     return store
+
+
+def torchrec_profile(name: str) -> LoadedModel:
+    """TorchRec's estimator as a profile (``TORCHREC_MODELS``): nothing trained, no files; its
+    cost includes communication (no all-to-all model) and it has no policy. ``InputError`` naming
+    ``--model`` when torchrec does not import."""
+    try:
+        from autoshard.torchrec.cost_model import TorchRecCostModel
+    except (ImportError, OSError) as error:
+        raise InputError(
+            "--model", f"TorchRec's estimator needs torchrec, which does not import ({error})", "install torchrec"
+        ) from None
+    model = TorchRecCostModel(TORCHREC_MODELS[name])
+    device = {"device_type": model.compute_device, "estimator": "torchrec.EmbeddingPerfEstimator"}
+    why = f"no policy is trained against {name} (the rl planners need one)"
+    return LoadedModel(name, model, device, "", {}, policy_problem=why)
+
+
+def load_profile_or_none(path: Path | None, option: str = "--model") -> tuple[LoadedModel | None, str | None]:
+    """(the profile's artifacts, None), or (None, why there are none) when no model is there.
+    ``path``: a profile folder (or its cost_model.pt), default the shipped profile, or ``none``
+    (``NO_MODEL``): no model, on purpose; a path given that does not exist is an ``InputError``
+    naming ``option``. Artifacts load as the service loads them (``load_profile``).
+
+    A model that is there but unreadable raises ``ModelError``: that is an error, not an absence.
+    """
+    if path is not None and str(path) == NO_MODEL:
+        return None, f"no cost model (--model {NO_MODEL})"
+    if path is not None and str(path) in TORCHREC_MODELS:
+        return torchrec_profile(str(path)), None
+    if path is not None and not path.exists():
+        plain = f", or pass {option} {NO_MODEL} to plan with the heuristics alone (proxy costs)"
+        raise InputError(
+            option, f"no cost model folder or file at {path}", "check the path" + (plain if option == "--model" else "")
+        )
+    if path is not None and path.is_file() and path.suffix != ".pt":
+        raise InputError(option, f"{path} is a file, not a profile folder", f"pass the folder that holds {CHECKPOINT}")
+    path = path if path is not None else DEFAULT_MODEL
+    if not path.exists():
+        return None, f"no cost model at {path}"
+    try:
+        import cost_model.checkpoint  # noqa: F401
+    except ImportError as error:
+        return None, f"cannot load cost models ({error})"
+    problems: list[str] = []
+    loaded = load_profile(path if path.is_dir() else path.parent, problems)
+    if loaded is None:
+        raise ModelError("; ".join(problems))
+    return loaded, None
+
+
+def load_profile_or_exit(path: Path | None) -> LoadedModel:
+    """``load_profile_or_none`` for scripts that cannot run without a profile: exit with why not."""
+    profile, why = load_profile_or_none(path)
+    if profile is None:
+        sys.exit(f"error: {why}")
+    return profile
+
+
+def measuring_profile(path: Path | None) -> LoadedModel:
+    """For a script that measures: exit unless the harness's allocator settings are set (they must
+    be before the process starts: docs/profiles.md, 'Measurement settings'), plan on one core, and
+    load the profile."""
+    from cost_model.process import one_thread
+    from cost_model.profile import malloc_settings_active
+
+    if not malloc_settings_active():
+        sys.exit("error: set the harness's allocator settings first (docs/profiles.md, 'Measurement settings')")
+    one_thread()
+    return load_profile_or_exit(path)

@@ -28,7 +28,6 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.core.communication import WithCommunication  # noqa: E402
 from autoshard.core.constraints import Apart, Colocate, Constraints, Pin  # noqa: E402
 from autoshard.core.errors import PlannerError  # noqa: E402
@@ -36,6 +35,8 @@ from autoshard.core.task import load_suite  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planners.spread_stage import BOUND_SLACK  # noqa: E402
 from autoshard.planning.registry import make_planner  # noqa: E402
+from autoshard.profiles import DEFAULT_MODEL, load_profile_or_exit  # noqa: E402
+from cost_model.process import one_thread  # noqa: E402
 
 TOLERANCE = 1.02
 

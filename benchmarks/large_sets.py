@@ -21,9 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
+from autoshard.profiles import DEFAULT_MODEL, load_profile_or_exit  # noqa: E402
 from cost_model.accuracy import mape, noise_floor, predict_labelled, ranking_accuracy  # noqa: E402
 from cost_model.dataset import every_set  # noqa: E402
+from cost_model.process import one_thread  # noqa: E402
 from cost_model.traces.store import merge_traces, read_traces  # noqa: E402
 
 NO_LIMIT = 10**9  # a size limit no set reaches: the network's own answer

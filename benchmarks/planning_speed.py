@@ -34,13 +34,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
 from autoshard.core.task import memory_for  # noqa: E402
 from autoshard.core.types import Topology  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planning.compare import compare_planners  # noqa: E402
 from autoshard.planning.registry import available_planners  # noqa: E402
+from autoshard.profiles import DEFAULT_MODEL, load_profile_or_exit  # noqa: E402
+from cost_model.process import one_thread  # noqa: E402
 
 QUICK_TASKS = "50x128,200x128,1000x128,200x8,200x32"
 """The quick sweep: tables at 128 devices (up to the 1 s target's 1,000 x 128), devices at 200 tables."""

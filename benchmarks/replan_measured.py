@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL  # noqa: E402
 from autoshard.core.presets import load_workload_or_preset  # noqa: E402
 from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task  # noqa: E402
 from autoshard.core.types import Table, Workload  # noqa: E402
 from autoshard.core.workload_file import save_workload  # noqa: E402
+from autoshard.profiles import DEFAULT_MODEL  # noqa: E402
 
 NEW_TERABYTE = ((2_000_000, 5.0), (500_000, 20.0), (8_000_000, 1.0), (100_000, 40.0), (3_000_000, 10.0), (40_000, 3.0))
 """Six new dim-128 tables for Criteo Terabyte: (rows, lookups a sample)."""

@@ -58,7 +58,6 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
 from autoshard.core.communication import WithCommunication  # noqa: E402
 from autoshard.core.errors import AutoShardError  # noqa: E402
 from autoshard.core.stats import geomean, ratio_ci95  # noqa: E402
@@ -66,6 +65,8 @@ from autoshard.core.task import Task, load_suite  # noqa: E402
 from autoshard.core.types import GIB, Optimizer, ShardingPlan, Topology, Workload  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planning.compare import compare_planners  # noqa: E402
+from autoshard.profiles import DEFAULT_MODEL, load_profile_or_exit  # noqa: E402
+from cost_model.process import one_thread  # noqa: E402
 
 BAR_GEOMEAN = 0.85
 """cost_greedy's predicted max over TorchRec's, geometric mean over a suite's tasks (our model)."""
@@ -125,11 +126,20 @@ def torchrec_planner(cost_model: Any, time_limit_s: float) -> tuple[Any, str]:
 
 
 def torchrec_estimate_ms(plan: ShardingPlan, workload: Workload, topology: Topology) -> list[float]:
-    """TorchRec's own perf estimate of each device of ``plan`` (ms per iteration, summed over the
-    device's shards as its planner sums them): TorchRec's enumerator builds, for each table, the
-    sharding option of the plan's sharding type and kernel (fused; data parallel: dense), its
-    shards are replaced by the plan's own (sizes, offsets, ranks), and TorchRec's estimators
-    price them on ``topology`` (its ``world_size``, ``local_world_size``, bandwidths)."""
+    """TorchRec's own perf estimate of each device of ``plan`` (``torchrec_estimates``)."""
+    return torchrec_estimates(plan, workload, topology)[0]
+
+
+def torchrec_estimates(
+    plan: ShardingPlan, workload: Workload, topology: Topology, compute_device: str = "cuda"
+) -> tuple[list[float], list[int]]:
+    """TorchRec's own estimates of each device of ``plan``: its perf (ms per iteration, summed
+    over the device's shards as its planner sums them) and its storage (bytes: HBM on cuda, DDR on
+    cpu). TorchRec's enumerator builds, for each table, the sharding option of the plan's sharding
+    type and kernel (fused; data parallel: dense), its shards are replaced by the plan's own
+    (sizes, offsets, ranks), and TorchRec's estimators price them on ``topology`` (its
+    ``world_size``, ``local_world_size``, bandwidths). Independent of ``--model torchrec``'s code:
+    the check of it."""
     import torch
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner import Topology as TorchRecTopology
@@ -150,7 +160,7 @@ def torchrec_estimate_ms(plan: ShardingPlan, workload: Workload, topology: Topol
         for t in workload.tables
     }
     enumerator = EmbeddingEnumerator(
-        TorchRecTopology(**torchrec_topology_args(topology, "cuda")), workload.batch_size, constraints
+        TorchRecTopology(**torchrec_topology_args(topology, compute_device)), workload.batch_size, constraints
     )
     module = bridge.embedding_bag_collection(workload)
     optimizer = {Optimizer.SGD: torch.optim.SGD, Optimizer.ADAGRAD: torch.optim.Adagrad}
@@ -166,12 +176,37 @@ def torchrec_estimate_ms(plan: ShardingPlan, workload: Workload, topology: Topol
             for p in shardings[name].shards
         ]
     enumerator.populate_estimates(list(options.values()))
-    estimate = [0.0] * topology.world_size
+    estimate, storage = [0.0] * topology.world_size, [0] * topology.world_size
     for option in options.values():
         for shard in option.shards:
-            assert shard.perf is not None and shard.rank is not None
+            assert shard.perf is not None and shard.storage is not None and shard.rank is not None
             estimate[shard.rank] += shard.perf.total
-    return estimate
+            storage[shard.rank] += shard.storage.hbm if compute_device == "cuda" else shard.storage.ddr
+    return estimate, storage
+
+
+def torchrec_reserved_bytes(
+    workload: Workload, topology: Topology, compute_device: str = "cuda", reservation: float = STORAGE_RESERVATION
+) -> list[int]:
+    """What TorchRec's ``HeuristicalStorageReservation`` leaves each rank of ``topology`` for
+    shards (its planner's default, no dense part), from TorchRec's own code."""
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import Topology as TorchRecTopology
+    from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
+    from torchrec.distributed.planner.types import ParameterConstraints
+
+    from autoshard.torchrec import bridge
+    from autoshard.torchrec.planner import torchrec_topology_args
+
+    constraints = {t.name: ParameterConstraints(pooling_factors=[t.pooling_factor]) for t in workload.tables}
+    reserved = HeuristicalStorageReservation(percentage=reservation, dense_tensor_estimate=0).reserve(
+        TorchRecTopology(**torchrec_topology_args(topology, compute_device)),
+        workload.batch_size,
+        bridge.embedding_bag_collection(workload),
+        [EmbeddingBagCollectionSharder()],
+        constraints,
+    )
+    return [int(d.storage.hbm if compute_device == "cuda" else d.storage.ddr) for d in reserved.devices]
 
 
 # --- one task -----------------------------------------------------------------------------------
@@ -295,7 +330,7 @@ def run_task(task: Task, profile: Any, time_limit_s: float, measure: Any = None)
 def measured_ratio(plans: list, workload: Workload, topology: Topology, rounds: int, row_cap_mb: int, profile: Any):
     """Both plans measured here in interleaved rounds: per round, each plan's max over its devices
     of measured compute plus the modelled all-to-all; cost_greedy's over TorchRec's."""
-    from autoshard.cli.support import plans_measurer
+    from autoshard.evaluation.measurers import plans_measurer
 
     measured = plans_measurer(rounds, row_cap_mb, profile)(plans, workload.batch_size, 1)
     comm = profile.communication

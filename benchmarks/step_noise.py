@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import one_thread  # noqa: E402
 from autoshard.core.presets import load_workload_or_preset  # noqa: E402
 from cost_model.bench.harness import BenchConfig, _build_tbe, _Timer, make_batch  # noqa: E402
+from cost_model.process import one_thread  # noqa: E402
 from cost_model.profile import default_mode  # noqa: E402
 
 

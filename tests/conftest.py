@@ -24,7 +24,7 @@ def tiny_collect_args(tmp_path):
         "8",
         "--max-tables",
         "3",
-        "--batch-size",
+        "--batch-sizes",
         "64",
         "--warmups",
         "1",

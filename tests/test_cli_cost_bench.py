@@ -83,7 +83,7 @@ TINY_TBE = [
     "8",
     "--max-tables",
     "3",
-    "--batch-size",
+    "--batch-sizes",
     "64",
     "--warmups",
     "1",

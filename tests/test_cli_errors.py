@@ -22,7 +22,6 @@ def said(result) -> str:
         ["plan", "criteo_kaggle", "--devices", "2", "--memory-gb", "4", "--model", "none", "--seed", "-1"],
         ["cost", "eval", "--model", "data/models/default", "--traces", "x.jsonl", "--seed", "-1"],
         ["policy", "eval", "--seed", "-1"],
-        ["bench", "drift", "--traces", "x.jsonl", "--seed", "-1"],
     ],
 )
 def test_a_negative_seed_is_refused_by_its_option(args):
@@ -34,8 +33,7 @@ def test_a_negative_seed_is_refused_by_its_option(args):
     "args",
     [
         ["plan", "criteo_kaggle", "--devices", "2", "--memory-gb", "4", "--departure-margin", "1.5"],
-        ["evaluate", "default", "--departure-margin", "-0.1"],
-        ["policy", "eval", "--departure-margin", "1"],
+        ["plan", "criteo_kaggle", "--devices", "2", "--memory-gb", "4", "--departure-margin", "-0.1"],
     ],
 )
 def test_a_departure_margin_outside_0_to_0_99_is_refused_by_its_option(args):
@@ -160,6 +158,7 @@ def test_only_the_autoshard_command_is_re_executed_for_the_allocator_settings(mo
 
     import cost_model.profile
     from autoshard.cli import support
+    from cost_model.process import is_autoshard_command
 
     monkeypatch.setattr(cost_model.profile, "malloc_settings_active", lambda: False)
     monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k != "AUTOSHARD_NO_REEXEC"})
@@ -173,4 +172,4 @@ def test_only_the_autoshard_command_is_re_executed_for_the_allocator_settings(mo
         support.ensure_malloc_settings()
         assert executed[-1] == [sys.executable, *command]
         assert os.environ["MALLOC_MMAP_MAX_"] == "0"
-    assert not support.is_autoshard_command([]) and not support.is_autoshard_command(["-"])
+    assert not is_autoshard_command([]) and not is_autoshard_command(["-"])

@@ -327,10 +327,6 @@ def test_adapt_fine_tunes_a_model_to_another_machine(tmp_path, trained):
             str(other),
             "--out",
             str(out),
-            "--max-epochs",
-            "40",
-            "--learning-rate",
-            "1e-3",
         ],
     )
     assert run.exit_code == 0, run.output

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from autoshard.cli import app
-from autoshard.cli.support import DEFAULT_MODEL
 from autoshard.core.errors import InputError
 from autoshard.core.model_error import GRID, DeviceErrors, expected_max
 from autoshard.core.task import Task, load_suite, memory_for
@@ -40,6 +39,7 @@ from autoshard.evaluation.suite import (
 from autoshard.planners.context import DEPARTURE_MARGIN, PlannerContext
 from autoshard.planning.compare import Comparison
 from autoshard.planning.registry import make_planner
+from autoshard.profiles import DEFAULT_MODEL
 from cost_model.profile import ExecutionMode
 from cost_model.traces.records import BenchConfig
 from tests.cost_models import AnalyticalTestCostModel

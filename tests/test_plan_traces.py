@@ -1,6 +1,5 @@
 """Plan-aware traces end to end, on a tiny real profile (EmbeddingBag on this CPU): anchors ->
-a model -> `bench plans` (device sets of plans, measured, resumable) -> `cost eval` with split (c)
--> `bench refine` (plan, measure, retrain on anchors + plan sets)."""
+a model -> `bench plans` (device sets of plans, measured, resumable) -> `cost eval` with split (c)."""
 
 import json
 
@@ -98,42 +97,6 @@ def test_plan_sets_become_split_c_and_resume(profile, tmp_path):
     assert report["plan_sets"]["estimators"]["neural"]["samples"] == len(traces.samples)
     choices = report["plan_sets"]["plan_choices"]
     assert choices["tasks"] == 3 and choices["plans"] == 12 and choices["pairs"] >= 0
-
-
-def test_refine_plans_measures_and_retrains_on_anchors_plus_plan_sets(profile, tmp_path):
-    anchors, model = profile
-    out = tmp_path / "refine"
-    args = [
-        "bench",
-        "refine",
-        "--traces",
-        str(anchors),
-        "--model",
-        str(model),
-        "--out",
-        str(out),
-        "--rounds",
-        "1",
-        "--tasks",
-        "2",
-        "--passes",
-        "1",
-        "--max-epochs",
-        "3",
-    ]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    plan_sets = read_traces(out / "plans.round1.jsonl.gz")
-    assert plan_sets.samples and all(s.kind == "plan" and s.split == "train" for s in plan_sets.samples)
-    before = json.loads((model / "metrics.json").read_text())["splits"]["train"]
-    after = json.loads((out / "round1" / "metrics.json").read_text())["splits"]["train"]
-    assert after == before + len(plan_sets.samples)
-    assert (out / "round1" / "cost_model.pt").exists()
-    again = CliRunner().invoke(app, args)  # resumes: nothing to measure, nothing to retrain
-    assert again.exit_code == 0, again.output
-    assert len(merge_traces([read_traces(anchors), plan_sets]).samples) == len(read_traces(anchors).samples) + len(
-        plan_sets.samples
-    )
 
 
 def test_traces_of_another_profile_do_not_merge(profile, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 from autoshard.core.constraints import Constraints, TableConstraints
-from autoshard.core.errors import ModelError
+from autoshard.core.errors import InputError, ModelError
 from autoshard.core.sharding import ShardingType
 from autoshard.core.synthetic import PoolConfig, generate_pool, sample_task
 from autoshard.core.task import Task, memory_for
@@ -307,20 +308,34 @@ def test_a_corrupt_missing_or_older_policy_is_a_model_error(tmp_path):
         OptionPolicy.load(tmp_path / "old.pt")
 
 
-def test_policy_train_cli_writes_a_policy_that_plans_and_resumes(tmp_path):
-    """`autoshard policy train` end to end on a tiny budget: checkpoints, eval log, TensorBoard
-    logs, policy.pt in the profile with its evaluations; --resume continues the same run."""
+def test_policy_train_writes_a_policy_that_plans_and_resumes(tmp_path):
+    """What `autoshard policy train` runs (``train_profile_policy``), end to end on a tiny budget:
+    checkpoints, eval log, TensorBoard logs, policy.pt in the profile with its evaluations;
+    resuming continues the same run; the CLI refuses to replace a policy by accident."""
     from typer.testing import CliRunner
 
     from autoshard.cli import app
+    from autoshard.cli.policy import train_profile_policy
 
     shutil.copy(SHIPPED / "cost_model.pt", tmp_path)
     shutil.copy(SHIPPED / "communication.json", tmp_path)
-    args = ["policy", "train", "--profile", str(tmp_path), "--envs", "1", "--no-progress", "--slots", "8"]
-    args += ["--checkpoint-every", "256", "--eval-every", "512", "--eval-tasks", "2", "--imitation-episodes", "2"]
-    args += ["--tables", "6,60", "--topologies", "1x2,2x2", "--pool-size", "100"]
-    first = CliRunner().invoke(app, [*args, "--steps", "512"])
-    assert first.exit_code == 0, first.output
+    tasks = TaskDistribution(pool=PoolConfig(size=100), num_tables=(6, 60), topologies=((1, 2), (2, 2)))
+    small = TrainConfig(
+        tasks=tasks,
+        envs=1,
+        env=EnvConfig(slots=8),
+        checkpoint_every=256,
+        eval_every=512,
+        eval_tasks=2,
+        imitation_episodes=2,
+    )
+
+    def train(steps: int, **options) -> OptionPolicy:
+        return train_profile_policy(
+            tmp_path, replace(small, steps=steps), "autoshard policy train", progress=False, **options
+        )
+
+    train(512)
     work = tmp_path / "policy_training"
     config = json.loads((work / "training.json").read_text())["config"]
     assert config["tasks"]["num_tables"] == [6, 60] and config["tasks"]["pool"]["size"] == 100
@@ -331,21 +346,16 @@ def test_policy_train_cli_writes_a_policy_that_plans_and_resumes(tmp_path):
     policy = OptionPolicy.load(tmp_path / "policy.pt")
     assert policy.info.slots == 8 and "policy train" in policy.info.command
     assert policy.info.warm_start_ratio is not None and policy.info.history[0][0] == 0
-    resumed = CliRunner().invoke(app, [*args, "--steps", "1024", "--resume"])
-    assert resumed.exit_code == 0, resumed.output
-    assert "resuming from" in resumed.output
+    train(1024, resume=True)
     steps = [int(line.split(",")[0]) for line in (work / "eval_log.csv").read_text().splitlines()[1:]]
     assert max(steps) >= 1024
     assert len(OptionPolicy.load(tmp_path / "policy.pt").info.history) == len(steps)
     stale = work / "checkpoints" / "ppo_999999_steps.zip"
     stale.write_bytes(b"a checkpoint of an earlier run")
-    refused = CliRunner().invoke(app, [*args, "--steps", "256"])  # nothing lost by accident
-    assert refused.exit_code == 2 and "--fresh" in refused.output and stale.exists()
-    other_slots = [("12" if previous == "--slots" else a) for previous, a in zip(["", *args], args)]
-    changed = CliRunner().invoke(app, [*other_slots, "--steps", "2048", "--resume"])
-    assert changed.exit_code == 2 and "slots" in changed.output, changed.output
-    bad = CliRunner().invoke(app, ["policy", "train", "--profile", str(tmp_path), "--reward", "nope"])
-    assert bad.exit_code == 2 and "reward" in bad.output
+    refused = CliRunner().invoke(app, ["policy", "train", "--profile", str(tmp_path), "--steps", "256"])
+    assert refused.exit_code == 2 and "--fresh" in refused.output and stale.exists()  # nothing lost by accident
+    with pytest.raises(InputError, match="slots"):  # a resumed run keeps its settings
+        train_profile_policy(tmp_path, replace(small, steps=2048, env=EnvConfig(slots=12)), "", resume=True)
     for option, value in (("--tables", "0,6"), ("--topologies", "2by4")):
         bad = CliRunner().invoke(app, ["policy", "train", "--profile", str(tmp_path), option, value])
         assert bad.exit_code == 2 and option in bad.output, bad.output
@@ -364,7 +374,7 @@ def test_past_its_time_budget_rl_refine_returns_its_best_so_far_marked_partial(m
 
 def test_policy_train_defaults_are_the_shipped_policys_run():
     """`autoshard policy train --profile P --subprocess` retrains the shipped policy: every setting its
-    recorded command names is the CLI's default (and TrainConfig's)."""
+    recorded command names is the CLI's default where the CLI has the option, else TrainConfig's."""
     import shlex
 
     import typer
@@ -373,14 +383,23 @@ def test_policy_train_defaults_are_the_shipped_policys_run():
 
     train = typer.main.get_command(app).commands["policy"].commands["train"]  # type: ignore[attr-defined]
     defaults = {f"--{p.name.replace('_', '-')}": p.default for p in train.params}
+    config = TrainConfig()
+    settings = {  # the recorded options the CLI no longer offers: TrainConfig's defaults hold them
+        "--reward": config.env.reward.value,
+        "--slots": config.env.slots,
+        "--pool-size": config.tasks.pool.size,
+        "--imitation-episodes": config.imitation_episodes,
+        "--dagger-rounds": config.dagger_rounds,
+        "--learning-rate": config.learning_rate,
+        "--ent-coef": config.ent_coef,
+    }
     words = shlex.split(OptionPolicy.load(SHIPPED / "policy.pt").info.command)
     recorded = dict(zip(words[3::2], words[4::2]))  # after "autoshard policy train"
     assert recorded.pop("--profile") and "--subprocess" in words
     recorded = {k: v for k, v in recorded.items() if k != "--subprocess"}
     assert set(recorded) >= {"--steps", "--envs", "--learning-rate", "--ent-coef", "--imitation-episodes"}
     for option, value in recorded.items():
-        default = defaults[option]
+        default = defaults[option] if option in defaults else settings[option]
         assert (float(value) == default) if isinstance(default, float) else (value == str(default)), option
-    config = TrainConfig()
     assert (config.envs, config.learning_rate, config.ent_coef) == (4, 5e-5, 0.0)
     assert (config.imitation_episodes, config.dagger_rounds, config.steps) == (300, 2, 600_000)

@@ -153,8 +153,8 @@ def test_collected_row_shards_and_replicas_read_back_and_resume(tmp_path):
     ("args", "option"),
     [
         (["--row-shards", "0.7", "--replicas", "0.5"], "--replicas"),
-        (["--row-shard-ways", "1,2"], "--row-shard-ways"),
-        (["--replica-world-sizes", "8,x"], "--replica-world-sizes"),
+        (["--row-shards", "1.5"], "--row-shards"),
+        (["--batch-sizes", "512,x"], "--batch-sizes"),
     ],
 )
 def test_bad_shard_options_are_refused_naming_the_option(tmp_path, args, option):

@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from autoshard.cli import app
-from autoshard.cli.support import plans_verifier
 from autoshard.core.errors import InputError
 from autoshard.core.types import DevicePlan, ShardingPlan, Table, TableShard
+from autoshard.evaluation.measurers import plans_verifier
 from autoshard.evaluation.verification import distinct_candidates, placement_key, verify
 
 runner = CliRunner()

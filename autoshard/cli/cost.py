@@ -5,18 +5,15 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from autoshard.cli.support import ADVANCED, OUTPUT, console, friendly_errors, print_json
 from autoshard.core.errors import InputError
+from cost_model.fitting import ADAPT_MAX_EPOCHS, MAX_EPOCHS, FitRun, read_all
 
-ADAPT_LEARNING_RATE = 3e-4  # fine-tuning a trained model (cost adapt); training from scratch uses 2e-3
-ADAPT_MAX_EPOCHS, ADAPT_PATIENCE = 150, 40  # fine-tuning on a few hundred sets stops within ~10 epochs
 # help panels beside support's
 PROFILE, TRACES, TRAINING, MEASURED = "Profile", "Traces", "Training", "Measured here"
 
@@ -24,8 +21,7 @@ app = typer.Typer(
     help="The neural multi-table cost model: train, adapt to a machine, evaluate, record its trained ranges.",
     no_args_is_help=True,
 )
-MAX_EPOCHS_HELP = "Most epochs of training."
-PATIENCE_HELP = "Stop after this many epochs without a lower validation loss; the best epoch is kept."
+MAX_EPOCHS_HELP = "Most epochs of training (it stops earlier once the validation loss no longer falls)."
 
 
 @app.command("train")
@@ -57,8 +53,7 @@ def train_cmd(
             min=0, help="Seed of the split (train / validation / held-out) and of training.", rich_help_panel=TRAINING
         ),
     ] = 0,
-    max_epochs: Annotated[int, typer.Option(min=1, help=MAX_EPOCHS_HELP, rich_help_panel=TRAINING)] = 300,
-    patience: Annotated[int, typer.Option(min=1, help=PATIENCE_HELP, rich_help_panel=TRAINING)] = 60,
+    max_epochs: Annotated[int, typer.Option(min=1, help=MAX_EPOCHS_HELP, rich_help_panel=TRAINING)] = MAX_EPOCHS,
     network: Annotated[
         str | None,
         typer.Option(
@@ -78,78 +73,75 @@ def train_cmd(
         raise InputError("--network", "--network and --tune both choose the network", "pass one of them")
     chosen = candidates.get(network) if network is not None else None
     command = "autoshard cost train " + " ".join(shlex.quote(a) for a in sys.argv[3:])
-    train_and_save(
-        read_all(traces),
-        out,
+    run = FitRun(
         seed,
         max_epochs,
-        patience,
-        command,
-        [str(t) for t in traces],
+        command=command,
+        sources=tuple(str(t) for t in traces),
         tune=tune,
         network=chosen.network if chosen else None,
         learning_rate=chosen.learning_rate if chosen else None,
     )
+    train_and_save(read_all(traces), out, run)
+
+
+ProfileToAdapt = Annotated[
+    Path,
+    typer.Option(
+        help="The profile folder to start from: its cost_model.pt is fine-tuned; its communication.json and "
+        "policy.pt are copied.",
+        rich_help_panel=PROFILE,
+    ),
+]
+AdaptedOut = Annotated[
+    Path,
+    typer.Option(help="Folder for the adapted profile (cost_model.pt, metrics.json, ...).", rich_help_panel=OUTPUT),
+]
+TracesHere = Annotated[
+    list[Path] | None,
+    typer.Option(
+        metavar="<path>",
+        help="Traces measured on this machine (`autoshard bench collect`: a few hundred sets); repeat it to add "
+        "files of the same profile.",
+        rich_help_panel=MEASURED,
+    ),
+]
+MeasuredHere = Annotated[
+    list[Path] | None,
+    typer.Option(
+        metavar="<path>",
+        help="Measured evaluations (`autoshard evaluate --measure --json --out DIR`: DIR or a report.json; repeat "
+        "it for more runs) of plans on the model's machine: their device sets, each labelled by its cost "
+        "relative to its task's other sets.",
+        rich_help_panel=MEASURED,
+    ),
+]
+AdaptSeed = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Split seed (train / validation / held-out) of the new traces and of the measured sets.",
+        rich_help_panel=TRAINING,
+    ),
+]
 
 
 @app.command("adapt")
 @friendly_errors
 def adapt_cmd(
-    model: Annotated[
-        Path,
-        typer.Option(
-            help="The profile folder to start from: its cost_model.pt is fine-tuned; its "
-            "communication.json and policy.pt are copied.",
-            rich_help_panel=PROFILE,
-        ),
-    ],
-    out: Annotated[
-        Path,
-        typer.Option(help="Folder for the adapted profile (cost_model.pt, metrics.json, ...).", rich_help_panel=OUTPUT),
-    ],
-    traces: Annotated[
-        list[Path] | None,
-        typer.Option(
-            metavar="<path>",
-            help="Traces measured on this machine (`autoshard bench collect`: a few hundred "
-            "sets); repeat it to add files of the same profile.",
-            rich_help_panel=MEASURED,
-        ),
-    ] = None,
-    measured: Annotated[
-        list[Path] | None,
-        typer.Option(
-            metavar="<path>",
-            help="Measured evaluations (`autoshard evaluate --measure --json --out DIR`: DIR or a "
-            "report.json; repeat it for more runs) of plans on the model's machine: their device "
-            "sets, each labelled by its cost relative to its task's other sets.",
-            rich_help_panel=MEASURED,
-        ),
-    ] = None,
-    seed: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Split seed (train / validation / held-out) of the new traces and of the measured sets.",
-            rich_help_panel=TRAINING,
-        ),
-    ] = 0,
-    learning_rate: Annotated[
-        float, typer.Option(min=1e-6, max=1e-1, help="Fine-tuning learning rate.", rich_help_panel=TRAINING)
-    ] = ADAPT_LEARNING_RATE,
+    model: ProfileToAdapt,
+    out: AdaptedOut,
+    traces: TracesHere = None,
+    measured: MeasuredHere = None,
+    seed: AdaptSeed = 0,
     max_epochs: Annotated[int, typer.Option(min=1, help=MAX_EPOCHS_HELP, rich_help_panel=TRAINING)] = ADAPT_MAX_EPOCHS,
-    patience: Annotated[int, typer.Option(min=1, help=PATIENCE_HELP, rich_help_panel=TRAINING)] = ADAPT_PATIENCE,
 ) -> None:
     """Adapt a profile to this machine by fine-tuning its cost model on what was measured here.
 
     On sets measured here (minutes of collection, where a profile from scratch takes an hour)
     and/or on the device sets of plans measured here (docs/profiles.md, "Adapt a profile in
     minutes")."""
-    import shutil
-
-    from autoshard.evaluation.measured_reports import measured_device_sets
-    from cost_model.checkpoint import load_cost_model, trace_sources
-    from cost_model.relative_labels import relative_labels
+    from cost_model.checkpoint import load_cost_model
 
     folder = profile_folder(model)
     if out.resolve() == folder.resolve():
@@ -165,6 +157,23 @@ def adapt_cmd(
             "pass --traces (sets measured here) and/or --measured (evaluations measured here)",
         )
     base = load_cost_model(folder)
+    run = _adapt_run(folder, base, traces or [], measured or [], seed, max_epochs)
+    metrics = train_and_save(read_all(traces) if traces else None, out, run)
+    _copy_the_rest(folder, out)
+    console.print(
+        f"adapted the cost model of {base.profile.id} to {metrics['profile']['id']} in {out}", highlight=False
+    )
+
+
+def _adapt_run(folder: Path, base, traces: list[Path], measured: list[Path], seed: int, max_epochs: int) -> FitRun:
+    """``cost adapt``'s fine-tuning of ``base``: on ``traces`` and the labelled device sets of the
+    ``measured`` evaluations (``InputError`` when too few); without new traces, the base's stand as
+    the profile's anchors (``bench drift``, ``evaluate --measure``)."""
+    from autoshard.evaluation.measured_reports import measured_device_sets
+    from cost_model.checkpoint import trace_sources
+    from cost_model.fitting import ADAPT_LEARNING_RATE, ADAPT_PATIENCE
+    from cost_model.relative_labels import relative_labels
+
     labelled = relative_labels(base, measured_device_sets(measured)) if measured else []
     if measured and len(labelled) < 6:  # a validation sixth of at least one set
         raise InputError(
@@ -172,40 +181,34 @@ def adapt_cmd(
             f"{len(labelled)} measured device sets: too few to fine-tune and stop early",
             "measure more tasks or planners (`autoshard evaluate SUITE --measure`)",
         )
-    command = "autoshard cost adapt " + " ".join(shlex.quote(a) for a in sys.argv[3:])
-    # without new traces, the base's stand as the profile's anchors (`bench drift`, `evaluate --measure`)
-    sources = (
-        [str(t) for t in traces]
-        if traces
-        else trace_sources(
-            json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").is_file() else {}
-        )
-    )
-    metrics = train_and_save(
-        read_all(traces) if traces else None,
-        out,
+    metrics_file = folder / "metrics.json"
+    base_metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+    return FitRun(
         seed,
         max_epochs,
-        patience,
-        command,
-        sources,
-        learning_rate=learning_rate,
+        ADAPT_PATIENCE,
+        command="autoshard cost adapt " + " ".join(shlex.quote(a) for a in sys.argv[3:]),
+        sources=tuple(str(t) for t in traces) if traces else tuple(trace_sources(base_metrics)),
+        learning_rate=ADAPT_LEARNING_RATE,
         start_from=base,
         adapted_from={
             "model": str(folder),
             "profile": base.profile.id,
             **({"measured": [str(m) for m in measured]} if measured else {}),
         },
-        measured=labelled,
+        measured=tuple(labelled),
     )
+
+
+def _copy_the_rest(folder: Path, out: Path) -> None:
+    """The base profile's all-to-all and policy, copied where ``out`` has none."""
+    import shutil
+
     for name in ("communication.json", "policy.pt"):
         if (folder / name).is_file() and not (out / name).exists():
             shutil.copy2(folder / name, out / name)
             hint = f" (the base's all-to-all: measure this machine's with `autoshard bench comm --out {out}`)"
             console.print(f"copied {name} from {folder}{hint if name == 'communication.json' else ''}", highlight=False)
-    console.print(
-        f"adapted the cost model of {base.profile.id} to {metrics['profile']['id']} in {out}", highlight=False
-    )
 
 
 MIN_ERROR_SETS = 20  # fewer measured sets say little about the tails of the model's error
@@ -236,26 +239,14 @@ def errors_cmd(
     import numpy as np
 
     from autoshard.core.model_error import DEVICE_ERRORS_FILE, DeviceErrors
-    from autoshard.evaluation.measured_reports import (
-        measured_device_sets,
-        measured_on,
-        report_paths,
-    )
+    from autoshard.evaluation.measured_reports import measured_device_sets, report_paths
     from cost_model.checkpoint import load_cost_model
     from cost_model.relative_labels import centred_errors
 
     folder = profile_folder(model)
     cost_model = load_cost_model(folder)
-    profile = cost_model.profile
     reports = report_paths(measured)
-    for path in reports:  # errors measured on other hardware do not describe this profile's
-        device, cpu = measured_on(path)
-        if (device and device != profile.device_name) or (cpu and profile.cpu and cpu != profile.cpu):
-            raise InputError(
-                "--measured",
-                f"{path} was measured on {cpu or device}, not on the profile's {profile.cpu or profile.device_name}",
-                "pass evaluations measured on the hardware the profile describes",
-            )
+    _check_measured_on(reports, cost_model.profile)
     per_task = centred_errors(cost_model, measured_device_sets(measured))
     errors = tuple(e for task in per_task.values() for e in task)
     if len(errors) < MIN_ERROR_SETS:
@@ -283,6 +274,20 @@ def errors_cmd(
         )
 
 
+def _check_measured_on(reports: list[Path], profile) -> None:
+    """``InputError`` for a report measured on other hardware: its errors do not describe this profile's."""
+    from autoshard.evaluation.measured_reports import measured_on
+
+    for path in reports:
+        device, cpu = measured_on(path)
+        if (device and device != profile.device_name) or (cpu and profile.cpu and cpu != profile.cpu):
+            raise InputError(
+                "--measured",
+                f"{path} was measured on {cpu or device}, not on the profile's {profile.cpu or profile.device_name}",
+                "pass evaluations measured on the hardware the profile describes",
+            )
+
+
 def profile_folder(model: Path) -> Path:
     """The profile folder ``--model`` names (a folder, or its cost_model.pt); ``InputError`` without a model."""
     from cost_model.checkpoint import CHECKPOINT_NAME
@@ -295,124 +300,30 @@ def profile_folder(model: Path) -> Path:
     return folder
 
 
-def read_all(paths: list[Path]):
-    """The trace files as one ``TraceSet`` (one device profile)."""
-    from cost_model.traces.store import merge_traces, read_traces
+def train_and_save(data, out: Path, run: FitRun) -> dict:
+    """``cost_model.fitting.fit_and_save`` with its progress on the console (a spinner over the
+    tuning grid, or a bar over the epochs), then the held-out scores in one line; the metrics."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    return merge_traces([read_traces(p) for p in paths])
+    from cost_model.fitting import fit_and_save
+    from cost_model.tune import GRID
 
-
-def train_and_save(
-    data,
-    out: Path,
-    seed: int,
-    max_epochs: int,
-    patience: int,
-    command: str,
-    sources: list[str],
-    tune: bool = False,
-    network=None,
-    learning_rate: float | None = None,
-    start_from=None,
-    adapted_from: dict | None = None,
-    measured: Sequence = (),
-) -> dict:
-    """Train on ``data`` (a ``TraceSet``) and save the checkpoint, metrics.json and train_log.csv in
-    ``out``; returns the metrics. ``tune``: choose the network and learning rate on the validation
-    split first (``cost_model.tune``); else ``network`` / ``learning_rate`` (default: the
-    defaults); ``start_from``: fine-tune that ``NeuralCostModel`` instead (its network), recorded as
-    ``adapted_from``, and ``measured``: the labelled sets of measured plans to add
-    (``cost_model.relative_labels``; ``data`` may then be None, the model keeping its profile and
-    row cap). ``autoshard cost train``, ``cost adapt`` and ``bench refine`` share it."""
-    import shutil
-    from dataclasses import asdict, replace
-
-    import torch
-
-    from cost_model.accuracy import evaluate_all
-    from cost_model.checkpoint import save_checkpoint
-    from cost_model.dataset import Splits, make_splits, with_measured
-    from cost_model.network import NetworkConfig
-    from cost_model.train import TrainConfig, train_cost_model
-
-    torch.set_num_threads(1)
-    splits = make_splits(data, seed) if data is not None else Splits((), (), (), ())
-    if measured:
-        splits = with_measured(splits, measured, seed)
-    profile = data.profile if data is not None else start_from.profile
-    config = TrainConfig(
-        network=network or NetworkConfig(),
-        seed=seed,
-        max_epochs=max_epochs,
-        patience=patience,
-        learning_rate=learning_rate or TrainConfig().learning_rate,
-    )
-    row_cap = int(data.header["bench"]["row_cap_bytes"]) if data is not None else start_from.row_cap_bytes
-    tuning = None
-    if tune:
-        from cost_model.tune import GRID
-        from cost_model.tune import tune as tune_grid
-
+    if run.tune:
         with console.status(f"tuning: {len(GRID)} candidates on the validation split") as status:
-            result, chosen, rows = tune_grid(
-                splits,
-                profile,
-                row_cap,
-                config,
-                log_dir=out / "tuning",
+            metrics = fit_and_save(
+                data,
+                out,
+                run,
                 on_candidate=lambda c, r: status.update(
                     f"tuning: {c.name} validation MAPE {r.best_validation_mape:.4f}"
                 ),
             )
-        shutil.copy2(out / "tuning" / f"{chosen.name}.csv", out / "train_log.csv")
-        config = replace(config, network=chosen.network, learning_rate=chosen.learning_rate)
-        tuning = {
-            "chosen": chosen.name,
-            "by": "validation MAPE, one-standard-error rule (fewest parameters)",
-            "candidates": rows,
-        }
     else:
-        with Progress(
-            TextColumn("[bold]train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("val MAPE {task.fields[mape]:.3f}"),
-            console=console,
-        ) as progress:
-            task = progress.add_task("train", total=max_epochs, mape=float("nan"))
-            result = train_cost_model(
-                splits,
-                profile,
-                row_cap,
-                config,
-                out / "train_log.csv",
-                lambda epoch, m: progress.update(task, completed=epoch, mape=m),
-                start_from,
-            )
-    metrics = {
-        "command": command,
-        "traces": sources[0] if len(sources) == 1 else sources,
-        "profile": profile.to_dict(),
-        "split_seed": seed,
-        "splits": splits.sizes(),
-        **({"measured_sets": len(measured)} if measured else {}),
-        "train_seconds": round(result.seconds, 1),
-        "best_epoch": result.best_epoch,
-        "epochs_run": result.epochs_run,
-        "validation_mape": round(result.best_validation_mape, 4),
-        "validation_loss": {
-            "first": round(result.first_validation_loss, 5),
-            "best": round(result.best_validation_loss, 5),
-        },
-        "network": asdict(result.model.network.config),
-        "learning_rate": config.learning_rate,
-        **({"tuning": tuning} if tuning else {}),
-        **({"adapted_from": adapted_from} if adapted_from else {}),
-        "evaluation": evaluate_all(result.model, splits, data).to_dict() if data is not None else {},
-    }
-    save_checkpoint(result.model, out, metrics)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
-    summary = [f"saved {out}/cost_model.pt in {result.seconds:.0f} s"]
+        columns = (TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn())
+        with Progress(*columns, TextColumn("val MAPE {task.fields[mape]:.3f}"), console=console) as progress:
+            task = progress.add_task("train", total=run.max_epochs, mape=float("nan"))
+            metrics = fit_and_save(data, out, run, lambda epoch, m: progress.update(task, completed=epoch, mape=m))
+    summary = [f"saved {out}/cost_model.pt in {metrics['train_seconds']:.0f} s"]
     for split, body in metrics["evaluation"].items():
         n = body["estimators"]["neural"]
         summary.append(f"{split}: MAPE {n['mape']:.3f}, ranking accuracy {n['ranking_accuracy']:.3f}")
@@ -466,7 +377,12 @@ def eval_cmd(
     report = evaluate_all(cost_model, make_splits(data, seed), data, extra)
     if json_out:
         print_json(report.to_dict())
-        return
+    else:
+        _print_accuracy(report)
+
+
+def _print_accuracy(report) -> None:
+    """``cost eval``'s report as a table per split, with the plan choices where there are plan sets."""
     from rich.console import Console
     from rich.table import Table as RichTable
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -9,260 +10,304 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from autoshard.cli.support import (
-    ADVANCED,
     COLUMN_SPLIT_HELP,
-    DEFAULT_MODEL,
-    DEPARTURE_MARGIN_HELP,
     MEASUREMENT,
     OUTPUT,
     PLANNERS,
     console,
     ensure_malloc_settings,
     friendly_errors,
-    load_profile_or_none,
-    one_thread,
     planner_names,
-    plans_measurer,
-    plans_verifier,
     print_json,
-    verification_measures,
 )
 from autoshard.core.errors import InputError
+from autoshard.profiles import DEFAULT_MODEL
 
 if TYPE_CHECKING:
-    from autoshard.evaluation.suite import DistributedMeasurer
+    from autoshard.core.task import Task
+    from autoshard.evaluation.suite import DistributedMeasurer, TaskResult
+    from autoshard.profiles import LoadedModel
+
+VERIFY_TOP, VERIFY_ROUNDS = 4, 6  # --verify measures as `autoshard plan --verify` does by default
+DISTRIBUTED_STEPS = 10  # --distributed: training steps timed per plan
+SEED = 0  # of the random planner, rl+refine's sampling and --distributed's batches (the report records it)
+
+Suite = Annotated[str, typer.Argument(help="A suite JSON file, or 'default' (bundled).")]
+Planners = Annotated[
+    str, typer.Option(help="'all' or a comma-separated list of planner names.", rich_help_panel=PLANNERS)
+]
+Model = Annotated[
+    Path | None, typer.Option(help="Cost model folder (default: the shipped one).", rich_help_panel=PLANNERS)
+]
+ColumnSplit = Annotated[
+    bool | None, typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP, rich_help_panel=PLANNERS)
+]
+Communication = Annotated[
+    bool, typer.Option(help="Add each device's all-to-all to its predicted cost.", rich_help_panel=PLANNERS)
+]
+Out = Annotated[Path, typer.Option(help="Folder for the per-task Markdown, CSV and PNG.", rich_help_panel=OUTPUT)]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)]
+Resume = Annotated[
+    bool,
+    typer.Option(
+        help="Take the tasks an unfinished run with the same options wrote to OUT/<suite>/report.json as they "
+        "are; plan (and measure) the rest.",
+        rich_help_panel=OUTPUT,
+    ),
+]
+Measure = Annotated[
+    bool,
+    typer.Option(
+        help="Measure every device's shard with the microbenchmark (interleaved).", rich_help_panel=MEASUREMENT
+    ),
+]
+Rounds = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Measurement rounds (plans interleaved in each; an even number balances the order).",
+        rich_help_panel=MEASUREMENT,
+    ),
+]
+RowCapMb = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="With --measure: benchmark at most this many MiB of rows per table (the traces' cap; raise it to "
+        "measure tables uncapped).",
+        rich_help_panel=MEASUREMENT,
+    ),
+]
+DriftSamples = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="With --measure: re-measure this many of the profile's traced sets before and after (`bench drift`) "
+        "and record how this machine compares with its traces (0: off).",
+        rich_help_panel=MEASUREMENT,
+    ),
+]
+Verify = Annotated[
+    bool,
+    typer.Option(
+        help="With --measure: add the plan `autoshard plan --verify` would choose (its own measurement rounds, "
+        "before the evaluation's) as 'verified'.",
+        rich_help_panel=MEASUREMENT,
+    ),
+]
+Distributed = Annotated[
+    bool,
+    typer.Option(help="Also run every plan with TorchRec DMP, one process per device.", rich_help_panel=MEASUREMENT),
+]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One ``autoshard evaluate``: what plans the tasks, what measures them, where the report goes."""
+
+    suite: str
+    tasks: tuple[Task, ...]
+    names: list[str] | None
+    context: Any  # PlannerContext
+    profile: LoadedModel | None
+    communication: Any  # the profile's CommunicationModel, or None (--no-communication, no profile)
+    measurer: Any
+    verifier: Any
+    distributed: DistributedMeasurer | None
+    folder: Path
+    json_out: bool
 
 
 @friendly_errors
 def evaluate_cmd(
-    suite: Annotated[str, typer.Argument(help="A suite JSON file, or 'default' (bundled).")],
-    planners: Annotated[
-        str, typer.Option(help="'all' or a comma-separated list of planner names.", rich_help_panel=PLANNERS)
-    ] = "all",
-    model: Annotated[
-        Path | None, typer.Option(help="Cost model folder (default: the shipped one).", rich_help_panel=PLANNERS)
-    ] = None,
-    column_split: Annotated[
-        bool | None,
-        typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP, rich_help_panel=PLANNERS),
-    ] = None,
-    communication: Annotated[
-        bool, typer.Option(help="Add each device's all-to-all to its predicted cost.", rich_help_panel=PLANNERS)
-    ] = True,
-    out: Annotated[
-        Path, typer.Option(help="Folder for the per-task Markdown, CSV and PNG.", rich_help_panel=OUTPUT)
-    ] = Path("runs/evaluate"),
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
-    resume: Annotated[
-        bool,
-        typer.Option(
-            help="Take the tasks an unfinished run with the same options wrote "
-            "to OUT/<suite>/report.json as they are; plan (and measure) the "
-            "rest.",
-            rich_help_panel=OUTPUT,
-        ),
-    ] = False,
-    measure: Annotated[
-        bool,
-        typer.Option(
-            help="Measure every device's shard with the microbenchmark (interleaved).", rich_help_panel=MEASUREMENT
-        ),
-    ] = False,
-    rounds: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="Measurement rounds (plans interleaved in each; an even number balances the order).",
-            rich_help_panel=MEASUREMENT,
-        ),
-    ] = 4,
-    row_cap_mb: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="With --measure: benchmark at most this many MiB of rows "
-            "per table (the traces' cap; raise it to measure tables uncapped).",
-            rich_help_panel=MEASUREMENT,
-        ),
-    ] = 128,
-    drift_samples: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="With --measure: re-measure this many of the profile's "
-            "traced sets before and after (`bench drift`) and record "
-            "how this machine compares with its traces (0: off).",
-            rich_help_panel=MEASUREMENT,
-        ),
-    ] = 12,
-    verify: Annotated[
-        bool,
-        typer.Option(
-            help="With --measure: add the plan `autoshard plan --verify` would choose "
-            "(its own measurement rounds, before the evaluation's) as 'verified'.",
-            rich_help_panel=MEASUREMENT,
-        ),
-    ] = False,
-    verify_top: Annotated[
-        int,
-        typer.Option(min=2, help="With --verify: how many distinct plans to measure.", rich_help_panel=MEASUREMENT),
-    ] = 4,
-    verify_rounds: Annotated[
-        int, typer.Option(min=2, help="With --verify: its measurement rounds.", rich_help_panel=MEASUREMENT)
-    ] = 6,
-    distributed: Annotated[
-        bool,
-        typer.Option(
-            help="Also run every plan with TorchRec DMP, one process per device.", rich_help_panel=MEASUREMENT
-        ),
-    ] = False,
-    distributed_steps: Annotated[
-        int,
-        typer.Option(min=1, help="With --distributed: training steps timed per plan.", rich_help_panel=MEASUREMENT),
-    ] = 10,
-    seed: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Seed of the random planner, rl+refine's sampling and --distributed's batches.",
-            rich_help_panel=ADVANCED,
-        ),
-    ] = 0,
-    departure_margin: Annotated[
-        float | None, typer.Option(min=0.0, max=0.99, help=DEPARTURE_MARGIN_HELP, rich_help_panel=ADVANCED)
-    ] = None,
+    suite: Suite,
+    planners: Planners = "all",
+    model: Model = None,
+    column_split: ColumnSplit = None,
+    communication: Communication = True,
+    out: Out = Path("runs/evaluate"),
+    json_out: JsonOut = False,
+    resume: Resume = False,
+    measure: Measure = False,
+    rounds: Rounds = 4,
+    row_cap_mb: RowCapMb = 128,
+    drift_samples: DriftSamples = 12,
+    verify: Verify = False,
+    distributed: Distributed = False,
 ) -> None:
     """Plan every task of a suite with every planner; with --measure, run the plans for real."""
     if verify and not measure:
         raise InputError("--verify", "verifies by measuring, and --measure is off", "add --measure")
+    if resume and (distributed or verify):
+        raise InputError("--resume", "resumes measured and planned tasks only", "run --distributed or --verify afresh")
     if measure:
         ensure_malloc_settings()
+    run = _run(suite, planners, model, column_split, communication, out, json_out, measure, rounds, row_cap_mb)
+    run = replace(run, verifier=_verifier(run, row_cap_mb) if verify else None)
+    run = replace(run, distributed=_distributed(rounds, SEED) if distributed else None)
+    warnings_of = _priceable(run.tasks, run.context.cost_model)  # before anything is planned or measured
+    report = _report(run, communication, measure, rounds, row_cap_mb)
+    done = _unfinished(run.folder / "report.json", report) if resume else {}
+    drift_traces = _anchor_traces(run.profile) if measure and drift_samples and run.profile else None
+    if drift_traces is not None:
+        report["machine_drift"] = {"traces": str(drift_traces), "before": _drift(drift_traces, drift_samples, "before")}
+    results, against, held_out = _evaluate_tasks(run, report, done, warnings_of)
+    if drift_traces is not None:
+        report["machine_drift"]["after"] = _drift(drift_traces, drift_samples, "after")
+    _summarise(run, report, results, against, held_out)
+    if json_out:
+        print_json(report)
+    elif measure and run.profile is not None:
+        console.print(
+            f"the model's error on these plans, for the expected max of every plan it makes: `autoshard "
+            f"cost errors --model {model or DEFAULT_MODEL} --measured {run.folder}`",
+            highlight=False,
+        )
+
+
+def _run(suite, planners, model, column_split, communication, out, json_out, measure, rounds, row_cap_mb) -> Run:
+    """The run the options describe: the suite's tasks, the profile and planners, the measurer."""
     from autoshard.core.task import load_suite
-    from autoshard.core.workload_file import workload_to_dict
-    from autoshard.evaluation.measured_reports import reported_result
-    from autoshard.evaluation.suite import (
-        against_best_heuristic,
-        against_held_out_heuristic,
-        evaluate_task,
-        suite_summary,
-        task_rows,
-        write_task_outputs,
-    )
+    from autoshard.evaluation.measurers import plans_measurer
     from autoshard.planners.context import PlannerContext
+    from autoshard.profiles import load_profile_or_none
+    from cost_model.process import one_thread
 
     name, tasks = load_suite(suite)
     one_thread()
     profile, why = load_profile_or_none(model)
-    cost_model = profile.model if profile else None
     if why:
         console.print(f"[yellow]note:[/yellow] {why}: predicted costs are proxies", highlight=False)
-    comm = profile.communication if communication and profile else None
     context = PlannerContext(
-        cost_model,
-        profile.policy if profile else None,
-        seed,
-        column_split,
-        departure_margin=departure_margin,
+        profile.model if profile else None, profile.policy if profile else None, SEED, column_split
     )
-    measurer = plans_measurer(rounds, row_cap_mb, profile) if measure else None
-    verifier = plans_verifier(verify_rounds, row_cap_mb, profile, comm, verify_top) if verify else None
-    run_distributed: DistributedMeasurer | None = None
-    if distributed:
-        from autoshard.torchrec.dmp_run import (
-            DistributedConfig,
-            compare_distributed,
-        )
+    return Run(
+        suite=name,
+        tasks=tuple(tasks),
+        names=planner_names(planners, "--planners"),
+        context=context,
+        profile=profile,
+        communication=profile.communication if communication and profile else None,
+        measurer=plans_measurer(rounds, row_cap_mb, profile) if measure else None,
+        verifier=None,
+        distributed=None,
+        folder=out / name,
+        json_out=json_out,
+    )
 
-        run_distributed = lambda plans, workload: compare_distributed(  # noqa: E731
-            plans,
-            workload,
-            DistributedConfig(
-                world_size=len(plans[0].devices), steps=distributed_steps, batch_size=workload.batch_size, seed=seed
-            ),
-            rounds,
+
+def _verifier(run: Run, row_cap_mb: int):
+    """``--verify``: the plan ``autoshard plan --verify`` would choose, measured as it measures."""
+    from autoshard.evaluation.measurers import plans_verifier
+
+    return plans_verifier(VERIFY_ROUNDS, row_cap_mb, run.profile, run.communication, VERIFY_TOP)
+
+
+def _distributed(rounds: int, seed: int) -> DistributedMeasurer:
+    """``--distributed``: every plan run under TorchRec DMP, one gloo process per device."""
+    from autoshard.torchrec.dmp_run import DistributedConfig, compare_distributed
+
+    def run(plans, workload):
+        config = DistributedConfig(
+            world_size=len(plans[0].devices), steps=DISTRIBUTED_STEPS, batch_size=workload.batch_size, seed=seed
         )
-    names = planner_names(planners, "--planners")
-    warnings_of = _priceable(tasks, cost_model)  # before anything is planned or measured
-    report: dict[str, Any] = {  # the JSON written and printed: the edge of the typed rows and summaries
-        "suite": name,
-        "cost_unit": "ms" if cost_model else "proxy",
-        "settings": _settings(profile, context, names, communication, measure, rounds),
+        return compare_distributed(plans, workload, config, rounds)
+
+    return run
+
+
+def _report(run: Run, communication: bool, measure: bool, rounds: int, row_cap_mb: int) -> dict[str, Any]:
+    """The report's head: the JSON written and printed, the edge of the typed rows and summaries."""
+    return {
+        "suite": run.suite,
+        "cost_unit": "ms" if run.context.cost_model else "proxy",
+        "settings": _settings(run.profile, run.context, run.names, communication, measure, rounds),
         "tasks": [],
         **({"row_cap_mb": row_cap_mb} if measure else {}),
     }
-    against = []  # per task: every planner but the heuristics against the best heuristic, measured
-    held_out = []  # the same, each round against the heuristic chosen on the other rounds' pairs
-    results = []
-    if resume and (distributed or verify):
-        raise InputError("--resume", "resumes measured and planned tasks only", "run --distributed or --verify afresh")
-    done = _unfinished(out / name / "report.json", report) if resume else {}
-    drift_traces = _anchor_traces(profile) if measure and drift_samples and profile else None
-    if drift_traces is not None:
-        report["machine_drift"] = {"traces": str(drift_traces), "before": _drift(drift_traces, drift_samples, "before")}
-    for task in tasks:
+
+
+def _evaluate_tasks(
+    run: Run, report: dict, done: dict[str, dict], warnings_of: dict[str, tuple[str, ...]]
+) -> tuple[list, list, list]:
+    """Plan (and measure) every task, or take it from the unfinished run (``done``); each task's
+    entry joins ``report``, written after every task. (results, against the best heuristic,
+    against the held-out heuristic), per task."""
+    from autoshard.evaluation.measured_reports import reported_result
+    from autoshard.evaluation.suite import against_best_heuristic, against_held_out_heuristic, evaluate_task
+
+    results, against, held_out = [], [], []
+    for task in run.tasks:
         if task.name in done:  # --resume: as the unfinished run planned (and measured) it
             console.print(f"[bold]{task.name}[/bold]: taken from the unfinished run", highlight=False)
             results.append(reported_result(task, done[task.name]))
-            against.append(against_best_heuristic(results[-1]))
-            held_out.append(against_held_out_heuristic(results[-1]))
+        else:
+            console.print(
+                f"[bold]{task.name}[/bold]: {len(task.workload.tables)} tables, {task.topology.num_devices} devices",
+                highlight=False,
+            )
+            for warning in warnings_of[task.name]:
+                console.print(f"[yellow]warning:[/yellow] {task.name}: {warning}", highlight=False)
+            results.append(
+                evaluate_task(
+                    task, run.names, run.context, run.measurer, run.distributed, run.communication, run.verifier
+                )
+            )
+        against.append(against_best_heuristic(results[-1]))
+        held_out.append(against_held_out_heuristic(results[-1]))
+        if task.name in done:
             report["tasks"].append(done[task.name])
             continue
-        console.print(
-            f"[bold]{task.name}[/bold]: {len(task.workload.tables)} tables, {task.topology.num_devices} devices",
-            highlight=False,
-        )
-        warnings = warnings_of[task.name]
-        for warning in warnings:
-            console.print(f"[yellow]warning:[/yellow] {task.name}: {warning}", highlight=False)
-        result = evaluate_task(task, names, context, measurer, run_distributed, comm, verifier)
-        results.append(result)
-        files = write_task_outputs(result, out / name)
-        against.append(against_best_heuristic(result))
-        held_out.append(against_held_out_heuristic(result))
-        report["tasks"].append(
-            {
-                "task": task.name,
-                "tables": len(task.workload.tables),
-                "num_devices": task.topology.num_devices,
-                "device_memory_gb": task.topology.device_memory_gb,
-                "reference": result.reference,
-                "planners": [r.to_dict() for r in task_rows(result)],
-                "workload": workload_to_dict(task.workload, task.topology),
-                "warnings": list(warnings),
-                **(
-                    {"verification": {"measures": verification_measures(comm), **result.verification.to_dict()}}
-                    if result.verification
-                    else {}
-                ),
-                "skipped": [{"planner": p, "reason": r} for p, r in result.comparison.skipped],
-                **({"against_best_heuristic": [_row(a) for a in against[-1]]} if against[-1] else {}),
-                **({"against_held_out_heuristic": [_row(a) for a in held_out[-1]]} if held_out[-1] else {}),
-                "files": files,
-            }
-        )
-        _write_report(report | {"complete": False}, out / name)  # a run cut short keeps the tasks it finished
-        if not json_out:
-            console.print(Path(files["markdown"]).read_text(), highlight=False, markup=False)
-    if drift_traces is not None:
-        report["machine_drift"]["after"] = _drift(drift_traces, drift_samples, "after")
+        report["tasks"].append(_task_entry(run, task, results[-1], warnings_of[task.name], against[-1], held_out[-1]))
+        _write_report(report | {"complete": False}, run.folder)  # a run cut short keeps the tasks it finished
+        if not run.json_out:
+            console.print(Path(report["tasks"][-1]["files"]["markdown"]).read_text(), highlight=False, markup=False)
+    return results, against, held_out
+
+
+def _task_entry(run: Run, task: Task, result: TaskResult, warnings, against, held_out) -> dict[str, Any]:
+    """One task's entry in the report, its outputs (Markdown, CSV, charts) written."""
+    from autoshard.core.workload_file import workload_to_dict
+    from autoshard.evaluation.measurers import verification_measures
+    from autoshard.evaluation.suite import task_rows, write_task_outputs
+
+    files = write_task_outputs(result, run.folder)
+    verification = result.verification
+    return {
+        "task": task.name,
+        "tables": len(task.workload.tables),
+        "num_devices": task.topology.num_devices,
+        "device_memory_gb": task.topology.device_memory_gb,
+        "reference": result.reference,
+        "planners": [r.to_dict() for r in task_rows(result)],
+        "workload": workload_to_dict(task.workload, task.topology),
+        "warnings": list(warnings),
+        **(
+            {"verification": {"measures": verification_measures(run.communication), **verification.to_dict()}}
+            if verification
+            else {}
+        ),
+        "skipped": [{"planner": p, "reason": r} for p, r in result.comparison.skipped],
+        **({"against_best_heuristic": [_row(a) for a in against]} if against else {}),
+        **({"against_held_out_heuristic": [_row(a) for a in held_out]} if held_out else {}),
+        "files": files,
+    }
+
+
+def _summarise(run: Run, report: dict, results: list, against: list, held_out: list) -> None:
+    """The suite's summaries joined to ``report`` (printed unless --json), written complete."""
+    from autoshard.evaluation.suite import suite_summary
+
     if any(against):
         report["against_best_heuristic"] = {p: s.to_dict() for p, s in suite_summary(against).items()}
-        if comm is None and cost_model is not None:  # both compute-only milliseconds: the model's errors compare them
-            _add_expected(report, results, profile)
-        if not json_out:
+        if run.communication is None and run.context.cost_model is not None:
+            _add_expected(report, results, run.profile)  # both compute-only ms: the model's errors compare them
+        if not run.json_out:
             _print_summary(report["against_best_heuristic"])
     if any(held_out):
         report["against_held_out_heuristic"] = {p: s.to_dict() for p, s in suite_summary(held_out).items()}
     report["complete"] = True
-    _write_report(report, out / name)
-    if json_out:
-        print_json(report)
-    elif measure and profile is not None:
-        console.print(
-            f"the model's error on these plans, for the expected max of every plan it makes: `autoshard "
-            f"cost errors --model {model or DEFAULT_MODEL} --measured {out / name}`",
-            highlight=False,
-        )
+    _write_report(report, run.folder)
 
 
 def _write_report(report: dict, folder: Path) -> None:

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from autoshard.cli.support import (
-    DEFAULT_MODEL,
     MEASUREMENT,
     OUTPUT,
     PLANNERS,
@@ -20,16 +19,15 @@ from autoshard.cli.support import (
     console,
     ensure_malloc_settings,
     friendly_errors,
-    load_profile_or_none,
-    one_thread,
-    plans_measurer,
     print_json,
-    round_maxima,
     topology_of,
     write_torchrec,
 )
 from autoshard.core.errors import InputError
 from autoshard.core.types import ShardingPlan
+from autoshard.evaluation.measurers import plans_measurer, round_maxima
+from autoshard.profiles import DEFAULT_MODEL, load_profile_or_none
+from cost_model.process import one_thread
 
 if TYPE_CHECKING:
     from autoshard.planners.incremental import MoveBudget

@@ -51,22 +51,10 @@ def serve(
     """Serve the planners over HTTP: POST /v1/plans, /v1/replans, GET /v1/planners, /v1/profiles, /healthz,
     /readyz, /metrics; OpenAPI at /docs."""
     import uvicorn
-    from pydantic import ValidationError
-
-    from service.settings import Settings
 
     if model_dir is not None:  # the workers read their settings from the environment
         os.environ["AUTOSHARD_MODEL_DIR"] = str(model_dir.resolve())
-    try:
-        settings = Settings()
-    except ValidationError as error:
-        first = error.errors()[0]
-        name = "AUTOSHARD_" + str(first["loc"][0]).upper()
-        raise InputError(
-            name,
-            f"{first['msg']} (got {first.get('input')!r})",
-            f"set {name} to a valid value (each is listed in service/settings.py), or unset it",
-        ) from None
+    settings = _settings()
     if settings.fail_fast:
         _refuse_to_start_degraded(settings)
     workers = workers or settings.workers
@@ -89,6 +77,24 @@ def serve(
     finally:
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _settings():
+    """The service settings from the environment; ``InputError`` naming the first bad variable."""
+    from pydantic import ValidationError
+
+    from service.settings import Settings
+
+    try:
+        return Settings()
+    except ValidationError as error:
+        first = error.errors()[0]
+        name = "AUTOSHARD_" + str(first["loc"][0]).upper()
+        raise InputError(
+            name,
+            f"{first['msg']} (got {first.get('input')!r})",
+            f"set {name} to a valid value (each is listed in service/settings.py), or unset it",
+        ) from None
 
 
 def _refuse_to_start_degraded(settings) -> None:

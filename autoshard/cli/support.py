@@ -1,35 +1,33 @@
-"""Shared CLI plumbing: clean errors instead of tracebacks, JSON output, allocator settings."""
+"""Shared CLI plumbing: clean errors instead of tracebacks, console and JSON output, the options
+several commands share and the topology they give.
+
+Library work lives below the CLI: profiles in ``autoshard.profiles``, process settings in
+``cost_model.process``, measuring plans in ``autoshard.evaluation.measurers``, the TorchRec
+export in ``autoshard.torchrec.bridge``."""
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
 from autoshard.core.errors import AutoShardError, InputError
 from autoshard.core.types import Topology
 
 if TYPE_CHECKING:
-    from autoshard.core.communication import CommunicationModel
     from autoshard.core.types import ShardingPlan, Workload
-    from autoshard.evaluation.verification import Verification
-    from autoshard.profiles import LoadedModel
 
 console = Console(stderr=True)
-# The shipped cost model: data/models/default points at the folder of the default device profile.
-DEFAULT_MODEL = Path(
-    os.environ.get("AUTOSHARD_MODEL", Path(__file__).resolve().parents[2] / "data" / "models" / "default")
-)
-NO_MODEL = "none"  # --model none: plan without a cost model (the heuristics, proxy costs)
 F = TypeVar("F", bound=Callable[..., Any])
 DEPARTURE_MARGIN_HELP = (
     "How much lower (a fraction) rl+refine's plan must be predicted than cost_greedy's to be "
@@ -87,127 +85,26 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=1) + "\n")
 
 
+@contextmanager
+def progress_bar(name: str) -> Iterator[tuple[Progress, TaskID]]:
+    """A progress bar named ``name`` on the console (done of total, time left) and its task."""
+    with Progress(
+        TextColumn(f"[bold]{name}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        yield progress, progress.add_task(name, total=None)
+
+
 def ensure_malloc_settings() -> None:
-    """Re-exec this command with the allocator settings that make CPU timings stable.
+    """Re-exec this command with the allocator settings CPU timings need
+    (``cost_model.process.ensure_malloc_settings``), warning in yellow where it cannot."""
+    from cost_model.process import ensure_malloc_settings as ensure
 
-    glibc's default allocator returns freed memory to the OS, so every embedding step pays page
-    faults again (costs 2-5x inflated, 20-50% noise); these settings must be set before Python
-    starts. AUTOSHARD_NO_REEXEC=1 turns this off. Only the ``autoshard`` command itself is
-    re-executed: a process that runs the CLI's app in its own (a test runner, a notebook) is
-    warned instead, since re-executing it would start it over (it did: pytest ran the suite
-    again from the first test, its output lost to the capture of the test that re-executed it).
-    """
-    from cost_model.profile import MALLOC_SETTINGS, malloc_settings_active
-
-    if os.environ.get("AUTOSHARD_NO_REEXEC") or malloc_settings_active():
-        return
-    if not is_autoshard_command(sys.argv):
-        console.print(
-            "[yellow]warning:[/yellow] the allocator settings are off in this process, so CPU timings "
-            "are noisier; start it with " + " ".join(f"{k}={v}" for k, v in MALLOC_SETTINGS.items()),
-            highlight=False,
-        )
-        return
-    os.environ.update(MALLOC_SETTINGS)
-    os.execv(sys.executable, [sys.executable, *sys.argv])
-
-
-def is_autoshard_command(argv: Sequence[str]) -> bool:
-    """Whether this process is the ``autoshard`` console command or ``python -m autoshard``."""
-    if not argv:
-        return False
-    path = Path(argv[0])
-    return path.name == "autoshard" or path.parts[-2:] == ("autoshard", "__main__.py")
-
-
-def plans_measurer(
-    rounds: int, row_cap_mb: int, profile: LoadedModel | None = None, on_round: Callable[[int], None] | None = None
-) -> Callable[..., Any]:
-    """``(plans, batch_size, reference=0) -> measured plans``: one task's plans run on this machine
-    with the microbenchmark, interleaved over ``rounds`` (``autoshard.evaluation.measure_plan.measure_plans``;
-    tables capped at ``row_cap_mb`` MiB of rows, as the traces are), on the ``profile``'s kind of
-    device and execution mode (without one: this machine's default). ``InputError`` if this
-    machine cannot run them (a GPU profile here without a GPU, FBGEMM missing)."""
-    from autoshard.evaluation.measure_plan import measure_plans
-    from cost_model.profile import (
-        ExecutionMode,
-        default_device,
-        default_mode,
-        fbgemm_available,
-    )
-    from cost_model.traces.records import BenchConfig
-
-    device, mode = default_device(), default_mode()
-    if profile is not None:
-        device = str(profile.device.get("device_type", device))
-        mode = ExecutionMode(profile.device.get("mode", mode.value))
-        here = default_device()
-        if device.startswith("cuda") and not here.startswith("cuda"):
-            raise InputError(
-                "device",
-                f"profile {profile.profile} was measured on {device} and this machine has no GPU",
-                "measure on a machine of the profile's kind (or pass --model with a profile of this one)",
-            )
-        if mode is ExecutionMode.FBGEMM_TBE and not fbgemm_available():
-            raise InputError(
-                "mode",
-                f"profile {profile.profile} runs FBGEMM TBE and fbgemm-gpu is not installed here",
-                "install it (scripts/setup.sh does)",
-            )
-    config = BenchConfig(device=device, mode=mode, row_cap_bytes=row_cap_mb * 1024**2)
-    return lambda plans, batch_size, reference=0: measure_plans(
-        plans, batch_size, config, rounds, reference, on_round=on_round
-    )
-
-
-def plans_verifier(
-    rounds: int,
-    row_cap_mb: int,
-    profile: LoadedModel | None,
-    communication: CommunicationModel | None,
-    top: int,
-    on_round: Callable[[int], None] | None = None,
-) -> Callable[[Sequence[ShardingPlan], int], Verification]:
-    """``(plans, batch_size) -> autoshard.evaluation.verification.verify(...)`` with this machine's
-    microbenchmark (``plans_measurer``): a device's cost in a round is its measured compute, plus
-    its modelled all-to-all with ``communication`` (one device cannot measure an all-to-all)."""
-    from autoshard.evaluation.verification import verify
-
-    measurer = plans_measurer(rounds, row_cap_mb, profile, on_round)
-
-    def verified(plans: Sequence[ShardingPlan], batch_size: int) -> Verification:
-        def measure(candidates: Sequence[ShardingPlan]) -> list[list[float]]:
-            return [
-                round_maxima(plan, measured.round_device_ms, communication, batch_size)
-                for plan, measured in zip(candidates, measurer(candidates, batch_size))
-            ]
-
-        return verify(plans, measure, top)
-
-    return verified
-
-
-def round_maxima(
-    plan: ShardingPlan,
-    round_device_ms: Sequence[Sequence[float]],
-    communication: CommunicationModel | None,
-    batch_size: int,
-) -> list[float]:
-    """Each round's max over the plan's devices of its measured compute (``round_device_ms``, a
-    ``measure_plans`` result's) plus its all-to-all as ``communication`` models it (one device
-    cannot measure an all-to-all)."""
-    comm = [
-        communication.cost_ms([s.as_table for s in d.shards], batch_size, len(plan.devices)) if communication else 0.0
-        for d in plan.devices
-    ]
-    return [max(m + c for m, c in zip(devices, comm)) for devices in round_device_ms]
-
-
-def verification_measures(communication: CommunicationModel | None) -> str:
-    """What ``plans_verifier`` measures, for reports."""
-    return "each device's compute, measured" + (
-        ", plus its all-to-all as the profile's communication.json models it" if communication else ""
-    )
+    ensure(lambda message: console.print(f"[yellow]warning:[/yellow] {message}", highlight=False))
 
 
 def planner_names(text: str, option: str) -> list[str] | None:
@@ -219,75 +116,6 @@ def planner_names(text: str, option: str) -> list[str] | None:
     if not names:
         raise InputError(option, f"names no planner: {text!r}", "pass 'all' or planner names, e.g. cost_greedy,rl")
     return names
-
-
-def load_profile_or_none(path: Path | None, option: str = "--model") -> tuple[LoadedModel | None, str | None]:
-    """(the profile's artifacts, None), or (None, why there are none) when no model is there.
-    ``path``: a profile folder (or its cost_model.pt), default the shipped profile, or ``none``
-    (``NO_MODEL``): no model, on purpose; a path given that does not exist is an error. Artifacts
-    load through the store the service uses (``autoshard.profiles.load_profile``).
-
-    A model that is there but unreadable raises ``ModelError``: that is an error, not an absence.
-    """
-    from autoshard.core.errors import ModelError
-
-    if path is not None and str(path) == NO_MODEL:
-        return None, f"no cost model (--model {NO_MODEL})"
-    if path is not None and not path.exists():
-        raise InputError(
-            option,
-            f"no cost model folder or file at {path}",
-            "check the path"
-            + (
-                f", or pass {option} {NO_MODEL} to plan with the heuristics alone (proxy costs)"
-                if option == "--model"
-                else ""
-            ),
-        )
-    if path is not None and path.is_file() and path.suffix != ".pt":
-        raise InputError(option, f"{path} is a file, not a profile folder", "pass the folder that holds cost_model.pt")
-    path = path if path is not None else DEFAULT_MODEL
-    if not path.exists():
-        return None, f"no cost model at {path}"
-    try:
-        from autoshard.profiles import load_profile
-    except ImportError as error:
-        return None, f"cannot load cost models ({error})"
-    problems: list[str] = []
-    loaded = load_profile(path if path.is_dir() else path.parent, problems)
-    if loaded is None:
-        raise ModelError("; ".join(problems))
-    return loaded, None
-
-
-def load_profile_or_exit(path: Path | None) -> LoadedModel:
-    """``load_profile_or_none`` for scripts that cannot run without a profile: exit with why not."""
-    profile, why = load_profile_or_none(path)
-    if profile is None:
-        sys.exit(f"error: {why}")
-    return profile
-
-
-def measuring_profile(path: Path | None) -> LoadedModel:
-    """For a script that measures: exit unless the harness's allocator settings are set (they must
-    be before the process starts: docs/profiles.md, 'Measurement settings'), plan on one core, and
-    load the profile."""
-    from cost_model.profile import malloc_settings_active
-
-    if not malloc_settings_active():
-        sys.exit("error: set the harness's allocator settings first (docs/profiles.md, 'Measurement settings')")
-    one_thread()
-    return load_profile_or_exit(path)
-
-
-def one_thread() -> None:
-    """Plan on one core: torch's and BLAS's thread pools would otherwise spin a thread per core
-    on tiny matrices (planning is many small calls), several times slower on a shared machine."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(1)
-    threadpool_limits(1)
 
 
 HostsOption = Annotated[
@@ -395,24 +223,15 @@ def topology_of(
 
 
 def write_torchrec(workload: Workload, topology: Topology, best: ShardingPlan, out: Path | None) -> None:
-    """A plan as TorchRec sharding: each table's sharding type and shard metadata (ranks, row
-    and column offsets and sizes, as TorchRec lays out the type on the topology's hosts);
-    ``autoshard.torchrec.bridge.plan_from_export`` and ``to_torchrec_plan`` turn it into
-    the ``ShardingPlan`` DistributedModelParallel applies."""
+    """A plan as TorchRec sharding (``autoshard.torchrec.bridge.export_document``), printed, or
+    written to ``out``; ``InputError`` where TorchRec is not installed."""
     try:
-        from autoshard.torchrec.bridge import export_torchrec
+        from autoshard.torchrec.bridge import export_document
     except ImportError as error:
         raise InputError(
             "format", f"torchrec is not installed ({error})", "install the torchrec extra (scripts/setup.sh does)"
         ) from None
-    data = {
-        "planner": best.planner,
-        "world_size": topology.num_devices,
-        **({"local_world_size": topology.local_world_size} if topology.num_hosts > 1 else {}),
-        "workload": workload.name,
-        "max_cost_ms": best.max_cost_ms,
-        "tables": export_torchrec(best, workload, topology.local_world_size),
-    }
+    data = export_document(workload, topology, best)
     if out is None:
         print_json(data)
     else:

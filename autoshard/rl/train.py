@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from sb3_contrib import MaskablePPO
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, CheckpointCallback
 
 from autoshard.core.communication import CommunicationModel
 from autoshard.core.errors import InputError, PlannerError
@@ -162,37 +164,12 @@ def train_policy(
     best policy found, saved as ``out/policy.pt``. A previous run in ``out`` is never lost by
     accident: without ``resume`` it is an ``InputError`` unless ``fresh`` (discard it); a
     resumed run must have the settings it was started with (but ``steps``, the target)."""
-    from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.callbacks import (
-        BaseCallback,
-        CallbackList,
-        CheckpointCallback,
-    )
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
-
     out.mkdir(parents=True, exist_ok=True)
     checkpoints = sorted((out / CHECKPOINTS).glob("ppo_*_steps.zip"), key=lambda p: int(p.stem.split("_")[1]))
-    state_path = out / STATE_FILE
-    recorded = json.loads(state_path.read_text()) if state_path.exists() else {}
-    if resume and checkpoints:
-        _same_settings(recorded.get("config"), config, state_path)
-    elif not resume and not fresh and (checkpoints or (out / EVAL_LOG).exists()):
-        raise InputError(
-            "--fresh",
-            f"{out} holds a previous run ({len(checkpoints)} checkpoints"
-            + (f", the latest at {checkpoints[-1].stem.split('_')[1]} steps" if checkpoints else "")
-            + ")",
-            "pass --resume to continue it, --fresh to discard it and train anew, or another --work-dir",
-        )
+    recorded = json.loads((out / STATE_FILE).read_text()) if (out / STATE_FILE).exists() else {}
+    _check_previous_run(out, checkpoints, recorded, config, resume, fresh)
     resumed = resume and bool(checkpoints)
-    # after the checks: a refused run starts no environment processes
-    env = make_vec_env(
-        lambda: ShardingEnv(cost_model, config.tasks, config.env, communication),
-        n_envs=config.envs,
-        seed=config.seed,
-        vec_env_cls=SubprocVecEnv if config.subprocess else DummyVecEnv,
-    )
+    env = _environments(cost_model, config, communication)  # after the checks: a refused run starts none
     if resumed:
         model = MaskablePPO.load(checkpoints[-1], env=env, device="cpu")
         log(f"resuming from {checkpoints[-1]} at {model.num_timesteps:,} steps")
@@ -200,133 +177,230 @@ def train_policy(
         if resume:
             log("no checkpoint to resume from: starting afresh")
         _forget_previous_run(out, checkpoints)
-        model = MaskablePPO(
-            OptionScoringPolicy,
-            env,
-            learning_rate=config.learning_rate,
-            n_steps=config.n_steps,
-            batch_size=config.batch_size,
-            n_epochs=config.epochs,
-            gamma=config.gamma,
-            gae_lambda=config.gae_lambda,
-            ent_coef=config.ent_coef,
-            seed=config.seed,
-            policy_kwargs={"hidden": config.hidden},
-            tensorboard_log=_tensorboard_dir(out, log),
-            device="cpu",
-            verbose=0,
-        )
-    assert config.eval_distribution is not None  # set by __post_init__
-    tasks = eval_tasks(config.eval_distribution, config.eval_tasks, config.seed + 1)
-    tasks, teacher = teacher_maxima(tasks, cost_model, communication)
-    recorded_best = recorded.get("best_ratio") if resumed else None
-    best: float = math.inf if recorded_best is None else recorded_best
-    history: list[tuple[int, float]] = [tuple(h) for h in recorded.get("history", [])] if resumed else []
-    warm: list[float | None] = [recorded.get("warm_start_ratio") if resumed else None]
-    if not resumed:  # the settings first, so that a run killed before its first evaluation resumes checked
-        state_path.write_text(
-            json.dumps({"best_ratio": None, "best_steps": None, "config": _plain(asdict(config))}, indent=1) + "\n"
+        model = _new_ppo(env, config, _tensorboard_dir(out, log))
+    keeper = BestKeeper(out, config, profile, command, _Judge(config, cost_model, communication), model)
+    if resumed:
+        keeper.restore(recorded)
+    else:  # the settings first, so that a run killed before its first evaluation resumes checked
+        keeper.record(best_steps=True)
+    if not resumed and config.imitation_episodes:
+        _warm_start(model, keeper, config, _demo_env(cost_model, config, communication), log)
+    _learn(model, keeper, config, out, resume, progress_bar, log)
+    env.close()
+    return OptionPolicy.load(out / POLICY_FILE)
+
+
+def _check_previous_run(
+    out: Path, checkpoints: list[Path], recorded: dict, config: TrainConfig, resume: bool, fresh: bool
+) -> None:
+    """``InputError`` where a resumed run's settings changed, or a new run would lose a previous one."""
+    if resume and checkpoints:
+        _same_settings(recorded.get("config"), config, out / STATE_FILE)
+    elif not resume and not fresh and (checkpoints or (out / EVAL_LOG).exists()):
+        raise InputError(
+            "--fresh",
+            f"{out} holds a previous run ({len(checkpoints)} checkpoints"
+            + (f", the latest at {checkpoints[-1].stem.split('_')[1]} steps" if checkpoints else "")
+            + ")",
+            "pass --resume to continue it, --fresh to discard it and train anew, or train into a copy of the profile",
         )
 
-    def record() -> None:
-        state = {"best_ratio": None if best == math.inf else best, "config": _plain(asdict(config))}
-        state.update(history=history, warm_start_ratio=warm[0])
-        state_path.write_text(json.dumps(state, indent=1) + "\n")
 
-    def info(steps: int, ratio: float | None) -> PolicyInfo:
+def _environments(cost_model: CostModel, config: TrainConfig, communication: CommunicationModel | None):
+    """``config.envs`` seeded environments, stepped in this process or (``subprocess``) in their own."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    return make_vec_env(
+        lambda: ShardingEnv(cost_model, config.tasks, config.env, communication),
+        n_envs=config.envs,
+        seed=config.seed,
+        vec_env_cls=SubprocVecEnv if config.subprocess else DummyVecEnv,
+    )
+
+
+def _demo_env(cost_model: CostModel, config: TrainConfig, communication: CommunicationModel | None) -> ShardingEnv:
+    return ShardingEnv(cost_model, config.tasks, config.env, communication)
+
+
+def _new_ppo(env, config: TrainConfig, tensorboard: str | None) -> MaskablePPO:
+    """An untrained MaskablePPO with the option-scoring policy and ``config``'s settings."""
+    return MaskablePPO(
+        OptionScoringPolicy,
+        env,
+        learning_rate=config.learning_rate,
+        n_steps=config.n_steps,
+        batch_size=config.batch_size,
+        n_epochs=config.epochs,
+        gamma=config.gamma,
+        gae_lambda=config.gae_lambda,
+        ent_coef=config.ent_coef,
+        seed=config.seed,
+        policy_kwargs={"hidden": config.hidden},
+        tensorboard_log=tensorboard,
+        device="cpu",
+        verbose=0,
+    )
+
+
+class _Judge:
+    """The held-out tasks the policy is scored on, and the teacher's predicted max on each."""
+
+    def __init__(self, config: TrainConfig, cost_model: CostModel, communication: CommunicationModel | None) -> None:
+        assert config.eval_distribution is not None  # set by __post_init__
+        drawn = eval_tasks(config.eval_distribution, config.eval_tasks, config.seed + 1)
+        self.tasks, self.teacher = teacher_maxima(drawn, cost_model, communication)
+        self.cost_model, self.communication = cost_model, communication
+
+    def ratio(self, policy: OptionPolicy) -> float:
+        """The policy's argmax plans' predicted max over the teacher's (``ratio_to_teacher``)."""
+        return ratio_to_teacher(policy, self.tasks, self.teacher, self.cost_model, self.communication)
+
+
+class BestKeeper:
+    """Scores the actor on the held-out tasks and keeps the best as ``out/policy.pt`` (the clone's
+    as ``warm_start.pt``); appends every score to the evaluation log and records the run's state
+    (settings, best, history) in ``training.json``, which a resumed run restores."""
+
+    def __init__(
+        self, out: Path, config: TrainConfig, profile: str, command: str, judge: _Judge, model: MaskablePPO
+    ) -> None:
+        self.out, self.config, self.profile, self.command = out, config, profile, command
+        self.judge, self.model = judge, model
+        self.best = math.inf
+        self.history: list[tuple[int, float]] = []
+        self.warm: float | None = None
+
+    def restore(self, recorded: dict) -> None:
+        """A resumed run's best score, history and warm start's score, from its ``training.json``."""
+        self.best = math.inf if recorded.get("best_ratio") is None else recorded["best_ratio"]
+        self.history = [tuple(h) for h in recorded.get("history", [])]  # type: ignore[misc]
+        self.warm = recorded.get("warm_start_ratio")
+
+    def record(self, best_steps: bool = False) -> None:
+        """``training.json``: the settings, the best score and (unless ``best_steps``, the first
+        record of a run) the history and the warm start's score."""
+        state: dict = {"best_ratio": None if self.best == math.inf else self.best}
+        if best_steps:
+            state["best_steps"] = None
+        state["config"] = _plain(asdict(self.config))
+        if not best_steps:
+            state.update(history=self.history, warm_start_ratio=self.warm)
+        (self.out / STATE_FILE).write_text(json.dumps(state, indent=1) + "\n")
+
+    def info(self, steps: int, ratio: float | None) -> PolicyInfo:
+        env = self.config.env
         return PolicyInfo(
-            profile,
-            config.hidden,
-            config.env.slots,
-            config.env.reward.value,
-            config.env.set_size_headroom,
+            self.profile,
+            self.config.hidden,
+            env.slots,
+            env.reward.value,
+            env.set_size_headroom,
             steps,
-            command,
+            self.command,
             ratio,
-            warm[0],
-            tuple(history),
-            config.env.dropped,
+            self.warm,
+            tuple(self.history),
+            env.dropped,
         )
 
-    def evaluate(steps: int, warm_start: bool = False) -> float:
+    def evaluate(self, steps: int, warm_start: bool = False) -> float:
         """Score the current actor on the held-out tasks; keep it as policy.pt if it is the best
         (``warm_start``: the clone's score, before PPO)."""
-        nonlocal best
-        assert isinstance(model.policy.mlp_extractor, OptionScorerNet)
-        policy = OptionPolicy.from_net(model.policy.mlp_extractor, info(steps, None))
-        ratio = ratio_to_teacher(policy, tasks, teacher, cost_model, communication)
+        assert isinstance(self.model.policy.mlp_extractor, OptionScorerNet)
+        policy = OptionPolicy.from_net(self.model.policy.mlp_extractor, self.info(steps, None))
+        ratio = self.judge.ratio(policy)
         if warm_start:
-            warm[0] = ratio
-            OptionPolicy(policy.layers, info(steps, ratio)).save(out / WARM_START_FILE)
-        history.append((steps, ratio))
-        new_log = not (out / EVAL_LOG).exists()
-        with open(out / EVAL_LOG, "a", newline="") as handle:
+            self.warm = ratio
+            OptionPolicy(policy.layers, self.info(steps, ratio)).save(self.out / WARM_START_FILE)
+        self.history.append((steps, ratio))
+        self._log(steps, ratio)
+        if ratio < self.best:
+            self.best = ratio
+            OptionPolicy(policy.layers, self.info(steps, ratio)).save(self.out / POLICY_FILE)
+        else:  # the kept policy's record gains this evaluation too
+            kept = OptionPolicy.load(self.out / POLICY_FILE)
+            OptionPolicy(kept.layers, replace(kept.info, history=tuple(self.history))).save(self.out / POLICY_FILE)
+        self.record()
+        return ratio
+
+    def _log(self, steps: int, ratio: float) -> None:
+        new_log = not (self.out / EVAL_LOG).exists()
+        with open(self.out / EVAL_LOG, "a", newline="") as handle:
             writer = csv.writer(handle)
             if new_log:
                 writer.writerow(["steps", "ratio_to_teacher", "best"])
-            writer.writerow([steps, f"{ratio:.5f}", int(ratio < best)])
-        if ratio < best:
-            best = ratio
-            OptionPolicy(policy.layers, info(steps, ratio)).save(out / POLICY_FILE)
-        else:  # the kept policy's record gains this evaluation too
-            kept = OptionPolicy.load(out / POLICY_FILE)
-            OptionPolicy(kept.layers, replace(kept.info, history=tuple(history))).save(out / POLICY_FILE)
-        record()
-        return ratio
+            writer.writerow([steps, f"{ratio:.5f}", int(ratio < self.best)])
 
-    class KeepBest(BaseCallback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.next_eval = model.num_timesteps + config.eval_every
 
-        def _on_step(self) -> bool:
-            if self.num_timesteps >= self.next_eval:
-                self.next_eval += config.eval_every
-                self.evaluate()
-            return True
+class KeepBest(BaseCallback):
+    """Every ``every`` steps of PPO, the keeper scores the actor (and logs it to TensorBoard)."""
 
-        def evaluate(self) -> None:
-            self.logger.record("eval/ratio_to_teacher", evaluate(self.num_timesteps))
+    def __init__(self, keeper: BestKeeper, every: int) -> None:
+        super().__init__()
+        self.keeper, self.every = keeper, every
+        self.next_eval = keeper.model.num_timesteps + every
 
-    if not resumed and config.imitation_episodes:
-        demo_env = ShardingEnv(cost_model, config.tasks, config.env, communication)
-        taught = demonstrations(demo_env, config.imitation_episodes, config.seed + 2)
-        assert isinstance(model.policy, OptionScoringPolicy)
-        agreement = clone(model.policy, taught, config.imitation_epochs, seed=config.seed)
-        for round_ in range(1, config.dagger_rounds + 1):  # the clone's own episodes, labelled by the teacher
-            seed = config.seed + 2 + 100_000 * round_
-            own = demonstrations(demo_env, config.imitation_episodes, seed, follow=argmax_follower(model.policy))
-            taught = joined(taught, own)
-            agreement = clone(model.policy, taught, config.imitation_epochs, seed=config.seed + round_)
-        ratio = evaluate(0, warm_start=True)
-        log(
-            f"cloned the greedy rule over options ({len(taught):,} steps of {config.imitation_episodes} episodes, "
-            f"{config.dagger_rounds} DAgger rounds): "
-            f"the actor picks its option on {agreement:.1%} of them; {ratio:.4f}x its plans on held-out tasks"
-        )
+    def _on_step(self) -> bool:
+        if self.num_timesteps >= self.next_eval:
+            self.next_eval += self.every
+            self.evaluate()
+        return True
 
-    keep_best = KeepBest()
-    callbacks = CallbackList(
-        [
-            CheckpointCallback(
-                max(config.checkpoint_every // config.envs, 1), str(out / CHECKPOINTS), name_prefix="ppo"
-            ),
-            keep_best,
-        ]
+    def evaluate(self) -> None:
+        self.logger.record("eval/ratio_to_teacher", self.keeper.evaluate(self.num_timesteps))
+
+
+def _warm_start(
+    model: MaskablePPO, keeper: BestKeeper, config: TrainConfig, demo_env: ShardingEnv, log: Callable[[str], None]
+) -> None:
+    """Clone the greedy rule over options into the actor, then DAgger: the clone's own episodes,
+    labelled by the teacher, cloned again; the clone is scored as the warm start."""
+    taught = demonstrations(demo_env, config.imitation_episodes, config.seed + 2)
+    assert isinstance(model.policy, OptionScoringPolicy)
+    agreement = clone(model.policy, taught, config.imitation_epochs, seed=config.seed)
+    for round_ in range(1, config.dagger_rounds + 1):
+        seed = config.seed + 2 + 100_000 * round_
+        own = demonstrations(demo_env, config.imitation_episodes, seed, follow=argmax_follower(model.policy))
+        taught = joined(taught, own)
+        agreement = clone(model.policy, taught, config.imitation_epochs, seed=config.seed + round_)
+    ratio = keeper.evaluate(0, warm_start=True)
+    log(
+        f"cloned the greedy rule over options ({len(taught):,} steps of {config.imitation_episodes} episodes, "
+        f"{config.dagger_rounds} DAgger rounds): "
+        f"the actor picks its option on {agreement:.1%} of them; {ratio:.4f}x its plans on held-out tasks"
     )
+
+
+def _learn(
+    model: MaskablePPO,
+    keeper: BestKeeper,
+    config: TrainConfig,
+    out: Path,
+    resume: bool,
+    progress_bar: bool,
+    log: Callable[[str], None],
+) -> None:
+    """PPO up to ``config.steps``, checkpointed and scored as it goes, and scored once more at the end."""
     remaining = config.steps - model.num_timesteps
     if remaining <= 0:
         log(
             f"the run is at {model.num_timesteps:,} steps, --steps {config.steps:,}: nothing to train "
             "(raise --steps to train on)"
         )
-    if remaining > 0:
-        model.learn(
-            remaining, callback=callbacks, reset_num_timesteps=not resume, progress_bar=progress_bar, tb_log_name="ppo"
-        )
-        keep_best.evaluate()
-    env.close()
-    return OptionPolicy.load(out / POLICY_FILE)
+        return
+    keep_best = KeepBest(keeper, config.eval_every)
+    checkpoint = CheckpointCallback(
+        max(config.checkpoint_every // config.envs, 1), str(out / CHECKPOINTS), name_prefix="ppo"
+    )
+    model.learn(
+        remaining,
+        callback=CallbackList([checkpoint, keep_best]),
+        reset_num_timesteps=not resume,
+        progress_bar=progress_bar,
+        tb_log_name="ppo",
+    )
+    keep_best.evaluate()
 
 
 RESUMABLE_CHANGES = ("steps", "subprocess", "checkpoint_every")

@@ -37,7 +37,8 @@ def best_of(names, context, task) -> float:
 
 
 def main() -> None:
-    from autoshard.cli.support import load_profile_or_exit, one_thread
+    from autoshard.profiles import load_profile_or_exit
+    from cost_model.process import one_thread
     from autoshard.core.communication import WithCommunication
     from autoshard.core.task import load_suite
     from autoshard.evaluation.grid import GridConfig, grid_tasks

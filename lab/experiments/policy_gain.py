@@ -26,7 +26,8 @@ WARM_START = "policy_warm_start.pt"
 
 
 def main() -> None:
-    from autoshard.cli.support import load_profile_or_exit, one_thread
+    from autoshard.profiles import load_profile_or_exit
+    from cost_model.process import one_thread
     from autoshard.core.communication import WithCommunication
     from autoshard.evaluation.grid import GridConfig, grid_tasks
     from autoshard.rl.planners import RLPlanner

@@ -32,7 +32,8 @@ def summary(plan) -> dict:
 
 
 def main() -> None:
-    from autoshard.cli.support import load_profile_or_exit, one_thread
+    from autoshard.profiles import load_profile_or_exit
+    from cost_model.process import one_thread
     from autoshard.core.communication import WithCommunication
     from autoshard.core.errors import PlannerError
     from autoshard.evaluation.grid import GridConfig, grid_tasks

@@ -44,7 +44,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     sys.path.insert(0, os.getcwd())
-    from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
+    from autoshard.profiles import DEFAULT_MODEL, load_profile_or_exit
+    from cost_model.process import one_thread
     from autoshard.planners.context import PlannerContext
     from autoshard.planning.registry import make_planner
     from autoshard.core.types import GIB, Topology

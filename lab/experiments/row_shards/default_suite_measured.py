@@ -14,7 +14,9 @@ import argparse
 import json
 from pathlib import Path
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread, plans_measurer
+from autoshard.profiles import DEFAULT_MODEL, load_profile_or_exit
+from cost_model.process import one_thread
+from autoshard.evaluation.measurers import plans_measurer
 from autoshard.core.communication import WithCommunication
 from autoshard.core.task import load_suite
 from autoshard.planning.registry import HEURISTICS, make_planner
