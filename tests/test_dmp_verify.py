@@ -112,3 +112,19 @@ def test_bad_verify_configs_are_refused_before_any_rank_starts():
         measure_plans_dmp([], workload, config(ONE_HOST))
     with pytest.raises(InputError, match="ranks, 1 a host"):
         verify_dmp([plan], workload, ONE_HOST, AnalyticalTestCostModel(), COMM, config(TWO_HOSTS))
+
+
+def test_a_per_tier_model_prices_each_part_a_dmp_step_has():
+    from autoshard.core.collectives import KEYS, Collective, LinkFit
+
+    fits = [LinkFit(c, t, 0.01 * (1 + i), 1.0 + i) for i, (c, t) in enumerate(KEYS)]
+    tiered = CommunicationModel.tiered(fits, "test fits")
+    workload, plan = _plans()
+    for rank in predict_ranks(plan, 16, ONE_HOST, AnalyticalTestCostModel(), tiered):
+        parts = tiered.breakdown([s.as_table for s in plan.devices[rank.rank].shards], 16, ONE_HOST)
+        by = {c: sum(ms for key, ms in parts.items() if key.startswith(c.value + " ")) for c in Collective}
+        assert rank.input_dist_ms == pytest.approx(by[Collective.INPUT_DIST]) and rank.input_dist_ms > 0
+        assert rank.allreduce_ms == pytest.approx(by[Collective.ALL_REDUCE]) and rank.allreduce_ms > 0
+        rest = by[Collective.ALL_TO_ALL] + by[Collective.REDUCE_SCATTER] + by[Collective.ALL_GATHER]
+        assert rank.output_dist_ms == pytest.approx(rest) and rest > 0
+        assert rank.total_ms == pytest.approx(rank.lookup_ms + sum(parts.values()))

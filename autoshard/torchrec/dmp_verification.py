@@ -32,7 +32,8 @@ PART_GROUPS = (
     ("output_dist", ("output_dist_forward", "output_dist_backward")),
     ("allreduce", ("allreduce",)),
 )
-"""What the model prices, in the measured parts of a step: the model prices no input distribution."""
+"""The parts the model prices, in the measured parts of a step (a one-figure communication model
+prices no input distribution: its prediction there is null)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +69,12 @@ class PlanVerification:
     def _rank(self, measured: RankMeasurement, k: int) -> dict[str, Any]:
         predicted, dmp_batch = self.predicted[k], self.predicted_dmp_batch[k]
         parts = dict(measured.parts)
-        priced = {"input_dist": None, "lookup": predicted.lookup_ms, "output_dist": predicted.output_dist_ms}
-        priced["allreduce"] = predicted.allreduce_ms
+        priced = {
+            "input_dist": predicted.input_dist_ms,
+            "lookup": predicted.lookup_ms,
+            "output_dist": predicted.output_dist_ms,
+            "allreduce": predicted.allreduce_ms,
+        }
         return {
             "rank": measured.rank,
             "predicted_ms": round(predicted.total_ms, 4),

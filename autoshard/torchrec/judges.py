@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autoshard.core.collectives import Collective
 from autoshard.core.communication import CommunicationModel
 from autoshard.core.costing import predict_nonempty
 from autoshard.core.sharding import ShardingType
-from autoshard.core.types import CostModel, Optimizer, ShardingPlan, Topology, Workload
+from autoshard.core.types import CostModel, Optimizer, ShardingPlan, Table, Topology, Workload
 
 CPU_TYPES = frozenset(
     {ShardingType.DATA_PARALLEL, ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE}
@@ -34,17 +35,18 @@ VERIFY_HINT = "run `autoshard plan ... --verify dmp` to measure them under Torch
 
 @dataclass(frozen=True, slots=True)
 class RankPrediction:
-    """Our model's cost of one rank, in the parts a DMP step has (ms). ``input_dist`` is not
-    priced: the model's communication is the pooled outputs and the replicas' all-reduce."""
+    """Our model's cost of one rank, in the parts a DMP step has (ms). ``input_dist_ms`` is None
+    where the communication model does not price the ids (a one-figure model)."""
 
     rank: int
     lookup_ms: float  # forward + backward + fused update: the cost model's compute
-    output_dist_ms: float  # the pooled outputs' all-to-all / reduce-scatter, forward and backward
+    output_dist_ms: float  # the pooled outputs' all-to-all / reduce-scatter / all-gather, both ways
     allreduce_ms: float  # the data-parallel replicas' gradients
+    input_dist_ms: float | None = None  # the ids' all-to-all
 
     @property
     def total_ms(self) -> float:
-        return self.lookup_ms + self.output_dist_ms + self.allreduce_ms
+        return self.lookup_ms + self.output_dist_ms + self.allreduce_ms + (self.input_dist_ms or 0.0)
 
 
 def predict_ranks(
@@ -59,14 +61,33 @@ def predict_ranks(
     DMP serves every rank's samples there (pass ``batch_size x world_size`` to price it so)."""
     sets = [[s.as_table for s in d.shards] for d in plan.devices]
     compute = predict_nonempty(cost_model, sets, batch_size)
-    out = []
-    for rank, tables in enumerate(sets):
-        comm = allreduce = 0.0
-        if communication is not None and tables:
-            allreduce = sum(communication.allreduce_ms(t, topology) for t in tables)
-            comm = communication.cost_ms(tables, batch_size, topology) - allreduce
-        out.append(RankPrediction(rank, compute[rank], comm, allreduce))
-    return out
+    return [
+        _rank_prediction(rank, compute[rank], tables, batch_size, topology, communication)
+        for rank, tables in enumerate(sets)
+    ]
+
+
+def _rank_prediction(
+    rank: int,
+    compute_ms: float,
+    tables: Sequence[Table],
+    batch_size: int,
+    topology: Topology,
+    communication: CommunicationModel | None,
+) -> RankPrediction:
+    """One rank's parts: a per-tier model's breakdown by collective, or the one-figure model's
+    all-to-all and all-reduce (it prices no ids)."""
+    if communication is None or not tables:
+        return RankPrediction(rank, compute_ms, 0.0, 0.0, None if communication is None else 0.0)
+    if communication.per_tier:
+        by_collective = {c.value: 0.0 for c in Collective}
+        for key, ms in communication.breakdown(tables, batch_size, topology).items():
+            by_collective[key.split()[0]] += ms
+        allreduce = by_collective.pop(Collective.ALL_REDUCE.value)
+        ids = by_collective.pop(Collective.INPUT_DIST.value)
+        return RankPrediction(rank, compute_ms, sum(by_collective.values()), allreduce, ids)
+    allreduce = sum(communication.allreduce_ms(t, topology) for t in tables)
+    return RankPrediction(rank, compute_ms, communication.cost_ms(tables, batch_size, topology) - allreduce, allreduce)
 
 
 def estimator_device(plans: Sequence[ShardingPlan]) -> str:

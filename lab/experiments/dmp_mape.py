@@ -107,10 +107,11 @@ def roles(workload: Workload, cap_bytes: int) -> dict[str, list[str]]:
 
 
 def topology(workload: Workload, hosts: int) -> Topology:
-    """2 ranks whose memory holds the tables but not the largest alone; loopback-fast links."""
+    """2 ranks whose memory holds the tables but not the largest alone; the links' bandwidths
+    TorchRec's defaults, so that the profile's communication model prices both tiers as measured."""
     largest = max(t.memory_bytes for t in workload.tables)
     cap = max(0.55 * workload.memory_bytes, 0.9 * largest) / GIB
-    return Topology.cluster(hosts, 2 // hosts, cap, inter_host_bw_gbps=1000.0)
+    return Topology.cluster(hosts, 2 // hosts, cap)
 
 
 def plan_variants(workload: Workload, profile: Any) -> list[tuple[str, ShardingPlan, Topology]]:
@@ -236,12 +237,17 @@ def _rank(first: Any, second: Any, ours: Any, dmp: Any) -> dict:
         "wall_ms": round(first.wall_ms, 4),
         "parts_ms": {k: round(v, 4) for k, v in parts.items()},
         "cpu_parts_ms": {k: round(v, 4) for k, v in first.cpu_parts},
-        "predicted": {"lookup": ours.lookup_ms, "output_dist": ours.output_dist_ms, "allreduce": ours.allreduce_ms},
-        "predicted_dmp_batch": {
-            "lookup": dmp.lookup_ms,
-            "output_dist": dmp.output_dist_ms,
-            "allreduce": dmp.allreduce_ms,
-        },
+        "predicted": _parts(ours),
+        "predicted_dmp_batch": _parts(dmp),
+    }
+
+
+def _parts(p: Any) -> dict:
+    return {
+        "input_dist": p.input_dist_ms,
+        "lookup": p.lookup_ms,
+        "output_dist": p.output_dist_ms,
+        "allreduce": p.allreduce_ms,
     }
 
 
@@ -253,7 +259,7 @@ def _ape(predicted: float, measured: float) -> float:
 
 
 def _total(pred: dict) -> float:
-    return pred["lookup"] + pred["output_dist"] + pred["allreduce"]
+    return pred["lookup"] + pred["output_dist"] + pred["allreduce"] + (pred["input_dist"] or 0.0)
 
 
 def _lookup(r: dict) -> float:
@@ -271,7 +277,10 @@ def summarise(rows: list[dict]) -> dict:
     def mape(pred: Any, meas: Any) -> float:
         return round(statistics.mean(_ape(pred(r), meas(r)) for r in busy), 4)
 
-    priced = lambda r: r["measured_ms"] - r["parts_ms"]["input_dist"]  # noqa: E731
+    def priced(r: dict) -> float:  # the measured parts the model prices (ids only with a per-tier model)
+        unpriced = r["predicted"]["input_dist"] is None
+        return r["measured_ms"] - (r["parts_ms"]["input_dist"] if unpriced else 0.0)
+
     summary = {
         "plans": len(rows),
         "ranks": len(busy),
@@ -338,9 +347,8 @@ def pairs(rows: list[dict]) -> dict:
                 right = (ja < jb) == (ma < mb)
                 found[name][0] += right
                 if name == "ours_per_rank_batch" and not right:
-                    misses.append(
-                        {"faster": a["plan"] if ma < mb else b["plan"], "slower": b["plan"] if ma < mb else a["plan"]}
-                    )
+                    fast, slow = (a, b) if ma < mb else (b, a)
+                    misses.append({"faster": _where(fast), "slower": _where(slow)})
     return {
         "gap": GAP,
         "pairs": count,
@@ -348,6 +356,21 @@ def pairs(rows: list[dict]) -> dict:
             k: {"right": v[0], "of": v[1], "share": round(v[0] / v[1], 3) if v[1] else None} for k, v in found.items()
         },
         "misses_ours": misses,
+    }
+
+
+def _where(row: dict) -> dict:
+    """A plan's slowest rank, measured and predicted per part (where a miss comes from)."""
+    r = max(row["ranks"], key=lambda r: r["measured_ms"])
+    measured = {"input_dist": r["parts_ms"]["input_dist"], "lookup": _lookup(r), "output_dist": _output(r)}
+    measured["allreduce"] = r["parts_ms"]["allreduce"]
+    return {
+        "plan": row["plan"],
+        "rank": r["rank"],
+        "measured_ms": r["measured_ms"],
+        "predicted_ms": round(_total(r["predicted"]), 4),
+        "parts_measured_ms": {k: round(v, 3) for k, v in measured.items()},
+        "parts_predicted_ms": {k: None if v is None else round(v, 3) for k, v in r["predicted"].items()},
     }
 
 
