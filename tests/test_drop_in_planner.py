@@ -39,12 +39,13 @@ from autoshard.core.types import GIB, Table, Topology, Workload  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planners.sharding_options import ALL_TYPES  # noqa: E402
 from autoshard.planners.validate import validate_plan  # noqa: E402
+from autoshard.profile_choice import default_profile_for  # noqa: E402
 from autoshard.torchrec.bridge import embedding_bag_collection  # noqa: E402
 from autoshard.torchrec.dmp_run import exit_finished_rank  # noqa: E402
-from autoshard.torchrec.drop_in import (  # noqa: E402
-    AutoShardShardingPlanner,
-    allowed_types_by_table,
+from autoshard.torchrec.drop_in import AutoShardShardingPlanner  # noqa: E402
+from autoshard.torchrec.drop_in_inputs import (  # noqa: E402
     pooling_factors_from_constraints,
+    table_constraints,
     topology_from_torchrec,
 )
 from tests.dmp_support import assert_sharded_matches_reference, free_port  # noqa: E402
@@ -72,8 +73,7 @@ def kinds_of(plan, path=""):
 def test_one_kwargs_dict_builds_torchrecs_planner_and_ours(shipped_model):
     """The same arguments plan with TorchRec and with AutoShard; ours honours the row_wise
     constraint and the constraints' pooling factors, on the cluster and memory TorchRec's
-    Topology and its default storage reservation give. (Every constrained table allows the same
-    types here: tables whose types differ are planned with their union and checked after.)"""
+    Topology and its default storage reservation give."""
     module = ebc([("user", 400_000, 64), ("item", 50_000, 64)])
     kwargs = dict(
         topology=TorchRecTopology(world_size=4, local_world_size=2, compute_device="cuda", hbm_cap=64 * MiB),
@@ -106,6 +106,45 @@ def test_one_kwargs_dict_builds_torchrecs_planner_and_ours(shipped_model):
     assert topology.device_memory_bytes < 0.85 * 64 * MiB  # 15 % and the KJT inputs held back
     assert (topology.intra_host_bw_gbps, topology.inter_host_bw_gbps) == pytest.approx((600.0, 12.5))
     validate_plan(planner.last_plan, planner.last_workload, topology)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_torchrecs_arguments_alone_plan(device, caplog):
+    """EmbeddingShardingPlanner's keyword arguments, and nothing else, plan with TorchRec and with
+    AutoShard: in process, the default planners, the compute device's default profile
+    (``default_profile_for``), named with why in the plan's log line; a column_wise table with
+    a min_partition (which TorchRec honours) is planned column-wise, no block narrower."""
+    module = ebc([("user", 40_000, 64), ("item", 5_000, 32), ("page", 2_000, 16)])
+    kwargs = dict(
+        topology=TorchRecTopology(
+            world_size=4, local_world_size=2, compute_device=device, hbm_cap=64 * MiB, ddr_cap=64 * MiB
+        ),
+        batch_size=512,
+        constraints={
+            "user": ParameterConstraints(sharding_types=["column_wise"], min_partition=16, compute_kernels=["fused"]),
+            "item": ParameterConstraints(pooling_factors=[4.0]),
+        },
+        storage_reservation=HeuristicalStorageReservation(0.2),
+        timeout_seconds=60,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = EmbeddingShardingPlanner(**kwargs).plan(module, SHARDERS)
+    assert kinds_of(theirs)["user"] == "column_wise"
+
+    planner = AutoShardShardingPlanner(**kwargs)
+    with caplog.at_level("INFO", logger="autoshard.torchrec.drop_in"):
+        ours = planner.plan(module, SHARDERS)
+    assert kinds_of(ours)["user"] == "column_wise"
+    user = ours.plan[""]["user"].sharding_spec.shards
+    assert all(s.shard_sizes[1] >= 16 for s in user) and sum(s.shard_sizes[1] for s in user) == 64
+    validate_plan(planner.last_plan, planner.last_workload, planner.last_topology)
+    profile, why = planner.last_profile
+    expected = default_profile_for(device)
+    assert profile == expected.profile and why == expected.reason
+    line = next(r.getMessage() for r in caplog.records if "AutoShard (" in r.getMessage())
+    assert f"profile {profile} ({why})" in line
+    assert planner.last_workload.constraints.of("user").min_partition == 16
 
 
 def test_topology_and_reservation_come_from_torchrec():
@@ -156,42 +195,56 @@ def test_topology_and_reservation_come_from_torchrec():
         topology_from_torchrec(TorchRecTopology(world_size=4, local_world_size=3, compute_device="cuda"))
 
 
+def allowed(constraints: dict) -> dict:
+    return {n: c.allowed_types(ALL_TYPES) for n, c in table_constraints(constraints, 100).items()}
+
+
 def test_constraints_pooling_types_and_kernels():
-    """Pooling factors: the mean over features, weighted by their bags; sharding types and
-    kernels per table; what AutoShard cannot plan is refused by name."""
+    """Pooling factors: TorchRec's lookups per sample (the sum over features of pooling factor x
+    num_poolings x batch_sizes, over the batch); sharding types and kernels per table; what
+    AutoShard cannot plan is refused by name."""
     pooling = pooling_factors_from_constraints(
         {
             "one": ParameterConstraints(pooling_factors=[7.0]),
-            "mean": ParameterConstraints(pooling_factors=[10.0, 30.0]),
-            "weighted": ParameterConstraints(pooling_factors=[10.0, 30.0], batch_sizes=[100, 300]),
+            "sum": ParameterConstraints(pooling_factors=[10.0, 30.0]),
+            "batches": ParameterConstraints(pooling_factors=[10.0, 30.0], batch_sizes=[100, 300]),
             "polls": ParameterConstraints(pooling_factors=[10.0, 30.0], num_poolings=[3.0, 1.0]),
         },
         batch_size=100,
     )
-    assert pooling == {"one": 7.0, "mean": 20.0, "weighted": 25.0, "polls": 15.0}
-    with pytest.raises(InputError, match="batch_sizes 1"):
+    assert pooling == {"one": 7.0, "sum": 40.0, "batches": 100.0, "polls": 60.0}
+    with pytest.raises(InputError, match="batch_sizes 1") as lengths:
         pooling_factors_from_constraints({"t": ParameterConstraints(pooling_factors=[1.0, 2.0], batch_sizes=[4])}, 4)
+    assert "'t'" in str(lengths.value)
 
     every_kernel = [k.value for k in EmbeddingComputeKernel]
-    allowed = allowed_types_by_table(
+    assert allowed(
         {
             "rw": ParameterConstraints(sharding_types=["row_wise"]),
             "fused": ParameterConstraints(compute_kernels=["fused"]),  # no dense kernel: no data parallel
+            "dense": ParameterConstraints(compute_kernels=["dense"]),  # the dense kernel alone: data parallel
             "all": ParameterConstraints(compute_kernels=every_kernel),
         }
-    )
-    assert allowed == {
+    ) == {
         "rw": frozenset({ShardingType.ROW_WISE}),
         "fused": ALL_TYPES - {ShardingType.DATA_PARALLEL},
+        "dense": frozenset({ShardingType.DATA_PARALLEL}),
         "all": ALL_TYPES,
     }
     with pytest.raises(InputError, match="compute_kernels") as refused:
-        allowed_types_by_table({"t": ParameterConstraints(compute_kernels=["fused_uvm_caching"])})
+        table_constraints({"t": ParameterConstraints(compute_kernels=["fused_uvm_caching"])}, 100)
     assert "'t'" in str(refused.value)
     with pytest.raises(InputError, match="sideways"):
-        allowed_types_by_table({"t": ParameterConstraints(sharding_types=["sideways"])})
-    with pytest.raises(InputError, match="data_parallel"):
-        allowed_types_by_table({"t": ParameterConstraints(sharding_types=["data_parallel"], compute_kernels=["fused"])})
+        table_constraints({"t": ParameterConstraints(sharding_types=["sideways"])}, 100)
+    module = ebc([("t", 100, 8)])
+    refused_dp = {"t": ParameterConstraints(sharding_types=["data_parallel"], compute_kernels=["fused"])}
+    with pytest.raises(PlannerError, match="data_parallel runs on the 'dense' kernel") as conflict:
+        AutoShardShardingPlanner(
+            topology=TorchRecTopology(world_size=2, compute_device="cuda"),
+            constraints=refused_dp,
+            planner="size_greedy",
+        ).plan(module, SHARDERS)
+    assert "'t'" in conflict.value.message
 
     topology = TorchRecTopology(world_size=2, compute_device="cuda")
     with pytest.raises(InputError, match="proposer"):
@@ -200,8 +253,8 @@ def test_constraints_pooling_types_and_kernels():
         AutoShardShardingPlanner(
             topology=topology, constraints={"t": ParameterConstraints(use_virtual_table=True)}, planner="size_greedy"
         )
-    with pytest.raises(InputError, match="planner"):
-        AutoShardShardingPlanner(topology=topology)
+    with pytest.raises(InputError, match="client"):
+        AutoShardShardingPlanner(topology=topology, planner="size_greedy", client=object())  # type: ignore[arg-type]
 
 
 def test_tables_whose_allowed_types_differ_are_planned_per_table():

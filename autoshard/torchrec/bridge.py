@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 from torch.distributed._shard.sharding_spec import EnumerableShardingSpec, ShardMetadata
+from torchrec.distributed.embedding import EmbeddingCollectionSharder
 from torchrec.distributed.embedding_types import EmbeddingComputeKernel
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.distributed.planner.types import ParameterConstraints
@@ -46,8 +47,8 @@ from torchrec.distributed.sharding_plan import (
 )
 from torchrec.distributed.types import ParameterSharding
 from torchrec.distributed.types import ShardingPlan as TorchRecShardingPlan
-from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, EmbeddingConfig
+from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 
 from autoshard.core.errors import InputError
 from autoshard.core.sharding import ShardingType, row_blocks
@@ -124,6 +125,38 @@ def to_embedding_bag_configs(workload: Workload) -> list[EmbeddingBagConfig]:
 def embedding_bag_collection(workload: Workload, device: str | torch.device = "meta") -> EmbeddingBagCollection:
     """The workload as an EmbeddingBagCollection (on ``meta`` by default: no memory allocated)."""
     return EmbeddingBagCollection(tables=to_embedding_bag_configs(workload), device=torch.device(device))
+
+
+def embedding_collection(workload: Workload, device: str | torch.device = "meta") -> EmbeddingCollection:
+    """The workload as an EmbeddingCollection (sequence tables: one feature named after each
+    table, on ``meta`` by default)."""
+    configs = [
+        EmbeddingConfig(
+            name=c.name,
+            num_embeddings=c.num_embeddings,
+            embedding_dim=c.embedding_dim,
+            feature_names=c.feature_names,
+            data_type=c.data_type,
+        )
+        for c in to_embedding_bag_configs(workload)
+    ]
+    return EmbeddingCollection(tables=configs, device=torch.device(device))
+
+
+def _module_and_sharder(workload: Workload) -> tuple[torch.nn.Module, Any]:
+    """The collection a plan of ``workload`` shards, with TorchRec's sharder of it: an
+    EmbeddingCollection for sequence tables (``Table.pooled`` False), else an
+    EmbeddingBagCollection; ``InputError`` when the workload mixes both."""
+    pooled = {t.pooled for t in workload.tables}
+    if len(pooled) > 1:
+        raise InputError(
+            "pooled",
+            "the workload mixes pooled and sequence tables; one TorchRec module holds one kind",
+            "convert the tables of each collection on their own",
+        )
+    if pooled == {False}:
+        return embedding_collection(workload), EmbeddingCollectionSharder()
+    return embedding_bag_collection(workload), EmbeddingBagCollectionSharder()
 
 
 def table_shardings(
@@ -254,20 +287,21 @@ def to_torchrec_plan(
     local_world_size: int | None = None,
 ) -> TorchRecShardingPlan:
     """Our plan as a TorchRec ShardingPlan for ``DistributedModelParallel`` over the workload's
-    EmbeddingBagCollection (module path ``""``): each table's sharding type, ranks and shard
-    metadata as TorchRec's generators lay them out, fused kernels (data parallel: dense),
-    placements ``rank:{r}/{device}`` (``local_world_size``: devices per host, default
-    ``world_size``: one host).
+    EmbeddingBagCollection (an EmbeddingCollection for sequence tables; module path ``""``):
+    each table's sharding type, ranks and shard metadata as TorchRec's generators lay them out,
+    fused kernels (data parallel: dense), placements ``rank:{r}/{device}``
+    (``local_world_size``: devices per host, default ``world_size``: one host).
 
     Column slices may have any widths and share ranks (TorchRec's ``column_wise(ranks=...)``
     helper only cuts equal widths that are multiples of 4, so shards are built here directly).
     """
     local = _local_size(world_size, local_world_size)
     shardings = table_shardings(plan, workload, world_size, local)
+    module, sharder = _module_and_sharder(workload)
     module_plan = construct_module_sharding_plan(
-        embedding_bag_collection(workload),
+        module,
         {name: _generator(sharding) for name, sharding in shardings.items()},
-        sharder=EmbeddingBagCollectionSharder(),
+        sharder=sharder,
         local_size=local,
         world_size=world_size,
         device_type=compute_device,
@@ -658,6 +692,7 @@ __all__ = [
     "TABLE_WISE",
     "TableSharding",
     "embedding_bag_collection",
+    "embedding_collection",
     "export_torchrec",
     "from_torchrec_plan",
     "parameter_constraints_from_export",

@@ -4,52 +4,56 @@ arguments, so that TorchRec users swap it in by changing one line.
 ```python
 from torchrec.distributed.model_parallel import DistributedModelParallel
 from torchrec.distributed.planner.types import ParameterConstraints, Topology
-from autoshard.client import AutoShardClient
 from autoshard.torchrec.drop_in import AutoShardShardingPlanner
 
 topology = Topology(world_size=16, local_world_size=8, compute_device="cuda", hbm_cap=80 * 1024**3)
 constraints = {"history": ParameterConstraints(pooling_factors=[50.0], sharding_types=["row_wise", "table_wise"])}
 # planner = EmbeddingShardingPlanner(topology=topology, batch_size=4096, constraints=constraints)
-planner = AutoShardShardingPlanner(topology=topology, batch_size=4096, constraints=constraints,
-                                   client=AutoShardClient("http://autoshard:8000"))
-plan = planner.collective_plan(model, sharders, pg)     # rank 0 asks AutoShard, then broadcasts
+planner = AutoShardShardingPlanner(topology=topology, batch_size=4096, constraints=constraints)
+plan = planner.collective_plan(model, sharders, pg)     # rank 0 plans, then broadcasts
 model = DistributedModelParallel(model, plan=plan, sharders=sharders)
 ```
 
-It reads the table configs of every ``EmbeddingBagCollection`` in the module and plans them as
-one workload (in process with an AutoShard planner, or over HTTP with an ``AutoShardClient``) on
-the cluster TorchRec's ``Topology`` describes, with the memory TorchRec's storage reservation
-leaves each device, and returns a TorchRec ``ShardingPlan`` keyed by each collection's module
-path, with whatever sharding types the plan uses (``autoshard.torchrec.bridge``). Needs the
-``torchrec`` extra.
+With TorchRec's arguments alone it plans in this process, with the product's default planners
+(every planner that can run, the best plan kept: ``autoshard.planning.plan``) and the profile
+``autoshard.profile_choice.default_profile_for`` picks for the topology's compute device (a
+profile traced on this host's processor; else on cpu the default CPU profile, on cuda TorchRec's
+estimators). The plan's log line names the planner, the profile and why it was chosen. The
+keywords ``model=`` (a profile, ``"torchrec"``, ``"none"`` or a cost model), ``planner=`` (one
+planner by name, or an AutoShard planner object) and ``client=`` (an ``AutoShardClient``: ask
+the service over HTTP) choose otherwise. Needs the ``torchrec`` extra.
+
+It plans every ``EmbeddingBagCollection`` (pooled tables) and ``EmbeddingCollection`` (sequence
+tables: every id's embedding is an output row) of the module that one of ``sharders`` covers, as
+one workload, and returns a TorchRec ``ShardingPlan`` keyed by each collection's module path
+(``autoshard.torchrec.bridge``). A collection no sharder covers is left out, named in a warning
+and in ``last_unplanned``. Sequence tables take the types TorchRec's
+``EmbeddingCollectionSharder`` runs (data parallel, table-, column- and row-wise); their compute
+is priced by the cost model outside its trained range (its traces are of pooled lookups: the
+plan's warnings say so).
 
 What it takes from TorchRec's arguments:
 
-- ``topology``: ``world_size``, ``local_world_size`` (devices per host: the plan is made for
-  ``world_size / local_world_size`` hosts), ``compute_device``, each device's memory (``hbm_cap``,
-  or ``CustomTopologyData``'s per-device ``hbm_cap``; on ``cpu``, TorchRec's ``ddr_cap``) and the
-  intra- and inter-host bandwidths (TorchRec's bytes/ms, as GiB/s).
+- ``topology``: ``world_size``, ``local_world_size`` (devices per host), ``compute_device``, each
+  device's memory (``hbm_cap``, or ``CustomTopologyData``'s per-device ``hbm_cap``; on ``cpu``,
+  TorchRec's ``ddr_cap``) and the intra- and inter-host bandwidths (bytes/ms, as GiB/s).
 - ``storage_reservation``: applied as TorchRec's planner applies it (by default
-  ``HeuristicalStorageReservation(0.15)``: 15 % of HBM, 6 x the dense parameters, 20 x the
-  KJT inputs); the memory it leaves each device is what the tables may use.
-- ``constraints``, per table: ``pooling_factors`` (per feature; the table's pooling factor is
-  their mean, each feature weighted by its ``num_poolings`` x ``batch_sizes`` bags), the
-  ``sharding_types`` it may take, ``compute_kernels`` (``fused`` must be among them: it is the
-  kernel AutoShard plans and measures; without ``dense``, the table is not placed data
-  parallel), ``min_partition`` (checked on column blocks), and the kernel settings
+  ``HeuristicalStorageReservation(0.15)``); the memory it leaves each device is what the tables
+  may use.
+- ``constraints``, per table, become the workload's constraints (``autoshard.core.constraints``),
+  which every planner honours: ``sharding_types`` (any non-empty list, alone or mixed),
+  ``compute_kernels`` (``fused`` for the sharded types, ``dense`` for data parallel; the other
+  kernels TorchRec offers are not planned), ``min_partition`` (the narrowest column block: TorchRec
+  cuts blocks of exactly that width, AutoShard of that width or wider), the features'
+  ``pooling_factors`` / ``num_poolings`` / ``batch_sizes`` (the table's lookups per sample, as
+  TorchRec's estimator counts them: ``pooling_factor_of``), and the kernel settings
   ``cache_params``, ``enforce_hbm``, ``stochastic_rounding``, ``bounds_check_mode`` and
   ``output_dtype``, copied onto the table's ``ParameterSharding`` as TorchRec's planner does.
   ``key_value_params``, ``use_virtual_table`` and a ``device_group`` other than the compute
-  device are refused, naming the table.
-- ``batch_size`` (default TorchRec's 512): samples per iteration on each device, for the cost
-  model and the reservation; a feature's ``batch_sizes`` enter its table's pooling factor (as
-  weights) and the reservation (as TorchRec counts the KJT inputs), not the workload's batch.
-- ``timeout_seconds``: the time budget of a named in-process planner or of the service.
-
-Each table's allowed sharding types (``allowed_types_by_table``) become its workload constraint
-(``autoshard.core.constraints``), which every planner honours; the planners may choose among the
-union of them, and a plan whose table took a type its constraints do not allow is still refused
-(``check_constraints``, a safety net) naming the table, its allowed types and the type chosen.
+  device are refused, naming the table. Constraints no plan can satisfy are refused before
+  planning, naming the table and the constraint (``ConstraintsConflict``).
+- ``batch_size`` (default TorchRec's 512): samples per iteration on each device.
+- ``timeout_seconds``: the time budget of each searching planner (or of the service).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
@@ -72,180 +77,35 @@ from torchrec.distributed.sharding_plan import get_default_sharders
 from torchrec.distributed.types import ModuleSharder, ParameterSharding, ShardingPlanner
 from torchrec.distributed.types import ShardingPlan as TorchRecShardingPlan
 from torchrec.distributed.utils import get_device_type
-from torchrec.modules.embedding_configs import DataType
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from autoshard.core.constraints import Constraints, TableConstraints
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
-from autoshard.core.sharding import ShardingType, parse_sharding_types
-from autoshard.core.types import (
-    GIB,
-    DevicePlan,
-    Planner,
-    ShardingPlan,
-    Table,
-    Topology,
-    Workload,
-)
+from autoshard.core.sharding import ShardingType
+from autoshard.core.types import CostModel, DevicePlan, Planner, ShardingPlan, Topology, Workload
 from autoshard.planners.context import PlannerContext
-from autoshard.planners.sharding_options import ALL_TYPES
+from autoshard.planning.options import PlanOptions
+from autoshard.planning.plan import plan as plan_task
 from autoshard.planning.registry import make_planner
-from autoshard.torchrec.bridge import DENSE, FUSED, MODULE_PATH, to_torchrec_plan
+from autoshard.torchrec.bridge import MODULE_PATH, to_torchrec_plan
+from autoshard.torchrec.drop_in_inputs import (
+    Collection,
+    collections_of,
+    sequence_constraints,
+    table_constraints,
+    topology_from_torchrec,
+)
+from autoshard.torchrec.drop_in_models import ChosenModels, choose_models
 
 if TYPE_CHECKING:
     from autoshard.client import AutoShardClient
 
 logger = logging.getLogger(__name__)
 
-_BYTES = {DataType.FP32: 4, DataType.FP16: 2}
 _KERNEL_SETTINGS = ("cache_params", "enforce_hbm", "stochastic_rounding", "bounds_check_mode", "output_dtype")
 """ParameterConstraints fields TorchRec's planner copies onto each table's ParameterSharding."""
 _TORCHREC_SEARCH = ("enumerator", "proposer", "partitioner", "performance_model", "stats", "callbacks", "plan_loader")
 """EmbeddingShardingPlanner's arguments that configure TorchRec's own search: refused when given."""
-_BYTES_PER_MS = 1000 / GIB
-"""TorchRec's bandwidths are bytes/ms; ours GiB/s."""
-
-
-def embedding_bag_collections(module: nn.Module) -> list[tuple[str, EmbeddingBagCollection]]:
-    """Every EmbeddingBagCollection in ``module``, with its module path ('' for the module itself)."""
-    return [(path, m) for path, m in module.named_modules() if isinstance(m, EmbeddingBagCollection)]
-
-
-def tables_from_module(
-    module: nn.Module,
-    pooling_factors: Mapping[str, float] | None = None,
-    zipf_alphas: Mapping[str, float] | None = None,
-) -> list[tuple[str, list[Table]]]:
-    """Our tables, per collection path, from the collections' ``embedding_bag_configs()``.
-    TorchRec's configs carry no access statistics: pooling factors (default 1.0) and Zipf skews
-    (default 0) come from the arguments, by table name."""
-    pooling, skew = dict(pooling_factors or {}), dict(zipf_alphas or {})
-    out = []
-    for path, collection in embedding_bag_collections(module):
-        tables = []
-        for config in collection.embedding_bag_configs():
-            if config.data_type not in _BYTES:
-                raise InputError(
-                    "data_type",
-                    f"table {config.name!r} is {config.data_type}",
-                    "AutoShard plans fp32 and fp16 tables",
-                    where=path or "module",
-                )
-            tables.append(
-                Table(
-                    config.name,
-                    config.num_embeddings,
-                    config.embedding_dim,
-                    float(pooling.get(config.name, 1.0)),
-                    float(skew.get(config.name, 0.0)),
-                    _BYTES[config.data_type],
-                )
-            )
-        out.append((path, tables))
-    return out
-
-
-def allowed_types_by_table(
-    constraints: Mapping[str, ParameterConstraints] | None,
-) -> dict[str, frozenset[ShardingType]]:
-    """The sharding types each constrained table may take: its ``sharding_types`` (all types
-    when unset), less ``data_parallel`` when its ``compute_kernels`` leave out ``dense`` (the
-    kernel TorchRec runs data-parallel tables with). Tables without constraints are left out
-    (they may take any type). ``InputError`` naming the table for an unknown type, or for
-    kernels without ``fused``."""
-    allowed: dict[str, frozenset[ShardingType]] = {}
-    for name, constraint in (constraints or {}).items():
-        where = f"constraints[{name!r}]"
-        kinds = ALL_TYPES
-        if constraint.sharding_types is not None:
-            try:
-                kinds = parse_sharding_types(list(constraint.sharding_types))
-            except InputError as error:
-                raise error.located(where) from None
-        kernels = constraint.compute_kernels
-        if kernels is not None:
-            if FUSED not in kernels:
-                raise InputError(
-                    "compute_kernels",
-                    f"allows {list(kernels)}; AutoShard plans the {FUSED!r} kernel (the one its cost model measures)",
-                    f"include {FUSED!r}, or leave compute_kernels unset",
-                    where=where,
-                )
-            if DENSE not in kernels:
-                kinds -= {ShardingType.DATA_PARALLEL}
-        if not kinds:
-            raise InputError(
-                "sharding_types",
-                f"leaves no sharding type: data_parallel needs the {DENSE!r} kernel, not in compute_kernels",
-                f"allow another sharding type, or add {DENSE!r} to compute_kernels",
-                where=where,
-            )
-        allowed[name] = kinds
-    return allowed
-
-
-def pooling_factors_from_constraints(
-    constraints: Mapping[str, ParameterConstraints] | None, batch_size: int
-) -> dict[str, float]:
-    """Each constrained table's pooling factor: the mean of its features' ``pooling_factors``,
-    each weighted by its bags per iteration (``num_poolings`` x ``batch_sizes``; defaults 1 and
-    ``batch_size``), so that the table's lookups per bag are what TorchRec counts. ``InputError``
-    when the three lists differ in length or hold no bag."""
-    out: dict[str, float] = {}
-    for name, constraint in (constraints or {}).items():
-        factors = list(constraint.pooling_factors or [])
-        if not factors:
-            continue
-        polls = list(constraint.num_poolings or [1.0] * len(factors))
-        batches = list(constraint.batch_sizes or [batch_size] * len(factors))
-        where = f"constraints[{name!r}]"
-        if not len(factors) == len(polls) == len(batches):
-            raise InputError(
-                "pooling_factors",
-                f"lists {len(factors)} features, num_poolings {len(polls)}, batch_sizes {len(batches)}",
-                "give one entry per feature in each (TorchRec's rule)",
-                where=where,
-            )
-        bags = [float(p) * float(b) for p, b in zip(polls, batches)]
-        if not sum(bags) > 0:
-            raise InputError(
-                "batch_sizes", f"num_poolings x batch_sizes {bags} hold no bag", "give positive values", where=where
-            )
-        out[name] = sum(float(f) * w for f, w in zip(factors, bags)) / sum(bags)
-    return out
-
-
-def topology_from_torchrec(topology: TorchRecTopology) -> Topology:
-    """Our Topology of a TorchRec one (typically the one its storage reservation returns):
-    ``world_size / local_world_size`` hosts of ``local_world_size`` devices, each device's memory
-    for tables (HBM on ``cuda`` and ``mtia``, DDR on ``cpu``, as TorchRec's planner places
-    tables) in GiB, the bandwidths in GiB/s. ``PlannerError`` if a device has no memory left."""
-    world, local = topology.world_size, topology.local_world_size
-    if not (1 <= local <= world and world % local == 0):
-        raise InputError(
-            "local_world_size",
-            f"{local} devices per host do not divide the {world} devices",
-            "give TorchRec's Topology a local_world_size that divides world_size",
-        )
-    on_hbm = topology.compute_device in ("cuda", "mtia")
-    caps = [d.storage.hbm if on_hbm else d.storage.ddr for d in topology.devices]
-    if min(caps) <= 0:
-        rank = caps.index(min(caps))
-        raise PlannerError(
-            PlannerErrorKind.INSUFFICIENT_MEMORY,
-            f"rank {rank} has {caps[rank] / GIB:.3f} GiB left for embedding tables after the storage reservation",
-            (
-                "give the Topology more memory (hbm_cap, or CustomTopologyData)",
-                "reserve less (storage_reservation, heuristical_storage_reservation_percentage)",
-            ),
-        )
-    return Topology.cluster(
-        world // local,
-        local,
-        [c / GIB for c in caps],
-        topology.intra_host_bw * _BYTES_PER_MS,
-        topology.inter_host_bw * _BYTES_PER_MS,
-    )
+_EVERY = frozenset(ShardingType)
 
 
 class AutoShardShardingPlanner(ShardingPlanner):
@@ -261,25 +121,27 @@ class AutoShardShardingPlanner(ShardingPlanner):
             ``HeuristicalStorageReservation(heuristical_storage_reservation_percentage)``).
         constraints: TorchRec's ``ParameterConstraints`` by table name.
         debug: log a one-line summary of each plan (TorchRec logs its stats tables).
-        timeout_seconds: time budget of a named planner (``planner="cost_greedy"``) or of the
-            service; an AutoShard planner object keeps its own.
+        timeout_seconds: the time budget of each searching planner, or of the service.
         enumerator, proposer, partitioner, performance_model, stats, callbacks, plan_loader:
             TorchRec's search components; AutoShard searches with its own planners, so giving
             one is an ``InputError``.
-        planner: plan in process with this AutoShard planner object (e.g.
-            ``make_planner("cost_greedy", PlannerContext(model))``), or a planner name, made for
-            each plan from ``context`` with the constraints' sharding types and the timeout.
-        context: the ``PlannerContext`` a named planner is made from (its cost model; default:
-            none, enough for the heuristics).
+        model: the cost model: a profile name (a folder of the model directory) or folder,
+            ``"torchrec"`` (TorchRec's estimators), ``"none"`` (the heuristics' proxies), or a
+            ``CostModel`` object; default the compute device's profile (module docstring).
+        planner: one AutoShard planner instead of the default set: a name (made with ``context``,
+            else with ``model``'s models, the constraints and the timeout) or a planner object
+            (its own model, types, splits and budget).
+        context: the ``PlannerContext`` a named planner is made from.
         client: or ask an AutoShard service over HTTP; ``planners`` names which ones (default:
             the service's default set), and the best plan is used.
         zipf_alphas: access skew per table name (default 0; TorchRec's constraints carry none).
-        allow_column_split: which of the service's planners (or the named planner) may split
-            tables column-wise (None: the default, the cost-model planners; an AutoShard planner
-            object keeps its own setting).
+        allow_column_split: which planners may split tables column-wise (None: the default, the
+            cost-model planners; an AutoShard planner object keeps its own setting).
 
     After planning, ``last_plan``, ``last_workload`` and ``last_topology`` hold AutoShard's plan
-    (costs, devices), the workload and the cluster it planned.
+    (costs, devices), the workload and the cluster it planned; ``last_profile`` the profile and
+    why it was chosen; ``last_unplanned`` the collections no sharder covers (module path and
+    class); ``last_warnings`` the plan's warnings (e.g. inputs outside the model's range).
     """
 
     def __init__(
@@ -298,6 +160,7 @@ class AutoShardShardingPlanner(ShardingPlanner):
         timeout_seconds: int | None = None,
         plan_loader: object = None,
         *,
+        model: CostModel | str | Path | None = None,
         planner: Planner | str | None = None,
         context: PlannerContext | None = None,
         client: AutoShardClient | None = None,
@@ -308,20 +171,9 @@ class AutoShardShardingPlanner(ShardingPlanner):
     ) -> None:
         search = dict(zip(_TORCHREC_SEARCH, (enumerator, proposer, partitioner, performance_model, stats)))
         search.update(callbacks=callbacks, plan_loader=plan_loader)
-        for name, value in search.items():
-            if value is not None:
-                raise InputError(
-                    name,
-                    "configures TorchRec's own search; AutoShard plans with its own planners",
-                    f"leave {name} out (choose AutoShard's planner with planner= or client=)",
-                )
-        if (planner is None) == (client is None):
-            raise InputError(
-                "planner",
-                "give exactly one of planner (in process) or client (HTTP)",
-                'pass planner="cost_greedy" (with context=PlannerContext(model)), planner=make_planner(...) '
-                "or client=AutoShardClient(url)",
-            )
+        _refuse_search(search)
+        if planner is not None and client is not None:
+            raise InputError("planner", "and client both given: plan in process or over HTTP", "leave one of them out")
         if timeout_seconds is not None and not timeout_seconds > 0:
             raise InputError("timeout_seconds", f"must be > 0, got {timeout_seconds!r}", "leave it out for no limit")
         if topology is None:  # TorchRec's default: the process group's cluster, as DMP runs on it
@@ -337,66 +189,69 @@ class AutoShardShardingPlanner(ShardingPlanner):
             percentage=heuristical_storage_reservation_percentage
         )
         self.constraints = constraints
-        self.allowed_types = allowed_types_by_table(constraints)
-        self.pooling_factors = pooling_factors_from_constraints(constraints, self.batch_size)
         _check_supported(constraints, topology.compute_device)
+        self.table_constraints = table_constraints(constraints, self.batch_size)
         self.debug, self.timeout_seconds = debug, timeout_seconds
-        self.planner, self.context, self.client, self.planners = planner, context, client, planners
+        self.model, self.planner, self.context, self.client, self.planners = model, planner, context, client, planners
         self.zipf_alphas, self.allow_column_split = zipf_alphas, allow_column_split
+        self._models: ChosenModels | None = None
         self.last_plan: ShardingPlan | None = None
         self.last_workload: Workload | None = None
         self.last_topology: Topology | None = None
+        self.last_profile: tuple[str | None, str] | None = None
+        self.last_unplanned: tuple[str, ...] = ()
+        self.last_warnings: tuple[str, ...] = ()
 
     @property
     def compute_device(self) -> str:
         return str(self.torchrec_topology.compute_device)
 
     def plan(self, module: nn.Module, sharders: list[ModuleSharder[nn.Module]]) -> TorchRecShardingPlan:
-        """Plan every EmbeddingBagCollection of ``module`` on this process (no collectives)."""
-        _check_sharders(sharders)
+        """Plan every collection of ``module`` that ``sharders`` cover (default TorchRec's
+        default sharders) on this process (no collectives)."""
         sharders = list(sharders) or get_default_sharders()
-        per_collection = tables_from_module(module, self.pooling_factors, self.zipf_alphas)
-        if not per_collection:
-            raise InputError("module", "holds no EmbeddingBagCollection", "pass the model whose tables to shard")
-        every = tuple(t for _, collection in per_collection for t in collection)
-        names = {t.name for t in every}
-        constraints = Constraints(
-            tuple(
-                (name, TableConstraints(sharding_types=kinds))
-                for name, kinds in sorted(self.allowed_types.items())
-                if name in names
+        found, unplanned = collections_of(module, sharders, self._pooling(), self.zipf_alphas)
+        if unplanned:
+            logger.warning("AutoShard leaves out %s: no sharder in sharders covers it", ", ".join(unplanned))
+        if not found:
+            raise InputError(
+                "module",
+                "holds no EmbeddingBagCollection or EmbeddingCollection that a sharder covers"
+                + (f" ({', '.join(unplanned)} left out)" if unplanned else ""),
+                "pass the model whose tables to shard, with TorchRec's sharders of its collections",
             )
-        )
-        workload = Workload(every, self.batch_size, type(module).__name__, constraints)
+        workload = self.workload_of(found, type(module).__name__)
         topology = self.autoshard_topology(module, sharders)
         ours = self._plan(workload, topology)
+        check_constraints(ours, workload.constraints)
         self.last_plan, self.last_workload, self.last_topology = ours, workload, topology
-        check_constraints(ours, self.allowed_types, self.constraints)
-        plan: dict[str, Any] = {}
-        for path, tables in per_collection:
-            sub = _restrict(ours, {t.name for t in tables})
-            converted = to_torchrec_plan(
-                sub,
-                Workload(tuple(tables), workload.batch_size),
-                topology.num_devices,
-                self.compute_device,
-                topology.local_world_size,
-            )
-            plan[path] = converted.plan[MODULE_PATH]
-            for name, sharding in plan[path].items():
-                plan[path][name] = _with_kernel_settings(sharding, (self.constraints or {}).get(name))
+        self.last_unplanned = tuple(unplanned)
+        plan: dict[str, Any] = dict(self._module_plans(found, ours, topology))
         if self.debug:
-            kinds = sorted({s.sharding_type.value for d in ours.devices for s in d.shards})
-            logger.info(
-                "AutoShard (%s) planned %d tables on %d x %d devices (%s): predicted max %.3f ms",
-                ours.planner,
-                len(workload.tables),
-                topology.num_hosts,
-                topology.local_world_size,
-                ", ".join(kinds),
-                max((d.cost_ms for d in ours.devices), default=0.0),
-            )
+            self._log(ours, workload, topology, found)
         return TorchRecShardingPlan(plan)
+
+    def workload_of(self, found: Sequence[Collection], name: str) -> Workload:
+        """One workload of every collection's tables, with each table's constraints (a sequence
+        table's within the types TorchRec's EmbeddingCollectionSharder runs). ``InputError`` when
+        two collections hold tables of one name."""
+        seen: dict[str, str] = {}
+        for collection in found:
+            for table in collection.tables:
+                if table.name in seen:
+                    raise InputError(
+                        "tables",
+                        f"table {table.name!r} is in {seen[table.name] or 'the module'} and in "
+                        f"{collection.path or 'the module'}",
+                        "give every table of the model a unique name",
+                    )
+                seen[table.name] = collection.path
+        every = tuple(t for c in found for t in c.tables)
+        own: dict[str, TableConstraints] = {n: c for n, c in self.table_constraints.items() if n in seen}
+        for table in every:
+            if not table.pooled:
+                own[table.name] = sequence_constraints(own.get(table.name))
+        return Workload(every, self.batch_size, name, Constraints(tuple(sorted(own.items()))))
 
     def collective_plan(
         self,
@@ -436,65 +291,126 @@ class AutoShardShardingPlanner(ShardingPlanner):
             ) from error
         return topology_from_torchrec(reserved)
 
-    def _types(self, workload: Workload) -> frozenset[ShardingType]:
-        """The union of the tables' allowed types (a table without constraints allows all)."""
-        kinds: frozenset[ShardingType] = frozenset()
-        for table in workload.tables:
-            kinds |= self.allowed_types.get(table.name, ALL_TYPES)
-        return kinds
+    def chosen_models(self) -> ChosenModels:
+        """The models this planner plans with (``model=``, else the compute device's default
+        profile), loaded on first use."""
+        if self._models is None:
+            self._models = choose_models(self.model, self.compute_device)
+        return self._models
+
+    def _pooling(self) -> dict[str, float]:
+        out = {}
+        for name, own in self.table_constraints.items():
+            pooling = own.pooling_factor(self.batch_size)
+            if pooling is not None:
+                out[name] = pooling
+        return out
 
     def _plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
-        kinds = self._types(workload)
+        """The best plan: the service's (``client``), the planner object's, the named planner's,
+        or the default planners' (``autoshard.planning.plan``) with the chosen models."""
+        self.last_warnings = ()
         if self.client is not None:
+            self.last_profile = (None, "the service's")
             return self.client.plan(
                 workload,
                 topology,
                 self.planners,
                 allow_column_split=self.allow_column_split,
-                sharding_types=None if kinds == ALL_TYPES else sorted(k.value for k in kinds),
                 time_budget_s=self.timeout_seconds,
             ).best_plan
+        if self.planner is not None and not isinstance(self.planner, str):
+            self.last_profile = (None, "the planner object's own")
+            return self.planner.plan(workload, topology)
+        chosen = self.chosen_models()
+        self.last_profile = (chosen.profile, chosen.reason)
         if isinstance(self.planner, str):
-            context = replace(self.context or PlannerContext(), sharding_types=kinds)
+            context = self.context or PlannerContext(chosen.models.cost_model, chosen.models.policy)
             if self.timeout_seconds is not None:
                 context = replace(context, time_budget_s=float(self.timeout_seconds))
             if self.allow_column_split is not None:
                 context = replace(context, allow_column_split=self.allow_column_split)
             return make_planner(self.planner, context.for_task(workload, topology)).plan(workload, topology)
-        assert self.planner is not None  # an object: its own types, splits and budget
-        return self.planner.plan(workload, topology)
+        budget = float(self.timeout_seconds) if self.timeout_seconds is not None else None
+        options = PlanOptions(allow_column_split=self.allow_column_split, time_budget_s=budget)
+        report = plan_task(workload, topology, chosen.models, options)
+        self.last_warnings = tuple(report.warnings)
+        for warning in report.warnings:
+            logger.warning("AutoShard: %s", warning)
+        return report.best_plan
+
+    def _module_plans(
+        self, found: Sequence[Collection], ours: ShardingPlan, topology: Topology
+    ) -> list[tuple[str, dict[str, ParameterSharding]]]:
+        """Each collection's TorchRec module plan, with the constraints' kernel settings."""
+        out = []
+        for collection in found:
+            names = {t.name for t in collection.tables}
+            sub = Workload(collection.tables, self.batch_size)
+            converted = to_torchrec_plan(
+                _restrict(ours, names), sub, topology.num_devices, self.compute_device, topology.local_world_size
+            )
+            shardings = dict(converted.plan[MODULE_PATH])  # type: ignore[call-overload]
+            for name, sharding in shardings.items():
+                shardings[name] = _with_kernel_settings(sharding, (self.constraints or {}).get(name))
+            out.append((collection.path, shardings))
+        return out
+
+    def _log(self, ours: ShardingPlan, workload: Workload, topology: Topology, found: Sequence[Collection]) -> None:
+        kinds = sorted({s.sharding_type.value for d in ours.devices for s in d.shards})
+        profile, why = self.last_profile or (None, "")
+        logger.info(
+            "AutoShard (%s) planned %d tables of %d collections on %d x %d devices (%s): predicted max %.3f; "
+            "profile %s (%s)%s",
+            ours.planner,
+            len(workload.tables),
+            len(found),
+            topology.num_hosts,
+            topology.local_world_size,
+            ", ".join(kinds),
+            max((d.cost_ms for d in ours.devices), default=0.0),
+            profile or "none",
+            why,
+            f"; left out: {', '.join(self.last_unplanned)}" if self.last_unplanned else "",
+        )
 
 
-def check_constraints(
-    plan: ShardingPlan,
-    allowed: Mapping[str, frozenset[ShardingType]],
-    constraints: Mapping[str, ParameterConstraints] | None = None,
-) -> None:
-    """``PlannerError`` naming the table when a table's sharding type is not among its allowed
-    types, or a column block of it is narrower than its ``min_partition``."""
-    minimum = {n: c.min_partition for n, c in (constraints or {}).items() if c.min_partition is not None}
+def check_constraints(plan: ShardingPlan, constraints: Constraints) -> None:
+    """``PlannerError`` naming the table when a table's sharding type is not among those its
+    constraints allow, or a column block of it is narrower than its ``min_partition``: a safety
+    net (the planners honour both)."""
     for device in plan.devices:
         for shard in device.shards:
             name, kind = shard.table.name, shard.sharding_type
-            if name in allowed and kind not in allowed[name]:
+            own = constraints.of(name)
+            if own is None:
+                continue
+            allowed = own.allowed_types(_EVERY)
+            if kind not in allowed:
                 raise PlannerError(
                     PlannerErrorKind.UNAVAILABLE,
-                    f"table {name!r} allows sharding types {sorted(k.value for k in allowed[name])}, "
-                    f"but the plan gives it {kind.value!r}: AutoShard's planners restrict sharding types for the "
-                    "whole workload (the union of the tables'), not per table",
-                    (
-                        "give every constrained table the same sharding_types (they are then enforced for all)",
-                        f"or allow {kind.value!r} for {name!r}",
-                    ),
+                    f"table {name!r} allows sharding types {sorted(k.value for k in allowed)}, "
+                    f"but the plan gives it {kind.value!r}",
+                    ("plan with another planner", f"or allow {kind.value!r} for {name!r}"),
                 )
             cut = shard.width != shard.table.embedding_dim
-            if name in minimum and cut and shard.width < minimum[name]:
+            if own.min_partition is not None and cut and shard.width < own.min_partition:
                 raise PlannerError(
                     PlannerErrorKind.UNAVAILABLE,
                     f"table {name!r} has a column block of {shard.width} columns, below its min_partition "
-                    f"{minimum[name]}",
+                    f"{own.min_partition}",
                     ("lower min_partition", "or plan without column splits (allow_column_split=False)"),
                 )
+
+
+def _refuse_search(search: Mapping[str, object]) -> None:
+    for name, value in search.items():
+        if value is not None:
+            raise InputError(
+                name,
+                "configures TorchRec's own search; AutoShard plans with its own planners",
+                f"leave {name} out (choose AutoShard's planner with planner=, model= or client=)",
+            )
 
 
 def _check_supported(constraints: Mapping[str, ParameterConstraints] | None, compute_device: str) -> None:
@@ -502,7 +418,7 @@ def _check_supported(constraints: Mapping[str, ParameterConstraints] | None, com
         where = f"constraints[{name!r}]"
         if constraint.key_value_params is not None:
             raise InputError(
-                "key_value_params", "is for SSD and parameter-server kernels", f"AutoShard plans {FUSED!r}", where
+                "key_value_params", "is for SSD and parameter-server kernels", "AutoShard plans 'fused'", where
             )
         if constraint.use_virtual_table:
             raise InputError("use_virtual_table", "is not planned by AutoShard", "leave it False", where)
@@ -532,21 +448,4 @@ def _restrict(plan: ShardingPlan, names: set[str]) -> ShardingPlan:
     )
 
 
-def _check_sharders(sharders: Sequence[ModuleSharder[nn.Module]]) -> None:
-    if sharders and not any(
-        issubclass(EmbeddingBagCollection, getattr(s, "module_type", type(None))) for s in sharders
-    ):
-        raise InputError(
-            "sharders", "none shards EmbeddingBagCollection", "include torchrec's EmbeddingBagCollectionSharder"
-        )
-
-
-__all__ = [
-    "AutoShardShardingPlanner",
-    "allowed_types_by_table",
-    "check_constraints",
-    "embedding_bag_collections",
-    "pooling_factors_from_constraints",
-    "tables_from_module",
-    "topology_from_torchrec",
-]
+__all__ = ["AutoShardShardingPlanner", "check_constraints", "topology_from_torchrec"]
