@@ -77,18 +77,32 @@ class ModelStore:
         if profile is None:
             return self.models.get(self.default_profile) if self.default_profile else None
         if profile not in self.models and profile in TORCHREC_MODELS:  # TorchRec's estimator, made when asked
-            return self._builtin.setdefault(profile, torchrec_profile(profile))
+            return self.get(profile)
         if profile not in self.models:
             known = ", ".join([*sorted(self.models), *TORCHREC_MODELS])
             raise InputError("profile", f"no cost model profile {profile!r}", f"use one of: {known} (GET /v1/profiles)")
         return self.models[profile]
 
+    def get(self, profile: str) -> LoadedModel | None:
+        """The loaded profile ``profile``, or TorchRec's estimator by its name (``TORCHREC_MODELS``,
+        made when first asked; not listed among the loaded ones); None if neither."""
+        if profile in self.models or profile not in TORCHREC_MODELS:
+            return self.models.get(profile)
+        if profile not in self._builtin:
+            self._builtin[profile] = torchrec_profile(profile)
+        return self._builtin[profile]
+
+    def __getitem__(self, profile: str) -> LoadedModel:
+        """``get``, for a profile known to be there (``KeyError`` if not)."""
+        found = self.get(profile)
+        if found is None:
+            raise KeyError(profile)
+        return found
+
     def for_thread(self, profile: str) -> CostModel:
         copies: dict[str, CostModel] = self._local.__dict__.setdefault("models", {})
         if profile not in copies:
-            loaded = self.resolve(profile)
-            assert loaded is not None
-            copies[profile] = copy.deepcopy(loaded.model)
+            copies[profile] = copy.deepcopy(self[profile].model)
         return copies[profile]
 
 

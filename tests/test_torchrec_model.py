@@ -1,0 +1,209 @@
+"""``--model torchrec``: TorchRec's own estimators as the cost model. A rank's cost is exactly what
+TorchRec's planner estimates for it (its own plans, imported; and ours, priced again through
+TorchRec's enumerator), the running sums planners ask agree with whole-set prices, every plan
+planned under it fits TorchRec's storage estimate on every rank, and the name resolves in the
+CLI, the service and the drop-in."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torchrec")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from autoshard.core.errors import InputError, PlannerError  # noqa: E402
+from autoshard.core.sharding import ShardingType  # noqa: E402
+from autoshard.core.types import Table, Topology, Workload, replica, row_shards  # noqa: E402
+from autoshard.planners.context import PlannerContext  # noqa: E402
+from autoshard.planning.compare import compare_planners  # noqa: E402
+from autoshard.torchrec.cost_model import OVER_MEMORY_MS, TorchRecCostModel  # noqa: E402
+from autoshard.torchrec.planner import TorchRecPlanner  # noqa: E402
+from benchmarks.sharding_4d import torchrec_estimates, torchrec_reserved_bytes  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:HeuristicalStorageReservation is known:FutureWarning")
+
+
+def mixed_workload(seed: int = 0, num_tables: int = 14, batch_size: int = 512) -> Workload:
+    """Tables from a few rows to one larger than a device of ``cluster``, varied dims and pooling."""
+    rng = np.random.default_rng(seed)
+    tables = [Table("giant", 3_000_000, 64, 6.0, 0.9)]
+    for i in range(num_tables - 1):
+        rows = int(10 ** rng.uniform(1, 6))
+        tables.append(Table(f"t{i}", rows, int(rng.choice([8, 16, 32, 64, 128])), float(rng.choice([1, 3, 10]))))
+    return Workload(tuple(tables), batch_size, f"mixed{seed}")
+
+
+def cluster() -> Topology:
+    return Topology.cluster(2, 4, 0.6)  # the giant (732 MiB) fits no device whole
+
+
+def test_each_rank_of_torchrecs_own_plan_costs_what_torchrecs_planner_estimated():
+    """TorchRec's planner plans (every sharding type); its plan, imported and priced by the model,
+    gives each rank exactly the estimate TorchRec's planner kept for it."""
+    workload, topology = mixed_workload(), cluster()
+    model = TorchRecCostModel().for_task(workload, topology)
+    plan = TorchRecPlanner(cost_model=model, sharding_types="all").plan(workload, topology)
+    assert {s.sharding_type for d in plan.devices for s in d.shards} - {ShardingType.TABLE_WISE}  # not all whole
+    assert [d.cost_ms for d in plan.devices] == pytest.approx(plan.own_estimate_ms, rel=1e-9, abs=1e-12)
+    assert plan.max_cost_ms == pytest.approx(max(plan.own_estimate_ms), rel=1e-9)
+
+
+def test_our_plans_cost_what_torchrecs_enumerator_and_estimators_give_them():
+    """cost_greedy's plan under the model: each rank's cost and storage are what TorchRec's own
+    enumerator and estimators give the same shards (the export's options, priced afresh), and
+    every rank fits what TorchRec's storage reservation leaves it."""
+    workload, topology = mixed_workload(1), cluster()
+    comparison = compare_planners(workload, topology, ["cost_greedy"], PlannerContext(TorchRecCostModel()))
+    [plan] = comparison.plans
+    ms, used = torchrec_estimates(plan, workload, topology)
+    assert [d.cost_ms for d in plan.devices] == pytest.approx(ms, rel=1e-9)
+    model = TorchRecCostModel().for_task(workload, topology)
+    assert model.storage([[s.as_table for s in d.shards] for d in plan.devices]) == used
+    assert max(np.array(used) - np.array(torchrec_reserved_bytes(workload, topology))) <= 0
+
+
+def test_running_sums_and_edits_agree_with_whole_sets():
+    workload, topology = mixed_workload(2), cluster()
+    model = TorchRecCostModel().for_task(workload, topology)
+    giant = workload.tables[0]
+    rows = [s.as_table for s in row_shards(giant, 8, ShardingType.ROW_WISE)]
+    sets = [[rows[r], *workload.tables[1 + r :: 8]] for r in range(8)]
+    sets[3].append(replica(workload.tables[5], 8).as_table)
+    whole = model.predict_many(sets, workload.batch_size)
+    accumulator = model.accumulator(8, workload.batch_size)
+    for r, tables in enumerate(sets):
+        for table in tables:
+            accumulator.add(r, table)
+    assert accumulator.costs() == pytest.approx(whole, rel=1e-12)
+    extra = workload.tables[1]
+    assert accumulator.costs_if_added(extra) == pytest.approx(
+        model.predict_many([[*s, extra] for s in sets], workload.batch_size), rel=1e-12
+    )
+    edits = [(0, 0, None), (3, 1, extra), (5, None, extra), (7, 0, None)]
+    rebuilt = [[t for k, t in enumerate(sets[b]) if k != r] + ([a] if a else []) for b, r, a in edits]
+    assert model.predict_edits(sets, edits, workload.batch_size) == pytest.approx(
+        model.predict_many(rebuilt, workload.batch_size), rel=1e-12
+    )
+
+
+def test_a_device_past_torchrecs_storage_costs_more_than_any_that_fits():
+    workload, topology = mixed_workload(3), Topology(2, 0.5)
+    model = TorchRecCostModel().for_task(workload, topology)
+    everything = [list(workload.tables), []]
+    assert not model.fits(everything)[0]
+    assert model.predict_many(everything, workload.batch_size)[0] > OVER_MEMORY_MS
+
+
+def test_unbound_and_unpriceable_inputs_are_refused_with_the_fix():
+    workload = mixed_workload()
+    with pytest.raises(InputError, match="bound to none") as error:
+        TorchRecCostModel().predict([workload.tables[0]], workload.batch_size)
+    assert "for_task" in error.value.fix
+    with pytest.raises(InputError, match="cuda or cpu"):
+        TorchRecCostModel("tpu")
+    fp8 = Workload((Table("q", 100, 8, bytes_per_element=1),), 64)
+    with pytest.raises(InputError, match="fp32 \\(4\\) or fp16 \\(2\\)") as error:
+        TorchRecCostModel().check_workload(fp8)
+    assert error.value.field == "bytes_per_element"
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    hosts=st.sampled_from([1, 2]),
+    per_host=st.sampled_from([2, 4]),
+    slack=st.floats(1.3, 3.0),
+    batch=st.sampled_from([256, 1024]),
+)
+def test_every_plan_under_the_model_fits_torchrecs_storage_on_every_rank(seed, hosts, per_host, slack, batch):
+    """Random tasks: whatever cost_greedy plans under the model fits TorchRec's own storage
+    estimate (weights, optimizer state, input and output buffers) within what TorchRec's storage
+    reservation leaves each rank, both from TorchRec's own code run on the plan's export."""
+    workload = mixed_workload(seed, 10, batch)
+    gib = slack * workload.memory_bytes / (hosts * per_host) / 1024**3
+    topology = Topology.cluster(hosts, per_host, gib)
+    try:
+        comparison = compare_planners(workload, topology, ["cost_greedy"], PlannerContext(TorchRecCostModel()))
+    except PlannerError:
+        return  # no plan at all: nothing to fit
+    if not comparison.plans:
+        return
+    _, used = torchrec_estimates(comparison.plans[0], workload, topology)
+    assert all(u <= cap for u, cap in zip(used, torchrec_reserved_bytes(workload, topology)))
+
+
+# --- the name, through the CLI, the service and the drop-in ------------------------------------
+
+
+def test_cli_plans_with_model_torchrec():
+    from autoshard.cli import app
+
+    result = CliRunner().invoke(
+        app,
+        [
+            "plan",
+            "criteo_kaggle",
+            "--devices",
+            "4",
+            "--memory-gb",
+            "4",
+            "--model",
+            "torchrec",
+            "--json",
+            "--planner",
+            "cost_greedy,torchrec",
+        ],  # fmt: skip
+    )
+    assert result.exit_code == 0, result.output
+    plans = {p["planner"]: p for p in json.loads(result.stdout)["plans"]}
+    assert set(plans) == {"cost_greedy", "torchrec"}
+    assert plans["cost_greedy"]["max_cost_ms"] <= plans["torchrec"]["max_cost_ms"] * (1 + 1e-9)
+
+
+def test_service_plans_with_profile_torchrec(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+    from service.settings import Settings
+    from tests.service_support import plan_body
+
+    with TestClient(create_app(Settings(model_dir=tmp_path, pool="thread"))) as client:
+        body = plan_body(12, planners=["cost_greedy", "size_greedy"], profile="torchrec")
+        response = client.post("/v1/plans", json=body)
+        assert response.status_code == 200, response.text
+        report = response.json()
+        assert report["profile"] == "torchrec" and {p["planner"] for p in report["plans"]} == {
+            "cost_greedy",
+            "size_greedy",
+        }
+        unknown = client.post("/v1/plans", json={**body, "profile": "torchrec_tpu"})
+        assert unknown.status_code == 422 and "torchrec" in unknown.text
+
+
+def test_drop_in_plans_with_model_torchrec():
+    import torch
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner.types import Topology as TorchRecTopology
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    from autoshard.torchrec.drop_in import AutoShardShardingPlanner
+
+    module = EmbeddingBagCollection(
+        tables=[
+            EmbeddingBagConfig(name=f"t{i}", num_embeddings=1000 * (i + 1), embedding_dim=32, feature_names=[f"t{i}"])
+            for i in range(6)
+        ],
+        device=torch.device("meta"),
+    )
+    topology = TorchRecTopology(world_size=4, local_world_size=2, compute_device="cuda", hbm_cap=256 * 1024**2)
+    planner = AutoShardShardingPlanner(topology=topology, batch_size=256, model="torchrec", planner="cost_greedy")
+    plan = planner.plan(module, [EmbeddingBagCollectionSharder()])
+    assert set(plan.plan[""]) == {f"t{i}" for i in range(6)}
+    assert planner.last_profile[0] == "torchrec"
