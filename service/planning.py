@@ -185,13 +185,13 @@ class ThreadPlanningPool(PlanningPool):
         return self._replan
 
     def _replan(self, task: ReplanTask) -> ReplanResult:
-        loaded = self.store.models[task.profile]
+        loaded = self.store[task.profile]
         return run_replan(task, self.store.for_thread(task.profile), loaded.communication, loaded.device_errors)
 
     def _call(self, task: PlannerTask) -> list[PlannerResult]:
         if not task.profile:
             return run_task(task, None)
-        loaded = self.store.models[task.profile]
+        loaded = self.store[task.profile]
         return run_task(task, self.store.for_thread(task.profile), loaded.communication, loaded.policy)
 
 
@@ -212,7 +212,7 @@ def _init_worker(models: dict[str, LoadedModel], default_profile: str | None, ni
 
 def _worker_call(task: PlannerTask) -> list[PlannerResult]:
     store = _WORKER["store"]
-    model = store.models.get(task.profile) if task.profile else None
+    model = store.get(task.profile) if task.profile else None
     if task.profile and model is None:  # not a profile the server loaded (a guard: the router resolves it first)
         error = ErrorInfo(
             "planner",
@@ -226,7 +226,7 @@ def _worker_call(task: PlannerTask) -> list[PlannerResult]:
 
 
 def _worker_replan(task: ReplanTask) -> ReplanResult:
-    model = _WORKER["store"].models.get(task.profile)
+    model = _WORKER["store"].get(task.profile)
     if model is None:  # a guard: the router resolves the profile first
         return ReplanResult(
             error=ErrorInfo(
