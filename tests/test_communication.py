@@ -1,10 +1,15 @@
-"""The all-to-all cost: the formula by hand, the wrapper, and a real measurement on 2 ranks."""
+"""Communication costs: per (collective, tier) by hand, the overrides, the wrapper in every path,
+the file formats; one-figure models as before."""
+
+import json
 
 import pytest
 
+from autoshard.core.collectives import KEYS, Collective, LinkFit, Tier
 from autoshard.core.communication import CommunicationModel, WithCommunication
 from autoshard.core.errors import InputError
-from autoshard.core.types import Table, Topology, Workload
+from autoshard.core.sharding import ShardingType
+from autoshard.core.types import GIB, Table, TableShard, Topology, Workload, replica, row_shards
 from autoshard.planners.context import PlannerContext
 from autoshard.planning.registry import make_planner
 from tests.cost_models import AnalyticalTestCostModel
@@ -78,14 +83,6 @@ def test_communication_changes_what_cost_greedy_balances():
     assert device_of_wide(WithCommunication(compute, CommunicationModel(0.05, 0.0), 2)) == ["wide"]
 
 
-def test_all_to_all_is_measured_on_two_ranks():
-    from cost_model.bench.communication import measure_all_to_all
-
-    model, points = measure_all_to_all(2, sizes_mb=(0.0625, 1.0), repeats=3)
-    assert model.bandwidth_gbps > 0 and model.latency_ms >= 0
-    assert [b for b, _ in points] == [65536, 1048576] and all(ms > 0 for _, ms in points)
-
-
 def test_the_plan_report_splits_each_device_into_compute_and_all_to_all():
     from autoshard.planners.report import plans_report
     from autoshard.planning.compare import compare_planners
@@ -106,3 +103,117 @@ def test_the_plan_report_splits_each_device_into_compute_and_all_to_all():
     # without a communication model the whole cost is compute
     plain = plans_report(workload, cluster, plans).plans[0].devices[0]
     assert plain.communication_ms == 0.0 and plain.compute_ms == plain.cost_ms
+
+
+INTRA_GBPS, INTER_GBPS = 2.0, 0.5  # 2e6 and 5e5 bytes a ms
+TIERED = CommunicationModel.tiered(
+    [LinkFit(c, t, 0.01 if t is Tier.INTRA else 0.1, INTRA_GBPS if t is Tier.INTRA else INTER_GBPS) for c, t in KEYS],
+    "by hand",
+)
+CLUSTER = Topology.cluster(2, 2, 16)  # 4 ranks; a rank's host has 1 other, the other host 2
+T = Table("t", 1000, 16, pooling_factor=3.0)
+
+
+def by_hand(sent: dict[tuple[Collective, Tier], float]) -> float:
+    """calls x latency + bytes / bandwidth for each (collective, tier) with bytes."""
+    calls = {Collective.INPUT_DIST: 2, Collective.ALL_TO_ALL: 2}
+    total = 0.0
+    for (collective, tier), nbytes in sent.items():
+        latency, per_ms = (0.01, 2e6) if tier is Tier.INTRA else (0.1, 5e5)
+        total += calls.get(collective, 1) * latency + nbytes / per_ms
+    return total
+
+
+def test_each_sharding_type_is_priced_per_collective_and_tier_by_hand():
+    """Batch 100 on 2 hosts x 2: ids B (8 L + 4) = 2,800 bytes, outputs B d 4 = 6,400 bytes; 1/4
+    of the all-to-all bytes stay in the host, 2/4 cross to the other host."""
+    ids = {(Collective.INPUT_DIST, Tier.INTRA): 2800 / 4, (Collective.INPUT_DIST, Tier.INTER): 2800 / 2}
+    table_wise = {**ids, (Collective.ALL_TO_ALL, Tier.INTRA): 12800 / 4, (Collective.ALL_TO_ALL, Tier.INTER): 6400}
+    assert TIERED.cost_ms([T], 100, CLUSTER) == pytest.approx(by_hand(table_wise))
+    # row-wise: each block gets half the ids (pooling 1.5); reduce-scatter forward, all-gather back
+    block = row_shards(T, 4, ShardingType.ROW_WISE)[0].as_table
+    block_ids = 100 * (8 * block.pooling_factor + 4)
+    rows = {(Collective.INPUT_DIST, Tier.INTRA): block_ids / 4, (Collective.INPUT_DIST, Tier.INTER): block_ids / 2}
+    for collective in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER):
+        rows |= {(collective, Tier.INTRA): 6400 / 4, (collective, Tier.INTER): 6400 / 2}
+    assert TIERED.cost_ms([block], 100, CLUSTER) == pytest.approx(by_hand(rows))
+    # table-row-wise: reduce-scatter and all-gather in the host (1/2 of 6,400), then the reduced
+    # half of the rows to the other host: 2 x 6,400 x 2 / (2 x 4)
+    twrw = row_shards(T, 2, ShardingType.TABLE_ROW_WISE)[0].as_table
+    twrw_ids = 100 * (8 * twrw.pooling_factor + 4)
+    host = {(Collective.INPUT_DIST, Tier.INTRA): twrw_ids / 4, (Collective.INPUT_DIST, Tier.INTER): twrw_ids / 2}
+    host |= {(Collective.REDUCE_SCATTER, Tier.INTRA): 3200, (Collective.ALL_GATHER, Tier.INTRA): 3200}
+    host |= {(Collective.ALL_TO_ALL, Tier.INTER): 3200}
+    assert TIERED.cost_ms([twrw], 100, CLUSTER) == pytest.approx(by_hand(host))
+    # data parallel: no ids, no output; the 64,000-byte gradient all-reduced in two levels
+    dp = {(Collective.ALL_REDUCE, Tier.INTRA): 64_000, (Collective.ALL_REDUCE, Tier.INTER): 32_000}
+    assert TIERED.cost_ms([replica(T, 4).as_table], 100, CLUSTER) == pytest.approx(by_hand(dp))
+    # one host: nothing crosses a host, so no inter-host latency either
+    one_host = {(Collective.INPUT_DIST, Tier.INTRA): 2800 * 3 / 4, (Collective.ALL_TO_ALL, Tier.INTRA): 12800 * 3 / 4}
+    assert TIERED.cost_ms([T], 100, 4) == pytest.approx(by_hand(one_host))
+    assert TIERED.cost_ms([T], 100, 1) == 0.0 and TIERED.cost_ms([], 100, CLUSTER) == 0.0
+    assert sum(TIERED.breakdown([T, block], 100, CLUSTER).values()) > TIERED.cost_ms([T], 100, CLUSTER)
+
+
+def test_two_hosts_cost_more_than_one_host_of_the_same_devices():
+    """Both tiers are priced: 2 x 8 is not one host of 16."""
+    tables = [TableShard(Table(f"t{i}", 1000, 64, 4.0)).as_table for i in range(3)]
+    assert TIERED.cost_ms(tables, 512, Topology.cluster(2, 8, 16)) > TIERED.cost_ms(tables, 512, 16)
+
+
+def test_the_topology_bandwidths_override_a_tier_only_where_the_user_set_them():
+    default = TIERED.cost_ms([T], 100, CLUSTER)
+    assert (
+        TIERED.fit(Collective.ALL_TO_ALL, Tier.INTER, CLUSTER).source == "measured"
+    )  # TorchRec's default: no override
+    slow = Topology.cluster(2, 2, 16, inter_host_bw_gbps=0.25)
+    fit = TIERED.fit(Collective.ALL_TO_ALL, Tier.INTER, slow)
+    assert (fit.source, fit.latency_ms, fit.bandwidth_gbps) == ("override", 0.1, pytest.approx(0.25 * GIB / 1e9))
+    assert TIERED.cost_ms([T], 100, slow) > default
+    fast = Topology.cluster(2, 2, 16, intra_host_bw_gbps=1000.0)
+    assert TIERED.fit(Collective.REDUCE_SCATTER, Tier.INTRA, fast).bandwidth_gbps == pytest.approx(1000 * GIB / 1e9)
+    assert TIERED.cost_ms([T], 100, fast) < default
+
+
+def test_the_wrapper_prices_a_per_tier_model_alike_in_every_path():
+    compute = AnalyticalTestCostModel()
+    model = WithCommunication(compute, TIERED, CLUSTER)
+    dp, rows = replica(T, 4).as_table, row_shards(T, 4, ShardingType.ROW_WISE)[1].as_table
+    sets = [[A, dp], [A], [], [rows, B]]
+    accumulator = model.accumulator(len(sets), 512)
+    for i, tables in enumerate(sets):
+        for table in tables:
+            accumulator.add(i, table)
+    assert accumulator.costs() == pytest.approx(model.predict_many(sets, 512))
+    assert accumulator.costs_if_added(rows) == pytest.approx(model.predict_many([[*s, rows] for s in sets], 512))
+    edits = [(0, None, dp), (0, 0, None), (1, None, None), (0, 0, rows)]
+    rebuilt = [[A, dp], [], [B], [rows]]
+    assert model.predict_edits([[A], [B]], edits, 512) == pytest.approx(model.predict_many(rebuilt, 512))
+
+
+def test_a_per_tier_model_saves_its_fits_and_points_and_loads_them_back(tmp_path):
+    fits = [LinkFit(c, t, 0.02, 1.5, "measured", ((1024, 0.05), (4096, 0.06)), 2, "loopback") for c, t in KEYS]
+    model = CommunicationModel.tiered(fits, "cpu: test")
+    model.save(tmp_path / "c.json")
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["format"] == 2 and len(data["fits"]) == len(KEYS) and data["fits"][0]["points"][0] == [1024, 0.05]
+    assert CommunicationModel.load(tmp_path / "c.json") == model
+    assert model.describe().startswith("measured per collective and tier")
+    data["fits"].pop()
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    with pytest.raises(InputError, match="bench comm"):
+        CommunicationModel.load(tmp_path / "c.json")
+
+
+def test_a_declared_model_says_so():
+    from cost_model.bench.communication import declared_model
+
+    model = declared_model("TorchRec 1.8.0's constants")
+    assert model.declared and model.describe().startswith("declared, not measured")
+    assert model.fit(Collective.ALL_TO_ALL, Tier.INTER).bandwidth_gbps == pytest.approx(12.5 * GIB / 1e9, rel=1e-4)
+    assert all(f.source == "declared" for f in model.fits)
+
+
+def test_a_missing_communication_model_is_named_not_a_crash():
+    with pytest.raises(InputError, match="communication.json"):
+        WithCommunication(AnalyticalTestCostModel(), None, 4)

@@ -1,73 +1,171 @@
-"""Measure the all-to-all on this machine's ranks and fit ``time = latency + bytes / bandwidth``.
+"""`bench comm`: measure the collectives of a sharded DMP step per link tier, and fit each one.
 
-Each of ``world_size`` processes (gloo on the CPU, NCCL on GPUs) runs ``all_to_all_single`` on
-buffers of several sizes after a barrier; the median over repeats of the slowest rank is fitted
-by least squares. Bytes are those one device sends and receives (its buffer).
+Ranks are launched with torchrun (gloo on the CPU, NCCL on GPUs), two per tier:
+
+- **intra** (within a host): one torchrun of 2 ranks on this machine's loopback;
+- **inter** (between hosts): two emulated hosts (``netns.EmulatedHosts``: network namespaces and a
+  veth pair shaped by ``tc`` to ``LinkShape``'s rate and delay), one torchrun of one rank in each,
+  so every byte crosses the shaped link. It needs root; without it, or left out of ``tiers``, the
+  inter tier takes TorchRec's constant, marked "declared, not measured".
+
+Each rank runs ``comm_worker`` (every collective over ``sizes``); ``comm_fit`` fits latency and
+bandwidth per (collective, tier), and the result is a ``CommunicationModel`` whose fits keep their
+points. Timings are wall time (waiting on the link is the cost); the ranks get the allocator
+settings and one thread each.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
-import statistics
+import subprocess
+import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from autoshard.core.collectives import Collective, LinkFit, Tier
 from autoshard.core.communication import CommunicationModel
+from autoshard.core.errors import InputError
+from autoshard.core.types import GIB, INTER_HOST_BW_GBPS, INTRA_HOST_BW_GBPS
+from cost_model.bench.comm_fit import fit_collective
+from cost_model.bench.netns import EmulatedHosts, LinkShape, require_root
+from cost_model.profile import MALLOC_SETTINGS, device_name
 
-SIZES_MB = (0.25, 1.0, 4.0, 16.0)
-
-
-def _worker(rank: int, world: int, port: int, sizes_mb: Sequence[float], repeats: int, out: str, cuda: bool) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
-    torch.set_num_threads(1)
-    device = torch.device(f"cuda:{rank}" if cuda else "cpu")
-    medians = []
-    try:
-        for mb in sizes_mb:
-            n = max(world, int(mb * 2**20 / 4) // world * world)
-            x, y = torch.randn(n, device=device), torch.empty(n, device=device)
-            times = []
-            for step in range(repeats + 2):
-                dist.barrier()
-                start = time.perf_counter()
-                dist.all_to_all_single(y, x)
-                if cuda:
-                    torch.cuda.synchronize()
-                elapsed = torch.tensor([time.perf_counter() - start])
-                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-                if step >= 2:
-                    times.append(float(elapsed) * 1e3)
-            medians.append((n * 4, statistics.median(times)))
-    finally:
-        dist.destroy_process_group()
-    if rank == 0:
-        Path(out).write_text(json.dumps(medians))
+SIZES = (64 * 1024, 256 * 1024, 1 << 20, 4 << 20, 16 << 20)
+"""Bytes a rank holds per call: 64 KiB (latency) to 16 MiB (bandwidth)."""
+RANKS = 2
+TIMEOUT_S = 1800
+_ROOT = Path(__file__).resolve().parents[2]
 
 
-def measure_all_to_all(
-    world_size: int = 2, sizes_mb: Sequence[float] = SIZES_MB, repeats: int = 10, device: str = "cpu"
-) -> tuple[CommunicationModel, list[tuple[int, float]]]:
-    """The fitted model and the (bytes, median ms) points it was fitted on."""
+def measure_communication(
+    tiers: Sequence[Tier] = (Tier.INTRA, Tier.INTER),
+    sizes: Sequence[int] = SIZES,
+    repeats: int = 10,
+    device: str = "cpu",
+    link: LinkShape | None = None,
+) -> CommunicationModel:
+    """Measure every collective on each of ``tiers`` and fit it; a tier left out is declared
+    (TorchRec's constant). ``link``: the emulated inter-host link (default 10 Gbit/s)."""
+    if not tiers:
+        raise InputError("--tiers", "names no tier", "pass intra, inter or intra,inter")
+    link = link or LinkShape()
+    if Tier.INTER in tiers:
+        require_root()
+    fits: list[LinkFit] = []
+    labels = []
+    for tier in Tier:
+        if tier not in tiers:
+            fits += declared_fits(tier)
+            labels.append(f"{tier.value}: declared, not measured (TorchRec's {_declared_gibps(tier):g} GiB/s)")
+            continue
+        raw = _run_intra(sizes, repeats, device) if tier is Tier.INTRA else _run_inter(sizes, repeats, device, link)
+        where = "loopback" if tier is Tier.INTRA else f"2 emulated hosts, {link.describe()}"
+        fits += [
+            fit_collective(Collective(name), tier, points, raw["world_size"], where)
+            for name, points in raw["points"].items()
+        ]
+        labels.append(f"{tier.value}: {raw['world_size']} ranks ({raw['backend']}), {where}")
+    return CommunicationModel.tiered(fits, f"{_machine(device)}; " + "; ".join(labels))
+
+
+def declared_fits(tier: Tier, gibps: float | None = None, link: str = "TorchRec 1.8.0's constant") -> list[LinkFit]:
+    """Every collective on ``tier`` at a declared bandwidth (GiB/s; default TorchRec's), latency 0."""
+    gbps = (gibps if gibps is not None else _declared_gibps(tier)) * GIB / 1e9
+    return [LinkFit(c, tier, 0.0, round(gbps, 4), "declared", (), 0, link) for c in Collective]
+
+
+def declared_model(label: str) -> CommunicationModel:
+    """TorchRec's constants on both tiers (600 GiB/s within a host, 12.5 between), declared, not
+    measured: a GPU profile made where no GPUs are."""
+    return CommunicationModel.tiered(declared_fits(Tier.INTRA) + declared_fits(Tier.INTER), label)
+
+
+def _declared_gibps(tier: Tier) -> float:
+    return INTRA_HOST_BW_GBPS if tier is Tier.INTRA else INTER_HOST_BW_GBPS
+
+
+def _machine(device: str) -> str:
+    name = device_name("cuda:0" if device == "cuda" else "cpu")
+    return f"{device}: {name} ({os.cpu_count()} cores), torch {torch.__version__.split('+')[0]}"
+
+
+def _worker_argv(nnodes: int, node_rank: int, per_node: int, addr: str, port: int, args: list[str]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nnodes}",
+        f"--node-rank={node_rank}",
+        f"--nproc-per-node={per_node}",
+        f"--master-addr={addr}",
+        f"--master-port={port}",
+        "-m",
+        "cost_model.bench.comm_worker",
+        *args,
+    ]
+
+
+def _env(device: str, interface: str) -> dict[str, str]:
+    env = {**os.environ, **MALLOC_SETTINGS, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": interface}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
+    if device == "cuda" and interface != "lo":  # NCCL across the emulated link: sockets only
+        env.update(NCCL_SOCKET_IFNAME=interface, NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1", NCCL_IB_DISABLE="1")
+    return env
+
+
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return int(s.getsockname()[1])
+
+
+def _worker_args(sizes: Sequence[int], repeats: int, device: str, out: Path) -> list[str]:
+    args = ["--sizes", ",".join(str(int(s)) for s in sizes), "--repeats", str(repeats), "--out", str(out)]
+    return [*args, "--cuda"] if device == "cuda" else args
+
+
+def _run_intra(sizes: Sequence[int], repeats: int, device: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "points.json")
-        mp.spawn(_worker, args=(world_size, port, tuple(sizes_mb), repeats, out, device == "cuda"), nprocs=world_size)
-        points = [tuple(p) for p in json.loads(Path(out).read_text())]
-    x = np.array([[1.0, b / 1e6] for b, _ in points])
-    y = np.array([ms for _, ms in points])
-    (latency, ms_per_mb), *_ = np.linalg.lstsq(x, y, rcond=None)
-    bandwidth = 1.0 / max(ms_per_mb, 1e-9)  # MB per ms = GB/s
-    label = f"{device} all_to_all, {world_size} ranks, {'nccl' if device == 'cuda' else 'gloo'}"
-    return CommunicationModel(round(float(bandwidth), 4), round(max(float(latency), 0.0), 4), label), points
+        out = Path(tmp) / "points.json"
+        argv = _worker_argv(1, 0, RANKS, "127.0.0.1", _free_port(), _worker_args(sizes, repeats, device, out))
+        _wait([_start(argv, _env(device, "lo"), Path(tmp) / "intra.log")])
+        return json.loads(out.read_text())
+
+
+def _run_inter(sizes: Sequence[int], repeats: int, device: str, link: LinkShape) -> dict:
+    with tempfile.TemporaryDirectory() as tmp, EmulatedHosts(link) as hosts:
+        out = Path(tmp) / "points.json"
+        launches = []
+        for host in range(hosts.num_hosts):
+            args = _worker_args(sizes, repeats, device, out if host == 0 else Path(tmp) / f"host{host}.json")
+            argv = _worker_argv(hosts.num_hosts, host, RANKS // hosts.num_hosts, hosts.address(0), 29500, args)
+            launches.append(_start(hosts.command(host, argv), _env(device, "aslink"), Path(tmp) / f"host{host}.log"))
+        _wait(launches)
+        return json.loads(out.read_text())
+
+
+def _start(argv: list[str], env: dict[str, str], log: Path) -> tuple[subprocess.Popen, Path]:
+    with log.open("w") as sink:
+        proc = subprocess.Popen(argv, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, log
+
+
+def _wait(launches: list[tuple[subprocess.Popen, Path]]) -> None:
+    """Wait for every launch; on a failure or the timeout, stop the others (their process groups,
+    which this function started) and raise with the failed launch's log tail."""
+    try:
+        for proc, log in launches:
+            if proc.wait(timeout=TIMEOUT_S) != 0:
+                tail = "\n".join(log.read_text().splitlines()[-15:])
+                raise RuntimeError(f"a `bench comm` launch failed (exit {proc.returncode}):\n{tail}")
+    finally:
+        for proc, _ in launches:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
