@@ -1,8 +1,9 @@
 """The tasks a placing planner plans once tables are spread: the task itself (when every table
 can be placed whole or column-wise) and, for each ``spread_variants`` variant, the rest of the
 workload around the variant's spread shards (a ``TaskCache`` with ``fixed`` shards). Computed
-once per task (kept in its cache), so cost_greedy and the rl planners share them and what they
-place on them; ``best_of_tasks`` keeps the best plan over them."""
+once per task (kept in its cache), so that every cost_greedy of a task reuses them and what it
+placed on them; ``best_of_tasks`` keeps the best plan over them. The rl planners choose each
+table's option themselves (``autoshard.rl.options``) and use neither."""
 
 from __future__ import annotations
 
