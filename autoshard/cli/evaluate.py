@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC
 from pathlib import Path
@@ -25,12 +26,13 @@ from autoshard.profiles import DEFAULT_MODEL
 
 if TYPE_CHECKING:
     from autoshard.core.task import Task
-    from autoshard.evaluation.suite import DistributedMeasurer, TaskResult
+    from autoshard.core.types import ShardingPlan
+    from autoshard.evaluation.suite import TaskResult
     from autoshard.profiles import LoadedModel
+    from autoshard.torchrec.dmp_verification import DmpVerification
 
 VERIFY_TOP, VERIFY_ROUNDS = 4, 6  # --verify measures as `autoshard plan --verify` does by default
-DISTRIBUTED_STEPS = 10  # --distributed: training steps timed per plan
-SEED = 0  # of the random planner, rl+refine's sampling and --distributed's batches (the report records it)
+SEED = 0  # of the random planner and rl+refine's sampling (the report records it)
 
 Suite = Annotated[str, typer.Argument(help="A suite JSON file, or 'default' (bundled).")]
 Planners = Annotated[
@@ -95,9 +97,14 @@ Verify = Annotated[
         rich_help_panel=MEASUREMENT,
     ),
 ]
-Distributed = Annotated[
+Dmp = Annotated[
     bool,
-    typer.Option(help="Also run every plan with TorchRec DMP, one process per device.", rich_help_panel=MEASUREMENT),
+    typer.Option(
+        "--dmp",
+        help="Also run every plan end to end under TorchRec's DMP, one process a rank: each rank's step and its "
+        "parts measured beside the prediction, and three judges (our model, TorchRec's estimator, DMP).",
+        rich_help_panel=MEASUREMENT,
+    ),
 ]
 
 
@@ -113,7 +120,7 @@ class Run:
     communication: Any  # the profile's CommunicationModel, or None (--no-communication, no profile)
     measurer: Any
     verifier: Any
-    distributed: DistributedMeasurer | None
+    dmp: Callable[[Task, Sequence[ShardingPlan]], DmpVerification] | None
     folder: Path
     json_out: bool
 
@@ -133,18 +140,18 @@ def evaluate_cmd(
     row_cap_mb: RowCapMb = 128,
     drift_samples: DriftSamples = 12,
     verify: Verify = False,
-    distributed: Distributed = False,
+    dmp: Dmp = False,
 ) -> None:
     """Plan every task of a suite with every planner; with --measure, run the plans for real."""
     if verify and not measure:
         raise InputError("--verify", "verifies by measuring, and --measure is off", "add --measure")
-    if resume and (distributed or verify):
-        raise InputError("--resume", "resumes measured and planned tasks only", "run --distributed or --verify afresh")
+    if resume and (dmp or verify):
+        raise InputError("--resume", "resumes measured and planned tasks only", "run --dmp or --verify afresh")
     if measure:
         ensure_malloc_settings()
     run = _run(suite, planners, model, column_split, communication, out, json_out, measure, rounds, row_cap_mb)
     run = replace(run, verifier=_verifier(run, row_cap_mb) if verify else None)
-    run = replace(run, distributed=_distributed(rounds, SEED) if distributed else None)
+    run = replace(run, dmp=_dmp(run, rounds, row_cap_mb) if dmp else None)
     warnings_of = _priceable(run.tasks, run.context.cost_model)  # before anything is planned or measured
     report = _report(run, communication, measure, rounds, row_cap_mb)
     done = _unfinished(run.folder / "report.json", report) if resume else {}
@@ -190,7 +197,7 @@ def _run(suite, planners, model, column_split, communication, out, json_out, mea
         communication=profile.communication if communication and profile else None,
         measurer=plans_measurer(rounds, row_cap_mb, profile) if measure else None,
         verifier=None,
-        distributed=None,
+        dmp=None,
         folder=out / name,
         json_out=json_out,
     )
@@ -203,17 +210,15 @@ def _verifier(run: Run, row_cap_mb: int):
     return plans_verifier(VERIFY_ROUNDS, row_cap_mb, run.profile, run.communication, VERIFY_TOP)
 
 
-def _distributed(rounds: int, seed: int) -> DistributedMeasurer:
-    """``--distributed``: every plan run under TorchRec DMP, one gloo process per device."""
-    from autoshard.torchrec.dmp_run import DistributedConfig, compare_distributed
+def _dmp(run: Run, rounds: int, row_cap_mb: int) -> Callable[[Task, Sequence[ShardingPlan]], DmpVerification]:
+    """``--dmp``: every plan of a task run end to end under TorchRec's DMP (``autoshard.cli.dmp``)."""
+    from autoshard.cli.dmp import run_dmp_verification
 
-    def run(plans, workload):
-        config = DistributedConfig(
-            world_size=len(plans[0].devices), steps=DISTRIBUTED_STEPS, batch_size=workload.batch_size, seed=seed
-        )
-        return compare_distributed(plans, workload, config, rounds)
+    def verify(task: Task, plans: Sequence[ShardingPlan]) -> DmpVerification:
+        model, comm = run.context.cost_model, run.communication
+        return run_dmp_verification(plans, task.workload, task.topology, model, comm, len(plans), rounds, row_cap_mb)
 
-    return run
+    return verify
 
 
 def _report(run: Run, communication: bool, measure: bool, rounds: int, row_cap_mb: int) -> dict[str, Any]:
@@ -249,9 +254,7 @@ def _evaluate_tasks(
             for warning in warnings_of[task.name]:
                 console.print(f"[yellow]warning:[/yellow] {task.name}: {warning}", highlight=False)
             results.append(
-                evaluate_task(
-                    task, run.names, run.context, run.measurer, run.distributed, run.communication, run.verifier
-                )
+                evaluate_task(task, run.names, run.context, run.measurer, None, run.communication, run.verifier)
             )
         against.append(against_best_heuristic(results[-1]))
         held_out.append(against_held_out_heuristic(results[-1]))
@@ -259,10 +262,21 @@ def _evaluate_tasks(
             report["tasks"].append(done[task.name])
             continue
         report["tasks"].append(_task_entry(run, task, results[-1], warnings_of[task.name], against[-1], held_out[-1]))
+        if run.dmp is not None:
+            _add_dmp(run, run.dmp(task, results[-1].comparison.plans), report["tasks"][-1])
         _write_report(report | {"complete": False}, run.folder)  # a run cut short keeps the tasks it finished
         if not run.json_out:
             console.print(Path(report["tasks"][-1]["files"]["markdown"]).read_text(), highlight=False, markup=False)
     return results, against, held_out
+
+
+def _add_dmp(run: Run, verification: DmpVerification, entry: dict[str, Any]) -> None:
+    """``--dmp``: the task's planner rows gain their ``verify``; printed unless --json."""
+    from autoshard.cli.dmp import add_to_report, print_dmp_verification
+
+    add_to_report(entry, verification, "planners")
+    if not run.json_out:
+        print_dmp_verification(verification, console)
 
 
 def _task_entry(run: Run, task: Task, result: TaskResult, warnings, against, held_out) -> dict[str, Any]:
