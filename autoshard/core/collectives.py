@@ -10,6 +10,8 @@ d columns, pooling factor L_s, its lookups' share already in it) makes a rank se
 - ``input_dist`` (every shard but a replica): the ids' all-to-all, B x (8 L_s + 4) bytes (int64
   ids and int32 lengths) a rank receives for the shard, (L - 1) / W of them from its host and
   (W - L) / W from other hosts;
+- a sequence table's shard (``Table.pooled`` False, an EmbeddingCollection's) sends every id's
+  embedding, not one pooled row a sample: its outputs below are L_s times larger;
 - ``all_to_all`` (table-, column- and table-column-wise): 2 x B x d x 4 bytes (fp32 pooled
   outputs forward, their gradients backward), split over the tiers as the ids are;
 - ``reduce_scatter`` (row-wise forward) and ``all_gather`` (its backward): B x d x 4 bytes of
@@ -149,7 +151,7 @@ def shard_traffic(table: Table, batch_size: int, num_devices: int, devices_per_h
     ids = batch_size * (ID_BYTES * table.pooling_factor + LENGTH_BYTES)
     out[INDEX[Collective.INPUT_DIST, Tier.INTRA]] = ids * intra
     out[INDEX[Collective.INPUT_DIST, Tier.INTER]] = ids * inter
-    output = batch_size * d * OUTPUT_BYTES
+    output = batch_size * d * OUTPUT_BYTES * (1.0 if table.pooled else table.pooling_factor)  # sequence: per id
     if kind in ROW_SHARDED_IN_HOST:
         for collective in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER):
             out[INDEX[collective, Tier.INTRA]] = output * (local - 1) / local

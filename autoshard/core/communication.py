@@ -85,6 +85,7 @@ def link_dims(table: Table, links: Links) -> tuple[float, float]:
     """The output columns a shard (``table``: its ``as_table``) sends inside its host and to
     other hosts, in units of a table-wise shard's all-to-all (see the module docstring)."""
     kind, d = table.sharding_type, float(table.embedding_dim)
+    d *= 1.0 if table.pooled else table.pooling_factor  # a sequence table sends every id's embedding
     if kind is ShardingType.DATA_PARALLEL:
         return 0.0, 0.0
     if kind is ShardingType.TABLE_ROW_WISE or kind is ShardingType.GRID_SHARD:
