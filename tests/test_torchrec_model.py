@@ -207,3 +207,32 @@ def test_drop_in_plans_with_model_torchrec():
     plan = planner.plan(module, [EmbeddingBagCollectionSharder()])
     assert set(plan.plan[""]) == {f"t{i}" for i in range(6)}
     assert planner.last_profile[0] == "torchrec"
+
+
+# --- a policy knows the cost model it was trained against -------------------------------------
+
+
+def test_a_policy_planning_with_another_cost_model_than_its_own_warns(shipped_model, tmp_path):
+    import warnings
+    from dataclasses import replace
+    from pathlib import Path
+
+    from autoshard.rl.planners import RLPlanner
+    from autoshard.rl.policy import OptionPolicy, PolicyModelWarning
+
+    policy = OptionPolicy.load(Path(__file__).resolve().parents[1] / "data" / "models" / "default" / "policy.pt")
+    assert policy.info.trained_against == shipped_model.profile.id  # a file from before the field: its profile's
+    workload = Workload(tuple(Table(f"t{i}", 1000 * (i + 1), 16, 2.0) for i in range(8)), 256)
+    topology = Topology(4, 1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PolicyModelWarning)
+        RLPlanner(shipped_model, policy).plan(workload, topology)  # its own model: silent
+    torchrec = TorchRecCostModel().for_task(workload, topology)
+    with pytest.warns(PolicyModelWarning, match=f"trained against cost model '{policy.info.profile}'.*'torchrec'"):
+        RLPlanner(torchrec, policy).plan(workload, topology)
+
+    trained = OptionPolicy(policy.layers, replace(policy.info, cost_model="torchrec"))
+    trained.save(tmp_path / "policy.pt")
+    again = OptionPolicy.load(tmp_path / "policy.pt")
+    assert again.info.trained_against == "torchrec" and again.model_mismatch(torchrec) is None
+    assert "'torchrec' and plans with" in (again.model_mismatch(shipped_model) or "")

@@ -5,6 +5,7 @@ margin that the product keeps against cost_greedy)."""
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -25,7 +26,7 @@ from autoshard.planners.sharding_options import ALL_TYPES
 from autoshard.planners.task_cache import TaskCache
 from autoshard.rl.env import FULL_VIEW_DEVICES
 from autoshard.rl.options import OptionState
-from autoshard.rl.policy import OptionPolicy
+from autoshard.rl.policy import OptionPolicy, PolicyModelWarning
 from autoshard.rl.rollout import Choose, argmax_choice, rollout, sampled_choice
 
 SAMPLE_BUDGET_S = 1.0
@@ -79,6 +80,9 @@ class RLPlanner:
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         started = time.perf_counter()
         deadline = Deadline(started, self.time_budget_s)
+        mismatch = self.policy.model_mismatch(self.cost_model)
+        if mismatch is not None:
+            warnings.warn(mismatch, PolicyModelWarning, stacklevel=2)
         check_total(workload.memory_bytes, topology)
         check_constraints(workload, topology, self.sharding_types)
         cache = TaskCache.for_task(self.cache, workload, topology)

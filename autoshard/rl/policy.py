@@ -114,6 +114,29 @@ class PolicyInfo:
     warm_start_ratio: float | None = None
     history: tuple[tuple[int, float], ...] = field(default_factory=tuple)
     dropped: tuple[str, ...] = ()  # feature groups it never saw (ablations)
+    cost_model: str = ""  # the cost model it was trained against (``cost_model_name``); "": its profile's
+
+    @property
+    def trained_against(self) -> str:
+        """The cost model its rewards came from: ``cost_model``, else its profile's trained model
+        (files written before the field named only the profile, whose model they were trained on)."""
+        return self.cost_model or self.profile
+
+
+class PolicyModelWarning(UserWarning):
+    """A policy plans with another cost model than the one it was trained against."""
+
+
+def cost_model_name(cost_model: object) -> str | None:
+    """The name a cost model goes by in policy files: a trained model's profile id, TorchRec's
+    estimator's ``name`` (``torchrec``, ``torchrec_cpu``); through the all-to-all wrapper
+    (``WithCommunication.compute``). None for a model with neither (no check)."""
+    model = getattr(cost_model, "compute", cost_model)
+    profile_id = getattr(getattr(model, "profile", None), "id", None)
+    if isinstance(profile_id, str):
+        return profile_id
+    name = getattr(model, "name", None)
+    return name if isinstance(name, str) else None
 
 
 class OptionPolicy:
@@ -129,6 +152,18 @@ class OptionPolicy:
     @property
     def name(self) -> str:
         return f"{self.info.profile}/{POLICY_FILE} ({self.info.steps:,} PPO steps, {self.info.reward} reward)"
+
+    def model_mismatch(self, cost_model: object) -> str | None:
+        """Why planning with ``cost_model`` departs from this policy's training (None: it does
+        not, or the model has no name to compare): its scores learned one model's costs, and
+        another model's may rank the options otherwise."""
+        name = cost_model_name(cost_model)
+        if name is None or name == self.info.trained_against:
+            return None
+        return (
+            f"the rl policy was trained against cost model {self.info.trained_against!r} and plans with {name!r}: "
+            f"its choices may suit the other model's costs (train one for {name!r} with `autoshard policy train`)"
+        )
 
     @classmethod
     def from_net(cls, net: OptionScorerNet, info: PolicyInfo) -> OptionPolicy:
@@ -173,6 +208,7 @@ class OptionPolicy:
             raw = dict(data["info"])
             raw["history"] = tuple((int(s), float(r)) for s, r in raw.get("history", ()))
             raw["dropped"] = tuple(raw.get("dropped", ()))
+            raw["cost_model"] = str(raw.get("cost_model", ""))
             info = PolicyInfo(**raw)
             if not layers or layers[0][0].shape[0] != ROW or layers[-1][0].shape[1] != 1:
                 raise ValueError(f"layer shapes do not fit {ROW} inputs and one score")
