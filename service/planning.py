@@ -29,11 +29,10 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from autoshard.core.errors import AutoShardError, PlannerErrorKind
-from autoshard.core.types import ShardingPlan
 from autoshard.planning.registry import import_planners
+from autoshard.planning.runs import PlannerRun, RunOutcome
 from autoshard.profiles import LoadedModel, ModelStore
 from service.tasks import (
     ErrorInfo,
@@ -41,6 +40,7 @@ from service.tasks import (
     PlannerTask,
     ReplanResult,
     ReplanTask,
+    planner_run,
     run_replan,
     run_task,
 )
@@ -51,12 +51,12 @@ TaskFunction = Callable[[PlannerTask], list[PlannerResult]]
 
 @dataclass
 class PlanningOutcome:
-    plans: list[ShardingPlan] = field(default_factory=list)
-    exports: dict[str, dict[str, Any]] = field(default_factory=dict)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    errors: list[Exception] = field(default_factory=list)
-    timed_out: list[str] = field(default_factory=list)
-    seconds: dict[str, tuple[float, str]] = field(default_factory=dict)  # planner: (s, outcome)
+    """A request's planner runs, in its tasks' order (``LATE``: a task cut off by the budget, or a
+    planner its task did not start in time); ``worker_failed``: the planners whose worker process
+    failed (skipped, and not timed)."""
+
+    runs: list[PlannerRun] = field(default_factory=list)
+    worker_failed: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
 
 
@@ -97,37 +97,23 @@ class PlanningPool:
         broken = False
         for task, future in zip(tasks, futures):
             if future not in done or future.cancelled():
-                outcome.timed_out.extend(task.names)
+                outcome.runs.extend(PlannerRun(name, RunOutcome.LATE) for name in task.names)
             elif future.exception() is not None:
                 broken = broken or isinstance(future.exception(), BrokenProcessPool)
                 log.error("planners %s: %r", ", ".join(task.names), future.exception())
-                outcome.skipped.extend((name, "the planning worker failed") for name in task.names)
+                failed = "the planning worker failed"
+                outcome.runs.extend(PlannerRun(name, RunOutcome.SKIPPED, reason=failed) for name in task.names)
+                outcome.worker_failed.extend(task.names)
             else:
-                for result in future.result():
-                    self._collect(task, result, outcome)
+                outcome.runs.extend(planner_run(result, task.workload) for result in future.result())
         outcome.elapsed_s = time.monotonic() - started
         if broken:
             self._restart()
-            if not outcome.plans:
+            if not any(run.plan is not None for run in outcome.runs):
                 raise PlanningUnavailable(
                     "a planning worker process died (out of memory?); the pool has been restarted: retry the request"
                 )
         return outcome
-
-    @staticmethod
-    def _collect(task: PlannerTask, result: PlannerResult, outcome: PlanningOutcome) -> None:
-        if result.outcome == "late":
-            outcome.timed_out.append(result.name)
-            return
-        outcome.seconds[result.name] = (result.seconds, result.outcome)
-        if result.plan is not None:
-            outcome.plans.append(result.plan.plan(task.workload))
-            if result.export is not None:
-                outcome.exports[result.name] = result.export
-            return
-        outcome.skipped.append((result.name, result.reason or "no plan"))
-        if result.error is not None:
-            outcome.errors.append(result.error.exception())
 
     async def replan(self, task: ReplanTask, budget_s: float) -> ReplanResult:
         """One re-plan in the pool; ``asyncio.TimeoutError`` past ``budget_s`` (a re-plan already

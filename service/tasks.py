@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import logging
 import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autoshard.core.communication import CommunicationModel, WithCommunication
+from autoshard.core.communication import CommunicationModel
 from autoshard.core.errors import (
     AutoShardError,
     InputError,
@@ -32,13 +30,11 @@ from autoshard.core.types import (
     Topology,
     Workload,
 )
-from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.incremental import CurrentPlacement, MoveBudget
 from autoshard.planners.sharding_options import ALL_TYPES
-from autoshard.planners.task_cache import TaskCache
-from autoshard.planning.compare import compare_planners
-from autoshard.planning.registry import PLANNERS
+from autoshard.planning.options import Models, PlanOptions
 from autoshard.planning.replan import ReplanReport, compare_replans
+from autoshard.planning.runs import NON_FINITE, PlannerRun, RunOutcome, run_planners
 
 if TYPE_CHECKING:
     from autoshard.rl.policy import OptionPolicy
@@ -62,6 +58,18 @@ class PlannerTask:
     allow_column_split: bool | None = None  # PlannerContext's rule
     export: bool = False
     sharding_types: frozenset[ShardingType] = ALL_TYPES
+
+    @property
+    def options(self) -> PlanOptions:
+        """The task as planning's options: no time budget of its own, its deadline for every planner."""
+        return PlanOptions(
+            self.names,
+            self.seed,
+            self.allow_column_split,
+            deadline=self.deadline,
+            sharding_types=self.sharding_types,
+            torchrec_export=self.export,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,129 +147,40 @@ def run_task(
     communication: CommunicationModel | None = None,
     policy: OptionPolicy | None = None,
 ) -> list[PlannerResult]:
-    """Each planner of the task, until the deadline passes; device costs include the profile's
-    all-to-all when it has a communication model. Searching planners get the time left as their
-    budget, and return their best plan so far (``partial``) when it runs out. The task's
-    planners share the placements they compute alike: the task owns their ``TaskCache``.
-
-    A task answers only when its last planner is done, so a planner that overran the deadline
-    would lose the plans of those before it: once a planner has planned, the next one starts
-    only if at least as much time is left as the longest one so far took (the model task runs
-    cost_greedy, rl and rl+refine, each at least as long as the one before, but for what they
-    share); the others are ``late``. Consecutive heuristics plan in one ``compare_planners``
-    call, under the same rule, so that one cost-model call scores all their plans."""
+    """The task's planners, run as ``autoshard.planning.plan.plan`` runs them
+    (``autoshard.planning.runs.run_planners``: until the deadline, device costs with the
+    all-to-all, a planner started only with as much time left as the longest before it took),
+    each result made compact to travel back; never raises."""
     index = {t.name: i for i, t in enumerate(task.workload.tables)}
-    cache = TaskCache(task.workload, task.topology)
-    if cost_model is not None and communication is not None:  # one priced model for the task's planners:
-        # ``TaskCache`` hands out the units it costed by model, so that they are costed once
-        cost_model = WithCommunication(cost_model, communication, task.topology)
-    results: list[PlannerResult] = []
-    for names in _batches(task.names):
-        left = task.deadline - time.monotonic()
-        if left <= 0 or (results and left < max(r.seconds for r in results)):
-            results += [PlannerResult(name, "late") for name in names]
-            continue
-
-        def may_start(longest_s: float) -> bool:  # the same rule within a batch
-            left = task.deadline - time.monotonic()
-            return left > 0 and left >= max([longest_s, *(r.seconds for r in results)])
-
-        context = PlannerContext(
-            cost_model,
-            policy,
-            task.seed,
-            task.allow_column_split,
-            left,
-            cache=cache,
-            sharding_types=task.sharding_types,
-        )
-        results += _run_planners(names, task, context, index, may_start)
-    return results
+    runs = run_planners(
+        task.names, task.workload, task.topology, Models(cost_model, communication, policy), task.options
+    )
+    return [_result(run, index) for run in runs]
 
 
-def _batches(names: tuple[str, ...]) -> list[tuple[str, ...]]:
-    """The task's planners in runs to plan together: consecutive heuristics in one (a millisecond
-    each: their plans are scored by one cost-model call, ``compare_planners``), any other alone."""
-    batches: list[tuple[str, ...]] = []
-    for name in names:
-        heuristic = name in PLANNERS and PLANNERS[name].kind is PlannerKind.HEURISTIC
-        if heuristic and batches and all(PLANNERS[n].kind is PlannerKind.HEURISTIC for n in batches[-1]):
-            batches[-1] += (name,)
-        else:
-            batches.append((name,))
-    return batches
+def _result(run: PlannerRun, index: dict[str, int]) -> PlannerResult:
+    return PlannerResult(
+        run.name,
+        run.outcome.value,
+        run.seconds,
+        None if run.plan is None else CompactPlan.of(run.plan, index),
+        run.export,
+        run.reason,
+        None if run.error is None else ErrorInfo.of(run.error),
+    )
 
 
-def _run_planners(
-    names: tuple[str, ...],
-    task: PlannerTask,
-    context: PlannerContext,
-    index: dict[str, int],
-    may_start: Callable[[float], bool],
-) -> list[PlannerResult]:
-    """The planners ``names``, through ``compare_planners`` like the CLI (``context``'s cost model
-    prices the all-to-all already); never raises. Each result's time is its plan's
-    ``plan_time_s`` (the batch's time for a planner without a plan)."""
-    started = time.perf_counter()
-
-    def failed(outcome: str, reason: str, error: ErrorInfo | None = None) -> list[PlannerResult]:
-        return [
-            PlannerResult(name, outcome, time.perf_counter() - started, reason=reason, error=error) for name in names
-        ]
-
-    try:
-        result = compare_planners(task.workload, task.topology, list(names), context, None, may_start)
-    except AutoShardError as error:  # e.g. a table TorchRec cannot represent
-        return failed("skipped", str(error), ErrorInfo.of(error))
-    except Exception as error:  # noqa: BLE001 - one broken planner must not fail the others
-        log.exception("planners %s failed", ", ".join(names))
-        return failed(
-            "error",
-            f"internal error in planner {', '.join(map(repr, names))} ({type(error).__name__}; logged)",
-            ErrorInfo.of(error),
-        )
-    plans = dict(zip(result.planned, result.plans))
-    skipped = dict(result.skipped)
-    errors = {name: error for (name, _), error in zip(result.skipped, result.errors)}
-    elapsed = time.perf_counter() - started
-    out = []
-    for name in names:
-        plan = plans.get(name)
-        if name in result.not_started:
-            out.append(PlannerResult(name, "late"))
-        elif plan is None:
-            failure = errors.get(name)
-            out.append(
-                PlannerResult(
-                    name,
-                    "skipped",
-                    elapsed,
-                    reason=skipped.get(name, "no plan"),
-                    error=ErrorInfo.of(failure) if failure is not None else None,
-                )
-            )
-        else:
-            out.append(_result(name, plan, task, index, elapsed if len(names) == 1 else plan.plan_time_s))
-    return out
-
-
-def _result(name: str, plan: ShardingPlan, task: PlannerTask, index: dict[str, int], seconds: float) -> PlannerResult:
-    if not all(math.isfinite(d.cost_ms) for d in plan.devices):
-        return PlannerResult(
-            name,
-            "error",
-            seconds,
-            reason="the cost model predicted a non-finite cost: the tables are far outside what it was trained on",
-        )
-    export = None
-    if task.export:
-        from autoshard.torchrec.bridge import export_torchrec
-
-        try:
-            export = export_torchrec(plan, task.workload, task.topology.local_world_size)
-        except AutoShardError as error:  # e.g. a table TorchRec cannot represent
-            return PlannerResult(name, "skipped", seconds, reason=str(error), error=ErrorInfo.of(error))
-    return PlannerResult(name, "ok", seconds, plan=CompactPlan.of(plan, index), export=export)
+def planner_run(result: PlannerResult, workload: Workload) -> PlannerRun:
+    """A worker's result as the run it was (its plan rebuilt on ``workload``, its error re-raised as typed)."""
+    return PlannerRun(
+        result.name,
+        RunOutcome(result.outcome),
+        result.seconds,
+        None if result.plan is None else result.plan.plan(workload),
+        result.export,
+        result.reason,
+        None if result.error is None else result.error.exception(),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +233,7 @@ def run_replan(
         return ReplanResult(
             error=ErrorInfo(
                 "input",
-                "the cost model predicted a non-finite cost: the tables are far outside what it was trained on",
+                NON_FINITE,
                 field="tables",
                 fix="plan tables within the profile's trained ranges",
             )
@@ -329,6 +248,7 @@ __all__ = [
     "PlannerTask",
     "ReplanResult",
     "ReplanTask",
+    "planner_run",
     "run_replan",
     "run_task",
 ]

@@ -57,7 +57,9 @@ def plan(
 
     In order:
 
-    1. ``check_request``: tables the cost model cannot answer, constraints no plan can meet and a
+    1. The planners: an unknown name raises, and so do names of which none can run here;
+       without names, those that cannot run are skipped.
+       ``check_request``: tables the cost model cannot answer, constraints no plan can meet and a
        workload that fits no way raise (below); mild extrapolation becomes ``warnings``.
     2. The planners run (``runner``; default ``run_planners`` here): each planner's plan, or why
        it has none. Heuristics place by their proxies and are priced by the model after.
@@ -78,8 +80,8 @@ def plan(
             when no planner planned, the first planner's error.
         NoPlanInTime: no planner planned before the deadline (``planners``: those cut short).
     """
-    warnings = check_request(workload, topology, models, options)
     names, unavailable = _planners(options, models)
+    warnings = check_request(workload, topology, models, options)
     run = runner or (lambda n, w, t, o: run_planners(n, w, t, models, o))
     runs = run(names, workload, topology, options)
     report = _report(workload, topology, models, options, unavailable, runs, warnings)
@@ -103,14 +105,16 @@ def check_request(workload: Workload, topology: Topology, models: Models, option
 
 
 def _planners(options: PlanOptions, models: Models) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
-    """The planners to run, and (planner, why not) for those of "every planner" that cannot run."""
-    if options.planners is not None:
-        for name in options.planners:
-            planner_spec(name)  # an unknown name is an InputError
-        return options.planners, []
+    """The planners to run, and (planner, why not) for those of "every planner" that cannot run;
+    planners named of which none can run raise the first one's ``PlannerError(UNAVAILABLE)``."""
     context = PlannerContext(models.cost_model, models.policy)
-    names, unavailable = available_planners(context, defaults_only=False)
-    return tuple(names), unavailable
+    if options.planners is None:
+        names, unavailable = available_planners(context, defaults_only=False)
+        return tuple(names), unavailable
+    unmet = [planner_spec(name).unmet(context) for name in options.planners]  # an unknown name: InputError
+    if options.planners and all(unmet):  # none of them can run: say why the first cannot
+        raise unmet[0]  # type: ignore[misc]
+    return options.planners, []
 
 
 def _report(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Sequence
@@ -12,29 +13,23 @@ from fastapi import APIRouter, Query, Request, Response
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.sharding import parse_sharding_types
 from autoshard.core.types import Topology, Workload
-from autoshard.planners.context import PlannerContext, PlannerKind
-from autoshard.planners.feasibility import check_total
-from autoshard.planners.placement_rules import ConstraintsConflict, check_constraints
-from autoshard.planners.placement_unit import proxy_costs
-from autoshard.planners.proxies import ProxyCostModel, size_proxy
-from autoshard.planners.report import plans_report
-from autoshard.planners.sharding_options import ALL_TYPES, ROW_TYPES
-from autoshard.planners.stats import plan_stats
-from autoshard.planners.unit_preparation import prepare_units
-from autoshard.planning.compare import shard_warnings
-from autoshard.planning.registry import HEURISTICS
+from autoshard.planners.context import PlannerKind
+from autoshard.planners.placement_rules import ConstraintsConflict
+from autoshard.planners.sharding_options import ALL_TYPES
+from autoshard.planning.options import Models, PlanOptions
+from autoshard.planning.plan import NoPlanInTime, Runner, plan
+from autoshard.planning.report import PlanningReport
+from autoshard.planning.runs import PlannerRun, RunOutcome
 from autoshard.profiles import LoadedModel
 from service.deps import StateDep
 from service.errors import FieldError, PlanningTimeout, infeasible_error, input_error_at
-from service.inputs import check_inputs, parse_body, resolve_profile
+from service.inputs import parse_body, resolve_profile
 from service.plan_cache import Answer
-from service.planning import PlanningOutcome, PlanningUnavailable
+from service.planning import PlanningUnavailable
 from service.schemas.requests import Format, PlanRequest
 from service.schemas.responses import ErrorResponse, PlanResponse
 from service.state import ServiceState
 from service.tasks import PlannerTask
-
-PROXY_UNIT = "proxy: dim x pooling summed per device (no cost model)"
 
 router = APIRouter(tags=["plans"])
 
@@ -82,68 +77,89 @@ async def create_plans(
         return _send(state, kept, "hit", arrived)
     settings = state.settings
     budget = min(body.time_budget_s or settings.plan_timeout_s, settings.plan_timeout_s)
-    deadline = arrived + budget
     workload, topology = parse_body(body, settings)
     model = resolve_profile(state, body.profile)
-    warnings = check_inputs(model, workload)
     names = state.planners_for(body.planners, model)
-    sharding_types = ALL_TYPES if body.sharding_types is None else parse_sharding_types(body.sharding_types)
-    try:
-        check_constraints(workload, topology, sharding_types)
-    except ConstraintsConflict as error:
-        raise FieldError(
-            ("body", "workload", error.field),
-            error.message,
-            "infeasible.constraints_conflict",
-            {"kind": error.kind.value, "fixes": list(error.fixes)},
-        ) from None
-    except InputError as error:  # a pin past the topology
-        raise input_error_at(error, ("body", "workload", "placement")) from None
-    try:
-        if sharding_types & ROW_TYPES:  # a table too large for a device can be row-sharded
-            check_total(workload.memory_bytes, topology)
-        else:
-            prepare_units(
-                workload,
-                topology,
-                proxy_costs(size_proxy),  # with splits if any planner may split
-                PlannerContext(allow_column_split=body.allow_column_split).any_splits,
-            )
-    except PlannerError as error:  # it cannot fit, whatever the planner
-        raise infeasible_error(error, workload, topology) from None
     if format == "torchrec":
         _check_torchrec()
+    options = PlanOptions(
+        tuple(names),
+        body.seed,
+        body.allow_column_split,
+        deadline=arrived + budget - RETURN_MARGIN * budget,  # planners stop then, so that the answer is in time
+        sharding_types=ALL_TYPES if body.sharding_types is None else parse_sharding_types(body.sharding_types),
+        stats=body.stats,
+        torchrec_export=format == "torchrec",
+    )
+    runner = PoolRunner(state, model.profile if model else None, arrived, budget, asyncio.get_running_loop())
 
-    async def plan() -> Answer:
-        stop = deadline - RETURN_MARGIN * budget
+    async def answer() -> Answer:
+        try:
+            report = await asyncio.to_thread(_plan, state, workload, topology, model, options, runner)
+        except (InputError, PlannerError) as error:
+            raise _located(error, budget, workload, topology) from None
+        return _render(PlanResponse.model_validate({**report.to_dict(detail=True), "elapsed_s": 0.0}))
+
+    answer_, source = await state.cache.get_or_plan(key, answer, len(workload.tables) * len(names))
+    return _send(state, answer_, source, arrived)
+
+
+def _plan(
+    state: ServiceState,
+    workload: Workload,
+    topology: Topology,
+    model: LoadedModel | None,
+    options: PlanOptions,
+    runner: Runner,
+) -> PlanningReport:
+    """``autoshard.planning.plan.plan``, in a thread of the event loop's executor: the cost model
+    that checks the tables and prices the stats is this thread's own copy (its caches are not
+    safe to share); the planners run in the planning pool (``runner``)."""
+    own = state.store.for_thread(model.profile) if model else None
+    return plan(workload, topology, Models.of(model, own), options, runner)
+
+
+class PoolRunner:
+    """Runs a request's planners in the planning pool (``Runner``), from the thread that plans
+    the request: in worker tasks (``_task_groups``) until the request's deadline, each planner's
+    time and outcome counted in the metrics."""
+
+    def __init__(
+        self, state: ServiceState, profile: str | None, arrived: float, budget: float, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.state, self.profile, self.arrived, self.budget, self.loop = state, profile, arrived, budget, loop
+
+    def __call__(
+        self, names: Sequence[str], workload: Workload, topology: Topology, options: PlanOptions
+    ) -> list[PlannerRun]:
+        assert options.deadline is not None  # the request's, less its margin
         tasks = [
             PlannerTask(
                 group,
                 workload,
                 topology,
-                model.profile if model else None,
-                stop,
-                body.seed,
-                body.allow_column_split,
-                format == "torchrec",
-                sharding_types,
+                self.profile,
+                options.deadline,
+                options.seed,
+                options.allow_column_split,
+                options.torchrec_export,
+                options.sharding_types,
             )
-            for group in _task_groups(state, names)
+            for group in _task_groups(self.state, names)
         ]
+        left = self.arrived + self.budget - time.monotonic()
+        running = asyncio.run_coroutine_threadsafe(self.state.pool.run(tasks, left, self.arrived), self.loop)
         try:
-            outcome = await state.pool.run(tasks, deadline - time.monotonic(), arrived)
+            outcome = running.result()
         except PlanningUnavailable as error:
             raise PlannerError(PlannerErrorKind.UNAVAILABLE, str(error), ("retry the request",)) from None
-        for name, (seconds, result) in outcome.seconds.items():
-            state.metrics.observe_planner(name, seconds, result)
-        for name in outcome.timed_out:
-            state.metrics.planner_runs.labels(name, "timeout").inc()
-        if not outcome.plans:
-            _raise_no_plan(outcome, budget, workload, topology)
-        return _render(_response(workload, topology, outcome, model, warnings, body.stats))
-
-    answer, source = await state.cache.get_or_plan(key, plan, len(workload.tables) * len(names))
-    return _send(state, answer, source, arrived)
+        metrics = self.state.metrics
+        for run in outcome.runs:
+            if run.outcome is RunOutcome.LATE:
+                metrics.planner_runs.labels(run.name, "timeout").inc()
+            elif run.name not in outcome.worker_failed:
+                metrics.observe_planner(run.name, run.seconds, run.outcome.value)
+        return outcome.runs
 
 
 RETURN_MARGIN = 0.2
@@ -198,69 +214,20 @@ def _check_torchrec() -> None:
         ) from None
 
 
-def _raise_no_plan(outcome: PlanningOutcome, budget: float, workload: Workload, topology: Topology) -> None:
-    if outcome.timed_out:
-        raise PlanningTimeout(budget, outcome.timed_out)
-    for error in outcome.errors:
-        if isinstance(error, PlannerError):
-            if error.kind is PlannerErrorKind.TIME_BUDGET:
-                raise PlanningTimeout(budget, [name for name, _ in outcome.skipped])
-            if error.kind is PlannerErrorKind.UNAVAILABLE:
-                raise error
-            raise infeasible_error(error, workload, topology)
-        if isinstance(error, InputError):
-            raise input_error_at(error, ("body", "workload"))
-    raise RuntimeError("no planner returned a plan: " + "; ".join(f"{n}: {r}" for n, r in outcome.skipped))
-
-
-def _response(
-    workload: Workload,
-    topology: Topology,
-    outcome: PlanningOutcome,
-    model: LoadedModel | None,
-    warnings: list[str],
-    stats: bool = False,
-) -> PlanResponse:
-    """``plans_report`` (shared with the CLI), plus structured shards, the TorchRec exports, the
-    best planner and its improvement over each heuristic, the time-budget flags and, with
-    ``stats``, the best plan's ``plan_stats``; validated against ``PlanResponse`` (the schema is
-    enforced, not only documented)."""
-    plans = outcome.plans
-    report = plans_report(
-        workload,
-        topology,
-        plans,
-        outcome.skipped,
-        "ms" if model else PROXY_UNIT,
-        model.device_errors if model else None,
-        model.communication if model else None,
-    )
-    best_name = next(e.planner for e in report.plans if e.best)
-    best = next(p for p in plans if p.planner == best_name)
-    answer = report.to_dict(shards=True)
-    for plan, entry in zip(plans, answer["plans"]):
-        entry["torchrec"] = outcome.exports.get(plan.planner)
-        if stats and plan is best:  # this thread's own use of the model: planning threads use their copies
-            entry["stats"] = plan_stats(
-                plan,
-                workload,
-                topology,
-                model.model if model else ProxyCostModel(),
-                model.communication if model else None,
-                model.device_errors if model else None,
-                report.cost_unit,
-            ).to_dict()
-    answer.update(
-        profile=model.profile if model else None,
-        best=best.planner,
-        improvement_over={
-            p.planner: (1.0 - best.max_cost_ms / p.max_cost_ms) if p.max_cost_ms > 0 else 0.0
-            for p in plans
-            if p.planner in HEURISTICS
-        },
-        partial=bool(outcome.timed_out) or any(p.partial for p in plans),
-        timed_out=outcome.timed_out,
-        warnings=[*warnings, *shard_warnings(model.model if model else None, plans)],
-        elapsed_s=0.0,  # the request's own is added per answer (a kept answer serves many)
-    )
-    return PlanResponse.model_validate(answer)
+def _located(error: InputError | PlannerError, budget: float, workload: Workload, topology: Topology) -> Exception:
+    """What ``plan`` refused, as the answer: at the body's field that holds it (a table, a
+    placement pin, a constraint), a workload that cannot fit as infeasible (422), a planner that
+    cannot run as unavailable (503), no plan in time as a timeout (504)."""
+    if isinstance(error, InputError):
+        if error.where == "placement":  # a pin past the topology
+            unplaced = InputError(error.field, error.message, error.fix)
+            return input_error_at(unplaced, ("body", "workload", "placement"))
+        return input_error_at(error, ("body", "workload"))
+    if isinstance(error, NoPlanInTime):
+        return PlanningTimeout(budget, list(error.planners))
+    if isinstance(error, ConstraintsConflict):
+        ctx = {"kind": error.kind.value, "fixes": list(error.fixes)}
+        return FieldError(("body", "workload", error.field), error.message, "infeasible.constraints_conflict", ctx)
+    if error.kind is PlannerErrorKind.UNAVAILABLE:
+        return error
+    return infeasible_error(error, workload, topology)
