@@ -3,8 +3,8 @@
 - **autoshard**: each plan's max device cost as its planner priced it (the cost model's compute
   plus the modelled communication), and per rank its parts (``predict_ranks``).
 - **torchrec_estimator**: TorchRec's ``EmbeddingPerfEstimator`` on each plan's own shards, what
-  TorchRec's planner minimises (``torchrec_estimate_ms``; factored out of
-  ``benchmarks/sharding_4d.py``). TorchRec's sharder offers row-wise, table-row-wise and grid
+  TorchRec's planner minimises (``torchrec_estimate_ms``, through the shared per-shard cache of
+  ``autoshard.torchrec.estimates``). TorchRec's sharder offers row-wise, table-row-wise and grid
   sharding only on cuda, so plans that use them are estimated as cuda plans (HBM bandwidths);
   plans of data-parallel, table-, column- and table-column-wise tables alone can be estimated on
   the CPU (``estimator_device``).
@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoshard.core.collectives import Collective
 from autoshard.core.communication import CommunicationModel
 from autoshard.core.costing import predict_nonempty
 from autoshard.core.sharding import ShardingType
-from autoshard.core.types import CostModel, Optimizer, ShardingPlan, Table, Topology, Workload
+from autoshard.core.types import CostModel, ShardingPlan, Table, Topology, Workload
+
+if TYPE_CHECKING:
+    from autoshard.torchrec.estimates import TaskEstimates
 
 CPU_TYPES = frozenset(
     {ShardingType.DATA_PARALLEL, ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE}
@@ -97,56 +100,21 @@ def estimator_device(plans: Sequence[ShardingPlan]) -> str:
 
 
 def torchrec_estimate_ms(
-    plan: ShardingPlan, workload: Workload, topology: Topology, compute_device: str = "cuda"
+    plan: ShardingPlan,
+    workload: Workload,
+    topology: Topology,
+    compute_device: str = "cuda",
+    estimates: TaskEstimates | None = None,
 ) -> list[float]:
-    """TorchRec's own perf estimate of each rank of ``plan`` (ms per iteration, summed over the
-    rank's shards as its planner sums them): TorchRec's enumerator builds, for each table, the
-    sharding option of the plan's type and kernel (fused; data parallel: dense), its shards are
-    replaced by the plan's own (sizes, offsets, ranks), and TorchRec's estimators price them on
-    ``topology`` (its world size, local world size, bandwidths). On TorchRec's own plan it gives
-    back the estimate its planner kept."""
-    import torch
-    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-    from torchrec.distributed.planner import Topology as TorchRecTopology
-    from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
-    from torchrec.distributed.planner.types import ParameterConstraints, Shard
-    from torchrec.optim import RowWiseAdagrad
+    """TorchRec's own perf estimate of each rank of ``plan`` (ms per iteration): the sum of its
+    shards' ``EmbeddingPerfEstimator`` totals on ``topology`` (its world size, local world size,
+    bandwidths), as TorchRec's planner sums a rank (``autoshard.torchrec.estimates``; pass
+    ``estimates`` to share its cache across plans). On TorchRec's own plan it gives back the
+    estimate its planner kept."""
+    from autoshard.torchrec.estimates import TaskEstimates
 
-    from autoshard.torchrec import bridge
-    from autoshard.torchrec.planner import torchrec_topology_args
-
-    shardings = bridge.table_shardings(plan, workload, topology.world_size, topology.local_world_size)
-    constraints = {
-        t.name: ParameterConstraints(
-            sharding_types=[shardings[t.name].sharding_type.value],
-            compute_kernels=[shardings[t.name].compute_kernel],
-            pooling_factors=[t.pooling_factor],
-        )
-        for t in workload.tables
-    }
-    enumerator = EmbeddingEnumerator(
-        TorchRecTopology(**torchrec_topology_args(topology, compute_device)), workload.batch_size, constraints
-    )
-    module = bridge.embedding_bag_collection(workload)
-    optimizer: dict[Optimizer, type] = {Optimizer.SGD: torch.optim.SGD, Optimizer.ADAGRAD: torch.optim.Adagrad}
-    for table in workload.tables:  # its optimizer state in TorchRec's storage estimate, as TorchRecPlanner tags it
-        weight = module.embedding_bags[table.name].weight
-        weight._optimizer_classes = [optimizer.get(table.optimizer, RowWiseAdagrad)]  # type: ignore[attr-defined]
-    options: dict[str, Any] = {}
-    for option in enumerator.enumerate(module, [EmbeddingBagCollectionSharder()]):
-        options.setdefault(option.name, option)
-    for name, option in options.items():
-        option.shards = [
-            Shard(size=[p.rows, p.columns], offset=[p.row_offset, p.column_offset], rank=p.rank)
-            for p in shardings[name].shards
-        ]
-    enumerator.populate_estimates(list(options.values()))
-    estimate = [0.0] * topology.world_size
-    for option in options.values():
-        for shard in option.shards:
-            if shard.perf is not None and shard.rank is not None:
-                estimate[shard.rank] += shard.perf.total
-    return estimate
+    found = estimates or TaskEstimates(workload, topology, compute_device, storage_reservation=None)
+    return [sum(e.ms for e in found.of([s.as_table for s in d.shards])) for d in plan.devices]
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,12 +180,15 @@ def judge_plans(
     """The three judges on ``plans``: our model (each plan's priced max), TorchRec's estimator on
     each plan's shards, and DMP measured (``measured_max_ms``, each plan's slowest rank; None:
     not measured)."""
+    from autoshard.torchrec.estimates import TaskEstimates
+
     device = estimator_device(plans)
     estimates: list[float | None] = []
     failed = []
+    shared = TaskEstimates(workload, topology, device, storage_reservation=None)
     for plan in plans:
         try:
-            estimates.append(max(torchrec_estimate_ms(plan, workload, topology, device)))
+            estimates.append(max(torchrec_estimate_ms(plan, workload, topology, device, shared)))
         except Exception as error:  # noqa: BLE001 - a plan TorchRec cannot estimate is reported, not fatal
             estimates.append(None)
             failed.append(f"{plan.planner}: {type(error).__name__}: {error}")
