@@ -197,10 +197,7 @@ def plan_cmd(
             console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     data, best = report.to_dict(), report.best_plan
     if verify:
-        best = _verify(data, report, profile, models, verify_top, verify_rounds, row_cap_mb)
-        if stats:
-            report = report.with_stats(best, models)
-            data["plans"][report.stats_of]["stats"] = report.stats.to_dict() if report.stats else None
+        report, best = _verify(data, report, profile, models, (verify_top, verify_rounds, row_cap_mb), stats)
     _output(report, data, best, format, out, json_out, column_split)
 
 
@@ -226,12 +223,13 @@ def _verify(
     report: PlanningReport,
     profile: Any,
     models: Models,
-    top: int,
-    rounds: int,
-    row_cap_mb: int,
-) -> ShardingPlan:
-    """Measure the best-predicted distinct plans here (``plans_verifier``), add the verification
-    to ``data`` (the JSON) and answer the plan that measured fastest."""
+    settings: tuple[int, int, int],
+    stats: bool,
+) -> tuple[PlanningReport, ShardingPlan]:
+    """Measure the best-predicted distinct plans here (``plans_verifier``; ``settings``: how
+    many, in how many rounds, the MiB of rows benchmarked per table), add the verification to
+    ``data`` (the JSON) and answer the plan that measured fastest, with its ``stats`` if asked."""
+    top, rounds, row_cap_mb = settings
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     console.print(
@@ -249,7 +247,11 @@ def _verify(
         )
         verification = verifier(list(report.plans), report.workload.batch_size)
     data["verification"] = {"measures": verification_measures(comm), **verification.to_dict()}
-    return verification.plan
+    if not stats:
+        return report, verification.plan
+    report = report.with_stats(verification.plan, models)
+    data["plans"][report.stats_of]["stats"] = report.stats.to_dict() if report.stats else None
+    return report, verification.plan
 
 
 def _output(

@@ -30,111 +30,122 @@ from autoshard.profiles import DEFAULT_MODEL, load_profile_or_none
 from cost_model.process import one_thread
 
 if TYPE_CHECKING:
+    from autoshard.core.types import Workload
     from autoshard.planners.incremental import MoveBudget
+    from autoshard.profiles import LoadedModel
+
+
+WorkloadArgument = Annotated[
+    str, typer.Argument(help="The workload as it is now: a workload file (.json) or a bundled preset name.")
+]
+FromOption = Annotated[
+    Path,
+    typer.Option(
+        "--from",
+        help="The plan running today: a file written by `autoshard plan ... --format torchrec --out FILE` (or by "
+        "this command's --out).",
+        rich_help_panel=WORKLOAD,
+    ),
+]
+DevicesOption = Annotated[
+    int | None,
+    typer.Option(min=1, help="Number of devices (default: the current plan's world size).", rich_help_panel=WORKLOAD),
+]
+MemoryOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Memory per device for embeddings, GiB (default: the workload file's).", rich_help_panel=WORKLOAD
+    ),
+]
+MaxMovesOption = Annotated[
+    str,
+    typer.Option(
+        help="How many of the current plan's shards may move to another device (tables new to it are placed "
+        "freely); several, comma-separated (e.g. 2,4,8), plan one each, side by side.",
+        rich_help_panel="Move budget",
+    ),
+]
+MaxMoveGbOption = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        help="And at most this many GiB of them (weights and optimizer state: what a reshard copies), for every "
+        "budget of --max-moves.",
+        rich_help_panel="Move budget",
+    ),
+]
+ModelOption = Annotated[
+    Path | None, typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL}).", rich_help_panel=PLANNERS)
+]
+ColumnSplitOption = Annotated[
+    bool,
+    typer.Option(
+        "--column-split/--no-column-split",
+        help="Whether new tables (and cost_greedy's plan from scratch) may split column-wise where the model "
+        "predicts more than 10% gain; kept shards stay as they are.",
+        rich_help_panel=PLANNERS,
+    ),
+]
+CommunicationOption = Annotated[
+    bool,
+    typer.Option(
+        help="Add each device's all-to-all (the model's communication.json) to its cost.", rich_help_panel=PLANNERS
+    ),
+]
+TimeBudgetOption = Annotated[
+    float | None,
+    typer.Option(
+        min=0.001,
+        help="Seconds each plan may search; past it, its best plan so far, marked partial.",
+        rich_help_panel=PLANNERS,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)]
+OutOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="Write the re-planned plan (of the one --max-moves) as TorchRec sharding, the format --from reads, "
+        "to this file.",
+        rich_help_panel=OUTPUT,
+    ),
+]
+MeasureOption = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Measure every plan on this machine over this many interleaved rounds (0: off; an even number "
+        "balances the order): each device's compute, plus its modelled all-to-all.",
+        rich_help_panel=MEASUREMENT,
+    ),
+]
+RowCapOption = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="With --measure: benchmark at most this many MiB of rows per table (the traces' cap).",
+        rich_help_panel=MEASUREMENT,
+    ),
+]
 
 
 @friendly_errors
 def replan_cmd(
-    workload: Annotated[
-        str, typer.Argument(help="The workload as it is now: a workload file (.json) or a bundled preset name.")
-    ],
-    current: Annotated[
-        Path,
-        typer.Option(
-            "--from",
-            help="The plan running today: a file written by `autoshard plan "
-            "... --format torchrec --out FILE` (or by this command's "
-            "--out).",
-            rich_help_panel=WORKLOAD,
-        ),
-    ],
-    devices: Annotated[
-        int | None,
-        typer.Option(
-            min=1, help="Number of devices (default: the current plan's world size).", rich_help_panel=WORKLOAD
-        ),
-    ] = None,
-    memory_gb: Annotated[
-        float | None,
-        typer.Option(
-            help="Memory per device for embeddings, GiB (default: the workload file's).", rich_help_panel=WORKLOAD
-        ),
-    ] = None,
+    workload: WorkloadArgument,
+    current: FromOption,
+    devices: DevicesOption = None,
+    memory_gb: MemoryOption = None,
     hosts: HostsOption = None,
     devices_per_host: DevicesPerHostOption = None,
-    max_moves: Annotated[
-        str,
-        typer.Option(
-            help="How many of the current plan's shards may move to another device "
-            "(tables new to it are placed freely); several, comma-separated "
-            "(e.g. 2,4,8), plan one each, side by side.",
-            rich_help_panel="Move budget",
-        ),
-    ] = "4",
-    max_move_gb: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            help="And at most this many GiB of them (weights "
-            "and optimizer state: what a reshard copies), "
-            "for every budget of --max-moves.",
-            rich_help_panel="Move budget",
-        ),
-    ] = None,
-    model: Annotated[
-        Path | None, typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL}).", rich_help_panel=PLANNERS)
-    ] = None,
-    column_split: Annotated[
-        bool,
-        typer.Option(
-            "--column-split/--no-column-split",
-            help="Whether new tables (and "
-            "cost_greedy's plan from scratch) may split column-wise where the "
-            "model predicts more than 10% gain; kept shards stay as they are.",
-            rich_help_panel=PLANNERS,
-        ),
-    ] = True,
-    communication: Annotated[
-        bool,
-        typer.Option(
-            help="Add each device's all-to-all (the model's communication.json) to its cost.", rich_help_panel=PLANNERS
-        ),
-    ] = True,
-    time_budget: Annotated[
-        float | None,
-        typer.Option(
-            min=0.001,
-            help="Seconds each plan may search; past it, its best plan so far, marked partial.",
-            rich_help_panel=PLANNERS,
-        ),
-    ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            help="Write the re-planned plan (of the one --max-moves) as TorchRec "
-            "sharding, the format --from reads, to this file.",
-            rich_help_panel=OUTPUT,
-        ),
-    ] = None,
-    measure: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Measure every plan on this machine over this many "
-            "interleaved rounds (0: off; an even number balances the order): "
-            "each device's compute, plus its modelled all-to-all.",
-            rich_help_panel=MEASUREMENT,
-        ),
-    ] = 0,
-    row_cap_mb: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="With --measure: benchmark at most this many MiB of rows per table (the traces' cap).",
-            rich_help_panel=MEASUREMENT,
-        ),
-    ] = 128,
+    max_moves: MaxMovesOption = "4",
+    max_move_gb: MaxMoveGbOption = None,
+    model: ModelOption = None,
+    column_split: ColumnSplitOption = True,
+    communication: CommunicationOption = True,
+    time_budget: TimeBudgetOption = None,
+    json_out: JsonOption = False,
+    out: OutOption = None,
+    measure: MeasureOption = 0,
+    row_cap_mb: RowCapOption = 128,
 ) -> None:
     """Re-plan a deployed plan for a changed workload, moving few of its shards.
 
@@ -159,13 +170,7 @@ def replan_cmd(
         devices = None if same else placement.world_size  # the file's topology (hosts too), if it is that plan's
     topology = topology_of(devices, memory_gb, file_topology, hosts, devices_per_host)
     one_thread()
-    profile, why_no_model = load_profile_or_none(model)
-    if profile is None:
-        raise InputError("--model", f"re-planning needs a cost model ({why_no_model})", "pass --model DIR")
-    try:
-        warnings = profile.model.check_workload(loaded, None)
-    except InputError as error:  # a table the model cannot answer: say which file holds it
-        raise error.located(workload) from None
+    profile, warnings = _profile(model, loaded, workload)
     comm = profile.communication if communication else None
     try:
         replanned, plans = compare_replans(
@@ -179,11 +184,22 @@ def replan_cmd(
     if out is not None:
         write_torchrec(loaded, topology, plans[1], out)
     if json_out:
-        print_json(report)
-    else:
-        for warning in warnings:
-            console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
-        _print(report)
+        return print_json(report)
+    for warning in warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    _print(report)
+
+
+def _profile(path: Path | None, loaded: Workload, source: str) -> tuple[LoadedModel, tuple[str, ...]]:
+    """The profile at ``--model`` (re-planning needs its cost model) and its warnings on the
+    workload's tables; a table it cannot answer is an error naming ``source``, the file that holds it."""
+    profile, why_no_model = load_profile_or_none(path)
+    if profile is None:
+        raise InputError("--model", f"re-planning needs a cost model ({why_no_model})", "pass --model DIR")
+    try:
+        return profile, profile.model.check_workload(loaded, None)
+    except InputError as error:
+        raise error.located(source) from None
 
 
 def _budgets(text: str, max_gb: float | None) -> list[MoveBudget]:
