@@ -39,7 +39,7 @@ def test_a_link_shape_refuses_nonsense():
 def test_every_collective_is_measured_on_both_tiers_over_emulated_hosts():
     from cost_model.bench.communication import measure_communication
 
-    model = measure_communication(sizes=(4096, 65536), repeats=1, link=LinkShape(1.0))
+    model = measure_communication(sizes=(4096, 65536), repeats=1, link=LinkShape(1.0), rounds=1)
     assert [f.key for f in model.fits] == list(KEYS)
     for fit in model.fits:
         assert fit.source == "measured" and fit.ranks == 2 and len(fit.points) == 2, fit.key
@@ -56,7 +56,7 @@ def test_a_tier_left_out_is_declared_not_measured(monkeypatch):
         return {"world_size": 2, "backend": "gloo", "points": {c.value: [[1024, 0.1], [8192, 0.5]] for c in Collective}}
 
     monkeypatch.setattr(communication, "_run_intra", measured_intra)  # the launch is tested above
-    model = communication.measure_communication(tiers=[Tier.INTRA])
+    model = communication.measure_communication(tiers=[Tier.INTRA], rounds=2)
     assert {f.source for f in model.fits if f.tier is Tier.INTER} == {"declared"}
     assert "inter: declared, not measured" in model.measured_on
 
@@ -93,3 +93,11 @@ def test_the_hosts_are_removed_when_making_them_fails_and_stale_ones_first():
     finally:
         for name in (stale, *hosts.names):
             subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
+
+
+def test_each_point_keeps_its_fastest_round():
+    from cost_model.bench.communication import fastest
+
+    runs = [{"world_size": 2, "points": {"all_to_all": [[1024, 0.5], [8192, 2.0]]}} for _ in range(2)]
+    runs[1]["points"]["all_to_all"] = [[1024, 0.3], [8192, 9.0]]  # a busy round
+    assert fastest(runs)["points"] == {"all_to_all": [[1024, 0.3], [8192, 2.0]]}

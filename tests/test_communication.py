@@ -6,7 +6,7 @@ import json
 import pytest
 
 from autoshard.core.collectives import KEYS, Collective, LinkFit, Tier
-from autoshard.core.communication import CommunicationModel, WithCommunication
+from autoshard.core.communication import CommunicationModel, WithCommunication, communication_warnings
 from autoshard.core.errors import InputError
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import GIB, Table, TableShard, Topology, Workload, replica, row_shards
@@ -212,6 +212,8 @@ def test_a_declared_model_says_so():
     assert model.declared and model.describe().startswith("declared, not measured")
     assert model.fit(Collective.ALL_TO_ALL, Tier.INTER).bandwidth_gbps == pytest.approx(12.5 * GIB / 1e9, rel=1e-4)
     assert all(f.source == "declared" for f in model.fits)
+    assert communication_warnings(model)[0].startswith("communication is declared, not measured")
+    assert communication_warnings(TIERED) == () and communication_warnings(None) == ()
 
 
 def test_a_missing_communication_model_is_named_not_a_crash():

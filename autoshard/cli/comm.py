@@ -40,6 +40,12 @@ def comm_cmd(
     device: Annotated[
         str, typer.Option(help="cpu (gloo) or cuda (nccl, one GPU per rank).", rich_help_panel=MEASUREMENT)
     ] = "cpu",
+    rounds: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Sweeps per tier, interleaved; each point keeps its fastest.", rich_help_panel=MEASUREMENT
+        ),
+    ] = 3,
 ) -> None:
     """Measure every collective of a sharded step within a host and between hosts, and fit each."""
     from autoshard.core.collectives import Tier
@@ -58,7 +64,8 @@ def comm_cmd(
     unknown = [t for t in names if t not in ("intra", "inter")]
     if unknown or not names:
         raise InputError("--tiers", f"unknown tiers {unknown or tiers!r}", "pass intra, inter or intra,inter")
-    model = measure_communication([Tier(t) for t in names], device=device, link=LinkShape(link_gbit, link_delay_us))
+    link = LinkShape(link_gbit, link_delay_us)
+    model = measure_communication([Tier(t) for t in names], device=device, link=link, rounds=rounds)
     out = out / COMMUNICATION_FILE if out.is_dir() else out
     out.parent.mkdir(parents=True, exist_ok=True)
     model.save(out)

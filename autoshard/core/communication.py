@@ -334,6 +334,14 @@ class CommunicationModel:
             ) from None
 
 
+def communication_warnings(model: CommunicationModel | None) -> tuple[str, ...]:
+    """What a plan's output says about the communication it was priced with: declared figures
+    (TorchRec's constants in a profile made without its devices) are not measurements."""
+    if model is None or not model.declared:
+        return ()
+    return (f"communication is {model.describe()}",)
+
+
 class WithCommunication(SetCostModel):
     """A cost model plus each device's communication on a topology (or a bare device count: one
     host)."""

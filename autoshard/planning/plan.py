@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from autoshard.core.communication import communication_warnings
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.types import Topology, Workload
 from autoshard.planners.context import PlannerContext
@@ -143,7 +144,7 @@ def _report(
         topology,
         comparison,
         plans,
-        (*warnings, *shard_warnings(models.cost_model, plans)),
+        (*warnings, *shard_warnings(models.cost_model, plans), *communication_warnings(models.communication)),
         models.profile,
         timed_out,
         tuple(r.export for r in planned) if options.torchrec_export else (),

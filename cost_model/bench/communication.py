@@ -34,7 +34,7 @@ from autoshard.core.errors import InputError
 from autoshard.core.types import GIB, INTER_HOST_BW_GBPS, INTRA_HOST_BW_GBPS
 from cost_model.bench.comm_fit import fit_collective
 from cost_model.bench.netns import EmulatedHosts, LinkShape, require_root
-from cost_model.profile import MALLOC_SETTINGS, device_name
+from cost_model.profile import MALLOC_SETTINGS, cpu_model, device_name
 
 SIZES = (64 * 1024, 256 * 1024, 1 << 20, 4 << 20, 16 << 20)
 """Bytes a rank holds per call: 64 KiB (latency) to 16 MiB (bandwidth)."""
@@ -49,29 +49,50 @@ def measure_communication(
     repeats: int = 10,
     device: str = "cpu",
     link: LinkShape | None = None,
+    rounds: int = 3,
 ) -> CommunicationModel:
     """Measure every collective on each of ``tiers`` and fit it; a tier left out is declared
-    (TorchRec's constant). ``link``: the emulated inter-host link (default 10 Gbit/s)."""
+    (TorchRec's constant). ``link``: the emulated inter-host link (default 10 Gbit/s). The tiers
+    are measured ``rounds`` times, interleaved, and each point keeps its fastest round's median:
+    other processes on the machine only ever add time."""
     if not tiers:
         raise InputError("--tiers", "names no tier", "pass intra, inter or intra,inter")
+    if rounds < 1:
+        raise InputError("--rounds", f"must be >= 1, got {rounds}", "e.g. --rounds 3")
     link = link or LinkShape()
     if Tier.INTER in tiers:
         require_root()
+    measured: dict[Tier, list[dict]] = {t: [] for t in Tier if t in tiers}
+    for _ in range(rounds):
+        for tier, runs in measured.items():
+            runs.append(
+                _run_intra(sizes, repeats, device) if tier is Tier.INTRA else _run_inter(sizes, repeats, device, link)
+            )
     fits: list[LinkFit] = []
     labels = []
     for tier in Tier:
-        if tier not in tiers:
+        if tier not in measured:
             fits += declared_fits(tier)
             labels.append(f"{tier.value}: declared, not measured (TorchRec's {_declared_gibps(tier):g} GiB/s)")
             continue
-        raw = _run_intra(sizes, repeats, device) if tier is Tier.INTRA else _run_inter(sizes, repeats, device, link)
+        raw = fastest(measured[tier])
         where = "loopback" if tier is Tier.INTRA else f"2 emulated hosts, {link.describe()}"
         fits += [
             fit_collective(Collective(name), tier, points, raw["world_size"], where)
             for name, points in raw["points"].items()
         ]
         labels.append(f"{tier.value}: {raw['world_size']} ranks ({raw['backend']}), {where}")
-    return CommunicationModel.tiered(fits, f"{_machine(device)}; " + "; ".join(labels))
+    label = f"{_machine(device)}; " + "; ".join(labels) + f"; the fastest of {rounds} rounds' medians"
+    return CommunicationModel.tiered(fits, label)
+
+
+def fastest(runs: Sequence[dict]) -> dict:
+    """One worker result of several rounds of it: each (collective, size) at its fastest median."""
+    points = {
+        name: [[held, min(run["points"][name][i][1] for run in runs)] for i, (held, _) in enumerate(first)]
+        for name, first in runs[0]["points"].items()
+    }
+    return {**runs[0], "points": points}
 
 
 def declared_fits(tier: Tier, gibps: float | None = None, link: str = "TorchRec 1.8.0's constant") -> list[LinkFit]:
@@ -92,7 +113,8 @@ def _declared_gibps(tier: Tier) -> float:
 
 def _machine(device: str) -> str:
     name = device_name("cuda:0" if device == "cuda" else "cpu")
-    return f"{device}: {name} ({os.cpu_count()} cores), torch {torch.__version__.split('+')[0]}"
+    cpu = f" ({cpu_model('cpu')})" if cpu_model("cpu") else ""
+    return f"{device}: {name}{cpu}, {os.cpu_count()} cores, torch {torch.__version__.split('+')[0]}"
 
 
 def _worker_argv(nnodes: int, node_rank: int, per_node: int, addr: str, port: int, args: list[str]) -> list[str]:

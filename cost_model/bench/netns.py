@@ -156,9 +156,9 @@ class EmulatedHosts:
         """Shape ``name``'s end of the link: netem (rate and delay) where the kernel has it, else
         a token bucket for the rate (a delay then cannot be applied: refused, not ignored)."""
         rate = f"{self.shape.rate_gbit * 1000:g}mbit"
-        # the smallest bucket that passes a 64 KiB segment (100 us at 10 Gbit/s): a larger one
-        # lets small messages through at memory speed, which no real link does
-        burst = max(64 * 1024, int(self.shape.rate_gbit * 1e9 / 8 * 1e-4))
+        # a bucket of 1 ms of traffic, at least 256 KiB: smaller ones cut TCP's 64 KiB segments
+        # (1 Gbit/s fell to a quarter); a call of 1 MiB or more pays the rate on all but one bucket
+        burst = max(256 * 1024, int(self.shape.rate_gbit * 1e9 / 8 * 1e-3))
         if self.shape.delay_us:
             netem = ("netem", "delay", f"{self.shape.delay_us:g}us", "rate", rate, "limit", "100000")
             done = _run(_TC, "-n", name, "qdisc", "add", "dev", LINK, "root", *netem, check=False)
