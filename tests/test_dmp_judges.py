@@ -93,3 +93,29 @@ def test_disagreement_names_each_judges_choice_and_points_to_the_measurement():
     assert judges.preferred() == {"autoshard": "p", "torchrec_estimator": "q", "dmp": None}
     message = judges.disagreement()
     assert message == f"the judges disagree: autoshard prefers p, torchrec_estimator prefers q; {VERIFY_HINT}"
+
+
+def test_the_services_stats_hold_the_judges_side_by_side(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+    from service.schemas.responses import PlanResponse
+    from service.settings import Settings
+    from tests.service_support import copy_shipped_profile, plan_body
+
+    settings = Settings(model_dir=copy_shipped_profile(tmp_path), pool="thread", plan_timeout_s=600.0)
+    with TestClient(create_app(settings)) as client:
+        body = plan_body(12, planners=["size_greedy", "round_robin", "cost_greedy"])
+        plain = client.post("/v1/plans", json=body)
+        assert plain.status_code == 200, plain.text
+        assert plain.json()["judges"] is None  # judges come with the stats
+        response = client.post("/v1/plans", json={**body, "stats": True})
+    assert response.status_code == 200, response.text
+    report = PlanResponse.model_validate(response.json())
+    assert report.judges is not None and report.judges.plans == [p.planner for p in report.plans]
+    ours, theirs, measured = report.judges.judges
+    assert (ours.judge, theirs.judge, measured.judge) == ("autoshard", "torchrec_estimator", "dmp")
+    assert ours.max_ms == pytest.approx([p.max_cost_ms for p in report.plans], abs=1e-4)
+    assert ours.prefers == report.best
+    assert all(m is not None and m > 0 for m in theirs.max_ms) and theirs.prefers in report.judges.plans
+    assert measured.prefers is None and VERIFY_HINT in (measured.note or "")

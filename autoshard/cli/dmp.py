@@ -8,6 +8,9 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import click
+from typer.core import TyperCommand
+
 from autoshard.core.communication import CommunicationModel
 from autoshard.core.errors import InputError
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
@@ -15,6 +18,8 @@ from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from autoshard.planning.options import Models
+    from autoshard.planning.report import PlanningReport
     from autoshard.torchrec.dmp_verification import DmpVerification
     from autoshard.torchrec.judges import Judges
 
@@ -22,6 +27,26 @@ VERIFY_METHODS = ("bench", "dmp")
 """``--verify``'s methods: ``bench`` measures each device's shards with the microbenchmark (the
 all-to-all modelled), ``dmp`` runs the plans end to end under TorchRec's DMP."""
 DMP_STEPS, DMP_WARMUPS = 5, 2
+
+
+class VerifyMethodCommand(TyperCommand):
+    """A command whose ``--verify`` takes an optional method: alone, it means ``bench``
+    (``autoshard plan W --verify`` as before; ``--verify dmp`` for DMP)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, with_verify_method(args))
+
+
+def with_verify_method(args: Sequence[str]) -> list[str]:
+    """``args`` with ``bench`` after each ``--verify`` that names no method (before any ``--``)."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        out.append(arg)
+        if arg == "--":
+            return out + list(args[i + 1 :])
+        if arg == "--verify" and (i + 1 == len(args) or args[i + 1] not in VERIFY_METHODS):
+            out.append("bench")
+    return out
 
 
 def verify_method(value: str | None) -> str | None:
@@ -62,6 +87,40 @@ def run_dmp_verification(
     )
     config = DmpVerifyConfig(run, rounds=rounds)
     return verify_dmp(plans, workload, topology, cost_model, communication, config, top)
+
+
+def verify_plan_dmp(
+    data: dict[str, Any],
+    report: PlanningReport,
+    models: Models,
+    settings: tuple[int, int, int],
+    stats: bool,
+) -> tuple[PlanningReport, ShardingPlan]:
+    """`plan --verify dmp`: the best-predicted distinct plans under DMP (``settings``: how many,
+    in how many rounds, the MiB of rows built per table); the verification and the judges join
+    ``data`` (the JSON), the tables go to stderr. The plan measured fastest, with its ``stats``
+    if asked."""
+    from autoshard.cli.support import console
+
+    top, rounds, row_cap_mb = settings
+    topology = report.topology
+    console.print(
+        f"verifying under TorchRec's DMP: the {top} best-predicted distinct plans, {topology.num_devices} ranks "
+        f"({topology.num_hosts} emulated hosts of {topology.local_world_size}), {rounds} rounds",
+        highlight=False,
+    )
+    if (note := oversubscription_note(topology)) is not None:
+        console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    verification = run_dmp_verification(
+        report.plans, report.workload, topology, models.cost_model, models.communication, top, rounds, row_cap_mb
+    )
+    add_to_report(data, verification)
+    print_dmp_verification(verification, console)
+    if not stats:
+        return report, verification.plan
+    report = report.with_stats(verification.plan, models)
+    data["plans"][report.stats_of]["stats"] = report.stats.to_dict() if report.stats else None
+    return report, verification.plan
 
 
 def oversubscription_note(topology: Topology) -> str | None:
@@ -146,6 +205,9 @@ def _pair(predicted: float | None, measured: float) -> str:
 
 __all__ = [
     "VERIFY_METHODS",
+    "VerifyMethodCommand",
+    "verify_plan_dmp",
+    "with_verify_method",
     "add_to_report",
     "oversubscription_note",
     "print_dmp_verification",

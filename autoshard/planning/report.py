@@ -5,7 +5,7 @@ service's ``POST /v1/plans`` answer (less its ``elapsed_s``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoshard.core.types import ShardingPlan, Topology, Workload
 from autoshard.planners.proxies import ProxyCostModel
@@ -13,6 +13,9 @@ from autoshard.planners.report import PlansReport
 from autoshard.planners.stats import PlanStats, plan_stats
 from autoshard.planning.options import Models
 from autoshard.planning.registry import HEURISTICS
+
+if TYPE_CHECKING:
+    from autoshard.torchrec.judges import Judges
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +28,9 @@ class PlanningReport:
     the plans spread (inputs beyond its trained ranges). ``profile``: whose costs these are.
     ``timed_out``: the planners a deadline kept from planning. ``exports``: each plan as TorchRec
     sharding where asked for (None each otherwise). ``stats``: the stats of the plan at
-    ``stats_of`` (the best, unless a caller chose another: ``with_stats``)."""
+    ``stats_of`` (the best, unless a caller chose another: ``with_stats``); ``judges``, with the
+    stats: every plan judged by our model and by TorchRec's estimator, side by side
+    (``autoshard.torchrec.judges``; DMP measures them under `plan --verify dmp`)."""
 
     workload: Workload
     topology: Topology
@@ -37,6 +42,7 @@ class PlanningReport:
     exports: tuple[dict[str, Any] | None, ...] = ()
     stats: PlanStats | None = None
     stats_of: int | None = None
+    judges: Judges | None = None
 
     @property
     def best_index(self) -> int:
@@ -82,7 +88,7 @@ class PlanningReport:
             models.device_errors,
             self.cost_unit,
         )
-        return replace(self, stats=found, stats_of=index)
+        return replace(self, stats=found, stats_of=index, judges=_judges(self))
 
     def to_dict(self, detail: bool = False) -> dict[str, Any]:
         """Its JSON: ``PlansReport``'s, the stats under their plan's entry, then ``warnings`` and
@@ -95,6 +101,8 @@ class PlanningReport:
                 entry["torchrec"] = self.exports[i] if self.exports else None
             if self.stats is not None and i == self.stats_of:
                 entry["stats"] = self.stats.to_dict()
+        if self.judges is not None:
+            out["judges"] = self.judges.to_dict()
         out["warnings"] = list(self.warnings)
         out["profile"] = self.profile
         if detail:
@@ -117,3 +125,14 @@ class PlanningReport:
             return None
         table = slowest.shards[0].table
         return table.name if split_ways(table.embedding_dim, self.topology.num_devices) else None
+
+
+def _judges(report: PlanningReport) -> Judges | None:
+    """Our model and TorchRec's estimator on the report's plans (None where TorchRec does not
+    import here: the judges need its estimator)."""
+    try:
+        from autoshard.torchrec.judges import judge_plans
+
+        return judge_plans(report.plans, report.workload, report.topology)
+    except ImportError:
+        return None

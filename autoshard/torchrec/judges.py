@@ -185,8 +185,12 @@ def judge_plans(
     device = estimator_device(plans)
     estimates: list[float | None] = []
     failed = []
-    shared = TaskEstimates(workload, topology, device, storage_reservation=None)
-    for plan in plans:
+    shared: TaskEstimates | None = None
+    try:
+        shared = TaskEstimates(workload, topology, device, storage_reservation=None)
+    except Exception as error:  # noqa: BLE001 - a task TorchRec cannot estimate (a precision it lacks) is said
+        failed.append(f"{type(error).__name__}: {error}")
+    for plan in plans if shared is not None else ():
         try:
             estimates.append(max(torchrec_estimate_ms(plan, workload, topology, device, shared)))
         except Exception as error:  # noqa: BLE001 - a plan TorchRec cannot estimate is reported, not fatal
@@ -198,6 +202,8 @@ def judge_plans(
         if device == "cuda"
         else "estimated on the CPU"
     )
+    if shared is None:
+        estimates = [None for _ in plans]
     verdicts = [
         Verdict("autoshard", tuple(p.max_cost_ms for p in plans)),
         Verdict("torchrec_estimator", tuple(estimates), "; ".join([note, *failed])),

@@ -283,6 +283,27 @@ PLAN_EXAMPLE: dict[str, Any] = {
 }
 
 
+class JudgeOut(BaseModel):
+    judge: Literal["autoshard", "torchrec_estimator", "dmp"] = Field(
+        description="Our cost model; TorchRec's EmbeddingPerfEstimator on each plan's shards; DMP measured."
+    )
+    max_ms: list[float | None] = Field(
+        description="Each plan's slowest rank under this judge, in the order of `plans` (null: not judged)."
+    )
+    prefers: str | None = Field(description="The plan this judge rates fastest (null: it judged none).")
+    note: str | None = Field(None, description="How it judged (TorchRec's compute device; why DMP did not).")
+
+
+class JudgesOut(BaseModel):
+    """Three judges of the plans side by side (``autoshard.torchrec.judges``): the service never
+    measures, so DMP's verdict is empty (`autoshard plan ... --verify dmp` measures it)."""
+
+    plans: list[str] = Field(description="The judged plans, by planner.")
+    judges: list[JudgeOut]
+    agree: bool = Field(description="Whether every judge that judged prefers the same plan.")
+    disagreement: str | None = Field(description="Where they differ: each judge's choice, and how to measure.")
+
+
 class PlanResponse(BaseModel):
     """Every planner's plan side by side, the best one, and how much it beats each heuristic."""
 
@@ -308,6 +329,9 @@ class PlanResponse(BaseModel):
     skipped: list[SkippedOut] = Field(description="Planners that did not plan, and why.")
     partial: bool = Field(description="True when the time budget ran out: plans holds those that finished.")
     timed_out: list[str] = Field(description="Planners that did not run within the time budget.")
+    judges: JudgesOut | None = Field(
+        None, description="With stats: true in the request, three judges of the plans side by side; else null."
+    )
     elapsed_s: float = Field(description="Time spent on the request's planning, queueing included.")
     warnings: list[str] = Field(
         default_factory=list,
