@@ -17,7 +17,7 @@ from service.deps import require_token
 from service.errors import install_error_handlers
 from service.limits import BodySizeLimitMiddleware
 from service.metrics import Metrics, MetricsMiddleware
-from service.routers import health, metrics, planners, plans, profiles, replans
+from service.routers import health, metrics, planners, plans, profiles, replans, web
 from service.settings import Settings
 from service.state import build_state
 
@@ -72,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(replans.router, **v1)
     app.include_router(planners.router, **v1)
     app.include_router(profiles.router, **v1)
+    app.include_router(web.router)  # GET /: the planning page (service/static), which calls /v1 itself
     return app
 
 
