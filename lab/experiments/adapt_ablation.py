@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.cost import ADAPT_LEARNING_RATE, ADAPT_MAX_EPOCHS, ADAPT_PATIENCE  # noqa: E402
-from autoshard.cli.support import one_thread  # noqa: E402
+from cost_model.fitting import ADAPT_LEARNING_RATE, ADAPT_MAX_EPOCHS, ADAPT_PATIENCE  # noqa: E402
+from cost_model.process import one_thread  # noqa: E402
 from cost_model.checkpoint import load_cost_model  # noqa: E402
 from cost_model.dataset import every_set, make_splits  # noqa: E402
 from cost_model.accuracy import predict_labelled, scores  # noqa: E402

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parents[1] / "benchmarks")]  # tight_memory; load_test
 
 from load_test import Config, _children, cpu_seconds, request_body, start_service, stop_service  # noqa: E402
 from tight_memory import workload  # noqa: E402

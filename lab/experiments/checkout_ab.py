@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TASKS = ((80, 8), (80, 4), (200, 8), (200, 16), (400, 8))
 
 
@@ -30,7 +30,8 @@ def plan_all(planner: str, profile_dir: Path) -> list[tuple[str, int, float, flo
 
     import numpy as np
 
-    from autoshard.cli.support import load_profile_or_exit, one_thread
+    from autoshard.profiles import load_profile_or_exit
+    from cost_model.process import one_thread
     from autoshard.core.communication import WithCommunication
     from autoshard.core.task import memory_for
     from autoshard.planners.context import PlannerContext

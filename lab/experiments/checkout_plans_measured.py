@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tasks_named(names: list[str]) -> list:
@@ -40,7 +40,7 @@ def tasks_named(names: list[str]) -> list:
 
 def plan_all(planner: str, model: Path, names: list[str], out: Path) -> None:
     """Plan the named tasks with this process's checkout; pickle the plans to ``out``."""
-    from autoshard.cli.support import measuring_profile
+    from autoshard.profiles import measuring_profile
     from autoshard.planners.context import PlannerContext
     from autoshard.planning.registry import make_planner
 

@@ -21,7 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUCKETS = ((0.0, 0.8), (0.8, 0.9), (0.9, 0.95), (0.95, 0.98), (0.98, 0.9999))  # predicted ratio: gains of >20%, ... <2%
 HEURISTICS = ("random", "round_robin", "size_greedy", "dim_greedy", "lookup_greedy", "size_lookup_greedy")
 BEST_HEURISTIC = "best_heuristic"  # --reference: each task's heuristic with the lowest predicted max

@@ -16,10 +16,10 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import measuring_profile  # noqa: E402
+from autoshard.profiles import measuring_profile  # noqa: E402
 from autoshard.core.task import load_suite  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planning.compare import compare_planners  # noqa: E402

@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.cost import read_all  # noqa: E402
+from cost_model.fitting import read_all  # noqa: E402
 from cost_model.checkpoint import load_cost_model  # noqa: E402
 from cost_model.dataset import Labelled, every_set, make_splits  # noqa: E402
 from cost_model.accuracy import mape, plan_choices, predict_labelled  # noqa: E402

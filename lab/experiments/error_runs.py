@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
+from autoshard.profiles import DEFAULT_MODEL, load_profile_or_exit  # noqa: E402
+from cost_model.process import one_thread  # noqa: E402
 from autoshard.core.task import load_suite  # noqa: E402
 from autoshard.core.model_error import centred  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
@@ -38,7 +39,7 @@ from autoshard.planning.compare import compare_planners  # noqa: E402
 from autoshard.core.stats import mad_sigma  # noqa: E402
 from autoshard.core.types import Table  # noqa: E402
 
-SUITES = ("default", ROOT / "autoshard" / "suites" / "rl_grid.json")
+SUITES = ("default", ROOT / "autoshard" / "core" / "suites" / "rl_grid.json")
 SetKey = tuple[str, tuple[str, ...]]
 """(task, the set's tables as name:dim, sorted): one device set of one task, in any run."""
 

@@ -13,10 +13,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from autoshard.cli.support import one_thread  # noqa: E402
+from cost_model.process import one_thread  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planners.report import plans_report
 from autoshard.planning.compare import compare_planners  # noqa: E402

@@ -24,10 +24,10 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import one_thread  # noqa: E402
+from cost_model.process import one_thread  # noqa: E402
 from autoshard.core.communication import WithCommunication  # noqa: E402
 from autoshard.core.task import load_suite  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
@@ -66,7 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=Path, default=ROOT / "data" / "models")
     parser.add_argument("--profile", default=None, help="A profile of --models (default: its default).")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "headroom.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "headroom.json")
     args = parser.parse_args()
     one_thread()
     loaded = load_models(args.models).resolve(args.profile)

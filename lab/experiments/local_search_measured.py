@@ -26,11 +26,12 @@ from typing import Sequence
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import autoshard.planners.local_search as local_search  # noqa: E402
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
+from autoshard.profiles import DEFAULT_MODEL, load_profile_or_exit  # noqa: E402
+from cost_model.process import one_thread  # noqa: E402
 from autoshard.core.task import Task, load_suite, memory_for  # noqa: E402
 from autoshard.planners.cost_greedy import CostGreedyPlanner  # noqa: E402
 from autoshard.evaluation.grid import GridConfig, grid_tasks  # noqa: E402
@@ -68,7 +69,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--extra", type=int, default=6, help="more 80-table 4-device tasks")
     parser.add_argument("--tolerances", default="", help="comma-separated local-search tolerances to try too "
-                                                         "(e.g. 0.005; from 2% on, no change of cost_greedy's passes)")
+                                                         "(e.g. 0.005; from 2%% on, no change of cost_greedy's passes)")
     parser.add_argument("--even-out", action="store_true", help="also local search that evens the top out")
     parser.add_argument("--no-plain", action="store_true", help="leave out the placement without local search")
     parser.add_argument("--grid", default="", help="comma-separated tasks of policy eval's grid to add (grid80x8, ...)")

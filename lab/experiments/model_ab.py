@@ -33,10 +33,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
+from autoshard.profiles import DEFAULT_MODEL, load_profile_or_exit  # noqa: E402
+from cost_model.process import one_thread  # noqa: E402
 from autoshard.core.task import load_suite  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planning.compare import compare_planners  # noqa: E402

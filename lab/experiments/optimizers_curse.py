@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
@@ -50,7 +50,7 @@ def replanned(report: dict, profile) -> tuple[list, list[str]]:
     settings = report.get("settings", {})
     if settings.get("communication", True):
         return [], ["a report with the all-to-all in its predictions (measured: compute only)"]
-    tasks = {t.name: t for suite in ("default", ROOT / "autoshard" / "suites" / "rl_grid.json")
+    tasks = {t.name: t for suite in ("default", ROOT / "autoshard" / "core" / "suites" / "rl_grid.json")
              for t in load_suite(suite)[1]}
     context = PlannerContext(profile.model, profile.policy, settings.get("seed", 0), settings.get("column_split", False))
     results, skipped = [], []
@@ -116,7 +116,8 @@ def main() -> None:
     parser.add_argument("--planner", default="cost_greedy")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
+    from autoshard.profiles import DEFAULT_MODEL, load_profile_or_exit
+    from cost_model.process import one_thread
     from scipy.stats import theilslopes
 
     from autoshard.evaluation.suite import expected_against_best_heuristic, task_device_costs, task_device_errors

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from error_runs import errors_in_every_run, mad_sigma, measured_runs  # noqa: E402
 
-from autoshard.cli.cost import ADAPT_LEARNING_RATE, ADAPT_MAX_EPOCHS, ADAPT_PATIENCE  # noqa: E402
+from cost_model.fitting import ADAPT_LEARNING_RATE, ADAPT_MAX_EPOCHS, ADAPT_PATIENCE  # noqa: E402
 from autoshard.core.types import DeviceSet, MeasuredDeviceSet  # noqa: E402
 from cost_model.dataset import Splits  # noqa: E402
 from cost_model.relative_labels import relative_labels  # noqa: E402

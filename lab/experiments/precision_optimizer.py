@@ -1,7 +1,7 @@
 """Precision and optimizer on this machine: one 8-table set in fp32 / fp16 with SGD / row-wise
 Adagrad, measured interleaved (A B C D, A B C D, ...) beside the shipped model's predictions.
 
-    python benchmarks/precision_optimizer.py        # writes docs/figures/precision_optimizer.json
+    python lab/experiments/precision_optimizer.py   # writes tests/data/precision_optimizer.json
 
 Which of fp16 and fp32, or SGD and row-wise Adagrad, is dearer depends on the machine (the CPU
 kernels convert fp16 on every access; row-wise Adagrad reads and writes one state per row), so
@@ -16,10 +16,11 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread  # noqa: E402
+from autoshard.profiles import DEFAULT_MODEL, load_profile_or_exit  # noqa: E402
+from cost_model.process import one_thread  # noqa: E402
 from autoshard.core.types import Optimizer, Table  # noqa: E402
 from cost_model.bench.harness import BenchConfig, measure  # noqa: E402
 from cost_model.profile import default_mode, malloc_settings_active  # noqa: E402
@@ -41,7 +42,7 @@ def main() -> None:
             measured[name].append(measure(list(tables), config, seed=r).total.median)
     rows = [{"variant": name, "measured_ms_median": statistics.median(ms), "measured_ms_rounds": ms,
              "predicted_ms": profile.model.predict(list(variants[name]), BATCH)} for name, ms in measured.items()]
-    out = ROOT / "docs" / "figures" / "precision_optimizer.json"
+    out = ROOT / "tests" / "data" / "precision_optimizer.json"
     out.write_text(json.dumps({"command": "python benchmarks/precision_optimizer.py", "batch_size": BATCH,
                                "rounds": ROUNDS, "malloc_settings": malloc_settings_active(),
                                "tables": [t.name for t in BASE], "rows": rows}, indent=1) + "\n")

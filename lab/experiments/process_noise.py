@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from autoshard.core.stats import mad_sigma  # noqa: E402
@@ -43,7 +43,8 @@ TASKS = ("syn80_s1", "syn80_s2", "syn80_s3", "syn80x4")
 def device_sets(limit: int) -> tuple[list[list], int]:
     """``limit`` distinct device sets (as tables) of the suite's 80-table tasks, of the
     heuristics' and cost_greedy's plans; and the batch size."""
-    from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
+    from autoshard.profiles import DEFAULT_MODEL, load_profile_or_exit
+    from cost_model.process import one_thread
     from autoshard.core.task import load_suite
     from autoshard.planners.context import PlannerContext
     from autoshard.planning.compare import compare_planners
@@ -71,7 +72,7 @@ def device_sets(limit: int) -> tuple[list[list], int]:
 
 def worker(path: Path, rounds: int) -> None:
     """Measure every set of the pickle at ``path`` for ``rounds`` rounds; print [round][set] ms."""
-    from autoshard.cli.support import one_thread
+    from cost_model.process import one_thread
     from cost_model.bench.harness import BenchConfig, measure
     from autoshard.evaluation.measure_plan import MIN_DEVICE_MS
 

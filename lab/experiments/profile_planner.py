@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 PARTS = {  # part: substrings of a py-spy frame ("function (file:line)")
@@ -62,7 +62,8 @@ def main() -> None:
         return
     import numpy as np
 
-    from autoshard.cli.support import DEFAULT_MODEL, load_profile_or_exit, one_thread
+    from autoshard.profiles import DEFAULT_MODEL, load_profile_or_exit
+    from cost_model.process import one_thread
     from autoshard.core.communication import WithCommunication
     from autoshard.core.task import memory_for
     from autoshard.planners.context import PlannerContext

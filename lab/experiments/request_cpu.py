@@ -37,7 +37,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 Planning = Callable[[dict, int], dict]
 """(request body, seed) -> {"cpu_ms": the request's planning CPU, "planners": {name: [ms, predicted max]}}"""
@@ -47,7 +47,7 @@ def planning(checkout: Path, models: Path) -> Planning:
     """The service's planner tasks of ``checkout``'s code, with the models of ``models`` loaded
     as a planning worker loads them."""
     sys.path.insert(0, str(checkout))
-    from autoshard.cli.support import one_thread
+    from cost_model.process import one_thread
     from autoshard.core.workload_file import topology_from_dict, workload_from_dict
     from autoshard.profiles import load_models
     from service.routers.plans import _task_groups

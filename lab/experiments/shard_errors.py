@@ -24,7 +24,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from autoshard.evaluation.measured_reports import measured_device_sets  # noqa: E402

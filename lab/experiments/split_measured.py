@@ -27,10 +27,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autoshard.cli.support import DEFAULT_MODEL, measuring_profile  # noqa: E402
+from autoshard.profiles import DEFAULT_MODEL, measuring_profile  # noqa: E402
 from autoshard.core.task import load_suite  # noqa: E402
 from autoshard.planning.registry import HEURISTICS  # noqa: E402
 from autoshard.planners.context import PlannerContext

@@ -28,13 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from load_test import Config, request_body  # noqa: E402
 
 import autoshard.rl.planners as rl  # noqa: E402
-from autoshard.cli.support import one_thread  # noqa: E402
+from cost_model.process import one_thread  # noqa: E402
 from autoshard.core.task import load_suite, memory_for  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planning.compare import compare_planners  # noqa: E402

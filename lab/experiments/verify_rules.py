@@ -19,7 +19,7 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from autoshard.planning.registry import HEURISTICS  # noqa: E402
 
