@@ -227,6 +227,11 @@ def test_plans_criteo_terabyte_on_2x8_with_every_default_planner(page, served, d
     _find(page, "#download-json")[0].click()
     answer = _downloaded(downloads, "_plans.json", seen)
     assert [p["planner"] for p in answer["plans"]] == checked and answer["best"] == best[0]
+    judged = _find(page, "#judges")[0].text
+    if answer.get("judges"):  # the judges side by side, where the service has them
+        assert "Judges" in judged and all(plan in judged for plan in answer["judges"]["plans"])
+    else:
+        assert judged == ""
 
 
 def _check_torchrec_file(export: dict[str, Any], planner: str) -> None:
@@ -304,6 +309,31 @@ def test_cancel_says_so(page):
     _find(page, "#cancel")[0].click()
     _wait(page, lambda d: _find(d, "#status")[0].text.startswith("Cancelled"), what="the cancelled line")
     assert _find(page, "#plan")[0].is_enabled() and not _find(page, "#progress")[0].is_displayed()
+
+
+def test_judges_render_side_by_side(page):
+    """The answer's `judges` (JudgesOut) as the page draws it: each plan's max under each judge."""
+    from service.schemas.responses import JudgeOut, JudgesOut
+
+    verdict = JudgesOut(
+        plans=["cost_greedy", "size_greedy"],
+        judges=[
+            JudgeOut(judge="autoshard", max_ms=[9.66, 10.8], prefers="cost_greedy"),
+            JudgeOut(judge="torchrec_estimator", max_ms=[3.1, 2.9], prefers="size_greedy", note="on cuda"),
+            JudgeOut(judge="dmp", max_ms=[None, None], prefers=None, note="the service never measures"),
+        ],
+        agree=False,
+        disagreement="AutoShard prefers cost_greedy, TorchRec's estimator size_greedy: measure both",
+    ).model_dump()
+    text = page.execute_async_script(
+        "const [verdict, done] = arguments; import('/static/results.js').then((m) => {"
+        "const box = document.createElement('div'); box.append(...m.judges(verdict)); document.body.append(box);"
+        "const text = box.innerText; box.remove(); done(text); });",
+        verdict,
+    )
+    assert "measure both" in text and "TorchRec's estimator, ms" in text and "the service never measures" in text
+    lines = text.splitlines()
+    assert any(line.startswith("cost_greedy") and "9.66" in line and "3.10" in line for line in lines), text
 
 
 def test_no_script_errors(browser):

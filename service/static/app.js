@@ -201,7 +201,7 @@ function failure(error, signal, waitS) {
   if (signal.aborted) {
     return signal.reason?.name === "TimeoutError"
       ? `Timed out: no answer within ${waitS} s. Lower the time budget or plan fewer tables.`
-      : "Cancelled: no plan shown (the service finishes the planning it started, and keeps nothing).";
+      : "Cancelled: no plan shown (the service still finishes the planning it started).";
   }
   if (!(error instanceof ApiError)) return `No answer from the service: ${error.message}`;
   showApiError(error);

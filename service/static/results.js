@@ -89,13 +89,24 @@ export function statsTables(stats) {
   ];
 }
 
-/** The judges' verdicts, whatever their shape: rows of objects as a table, anything else as JSON. */
-export function judges(value) {
-  if (value === undefined || value === null) return [];
-  const rows = Array.isArray(value) ? value : Object.entries(value).map(([name, v]) => (v && typeof v === "object" && !Array.isArray(v) ? { judge: name, ...v } : { judge: name, verdict: v }));
-  const objects = rows.every((r) => r && typeof r === "object" && !Array.isArray(r));
-  if (!objects || rows.length === 0) return [el("h2", {}, "Judges"), el("pre", {}, JSON.stringify(value, null, 1))];
-  const keys = [...new Set(rows.flatMap((r) => Object.keys(r)))];
-  const show = (v) => (typeof v === "number" ? num(v) : typeof v === "object" && v !== null ? JSON.stringify(v) : String(v ?? "–"));
-  return [el("h2", {}, "Judges"), table(keys, rows.map((r) => keys.map((k) => show(r[k]))))];
+const JUDGE_NAMES = { autoshard: "AutoShard's cost model", torchrec_estimator: "TorchRec's estimator", dmp: "DMP, measured" };
+
+/** The judges side by side (the answer's `judges`, when it has them): each plan's slowest rank under each. */
+export function judges(verdict) {
+  if (!verdict) return [];
+  if (!Array.isArray(verdict.judges) || !Array.isArray(verdict.plans)) {
+    return [el("h2", {}, "Judges"), el("pre", {}, JSON.stringify(verdict, null, 1))];
+  }
+  const headers = ["plan", ...verdict.judges.map((j) => `${JUDGE_NAMES[j.judge] || j.judge}, ms`)];
+  const rows = verdict.plans.map((plan, i) => [
+    plan,
+    ...verdict.judges.map((j) => el("td", {}, num(j.max_ms[i]), j.prefers === plan ? el("span", { class: "badge" }, "fastest") : null)),
+  ]);
+  const notes = verdict.judges.filter((j) => j.note).map((j) => el("li", {}, `${JUDGE_NAMES[j.judge] || j.judge}: ${j.note}`));
+  return [
+    el("h2", {}, "Judges"),
+    el("p", {}, verdict.agree ? "The judges agree on the fastest plan." : verdict.disagreement || "The judges disagree."),
+    table(headers, rows, { id: "judges-table" }),
+    notes.length ? el("ul", { class: "hint" }, notes) : null,
+  ];
 }
