@@ -416,6 +416,8 @@ def markdown(report: dict) -> str:
         f"`{report['command']}` ({report['started']}, profile `{report['profile']}`, time limit "
         f"{report['time_limit_s']:g} s a planner a task; TorchRec: {report['torchrec_search_space']}).",
         "",
+        f"Communication: {report.get('communication', 'as the profile')}.",
+        "",
         f"At commit `{report['git']['commit'][:10]}`"
         + (f" with uncommitted edits to {', '.join(report['git']['modified'])}" if report["git"]["modified"] else "")
         + f"; 1-minute load {report['host_load_1min']:.1f} at the start, "
@@ -521,6 +523,7 @@ def run_suite(suite: str, args: argparse.Namespace, profile: Any, command: str) 
         "host_load_1min": os.getloadavg()[0],
         "git": _git_state(),
         "profile": getattr(profile, "profile", str(args.model)),
+        "communication": profile.communication.describe() if profile.communication else "none",
         "time_limit_s": args.time_limit,
         "torchrec_search_space": space,
         "torchrec_storage_reservation": STORAGE_RESERVATION,

@@ -31,9 +31,9 @@ places the ``_HOT_RANKS`` hottest rows' Zipf mass on the block that holds each o
 spreads the rest evenly, and the block's shard is priced at pooling factor L x s_j.
 A data-parallel replica serves its own device's samples, B / W of them (priced as L / W lookups
 per bag). Row blocks follow TorchRec's sizes (``row_blocks``: ceil(R / k) rows each, the last
-block the rest). The ids' input distribution (B x L int64 ids per table) is not priced: it is
-small beside the pooled outputs for the dims planned here, and every sharding type sends the same
-ids once. ``autoshard.core.communication`` prices the outputs and the all-reduce per link tier.
+block the rest). ``autoshard.core.collectives`` says which collectives each type runs (the ids'
+all-to-all, the outputs', reduce-scatter, all-gather, all-reduce) and on which link tier;
+``autoshard.core.communication`` prices them.
 """
 
 from __future__ import annotations
