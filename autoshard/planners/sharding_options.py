@@ -85,14 +85,22 @@ def _host_ranks(topology: Topology, host: int) -> range:
 
 
 def spread_options(
-    table: Table, topology: Topology, allowed: Iterable[ShardingType] = ALL_TYPES, max_grid_ways: int | None = None
+    table: Table,
+    topology: Topology,
+    allowed: Iterable[ShardingType] = ALL_TYPES,
+    max_grid_ways: int | None = None,
+    min_width: int | None = None,
 ) -> list[SpreadOption]:
     """``table``'s options under the spread types ``allowed`` on ``topology``: row_wise over every
     device; table_row_wise on each host; grid_shard as TorchRec cuts it: 2, 4, ... equal column
     blocks (at least ``GRID_MIN_COLUMNS`` wide), block c row-sharded over the devices of host
     h + c (one option per first host h); data_parallel everywhere. Options that would leave
     a device without rows (fewer rows than devices) are left out; memory is not checked here.
-    ``max_grid_ways``: grid options of at most that many column blocks (default: every count)."""
+    ``max_grid_ways``: grid options of at most that many column blocks (default: every count);
+    ``min_width``: the narrowest column block (the table's ``min_partition``). Where grid_shard
+    is allowed and table_row_wise not, grid also offers one column block row-sharded over a host
+    (as TorchRec's planner cuts a grid table whose blocks are as wide as the table): the only
+    grid option on one host."""
     allowed = set(allowed)
     world, local = topology.world_size, topology.local_world_size
     found: list[SpreadOption] = []
@@ -113,9 +121,10 @@ def spread_options(
                 ranks = _host_ranks(topology, h)
                 found.append(SpreadOption(table, ShardingType.TABLE_ROW_WISE, tuple(zip(ranks, shards)), h))
     if ShardingType.GRID_SHARD in allowed and local > 1 and rows >= local:
-        ways = 2
+        ways = 2 if ShardingType.TABLE_ROW_WISE in allowed else 1
         most = topology.num_hosts if max_grid_ways is None else min(max_grid_ways, topology.num_hosts)
-        while ways <= most and dim % ways == 0 and dim // ways >= GRID_MIN_COLUMNS:
+        narrowest = max(GRID_MIN_COLUMNS, min_width or 1)
+        while ways <= most and dim % ways == 0 and (ways == 1 or dim // ways >= narrowest):
             width = dim // ways
             for first in hosts:
                 placed = []

@@ -49,7 +49,8 @@ class SpreadVariant:
             kinds = constraints.allowed_types(table.name, allowed)
             replicated = table.name in self.replicated or not kinds - {ShardingType.DATA_PARALLEL}
             kinds = kinds & {ShardingType.DATA_PARALLEL} if replicated else kinds - {ShardingType.DATA_PARALLEL}
-            found = spread_options(table, topology, kinds)
+            own = constraints.of(table.name)
+            found = spread_options(table, topology, kinds, min_width=own.min_partition if own else None)
             return [o for o in found if rules is None or rules.ranks_allowed(table.name, o.ranks)]
 
         return options
