@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from autoshard.cli.collect import require_cuda_if_asked
 from autoshard.cli.support import MEASUREMENT, OUTPUT, console, friendly_errors, print_json
 from autoshard.core.errors import InputError
 
@@ -55,11 +56,12 @@ def comm_cmd(
 
     if device not in ("cpu", "cuda"):
         raise InputError("--device", f"unknown device {device!r}", "use cpu or cuda")
+    require_cuda_if_asked(device, nccl=True)
     if device == "cuda":
         import torch
 
         if torch.cuda.device_count() < 2:
-            raise InputError("--device", "cuda needs 2 GPUs here (one a rank)", "measure with --device cpu")
+            raise InputError("--device", "cuda asked, but fewer than 2 GPUs (one a rank)", "use --device cpu")
     names = [t.strip() for t in tiers.split(",") if t.strip()]
     unknown = [t for t in names if t not in ("intra", "inter")]
     if unknown or not names:
