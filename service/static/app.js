@@ -218,15 +218,22 @@ function show({ data, text, torchrec }) {
   state.torchrec = torchrec;
   state.chosen = data.best;
   $("results").hidden = false;
+  fill("warnings", data.warnings.map((w) => el("p", { class: "warning" }, w)));
+  fill("judges", judges(data.judges));
+  fill("stats", statsTables(data.plans.find((p) => p.stats)?.stats));
   render();
 }
+
+/** Replace an element's children, skipping the parts a renderer left out (null). */
+const fill = (id, nodes) => $(id).replaceChildren(...nodes.filter(Boolean));
+
+/** What depends on the chosen plan: the planners' table, the bars, what makes the max, the download. */
 
 function render() {
   const answer = state.answer;
   const plan = answer.plans.find((p) => p.planner === state.chosen);
   const topo = answer.topology;
   const unit = answer.cost_unit === "ms" ? "ms" : "proxy units";
-  $("warnings").replaceChildren(...answer.warnings.map((w) => el("p", { class: "warning" }, w)));
   $("summary").replaceWith(summaryTable(answer, state.chosen, choose));
   $("summary-note").textContent =
     `${answer.workload.name}: ${answer.workload.tables} tables on ${topo.num_hosts} × ${topo.devices_per_host} devices, ` +
@@ -242,9 +249,7 @@ function render() {
   const scaleMax = Math.max(...answer.plans.map((p) => p.max_cost_ms)) * 1.08;
   const width = Math.max(480, $("chart").clientWidth - 4);
   $("chart").replaceChildren(deviceChart(plan, topo, scaleMax, answer.cost_unit === "ms" ? "ms" : "", $("tip"), width));
-  $("max-info").replaceChildren(...maxInfo(plan, capsOf(topo, plan.devices.length), unit));
-  $("judges").replaceChildren(...judges(answer.judges));
-  $("stats").replaceChildren(...statsTables(answer.plans.find((p) => p.stats)?.stats));
+  fill("max-info", maxInfo(plan, capsOf(topo, plan.devices.length), unit));
 }
 
 function choose(planner) {
@@ -275,7 +280,10 @@ function start() {
   $("cancel").addEventListener("click", () => state.controller?.abort());
   $("token").addEventListener("change", loadCatalogs);
   $("preset").addEventListener("change", choosePreset);
-  $("workload").addEventListener("input", describeWorkload);
+  $("workload").addEventListener("input", () => {
+    $("preset").value = ""; // edited: no longer the preset
+    describeWorkload();
+  });
   $("upload").addEventListener("change", async () => {
     const file = $("upload").files[0];
     if (file) setWorkload(await file.text());
