@@ -4,13 +4,16 @@ profile's communication model (``cost_model.bench.communication``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from autoshard.cli.collect import require_cuda_if_asked
 from autoshard.cli.support import MEASUREMENT, OUTPUT, console, friendly_errors, print_json
 from autoshard.core.errors import InputError
+
+if TYPE_CHECKING:
+    from autoshard.core.communication import CommunicationModel
 
 
 @friendly_errors
@@ -24,13 +27,13 @@ def comm_cmd(
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
     tiers: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="Tiers to measure: intra (2 ranks here), inter (2 emulated hosts; needs root); "
-            "a tier left out takes TorchRec's constant, declared.",
+            "a tier left out takes TorchRec's constant, declared (default: both as root, else intra).",
             rich_help_panel=MEASUREMENT,
         ),
-    ] = "intra,inter",
+    ] = None,
     link_gbit: Annotated[
         float, typer.Option(help="The emulated inter-host link's rate, Gbit/s.", rich_help_panel=MEASUREMENT)
     ] = 10.0,
@@ -52,7 +55,7 @@ def comm_cmd(
     from autoshard.core.collectives import Tier
     from autoshard.core.communication import COMMUNICATION_FILE
     from cost_model.bench.communication import measure_communication
-    from cost_model.bench.netns import LinkShape
+    from cost_model.bench.netns import LinkShape, missing_privilege
 
     if device not in ("cpu", "cuda"):
         raise InputError("--device", f"unknown device {device!r}", "use cpu or cuda")
@@ -62,6 +65,11 @@ def comm_cmd(
 
         if torch.cuda.device_count() < 2:
             raise InputError("--device", "cuda asked, but fewer than 2 GPUs (one a rank)", "use --device cpu")
+    if tiers is None:
+        why = missing_privilege()
+        if why:
+            console.print(f"[yellow]warning:[/yellow] {why}: the inter-host tier is declared", highlight=False)
+        tiers = "intra" if why else "intra,inter"
     names = [t.strip() for t in tiers.split(",") if t.strip()]
     unknown = [t for t in names if t not in ("intra", "inter")]
     if unknown or not names:
@@ -73,7 +81,12 @@ def comm_cmd(
     model.save(out)
     if json_out:
         print_json(model.to_dict())
-        return
+    else:
+        _print_fits(model, out)
+
+
+def _print_fits(model: CommunicationModel, out: Path) -> None:
+    """Each (collective, tier)'s fit, one line each, and where the model went."""
     console.print(f"{model.describe()}\n  collective      tier   latency ms   GB/s  points   source", highlight=False)
     for f in model.fits:
         row = f"  {f.collective.value:<15} {f.tier.value:<6} {f.latency_ms:>10.3f} {f.bandwidth_gbps:>6.3g}"
