@@ -173,6 +173,9 @@ def test_the_topology_bandwidths_override_a_tier_only_where_the_user_set_them():
     fast = Topology.cluster(2, 2, 16, intra_host_bw_gbps=1000.0)
     assert TIERED.fit(Collective.REDUCE_SCATTER, Tier.INTRA, fast).bandwidth_gbps == pytest.approx(1000 * GIB / 1e9)
     assert TIERED.cost_ms([T], 100, fast) < default
+    assert communication_warnings(TIERED, CLUSTER) == ()
+    (said,) = communication_warnings(TIERED, slow)
+    assert said == "the topology's inter_host_bw_gbps 0.25 GiB/s overrides the profile's inter-host bandwidths"
 
 
 def test_the_wrapper_prices_a_per_tier_model_alike_in_every_path():

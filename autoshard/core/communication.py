@@ -334,12 +334,19 @@ class CommunicationModel:
             ) from None
 
 
-def communication_warnings(model: CommunicationModel | None) -> tuple[str, ...]:
+def communication_warnings(model: CommunicationModel | None, where: Links | Topology | int = 1) -> tuple[str, ...]:
     """What a plan's output says about the communication it was priced with: declared figures
-    (TorchRec's constants in a profile made without its devices) are not measurements."""
-    if model is None or not model.declared:
+    (TorchRec's constants in a profile made without its devices) are not measurements, and a
+    topology bandwidth the user set overrides the measured tier."""
+    if model is None or not model.fits:
         return ()
-    return (f"communication is {model.describe()}",)
+    links = Links.of(where)
+    said = [f"communication is {model.describe()}"] if model.declared else []
+    for tier, field in ((Tier.INTRA, "intra_host_bw_gbps"), (Tier.INTER, "inter_host_bw_gbps")):
+        if links.override_gbps(tier) is not None and (tier is Tier.INTRA or links.devices_per_host < links.num_devices):
+            value = getattr(links, field)
+            said.append(f"the topology's {field} {value:g} GiB/s overrides the profile's {tier.value}-host bandwidths")
+    return tuple(said)
 
 
 class WithCommunication(SetCostModel):

@@ -144,7 +144,7 @@ def _report(
         topology,
         comparison,
         plans,
-        (*warnings, *shard_warnings(models.cost_model, plans), *communication_warnings(models.communication)),
+        (*warnings, *shard_warnings(models.cost_model, plans), *communication_warnings(models.communication, topology)),
         models.profile,
         timed_out,
         tuple(r.export for r in planned) if options.torchrec_export else (),
