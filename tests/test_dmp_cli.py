@@ -54,3 +54,47 @@ def test_evaluate_dmp_runs_every_plan_and_judges_them(tmp_path):
 def test_evaluate_dmp_refuses_resume(tmp_path):
     result = runner.invoke(app, ["evaluate", "default", "--dmp", "--resume", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "--resume" in result.output and "--dmp" in result.output
+
+
+WORKLOAD = {
+    "batch_size": 512,
+    "tables": [
+        {"name": f"t{i}", "num_embeddings": 2000 * (i + 1), "embedding_dim": 16 * (1 + i % 3), "pooling_factor": 2.0}
+        for i in range(5)
+    ],
+}
+PLAN = ["--devices", "2", "--memory-gb", "1", "--planner", "size_greedy,round_robin"]
+
+
+@pytest.mark.timeout(300)
+def test_plan_verify_dmp_gives_each_verified_plan_its_report(tmp_path):
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(WORKLOAD))
+    result = runner.invoke(app, ["plan", str(path), *PLAN, "--verify", "dmp", "--verify-rounds", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout[result.stdout.index("{") :])
+    verified = [p for p in report["plans"] if "verify" in p]
+    assert {p["planner"] for p in verified} == {"size_greedy", "round_robin"}
+    for plan in verified:
+        _check_verify(plan["verify"])
+    assert report["verification"]["method"] == "dmp" and report["verification"]["chosen"]
+    assert [j["judge"] for j in report["judges"]["judges"]] == ["autoshard", "torchrec_estimator", "dmp"]
+    assert report["judges"]["judges"][2]["prefers"] in ("size_greedy", "round_robin")  # measured
+
+
+def test_plan_stats_prints_the_judges_and_points_to_dmp_where_they_disagree(tmp_path):
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(WORKLOAD))
+    result = runner.invoke(app, ["plan", str(path), *PLAN, "--stats"])
+    assert result.exit_code == 0, result.output
+    assert "three judges" in result.output and "torchrec_estimator" in result.output
+    data = runner.invoke(app, ["plan", str(path), *PLAN, "--stats", "--json"])
+    judges = json.loads(data.stdout[data.stdout.index("{") :])["judges"]
+    assert judges["plans"] == ["size_greedy", "round_robin"]
+    if not judges["agree"]:
+        assert "--verify dmp" in judges["disagreement"] and "disagree" in result.output
+
+
+def test_an_unknown_verify_method_is_refused():
+    result = runner.invoke(app, ["plan", "criteo_kaggle", "--verify", "gpu"])
+    assert result.exit_code == 2 and "gpu" in result.output

@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from autoshard.cli import bench, cost, evaluate, plan, policy, replan, serve
+from autoshard.cli.dmp import VerifyMethodCommand
 
 app = typer.Typer(
     help="AutoShard: learned sharding of embedding tables across devices.",
@@ -35,7 +36,7 @@ def _root(
 
 
 app.add_typer(bench.app, name="bench")
-app.command("plan")(plan.plan_cmd)
+app.command("plan", cls=VerifyMethodCommand)(plan.plan_cmd)  # --verify [bench|dmp]
 app.command("replan")(replan.replan_cmd)
 app.add_typer(cost.app, name="cost")
 app.command("evaluate")(evaluate.evaluate_cmd)

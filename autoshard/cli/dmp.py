@@ -8,7 +8,6 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import click
 from typer.core import TyperCommand
 
 from autoshard.core.communication import CommunicationModel
@@ -33,7 +32,7 @@ class VerifyMethodCommand(TyperCommand):
     """A command whose ``--verify`` takes an optional method: alone, it means ``bench``
     (``autoshard plan W --verify`` as before; ``--verify dmp`` for DMP)."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # ctx: Typer's own click Context
         return super().parse_args(ctx, with_verify_method(args))
 
 
@@ -175,10 +174,13 @@ def print_dmp_verification(verification: DmpVerification, console: Console) -> N
     print_judges(verification.judges, console)
 
 
-def print_judges(judges: Judges, console: Console) -> None:
-    """The judges side by side: each one's max per plan and the plan it prefers; a disagreement, said."""
+def print_judges(judges: Judges, console: Console | None = None) -> None:
+    """The judges side by side: each one's max per plan and the plan it prefers; a disagreement,
+    said (on ``console``; default: stdout)."""
+    from rich.console import Console
     from rich.table import Table as RichTable
 
+    console = console or Console()
     table = RichTable(title="three judges: each plan's slowest rank (ms; TorchRec's estimate in its own units)")
     table.add_column("judge")
     for name in judges.plans:

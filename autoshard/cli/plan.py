@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from autoshard.cli.dmp import print_judges, verify_method, verify_plan_dmp
 from autoshard.cli.plan_view import print_plans, print_verification
 from autoshard.cli.support import (
     ADVANCED,
@@ -106,11 +107,13 @@ OutOption = Annotated[
     Path | None, typer.Option(help="With --format torchrec: write it to this file.", rich_help_panel=OUTPUT)
 ]
 VerifyOption = Annotated[
-    bool,
+    str | None,
     typer.Option(
-        help="Measure the best-predicted distinct plans (and the best heuristic's) on "
-        "this machine, interleaved rounds, and keep the one that measured "
-        "fastest; --format torchrec then exports it.",
+        help="Measure the best-predicted distinct plans (and the best heuristic's) on this machine, interleaved "
+        "rounds, and keep the one that measured fastest; --format torchrec then exports it. Alone or 'bench': "
+        "each device's shards with the microbenchmark; 'dmp': end to end under TorchRec's DMP, one process a "
+        "rank, each rank's step and its parts beside the prediction, and three judges side by side.",
+        metavar="[bench|dmp]",
         rich_help_panel=MEASUREMENT,
     ),
 ]
@@ -158,7 +161,7 @@ def plan_cmd(
     stats: StatsOption = False,
     format: FormatOption = "table",
     out: OutOption = None,
-    verify: VerifyOption = False,
+    verify: VerifyOption = None,
     verify_top: VerifyTopOption = 4,
     verify_rounds: VerifyRoundsOption = 6,
     row_cap_mb: RowCapOption = 128,
@@ -168,7 +171,8 @@ def plan_cmd(
     """Place a workload's tables on devices; with --planner all, compare every available planner."""
     if format not in ("table", "torchrec"):
         raise InputError("format", f"unknown format {format!r}", "use table or torchrec")
-    if verify:
+    verify = verify_method(verify)
+    if verify == "bench":
         ensure_malloc_settings()
     from autoshard.core.presets import load_workload_or_preset
     from autoshard.planning.options import PlanOptions
@@ -197,7 +201,8 @@ def plan_cmd(
             console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     data, best = report.to_dict(), report.best_plan
     if verify:
-        report, best = _verify(data, report, profile, models, (verify_top, verify_rounds, row_cap_mb), stats)
+        settings = (verify_top, verify_rounds, row_cap_mb)
+        report, best = _verified(verify, data, report, profile, models, settings, stats)
     _output(report, data, best, format, out, json_out, column_split)
 
 
@@ -216,6 +221,21 @@ def _models(path: Path | None, communication: bool) -> tuple[Any, Models]:
     if profile and profile.device_errors_problem:
         console.print(f"[yellow]note:[/yellow] {profile.device_errors_problem}", highlight=False)
     return profile, replace(Models.of(profile, communication=communication), missing=why_no_model)
+
+
+def _verified(
+    method: str,
+    data: dict[str, Any],
+    report: PlanningReport,
+    profile: Any,
+    models: Models,
+    settings: tuple[int, int, int],
+    stats: bool,
+) -> tuple[PlanningReport, ShardingPlan]:
+    """``--verify``'s ``method``: the microbenchmark (``bench``) or TorchRec's DMP (``dmp``)."""
+    if method == "dmp":
+        return verify_plan_dmp(data, report, models, settings, stats)
+    return _verify(data, report, profile, models, settings, stats)
 
 
 def _verify(
@@ -275,11 +295,13 @@ def _output(
         print_json(data)
         return
     print_plans(report.workload, report.topology, data)
-    if "verification" in data:
+    if "verification" in data and data["verification"].get("method") != "dmp":  # DMP's went to stderr
         expected = {plan["planner"]: plan["expected_max_ms"] for plan in data["plans"]}
         print_verification(data["verification"], data["cost_unit"], expected)
     if report.stats is not None:
         print_stats(report.stats)
+    if report.judges is not None and data.get("verification", {}).get("method") != "dmp":  # DMP's: on stderr
+        print_judges(report.judges)
     if column_split is not True and (alone := report.alone_on_max(best)):
         console.print(
             f"[yellow]note:[/yellow] the slowest device holds one table alone ({alone}): no placement "
