@@ -20,7 +20,6 @@ def said(result) -> str:
     "args",
     [
         ["plan", "criteo_kaggle", "--devices", "2", "--memory-gb", "4", "--model", "none", "--seed", "-1"],
-        ["cost", "eval", "--model", "data/models/default", "--traces", "x.jsonl", "--seed", "-1"],
         ["policy", "eval", "--seed", "-1"],
     ],
 )

@@ -288,6 +288,13 @@ def _check_measured_on(reports: list[Path], profile) -> None:
             )
 
 
+def split_seed(folder: Path) -> int:
+    """The split seed the model in ``folder`` was trained with (its metrics.json; 0, the default,
+    where it names none): the held-out splits are that seed's."""
+    metrics = folder / "metrics.json"
+    return int(json.loads(metrics.read_text()).get("split_seed", 0)) if metrics.is_file() else 0
+
+
 def profile_folder(model: Path) -> Path:
     """The profile folder ``--model`` names (a folder, or its cost_model.pt); ``InputError`` without a model."""
     from cost_model.checkpoint import CHECKPOINT_NAME
@@ -351,7 +358,6 @@ def eval_cmd(
             rich_help_panel=TRACES,
         ),
     ] = None,
-    seed: Annotated[int, typer.Option(min=0, help="The split seed used in training.", rich_help_panel=TRACES)] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.", rich_help_panel=OUTPUT)] = False,
 ) -> None:
     """MAPE, Spearman and ranking accuracy of every estimator on the held-out splits.
@@ -359,7 +365,7 @@ def eval_cmd(
     The splits: (a) unseen sets, (b) unseen tables and, with plan-set traces, (c) the device sets
     of plans, with how often the model names the faster of two plans."""
     from cost_model.accuracy import evaluate_all
-    from cost_model.checkpoint import load_cost_model
+    from cost_model.checkpoint import CHECKPOINT_NAME, load_cost_model
     from cost_model.dataset import every_set, make_splits
 
     data = read_all(traces)
@@ -374,6 +380,7 @@ def eval_cmd(
                 "pass a fresh pool measured on the model's device profile",
             )
         extra = {"fresh_pool": every_set(fresh)}
+    seed = split_seed(model.parent if model.name == CHECKPOINT_NAME else model)  # the model's own split
     report = evaluate_all(cost_model, make_splits(data, seed), data, extra)
     if json_out:
         print_json(report.to_dict())
@@ -419,12 +426,6 @@ def add_ranges_cmd(
             rich_help_panel=TRACES,
         ),
     ],
-    seed: Annotated[
-        int,
-        typer.Option(
-            min=0, help="The split seed used in training (`autoshard cost train --seed`).", rich_help_panel=TRACES
-        ),
-    ] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print the ranges as JSON.", rich_help_panel=OUTPUT)] = False,
 ) -> None:
     """Record what a model was trained on (the ranges of its training split), so that it refuses
@@ -435,6 +436,7 @@ def add_ranges_cmd(
     for path in traces:
         if not path.is_file():
             raise InputError("--traces", f"no trace file at {path}", "pass the traces the model was trained on")
+    seed = split_seed(folder)
     ranges = add_trained_ranges(folder, traces, seed)
     if json_out:
         print_json(ranges.to_dict())
