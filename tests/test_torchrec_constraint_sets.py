@@ -11,6 +11,7 @@ per host (TorchRec's table_row_wise and grid_shard are defined there)."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -28,14 +29,23 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection  # noqa: E
 
 from autoshard.core.errors import PlannerError, PlannerErrorKind  # noqa: E402
 from autoshard.core.sharding import ShardingType  # noqa: E402
+from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planners.validate import validate_plan  # noqa: E402
 from autoshard.torchrec.drop_in import AutoShardShardingPlanner  # noqa: E402
 
-PLANNERS = ("cost_greedy", "size_greedy", "lookup_greedy", "round_robin", "random")
+PLANNERS = ("cost_greedy", "rl+refine", "size_greedy", "lookup_greedy", "round_robin", "random")
 SHARDERS = [EmbeddingBagCollectionSharder()]
 TYPES = [t.value for t in ShardingType]
 KERNELS = (None, ["fused"], ["dense"], ["fused", "dense"], ["fused", "fused_uvm_caching"])
 MiB = 1024**2
+SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "data" / "models" / "default" / "policy.pt"
+
+
+@pytest.fixture(scope="module")
+def shipped_policy():
+    from autoshard.rl.policy import OptionPolicy
+
+    return OptionPolicy.load(SHIPPED_POLICY)
 
 
 @st.composite
@@ -100,13 +110,14 @@ def _torchrec_fails(module, kwargs) -> bool:
 @pytest.mark.timeout(900)
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(case=constraint_sets())
-def test_random_torchrec_constraints_are_honoured_or_refused_by_name(case, shipped_model):
+def test_random_torchrec_constraints_are_honoured_or_refused_by_name(case, shipped_model, shipped_policy):
     hosts, specs, constraints = case
     module = _module(specs)
     kwargs = _kwargs(hosts, constraints)
     refused: list[PlannerError] = []
+    context = PlannerContext(shipped_model, shipped_policy)
     for name in PLANNERS:
-        planner = AutoShardShardingPlanner(**kwargs, planner=name, model=shipped_model)
+        planner = AutoShardShardingPlanner(**kwargs, planner=name, context=context)
         try:
             planner.plan(module, SHARDERS)
         except PlannerError as error:

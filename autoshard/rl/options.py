@@ -36,7 +36,7 @@ from autoshard.planners.packing_lookahead import PackingLookahead
 from autoshard.planners.placement_rules import PlacementRules
 from autoshard.planners.placement_state import SET_SIZE_HEADROOM, unit_cap
 from autoshard.planners.placement_unit import Unit, model_costs
-from autoshard.planners.sharding_options import ALL_TYPES, DP_MEMORY_SHARE, SPREAD_TYPES, spread_options
+from autoshard.planners.sharding_options import ALL_TYPES, DP_MEMORY_SHARE, SPREAD_TYPES, placed_kind, spread_options
 
 KINDS = (
     ShardingType.TABLE_WISE,
@@ -172,7 +172,12 @@ class OptionState:
         n = topology.num_devices
         placed = workload.constraints.placed_tables
         tables = workload.tables
-        units = [Unit.of(TableShard(t), c, t.name in placed) for t, c in zip(tables, self.cost_fn(tables))]
+        whole = [  # a table whose constraints leave out table_wise: one column_wise block (placed_kind)
+            TableShard(t, sharding=placed_kind(workload.constraints.allowed_types(t.name, allowed))) for t in tables
+        ]
+        units = [
+            Unit.of(s, c, s.table.name in placed) for s, c in zip(whole, self.cost_fn([s.as_table for s in whole]))
+        ]
         self.total_units = len(units)
         self.capacity = np.array(topology.device_memory_bytes_all, dtype=np.int64)
         self.largest_room = int(self.capacity.max())
@@ -248,7 +253,7 @@ class OptionState:
         unit, kinds = self.current, self.kinds(self.current)
         rows = np.zeros(0, dtype=np.int64)
         costs = np.zeros(0)
-        if ShardingType.TABLE_WISE in kinds and self._fits(unit):
+        if (ShardingType.TABLE_WISE in kinds or placed_kind(kinds) is not None) and self._fits(unit):
             rows = self._table_wise_rows(unit)
             if len(rows):
                 costs = np.maximum(self.accumulator.costs_if_added(unit.table, rows), self.loads[rows])
