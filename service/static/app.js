@@ -246,9 +246,10 @@ function render() {
   $("download-note").textContent = state.torchrec ? "" : "The TorchRec export needs torchrec installed in the service.";
   $("chart-title").textContent = `Devices of ${plan.planner}${plan.best ? " (best)" : ""}`;
   $("legend").replaceChildren(...LEGEND.map(([cls, label]) => el("span", {}, el("i", { class: cls }), label)));
-  const scaleMax = Math.max(...answer.plans.map((p) => p.max_cost_ms)) * 1.08;
+  const best = answer.plans.find((p) => p.best);
+  const scaleMax = Math.max(plan.max_cost_ms, plan.expected_max_ms || 0, best.expected_max_ms || 0) * 1.1;
   const width = Math.max(480, $("chart").clientWidth - 4);
-  $("chart").replaceChildren(deviceChart(plan, topo, scaleMax, answer.cost_unit === "ms" ? "ms" : "", $("tip"), width));
+  $("chart").replaceChildren(deviceChart(plan, topo, scaleMax, best.max_cost_ms, answer.cost_unit === "ms" ? "ms" : "", $("tip"), width));
   fill("max-info", maxInfo(plan, capsOf(topo, plan.devices.length), unit));
 }
 

@@ -80,8 +80,8 @@ function bindTip(group, tip, content) {
   group.addEventListener("mouseleave", () => { tip.hidden = true; });
 }
 
-/** The plan's bars: `scaleMax` fixes the cost axis, so that switching planners compares like with like. */
-export function deviceChart(plan, topology, scaleMax, unit, tip, width) {
+/** The plan's bars on a cost axis up to `scaleMax`; `best`, the best plan's max, as a line to compare with. */
+export function deviceChart(plan, topology, scaleMax, best, unit, tip, width) {
   const devices = plan.devices;
   const caps = capsOf(topology, devices.length);
   const slot = Math.max(8, (width - LEFT - RIGHT) / devices.length);
@@ -98,6 +98,7 @@ export function deviceChart(plan, topology, scaleMax, unit, tip, width) {
     svg("text", { class: "axis", x: 4, y: memTop - 6 }, "memory of cap"),
     ...guide(y(plan.max_cost_ms), right, "max-line", `max ${num(plan.max_cost_ms)}`),
   );
+  if (best < plan.max_cost_ms) root.append(...guide(y(best), right, "best-line", `best ${num(best)}`));
   if (plan.expected_max_ms && plan.expected_max_ms <= scaleMax) {
     root.append(...guide(y(plan.expected_max_ms), right, "expected-line", `expected ${num(plan.expected_max_ms)}`));
   }
