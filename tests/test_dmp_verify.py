@@ -3,6 +3,7 @@ ranks, each step taken apart and timed per rank; the pooled outputs equal the un
 and every rank's report holds its prediction beside its measurement, part by part."""
 
 import math
+import os
 
 import pytest
 
@@ -87,6 +88,20 @@ def test_two_emulated_hosts_of_one_rank_run_every_type():
         assert rank.wall_ms > 0 and dict(rank.parts)["allreduce"] > 0
 
 
+@pytest.mark.timeout(300)
+def test_each_emulated_hosts_rank_runs_in_its_own_network_namespace():
+    from cost_model.bench.netns import missing_privilege, project_namespaces
+
+    if missing_privilege():
+        pytest.skip(missing_privilege())
+    workload = all_types_workload()
+    plan = all_types_plan(workload, hosts=2, per_host=1)
+    (measured,) = measure_plans_dmp([plan], workload, config(TWO_HOSTS, namespaces=True, link_gbit=5.0))
+    assert measured.outputs_match and "network namespaces" in measured.network and "5 Gbit/s" in measured.network
+    assert all(rank.busy_ms > 0 and dict(rank.parts)["output_dist_forward"] > 0 for rank in measured.ranks)
+    assert not [n for n in project_namespaces() if f"-{os.getpid()}-" in n]  # removed after
+
+
 def test_predictions_per_rank_in_both_batch_conventions():
     workload, plan = _plans()
     model = AnalyticalTestCostModel()
@@ -104,7 +119,7 @@ def test_bad_verify_configs_are_refused_before_any_rank_starts():
     workload, plan = _plans()
     with pytest.raises(InputError, match="world size|devices"):
         measure_plans_dmp([plan], workload, DmpVerifyConfig(DistributedConfig(world_size=4)))
-    with pytest.raises(InputError, match="namespace"):
+    with pytest.raises(InputError, match="emulated hosts"):  # 2 ranks on one host: no second host to emulate
         measure_plans_dmp([plan], workload, config(ONE_HOST, namespaces=True))
     with pytest.raises(InputError, match="rounds"):
         measure_plans_dmp([plan], workload, config(ONE_HOST, rounds=0))

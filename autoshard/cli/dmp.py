@@ -84,8 +84,25 @@ def run_dmp_verification(
         row_cap_bytes=row_cap_mb * 2**20,
         seed=seed,
     )
-    config = DmpVerifyConfig(run, rounds=rounds)
+    config = DmpVerifyConfig(run, rounds=rounds, namespaces=emulates_hosts(topology), link_gbit=link_gbit(topology))
     return verify_dmp(plans, workload, topology, cost_model, communication, config, top)
+
+
+def emulates_hosts(topology: Topology) -> bool:
+    """Whether each host's ranks run in their own network namespace: on 2 hosts, as root
+    (``cost_model.bench.netns``); else every rank on this host's loopback (the report says which)."""
+    from cost_model.bench.netns import missing_privilege
+
+    return topology.num_hosts == 2 and missing_privilege() is None
+
+
+def link_gbit(topology: Topology) -> float:
+    """The emulated inter-host link's rate: the topology's, where the user set one, else the
+    10 Gbit/s `bench comm` measures the inter tier at."""
+    from autoshard.core.types import GIB, INTER_HOST_BW_GBPS
+
+    given = topology.inter_host_bw_gbps
+    return 10.0 if given == INTER_HOST_BW_GBPS else given * GIB * 8 / 1e9
 
 
 def verify_plan_dmp(

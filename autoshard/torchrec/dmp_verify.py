@@ -15,8 +15,8 @@ difference from the unsharded model's output is reported (``max_abs_error``): a 
 export is wrong fails here, not silently in the timings.
 
 Emulated hosts: ``namespaces=True`` puts each emulated host's ranks in their own network
-namespace (``cost_model.bench`` namespace helper); until it is on, every rank runs on this
-host's loopback, and the report says so (``network``).
+namespace, the hosts joined by a veth pair shaped to ``link_gbit`` (``dmp_launch``; it needs
+root); otherwise every rank runs on this host's loopback. The report says which (``network``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,6 +37,7 @@ import torch
 from autoshard.core.errors import InputError
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import ShardingPlan, Workload
+from autoshard.torchrec.dmp_launch import check_namespaces, loopback_network, run_in_namespaces
 from autoshard.torchrec.dmp_run import (
     LEARNING_RATE,
     DistributedConfig,
@@ -59,7 +61,8 @@ class DmpVerifyConfig:
     run: DistributedConfig = DistributedConfig(steps=5, warmups=2, batch_size=512)
     rounds: int = 3
     check_outputs: bool = True
-    namespaces: bool = False  # each emulated host's ranks in a network namespace (needs the helper)
+    namespaces: bool = False  # each emulated host's ranks in a network namespace (dmp_launch; root)
+    link_gbit: float = 10.0  # with namespaces: the inter-host link's rate, as `bench comm` shapes it
 
     @property
     def ranks_per_host(self) -> int:
@@ -117,26 +120,35 @@ def measure_plans_dmp(
     run = _checked(plans, config)
     built = capped_workload(workload, run)
     _check_exports(plans, built, run)
-    import torch.multiprocessing as mp
-
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="autoshard-dmp-") as tmp:
         out_path = os.path.join(tmp, "ranks.json")
-        with _child_environment(run):
-            try:
-                mp.spawn(_rank, args=(config, _free_port(), tuple(plans), built, out_path), nprocs=run.world_size)
-            except mp.ProcessRaisedException as e:
-                raise DistributedRunError(
-                    f"rank {e.error_index} of {run.world_size} failed:\n{str(e).strip()}"
-                ) from None
-            except mp.ProcessExitedException as e:
-                raise DistributedRunError(
-                    f"rank {e.error_index} of {run.world_size} exited with code {e.exit_code} ({e})"
-                ) from None
+        job = (config, tuple(plans), built, out_path)
+        if config.namespaces:
+            network = run_in_namespaces(config, job, Path(tmp))
+        else:
+            network = loopback_network()
+            _spawn(run, job)
         with open(out_path) as f:
             gathered = json.load(f)
     wall_s = time.perf_counter() - start
-    return [_measurement(plan, k, gathered, config, wall_s) for k, plan in enumerate(plans)]
+    return [_measurement(plan, k, gathered, config, wall_s, network) for k, plan in enumerate(plans)]
+
+
+def _spawn(run: DistributedConfig, job: tuple[Any, ...]) -> None:
+    """Every rank spawned on this host (loopback), a failed rank's error raised here."""
+    import torch.multiprocessing as mp
+
+    config, *rest = job
+    with _child_environment(run):
+        try:
+            mp.spawn(_rank, args=(config, _free_port(), *rest), nprocs=run.world_size)
+        except mp.ProcessRaisedException as e:
+            raise DistributedRunError(f"rank {e.error_index} of {run.world_size} failed:\n{str(e).strip()}") from None
+        except mp.ProcessExitedException as e:
+            raise DistributedRunError(
+                f"rank {e.error_index} of {run.world_size} exited with code {e.exit_code} ({e})"
+            ) from None
 
 
 def _checked(plans: Sequence[ShardingPlan], config: DmpVerifyConfig) -> DistributedConfig:
@@ -162,11 +174,7 @@ def _checked(plans: Sequence[ShardingPlan], config: DmpVerifyConfig) -> Distribu
                 f"verify it with world_size={len(plan.devices)}",
             )
     if config.namespaces:
-        raise InputError(
-            "namespaces",
-            "the network-namespace launch needs cost_model.bench's namespace helper, not in this checkout",
-            "run the ranks on loopback (namespaces off)",
-        )
+        check_namespaces(config)
     return replace(run, backend="gloo")
 
 
@@ -187,14 +195,21 @@ def _check_exports(plans: Sequence[ShardingPlan], built: Workload, run: Distribu
 
 
 def _rank(
-    rank: int, config: DmpVerifyConfig, port: int, plans: tuple[ShardingPlan, ...], built: Workload, out_path: str
+    rank: int,
+    config: DmpVerifyConfig,
+    port: int | None,
+    plans: tuple[ShardingPlan, ...],
+    built: Workload,
+    out_path: str,
 ) -> None:
-    """One rank: shard every plan, check its outputs, time interleaved rounds, gather to rank 0."""
+    """One rank: shard every plan, check its outputs, time interleaved rounds, gather to rank 0
+    (``port`` None: torchrun set the rendezvous)."""
     import torch.distributed as dist
 
     run = config.run
     _quiet()
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if port is not None:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(run.threads_per_rank)
     dist.init_process_group("gloo", rank=rank, world_size=run.world_size, timeout=timedelta(seconds=run.timeout_s))
     try:
@@ -290,7 +305,9 @@ def _copy_weights(sharded: Any, reference: Any) -> None:
                 shard.tensor.copy_(weights[name][row : row + rows, col : col + cols])
 
 
-def _measurement(plan: ShardingPlan, k: int, gathered: list, config: DmpVerifyConfig, wall_s: float) -> DmpMeasurement:
+def _measurement(
+    plan: ShardingPlan, k: int, gathered: list, config: DmpVerifyConfig, wall_s: float, network: str
+) -> DmpMeasurement:
     ranks = []
     for r in sorted(gathered, key=lambda g: g["rank"]):
         steps = r["steps"][k]
@@ -310,7 +327,7 @@ def _measurement(plan: ShardingPlan, k: int, gathered: list, config: DmpVerifyCo
         batch_size=config.run.batch_size,
         max_abs_error=max(errors) if errors is not None else None,
         oversubscribed=config.oversubscribed,
-        network="loopback (every rank on this host)",
+        network=network,
         malloc_settings_active=all(g["malloc"] for g in gathered),
         rounds=config.rounds,
         wall_s=wall_s,
