@@ -58,6 +58,7 @@ from autoshard.core.types import (
     ShardingPlan,
     Table,
     TableShard,
+    Topology,
     Workload,
     replica,
     row_shards,
@@ -211,6 +212,20 @@ def export_torchrec(
     return {
         name: _export_entry(sharding, pooling[name])
         for name, sharding in table_shardings(plan, workload, None, local_world_size).items()
+    }
+
+
+def export_document(workload: Workload, topology: Topology, plan: ShardingPlan) -> dict[str, Any]:
+    """The file ``autoshard plan --format torchrec`` and ``replan --out`` write: the planner, the
+    world size (and devices per host, on a cluster), the workload, the plan's max and each
+    table's ``export_torchrec`` entry; ``plan_from_export`` reads its ``tables`` back."""
+    return {
+        "planner": plan.planner,
+        "world_size": topology.num_devices,
+        **({"local_world_size": topology.local_world_size} if topology.num_hosts > 1 else {}),
+        "workload": workload.name,
+        "max_cost_ms": plan.max_cost_ms,
+        "tables": export_torchrec(plan, workload, topology.local_world_size),
     }
 
 
