@@ -311,6 +311,16 @@ def test_cancel_says_so(page):
     assert _find(page, "#plan")[0].is_enabled() and not _find(page, "#progress")[0].is_displayed()
 
 
+def test_a_spent_time_budget_says_so(page):
+    tables = [{"name": f"u{i}", "num_embeddings": 20_000 + i, "embedding_dim": 32} for i in range(1000)]
+    _type(page, "workload", json.dumps({"name": "budget", "tables": tables}))
+    _type(page, "time_budget_s", 0.001)  # no planner can finish: the service answers 504
+    _find(page, "#plan")[0].click()
+    _wait(page, lambda d: _find(d, "#status")[0].text.startswith("Timed out"), 60, "the timed-out line")
+    assert "time budget" in _find(page, "#status")[0].text and "504" in _find(page, "#status")[0].text
+    _type(page, "time_budget_s", 60)
+
+
 def test_judges_render_side_by_side(page):
     """The answer's `judges` (JudgesOut) as the page draws it: each plan's max under each judge."""
     from service.schemas.responses import JudgeOut, JudgesOut
