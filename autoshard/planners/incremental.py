@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autoshard.core.errors import InputError, PlannerError
+from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, ShardingPlan, TableShard, Topology, Workload
 from autoshard.planners.choosers import cheapest_after
 from autoshard.planners.column_split import split_units
@@ -37,8 +38,11 @@ from autoshard.planners.local_search import (
     round_changes,
 )
 from autoshard.planners.place_loop import place
+from autoshard.planners.placement_rules import PlacementRules
 from autoshard.planners.placement_state import PlacementState, unit_cap
 from autoshard.planners.placement_unit import Unit, model_costs
+from autoshard.planners.replan_constraints import check_replannable, keeps, shard_of
+from autoshard.planners.sharding_options import COLUMN_TYPES, column_kind
 from autoshard.planners.split_cap_choice import clearly_lower
 from autoshard.planners.unit_preparation import by_cost
 
@@ -199,28 +203,39 @@ def replans(
             f"has {topology.num_devices} devices",
             f"plan for at least {max(beyond) + 1} devices",
         )
+    check_replannable(workload, topology)  # the workload's constraints hold (replan_constraints)
     held, replaced = kept_tables(current, workload)
     dropped = tuple(sorted({s.table for s in current.shards} - {t.name for t in workload.tables}))
+    constraints, every = workload.constraints, frozenset(ShardingType)
+    kinds = {t.name: constraints.allowed_types(t.name, every) for t in workload.tables}
     kept = [
-        (TableShard(t) if s.columns == t.embedding_dim else TableShard(t, s.column_offset, s.columns), s.rank)
+        (shard_of(t, s.column_offset, s.columns, kinds[t.name]), s.rank)
         for t in workload.tables
         for s in held.get(t.name, ())
     ]
-    fresh = [TableShard(t) for t in workload.tables if t.name not in held]
+    fresh = [shard_of(t, 0, t.embedding_dim, kinds[t.name]) for t in workload.tables if t.name not in held]
     cost_fn = model_costs(cost_model, workload.batch_size)
     costs = cost_fn([s.as_table for s, _ in kept] + [s.as_table for s in fresh])
-    kept_units = [Unit.of(shard, cost) for (shard, _), cost in zip(kept, costs)]
-    whole = by_cost([Unit.of(shard, cost) for shard, cost in zip(fresh, costs[len(kept) :])])
+    pinned = constraints.placed_tables
+    kept_units = [Unit.of(shard, cost, shard.table.name in pinned) for (shard, _), cost in zip(kept, costs)]
+    whole = by_cost([Unit.of(s, c, s.table.name in pinned) for s, c in zip(fresh, costs[len(kept) :])])
     candidates = [whole]
     if allow_split and topology.num_devices > 1:
-        split = by_cost(split_units(kept_units + whole, cost_fn, topology, frozen=len(kept_units))[len(kept_units) :])
+        stays = frozenset(n for n, k in kinds.items() if n in pinned or not k & COLUMN_TYPES)
+        widths = {n: c.min_partition for n, c in constraints.tables if c.min_partition is not None}
+        tcw = ShardingType.TABLE_COLUMN_WISE
+        twcw = {n: tcw for n, k in kinds.items() if column_kind(k) is tcw}
+        prepared = split_units(
+            kept_units + whole, cost_fn, topology, frozen=len(kept_units), whole=stays, min_width=widths, kinds=twcw
+        )
+        split = by_cost(prepared[len(kept_units) :])
         if split != whole:
             candidates.append(split)
     placing = Deadline(started, time_budget_s)
     placed, error = [], None
     for new_units in candidates:
         try:
-            placed.append(_placed(kept, kept_units, new_units, topology, cost_model, workload.batch_size, placing))
+            placed.append(_placed(kept, kept_units, new_units, topology, cost_model, workload, placing))
         except PlannerError as failed:
             error = failed
     if not placed:
@@ -259,18 +274,22 @@ def _placed(
     new_units: Sequence[Unit],
     topology: Topology,
     cost_model: CostModel,
-    batch_size: int,
+    workload: Workload,
     deadline: Deadline,
 ) -> PlacementState:
     """The kept units preplaced on their devices, then ``new_units`` placed (heaviest first, each
-    where its predicted cost is lowest)."""
-    units = [*kept_units, *new_units]
+    where its predicted cost is lowest, where the workload's placement constraints allow; the
+    pinned tables first, then the others under one, while their devices have room)."""
+    rules = PlacementRules(workload.constraints, topology)
+    first = sorted(new_units, key=lambda u: (u.parent not in rules.pins, u.parent not in rules.tables))
+    units = [*kept_units, *first]
     state = PlacementState(
         units,
         topology,
-        cost_model.accumulator(topology.num_devices, batch_size),
+        cost_model.accumulator(topology.num_devices, workload.batch_size),
         lookahead=True,
         max_units_per_device=unit_cap(cost_model, len(units), topology.num_devices),
+        rules=rules,
     )
     try:
         state.preplace([rank for _, rank in kept])
@@ -301,14 +320,16 @@ def moves_from(current: CurrentPlacement, plan: ShardingPlan, workload: Workload
 def kept_tables(current: CurrentPlacement, workload: Workload) -> tuple[dict[str, list[KeptShard]], tuple[str, ...]]:
     """The workload's tables that the current placement holds, with their shards by column (those
     whose shards tile the table's columns exactly, on distinct devices), and the names of those it
-    holds in a form that no longer fits them (their columns changed: ``replaced``)."""
+    holds in a form that no longer fits them (their columns changed, or their constraints no longer
+    allow it: ``replaced``)."""
     held: dict[str, list[KeptShard]] = {}
     replaced = []
     for table in workload.tables:
         shards = sorted(current.of_table(table.name), key=lambda s: s.column_offset)
         if not shards:
             continue
-        if _tiles(shards, table.embedding_dim) and len({s.rank for s in shards}) == len(shards):
+        tiled = _tiles(shards, table.embedding_dim) and len({s.rank for s in shards}) == len(shards)
+        if tiled and keeps(table, [s.columns for s in shards], workload.constraints):
             held[table.name] = shards
         else:
             replaced.append(table.name)
