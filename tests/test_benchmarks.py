@@ -33,7 +33,7 @@ def script(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 def test_the_report_times_with_the_projects_allocator_settings_and_knows_its_heuristics():
     from autoshard.planning import registry
-    from benchmarks.report import HEURISTICS, MALLOC
+    from benchmarks.report.settings import HEURISTICS, MALLOC
     from cost_model.profile import MALLOC_SETTINGS
 
     assert MALLOC == MALLOC_SETTINGS
@@ -57,7 +57,8 @@ def test_planning_speed_reads_task_pairs_and_the_product_in_order_of_size():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from benchmarks import report
+    from benchmarks.report.cli import main
+    from benchmarks.report.settings import QUICK
 
     folder = tmp_path_factory.mktemp("report")
     suite = folder / "tiny_suite.json"
@@ -68,7 +69,7 @@ def tiny(tmp_path_factory):
         )
     )
     settings = replace(
-        report.QUICK,
+        QUICK,
         mode="tiny",
         suite=str(suite),
         planners="round_robin,size_greedy,cost_greedy,rl,torchrec_cpu",
@@ -90,7 +91,7 @@ def tiny(tmp_path_factory):
     )
     out = folder / "docs" / "benchmarks.md"
     work = folder / "work"
-    rc = report.main(["--out", str(out), "--work", str(work)], settings=settings)
+    rc = main(["--out", str(out), "--work", str(work)], settings=settings)
     return {"rc": rc, "out": out, "work": work, "page": out.read_text(), "settings": settings}
 
 
@@ -123,16 +124,16 @@ def test_the_report_runs_every_stage_and_embeds_its_figures(tiny):
 
 
 def test_the_page_is_rendered_from_the_runs_outputs_alone(tiny):
-    from benchmarks import report
+    from benchmarks.report.cli import main
 
     again = tiny["out"].with_name("again.md")
-    rc = report.main(["--out", str(again), "--work", str(tiny["work"]), "--render-only"], settings=tiny["settings"])
+    rc = main(["--out", str(again), "--work", str(tiny["work"]), "--render-only"], settings=tiny["settings"])
     assert rc == 0
     assert again.read_text().replace("again.md", "benchmarks.md") == tiny["page"]
 
 
 def test_plan_quality_pairs_our_plans_with_the_best_heuristic_and_torchrec_by_round(tiny):
-    from benchmarks.report import plan_quality
+    from benchmarks.report.plan_quality import plan_quality
 
     evaluated = json.loads((tiny["work"] / "plan_quality.json").read_text())
     assert evaluated["settings"]["rounds"] == 2
@@ -205,7 +206,7 @@ def test_replan_keeps_moves_within_the_budget_and_scratch(tiny):
 
 
 def test_plan_devices_splits_each_devices_cost_into_compute_and_all_to_all(tiny):
-    from benchmarks.report import plan_devices
+    from benchmarks.report.plan_devices import plan_devices
 
     plan = json.loads((tiny["work"] / "plan_devices.json").read_text())
     devices = plan_devices(plan, ROOT / "data" / "models" / "default")
@@ -250,7 +251,7 @@ def test_measure_report_measures_an_evaluate_reports_plans_on_the_cpu(tiny, tmp_
 
 def test_plan_identity_finds_a_changed_plan(tmp_path):
     before, after = tmp_path / "before.json", tmp_path / "after.json"
-    script("benchmarks/plan_identity.py", "--out", str(before), "--limit", "1")
+    script("benchmarks/plan_identity.py", "--out", str(before), "--limit", "1", "--suites", "none")
     plans = json.loads(before.read_text())["plans"]
     # the first task (20 tables on 4 devices), with and without splits: 4 alone, 4 together, 6 heuristics
     assert len(plans) == 2 * 14 and all(k.startswith("grid20x4/") for k in plans)
@@ -274,6 +275,20 @@ def test_plan_identity_finds_a_changed_plan(tmp_path):
         text=True,
     )
     assert differ.returncode == 1 and "1 differ" in differ.stdout and key in differ.stdout
+    # a bundled suite: every task planned by the ten planners side by side, as `autoshard evaluate` plans it
+    suites = tmp_path / "suites.json"
+    script("benchmarks/plan_identity.py", "--out", str(suites), "--limit", "0", "--suites", "distributed")
+    planned = json.loads(suites.read_text())["plans"]
+    from autoshard.core.task import load_suite
+    from autoshard.planning import registry
+
+    _, tasks = load_suite("distributed")
+    names = ("cost_greedy", "rl", "rl+refine", "rl+refine_raw", *registry.HEURISTICS)
+    assert set(planned) == {f"suite/distributed/{task.name}/{name}" for task in tasks for name in names}
+    for task in tasks:  # every plan places every table
+        for name in names:
+            devices = planned[f"suite/distributed/{task.name}/{name}"]["devices"]
+            assert {shard[0] for d in devices for shard in d} == {table.name for table in task.workload.tables}
 
 
 def test_large_sets_scores_the_network_and_the_linear_rule_by_set_size(tmp_path):
