@@ -125,6 +125,8 @@ def test_bad_verify_configs_are_refused_before_any_rank_starts():
         measure_plans_dmp([plan], workload, config(ONE_HOST, rounds=0))
     with pytest.raises(InputError, match="plans"):
         measure_plans_dmp([], workload, config(ONE_HOST))
+    four = DmpVerifyConfig(DistributedConfig(world_size=4, local_world_size=2))
+    assert four.oversubscribed == (4 > (os.cpu_count() or 1)) and four.ranks_per_host == 2
     with pytest.raises(InputError, match="ranks, 1 a host"):
         verify_dmp([plan], workload, ONE_HOST, AnalyticalTestCostModel(), COMM, config(TWO_HOSTS))
 
