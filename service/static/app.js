@@ -25,10 +25,8 @@ function clearErrors() {
 
 function showError(field, message, where = "", fixList = []) {
   const box = document.querySelector(`.error[data-for="${field}"]`) || document.querySelector('.error[data-for="general"]');
-  box.append(
-    el("p", {}, where && el("code", {}, where), where && ": ", message),
-    fixList.length ? el("ul", {}, fixList.map((fix) => el("li", {}, "fix: ", fix))) : null,
-  );
+  box.append(el("p", {}, where && el("code", {}, where), where && ": ", message));
+  if (fixList.length) box.append(el("ul", {}, fixList.map((fix) => el("li", {}, "fix: ", fix))));
   $(field)?.classList.add("invalid");
 }
 
@@ -63,6 +61,8 @@ async function loadCatalogs() {
     renderPlanners(planners.data.planners);
     renderProfiles(profiles.data.profiles);
   } catch (error) {
+    const why = error.status === 401 ? "type the API token (below) to list them" : "listed once the service answers";
+    $("planners").replaceChildren(el("span", { class: "hint" }, why));
     if (error instanceof ApiError) showApiError(error);
     else showError("general", `cannot reach the service: ${error.message}`);
   }
@@ -88,7 +88,8 @@ function setWorkload(text) {
 function describeWorkload() {
   try {
     const w = JSON.parse($("workload").value);
-    $("workload-summary").textContent = `${w.name || "workload"}: ${w.tables.length} tables, batch ${w.batch_size || 2048} per device`;
+    const n = w.tables.length;
+    $("workload-summary").textContent = `${w.name || "workload"}: ${n} table${n === 1 ? "" : "s"}, batch ${w.batch_size || 2048} per device`;
   } catch {
     $("workload-summary").textContent = "";
   }
