@@ -6,7 +6,8 @@ CPU ranks; the model's per-rank step time against the measurement, part by part.
 
 For each of three synthetic workloads (one table too large for a device, medium tables, tiny
 ones), cost_greedy plans 2 ranks under several sharding-type limits and per-table constraints,
-on 2 emulated hosts x 1 device (the issue's topology) and on 1 host x 2 (where table-row-wise
+on 2 emulated hosts x 1 device (the issue's topology: each host's rank in its own network
+namespace, a veth shaped to 10 Gbit/s between them, where this runs as root) and on 1 host x 2 (where table-row-wise
 and grid shards are real row splits). Distinct plans of a workload run in one DMP world,
 interleaved, each twice (the second copy measures the noise floor). Reports:
 
@@ -178,6 +179,7 @@ def measure_workload(workload: Workload, profile: Any, rounds: int, steps: int) 
     from autoshard.torchrec.dmp_run import DistributedConfig
     from autoshard.torchrec.dmp_verify import DmpVerifyConfig, measure_plans_dmp
     from autoshard.torchrec.judges import predict_ranks, torchrec_estimate_ms
+    from cost_model.bench.netns import missing_privilege
 
     variants = plan_variants(workload, profile)
     rows = []
@@ -197,6 +199,7 @@ def measure_workload(workload: Workload, profile: Any, rounds: int, steps: int) 
                 row_cap_bytes=128 * 2**20,
             ),
             rounds=rounds,
+            namespaces=hosts == 2 and missing_privilege() is None,  # 2 emulated hosts: a namespace each
         )
         started = time.perf_counter()
         measured = measure_plans_dmp(twice, workload, config)
@@ -218,6 +221,7 @@ def measure_workload(workload: Workload, profile: Any, rounds: int, steps: int) 
                     "plan": plan.planner,
                     "workload": workload.name,
                     "topology": f"{hosts}x{2 // hosts}",
+                    "network": first.network,
                     "types": types_of(plan),
                     "outputs_match": first.outputs_match,
                     "planned_max_ms": round(plan.max_cost_ms, 4),
@@ -401,6 +405,7 @@ def main() -> None:
         "cores": os.cpu_count(),
         "note": "2 CPU cores shared with other engineers' jobs: figures taken under load",
         "profile": profile.profile,
+        "communication_model": profile.communication.describe() if profile.communication else None,
         "batch_size_per_rank": BATCH,
         "rounds": rounds,
         "steps_per_round": steps,
