@@ -290,3 +290,31 @@ def test_the_rl_planners_honour_constraints(planner, shipped_model):
         task = Workload(tables, 2048, f"c{seed}", Constraints(placement=placement))
         cluster = Topology.cluster(2, 2, 3 * task.memory_bytes / 4 / GIB)
         check_honoured(make_planner(planner, context).plan(task, cluster), task, cluster)
+
+
+def test_a_files_kernels_decide_data_parallel_and_the_lookups_sum_over_features():
+    """``dense`` alone: data parallel only; ``fused`` alone: every type but data parallel. The
+    pooling factor is TorchRec's lookups per sample: the sum over features of pooling factor x
+    num_poolings x batch_sizes, over the batch (as workload files and the drop-in both count)."""
+    data = {
+        "name": "k",
+        "batch_size": 100,
+        "tables": [{"name": n, "num_embeddings": 500, "embedding_dim": 8} for n in ("dense", "fused", "both")],
+        "constraints": {
+            "dense": {"compute_kernels": ["dense"]},
+            "fused": {"compute_kernels": ["fused"], "pooling_factors": [2.0, 4.0], "batch_sizes": [100, 50]},
+            "both": {"compute_kernels": ["fused", "dense"], "sharding_types": ["data_parallel", "table_wise"]},
+        },
+        "topology": {"num_devices": 2, "device_memory_gb": 1},
+    }
+    workload, topology = workload_from_dict(data)
+    every = frozenset(ShardingType)
+    c = workload.constraints
+    assert c.allowed_types("dense", every) == {ShardingType.DATA_PARALLEL}
+    assert c.allowed_types("fused", every) == every - {ShardingType.DATA_PARALLEL}
+    assert c.allowed_types("both", every) == {ShardingType.DATA_PARALLEL, ShardingType.TABLE_WISE}
+    assert next(t for t in workload.tables if t.name == "fused").pooling_factor == pytest.approx(2.0 + 4.0 * 50 / 100)
+    for planner in ("cost_greedy", "size_greedy"):
+        plan = make_planner(planner, PlannerContext(AnalyticalTestCostModel())).plan(workload, topology)
+        check_honoured(plan, workload, topology)
+        assert where(plan)["dense"]["types"] == {ShardingType.DATA_PARALLEL}
