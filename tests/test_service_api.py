@@ -578,9 +578,15 @@ def test_the_model_task_costs_its_units_once_and_prices_the_all_to_all(monkeypat
     from service.tasks import PlannerTask, run_task
     from tests.service_support import synthetic_workload
 
-    built = []
-    model_costs = task_cache.model_costs
-    monkeypatch.setattr(task_cache, "model_costs", lambda m, *a: built.append(m) or model_costs(m, *a))
+    built = []  # the models the task's own units were costed by (a spread variant's sub-task has its own)
+    units = task_cache.TaskCache.units
+
+    def costed(cache, cost_model):
+        if id(cost_model) not in cache._units and cache.workload is workload:
+            built.append(cost_model)
+        return units(cache, cost_model)
+
+    monkeypatch.setattr(task_cache.TaskCache, "units", costed)
     model = load_cost_model(SHIPPED_PROFILE / "cost_model.pt")
     communication = CommunicationModel.load(SHIPPED_PROFILE / "communication.json")
     workload, topology = synthetic_workload(40), Topology(4, 16.0)
