@@ -3,6 +3,7 @@ the file formats; one-figure models as before."""
 
 import json
 
+import numpy as np
 import pytest
 
 from autoshard.core.collectives import KEYS, Collective, LinkFit, Tier
@@ -222,3 +223,19 @@ def test_a_declared_model_says_so():
 def test_a_missing_communication_model_is_named_not_a_crash():
     with pytest.raises(InputError, match="communication.json"):
         WithCommunication(AnalyticalTestCostModel(), None, 4)
+
+
+def test_every_shipped_profile_prices_both_tiers():
+    from pathlib import Path
+
+    folders = sorted(p for p in Path("data/models").iterdir() if p.is_dir() and not p.is_symlink())
+    assert folders
+    for folder in folders:
+        model = CommunicationModel.load(folder / "communication.json")
+        assert model.per_tier, folder.name
+        sources = {f.source for f in model.fits}
+        assert sources == ({"declared"} if folder.name.startswith("cuda") else {"measured"}), folder.name
+        inter = model.fit(Collective.ALL_TO_ALL, Tier.INTER)
+        intra = model.fit(Collective.ALL_TO_ALL, Tier.INTRA)
+        assert inter.bandwidth_gbps < intra.bandwidth_gbps, folder.name
+        assert np.isfinite([f.latency_ms for f in model.fits]).all()
