@@ -170,3 +170,11 @@ def bound_to_task(cost_model: CostModel | None, workload: Workload, topology: To
     local world size) offers ``for_task(workload, topology)``; any other model is its own."""
     bind = getattr(cost_model, "for_task", None)
     return cost_model if bind is None else bind(workload, topology)
+
+
+def is_exact(cost_model: object) -> bool:
+    """Whether ``cost_model``'s prices are the objective itself, with no model error (TorchRec's
+    estimator judging plans for TorchRec): planners then take any lower price (no departure
+    margin) and even out plateaus of equal maxima, which a learned model's error makes unsafe
+    (docs/decisions.md, 15). A model says so with ``exact = True``."""
+    return bool(getattr(cost_model, "exact", False))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from autoshard.core.costing import bound_to_task
+from autoshard.core.costing import bound_to_task, is_exact
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, Topology, Workload
 from autoshard.planners.heuristics import SpreadRule
@@ -97,5 +97,8 @@ class PlannerContext:
 
     @property
     def margin(self) -> float:
-        """The departure margin: the one asked for, else ``DEPARTURE_MARGIN``."""
-        return DEPARTURE_MARGIN if self.departure_margin is None else self.departure_margin
+        """The departure margin: the one asked for, else ``DEPARTURE_MARGIN`` (0 for an exact
+        cost model, ``is_exact``: no model error to guard against)."""
+        if self.departure_margin is None:
+            return 0.0 if is_exact(self.cost_model) else DEPARTURE_MARGIN
+        return self.departure_margin

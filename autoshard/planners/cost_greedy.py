@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from autoshard.core.costing import is_exact
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
 from autoshard.planners.choosers import CANDIDATES, cheapest_after
@@ -108,7 +109,7 @@ def option_rounds(
         devices, cost_model, topology, batch_size, allowed, deadline=deadline, constraints=workload.constraints
     ):
         guard = unit_cap(cost_model, sum(len(d.units) for d in devices), topology.num_devices)
-        improve(devices, cost_model, batch_size, max_rounds, deadline, max_units=guard)
+        improve(devices, cost_model, batch_size, max_rounds, deadline, is_exact(cost_model), guard)
 
 
 def searched_greedy(
@@ -120,7 +121,8 @@ def searched_greedy(
     def search() -> tuple[Placement, bool]:
         state = greedy_placement(cache, cost_model, cap, deadline)
         batch_size = cache.workload.batch_size
-        improve(state.devices, cost_model, batch_size, max_rounds, deadline, max_units=state.max_units_per_device)
+        exact, guard = is_exact(cost_model), state.max_units_per_device
+        improve(state.devices, cost_model, batch_size, max_rounds, deadline, even_out=exact, max_units=guard)
         return Placement(tuple(state.units), tuple(state.devices)), not deadline.hit
 
     return cache.placement(("cost_greedy", cap, max_rounds), search)

@@ -48,22 +48,27 @@ class TorchRecCostModel(SetCostModel):
         compute_device: ``"cuda"`` (TorchRec's GPU model, memory as HBM) or ``"cpu"`` (its CPU
             model, memory as DDR).
         storage_reservation: the share of each device's memory TorchRec keeps back (0.15, its
-            default and ``TorchRecPlanner``'s).
+            default and ``TorchRecPlanner``'s), with its input buffers; ``None``: none, the
+            topology's memory is already what TorchRec's reservation left (the drop-in's).
         workload, topology: the task it prices (``for_task`` binds them; both or neither).
     """
 
     max_set_size = None
+    exact = True
+    """Its prices are TorchRec's objective itself (``autoshard.core.costing.is_exact``): planners
+    take any lower price and even out plateaus of equal maxima (ties are common: equal shards
+    cost exactly alike)."""
 
     def __init__(
         self,
         compute_device: str = "cuda",
-        storage_reservation: float = STORAGE_RESERVATION,
+        storage_reservation: float | None = STORAGE_RESERVATION,
         workload: Workload | None = None,
         topology: Topology | None = None,
     ) -> None:
         if compute_device not in COMPUTE_DEVICES:
             raise InputError("compute_device", f"must be cuda or cpu, got {compute_device!r}", "use cuda or cpu")
-        if not 0.0 <= storage_reservation < 1.0:
+        if storage_reservation is not None and not 0.0 <= storage_reservation < 1.0:
             raise InputError(
                 "storage_reservation", f"must be in [0, 1), got {storage_reservation!r}", "TorchRec's default is 0.15"
             )
@@ -130,6 +135,12 @@ class TorchRecCostModel(SetCostModel):
             return TorchRecCostModel(self.compute_device, self.storage_reservation)
         task = self.estimates
         return TorchRecCostModel(self.compute_device, self.storage_reservation, task.workload, task.topology)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as its arguments (the service's planning processes): the estimates are made again."""
+        task = self.estimates
+        bound = (task.workload, task.topology) if task is not None else (None, None)
+        return TorchRecCostModel, (self.compute_device, self.storage_reservation, *bound)
 
     @property
     def task(self) -> TaskEstimates:

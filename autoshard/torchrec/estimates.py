@@ -40,7 +40,7 @@ from autoshard.core.errors import InputError
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import Optimizer, Table, Topology, Workload
 from autoshard.torchrec import bridge
-from autoshard.torchrec.planner import torchrec_topology_args
+from autoshard.torchrec.planner import _quiet_torchrec, torchrec_topology_args
 
 COMPUTE_DEVICES = ("cuda", "cpu")
 STORAGE_RESERVATION = 0.15
@@ -69,19 +69,27 @@ class TaskEstimates:
     """TorchRec's estimates of ``workload``'s shards on ``topology`` for ``compute_device``,
     cached per distinct shard. ``capacities``: each rank's bytes for shards after TorchRec's
     storage reservation (``storage_reservation`` of the memory, its input buffers; no dense
-    part, as ``TorchRecPlanner`` plans)."""
+    part, as ``TorchRecPlanner`` plans); ``storage_reservation`` None: the topology's memory is
+    already what a reservation left (the drop-in's)."""
 
     def __init__(
         self,
         workload: Workload,
         topology: Topology,
         compute_device: str = "cuda",
-        storage_reservation: float = STORAGE_RESERVATION,
+        storage_reservation: float | None = STORAGE_RESERVATION,
     ) -> None:
         if compute_device not in COMPUTE_DEVICES:
             raise InputError("compute_device", f"must be cuda or cpu, got {compute_device!r}", "use cuda or cpu")
         self.workload, self.topology, self.compute_device = workload, topology, compute_device
         self.tables = {t.name: t for t in workload.tables}
+        with _quiet_torchrec():  # its advice to its own users (topology factory, dry runs)
+            self._setup(workload, storage_reservation)
+        self._by_table: dict[Table, ShardEstimate] = {}
+        self._by_key: dict[_Key, ShardEstimate] = {}
+
+    def _setup(self, workload: Workload, storage_reservation: float | None) -> None:
+        topology, compute_device = self.topology, self.compute_device
         self._torchrec_topology = TorchRecTopology(**torchrec_topology_args(topology, compute_device))
         self._module = bridge.embedding_bag_collection(workload)  # checks every table's precision
         for table in workload.tables:  # its optimizer state in TorchRec's storage estimate
@@ -94,11 +102,13 @@ class TaskEstimates:
             DEFAULT_PERF_ESTIMATOR, topology=self._torchrec_topology, constraints=constraints
         )
         self._storage = EmbeddingStorageEstimator(topology=self._torchrec_topology, constraints=constraints)
-        self.capacities = _reserved_capacities(
-            self._torchrec_topology, workload.batch_size, self._module, sharder, constraints, storage_reservation
+        self.capacities = (
+            topology.device_memory_bytes_all
+            if storage_reservation is None
+            else _reserved_capacities(
+                self._torchrec_topology, workload.batch_size, self._module, sharder, constraints, storage_reservation
+            )
         )
-        self._by_table: dict[Table, ShardEstimate] = {}
-        self._by_key: dict[_Key, ShardEstimate] = {}
 
     def of(self, tables: Sequence[Table]) -> list[ShardEstimate]:
         """Each shard's estimate (``tables``: shards as tables, ``TableShard.as_table``)."""
