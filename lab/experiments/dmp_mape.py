@@ -313,6 +313,11 @@ def summarise(rows: list[dict]) -> dict:
                 ("allreduce", lambda r: r["parts_ms"]["allreduce"], lambda r: r["predicted"]["allreduce"]),
             )
         },
+        "mape_dmp_batch_by_type": {
+            kind: round(statistics.mean(_ape(_total(r["predicted_dmp_batch"]), r["measured_ms"]) for r in of), 4)
+            for kind in sorted(k.value for k in S)
+            if (of := [r for row in rows if kind in row["types"] for r in row["ranks"] if r["measured_ms"] > 0])
+        },
         "input_dist_share_of_step": round(
             statistics.median(r["parts_ms"]["input_dist"] / r["measured_ms"] for r in busy), 3
         ),
