@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autoshard.core.communication import CommunicationModel
+from autoshard.core.collectives import Tier
+from autoshard.core.communication import CommunicationModel, Links
 from autoshard.core.model_error import DeviceErrors
-from autoshard.core.types import DevicePlan, ShardingPlan, TableShard, Topology, Workload
+from autoshard.core.types import DevicePlan, ShardingPlan, Table, TableShard, Topology, Workload
 
 
 def shard_label(shard: TableShard) -> str:
@@ -46,12 +47,31 @@ class ShardReport:
         }
 
 
+def tier_split(
+    model: CommunicationModel, tables: Sequence[Table], batch_size: int, where: Topology | int
+) -> tuple[float, float] | None:
+    """A device's communication (its shards ``tables``) as (intra-host ms, inter-host ms): a per-tier
+    model's ``breakdown`` summed by tier, so the two add up to exactly what it prices per
+    (collective, tier). A one-figure model prices both tiers as one figure: on one host it is all
+    intra-host; across hosts it cannot be split (None)."""
+    if model.per_tier:
+        split = dict.fromkeys(Tier, 0.0)
+        for key, ms in model.breakdown(tables, batch_size, where).items():
+            split[Tier(key.rsplit(" ", 1)[1])] += ms
+        return split[Tier.INTRA], split[Tier.INTER]
+    links = Links.of(where)
+    if links.devices_per_host < links.num_devices:
+        return None
+    return model.cost_ms(tables, batch_size, where), 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceReport:
     """A device of a plan: its tables (``shard_label``), the same structured, its cost and memory,
     and its host (``Topology.host_of`` its rank; 0 on one host). ``communication_ms``: the part of
-    ``cost_ms`` that is its all-to-all (0 where the plan was priced without one); the rest is
-    compute."""
+    ``cost_ms`` that is its communication (0 where the plan was priced without it); the rest is
+    compute. ``communication_by_tier_ms``: that communication as (intra-host, inter-host) ms,
+    which add up to ``communication_ms``; None where the model cannot split it (``tier_split``)."""
 
     tables: tuple[str, ...]
     shards: tuple[ShardReport, ...]
@@ -59,13 +79,20 @@ class DeviceReport:
     memory_bytes: int
     host: int = 0
     communication_ms: float = 0.0
+    communication_by_tier_ms: tuple[float, float] | None = (0.0, 0.0)
 
     @property
     def compute_ms(self) -> float:
         return self.cost_ms - self.communication_ms
 
     @classmethod
-    def of(cls, device: DevicePlan, host: int = 0, communication_ms: float = 0.0) -> DeviceReport:
+    def of(
+        cls,
+        device: DevicePlan,
+        host: int = 0,
+        communication_ms: float = 0.0,
+        by_tier: tuple[float, float] | None = (0.0, 0.0),
+    ) -> DeviceReport:
         return cls(
             tuple(shard_label(s) for s in device.shards),
             tuple(ShardReport.of(s) for s in device.shards),
@@ -73,6 +100,7 @@ class DeviceReport:
             device.memory_bytes,
             host,
             communication_ms,
+            by_tier,
         )
 
     @classmethod
@@ -83,25 +111,38 @@ class DeviceReport:
         priced: tuple[CommunicationModel, int] | None = None,
     ) -> tuple[DeviceReport, ...]:
         """The plan's devices, each with its host in ``topology`` (without one: host 0) and, where
-        the plan was priced with ``priced`` (the all-to-all and the batch size), its share of it."""
+        the plan was priced with ``priced`` (the communication model and the batch size), its
+        share of it, per tier where the model splits it (a per-tier model's total is the sum of
+        its tiers, so the two always agree)."""
         n = len(plan.devices)
         hosts = [0] * n if topology is None else [topology.host_of(r) for r in range(n)]
         where = topology if topology is not None else n
-        comm = [
-            priced[0].cost_ms([s.as_table for s in d.shards], priced[1], where) if priced else 0.0 for d in plan.devices
-        ]
-        return tuple(cls.of(d, h, c) for d, h, c in zip(plan.devices, hosts, comm))
+        reports = []
+        for device, host in zip(plan.devices, hosts):
+            if priced is None:
+                reports.append(cls.of(device, host))
+                continue
+            model, batch_size = priced
+            tables = [s.as_table for s in device.shards]
+            split = tier_split(model, tables, batch_size, where)
+            total = sum(split) if split is not None else model.cost_ms(tables, batch_size, where)
+            reports.append(cls.of(device, host, total, split))
+        return tuple(reports)
 
     def to_dict(self, shards: bool = False) -> dict[str, Any]:
-        """``{"host", "tables", "cost_ms", "compute_ms", "communication_ms", "memory_bytes"}``;
-        with ``shards``, the structured shards after the tables."""
+        """``{"host", "tables", "cost_ms", "compute_ms", "communication_ms",
+        "communication_by_tier_ms", "memory_bytes"}``, the split as ``{"intra": ms, "inter": ms}``
+        (null where the model cannot split it); with ``shards``, the structured shards after the
+        tables."""
         out: dict[str, Any] = {"host": self.host, "tables": list(self.tables)}
         if shards:
             out["shards"] = [s.to_dict() for s in self.shards]
+        split = self.communication_by_tier_ms
         out.update(
             cost_ms=self.cost_ms,
             compute_ms=self.compute_ms,
             communication_ms=self.communication_ms,
+            communication_by_tier_ms=None if split is None else {"intra": split[0], "inter": split[1]},
             memory_bytes=self.memory_bytes,
         )
         return out
@@ -242,10 +283,30 @@ class Skipped:
 
 
 @dataclass(frozen=True, slots=True)
+class CommunicationReport:
+    """What priced the plans' communication, for outputs to say how far to trust it: ``source``
+    "measured" (per collective and tier), "declared" (a profile's declared constants, not
+    measurements: a GPU profile made without GPUs) or "one figure" (one bandwidth and latency
+    for both tiers); ``description``, the model's own line (``CommunicationModel.describe``)."""
+
+    source: str
+    description: str
+
+    @classmethod
+    def of(cls, model: CommunicationModel) -> CommunicationReport:
+        source = "declared" if model.declared else "measured" if model.per_tier else "one figure"
+        return cls(source, model.describe())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "description": self.description}
+
+
+@dataclass(frozen=True, slots=True)
 class PlansReport:
     """Several plans of one workload side by side (``plans_report``). ``model_error``: the summary of
     the profile's measured device errors (``DeviceErrors.summary``) that each plan's expected max is
-    computed under, None without them."""
+    computed under, None without them. ``communication``: what priced each device's
+    communication (None where the plans were priced without it)."""
 
     workload: WorkloadReport
     topology: TopologyReport
@@ -253,6 +314,7 @@ class PlansReport:
     model_error: dict[str, float | int] | None
     plans: tuple[PlanReport, ...]
     skipped: tuple[Skipped, ...]
+    communication: CommunicationReport | None = None
 
     @property
     def best(self) -> PlanReport | None:
@@ -268,6 +330,7 @@ class PlansReport:
             "model_error": self.model_error,
             "plans": [p.to_dict(shards) for p in self.plans],
             "skipped": [s.to_dict() for s in self.skipped],
+            "communication": self.communication.to_dict() if self.communication is not None else None,
         }
 
 
@@ -283,7 +346,8 @@ def plans_report(
     """Several plans of one workload side by side; the ``best_plan_index`` one is flagged
     ``best``. ``skipped`` lists (planner, reason). With the profile's ``device_errors``, each
     plan's expected max under them, and their summary as ``model_error``. With the
-    ``communication`` the plans were priced with, each device's compute and all-to-all apart."""
+    ``communication`` the plans were priced with, each device's compute and communication apart
+    (and its communication per tier), and what priced it (``CommunicationReport``)."""
     best = best_plan_index(plans)
     priced = (communication, workload.batch_size) if communication is not None and cost_unit == "ms" else None
     return PlansReport(
@@ -293,4 +357,5 @@ def plans_report(
         device_errors.summary() if device_errors else None,
         tuple(PlanReport.of(p, i == best, device_errors, topology, priced) for i, p in enumerate(plans)),
         tuple(Skipped(name, reason) for name, reason in skipped),
+        CommunicationReport.of(priced[0]) if priced is not None else None,
     )

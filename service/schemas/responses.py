@@ -35,6 +35,12 @@ class DeviceOut(BaseModel):
     communication_ms: float = Field(
         0.0, description="The part of cost_ms that is its all-to-all (0 where the profile has no communication model)."
     )
+    communication_by_tier_ms: dict[Literal["intra", "inter"], float] | None = Field(
+        None,
+        description="communication_ms per link tier: intra (between ranks of the device's host) and inter "
+        "(to other hosts); they add up to communication_ms. Null where the communication model prices one "
+        "figure for both tiers across hosts (an old one-figure profile).",
+    )
     memory_bytes: int
 
 
@@ -304,6 +310,17 @@ class JudgesOut(BaseModel):
     disagreement: str | None = Field(description="Where they differ: each judge's choice, and how to measure.")
 
 
+class CommunicationOut(BaseModel):
+    """What priced each device's communication, for clients to say how far to trust it."""
+
+    source: Literal["measured", "declared", "one figure"] = Field(
+        description="'measured' per collective and link tier; 'declared': the profile's declared constants "
+        "(TorchRec's, in a GPU profile made without GPUs), not measurements; 'one figure': one bandwidth "
+        "and latency for both tiers."
+    )
+    description: str = Field(description="Where the figures come from, in one line.")
+
+
 class PlanResponse(BaseModel):
     """Every planner's plan side by side, the best one, and how much it beats each heuristic."""
 
@@ -331,6 +348,9 @@ class PlanResponse(BaseModel):
     timed_out: list[str] = Field(description="Planners that did not run within the time budget.")
     judges: JudgesOut | None = Field(
         None, description="With stats: true in the request, three judges of the plans side by side; else null."
+    )
+    communication: CommunicationOut | None = Field(
+        None, description="What priced each device's communication; null where the plans were priced without it."
     )
     elapsed_s: float = Field(description="Time spent on the request's planning, queueing included.")
     warnings: list[str] = Field(
