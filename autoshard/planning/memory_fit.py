@@ -6,8 +6,9 @@ so with two methods: ``planning_topology(topology, shrink_bytes)``, the topology
 device's memory as the model leaves it, less ``shrink_bytes``), and ``overflow_bytes(plan)``, how
 far the fullest device of a plan is past the model's count. ``fitted`` wraps a planner so that it
 plans on the model's topology and, while its plan is still over, again with every device shrunk
-by the overflow (at most ``ATTEMPTS`` plans, their times added up); past them its last plan
-stands, priced over the model's count. Any other cost model leaves the planner as it is.
+by the overflow (at most ``ATTEMPTS`` plans, their times added up; none after a plan cut short
+by its time budget); past them its last plan stands, priced over the model's count. Any other
+cost model leaves the planner as it is.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class MemoryFitted:
             plan = self.planner.plan(workload, self.cost_model.planning_topology(topology, shrink))
             spent += plan.plan_time_s
             over = self.cost_model.overflow_bytes(plan)
-            if over <= 0:
+            if over <= 0 or plan.partial:  # it fits, or the time budget is spent
                 break
             shrink += over + 1
         assert plan is not None

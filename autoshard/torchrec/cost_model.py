@@ -200,9 +200,13 @@ class TorchRecCostModel(SetCostModel):
     def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
         self._check_batch(batch_size)
         task = self.task
-        task.of([t for s in table_sets for t in s])  # every miss in one estimator call per option
-        ms = np.array([sum(task.one(t).ms for t in s) for s in table_sets], dtype=np.float64)
-        used = np.array([sum(task.one(t).bytes for t in s) for s in table_sets], dtype=np.int64)
+        found = iter(task.of([t for s in table_sets for t in s]))  # every miss in one estimator call per option
+        ms, used = np.zeros(len(table_sets)), np.zeros(len(table_sets), dtype=np.int64)
+        for i, tables in enumerate(table_sets):
+            for _ in tables:
+                estimate = next(found)
+                ms[i] += estimate.ms
+                used[i] += estimate.bytes
         return self.priced(ms, used, self.capacities(len(table_sets))).tolist()
 
     def accumulator(self, num_sets: int, batch_size: int) -> SumAccumulator:

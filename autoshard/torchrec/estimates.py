@@ -87,6 +87,7 @@ class TaskEstimates:
             self._setup(workload, storage_reservation)
         self._by_table: dict[Table, ShardEstimate] = {}
         self._by_key: dict[_Key, ShardEstimate] = {}
+        self._by_id: dict[int, tuple[Table, ShardEstimate]] = {}
 
     def _setup(self, workload: Workload, storage_reservation: float | None) -> None:
         topology, compute_device = self.topology, self.compute_device
@@ -112,14 +113,28 @@ class TaskEstimates:
 
     def of(self, tables: Sequence[Table]) -> list[ShardEstimate]:
         """Each shard's estimate (``tables``: shards as tables, ``TableShard.as_table``)."""
-        missing = [t for t in dict.fromkeys(tables) if t not in self._by_table]
+        found = [self._seen(t) for t in tables]
+        missing = [t for t, e in zip(tables, found) if e is None]
         if missing:
-            self._estimate(missing)
-        return [self._by_table[t] for t in tables]
+            self._estimate([t for t in dict.fromkeys(missing) if t not in self._by_table])
+            found = [e if e is not None else self._remember(t) for t, e in zip(tables, found)]
+        return found  # type: ignore[return-value]
 
     def one(self, table: Table) -> ShardEstimate:
-        found = self._by_table.get(table)
+        found = self._seen(table)
         return found if found is not None else self.of([table])[0]
+
+    def _seen(self, table: Table) -> ShardEstimate | None:
+        """The estimate of this very object, if asked before: by its id, which holds while the
+        entry keeps the object alive (planners ask for the same shard objects many times, and a
+        table hashes field by field)."""
+        entry = self._by_id.get(id(table))
+        return entry[1] if entry is not None and entry[0] is table else None
+
+    def _remember(self, table: Table) -> ShardEstimate:
+        estimate = self._by_table[table]
+        self._by_id[id(table)] = (table, estimate)
+        return estimate
 
     def parent(self, shard: Table) -> Table:
         """The workload's table that ``shard`` (a shard as a table) is cut from."""
