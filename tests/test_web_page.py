@@ -14,6 +14,7 @@ The routes themselves (headers, the fixed file list, the presets) are checked in
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import time
@@ -210,8 +211,14 @@ def test_plans_criteo_terabyte_on_2x8_with_every_default_planner(page, served, d
     best = [r.get_attribute("data-planner") for r in rows if _find(r, ".badge")]
     assert len(best) == 1 and _find(page, "#chart-title")[0].text == f"Devices of {best[0]} (best)"
     assert len(_find(page, "#chart g.device")) == 16  # one bar per device
+    for part in ("compute", "intra", "inter"):  # compute, then communication within and between hosts
+        assert len(_find(page, f"#chart g.device rect.{part}")) == 16, part
+    legend = _find(page, "#legend")[0].text
+    assert "intra-host communication" in legend and "inter-host communication" in legend
+    assert "declared" not in legend  # the shipped CPU profile measured both tiers
     assert "What makes the max" in _find(page, "#max-info")[0].text
     assert len(_find(page, "#stats details")) == 3 and "Per rank" in _find(page, "#stats")[0].text
+    assert _find(page, "#judges-table")  # stats: true brings the judges
     _hover_max_device(page)
     _screenshot(page)
 
@@ -227,11 +234,52 @@ def test_plans_criteo_terabyte_on_2x8_with_every_default_planner(page, served, d
     _find(page, "#download-json")[0].click()
     answer = _downloaded(downloads, "_plans.json", seen)
     assert [p["planner"] for p in answer["plans"]] == checked and answer["best"] == best[0]
-    judged = _find(page, "#judges")[0].text
-    if answer.get("judges"):  # the judges side by side, where the service has them
-        assert "Judges" in judged and all(plan in judged for plan in answer["judges"]["plans"])
-    else:
-        assert judged == ""
+    _check_tiers(answer)
+    _check_judges(page, answer)
+
+
+def _check_tiers(answer: dict[str, Any]) -> None:
+    """Each device's communication per tier adds up to its communication; 2 hosts use both tiers."""
+    assert answer["communication"]["source"] == "measured"
+    for plan in answer["plans"]:
+        for device in plan["devices"]:
+            split = device["communication_by_tier_ms"]
+            assert split["intra"] + split["inter"] == pytest.approx(device["communication_ms"], abs=1e-9)
+            if device["tables"]:
+                assert split["inter"] > 0 and split["intra"] > 0, device["tables"]
+
+
+def _num(value: float | None) -> str:
+    """A number as the page writes it (dom.js ``num``: about three significant digits)."""
+    if value is None:
+        return "–"
+    decimals = max(0, min(6, 2 - math.floor(math.log10(abs(value)))))
+    return f"{value:,.{decimals}f}"
+
+
+def _check_judges(page: Any, answer: dict[str, Any]) -> None:
+    """The real answer's judges, side by side: a row per plan, a column per judge, its max there."""
+    verdict = answer["judges"]
+    assert verdict is not None, "stats: true answers with the judges"
+    names = [j["judge"] for j in verdict["judges"]]
+    assert names == ["autoshard", "torchrec_estimator", "dmp"] and verdict["plans"] == [
+        p["planner"] for p in answer["plans"]
+    ]
+    ours = verdict["judges"][0]["max_ms"]
+    assert ours == pytest.approx([p["max_cost_ms"] for p in answer["plans"]], rel=1e-3)  # the planners' own prices
+    assert all(ms is not None and ms > 0 for ms in verdict["judges"][1]["max_ms"])  # TorchRec's estimator judged all
+    headers = [th.text for th in _find(page, "#judges-table thead th")]
+    assert headers == ["plan", "AutoShard's cost model, ms", "TorchRec's estimator, ms", "DMP, measured, ms"]
+    rows = _find(page, "#judges-table tbody tr")
+    assert len(rows) == len(verdict["plans"])
+    for i, row in enumerate(rows):
+        cells = [td.text for td in _find(row, "td")]
+        expected = [_num(j["max_ms"][i]) for j in verdict["judges"]]
+        assert cells[0] == verdict["plans"][i] and [c.removesuffix("fastest").strip() for c in cells[1:]] == expected
+        for cell, judge in zip(cells[1:], verdict["judges"]):  # the badge on the plan each judge prefers
+            assert cell.endswith("fastest") == (judge["prefers"] == verdict["plans"][i]), (cell, judge["judge"])
+    said = _find(page, "#judges")[0].text
+    assert ("agree on the fastest plan" in said) == verdict["agree"] and "--verify dmp" in said
 
 
 def _check_torchrec_file(export: dict[str, Any], planner: str) -> None:
@@ -260,13 +308,27 @@ def _hover_max_device(browser) -> None:
     tip = _find(browser, "#tip")[0]
     _wait(browser, lambda d: tip.is_displayed() and "rank" in tip.text, what="the tooltip")
     assert "memory" in tip.text and "_wise" in tip.text and "no shards" not in tip.text  # its shards and their types
+    assert "intra-host" in tip.text and "inter-host" in tip.text  # its communication per tier
+    assert "null" not in tip.text and "undefined" not in tip.text
 
 
 def _screenshot(browser) -> None:
+    """The page down to the judges, a device's tooltip open (with AUTOSHARD_SCREENSHOT only)."""
     target = os.environ.get("AUTOSHARD_SCREENSHOT")
-    if target:
+    if not target:
+        return
+    size = browser.get_window_size()
+    bottom, chrome = browser.execute_script(
+        "return [document.getElementById('judges').getBoundingClientRect().bottom + window.scrollY,"
+        " window.outerHeight - window.innerHeight];"
+    )
+    browser.set_window_size(size["width"], int(bottom) + 16 + chrome)
+    try:
+        _hover_max_device(browser)  # the resize redrew the chart
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         assert browser.save_screenshot(str(Path(target).resolve()))
+    finally:
+        browser.set_window_size(size["width"], size["height"])
 
 
 def test_a_bad_workload_shows_the_api_error_beside_its_field(page):
@@ -319,6 +381,30 @@ def test_a_spent_time_budget_says_so(page):
     _wait(page, lambda d: _find(d, "#status")[0].text.startswith("Timed out"), 60, "the timed-out line")
     assert "time budget" in _find(page, "#status")[0].text and "504" in _find(page, "#status")[0].text
     _type(page, "time_budget_s", 60)
+
+
+def test_declared_communication_says_so(page):
+    """A profile whose communication is declared, not measured (TorchRec's constants in a GPU
+    profile made without a GPU): the legend and each device's tooltip say so."""
+    declared = "cuda-nvidia-h200-embedding_bag-t1"
+    profile = _find(page, "#profile")[0]
+    default = profile.get_property("value")
+    assert declared in [o.get_property("value") for o in _find(page, "#profile option")] and default != declared
+    tables = [
+        {"name": f"d{i}", "num_embeddings": 100_000 * (i + 1), "embedding_dim": 64, "pooling_factor": 4}
+        for i in range(8)
+    ]
+    _type(page, "workload", json.dumps({"name": "declared", "tables": tables}))
+    for field, value in (("num_hosts", 2), ("devices_per_host", 2), ("time_budget_s", 60), ("profile", declared)):
+        _type(page, field, value)
+    _find(page, "#plan")[0].click()
+    _wait(page, lambda d: _find(d, "#summary-note")[0].text.startswith("declared:"), PLAN_WAIT_S, "the plans")
+    legend = _find(page, "#legend")[0].text
+    assert "intra-host communication (declared, not measured)" in legend, legend
+    assert "inter-host communication (declared, not measured)" in legend, legend
+    _hover_max_device(page)
+    assert "declared, not measured" in _find(page, "#tip")[0].text
+    _type(page, "profile", default)
 
 
 def test_judges_render_side_by_side(page):

@@ -1,7 +1,7 @@
 // The planning page: read the form, POST /v1/plans (stats and the TorchRec export), show the plans.
 // Nothing is stored: the token lives in its field and goes out only as the API's bearer header.
 import { ApiError, call, fieldOf, fixes, path } from "./api.js";
-import { LEGEND, capsOf, deviceChart } from "./chart.js";
+import { capsOf, deviceChart, legendOf } from "./chart.js";
 import { download, el } from "./dom.js";
 import { judges, maxInfo, statsTables, summaryTable } from "./results.js";
 
@@ -246,11 +246,14 @@ function render() {
   $("download-torchrec").disabled = !plan.torchrec;
   $("download-note").textContent = state.torchrec ? "" : "The TorchRec export needs torchrec installed in the service.";
   $("chart-title").textContent = `Devices of ${plan.planner}${plan.best ? " (best)" : ""}`;
-  $("legend").replaceChildren(...LEGEND.map(([cls, label]) => el("span", {}, el("i", { class: cls }), label)));
+  const legend = legendOf(plan, answer.communication);
+  $("legend").replaceChildren(...legend.map(([cls, label, title]) => el("span", { title: title || null }, el("i", { class: cls }), label)));
   const best = answer.plans.find((p) => p.best);
   const scaleMax = Math.max(plan.max_cost_ms, plan.expected_max_ms || 0, best.expected_max_ms || 0) * 1.1;
   const width = Math.max(480, $("chart").clientWidth - 4);
-  $("chart").replaceChildren(deviceChart(plan, topo, scaleMax, best.max_cost_ms, answer.cost_unit === "ms" ? "ms" : "", $("tip"), width));
+  $("chart").replaceChildren(
+    deviceChart(plan, topo, scaleMax, best.max_cost_ms, answer.cost_unit === "ms" ? "ms" : "", $("tip"), width, answer.communication),
+  );
   fill("max-info", maxInfo(plan, capsOf(topo, plan.devices.length), unit));
 }
 

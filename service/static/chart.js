@@ -1,5 +1,6 @@
-// One plan's devices as bars, drawn by hand in SVG: cost (compute under communication) on top,
-// memory against the device's cap below; hovering a device lists its shards.
+// One plan's devices as bars, drawn by hand in SVG: cost on top (compute, then communication
+// within the host, then to other hosts), memory against the device's cap below; hovering a
+// device lists its parts and its shards.
 import { el, gib, num, pct, svg } from "./dom.js";
 
 const COST_H = 230;
@@ -55,22 +56,55 @@ function guide(y, width, cls, label) {
   ];
 }
 
+/** The device's communication per tier ({intra, inter}), or null where the answer does not split it. */
+export const tiersOf = (device) => device.communication_by_tier_ms ?? null;
+
+/** "compute a + intra-host b + inter-host c" (or "+ communication c" where it is not split). */
+export function partsText(device) {
+  const tiers = tiersOf(device);
+  const comm = tiers
+    ? `intra-host ${num(tiers.intra)} + inter-host ${num(tiers.inter)}`
+    : `communication ${num(device.communication_ms)}`;
+  return `compute ${num(device.compute_ms)} + ${comm}`;
+}
+
+/** Where the answer's communication is declared, not measured, the words that say so (else null). */
+export function declaredNote(communication) {
+  return communication?.source === "declared" ? "communication declared, not measured" : null;
+}
+
 /** The tooltip's content for one device. */
-function describe(device, rank, cap, unit) {
+function describe(device, rank, cap, unit, communication) {
   const shards = device.shards.map((s, i) =>
     el("li", {}, device.tables[i] || s.table, ` · ${s.sharding_type} · ${s.rows.toLocaleString()} rows × ${s.columns} cols`),
   );
+  const declared = declaredNote(communication);
   return [
     el("b", {}, `rank ${rank}`), ` (host ${device.host}): ${num(device.cost_ms)} ${unit}`,
-    el("br"), `compute ${num(device.compute_ms)} + communication ${num(device.communication_ms)}`,
+    el("br"), partsText(device),
+    declared && el("br"), declared && el("i", {}, `(${declared})`),
     el("br"), `memory ${gib(device.memory_bytes)} GiB of ${gib(cap)} GiB (${pct(device.memory_bytes / cap)})`,
     el("ul", {}, shards.length ? shards : el("li", {}, "no shards")),
   ];
 }
 
+/** The cost bar's segments, bottom up: compute, then communication within the host and to other hosts. */
+function costSegments(device, y, x0, w) {
+  const tiers = tiersOf(device);
+  const tops = tiers
+    ? [["compute", device.compute_ms], ["intra", device.compute_ms + tiers.intra], ["inter", device.cost_ms]]
+    : [["compute", device.compute_ms], ["comm", device.cost_ms]];
+  let base = 0;
+  return tops.map(([cls, top]) => {
+    const rect = svg("rect", { x: x0, y: y(top), width: w, height: Math.max(0, y(base) - y(top)), class: cls });
+    base = top;
+    return rect;
+  });
+}
+
 function bindTip(group, tip, content) {
   group.addEventListener("mousemove", (event) => {
-    tip.replaceChildren(...content());
+    tip.replaceChildren(...content().filter((part) => part !== null && part !== false));
     tip.hidden = false;
     const x = Math.min(event.clientX + 14, window.innerWidth - tip.offsetWidth - 8);
     const y = Math.min(event.clientY + 14, window.innerHeight - tip.offsetHeight - 8);
@@ -80,8 +114,9 @@ function bindTip(group, tip, content) {
   group.addEventListener("mouseleave", () => { tip.hidden = true; });
 }
 
-/** The plan's bars on a cost axis up to `scaleMax`; `best`, the best plan's max, as a line to compare with. */
-export function deviceChart(plan, topology, scaleMax, best, unit, tip, width) {
+/** The plan's bars on a cost axis up to `scaleMax`; `best`, the best plan's max, as a line to compare with;
+ * `communication`, the answer's (what priced it: the tooltip says where it is declared). */
+export function deviceChart(plan, topology, scaleMax, best, unit, tip, width, communication = null) {
   const devices = plan.devices;
   const caps = capsOf(topology, devices.length);
   const slot = Math.max(8, (width - LEFT - RIGHT) / devices.length);
@@ -114,8 +149,7 @@ export function deviceChart(plan, topology, scaleMax, best, unit, tip, width) {
       "g",
       { class: "device bar", "data-rank": rank, "data-cost": device.cost_ms },
       svg("rect", { x, y: TOP, width: slot, height: memTop + MEMORY_H - TOP, class: "hover" }),
-      svg("rect", { x: x0, y: y(device.compute_ms), width: w, height: y(0) - y(device.compute_ms), class: "compute" }),
-      svg("rect", { x: x0, y: y(device.cost_ms), width: w, height: y(device.compute_ms) - y(device.cost_ms), class: "comm" }),
+      ...costSegments(device, y, x0, w),
       svg("rect", {
         x: x0, y: memTop + MEMORY_H - (share / memMax) * MEMORY_H, width: w, height: (share / memMax) * MEMORY_H,
         class: share > 0.95 ? "memory full" : "memory",
@@ -123,15 +157,26 @@ export function deviceChart(plan, topology, scaleMax, best, unit, tip, width) {
       rank % labelEvery === 0 && svg("text", { class: "axis", x: x + slot / 2, y: memTop + MEMORY_H + 14, "text-anchor": "middle" }, rank),
       rank === maxRank && svg("text", { class: "max-mark", x: x + slot / 2, y: y(device.cost_ms) - 4, "text-anchor": "middle" }, "max"),
     );
-    bindTip(group, tip, () => describe(device, rank, caps[rank], unit));
+    bindTip(group, tip, () => describe(device, rank, caps[rank], unit, communication));
     root.append(group);
   });
   return root;
 }
 
-export const LEGEND = [
-  ["compute", "compute"],
-  ["comm", "communication (all-to-all, reduce-scatter, all-reduce)"],
-  ["memory", "memory of the device's cap"],
-  ["full", "above 95% of the cap"],
-];
+/** The chart's legend as [class, label, title]: the communication per tier where the plan's devices
+ * split it, one segment where they do not; "declared, not measured" where the answer says so. */
+export function legendOf(plan, communication) {
+  const declared = declaredNote(communication) ? " (declared, not measured)" : "";
+  const why = communication ? communication.description : "";
+  const split = plan.devices.every(tiersOf);
+  const comm = split
+    ? [["intra", `intra-host communication${declared}`, why], ["inter", `inter-host communication${declared}`, why]]
+    : [["comm", `communication, not split by tier${declared}`, why]];
+  if (split && plan.devices.every((d) => d.communication_by_tier_ms.inter === 0)) comm.pop(); // one host
+  return [
+    ["compute", "compute", ""],
+    ...comm,
+    ["memory", "memory of the device's cap", ""],
+    ["full", "above 95% of the cap", ""],
+  ];
+}

@@ -1,5 +1,6 @@
 // The answer of POST /v1/plans as tables: the planners side by side, what makes the max, the
 // best plan's stats, and the judges' verdicts when the answer carries them.
+import { partsText } from "./chart.js";
 import { el, gib, num, pct, table } from "./dom.js";
 
 /** One row per planner: predicted max, expected max, planning time; the best marked. Click chooses. */
@@ -42,7 +43,7 @@ export function maxInfo(plan, caps, unit) {
     el("h3", {}, "What makes the max"),
     el("p", {},
       `Rank ${rank} (host ${device.host}) at ${num(device.cost_ms)} ${unit}, ${pct(device.cost_ms / mean - 1)} above the mean ${num(mean)}: `,
-      `compute ${num(device.compute_ms)} + communication ${num(device.communication_ms)}. `,
+      `${partsText(device)}. `,
       `Nearest its memory cap: rank ${fullest[0]} at ${pct(fullest[1])}.`),
     stats ? el("p", { class: "hint" }, "Each shard's cost alone; shares need not sum to 1 (costs on a device do not add).") : null,
     shards,
