@@ -440,3 +440,20 @@ def test_one_table_limited_to_row_wise_among_unconstrained_ones_is_planned_row_w
     plan = planner.plan(module, [])
     kinds = {name: s.sharding_type for name, s in plan.plan[""].items()}
     assert kinds["big"] == "row_wise"
+
+
+def test_the_default_plan_is_the_best_that_keeps_the_constraints():
+    """Of the default planners' plans, the lowest max that keeps every table's constraints (TorchRec's
+    planner on cpu may not: its sharders there offer no row-wise type); none keeping them names why."""
+    from autoshard.core.constraints import Constraints, TableConstraints
+    from autoshard.core.types import DevicePlan, ShardingPlan, TableShard, row_shards
+    from autoshard.torchrec.drop_in import best_honoured
+
+    table = Table("t", 100, 8)
+    rows = row_shards(table, 2, ShardingType.ROW_WISE)
+    broken = ShardingPlan("torchrec_cpu", (DevicePlan((TableShard(table),), 1.0), DevicePlan((), 0.0)))
+    kept = ShardingPlan("cost_greedy", (DevicePlan((rows[0],), 1.5), DevicePlan((rows[1],), 1.5)))
+    constraints = Constraints((("t", TableConstraints(frozenset({ShardingType.ROW_WISE}))),))
+    assert best_honoured(broken, [broken, kept], constraints) is kept
+    with pytest.raises(PlannerError, match="allows sharding types \\['row_wise'\\]"):
+        best_honoured(broken, [broken], constraints)

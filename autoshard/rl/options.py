@@ -210,7 +210,7 @@ class OptionState:
         small = [u for u in units if u.memory_bytes <= limit and ShardingType.DATA_PARALLEL in self.kinds(u)]
         if not small or world < 2:
             return frozenset()
-        costs = self.cost_fn([replica(u.table, world).as_table for u in small])
+        costs = self.cost_fn([replica(u.shard.table, world).as_table for u in small])
         return frozenset(u.parent for u, c in zip(small, costs) if world * c < u.cost)
 
     # -- the episode ------------------------------------------------------------------------
@@ -324,7 +324,7 @@ class OptionState:
         return [self._shard_costs[s] for s in shards]
 
     def _column_options(self, unit: Unit, options: list, before: list, after: list, packs: list) -> None:
-        table = unit.table
+        table = unit.shard.table  # the workload's table (a whole unit's may be one column block)
         narrowest = self.workload.constraints.of(unit.parent)
         width_floor = MIN_SHARD_WIDTH
         if narrowest is not None and narrowest.min_partition is not None:
@@ -369,7 +369,8 @@ class OptionState:
             spread = spread - {ShardingType.DATA_PARALLEL}
         if not spread:
             return
-        found = spread_options(unit.table, self.topology, spread, GRID_WAYS)
+        own = self.workload.constraints.of(unit.parent)
+        found = spread_options(unit.shard.table, self.topology, spread, GRID_WAYS, own.min_partition if own else None)
         if self.rules is not None:
             found = [o for o in found if self.rules.ranks_allowed(unit.parent, o.ranks)]
         # the options of one type share their shard objects across hosts (``row_shards`` is cached):

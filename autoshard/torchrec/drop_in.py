@@ -337,7 +337,7 @@ class AutoShardShardingPlanner(ShardingPlanner):
         self.last_warnings = tuple(report.warnings)
         for warning in report.warnings:
             logger.warning("AutoShard: %s", warning)
-        return report.best_plan
+        return best_honoured(report.best_plan, report.plans, workload.constraints)
 
     def _module_plans(
         self, found: Sequence[Collection], ours: ShardingPlan, topology: Topology
@@ -403,6 +403,24 @@ def check_constraints(plan: ShardingPlan, constraints: Constraints) -> None:
                 )
 
 
+def best_honoured(best: ShardingPlan, plans: Sequence[ShardingPlan], constraints: Constraints) -> ShardingPlan:
+    """``best``, or where it breaks the constraints (TorchRec's planner may: on ``cpu`` its
+    sharders offer no row-wise type, and it plans sequence tables as pooled ones), the plan of
+    lowest max among ``plans`` that keeps them, each plan passed over logged with why. Raises
+    ``best``'s ``PlannerError`` when none keeps them."""
+    first: PlannerError | None = None
+    for plan in [best, *sorted((p for p in plans if p is not best), key=lambda p: p.max_cost_ms)]:
+        try:
+            check_constraints(plan, constraints)
+        except PlannerError as error:
+            logger.warning("AutoShard passes over %s's plan: %s", plan.planner, error.message)
+            first = first or error
+            continue
+        return plan
+    assert first is not None
+    raise first
+
+
 def _refuse_search(search: Mapping[str, object]) -> None:
     for name, value in search.items():
         if value is not None:
@@ -448,4 +466,4 @@ def _restrict(plan: ShardingPlan, names: set[str]) -> ShardingPlan:
     )
 
 
-__all__ = ["AutoShardShardingPlanner", "check_constraints", "topology_from_torchrec"]
+__all__ = ["AutoShardShardingPlanner", "best_honoured", "check_constraints", "topology_from_torchrec"]

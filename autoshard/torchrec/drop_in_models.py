@@ -11,7 +11,7 @@ from autoshard.core.errors import InputError
 from autoshard.core.types import CostModel
 from autoshard.planning.options import Models
 from autoshard.profile_choice import TORCHREC_MODEL, default_profile_for, model_dir
-from autoshard.profiles import load_profile
+from autoshard.profiles import TORCHREC_MODELS, load_profile, torchrec_profile
 
 NO_MODEL_NAME = "none"
 """``model="none"``: plan without a cost model (the CLI's ``--model none``)."""
@@ -28,7 +28,8 @@ class ChosenModels:
 
 def choose_models(model: CostModel | str | Path | None, compute_device: str) -> ChosenModels:
     """``model``: a cost model object (used as given), a profile name of the model directory or
-    a profile folder, ``"torchrec"`` (TorchRec's estimators), ``"none"`` (no cost model: the
+    a profile folder, ``"torchrec"`` (TorchRec's estimators, for the topology's ``cpu`` or GPU:
+    ``autoshard.profiles.torchrec_profile``), ``"none"`` (no cost model: the
     heuristics), or ``None``: the default profile of ``compute_device`` (``default_profile_for``).
     ``InputError`` naming ``model`` for a profile that is not there or does not load."""
     if model is not None and not isinstance(model, (str, Path)):
@@ -41,12 +42,13 @@ def choose_models(model: CostModel | str | Path | None, compute_device: str) -> 
         name, folder, reason = choice.profile, choice.folder, choice.reason
     else:
         name, folder, reason = str(model), None, "given as model="
-        if name not in (TORCHREC_MODEL, NO_MODEL_NAME):
+        if name not in (*TORCHREC_MODELS, NO_MODEL_NAME):
             folder = Path(model) if Path(model).is_dir() else model_dir() / name
     if name is None or name == NO_MODEL_NAME:
         return ChosenModels(Models(missing=reason), None, reason)
-    if name == TORCHREC_MODEL:
-        return ChosenModels(Models(cost_model=_torchrec_model(compute_device), profile=name), name, reason)
+    if name in TORCHREC_MODELS:  # TorchRec's estimators, on the topology's kind of device
+        name = f"{TORCHREC_MODEL}_cpu" if compute_device == "cpu" else TORCHREC_MODEL
+        return ChosenModels(Models.of(torchrec_profile(name)), name, reason)
     assert folder is not None
     problems: list[str] = []
     loaded = load_profile(folder, problems) if (folder / "cost_model.pt").is_file() else None
@@ -57,18 +59,6 @@ def choose_models(model: CostModel | str | Path | None, compute_device: str) -> 
             f"name a profile folder of {model_dir()}, {TORCHREC_MODEL!r} or {NO_MODEL_NAME!r}, or leave model out",
         )
     return ChosenModels(Models.of(loaded), loaded.profile, reason)
-
-
-def _torchrec_model(compute_device: str) -> CostModel:
-    """TorchRec's estimators as a cost model (``autoshard.torchrec.cost_model``), on its GPU
-    model for every device but ``cpu``."""
-    try:
-        from autoshard.torchrec.cost_model import TorchRecCostModel
-    except ImportError as error:
-        raise InputError(
-            "model", f"TorchRec's cost model cannot load ({error})", "install the torchrec extra"
-        ) from None
-    return TorchRecCostModel("cpu" if compute_device == "cpu" else "cuda")  # type: ignore[return-value]
 
 
 __all__ = ["ChosenModels", "choose_models"]
