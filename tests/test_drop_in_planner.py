@@ -457,3 +457,19 @@ def test_the_default_plan_is_the_best_that_keeps_the_constraints():
     assert best_honoured(broken, [broken, kept], constraints) is kept
     with pytest.raises(PlannerError, match="allows sharding types \\['row_wise'\\]"):
         best_honoured(broken, [broken], constraints)
+
+
+def test_a_workload_of_column_wise_tables_with_min_partition_is_planned(shipped_model):
+    """The issue's case: 120 tables constrained to column_wise with min_partition 16 (TorchRec
+    honours it) were refused as a whole; each is now column-wise, no block narrower than 16."""
+    module = ebc([(f"t{i}", 1_000 + 50 * i, 64) for i in range(120)])
+    constraints = {f"t{i}": ParameterConstraints(sharding_types=["column_wise"], min_partition=16) for i in range(120)}
+    topology = TorchRecTopology(world_size=4, local_world_size=2, compute_device="cuda", hbm_cap=256 * MiB)
+    planner = AutoShardShardingPlanner(
+        topology=topology, batch_size=512, constraints=constraints, planner="cost_greedy", model=shipped_model
+    )
+    plan = planner.plan(module, SHARDERS)
+    assert set(kinds_of(plan).values()) == {"column_wise"} and len(kinds_of(plan)) == 120
+    widths = [s.shard_sizes[1] for p in plan.plan[""].values() for s in p.sharding_spec.shards]
+    assert min(widths) >= 16
+    validate_plan(planner.last_plan, planner.last_workload, planner.last_topology)
