@@ -29,7 +29,8 @@ TOKEN = "launcher-token"
 def server(tmp_path_factory):
     served = ServedProcess(
         copy_shipped_profile(tmp_path_factory.mktemp("models")),  # model, all-to-all, policy, errors
-        env={"AUTOSHARD_API_TOKEN": TOKEN},
+        # a planning budget a fully loaded 2-core machine meets (the default 10 s was missed)
+        env={"AUTOSHARD_API_TOKEN": TOKEN, "AUTOSHARD_PLAN_TIMEOUT_S": "600"},
     )
     yield served
     code = served.stop()
