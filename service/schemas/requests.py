@@ -162,7 +162,8 @@ class WorkloadIn(BaseModel):
     constraints: dict[str, dict[str, Any]] | None = Field(
         None,
         description="Per table name, TorchRec's ParameterConstraints fields: sharding_types, compute_kernels "
-        "('fused' only), min_partition, pooling_factors, num_poolings, batch_sizes, is_weighted, feature_names.",
+        "('fused'; 'dense' for data_parallel), min_partition, pooling_factors, num_poolings, batch_sizes, "
+        "is_weighted, feature_names.",
     )
     placement: list[dict[str, Any]] | None = Field(
         None,
