@@ -121,6 +121,12 @@ class TorchRecCostModel(SetCostModel):
             topology.inter_host_bw_gbps,
         )
 
+    def uncounted_bytes(self, plan: ShardingPlan) -> int:
+        """The most bytes TorchRec's storage estimate counts on a device of ``plan`` beyond the
+        planners' own count (weights and optimizer state): its input and output buffers."""
+        sets = [[s.as_table for s in d.shards] for d in plan.devices]
+        return max(used - d.memory_bytes for used, d in zip(self.storage(sets), plan.devices))
+
     def overflow_bytes(self, plan: ShardingPlan) -> int:
         """How far the fullest device of ``plan`` is past what TorchRec's storage estimate allows
         (0 or less: every device fits)."""
