@@ -9,8 +9,8 @@ the most bytes the model counts on a device beyond the planners' count. ``fitted
 planner so that it plans on the model's topology, then again with every device shrunk: by the
 overflow while a plan is over, else by the uncounted bytes (room for them, so that the planners'
 own choices, whose costs the model prices, fit without its barrier). It keeps the fitting plan of
-lowest max (at most ``ATTEMPTS`` plans, their times added up; none after a plan cut short by its
-time budget or after one that no longer fits the planners' count); without one, the last plan
+lowest max (at most ``ATTEMPTS`` plans, their times added up; none once half the planner's time
+budget is spent or after one that no longer fits the planners' count); without one, the last plan
 stands, priced over the model's count. Any other cost model leaves the planner as it is.
 """
 
@@ -50,7 +50,8 @@ class MemoryFitted:
             over = self.cost_model.overflow_bytes(plan)
             if over <= 0 and (best is None or plan.max_cost_ms < best.max_cost_ms):
                 best = plan
-            if plan.partial:  # the time budget is spent
+            budget = getattr(self.planner, "time_budget_s", None)
+            if plan.partial or (budget is not None and 2 * spent > budget):  # no time for another plan
                 break
             # over: shrink by the overflow; fitting: leave room for the bytes our count left out
             # (TorchRec's buffers), so that the planners' own choices fit without the barrier
