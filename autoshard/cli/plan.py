@@ -61,7 +61,8 @@ ModelOption = Annotated[
     Path | None,
     typer.Option(
         help=f"Cost model directory (default: {DEFAULT_MODEL} if it exists); "
-        "'none': the heuristics alone, with proxy costs.",
+        "'none': the heuristics alone, with proxy costs; 'torchrec' ('torchrec_cpu'): TorchRec's own "
+        "estimators on its GPU (CPU) model, memory as TorchRec counts it.",
         rich_help_panel=PLANNERS,
     ),
 ]
