@@ -106,3 +106,23 @@ def test_a_runner_decides_where_planners_run_and_its_late_planners_are_reported(
     assert seen == [("size_greedy", "dim_greedy")]
     assert [p.planner for p in report.plans] == ["size_greedy"] and report.timed_out == ("dim_greedy",)
     assert report.partial and report.to_dict(detail=True)["timed_out"] == ["dim_greedy"]
+
+
+def test_a_plan_that_breaks_a_constraint_is_never_the_best():
+    """TorchRec's planner on cpu offers no row-wise type, so it places a row-wise-only table whole;
+    planning passes over that plan with the table and its constraint named, and keeps the rest."""
+    pytest.importorskip("torchrec")
+    from autoshard.core.constraints import TableConstraints
+    from autoshard.core.sharding import ShardingType
+    from autoshard.core.types import Table, Workload
+
+    tables = (Table("wide", 20_000, 32), Table("small", 1_000, 16))
+    only_rows = TableConstraints(frozenset({ShardingType.ROW_WISE}))
+    workload = Workload(tables, 512, "row_only", Constraints((("wide", only_rows),)))
+    topology = Topology(2, 16.0)
+    report = plan(workload, topology, Models(), PlanOptions(("torchrec_cpu", "size_greedy")))
+    skipped = {s.planner: s.reason for s in report.comparison.skipped}
+    assert "torchrec_cpu" in skipped and "'wide'" in skipped["torchrec_cpu"] and "row_wise" in skipped["torchrec_cpu"]
+    assert [p.planner for p in report.plans] == ["size_greedy"]
+    kinds = {s.sharding_type for d in report.best_plan.devices for s in d.shards if s.table.name == "wide"}
+    assert kinds == {ShardingType.ROW_WISE}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from autoshard.core.errors import InputError
+from autoshard.core.constraints import Constraints
+from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import ShardingPlan, Table, TableShard, Topology, Workload
 from autoshard.planners.feasibility import fmt_bytes
@@ -103,3 +104,32 @@ def _check_tiling(spans: list[tuple[int, int]], size: int, noun: str, of: str, f
         end = offset + length
     if end != size:
         raise InputError("tables", f"{noun} {end}:{size} {of} are not placed", fix, where)
+
+
+def check_plan_constraints(plan: ShardingPlan, constraints: Constraints) -> None:
+    """``PlannerError`` naming the table when a table's sharding type is not among those its
+    constraints allow, or a column block of it is narrower than its ``min_partition``. AutoShard's
+    planners honour both; TorchRec's may not (on ``cpu`` its sharders offer no row-wise type), so
+    planning checks every plan before it can be the best."""
+    for device in plan.devices:
+        for shard in device.shards:
+            name, kind = shard.table.name, shard.sharding_type
+            own = constraints.of(name)
+            if own is None:
+                continue
+            allowed = own.allowed_types(frozenset(ShardingType))
+            if kind not in allowed:
+                raise PlannerError(
+                    PlannerErrorKind.UNAVAILABLE,
+                    f"table {name!r} allows sharding types {sorted(k.value for k in allowed)}, "
+                    f"but the plan gives it {kind.value!r}",
+                    ("plan with another planner", f"or allow {kind.value!r} for {name!r}"),
+                )
+            cut = shard.width != shard.table.embedding_dim
+            if own.min_partition is not None and cut and shard.width < own.min_partition:
+                raise PlannerError(
+                    PlannerErrorKind.UNAVAILABLE,
+                    f"table {name!r} has a column block of {shard.width} columns, below its min_partition "
+                    f"{own.min_partition}",
+                    ("lower min_partition", "or plan without column splits (allow_column_split=False)"),
+                )

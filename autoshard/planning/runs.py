@@ -17,10 +17,11 @@ from enum import Enum
 from typing import Any
 
 from autoshard.core.communication import WithCommunication
-from autoshard.core.errors import AutoShardError
+from autoshard.core.errors import AutoShardError, PlannerError
 from autoshard.core.types import ShardingPlan, Topology, Workload
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.task_cache import TaskCache
+from autoshard.planners.validate import check_plan_constraints
 from autoshard.planning.compare import compare_planners
 from autoshard.planning.options import Models, PlanOptions
 from autoshard.planning.registry import PLANNERS
@@ -163,9 +164,14 @@ def _planned(
     name: str, plan: ShardingPlan, workload: Workload, topology: Topology, seconds: float, export: bool
 ) -> PlannerRun:
     """The run of a planner that planned: refused if the model priced a device at no finite
-    cost; with ``export``, the plan as TorchRec sharding (skipped if TorchRec cannot hold it)."""
+    cost, skipped if the plan breaks the workload's constraints (``check_plan_constraints``);
+    with ``export``, the plan as TorchRec sharding (skipped if TorchRec cannot hold it)."""
     if not all(math.isfinite(d.cost_ms) for d in plan.devices):
         return PlannerRun(name, RunOutcome.ERROR, seconds, reason=NON_FINITE)
+    try:  # TorchRec's planner may break a constraint its sharders cannot meet: never the best then
+        check_plan_constraints(plan, workload.constraints)
+    except PlannerError as error:
+        return PlannerRun(name, RunOutcome.SKIPPED, seconds, reason=error.message, error=error)
     exported = None
     if export:
         from autoshard.torchrec.bridge import export_torchrec

@@ -80,9 +80,9 @@ from torchrec.distributed.utils import get_device_type
 
 from autoshard.core.constraints import Constraints, TableConstraints
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
-from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, DevicePlan, Planner, ShardingPlan, Topology, Workload
 from autoshard.planners.context import PlannerContext
+from autoshard.planners.validate import check_plan_constraints
 from autoshard.planning.options import PlanOptions
 from autoshard.planning.plan import plan as plan_task
 from autoshard.planning.registry import make_planner
@@ -105,7 +105,6 @@ _KERNEL_SETTINGS = ("cache_params", "enforce_hbm", "stochastic_rounding", "bound
 """ParameterConstraints fields TorchRec's planner copies onto each table's ParameterSharding."""
 _TORCHREC_SEARCH = ("enumerator", "proposer", "partitioner", "performance_model", "stats", "callbacks", "plan_loader")
 """EmbeddingShardingPlanner's arguments that configure TorchRec's own search: refused when given."""
-_EVERY = frozenset(ShardingType)
 
 
 class AutoShardShardingPlanner(ShardingPlanner):
@@ -223,7 +222,7 @@ class AutoShardShardingPlanner(ShardingPlanner):
         workload = self.workload_of(found, type(module).__name__)
         topology = self.autoshard_topology(module, sharders)
         ours = self._plan(workload, topology)
-        check_constraints(ours, workload.constraints)
+        check_plan_constraints(ours, workload.constraints)
         self.last_plan, self.last_workload, self.last_topology = ours, workload, topology
         self.last_unplanned = tuple(unplanned)
         plan: dict[str, Any] = dict(self._module_plans(found, ours, topology))
@@ -375,34 +374,6 @@ class AutoShardShardingPlanner(ShardingPlanner):
         )
 
 
-def check_constraints(plan: ShardingPlan, constraints: Constraints) -> None:
-    """``PlannerError`` naming the table when a table's sharding type is not among those its
-    constraints allow, or a column block of it is narrower than its ``min_partition``: a safety
-    net (the planners honour both)."""
-    for device in plan.devices:
-        for shard in device.shards:
-            name, kind = shard.table.name, shard.sharding_type
-            own = constraints.of(name)
-            if own is None:
-                continue
-            allowed = own.allowed_types(_EVERY)
-            if kind not in allowed:
-                raise PlannerError(
-                    PlannerErrorKind.UNAVAILABLE,
-                    f"table {name!r} allows sharding types {sorted(k.value for k in allowed)}, "
-                    f"but the plan gives it {kind.value!r}",
-                    ("plan with another planner", f"or allow {kind.value!r} for {name!r}"),
-                )
-            cut = shard.width != shard.table.embedding_dim
-            if own.min_partition is not None and cut and shard.width < own.min_partition:
-                raise PlannerError(
-                    PlannerErrorKind.UNAVAILABLE,
-                    f"table {name!r} has a column block of {shard.width} columns, below its min_partition "
-                    f"{own.min_partition}",
-                    ("lower min_partition", "or plan without column splits (allow_column_split=False)"),
-                )
-
-
 def best_honoured(best: ShardingPlan, plans: Sequence[ShardingPlan], constraints: Constraints) -> ShardingPlan:
     """``best``, or where it breaks the constraints (TorchRec's planner may: on ``cpu`` its
     sharders offer no row-wise type, and it plans sequence tables as pooled ones), the plan of
@@ -411,7 +382,7 @@ def best_honoured(best: ShardingPlan, plans: Sequence[ShardingPlan], constraints
     first: PlannerError | None = None
     for plan in [best, *sorted((p for p in plans if p is not best), key=lambda p: p.max_cost_ms)]:
         try:
-            check_constraints(plan, constraints)
+            check_plan_constraints(plan, constraints)
         except PlannerError as error:
             logger.warning("AutoShard passes over %s's plan: %s", plan.planner, error.message)
             first = first or error
@@ -466,4 +437,4 @@ def _restrict(plan: ShardingPlan, names: set[str]) -> ShardingPlan:
     )
 
 
-__all__ = ["AutoShardShardingPlanner", "best_honoured", "check_constraints", "topology_from_torchrec"]
+__all__ = ["AutoShardShardingPlanner", "best_honoured", "check_plan_constraints", "topology_from_torchrec"]
