@@ -78,7 +78,7 @@ def default_profile_for(
     unmatched = f"no shipped {device} profile was traced on this host's processor ({here or 'unknown'})"
     if device != "cpu" and _torchrec_model_installed():
         return ProfileChoice(TORCHREC_MODEL, None, f"TorchRec's estimators (the {TORCHREC_MODEL!r} model): {unmatched}")
-    default = _default_name(models)
+    default = default_link_name(models)
     for profile in shipped:
         if profile.name == default:
             return ProfileChoice(profile.name, profile.folder, f"the default profile; {unmatched}")
@@ -119,7 +119,8 @@ def _shipped(models: Path) -> list[_Shipped]:
     return found
 
 
-def _default_name(models: Path) -> str | None:
+def default_link_name(models: Path) -> str | None:
+    """The profile the model directory's ``default`` link (or file) names, if any."""
     link = models / DEFAULT_LINK
     try:
         if link.is_symlink() or link.is_dir():

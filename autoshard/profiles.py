@@ -27,6 +27,7 @@ from autoshard.core.communication import COMMUNICATION_FILE, CommunicationModel
 from autoshard.core.errors import InputError, ModelError
 from autoshard.core.model_error import DEVICE_ERRORS_FILE, DeviceErrors
 from autoshard.core.types import CostModel
+from autoshard.profile_choice import default_profile_for
 
 CHECKPOINT = "cost_model.pt"
 POLICY_FILE = "policy.pt"  # autoshard.rl.policy.POLICY_FILE, named here so that loading it is lazy
@@ -118,18 +119,6 @@ def _metrics(folder: Path, stored: dict[str, Any], problems: list[str]) -> dict[
     return metrics
 
 
-def _default_name(model_dir: Path) -> str | None:
-    link = model_dir / DEFAULT_LINK
-    try:
-        if link.is_symlink() or link.is_dir():
-            return link.resolve().name
-        if link.is_file():
-            return link.read_text().strip() or None
-    except OSError:
-        return None
-    return None
-
-
 def load_profile(folder: Path, problems: list[str]) -> LoadedModel | None:
     """One profile folder's artifacts: the cost model (``None`` if it cannot load), and its
     all-to-all, policy and measured device errors when present. What cannot load is appended to
@@ -213,7 +202,8 @@ def load_models(model_dir: Path, default_profile: str | None = None) -> ModelSto
         loaded = load_profile(folder, store.problems)
         if loaded is not None:
             store.models[folder.name] = loaded
-    wanted = default_profile or _default_name(model_dir)
+    # AUTOSHARD_DEFAULT_PROFILE, else a profile traced on this host's CPU, else the ``default`` link
+    wanted = default_profile or default_profile_for("cpu", model_dir).profile
     if wanted and wanted in store.models:
         store.default_profile = wanted
     elif wanted:
@@ -267,7 +257,7 @@ def load_profile_or_none(path: Path | None, option: str = "--model") -> tuple[Lo
         )
     if path is not None and path.is_file() and path.suffix != ".pt":
         raise InputError(option, f"{path} is a file, not a profile folder", f"pass the folder that holds {CHECKPOINT}")
-    path = path if path is not None else DEFAULT_MODEL
+    path = path if path is not None else default_profile_path()[0]
     if not path.exists():
         return None, f"no cost model at {path}"
     try:
@@ -279,6 +269,16 @@ def load_profile_or_none(path: Path | None, option: str = "--model") -> tuple[Lo
     if loaded is None:
         raise ModelError("; ".join(problems))
     return loaded, None
+
+
+def default_profile_path() -> tuple[Path, str]:
+    """The profile a command that names none plans with, and why: ``AUTOSHARD_MODEL`` if set, else
+    ``profile_choice.default_profile_for("cpu")`` (a profile traced on this host's CPU, else the
+    shipped default), the same rule as the service's and the drop-in's."""
+    if os.environ.get("AUTOSHARD_MODEL"):
+        return DEFAULT_MODEL, "AUTOSHARD_MODEL"
+    choice = default_profile_for("cpu")
+    return (choice.folder or DEFAULT_MODEL), choice.reason
 
 
 def load_profile_or_exit(path: Path | None) -> LoadedModel:

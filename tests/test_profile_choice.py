@@ -52,3 +52,18 @@ def test_without_a_profile_of_the_device(tmp_path):
 def test_the_host_is_read_when_not_given(device):
     choice = default_profile_for(device)
     assert choice.reason
+
+
+def test_the_cli_and_the_service_default_to_the_same_rule(monkeypatch):
+    """A command that names no profile, and the service, take ``default_profile_for("cpu")``'s
+    choice; ``AUTOSHARD_MODEL`` still overrides the CLI's."""
+    from autoshard.profile_choice import default_profile_for, model_dir
+    from autoshard.profiles import DEFAULT_MODEL, default_profile_path, load_models
+
+    monkeypatch.delenv("AUTOSHARD_MODEL", raising=False)
+    choice = default_profile_for("cpu")
+    path, why = default_profile_path()
+    assert path == choice.folder and why == choice.reason
+    assert load_models(model_dir()).default_profile == choice.profile
+    monkeypatch.setenv("AUTOSHARD_MODEL", str(path))
+    assert default_profile_path() == (DEFAULT_MODEL, "AUTOSHARD_MODEL")

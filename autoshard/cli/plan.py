@@ -38,7 +38,7 @@ from autoshard.cli.support import (
 from autoshard.core.errors import InputError
 from autoshard.core.types import ShardingPlan
 from autoshard.evaluation.measurers import plans_verifier, verification_measures
-from autoshard.profiles import DEFAULT_MODEL, load_profile_or_none
+from autoshard.profiles import DEFAULT_MODEL, default_profile_path, load_profile_or_none
 from cost_model.process import one_thread
 
 if TYPE_CHECKING:
@@ -213,6 +213,8 @@ def _models(path: Path | None, communication: bool) -> tuple[Any, Models]:
     from autoshard.planning.options import Models
 
     profile, why_no_model = load_profile_or_none(path)
+    if path is None and profile is not None:  # say which profile a plan that names none uses, and why
+        console.print(f"[dim]profile: {profile.profile} ({default_profile_path()[1]})[/dim]", highlight=False)
     if why_no_model:
         console.print(
             f"[yellow]note:[/yellow] {why_no_model}; cost_greedy needs a model (so do rl and rl+refine), "
