@@ -55,25 +55,10 @@ def comm_cmd(
     from autoshard.core.collectives import Tier
     from autoshard.core.communication import COMMUNICATION_FILE
     from cost_model.bench.communication import measure_communication
-    from cost_model.bench.netns import LinkShape, missing_privilege
+    from cost_model.bench.netns import LinkShape
 
-    if device not in ("cpu", "cuda"):
-        raise InputError("--device", f"unknown device {device!r}", "use cpu or cuda")
-    require_cuda_if_asked(device, nccl=True)
-    if device == "cuda":
-        import torch
-
-        if torch.cuda.device_count() < 2:
-            raise InputError("--device", "cuda asked, but fewer than 2 GPUs (one a rank)", "use --device cpu")
-    if tiers is None:
-        why = missing_privilege()
-        if why:
-            console.print(f"[yellow]warning:[/yellow] {why}: the inter-host tier is declared", highlight=False)
-        tiers = "intra" if why else "intra,inter"
-    names = [t.strip() for t in tiers.split(",") if t.strip()]
-    unknown = [t for t in names if t not in ("intra", "inter")]
-    if unknown or not names:
-        raise InputError("--tiers", f"unknown tiers {unknown or tiers!r}", "pass intra, inter or intra,inter")
+    _check_device(device)
+    names = _tiers(tiers)
     link = LinkShape(link_gbit, link_delay_us)
     model = measure_communication([Tier(t) for t in names], device=device, link=link, rounds=rounds)
     out = out / COMMUNICATION_FILE if out.is_dir() else out
@@ -83,6 +68,34 @@ def comm_cmd(
         print_json(model.to_dict())
     else:
         _print_fits(model, out)
+
+
+def _check_device(device: str) -> None:
+    """``InputError`` naming ``--device`` unless it is cpu, or cuda with a GPU for each of 2 ranks."""
+    if device not in ("cpu", "cuda"):
+        raise InputError("--device", f"unknown device {device!r}", "use cpu or cuda")
+    require_cuda_if_asked(device, nccl=True)
+    if device == "cuda":
+        import torch
+
+        if torch.cuda.device_count() < 2:
+            raise InputError("--device", "cuda asked, but fewer than 2 GPUs (one a rank)", "use --device cpu")
+
+
+def _tiers(tiers: str | None) -> list[str]:
+    """The tiers ``--tiers`` names; by default both as root, else the host alone (warned)."""
+    from cost_model.bench.netns import missing_privilege
+
+    if tiers is None:
+        why = missing_privilege()
+        if why:
+            console.print(f"[yellow]warning:[/yellow] {why}: the inter-host tier is declared", highlight=False)
+        tiers = "intra" if why else "intra,inter"
+    names = [t.strip() for t in tiers.split(",") if t.strip()]
+    unknown = [t for t in names if t not in ("intra", "inter")]
+    if unknown or not names:
+        raise InputError("--tiers", f"unknown tiers {unknown or tiers!r}", "pass intra, inter or intra,inter")
+    return names
 
 
 def _print_fits(model: CommunicationModel, out: Path) -> None:
