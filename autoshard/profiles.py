@@ -222,17 +222,18 @@ def load_models(model_dir: Path, default_profile: str | None = None) -> ModelSto
     return store
 
 
-def torchrec_profile(name: str) -> LoadedModel:
+def torchrec_profile(name: str, reserve: bool = True) -> LoadedModel:
     """TorchRec's estimator as a profile (``TORCHREC_MODELS``): nothing trained, no files; its
-    cost includes communication (no all-to-all model) and it has no policy. ``InputError`` naming
-    ``--model`` when torchrec does not import."""
+    cost includes communication (no all-to-all model) and it has no policy. ``reserve``: apply
+    TorchRec's storage reservation to the topology's memory (not where the caller already has,
+    as the drop-in does). ``InputError`` naming ``--model`` when torchrec does not import."""
     try:
         from autoshard.torchrec.cost_model import TorchRecCostModel
     except (ImportError, OSError) as error:
         raise InputError(
             "--model", f"TorchRec's estimator needs torchrec, which does not import ({error})", "install torchrec"
         ) from None
-    model = TorchRecCostModel(TORCHREC_MODELS[name])
+    model = TorchRecCostModel(TORCHREC_MODELS[name]) if reserve else TorchRecCostModel(TORCHREC_MODELS[name], None)
     device = {"device_type": model.compute_device, "estimator": "torchrec.EmbeddingPerfEstimator"}
     why = f"no policy is trained against {name} (the rl planners need one)"
     return LoadedModel(name, model, device, "", {}, policy_problem=why)

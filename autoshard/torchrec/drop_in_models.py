@@ -48,7 +48,8 @@ def choose_models(model: CostModel | str | Path | None, compute_device: str) -> 
         return ChosenModels(Models(missing=reason), None, reason)
     if name in TORCHREC_MODELS:  # TorchRec's estimators, on the topology's kind of device
         name = f"{TORCHREC_MODEL}_cpu" if compute_device == "cpu" else TORCHREC_MODEL
-        return ChosenModels(Models.of(torchrec_profile(name)), name, reason)
+        # the drop-in's topology is what TorchRec's storage reservation left: reserve no more
+        return ChosenModels(Models.of(torchrec_profile(name, reserve=False)), name, reason)
     assert folder is not None
     problems: list[str] = []
     loaded = load_profile(folder, problems) if (folder / "cost_model.pt").is_file() else None
