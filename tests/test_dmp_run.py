@@ -136,3 +136,18 @@ def test_compare_interleaves_plans_and_merges_their_steps(monkeypatch):
     assert a.iteration_ms == (10, 11, 11, 12, 12, 13)  # round r: (10 + r, 11 + r)
     assert a.per_rank_ms == ((10, 10, 11, 10, 12, 10), (10, 11, 10, 12, 10, 13))
     assert a.median_ms == 11.5 and b.median_ms == 21.5
+
+
+def test_a_plan_dmp_cannot_run_fails_before_any_rank_spawns():
+    """Column shards 6 wide: FBGEMM's fused kernels need multiples of 4, so the parent refuses the
+    plan naming the table; the same plan in widths of 8 passes."""
+    from autoshard.torchrec.dmp_run import check_exportable
+
+    def split(width: int) -> ShardingPlan:
+        table = Table("t", 100, 2 * width)
+        halves = [TableShard(table, i * width, width) for i in range(2)]
+        return ShardingPlan("hand", tuple(DevicePlan((s,), 1.0) for s in halves))
+
+    with pytest.raises(InputError, match="'t' into widths \\[6, 6\\]"):
+        check_exportable(split(6), Workload((Table("t", 100, 12),), 64), 2, 2)
+    check_exportable(split(8), Workload((Table("t", 100, 16),), 64), 2, 2)

@@ -108,10 +108,28 @@ def capped_workload(workload: Workload, config: DistributedConfig) -> Workload:
     return Workload(tables, config.batch_size, workload.name)
 
 
-def run_distributed(plan: ShardingPlan, workload: Workload, config: DistributedConfig) -> DistributedResult:
-    """Train the workload sharded by ``plan`` on ``config.world_size`` processes; time each step."""
+def check_exportable(
+    plan: ShardingPlan, built: Workload, world_size: int, local_world_size: int | None, backend: str = "gloo"
+) -> None:
+    """``InputError`` unless DMP can run ``plan`` of the ``built`` workload: it exports to TorchRec
+    (``to_torchrec_plan``) and its column shards are full width or multiples of 4 wide (FBGEMM's
+    fused kernels). Checked in the parent, so that a bad plan fails before any rank spawns."""
     from autoshard.torchrec.bridge import table_placements, to_torchrec_plan
 
+    dims = {t.name: t.embedding_dim for t in built.tables}
+    for name, shards in table_placements(plan, built, world_size, local_world_size).items():
+        if any(p.columns != dims[name] for p in shards) and any(p.columns % 4 for p in shards):
+            raise InputError(
+                "columns",
+                f"plan {plan.planner!r} splits table {name!r} into widths {[p.columns for p in shards]}",
+                "FBGEMM's fused kernels need column shards whose widths are multiples of 4",
+            )
+    device = "cuda" if backend == "nccl" else "cpu"
+    to_torchrec_plan(plan, built, world_size, compute_device=device, local_world_size=local_world_size)
+
+
+def run_distributed(plan: ShardingPlan, workload: Workload, config: DistributedConfig) -> DistributedResult:
+    """Train the workload sharded by ``plan`` on ``config.world_size`` processes; time each step."""
     _check_config(config)
     if len(plan.devices) != config.world_size:
         raise InputError(
@@ -122,21 +140,7 @@ def run_distributed(plan: ShardingPlan, workload: Workload, config: DistributedC
         )
     backend = resolve_backend(config)
     built = capped_workload(workload, config)
-    dims = {t.name: t.embedding_dim for t in built.tables}
-    for name, shards in table_placements(plan, built, config.world_size, config.local_world_size).items():
-        if any(p.columns != dims[name] for p in shards) and any(p.columns % 4 for p in shards):
-            raise InputError(
-                "columns",
-                f"table {name!r} is split into widths {[p.columns for p in shards]}",
-                "FBGEMM's fused kernels need column shards whose widths are multiples of 4",
-            )
-    to_torchrec_plan(
-        plan,
-        built,
-        config.world_size,
-        compute_device="cuda" if backend == "nccl" else "cpu",
-        local_world_size=config.local_world_size,
-    )  # fail here, not in a rank
+    check_exportable(plan, built, config.world_size, config.local_world_size, backend)  # here, not in a rank
 
     import torch.multiprocessing as mp
 

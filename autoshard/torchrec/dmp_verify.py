@@ -47,6 +47,7 @@ from autoshard.torchrec.dmp_run import (
     _child_environment,
     _free_port,
     capped_workload,
+    check_exportable,
     exit_finished_rank,
 )
 from autoshard.torchrec.dmp_steps import PARTS, StepTimes, forward_parts, timed_step
@@ -119,7 +120,8 @@ def measure_plans_dmp(
     """Run every plan under DMP on ``config.run.world_size`` ranks, interleaved; one measurement a plan."""
     run = _checked(plans, config)
     built = capped_workload(workload, run)
-    _check_exports(plans, built, run)
+    for plan in plans:
+        check_exportable(plan, built, run.world_size, run.local_world_size)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="autoshard-dmp-") as tmp:
         out_path = os.path.join(tmp, "ranks.json")
@@ -176,22 +178,6 @@ def _checked(plans: Sequence[ShardingPlan], config: DmpVerifyConfig) -> Distribu
     if config.namespaces:
         check_namespaces(config)
     return replace(run, backend="gloo")
-
-
-def _check_exports(plans: Sequence[ShardingPlan], built: Workload, run: DistributedConfig) -> None:
-    """Each plan exports to TorchRec here, in the parent (a bad plan fails before any spawn)."""
-    from autoshard.torchrec.bridge import table_placements, to_torchrec_plan
-
-    dims = {t.name: t.embedding_dim for t in built.tables}
-    for plan in plans:
-        for name, shards in table_placements(plan, built, run.world_size, run.local_world_size).items():
-            if any(p.columns != dims[name] for p in shards) and any(p.columns % 4 for p in shards):
-                raise InputError(
-                    "columns",
-                    f"plan {plan.planner!r} splits table {name!r} into widths {[p.columns for p in shards]}",
-                    "FBGEMM's fused kernels need column shards whose widths are multiples of 4",
-                )
-        to_torchrec_plan(plan, built, run.world_size, "cpu", run.local_world_size)
 
 
 def _rank(
