@@ -30,6 +30,7 @@ from pathlib import Path
 MODEL_DIR_ENV = "AUTOSHARD_MODEL_DIR"
 SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 DEFAULT_LINK = "default"
+KNOWN_DEVICES = ("cpu", "cuda", "mtia")
 TORCHREC_MODEL = "torchrec"
 """The profile name of the cost model built on TorchRec's estimators (no folder: it is code)."""
 
@@ -69,7 +70,7 @@ def default_profile_for(
     name (default: read from the host)."""
     models = model_dir() if models is None else models
     device = "cuda" if compute_device.startswith("cuda") else compute_device
-    shipped = [p for p in _shipped(models) if p.device_type == device]
+    shipped = [p for p in _shipped(models) if p.device_type in (device, "")]  # "": it does not say
     here = _host(device, host_cpu, host_gpu)
     if here is not None:
         for profile in shipped:
@@ -101,7 +102,7 @@ def _torchrec_model_installed() -> bool:
 
 def _shipped(models: Path) -> list[_Shipped]:
     """Every profile folder of ``models`` with a cost model, by name, with the device of its
-    ``metrics.json`` (else of its name: ``cpu-...``, ``cuda-...``)."""
+    ``metrics.json`` (else of its name: ``cpu-...``, ``cuda-...``; else ``""``, any device)."""
     found: list[_Shipped] = []
     if not models.is_dir():
         return found
@@ -112,7 +113,8 @@ def _shipped(models: Path) -> list[_Shipped]:
             profile = json.loads((folder / "metrics.json").read_text()).get("profile") or {}
         except (OSError, ValueError, AttributeError):
             profile = {}
-        device_type = str(profile.get("device_type") or folder.name.split("-", 1)[0])
+        prefix = folder.name.split("-", 1)[0]  # a profile without metrics: its name's device, if it names one
+        device_type = str(profile.get("device_type") or (prefix if prefix in KNOWN_DEVICES else ""))
         found.append(
             _Shipped(folder.name, folder, device_type, profile.get("cpu"), str(profile.get("device_name") or ""))
         )
