@@ -1,9 +1,9 @@
 """cost_greedy against TorchRec's planner on TorchRec's own objective (issue 62): both priced by
 TorchRec's estimator, on the same topology, kernels and storage reservation.
 
-    python benchmarks/torchrec_objective.py giants hosts                  # the bundled suites
-    python benchmarks/torchrec_objective.py grid --time-limit 120         # the held-out 4D grid
-    python benchmarks/torchrec_objective.py hosts --tasks syn80_2x4 --out /tmp/tr
+    python lab/experiments/torchrec_objective.py giants hosts                  # the bundled suites
+    python lab/experiments/torchrec_objective.py grid --time-limit 120         # the held-out 4D grid
+    python lab/experiments/torchrec_objective.py hosts --tasks syn80_2x4 --out /tmp/tr
 
 For every task:
 
@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, help="seconds a planner a task")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "benchmarks" / "torchrec_objective")
     args = parser.parse_args(argv)
-    command = "python " + " ".join(["benchmarks/torchrec_objective.py", *(argv if argv is not None else sys.argv[1:])])
+    command = "python " + " ".join(["lab/experiments/torchrec_objective.py", *(argv if argv is not None else sys.argv[1:])])
     one_thread()
     reports = [run_suite(suite, args, command) for suite in args.suites]
     for report in reports:
