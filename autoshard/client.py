@@ -134,6 +134,7 @@ class AutoShardClient:
         batch_size: int = 2048,
         name: str = "workload",
         profile: str | None = None,
+        compute_device: str | None = None,
         allow_column_split: bool | None = None,
         sharding_types: Sequence[str] | None = None,
         seed: int = 0,
@@ -143,12 +144,14 @@ class AutoShardClient:
         """Plan ``tables`` (a Workload, or tables with ``batch_size``) on ``topology`` with the
         named planners (default: every planner the service runs by default); ``allow_column_split``:
         which may split tables (None: the service's default, the cost-model planners; True: all; False: none);
-        ``sharding_types``: TorchRec's names of the types planners may choose (None: all)."""
+        ``sharding_types``: TorchRec's names of the types planners may choose (None: all);
+        ``compute_device``: with ``profile="torchrec"``, the device TorchRec's estimators price."""
         workload = tables if isinstance(tables, Workload) else Workload(tuple(tables), batch_size, name)
         body: dict[str, Any] = {
             **_task_body(workload, topology),
             "planners": list(planners) if planners is not None else None,
             "profile": profile,
+            **({"compute_device": compute_device} if compute_device is not None else {}),
             "allow_column_split": allow_column_split,
             "sharding_types": list(sharding_types) if sharding_types is not None else None,
             "seed": seed,

@@ -33,6 +33,15 @@ DEFAULT_LINK = "default"
 KNOWN_DEVICES = ("cpu", "cuda", "mtia")
 TORCHREC_MODEL = "torchrec"
 """The profile name of the cost model built on TorchRec's estimators (no folder: it is code)."""
+TORCHREC_COMPUTE_DEVICES = ("cuda", "cpu")
+"""``--compute-device``: the devices TorchRec's estimators price (``cuda`` the default)."""
+
+
+def torchrec_folder(compute_device: str, models: Path | None = None) -> Path:
+    """Where the ``torchrec`` model's files for ``compute_device`` live (its ``policy.pt``, and
+    ``policy train``'s run): ``<model dir>/torchrec/<compute device>``. Its cost model is code,
+    so the folder holds no ``cost_model.pt`` and is no profile of its own."""
+    return (model_dir() if models is None else models) / TORCHREC_MODEL / compute_device
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,4 +161,12 @@ def _host(device: str, host_cpu: str | None, host_gpu: str | None) -> str | None
     return None
 
 
-__all__ = ["MODEL_DIR_ENV", "ProfileChoice", "TORCHREC_MODEL", "default_profile_for", "model_dir"]
+__all__ = [
+    "MODEL_DIR_ENV",
+    "ProfileChoice",
+    "TORCHREC_COMPUTE_DEVICES",
+    "TORCHREC_MODEL",
+    "default_profile_for",
+    "model_dir",
+    "torchrec_folder",
+]

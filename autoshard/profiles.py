@@ -27,7 +27,13 @@ from autoshard.core.communication import COMMUNICATION_FILE, CommunicationModel
 from autoshard.core.errors import InputError, ModelError
 from autoshard.core.model_error import DEVICE_ERRORS_FILE, DeviceErrors
 from autoshard.core.types import CostModel
-from autoshard.profile_choice import default_profile_for
+from autoshard.profile_choice import (
+    TORCHREC_COMPUTE_DEVICES,
+    TORCHREC_MODEL,
+    default_profile_for,
+    model_dir,
+    torchrec_folder,
+)
 
 CHECKPOINT = "cost_model.pt"
 POLICY_FILE = "policy.pt"  # autoshard.rl.policy.POLICY_FILE, named here so that loading it is lazy
@@ -38,9 +44,29 @@ DEFAULT_MODEL = Path(
     os.environ.get("AUTOSHARD_MODEL", Path(__file__).resolve().parents[1] / "data" / "models" / DEFAULT_LINK)
 )
 NO_MODEL = "none"  # --model none: plan without a cost model (the heuristics, proxy costs)
-TORCHREC_MODELS = {"torchrec": "cuda", "torchrec_cpu": "cpu"}
-"""``--model`` / a request's ``profile`` naming TorchRec's own estimator as the cost model
-(``autoshard.torchrec.cost_model``), by the compute device it prices."""
+DEFAULT_COMPUTE_DEVICE = "cuda"
+"""What ``--model torchrec`` (a request's ``"model": "torchrec"``) prices unless
+``--compute-device`` (``compute_device``) says otherwise."""
+
+
+def torchrec_label(compute_device: str) -> str:
+    """The profile name TorchRec's estimator for ``compute_device`` goes by in reports, the
+    service's store and policy files: ``torchrec (cuda)``, ``torchrec (cpu)``."""
+    return f"{TORCHREC_MODEL} ({compute_device})"
+
+
+TORCHREC_LABELS = {torchrec_label(d): d for d in TORCHREC_COMPUTE_DEVICES}
+
+
+def check_compute_device(compute_device: str, option: str = "--compute-device") -> str:
+    """``compute_device`` if TorchRec's estimator prices it, else an ``InputError`` naming ``option``."""
+    if compute_device not in TORCHREC_COMPUTE_DEVICES:
+        raise InputError(
+            option,
+            f"TorchRec's estimator prices {' or '.join(TORCHREC_COMPUTE_DEVICES)}, not {compute_device!r}",
+            f"use one of: {', '.join(TORCHREC_COMPUTE_DEVICES)}",
+        )
+    return compute_device
 
 
 @dataclass(frozen=True)
@@ -70,27 +96,37 @@ class ModelStore:
     default_profile: str | None = None
     problems: list[str] = field(default_factory=list)
     _local: threading.local = field(default_factory=threading.local, repr=False)
-    _builtin: dict[str, LoadedModel] = field(default_factory=dict, repr=False)  # TORCHREC_MODELS, once asked
+    model_dir: Path | None = None  # where the torchrec model's policies are (``torchrec_folder``)
+    _builtin: dict[str, LoadedModel] = field(default_factory=dict, repr=False)  # TorchRec's, once asked
 
-    def resolve(self, profile: str | None) -> LoadedModel | None:
-        """The model of ``profile`` (default: the default profile; ``None`` when none is loaded).
-        An unknown profile name is an ``InputError``."""
+    def resolve(self, profile: str | None, compute_device: str | None = None) -> LoadedModel | None:
+        """The model of ``profile`` (default: the default profile; ``None`` when none is loaded);
+        ``compute_device``: what ``torchrec`` prices (default ``DEFAULT_COMPUTE_DEVICE``), for no
+        other profile. An unknown profile name or compute device is an ``InputError``."""
+        if compute_device is not None and profile != TORCHREC_MODEL:
+            raise InputError(
+                "compute_device",
+                f"only the {TORCHREC_MODEL!r} model prices a compute device of choice; "
+                f"{profile or 'the default profile'!r} prices the device it was traced on",
+                f"leave compute_device out, or plan with model {TORCHREC_MODEL!r}",
+            )
         if profile is None:
             return self.models.get(self.default_profile) if self.default_profile else None
-        if profile not in self.models and profile in TORCHREC_MODELS:  # TorchRec's estimator, made when asked
-            return self.get(profile)
+        if profile == TORCHREC_MODEL and profile not in self.models:  # TorchRec's estimator, made when asked
+            device = check_compute_device(compute_device or DEFAULT_COMPUTE_DEVICE, "compute_device")
+            return self.get(torchrec_label(device))
         if profile not in self.models:
-            known = ", ".join([*sorted(self.models), *TORCHREC_MODELS])
+            known = ", ".join([*sorted(self.models), TORCHREC_MODEL])
             raise InputError("profile", f"no cost model profile {profile!r}", f"use one of: {known} (GET /v1/profiles)")
         return self.models[profile]
 
     def get(self, profile: str) -> LoadedModel | None:
-        """The loaded profile ``profile``, or TorchRec's estimator by its name (``TORCHREC_MODELS``,
+        """The loaded profile ``profile``, or TorchRec's estimator by its label (``torchrec_label``,
         made when first asked; not listed among the loaded ones); None if neither."""
-        if profile in self.models or profile not in TORCHREC_MODELS:
+        if profile in self.models or profile not in TORCHREC_LABELS:
             return self.models.get(profile)
         if profile not in self._builtin:
-            self._builtin[profile] = torchrec_profile(profile)
+            self._builtin[profile] = torchrec_profile(TORCHREC_LABELS[profile], models=self.model_dir)
         return self._builtin[profile]
 
     def __getitem__(self, profile: str) -> LoadedModel:
@@ -140,22 +176,7 @@ def load_profile(folder: Path, problems: list[str]) -> LoadedModel | None:
             communication = CommunicationModel.load(folder / COMMUNICATION_FILE)
         except InputError as error:
             problems.append(f"profile {folder.name!r}: {error}")
-    policy, policy_sha, policy_problem = None, None, None
-    policy_file = folder / POLICY_FILE
-    if policy_file.exists():
-        try:
-            from autoshard.rl.policy import OptionPolicy
-
-            policy, policy_sha = OptionPolicy.load(policy_file), file_sha256(policy_file)
-        except (ModelError, ImportError, OSError) as error:
-            policy_problem = str(error)
-            problems.append(f"profile {folder.name!r}: {error}; the rl planners are unavailable")
-    else:
-        policy_problem = f"{folder.name}/{POLICY_FILE} is missing"
-        problems.append(
-            f"profile {folder.name!r} has no {POLICY_FILE}: the rl planners are unavailable "
-            "(train one with `autoshard policy train`)"
-        )
+    policy, policy_sha, policy_problem = _policy(folder, folder.name, problems)
     device_errors, errors_problem, errors_sha = None, None, None
     errors_file = folder / DEVICE_ERRORS_FILE
     if errors_file.exists():
@@ -182,7 +203,7 @@ def load_profile(folder: Path, problems: list[str]) -> LoadedModel | None:
 
 def load_models(model_dir: Path, default_profile: str | None = None) -> ModelStore:
     """Load every profile's cost model; problems are recorded, not raised."""
-    store = ModelStore()
+    store = ModelStore(model_dir=model_dir)
     try:
         import cost_model.checkpoint  # noqa: F401
     except ImportError as error:  # torch missing or broken: heuristics only
@@ -222,35 +243,76 @@ def load_models(model_dir: Path, default_profile: str | None = None) -> ModelSto
     return store
 
 
-def torchrec_profile(name: str, reserve: bool = True) -> LoadedModel:
-    """TorchRec's estimator as a profile (``TORCHREC_MODELS``): nothing trained, no files; its
-    cost includes communication (no all-to-all model) and it has no policy. ``reserve``: apply
-    TorchRec's storage reservation to the topology's memory (not where the caller already has,
-    as the drop-in does). ``InputError`` naming ``--model`` when torchrec does not import."""
+def torchrec_profile(
+    compute_device: str = DEFAULT_COMPUTE_DEVICE, reserve: bool = True, models: Path | None = None
+) -> LoadedModel:
+    """TorchRec's estimator for ``compute_device`` as a profile (``--model torchrec``): nothing
+    trained; its cost includes communication (no all-to-all model); its policy is
+    ``torchrec_folder(compute_device, models)/policy.pt`` when one was trained (``models``: the
+    model directory, default ``model_dir()``). ``reserve``: apply TorchRec's storage reservation
+    to the topology's memory (not where the caller already has, as the drop-in does).
+    ``InputError`` naming ``--model`` when torchrec does not import, ``--compute-device`` for a
+    device it does not price."""
+    check_compute_device(compute_device)
     try:
         from autoshard.torchrec.cost_model import TorchRecCostModel
     except (ImportError, OSError) as error:
         raise InputError(
             "--model", f"TorchRec's estimator needs torchrec, which does not import ({error})", "install torchrec"
         ) from None
-    model = TorchRecCostModel(TORCHREC_MODELS[name]) if reserve else TorchRecCostModel(TORCHREC_MODELS[name], None)
-    device = {"device_type": model.compute_device, "estimator": "torchrec.EmbeddingPerfEstimator"}
-    why = f"no policy is trained against {name} (the rl planners need one)"
-    return LoadedModel(name, model, device, "", {}, policy_problem=why)
+    model = TorchRecCostModel(compute_device) if reserve else TorchRecCostModel(compute_device, None)
+    device = {"device_type": compute_device, "estimator": "torchrec.EmbeddingPerfEstimator"}
+    label = torchrec_label(compute_device)
+    policy, policy_sha, policy_problem = _policy(torchrec_folder(compute_device, models), label)
+    return LoadedModel(label, model, device, "", {}, None, policy, policy_sha, policy_problem)
 
 
-def load_profile_or_none(path: Path | None, option: str = "--model") -> tuple[LoadedModel | None, str | None]:
+def _policy(folder: Path, profile: str, problems: list[str] | None = None) -> tuple[Any, str | None, str | None]:
+    """(policy, its sha256, why there is none) of a profile folder's ``policy.pt``; what does
+    not load is appended to ``problems`` too, with the profile's name."""
+    from cost_model.checkpoint import file_sha256
+
+    policy_file = folder / POLICY_FILE
+    if not policy_file.exists():
+        if problems is not None:
+            problems.append(
+                f"profile {profile!r} has no {POLICY_FILE}: the rl planners are unavailable "
+                "(train one with `autoshard policy train`)"
+            )
+        return None, None, f"{profile}: {policy_file} is missing (train one with `autoshard policy train`)"
+    try:
+        from autoshard.rl.policy import OptionPolicy
+
+        return OptionPolicy.load(policy_file), file_sha256(policy_file), None
+    except (ModelError, ImportError, OSError) as error:
+        if problems is not None:
+            problems.append(f"profile {profile!r}: {error}; the rl planners are unavailable")
+        return None, None, str(error)
+
+
+def load_profile_or_none(
+    path: Path | None, option: str = "--model", compute_device: str | None = None
+) -> tuple[LoadedModel | None, str | None]:
     """(the profile's artifacts, None), or (None, why there are none) when no model is there.
-    ``path``: a profile folder (or its cost_model.pt), default the shipped profile, or ``none``
-    (``NO_MODEL``): no model, on purpose; a path given that does not exist is an ``InputError``
-    naming ``option``. Artifacts load as the service loads them (``load_profile``).
+    ``path``: a profile folder (or its cost_model.pt), default the shipped profile, ``none``
+    (``NO_MODEL``): no model, on purpose, or ``torchrec``: TorchRec's estimator for
+    ``compute_device`` (``--compute-device``, default cuda; an ``InputError`` with any other
+    model, which prices the device it was traced on); a path given that does not exist is an
+    ``InputError`` naming ``option``. Artifacts load as the service loads them (``load_profile``).
 
     A model that is there but unreadable raises ``ModelError``: that is an error, not an absence.
     """
+    if path is not None and str(path) == TORCHREC_MODEL:
+        return torchrec_profile(compute_device or DEFAULT_COMPUTE_DEVICE, models=policy_models_dir()), None
+    if compute_device is not None:
+        raise InputError(
+            "--compute-device",
+            f"only --model {TORCHREC_MODEL} prices a compute device of choice; "
+            "a profile prices the device it was traced on",
+            f"leave --compute-device out, or pass --model {TORCHREC_MODEL}",
+        )
     if path is not None and str(path) == NO_MODEL:
         return None, f"no cost model (--model {NO_MODEL})"
-    if path is not None and str(path) in TORCHREC_MODELS:
-        return torchrec_profile(str(path)), None
     if path is not None and not path.exists():
         plain = f", or pass {option} {NO_MODEL} to plan with the heuristics alone (proxy costs)"
         raise InputError(
@@ -270,6 +332,14 @@ def load_profile_or_none(path: Path | None, option: str = "--model") -> tuple[Lo
     if loaded is None:
         raise ModelError("; ".join(problems))
     return loaded, None
+
+
+def policy_models_dir() -> Path:
+    """The model directory the CLI's ``torchrec`` policies come from: ``AUTOSHARD_MODEL``'s
+    folder's parent where it is set (the shipped ``data/models/default``'s is ``data/models``),
+    else ``model_dir()``."""
+    shipped = os.environ.get("AUTOSHARD_MODEL")
+    return Path(shipped).parent if shipped else model_dir()
 
 
 def default_profile_path() -> tuple[Path, str]:

@@ -59,9 +59,10 @@ def parse_body(body: PlanRequest | ReplanRequest, settings: Settings) -> tuple[W
     return workload, topology
 
 
-def resolve_profile(state: StateDep, profile: str | None) -> LoadedModel | None:
+def resolve_profile(state: StateDep, profile: str | None, compute_device: str | None = None) -> LoadedModel | None:
+    """The profile a request names (``torchrec`` with its ``compute_device``); a 422 if unknown."""
     try:
-        return state.store.resolve(profile)
+        return state.store.resolve(profile, compute_device)
     except InputError as error:
         raise input_error_at(error, ("body",)) from None
 

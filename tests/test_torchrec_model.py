@@ -178,7 +178,7 @@ def test_service_plans_with_profile_torchrec(tmp_path):
         response = client.post("/v1/plans", json=body)
         assert response.status_code == 200, response.text
         report = response.json()
-        assert report["profile"] == "torchrec" and {p["planner"] for p in report["plans"]} == {
+        assert report["profile"] == "torchrec (cuda)" and {p["planner"] for p in report["plans"]} == {
             "cost_greedy",
             "size_greedy",
         }
@@ -206,7 +206,7 @@ def test_drop_in_plans_with_model_torchrec():
     planner = AutoShardShardingPlanner(topology=topology, batch_size=256, model="torchrec", planner="cost_greedy")
     plan = planner.plan(module, [EmbeddingBagCollectionSharder()])
     assert set(plan.plan[""]) == {f"t{i}" for i in range(6)}
-    assert planner.last_profile[0] == "torchrec"
+    assert planner.last_profile[0] == "torchrec (cuda)"
 
 
 # --- a policy knows the cost model it was trained against -------------------------------------
@@ -228,11 +228,12 @@ def test_a_policy_planning_with_another_cost_model_than_its_own_warns(shipped_mo
         warnings.simplefilter("error", PolicyModelWarning)
         RLPlanner(shipped_model, policy).plan(workload, topology)  # its own model: silent
     torchrec = TorchRecCostModel().for_task(workload, topology)
-    with pytest.warns(PolicyModelWarning, match=f"trained against cost model '{policy.info.profile}'.*'torchrec'"):
+    mismatch = f"trained against cost model '{policy.info.profile}'.*'torchrec \\(cuda\\)'"
+    with pytest.warns(PolicyModelWarning, match=mismatch):
         RLPlanner(torchrec, policy).plan(workload, topology)
 
-    trained = OptionPolicy(policy.layers, replace(policy.info, cost_model="torchrec"))
+    trained = OptionPolicy(policy.layers, replace(policy.info, cost_model="torchrec", compute_device="cuda"))
     trained.save(tmp_path / "policy.pt")
     again = OptionPolicy.load(tmp_path / "policy.pt")
-    assert again.info.trained_against == "torchrec" and again.model_mismatch(torchrec) is None
-    assert "'torchrec' and plans with" in (again.model_mismatch(shipped_model) or "")
+    assert again.info.trained_against == "torchrec (cuda)" and again.model_mismatch(torchrec) is None
+    assert "'torchrec (cuda)' and plans with" in (again.model_mismatch(shipped_model) or "")

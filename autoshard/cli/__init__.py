@@ -3,6 +3,8 @@ model, all-to-all, policy) and hands them to planners, the trainer and the servi
 
 from __future__ import annotations
 
+import warnings
+
 import typer
 
 from autoshard.cli import bench, cost, evaluate, plan, policy, replan, serve
@@ -33,6 +35,8 @@ def _root(
     ),
 ) -> None:
     """AutoShard: learned sharding of embedding tables across devices."""
+    # the plan's report says it among its warnings (``planning.registry.policy_warnings``): once is enough
+    warnings.filterwarnings("ignore", message="the rl policy was trained against")
 
 
 app.add_typer(bench.app, name="bench")

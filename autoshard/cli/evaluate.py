@@ -15,6 +15,7 @@ from autoshard.cli.support import (
     MEASUREMENT,
     OUTPUT,
     PLANNERS,
+    ComputeDeviceOption,
     console,
     ensure_malloc_settings,
     friendly_errors,
@@ -22,6 +23,8 @@ from autoshard.cli.support import (
     print_json,
 )
 from autoshard.core.errors import InputError
+from autoshard.planning.registry import planner_names as every_planner
+from autoshard.planning.registry import policy_warnings
 from autoshard.profiles import DEFAULT_MODEL
 
 if TYPE_CHECKING:
@@ -39,7 +42,12 @@ Planners = Annotated[
     str, typer.Option(help="'all' or a comma-separated list of planner names.", rich_help_panel=PLANNERS)
 ]
 Model = Annotated[
-    Path | None, typer.Option(help="Cost model folder (default: the shipped one).", rich_help_panel=PLANNERS)
+    Path | None,
+    typer.Option(
+        help="Cost model folder (default: the shipped one); 'torchrec': TorchRec's own estimators for "
+        "--compute-device.",
+        rich_help_panel=PLANNERS,
+    ),
 ]
 ColumnSplit = Annotated[
     bool | None, typer.Option("--column-split/--no-column-split", help=COLUMN_SPLIT_HELP, rich_help_panel=PLANNERS)
@@ -130,6 +138,7 @@ def evaluate_cmd(
     suite: Suite,
     planners: Planners = "all",
     model: Model = None,
+    compute_device: ComputeDeviceOption = None,
     column_split: ColumnSplit = None,
     communication: Communication = True,
     out: Out = Path("runs/evaluate"),
@@ -149,11 +158,15 @@ def evaluate_cmd(
         raise InputError("--resume", "resumes measured and planned tasks only", "run --dmp or --verify afresh")
     if measure:
         ensure_malloc_settings()
-    run = _run(suite, planners, model, column_split, communication, out, json_out, measure, rounds, row_cap_mb)
+    chosen = (model, compute_device)
+    run = _run(suite, planners, chosen, column_split, communication, out, json_out, measure, rounds, row_cap_mb)
     run = replace(run, verifier=_verifier(run, row_cap_mb) if verify else None)
     run = replace(run, dmp=_dmp(run, rounds, row_cap_mb) if dmp else None)
     warnings_of = _priceable(run.tasks, run.context.cost_model)  # before anything is planned or measured
     report = _report(run, communication, measure, rounds, row_cap_mb)
+    if not json_out:
+        for warning in report["warnings"]:
+            console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     done = _unfinished(run.folder / "report.json", report) if resume else {}
     drift_traces = _anchor_traces(run.profile) if measure and drift_samples and run.profile else None
     if drift_traces is not None:
@@ -173,7 +186,8 @@ def evaluate_cmd(
 
 
 def _run(suite, planners, model, column_split, communication, out, json_out, measure, rounds, row_cap_mb) -> Run:
-    """The run the options describe: the suite's tasks, the profile and planners, the measurer."""
+    """The run the options describe: the suite's tasks, the profile and planners, the measurer.
+    ``model``: (``--model``, ``--compute-device``)."""
     from autoshard.core.task import load_suite
     from autoshard.evaluation.measurers import plans_measurer
     from autoshard.planners.context import PlannerContext
@@ -182,7 +196,7 @@ def _run(suite, planners, model, column_split, communication, out, json_out, mea
 
     name, tasks = load_suite(suite)
     one_thread()
-    profile, why = load_profile_or_none(model)
+    profile, why = load_profile_or_none(model[0], compute_device=model[1])
     if why:
         console.print(f"[yellow]note:[/yellow] {why}: predicted costs are proxies", highlight=False)
     context = PlannerContext(
@@ -229,6 +243,7 @@ def _report(run: Run, communication: bool, measure: bool, rounds: int, row_cap_m
         "settings": _settings(run.profile, run.context, run.names, communication, measure, rounds),
         "tasks": [],
         **({"row_cap_mb": row_cap_mb} if measure else {}),
+        "warnings": list(policy_warnings(run.context.policy, run.context.cost_model, run.names or every_planner())),
     }
 
 
@@ -386,7 +401,7 @@ def _settings(profile, context, names: list[str] | None, communication: bool, me
     from datetime import datetime
 
     return {
-        "profile": profile.model.profile.id if profile else None,
+        "profile": getattr(getattr(profile.model, "profile", None), "id", profile.profile) if profile else None,
         "model_sha256": profile.sha256 if profile else None,
         "policy_sha256": profile.policy_sha256 if profile else None,
         "planners": names,

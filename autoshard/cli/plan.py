@@ -23,6 +23,7 @@ from autoshard.cli.support import (
     OUTPUT,
     PLANNERS,
     WORKLOAD,
+    ComputeDeviceOption,
     DevicesPerHostOption,
     HostsOption,
     ShardingTypesOption,
@@ -61,8 +62,8 @@ ModelOption = Annotated[
     Path | None,
     typer.Option(
         help=f"Cost model directory (default: {DEFAULT_MODEL} if it exists); "
-        "'none': the heuristics alone, with proxy costs; 'torchrec' ('torchrec_cpu'): TorchRec's own "
-        "estimators on its GPU (CPU) model, memory as TorchRec counts it.",
+        "'none': the heuristics alone, with proxy costs; 'torchrec': TorchRec's own estimators for "
+        "--compute-device, memory as TorchRec counts it.",
         rich_help_panel=PLANNERS,
     ),
 ]
@@ -154,6 +155,7 @@ def plan_cmd(
     devices_per_host: DevicesPerHostOption = None,
     planner: PlannerOption = "all",
     model: ModelOption = None,
+    compute_device: ComputeDeviceOption = None,
     column_split: ColumnSplitOption = None,
     sharding_types: ShardingTypesOption = None,
     time_budget: TimeBudgetOption = None,
@@ -182,7 +184,7 @@ def plan_cmd(
     loaded, file_topology = load_workload_or_preset(workload)
     topology = topology_of(devices, memory_gb, file_topology, hosts, devices_per_host)
     one_thread()
-    profile, models = _models(model, communication)
+    profile, models = _models(model, communication, compute_device)
     names = planner_names(planner, "--planner")
     options = PlanOptions(
         None if names is None else tuple(names),
@@ -207,12 +209,13 @@ def plan_cmd(
     _output(report, data, best, format, out, json_out, column_split)
 
 
-def _models(path: Path | None, communication: bool) -> tuple[Any, Models]:
-    """The profile at ``--model`` (None without one) and its models as planning takes them; what
-    is missing is noted on stderr (so that it does not mix into --json)."""
+def _models(path: Path | None, communication: bool, compute_device: str | None = None) -> tuple[Any, Models]:
+    """The profile at ``--model`` (None without one; ``torchrec`` for ``--compute-device``) and
+    its models as planning takes them; what is missing is noted on stderr (so that it does not
+    mix into --json)."""
     from autoshard.planning.options import Models
 
-    profile, why_no_model = load_profile_or_none(path)
+    profile, why_no_model = load_profile_or_none(path, compute_device=compute_device)
     if path is None and profile is not None:  # say which profile a plan that names none uses, and why
         console.print(f"[dim]profile: {profile.profile} ({default_profile_path()[1]})[/dim]", highlight=False)
     if why_no_model:

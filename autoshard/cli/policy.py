@@ -31,18 +31,34 @@ TRAIN_TOPOLOGIES_DEFAULT = ",".join(f"{h}x{d}" for h, d in TaskDistribution().to
 PROFILE, RUN, TASKS, TRAINING, GRID = "Profile", "Run", "Training tasks", "Training", "Grid"  # beside support's
 
 
-def _profile(path: Path) -> LoadedModel:
-    from autoshard.profiles import load_profile_or_none
+def _profile(path: Path, compute_device: str | None) -> tuple[LoadedModel, Path]:
+    """The profile ``--profile`` names (with ``--compute-device`` for ``torchrec``), and the
+    folder of its ``policy.pt``."""
+    from autoshard.profile_choice import TORCHREC_MODEL, torchrec_folder
+    from autoshard.profiles import load_profile_or_none, policy_models_dir
 
-    profile, why = load_profile_or_none(path, "--profile")
+    profile, why = load_profile_or_none(path, "--profile", compute_device)
     if profile is None:
         raise ModelError(f"{why}: train a cost model first (`autoshard cost train --out {path}`)")
-    return profile
+    if str(path) == TORCHREC_MODEL:
+        return profile, torchrec_folder(profile.device["device_type"], policy_models_dir())
+    return profile, path if path.is_dir() else path.parent
 
 
 TrainProfile = Annotated[
     Path,
-    typer.Option(help="Profile folder: its cost model is the simulator; policy.pt goes here.", rich_help_panel=PROFILE),
+    typer.Option(
+        help="Profile folder: its cost model is the simulator; policy.pt goes here. Or 'torchrec': TorchRec's "
+        "estimator for --compute-device (its policy goes to MODEL_DIR/torchrec/DEVICE/policy.pt).",
+        rich_help_panel=PROFILE,
+    ),
+]
+ComputeDevice = Annotated[
+    str | None,
+    typer.Option(
+        help="With --profile torchrec: the device TorchRec's estimator prices, cuda (the default) or cpu.",
+        rich_help_panel=PROFILE,
+    ),
 ]
 Steps = Annotated[
     int,
@@ -89,6 +105,7 @@ Subprocess = Annotated[
 @friendly_errors
 def train_cmd(
     profile: TrainProfile = DEFAULT_MODEL,
+    compute_device: ComputeDevice = None,
     steps: Steps = 600_000,
     resume: Resume = False,
     fresh: Fresh = False,
@@ -110,25 +127,33 @@ def train_cmd(
     )
     config = TrainConfig(tasks=tasks, steps=steps, seed=seed, envs=envs, subprocess=subprocess)
     command = (
-        f"autoshard policy train --profile {shlex.quote(str(profile))} --steps {steps} --seed {seed} "
+        f"autoshard policy train --profile {shlex.quote(str(profile))}"
+        + (f" --compute-device {compute_device}" if compute_device else "")
+        + f" --steps {steps} --seed {seed} "
         f"--envs {envs} --tables {tables} --topologies {topologies}" + (" --subprocess" if subprocess else "")
     )
-    train_profile_policy(profile, config, command, resume=resume, fresh=fresh, progress=progress)
+    train_profile_policy(profile, config, command, resume=resume, fresh=fresh, progress=progress, device=compute_device)
 
 
 def train_profile_policy(
-    profile: Path, config: TrainConfig, command: str, resume: bool = False, fresh: bool = False, progress: bool = True
+    profile: Path,
+    config: TrainConfig,
+    command: str,
+    resume: bool = False,
+    fresh: bool = False,
+    progress: bool = True,
+    device: str | None = None,
 ) -> OptionPolicy:
     """Train ``profile``'s policy (``autoshard.rl.train.train_policy``, its run in
     PROFILE/policy_training/) and save the best as PROFILE/policy.pt; an existing policy.pt is
-    replaced only on ``resume`` or ``fresh``. ``policy train`` runs it with ``config`` from its options."""
+    replaced only on ``resume`` or ``fresh``. ``profile`` ``torchrec``: TorchRec's estimator for
+    ``device``, its folder ``torchrec_folder``. ``policy train`` runs it with ``config`` from its options."""
     from autoshard.rl.policy import POLICY_FILE
     from autoshard.rl.train import train_policy
     from cost_model.process import one_thread
 
-    loaded = _profile(profile)
+    loaded, folder = _profile(profile, device)
     one_thread()
-    folder = profile if profile.is_dir() else profile.parent
     if (folder / POLICY_FILE).exists() and not (resume or fresh):
         raise InputError(
             "--fresh",
@@ -176,6 +201,7 @@ def eval_cmd(
     profile: Annotated[
         Path, typer.Option(help="Profile folder with cost_model.pt and policy.pt.", rich_help_panel=PROFILE)
     ] = DEFAULT_MODEL,
+    compute_device: ComputeDevice = None,
     tables: Annotated[str, typer.Option(help="Comma-separated table counts.", rich_help_panel=GRID)] = GRID_TABLES,
     topologies: GridTopologies = TOPOLOGIES_DEFAULT,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the grid's tasks and planners.", rich_help_panel=GRID)] = 0,
@@ -193,7 +219,7 @@ def eval_cmd(
     from cost_model.process import one_thread
 
     config = GridConfig(_counts(tables, "--tables", "20,80,200"), _topologies(topologies), seed=seed)
-    loaded = _profile(profile)
+    loaded, _ = _profile(profile, compute_device)
     if loaded.policy is None:
         raise ModelError(
             f"no loadable policy in {profile}: train one with `autoshard policy train --profile {profile}`"

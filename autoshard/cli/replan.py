@@ -13,6 +13,7 @@ from autoshard.cli.support import (
     OUTPUT,
     PLANNERS,
     WORKLOAD,
+    ComputeDeviceOption,
     DevicesPerHostOption,
     HostsOption,
     as_option,
@@ -75,7 +76,12 @@ MaxMoveGbOption = Annotated[
     ),
 ]
 ModelOption = Annotated[
-    Path | None, typer.Option(help=f"Cost model directory (default: {DEFAULT_MODEL}).", rich_help_panel=PLANNERS)
+    Path | None,
+    typer.Option(
+        help=f"Cost model directory (default: {DEFAULT_MODEL}); 'torchrec': TorchRec's own estimators for "
+        "--compute-device.",
+        rich_help_panel=PLANNERS,
+    ),
 ]
 ColumnSplitOption = Annotated[
     bool,
@@ -139,6 +145,7 @@ def replan_cmd(
     max_moves: MaxMovesOption = "4",
     max_move_gb: MaxMoveGbOption = None,
     model: ModelOption = None,
+    compute_device: ComputeDeviceOption = None,
     column_split: ColumnSplitOption = True,
     communication: CommunicationOption = True,
     time_budget: TimeBudgetOption = None,
@@ -170,7 +177,7 @@ def replan_cmd(
         devices = None if same else placement.world_size  # the file's topology (hosts too), if it is that plan's
     topology = topology_of(devices, memory_gb, file_topology, hosts, devices_per_host)
     one_thread()
-    profile, warnings = _profile(model, loaded, workload)
+    profile, warnings = _profile(model, loaded, workload, compute_device)
     comm = profile.communication if communication else None
     try:
         replanned, plans = compare_replans(
@@ -190,10 +197,12 @@ def replan_cmd(
     _print(report)
 
 
-def _profile(path: Path | None, loaded: Workload, source: str) -> tuple[LoadedModel, tuple[str, ...]]:
+def _profile(
+    path: Path | None, loaded: Workload, source: str, compute_device: str | None = None
+) -> tuple[LoadedModel, tuple[str, ...]]:
     """The profile at ``--model`` (re-planning needs its cost model) and its warnings on the
     workload's tables; a table it cannot answer is an error naming ``source``, the file that holds it."""
-    profile, why_no_model = load_profile_or_none(path)
+    profile, why_no_model = load_profile_or_none(path, compute_device=compute_device)
     if profile is None:
         raise InputError("--model", f"re-planning needs a cost model ({why_no_model})", "pass --model DIR")
     try:

@@ -47,6 +47,14 @@ PLANNERS = "Planners"
 OUTPUT = "Output"
 MEASUREMENT = "Measurement"
 ADVANCED = "Advanced"
+ComputeDeviceOption = Annotated[
+    str | None,
+    typer.Option(
+        help="With --model torchrec: the device TorchRec's estimator prices, cuda (the default) or cpu "
+        "(its CPU perf model, memory as DDR). A profile prices the device it was traced on.",
+        rich_help_panel=PLANNERS,
+    ),
+]
 
 
 def friendly_errors(fn: F) -> F:

@@ -20,7 +20,7 @@ from autoshard.planners.sharding_options import ROW_TYPES
 from autoshard.planners.unit_preparation import prepare_units
 from autoshard.planning.compare import shard_warnings
 from autoshard.planning.options import Models, PlanOptions
-from autoshard.planning.registry import PLANNERS, available_planners, planner_spec
+from autoshard.planning.registry import PLANNERS, available_planners, planner_spec, policy_warnings
 from autoshard.planning.report import PlanningReport
 from autoshard.planning.runs import PlannerRun, RunOutcome, run_planners
 
@@ -144,7 +144,12 @@ def _report(
         topology,
         comparison,
         plans,
-        (*warnings, *shard_warnings(models.cost_model, plans), *communication_warnings(models.communication, topology)),
+        (
+            *warnings,
+            *policy_warnings(models.policy, models.cost_model, (p.planner for p in plans)),
+            *shard_warnings(models.cost_model, plans),
+            *communication_warnings(models.communication, topology),
+        ),
         models.profile,
         timed_out,
         tuple(r.export for r in planned) if options.torchrec_export else (),

@@ -7,9 +7,10 @@ with fixes when they are not met; planners with heavy dependencies import them i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from autoshard.core.costing import is_exact
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.types import Planner
 from autoshard.planners.context import PlannerContext, PlannerKind
@@ -97,7 +98,11 @@ def _rl(samples: int, name: str, raw: bool = False) -> Callable[[PlannerContext]
     return build
 
 
-def _torchrec(compute_device: str) -> Callable[[PlannerContext], Planner]:
+def _torchrec(name: str, compute_device: str | None) -> Callable[[PlannerContext], Planner]:
+    """TorchRec's planner as ``name``, planning for ``compute_device`` (None: the device the
+    context's cost model prices where that is TorchRec's estimator, ``--model torchrec
+    --compute-device``, so that both judge one objective; else cuda)."""
+
     def build(context: PlannerContext) -> Planner:
         try:
             from autoshard.torchrec.planner import TorchRecPlanner
@@ -108,12 +113,14 @@ def _torchrec(compute_device: str) -> Callable[[PlannerContext], Planner]:
                 ("install the torchrec extra",),
             ) from None
         every = context.sharding_types == ALL_TYPES  # TorchRec's own default search space ("auto")
+        priced = getattr(context.cost_model, "compute_device", "cuda") if is_exact(context.cost_model) else "cuda"
         return TorchRecPlanner(
             allow_column_split=context.splits(PlannerKind.REFERENCE),
             cost_model=context.cost_model,
-            compute_device=compute_device,
+            compute_device=compute_device or priced,
             time_budget_s=context.time_budget_s,
             sharding_types="auto" if every else sorted(t.value for t in context.sharding_types),
+            name=name,
         )
 
     return build
@@ -152,11 +159,22 @@ _SPECS = (
     PlannerSpec("rl", PlannerKind.POLICY, _rl(0, "rl")),
     PlannerSpec("rl+refine", PlannerKind.POLICY, _rl(REFINE_SAMPLES, "rl+refine")),
     PlannerSpec("rl+refine_raw", PlannerKind.POLICY, _rl(REFINE_SAMPLES, "rl+refine_raw", raw=True)),
-    PlannerSpec("torchrec", PlannerKind.REFERENCE, _torchrec("cuda"), default=False),
-    PlannerSpec("torchrec_cpu", PlannerKind.REFERENCE, _torchrec("cpu"), default=False),
+    PlannerSpec("torchrec", PlannerKind.REFERENCE, _torchrec("torchrec", None), default=False),
+    # the benchmarks' CPU reference, by this name in their settings and reports: kept
+    PlannerSpec("torchrec_cpu", PlannerKind.REFERENCE, _torchrec("torchrec_cpu", "cpu"), default=False),
 )
 PLANNERS: dict[str, PlannerSpec] = {spec.name: spec for spec in _SPECS}
 HEURISTICS = tuple(n for n, s in PLANNERS.items() if s.kind is PlannerKind.HEURISTIC)
+
+
+def policy_warnings(policy: object, cost_model: object, planned: Iterable[str]) -> tuple[str, ...]:
+    """Why the plans of the rl planners among ``planned`` may suffer: their ``policy`` (an
+    ``autoshard.rl.policy.OptionPolicy``) was trained against another cost model than
+    ``cost_model``, which they plan with (``model_mismatch``); () where none of them planned."""
+    uses_policy = any(PLANNERS[name].needs_policy for name in planned if name in PLANNERS)
+    mismatch = getattr(policy, "model_mismatch", None)
+    found = mismatch(cost_model) if uses_policy and mismatch is not None else None
+    return () if found is None else (found,)
 
 
 def register_planner(spec: PlannerSpec) -> None:

@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from autoshard.core.communication import CommunicationModel, WithCommunication
+from autoshard.core.costing import bound_to_task
 from autoshard.core.errors import InputError
 from autoshard.core.task import Task
 from autoshard.core.types import CostModel
@@ -56,9 +57,12 @@ class EnvConfig:
 
 
 def priced(task: Task, cost_model: CostModel, communication: CommunicationModel | None) -> CostModel:
-    """Device costs as the env scores them: the cost model plus, if given, each device's
-    all-to-all and all-reduce on the task's topology."""
-    return cost_model if communication is None else WithCommunication(cost_model, communication, task.topology)
+    """Device costs as the env scores them: the cost model bound to the task (``bound_to_task``:
+    TorchRec's estimator prices each task's own shards) plus, if given, each device's all-to-all
+    and all-reduce on the task's topology."""
+    bound = bound_to_task(cost_model, task.workload, task.topology)
+    assert bound is not None  # a model bound stays a model
+    return bound if communication is None else WithCommunication(bound, communication, task.topology)
 
 
 def start(task: Task, cost_model: CostModel, headroom: float = SET_SIZE_HEADROOM) -> OptionState:

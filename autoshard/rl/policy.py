@@ -114,29 +114,47 @@ class PolicyInfo:
     warm_start_ratio: float | None = None
     history: tuple[tuple[int, float], ...] = field(default_factory=tuple)
     dropped: tuple[str, ...] = ()  # feature groups it never saw (ablations)
-    cost_model: str = ""  # the cost model it was trained against (``cost_model_name``); "": its profile's
+    cost_model: str = ""  # the cost model it was trained against (``model_identity``); "": its profile's
+    compute_device: str = ""  # the device that model prices (``cpu``, ``cuda``); "": not recorded
 
     @property
     def trained_against(self) -> str:
-        """The cost model its rewards came from: ``cost_model``, else its profile's trained model
-        (files written before the field named only the profile, whose model they were trained on)."""
-        return self.cost_model or self.profile
+        """The cost model its rewards came from, as ``model_identity`` writes it: ``cost_model``
+        with its compute device, else its profile's trained model (files written before the field
+        named only the profile, whose model they were trained on)."""
+        return _identity(self.cost_model or self.profile, self.compute_device)
 
 
 class PolicyModelWarning(UserWarning):
     """A policy plans with another cost model than the one it was trained against."""
 
 
-def cost_model_name(cost_model: object) -> str | None:
-    """The name a cost model goes by in policy files: a trained model's profile id, TorchRec's
-    estimator's ``name`` (``torchrec``, ``torchrec_cpu``); through the all-to-all wrapper
+def model_identity(cost_model: object) -> tuple[str, str] | None:
+    """(name, compute device) of a cost model, as policy files record it: a trained model's
+    profile id and its profile's device type; TorchRec's estimator's ``--model`` name
+    (``torchrec``) and the ``--compute-device`` it prices; through the all-to-all wrapper
     (``WithCommunication.compute``). None for a model with neither (no check)."""
     model = getattr(cost_model, "compute", cost_model)
-    profile_id = getattr(getattr(model, "profile", None), "id", None)
-    if isinstance(profile_id, str):
-        return profile_id
-    name = getattr(model, "name", None)
-    return name if isinstance(name, str) else None
+    profile = getattr(model, "profile", None)
+    if isinstance(getattr(profile, "id", None), str):
+        return profile.id, str(getattr(profile, "device_type", ""))  # type: ignore[union-attr]
+    device = getattr(model, "compute_device", None)
+    if isinstance(device, str) and type(model).__module__ == "autoshard.torchrec.cost_model":
+        from autoshard.torchrec.cost_model import MODEL_NAME  # imported already: the model is one of its
+
+        return MODEL_NAME, device
+    return None
+
+
+def model_label(cost_model: object) -> str | None:
+    """``model_identity`` as warnings and reports show it (``torchrec (cuda)``, a profile's id)."""
+    identity = model_identity(cost_model)
+    return None if identity is None else _identity(*identity)
+
+
+def _identity(name: str, compute_device: str) -> str:
+    """A model's name, with the device it prices where the name does not say it (TorchRec's)."""
+    return name if not compute_device or name.startswith(f"{compute_device}-") else f"{name} ({compute_device})"
 
 
 class OptionPolicy:
@@ -157,7 +175,7 @@ class OptionPolicy:
         """Why planning with ``cost_model`` departs from this policy's training (None: it does
         not, or the model has no name to compare): its scores learned one model's costs, and
         another model's may rank the options otherwise."""
-        name = cost_model_name(cost_model)
+        name = model_label(cost_model)
         if name is None or name == self.info.trained_against:
             return None
         return (
@@ -209,6 +227,7 @@ class OptionPolicy:
             raw["history"] = tuple((int(s), float(r)) for s, r in raw.get("history", ()))
             raw["dropped"] = tuple(raw.get("dropped", ()))
             raw["cost_model"] = str(raw.get("cost_model", ""))
+            raw["compute_device"] = str(raw.get("compute_device", ""))
             info = PolicyInfo(**raw)
             if not layers or layers[0][0].shape[0] != ROW or layers[-1][0].shape[1] != 1:
                 raise ValueError(f"layer shapes do not fit {ROW} inputs and one score")

@@ -34,6 +34,7 @@ from autoshard.rl.policy import (
     OptionScorerNet,
     OptionScoringPolicy,
     PolicyInfo,
+    model_identity,
 )
 from autoshard.rl.rollout import Choose, argmax_choice, rollout
 from autoshard.rl.tasks import TaskDistribution
@@ -178,7 +179,8 @@ def train_policy(
             log("no checkpoint to resume from: starting afresh")
         _forget_previous_run(out, checkpoints)
         model = _new_ppo(env, config, _tensorboard_dir(out, log))
-    keeper = BestKeeper(out, config, profile, command, _Judge(config, cost_model, communication), model)
+    judge = _Judge(config, cost_model, communication)
+    keeper = BestKeeper(out, config, profile, command, judge, model, model_identity(cost_model) or ("", ""))
     if resumed:
         keeper.restore(recorded)
     else:  # the settings first, so that a run killed before its first evaluation resumes checked
@@ -263,9 +265,17 @@ class BestKeeper:
     (settings, best, history) in ``training.json``, which a resumed run restores."""
 
     def __init__(
-        self, out: Path, config: TrainConfig, profile: str, command: str, judge: _Judge, model: MaskablePPO
+        self,
+        out: Path,
+        config: TrainConfig,
+        profile: str,
+        command: str,
+        judge: _Judge,
+        model: MaskablePPO,
+        trained_against: tuple[str, str] = ("", ""),
     ) -> None:
         self.out, self.config, self.profile, self.command = out, config, profile, command
+        self.trained_against = trained_against  # (cost model, compute device): ``model_identity``
         self.judge, self.model = judge, model
         self.best = math.inf
         self.history: list[tuple[int, float]] = []
@@ -302,6 +312,7 @@ class BestKeeper:
             self.warm,
             tuple(self.history),
             env.dropped,
+            *self.trained_against,
         )
 
     def evaluate(self, steps: int, warm_start: bool = False) -> float:

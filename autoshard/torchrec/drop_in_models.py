@@ -11,7 +11,7 @@ from autoshard.core.errors import InputError
 from autoshard.core.types import CostModel
 from autoshard.planning.options import Models
 from autoshard.profile_choice import TORCHREC_MODEL, default_profile_for, model_dir
-from autoshard.profiles import TORCHREC_MODELS, load_profile, torchrec_profile
+from autoshard.profiles import load_profile, torchrec_profile
 
 NO_MODEL_NAME = "none"
 """``model="none"``: plan without a cost model (the CLI's ``--model none``)."""
@@ -42,14 +42,14 @@ def choose_models(model: CostModel | str | Path | None, compute_device: str) -> 
         name, folder, reason = choice.profile, choice.folder, choice.reason
     else:
         name, folder, reason = str(model), None, "given as model="
-        if name not in (*TORCHREC_MODELS, NO_MODEL_NAME):
+        if name not in (TORCHREC_MODEL, NO_MODEL_NAME):
             folder = Path(model) if Path(model).is_dir() else model_dir() / name
     if name is None or name == NO_MODEL_NAME:
         return ChosenModels(Models(missing=reason), None, reason)
-    if name in TORCHREC_MODELS:  # TorchRec's estimators, on the topology's kind of device
-        name = f"{TORCHREC_MODEL}_cpu" if compute_device == "cpu" else TORCHREC_MODEL
+    if name == TORCHREC_MODEL:  # TorchRec's estimators, on the topology's kind of device (a GPU's: cuda)
         # the drop-in's topology is what TorchRec's storage reservation left: reserve no more
-        return ChosenModels(Models.of(torchrec_profile(name, reserve=False)), name, reason)
+        estimator = torchrec_profile("cpu" if compute_device == "cpu" else "cuda", reserve=False)
+        return ChosenModels(Models.of(estimator), estimator.profile, reason)
     assert folder is not None
     problems: list[str] = []
     loaded = load_profile(folder, problems) if (folder / "cost_model.pt").is_file() else None

@@ -89,7 +89,9 @@ class TorchRecPlanner:
             default 0.15); it also reserves room for each device's input and output buffers.
         compute_device: what TorchRec plans for: ``"cuda"`` (its GPU perf model, memory as HBM;
             the planner ``torchrec``) or ``"cpu"`` (its CPU perf model, memory as DDR; the planner
-            ``torchrec_cpu``, the fair reference when plans are measured on a CPU).
+            ``torchrec_cpu``, the fair reference when plans are measured on a CPU; the planner
+            ``torchrec`` plans for cpu too where it plans beside ``--model torchrec
+            --compute-device cpu``).
         time_budget_s: TorchRec's planner runs its proposers until its ``timeout_seconds`` ends
             at 80% of the budget (``SOFT_BUDGET_SHARE``), then returns the best plan it found by
             then: that plan has ``partial`` set. It checks its timeout only between proposals
@@ -107,6 +109,8 @@ class TorchRecPlanner:
             sequence of TorchRec's type values to restrict it to (``allow_column_split`` then
             plays no part).
 
+        name: the planner's name in reports (default: ``torchrec``, or ``torchrec_cpu`` for cpu).
+
     Raises ``PlannerError(UNAVAILABLE)`` when constructed without torchrec installed.
     """
 
@@ -118,6 +122,7 @@ class TorchRecPlanner:
         compute_device: str = "cuda",
         time_budget_s: float | None = None,
         sharding_types: str | Sequence[str] = AUTO,
+        name: str | None = None,
     ) -> None:
         if compute_device not in ("cuda", "cpu"):
             raise ValueError(f"compute_device must be cuda or cpu, not {compute_device!r}")
@@ -131,7 +136,7 @@ class TorchRecPlanner:
             sharding_types = tuple(sharding_types)
         self.sharding_types = sharding_types
         self.compute_device = compute_device
-        self.name = "torchrec" if compute_device == "cuda" else "torchrec_cpu"
+        self.name = name or ("torchrec" if compute_device == "cuda" else "torchrec_cpu")
         try:
             from autoshard.torchrec import bridge as torchrec_bridge
         except (ImportError, OSError) as error:

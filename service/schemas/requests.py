@@ -193,7 +193,16 @@ class PlanRequest(BaseModel):
         "except torchrec, which runs when asked.",
     )
     profile: str | None = Field(
-        None, max_length=200, description="Cost model profile (GET /v1/profiles); default: the service's default."
+        None,
+        max_length=200,
+        description="Cost model profile (GET /v1/profiles), or `torchrec`: TorchRec's own estimators for "
+        "`compute_device`; default: the service's default.",
+    )
+    compute_device: Literal["cuda", "cpu"] | None = Field(
+        None,
+        description="With profile `torchrec`: the device TorchRec's estimators price, `cuda` (the default) or "
+        "`cpu` (its CPU perf model, memory as DDR). A trained profile prices the device it was traced on: "
+        "given with one, a 422.",
     )
     allow_column_split: bool | None = Field(
         None,
@@ -304,7 +313,16 @@ class ReplanRequest(BaseModel):
         "what a reshard copies), for every budget; null: any.",
     )
     profile: str | None = Field(
-        None, max_length=200, description="Cost model profile (GET /v1/profiles); default: the service's default."
+        None,
+        max_length=200,
+        description="Cost model profile (GET /v1/profiles), or `torchrec`: TorchRec's own estimators for "
+        "`compute_device`; default: the service's default.",
+    )
+    compute_device: Literal["cuda", "cpu"] | None = Field(
+        None,
+        description="With profile `torchrec`: the device TorchRec's estimators price, `cuda` (the default) or "
+        "`cpu` (its CPU perf model, memory as DDR). A trained profile prices the device it was traced on: "
+        "given with one, a 422.",
     )
     allow_column_split: bool = Field(
         True,
