@@ -12,6 +12,7 @@ from autoshard.core.errors import InputError
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import GIB, Table, TableShard, Topology, Workload, replica, row_shards
 from autoshard.planners.context import PlannerContext
+from autoshard.planners.sharding_options import PLACED_TYPES
 from autoshard.planning.registry import make_planner
 from tests.cost_models import AnalyticalTestCostModel
 
@@ -20,8 +21,9 @@ A, B = Table("a", 10, 16), Table("b", 10, 48)
 
 def test_formula_by_hand():
     comm = CommunicationModel(bandwidth_gbps=2.0, latency_ms=0.1)
-    # 2 * 1024 * (16 + 48) * 4 bytes * (4 - 1) / 4 = 393,216 bytes; / (2 GB/s = 2e6 bytes/ms) = 0.196608 ms
-    assert comm.cost_ms([A, B], 1024, 4) == pytest.approx(0.2 + 0.196608)
+    # 1024 samples per rank on 4 ranks: a table-wise owner serves 4096 bags;
+    # 2 * 4096 * (16 + 48) * 4 bytes * (4 - 1) / 4 = 1,572,864 bytes; / (2 GB/s = 2e6 bytes/ms) = 0.786432 ms
+    assert comm.cost_ms([A, B], 1024, 4) == pytest.approx(0.2 + 0.786432)
     assert comm.cost_ms([A, B], 1024, 1) == 0.0 and comm.cost_ms([], 1024, 4) == 0.0
     with pytest.raises(InputError, match="bandwidth_gbps"):
         CommunicationModel(0.0, 0.1)
@@ -33,14 +35,15 @@ def test_two_hosts_price_the_remote_share_at_the_inter_host_bandwidth():
     comm = CommunicationModel(bandwidth_gbps=1.0, latency_ms=0.1)
     ten = Table("t", 10, 10)
     cluster = Topology.cluster(2, 2, 16, inter_host_bw_gbps=0.5)
-    volume = 2 * 1000 * 10 * 4  # forward outputs + backward gradients, 4-byte elements
+    volume = 2 * (1000 * 4) * 10 * 4  # 1000 samples on each of 4 ranks; outputs + gradients, 4-byte elements
     by_hand = 0.2 + volume * 1 / 4 / 1e6 + volume * 2 / 4 / (0.5 * 2**30 / 1000)
-    assert comm.cost_ms([ten], 1000, cluster) == pytest.approx(by_hand)  # 0.2945...
-    # one host of 4: every remote byte at the measured bandwidth, exactly as a bare device count
-    assert comm.cost_ms([ten], 1000, Topology(4, 16)) == comm.cost_ms([ten], 1000, 4) == pytest.approx(0.26)
+    assert comm.cost_ms([ten], 1000, cluster) == pytest.approx(by_hand)  # 0.578...
+    # one host of 4: every remote byte at the measured bandwidth, exactly as a bare device count:
+    # 0.2 + 320,000 x 3 / 4 / 1e6
+    assert comm.cost_ms([ten], 1000, Topology(4, 16)) == comm.cost_ms([ten], 1000, 4) == pytest.approx(0.44)
     # an inter-host link faster than the measured one is capped at it: as one host
     fast = Topology.cluster(2, 2, 16, inter_host_bw_gbps=100.0)
-    assert comm.cost_ms([ten], 1000, fast) == pytest.approx(0.26)
+    assert comm.cost_ms([ten], 1000, fast) == pytest.approx(0.44)
 
 
 def test_wrapper_prices_a_cluster_alike_in_every_path():
@@ -60,7 +63,8 @@ def test_wrapper_adds_comm_everywhere(tmp_path):
     compute = AnalyticalTestCostModel()
     comm = CommunicationModel(1.0, 0.05)
     model = WithCommunication(compute, comm, 4)
-    assert model.predict([A], 512) == pytest.approx(compute.predict([A], 512) + comm.cost_ms([A], 512, 4))
+    # 512 samples per rank: a table-wise owner of 4 ranks computes every rank's 2048 bags
+    assert model.predict([A], 512) == pytest.approx(compute.predict([A], 2048) + comm.cost_ms([A], 512, 4))
     edits = [(0, None, B), (0, 0, None), (1, None, None), (0, 0, B)]
     rebuilt = [[A, B], [], [B], [B]]
     assert model.predict_edits([[A], [B]], edits, 512) == pytest.approx(model.predict_many(rebuilt, 512))
@@ -69,13 +73,15 @@ def test_wrapper_adds_comm_everywhere(tmp_path):
 
 
 def test_communication_changes_what_cost_greedy_balances():
-    """A wide table is cheap to compute but costly to send; with communication it gets its own device."""
+    """A wide table is cheap to compute but costly to send; with communication it gets its own
+    device (placed whole: a replica of its 10 rows, all-reduced, would cost less still)."""
     tables = (Table("wide", 10, 256, 1.0), Table("n1", 1000, 8, 60.0), Table("n2", 1000, 8, 60.0))
     workload, topology = Workload(tables, 2048), Topology(2, 1.0)
     compute = AnalyticalTestCostModel()
 
     def device_of_wide(model):
-        plan = make_planner("cost_greedy", PlannerContext(model, allow_column_split=False)).plan(workload, topology)
+        context = PlannerContext(model, allow_column_split=False, sharding_types=PLACED_TYPES)
+        plan = make_planner("cost_greedy", context).plan(workload, topology)
         return sorted(
             s.table.name for d in plan.devices if "wide" in [s.table.name for s in d.shards] for s in d.shards
         )
@@ -97,7 +103,7 @@ def test_the_plan_report_splits_each_device_into_compute_and_all_to_all():
     for device, plan_device in zip(report.plans[0].devices, plans[0].devices):
         tables = [s.as_table for s in plan_device.shards]
         assert device.communication_ms == pytest.approx(comm.cost_ms(tables, 512, cluster))
-        assert device.compute_ms == pytest.approx(compute.predict(tables, 512))
+        assert device.compute_ms == pytest.approx(compute.predict(tables, 512 * 2))  # every rank's samples
         assert device.compute_ms + device.communication_ms == pytest.approx(device.cost_ms)
     as_json = report.to_dict()["plans"][0]["devices"][0]
     assert {"cost_ms", "compute_ms", "communication_ms", "memory_bytes", "host"} <= set(as_json)
@@ -126,31 +132,32 @@ def by_hand(sent: dict[tuple[Collective, Tier], float]) -> float:
 
 
 def test_each_sharding_type_is_priced_per_collective_and_tier_by_hand():
-    """Batch 100 on 2 hosts x 2: ids B (8 L + 4) = 2,800 bytes, outputs B d 4 = 6,400 bytes; 1/4
-    of the all-to-all bytes stay in the host, 2/4 cross to the other host."""
-    ids = {(Collective.INPUT_DIST, Tier.INTRA): 2800 / 4, (Collective.INPUT_DIST, Tier.INTER): 2800 / 2}
-    table_wise = {**ids, (Collective.ALL_TO_ALL, Tier.INTRA): 12800 / 4, (Collective.ALL_TO_ALL, Tier.INTER): 6400}
+    """Batch 100 per rank on 2 hosts x 2: a sharded shard serves 400 bags, ids 400 (8 L + 4) =
+    11,200 bytes, outputs 400 d 4 = 25,600 bytes; 1/4 of the all-to-all bytes stay in the host,
+    2/4 cross to the other host."""
+    ids = {(Collective.INPUT_DIST, Tier.INTRA): 11200 / 4, (Collective.INPUT_DIST, Tier.INTER): 11200 / 2}
+    table_wise = {**ids, (Collective.ALL_TO_ALL, Tier.INTRA): 51200 / 4, (Collective.ALL_TO_ALL, Tier.INTER): 25600}
     assert TIERED.cost_ms([T], 100, CLUSTER) == pytest.approx(by_hand(table_wise))
     # row-wise: each block gets half the ids (pooling 1.5); reduce-scatter forward, all-gather back
     block = row_shards(T, 4, ShardingType.ROW_WISE)[0].as_table
-    block_ids = 100 * (8 * block.pooling_factor + 4)
+    block_ids = 400 * (8 * block.pooling_factor + 4)
     rows = {(Collective.INPUT_DIST, Tier.INTRA): block_ids / 4, (Collective.INPUT_DIST, Tier.INTER): block_ids / 2}
     for collective in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER):
-        rows |= {(collective, Tier.INTRA): 6400 / 4, (collective, Tier.INTER): 6400 / 2}
+        rows |= {(collective, Tier.INTRA): 25600 / 4, (collective, Tier.INTER): 25600 / 2}
     assert TIERED.cost_ms([block], 100, CLUSTER) == pytest.approx(by_hand(rows))
-    # table-row-wise: reduce-scatter and all-gather in the host (1/2 of 6,400), then the reduced
-    # half of the rows to the other host: 2 x 6,400 x 2 / (2 x 4)
+    # table-row-wise: reduce-scatter and all-gather in the host (1/2 of 25,600), then the reduced
+    # half of the rows to the other host: 2 x 25,600 x 2 / (2 x 4)
     twrw = row_shards(T, 2, ShardingType.TABLE_ROW_WISE)[0].as_table
-    twrw_ids = 100 * (8 * twrw.pooling_factor + 4)
+    twrw_ids = 400 * (8 * twrw.pooling_factor + 4)
     host = {(Collective.INPUT_DIST, Tier.INTRA): twrw_ids / 4, (Collective.INPUT_DIST, Tier.INTER): twrw_ids / 2}
-    host |= {(Collective.REDUCE_SCATTER, Tier.INTRA): 3200, (Collective.ALL_GATHER, Tier.INTRA): 3200}
-    host |= {(Collective.ALL_TO_ALL, Tier.INTER): 3200}
+    host |= {(Collective.REDUCE_SCATTER, Tier.INTRA): 12800, (Collective.ALL_GATHER, Tier.INTRA): 12800}
+    host |= {(Collective.ALL_TO_ALL, Tier.INTER): 12800}
     assert TIERED.cost_ms([twrw], 100, CLUSTER) == pytest.approx(by_hand(host))
     # data parallel: no ids, no output; the 64,000-byte gradient all-reduced in two levels
     dp = {(Collective.ALL_REDUCE, Tier.INTRA): 64_000, (Collective.ALL_REDUCE, Tier.INTER): 32_000}
     assert TIERED.cost_ms([replica(T, 4).as_table], 100, CLUSTER) == pytest.approx(by_hand(dp))
-    # one host: nothing crosses a host, so no inter-host latency either
-    one_host = {(Collective.INPUT_DIST, Tier.INTRA): 2800 * 3 / 4, (Collective.ALL_TO_ALL, Tier.INTRA): 12800 * 3 / 4}
+    # one host of 4 (400 bags again): nothing crosses a host, so no inter-host latency either
+    one_host = {(Collective.INPUT_DIST, Tier.INTRA): 11200 * 3 / 4, (Collective.ALL_TO_ALL, Tier.INTRA): 51200 * 3 / 4}
     assert TIERED.cost_ms([T], 100, 4) == pytest.approx(by_hand(one_host))
     assert TIERED.cost_ms([T], 100, 1) == 0.0 and TIERED.cost_ms([], 100, CLUSTER) == 0.0
     assert sum(TIERED.breakdown([T, block], 100, CLUSTER).values()) > TIERED.cost_ms([T], 100, CLUSTER)

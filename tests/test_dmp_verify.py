@@ -61,12 +61,15 @@ def test_every_sharding_type_verifies_under_dmp_and_matches_the_unsharded_model(
         assert [r["rank"] for r in verify["ranks"]] == [0, 1]
         for rank in verify["ranks"]:
             assert rank["measured_ms"] > 0 and rank["predicted_ms"] > 0 and rank["steps"] == 2
-            assert rank["predicted_dmp_batch_ms"] > rank["predicted_ms"]  # an owner serves both ranks' samples
             assert [p["part"] for p in rank["parts"]] == [g for g, _ in PART_GROUPS]
             parts = {p["part"]: p for p in rank["parts"]}
             assert parts["input_dist"]["predicted_ms"] is None  # the model prices no input distribution
             assert all(p["measured_ms"] >= 0 for p in rank["parts"])
             assert math.isclose(sum(p["measured_ms"] for p in rank["parts"]), rank["measured_ms"], rel_tol=0.05)
+    tw_only = next(c for c in result.candidates if c.planners == ("tw_only",))
+    for device, predicted in zip(tw_only.plan.devices, tw_only.predicted):  # an owner serves both ranks' samples
+        tables = [s.as_table for s in device.shards]
+        assert predicted.lookup_ms == pytest.approx(AnalyticalTestCostModel().predict(tables, 2 * workload.batch_size))
     every = next(c["verify"] for c in report["candidates"] if c["planners"] == ["all_types"])
     for rank in every["ranks"]:  # the replica of ``dp`` is all-reduced on every rank
         parts = {p["part"]: p for p in rank["parts"]}

@@ -50,6 +50,7 @@ def test_row_blocks_follow_torchrecs_sizes_and_shares_follow_the_lookups():
 
 def test_each_types_communication_by_hand():
     # 1 GB/s measured, 0.01 ms latency; 2 hosts x 2 devices, 0.5 GiB/s between hosts; batch 100
+    # per rank: a sharded shard serves every rank's 400 bags
     comm = CommunicationModel(1.0, 0.01)
     cluster = Topology.cluster(2, 2, 1.0, inter_host_bw_gbps=0.5)
     remote_per_ms = 0.5 * GIB / 1000  # slower than the measured 1e6 bytes/ms
@@ -57,15 +58,16 @@ def test_each_types_communication_by_hand():
     def cost(shard: TableShard) -> float:
         return comm.cost_ms([shard.as_table], 100, cluster)
 
-    # table_wise, 16 dims: 2 x 100 x 16 x 4 bytes, 1/4 to the host's other device, 2/4 to the other host
-    tw = 0.02 + 12_800 * 1 / 4 / 1e6 + 12_800 * 2 / 4 / remote_per_ms
+    # table_wise, 16 dims: 2 x 400 x 16 x 4 bytes, 1/4 to the host's other device, 2/4 to the other host
+    tw = 0.02 + 51_200 * 1 / 4 / 1e6 + 51_200 * 2 / 4 / remote_per_ms
     assert cost(TableShard(T)) == pytest.approx(tw)
     assert cost(row_shards(T, 4, ShardingType.ROW_WISE)[0]) == pytest.approx(tw)  # reduce-scatter: the same bytes
-    # table_row_wise: reduce-scatter in the host (2 x 100 x 16 x 4 x 1/2), then half the rows to the other host
-    twrw = 0.02 + 12_800 / 2 / 1e6 + 12_800 / 2 * 2 / 4 / remote_per_ms
+    # table_row_wise: reduce-scatter in the host (2 x 400 x 16 x 4 x 1/2), then half the rows to the other host
+    twrw = 0.02 + 51_200 / 2 / 1e6 + 51_200 / 2 * 2 / 4 / remote_per_ms
     assert cost(row_shards(T, 2, ShardingType.TABLE_ROW_WISE)[0]) == pytest.approx(twrw)
     assert twrw < tw
-    # data_parallel: no output; a ring all-reduce of the 64,000-byte gradient, 2 x 3/4 of it, across hosts
+    # data_parallel: no output, whatever the batch; a ring all-reduce of the 64,000-byte gradient,
+    # 2 x 3/4 of it, across hosts
     assert cost(replica(T, 4)) == pytest.approx(0.02 + 2 * 3 / 4 * 64_000 / remote_per_ms)
     # one host: no remote part
     assert comm.cost_ms([replica(T, 2).as_table], 100, 2) == pytest.approx(0.02 + 2 * 1 / 2 * 64_000 / 1e6)

@@ -11,13 +11,17 @@ and collectives (``TierPricing``). The topology's ``intra_host_bw_gbps`` and
 themselves price nothing unless a profile declares them (``source`` "declared": a GPU profile made
 without GPUs; its outputs say "declared, not measured").
 
+Every method takes the workload's ``batch_size`` as TorchRec does: B samples per rank. A sharded
+shard serves every rank's samples, B x W bags on W ranks (``Links.bags``; ``autoshard.core
+.dmp_batch``), and its collectives carry them; a replica's all-reduce does not depend on B.
+
 **One-figure models** (a file of format 1, or ``CommunicationModel(bandwidth_gbps, latency_ms)``)
 price as before the tiers were measured: a device holding table-, column- or row-wise shards of
-dims d_t sends ``2 * B * sum(d_t) * 4 * (D - 1) / D`` bytes on one host of D devices (outputs
-and gradients), at ``2 * latency_ms + bytes / (bandwidth_gbps * 1e6)``; on hosts of L devices,
+dims d_t sends ``2 * B * D * sum(d_t) * 4 * (D - 1) / D`` bytes on one host of D devices (outputs
+and gradients of B x D bags), at ``2 * latency_ms + bytes / (bandwidth_gbps * 1e6)``; on hosts of L devices,
 (L - 1) / D of them at that bandwidth and (D - L) / D at the topology's ``inter_host_bw_gbps``
 (never faster than the measured one). A table-row-wise or grid shard (``link_dims``)
-reduce-scatters inside its host and sends B / L reduced rows to other hosts; a replica
+reduce-scatters inside its host and sends B x D / L reduced rows to other hosts; a replica
 all-reduces its R x d gradient (a ring, 2 (W - 1) / W x R d b bytes, at the slowest link). The
 ids are not priced.
 """
@@ -39,6 +43,7 @@ from autoshard.core.costing import (
     EditScorer,
     SetCostModel,
 )
+from autoshard.core.dmp_batch import at_dmp_batch
 from autoshard.core.errors import InputError
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import GIB, INTER_HOST_BW_GBPS, INTRA_HOST_BW_GBPS, CostModel, Table, Topology, Workload
@@ -74,6 +79,11 @@ class Links:
         else:
             value, default = self.inter_host_bw_gbps, INTER_HOST_BW_GBPS
         return value * GIB / 1e9 if value and value != default else None
+
+    def bags(self, batch_size: int) -> int:
+        """The bags a sharded shard serves at ``batch_size`` samples per rank: every rank's
+        (``autoshard.core.dmp_batch``; a replica's all-reduce does not depend on it)."""
+        return batch_size * self.num_devices
 
     @property
     def remote_share(self) -> float:
@@ -182,9 +192,10 @@ class CommunicationModel:
         )
 
     def traffic(self, table: Table, batch_size: int, where: Links | Topology | int) -> np.ndarray:
-        """Bytes ``table`` (a shard's ``as_table``) sends per (collective, tier), in ``KEYS`` order."""
+        """Bytes ``table`` (a shard's ``as_table``) sends per (collective, tier), in ``KEYS``
+        order, at ``batch_size`` samples per rank (a shard serves ``links.bags``)."""
         links = Links.of(where)
-        return np.array(shard_traffic(table, batch_size, links.num_devices, links.devices_per_host))
+        return np.array(shard_traffic(table, links.bags(batch_size), links.num_devices, links.devices_per_host))
 
     def breakdown(self, tables: Sequence[Table], batch_size: int, where: Links | Topology | int) -> dict[str, float]:
         """A device's communication ms per ``"collective tier"`` it uses (a per-tier model)."""
@@ -209,11 +220,11 @@ class CommunicationModel:
 
     def bytes(self, dims: int, batch_size: int, num_devices: int) -> float:
         """Bytes a device of ``dims`` output columns sends to the other devices of its host (all
-        of them, on one host of ``num_devices``)."""
-        return 2.0 * batch_size * dims * 4 * (num_devices - 1) / num_devices
+        of them, on one host of ``num_devices``), at ``batch_size`` samples per rank."""
+        return 2.0 * batch_size * num_devices * dims * 4 * (num_devices - 1) / num_devices
 
     def _host_bytes(self, dims: float, batch_size: int, links: Links) -> float:
-        return 2.0 * batch_size * dims * 4 * (links.devices_per_host - 1) / links.num_devices
+        return 2.0 * links.bags(batch_size) * dims * 4 * (links.devices_per_host - 1) / links.num_devices
 
     def _slowest_per_ms(self, links: Links) -> float:
         """Bytes per ms over the slowest link a device's traffic crosses."""
@@ -226,7 +237,7 @@ class CommunicationModel:
         """The inter-host part of the all-to-all (0 on one host)."""
         if links.devices_per_host >= links.num_devices:
             return 0.0
-        return 2.0 * batch_size * dims * 4 * links.remote_share / self._slowest_per_ms(links)
+        return 2.0 * links.bags(batch_size) * dims * 4 * links.remote_share / self._slowest_per_ms(links)
 
     def allreduce_ms(self, table: Table, where: Links | Topology | int) -> float:
         """A data-parallel replica's gradient all-reduce (0 for any other shard)."""
@@ -293,7 +304,7 @@ class CommunicationModel:
         model's bytes per (collective, tier) at ``batch_size``; a one-figure model's (host dims,
         remote dims, all-reduce ms)."""
         if self.fits:
-            return tuple(shard_traffic(table, batch_size, links.num_devices, links.devices_per_host))
+            return tuple(shard_traffic(table, links.bags(batch_size), links.num_devices, links.devices_per_host))
         host, remote = link_dims(table, links)
         return host, remote, self.allreduce_ms(table, links)
 
@@ -351,7 +362,8 @@ def communication_warnings(model: CommunicationModel | None, where: Links | Topo
 
 class WithCommunication(SetCostModel):
     """A cost model plus each device's communication on a topology (or a bare device count: one
-    host)."""
+    host), both at the bags DMP gives each shard from the per-rank batch it is asked at: the
+    compute model through ``dmp_batch.at_dmp_batch``, the collectives through ``Links.bags``."""
 
     def __init__(self, compute: CostModel, communication: CommunicationModel | None, where: Topology | int) -> None:
         if communication is None:
@@ -360,9 +372,11 @@ class WithCommunication(SetCostModel):
                 "the profile has no communication model (communication.json)",
                 "measure one with `autoshard bench comm --out PROFILE`, or plan without communication",
             )
-        self.compute, self.communication = compute, communication
         self.links = Links.of(where)
+        self.compute = at_dmp_batch(compute, self.links.num_devices)
+        self.communication = communication
         self.max_set_size = compute.max_set_size
+        self.dmp_world_size = self.links.num_devices
 
     @property
     def num_devices(self) -> int:

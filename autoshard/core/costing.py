@@ -107,6 +107,10 @@ class SetCostModel:
     planners that could exploit extrapolation (the RL agent) keep devices within it."""
 
     max_set_size: int | None = None
+    dmp_world_size: int | None = None
+    """Set where the model prices each shard at the bags DMP gives it on a world of that many
+    ranks from the per-rank batch (``autoshard.core.dmp_batch``); ``None``: it prices every table
+    at the batch it is given."""
 
     def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
         raise NotImplementedError
@@ -167,9 +171,14 @@ class RebuildingAccumulator:
 def bound_to_task(cost_model: CostModel | None, workload: Workload, topology: Topology) -> CostModel | None:
     """``cost_model`` as it prices ``workload`` on ``topology``. A model whose prices depend on
     the task beyond its shards and batch (TorchRec's estimator: each shard's table, the world and
-    local world size) offers ``for_task(workload, topology)``; any other model is its own."""
+    local world size) offers ``for_task(workload, topology)``; any other model prices each shard
+    at the bags DMP gives it from the workload's per-rank batch (``dmp_batch.at_dmp_batch``)."""
+    from autoshard.core.dmp_batch import at_dmp_batch  # it builds on this module
+
+    if cost_model is None:
+        return None
     bind = getattr(cost_model, "for_task", None)
-    return cost_model if bind is None else bind(workload, topology)
+    return at_dmp_batch(cost_model, topology.num_devices) if bind is None else bind(workload, topology)
 
 
 def is_exact(cost_model: object) -> bool:

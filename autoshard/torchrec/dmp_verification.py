@@ -7,10 +7,9 @@ interleaved under DMP (``dmp_verify.measure_plans_dmp``) and chooses the one who
 measured fastest. Each candidate's report (``PlanVerification.to_dict``) is the ``verify``
 entry of a plan in ``autoshard plan --json``.
 
-Predictions are given in two batch conventions, so that the report says which one DMP follows
-(shared/DESIGN.md, "The batch, as DMP runs it"): ``predicted_ms`` as the product prices a rank
-(a table-wise owner serving the per-rank batch B), and ``predicted_dmp_batch_ms`` with an owner
-serving every rank's samples (B x W bags, a replica its own B).
+Each rank's ``predicted_ms`` is the product's one price, as DMP runs the batch
+(shared/DESIGN.md, "The batch, as DMP runs it"; ``autoshard.core.dmp_batch``): ``batch_size``
+samples per rank, a sharded shard serving every rank's (B x W bags), a replica its own B.
 """
 
 from __future__ import annotations
@@ -38,14 +37,13 @@ prices no input distribution: its prediction there is null)."""
 
 @dataclass(frozen=True, slots=True)
 class PlanVerification:
-    """One candidate: its planners, its DMP measurement, and per rank our model's prediction in
-    both batch conventions and TorchRec's estimate."""
+    """One candidate: its planners, its DMP measurement, and per rank our model's prediction
+    and TorchRec's estimate."""
 
     plan: ShardingPlan
     planners: tuple[str, ...]
     measurement: DmpMeasurement
     predicted: tuple[RankPrediction, ...]
-    predicted_dmp_batch: tuple[RankPrediction, ...]
     torchrec_estimate_ms: tuple[float, ...] | None
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,7 +65,7 @@ class PlanVerification:
         }
 
     def _rank(self, measured: RankMeasurement, k: int) -> dict[str, Any]:
-        predicted, dmp_batch = self.predicted[k], self.predicted_dmp_batch[k]
+        predicted = self.predicted[k]
         parts = dict(measured.parts)
         priced = {
             "input_dist": predicted.input_dist_ms,
@@ -79,7 +77,6 @@ class PlanVerification:
             "rank": measured.rank,
             "predicted_ms": round(predicted.total_ms, 4),
             "measured_ms": round(measured.busy_ms, 4),
-            "predicted_dmp_batch_ms": round(dmp_batch.total_ms, 4),
             "torchrec_estimate_ms": None
             if self.torchrec_estimate_ms is None
             else round(self.torchrec_estimate_ms[k], 4),
@@ -160,7 +157,6 @@ def verify_dmp(
             names,
             m,
             tuple(predict_ranks(plan, workload.batch_size, topology, cost_model, communication)),
-            tuple(predict_ranks(plan, workload.batch_size * topology.num_devices, topology, cost_model, communication)),
             _estimate(plan, workload, topology, device),
         )
         for (plan, names), m in zip(best, measured)

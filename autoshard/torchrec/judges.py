@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from autoshard.core.collectives import Collective
 from autoshard.core.communication import CommunicationModel
 from autoshard.core.costing import predict_nonempty
+from autoshard.core.dmp_batch import at_dmp_batch
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, ShardingPlan, Table, Topology, Workload
 
@@ -60,10 +61,10 @@ def predict_ranks(
     communication: CommunicationModel | None,
 ) -> list[RankPrediction]:
     """Each rank of ``plan`` priced by the cost model (and ``communication``) at ``batch_size``
-    bags a table-wise shard serves. The product's convention prices the per-rank batch there;
-    DMP serves every rank's samples there (pass ``batch_size x world_size`` to price it so)."""
+    samples per rank, each shard at the bags DMP gives it (``autoshard.core.dmp_batch``: a
+    sharded shard every rank's samples, a replica its own rank's)."""
     sets = [[s.as_table for s in d.shards] for d in plan.devices]
-    compute = predict_nonempty(cost_model, sets, batch_size)
+    compute = predict_nonempty(at_dmp_batch(cost_model, topology.num_devices), sets, batch_size)
     return [
         _rank_prediction(rank, compute[rank], tables, batch_size, topology, communication)
         for rank, tables in enumerate(sets)
