@@ -8,7 +8,7 @@ import pytest
 from autoshard.core.collectives import KEYS, Collective, Tier
 from autoshard.core.errors import InputError
 from cost_model.bench import netns
-from cost_model.bench.comm_fit import fit_line, sent_bytes
+from cost_model.bench.comm_fit import call_point, fit_collective, fit_line, sent_bytes
 from cost_model.bench.netns import EmulatedHosts, LinkShape, missing_privilege, project_namespaces
 
 needs_root = pytest.mark.skipif(missing_privilege() is not None, reason=str(missing_privilege()))
@@ -28,6 +28,17 @@ def test_the_fit_recovers_a_line_and_counts_the_bytes_a_rank_sends():
         fit_line([(1e4, 1.0)])
 
 
+def test_an_op_of_two_calls_is_fitted_per_call_so_the_model_prices_the_op():
+    # the ids' KJTAllToAll (lengths, then ids) held 4096 bytes a rank and took 3 ms: 2 calls
+    assert call_point(Collective.INPUT_DIST, 4096, 3.0, 2) == (1024, 1.5)
+    assert call_point(Collective.REDUCE_SCATTER, 4096, 3.0, 2) == (2048, 3.0)
+    ops = [[held, 2 * (0.5 + held / 2 / 2 / 1e6)] for held in (1e4, 1e5, 1e6, 1e7)]  # 0.5 ms a call, 1 GB/s
+    fit = fit_collective(Collective.ALL_TO_ALL, Tier.INTRA, ops, 2, "loopback")
+    assert (fit.latency_ms, fit.bandwidth_gbps) == pytest.approx((0.5, 1.0), rel=1e-3)
+    op_ms = 2 * fit.latency_ms + 1e7 / 2 / (fit.bandwidth_gbps * 1e6)  # CALLS x latency + bytes sent / bw
+    assert op_ms == pytest.approx(ops[-1][1], rel=1e-3)
+
+
 def test_a_link_shape_refuses_nonsense():
     with pytest.raises(InputError, match="--link-gbit"):
         LinkShape(0.0)
@@ -36,10 +47,14 @@ def test_a_link_shape_refuses_nonsense():
 
 
 @needs_root
-def test_every_collective_is_measured_on_both_tiers_over_emulated_hosts():
-    from cost_model.bench.communication import measure_communication
+def test_every_collective_is_measured_on_both_tiers_over_emulated_hosts(tmp_path):
+    from autoshard.core.communication import CommunicationModel
+    from cost_model.bench.communication import MODULES, measure_communication
 
     model = measure_communication(sizes=(4096, 65536), repeats=1, link=LinkShape(1.0), rounds=1)
+    model.save(tmp_path / "communication.json")
+    assert CommunicationModel.load(tmp_path / "communication.json") == model  # the fits and their points
+    assert MODULES in model.measured_on
     assert [f.key for f in model.fits] == list(KEYS)
     for fit in model.fits:
         assert fit.source == "measured" and fit.ranks == 2 and len(fit.points) == 2, fit.key

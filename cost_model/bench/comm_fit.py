@@ -1,9 +1,13 @@
 """Fit ``time = latency + bytes / bandwidth`` to one collective's measured points on one link tier.
 
-A point is (bytes a rank holds, median ms) as ``comm_worker`` measures it; the fit's bytes are
-those a rank *sends* on the tier (``sent_bytes``), the unit ``autoshard.core.collectives`` prices
-shards in. The large messages set the bandwidth and the small ones the latency (``fit_line``), so
-noise on a 100 ms call cannot swamp a 0.1 ms latency.
+A point is (bytes a rank holds, median ms) of one op as ``comm_worker`` measures it: all the
+``CALLS`` calls a DMP iteration makes of the collective (the ids' lengths and ids; the pooled
+outputs forward and their gradients backward). The fit's points are per call (``call_point``):
+the bytes a rank *sends* on the tier (``sent_bytes``), the unit ``autoshard.core.collectives``
+prices shards in, and the op's ms, each over ``CALLS``; so ``CALLS`` x latency + bytes /
+bandwidth, as the model prices an iteration, is the op's time. The large messages set the
+bandwidth and the small ones the latency (``fit_line``), so noise on a 100 ms call cannot swamp
+a 0.1 ms latency.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from autoshard.core.collectives import Collective, LinkFit, Tier
+from autoshard.core.collectives import CALLS, Collective, LinkFit, Tier
 
 
 def sent_bytes(collective: Collective, held: float, world: int) -> float:
@@ -21,6 +25,12 @@ def sent_bytes(collective: Collective, held: float, world: int) -> float:
     tensor; a ring all-reduce sends twice a reduce-scatter's bytes)."""
     share = held * (world - 1) / world
     return 2.0 * share if collective is Collective.ALL_REDUCE else share
+
+
+def call_point(collective: Collective, held: float, ms: float, world: int) -> tuple[float, float]:
+    """One call's (bytes a rank sends, ms) of an op that held ``held`` bytes a rank and took ``ms``."""
+    calls = CALLS[collective]
+    return sent_bytes(collective, held, world) / calls, ms / calls
 
 
 def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
@@ -43,8 +53,8 @@ def fit_line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
 def fit_collective(
     collective: Collective, tier: Tier, held_points: Sequence[Sequence[float]], world: int, link: str
 ) -> LinkFit:
-    """The fit of ``collective`` on ``tier`` from the worker's (bytes held, median ms) points."""
-    points = [(sent_bytes(collective, held, world), float(ms)) for held, ms in held_points]
+    """The fit of ``collective`` on ``tier`` from the worker's (bytes held, median ms) points of ops."""
+    points = [call_point(collective, held, float(ms), world) for held, ms in held_points]
     latency, bandwidth = fit_line(points)
     return LinkFit(
         collective,

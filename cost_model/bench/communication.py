@@ -8,10 +8,13 @@ Ranks are launched with torchrun (gloo on the CPU, NCCL on GPUs), two per tier:
   so every byte crosses the shaped link. It needs root; without it, or left out of ``tiers``, the
   inter tier takes TorchRec's constant, marked "declared, not measured".
 
-Each rank runs ``comm_worker`` (every collective over ``sizes``); ``comm_fit`` fits latency and
-bandwidth per (collective, tier), and the result is a ``CommunicationModel`` whose fits keep their
-points. Timings are wall time (waiting on the link is the cost); the ranks get the allocator
-settings and one thread each.
+Each rank runs ``comm_worker``: TorchRec's dist modules as a DMP step runs them (``KJTAllToAll``,
+``PooledEmbeddingsAllToAll``, ``PooledEmbeddingsReduceScatter``, DDP's bucketed all-reduce), so
+the fits price TorchRec's CPU work around the transfers (permutes, splits, copies), which bare
+``torch.distributed`` collectives miss; ``comm_fit`` fits latency (the fixed cost of a call) and
+bandwidth per (collective, tier), and the result is a ``CommunicationModel`` whose fits keep
+their points. Timings are wall time (waiting on the link is the cost); the ranks get the
+allocator settings (``MALLOC_SETTINGS``) and one thread each, as every measurement here does.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ from cost_model.bench.comm_fit import fit_collective
 from cost_model.bench.netns import EmulatedHosts, LinkShape, require_root
 from cost_model.profile import MALLOC_SETTINGS, cpu_model, device_name
 
-SIZES = (64 * 1024, 256 * 1024, 1 << 20, 4 << 20, 16 << 20)
-"""Bytes a rank holds per call: 64 KiB (latency) to 16 MiB (bandwidth)."""
+SIZES = (16 * 1024, 64 * 1024, 256 * 1024, 1 << 20, 4 << 20, 16 << 20)
+"""Bytes a rank holds per op: 16 KiB (the fixed cost of a call) to 16 MiB (bandwidth)."""
+MODULES = "TorchRec's dist modules as DMP runs them"
 RANKS = 2
 TIMEOUT_S = 1800
 _ROOT = Path(__file__).resolve().parents[2]
@@ -82,7 +86,7 @@ def measure_communication(
             for name, points in raw["points"].items()
         ]
         labels.append(f"{tier.value}: {raw['world_size']} ranks ({raw['backend']}), {where}")
-    label = f"{_machine(device)}; " + "; ".join(labels) + f"; the fastest of {rounds} rounds' medians"
+    label = f"{_machine(device)}; {MODULES}; " + "; ".join(labels) + f"; the fastest of {rounds} rounds' medians"
     return CommunicationModel.tiered(fits, label)
 
 
@@ -149,6 +153,7 @@ def _free_port() -> int:
 
 def _worker_args(sizes: Sequence[int], repeats: int, device: str, out: Path) -> list[str]:
     args = ["--sizes", ",".join(str(int(s)) for s in sizes), "--repeats", str(repeats), "--out", str(out)]
+    args += ["--collectives", ",".join(c.value for c in Collective)]
     return [*args, "--cuda"] if device == "cuda" else args
 
 
