@@ -190,25 +190,34 @@ to be made), which ranks changes of the same new max."""
 
 def _units(states: Sequence[DeviceState], parents: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The units of ``states``, flat: their memory, their parent's id, and which of the states
-    holds each (one-hot, ``[units, len(states)]``)."""
+    holds each (its index in ``states``)."""
     units = [u for s in states for u in s.units]
     memory = np.array([u.memory_bytes for u in units], dtype=np.int64)
     parent = np.array([parents.setdefault(u.parent, len(parents)) for u in units], dtype=np.int64)
     held = np.repeat(np.arange(len(states)), [len(s.units) for s in states])
-    return memory, parent, (held[:, None] == np.arange(len(states))[None, :]).astype(np.int64)
+    return memory, parent, held
+
+
+def _on_targets(source: DeviceState, targets: Sequence[DeviceState], rows: np.ndarray) -> np.ndarray:
+    """``[len(source.units), len(targets)]``: whether a shard of source unit i's table is on
+    target k, for the units at ``rows`` (False elsewhere). Set look-ups: a 128-device task's
+    targets hold thousands of spread shards that no change moves."""
+    found = np.zeros((len(source.units), len(targets)), dtype=bool)
+    for i in rows.tolist():
+        parent = source.units[i].parent
+        found[i] = [parent in t.parents for t in targets]
+    return found
 
 
 def _moves(source: DeviceState, targets: Sequence[DeviceState], max_units: int | None = None) -> Neighbourhood:
     """Each unit of the source to each target that accepts it (room, no shard of its table, and
     fewer than ``max_units`` units)."""
-    parents: dict[str, int] = {}
-    memory, parent, _ = _units([source], parents)
-    _, t_parent, held = _units(targets, parents)
+    memory = np.array([u.memory_bytes for u in source.units], dtype=np.int64)
     free = np.array([t.free_bytes for t in targets], dtype=np.int64)
     n = len(source.units)
-    shares = (parent[:, None] == t_parent[None, :]).astype(np.int64) @ held > 0  # a shard of its table is on target k
-    open_ = np.array([max_units is None or len(t.units) < max_units for t in targets])
     movable = np.array([u.movable for u in source.units], dtype=bool)
+    shares = _on_targets(source, targets, np.flatnonzero(movable))  # a shard of its table is on target k
+    open_ = np.array([max_units is None or len(t.units) < max_units for t in targets])
     i, k = np.nonzero((memory[:, None] <= free[None, :]) & ~shares & open_[None, :] & movable[:, None])
     removals = np.arange(n)  # edit i: the source without unit i, shared by its moves
     edits = EditBatch(
@@ -222,47 +231,49 @@ def _moves(source: DeviceState, targets: Sequence[DeviceState], max_units: int |
 
 def _swaps(source: DeviceState, targets: Sequence[DeviceState], budget: int = SWAPS) -> Neighbourhood:
     """Unit i of the source for unit j of target k, where both fit and neither device then holds
-    two shards of a table; partners least loaded first, each source unit its share of ``budget``."""
+    two shards of a table; partners least loaded first, each source unit its share of ``budget``.
+    Only movable units take part: the targets' others are left out before anything is compared."""
     parents: dict[str, int] = {}
     memory, parent, _ = _units([source], parents)
-    t_memory, t_parent, held = _units(targets, parents)
     n, count = len(source.units), len(targets)
-    t_of = held.argmax(1)  # each target unit's target
+    placed = [(k, j, u) for k, t in enumerate(targets) for j, u in enumerate(t.units) if u.movable]
+    t_of = np.array([k for k, _, _ in placed], dtype=np.int64)  # each movable target unit's target
+    t_at = np.array([j for _, j, _ in placed], dtype=np.int64)  # and its position there
+    t_memory = np.array([u.memory_bytes for _, _, u in placed], dtype=np.int64)
+    t_parent = np.array([parents.setdefault(u.parent, len(parents)) for _, _, u in placed], dtype=np.int64)
     same = parent[:, None] == t_parent[None, :]
-    on_target = (same.astype(np.int64) @ held > 0)[:, t_of]  # a shard of unit i's table is on j's target
-    on_source = np.isin(t_parent, parent)[None, :]  # a shard of unit j's table is on the source
+    movable = np.array([u.movable for u in source.units], dtype=bool)
+    on_target = _on_targets(source, targets, np.flatnonzero(movable))[:, t_of]  # unit i's table on j's target
+    on_source = np.array([u.parent in source.parents for _, _, u in placed], dtype=bool)[None, :]
     used, capacity = (
         np.array([getattr(t, a) for t in targets], dtype=np.int64)[t_of] for a in ("memory_bytes", "capacity")
     )
-    movable = np.array([u.movable for u in source.units], dtype=bool)
-    t_movable = np.array([u.movable for t in targets for u in t.units], dtype=bool)
     ok = (
         movable[:, None]
-        & t_movable[None, :]
         & ~same
         & ~on_target
         & ~on_source
         & (source.memory_bytes - memory[:, None] + t_memory[None, :] <= source.capacity)
         & (used[None, :] - t_memory[None, :] + memory[:, None] <= capacity[None, :])
     )
-    per_target = ok.astype(np.int64) @ held
+    per_target = np.zeros((n, count), dtype=np.int64)
+    rows, cols = np.nonzero(ok)
+    np.add.at(per_target, (rows, t_of[cols]), 1)
     kept = np.zeros((n, count), dtype=bool)  # the budget: targets taken in order until each unit's share
     total = 0
     for row in range(n):
         share = budget * (row + 1) / n
-        for k in range(count):
-            if total >= share:
-                break
-            kept[row, k] = True
-            total += int(per_target[row, k])
+        before = total + np.concatenate([[0], np.cumsum(per_target[row])[:-1]])  # the total as target k is reached
+        taken = int(np.searchsorted(before >= share, True))  # targets until the total reaches the share
+        kept[row, :taken] = True
+        total += int(per_target[row, :taken].sum())
     i, m = np.nonzero(ok & kept[:, t_of])
-    starts = np.concatenate([[0], np.cumsum([len(t.units) for t in targets])])
-    k, j, swaps = t_of[m], m - starts[t_of[m]], len(i)
+    k, j, swaps = t_of[m], t_at[m], len(i)
     edits = EditBatch(
         np.concatenate([np.zeros(swaps, np.int64), k + 1]),
         np.concatenate([i, j]),
         np.concatenate([n + m, i]),
-        (*source.tables, *(u.table for t in targets for u in t.units)),
+        (*source.tables, *(u.table for _, _, u in placed)),
     )
     return Neighbourhood(edits, np.arange(swaps), swaps + np.arange(swaps), k + 1, i, j)
 
