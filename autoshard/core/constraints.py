@@ -11,10 +11,16 @@ In a workload file::
                   {"apart": ["e", "f"]}]
 
 - ``sharding_types``: the types the table may take (TorchRec's names).
-- ``compute_kernels``: TorchRec's kernels AutoShard plans: ``fused`` (the kernel it measures)
-  for every sharded type, ``dense`` for ``data_parallel`` (the kernel TorchRec's sharders give
-  data parallel). A table whose kernels leave out ``dense`` is not placed data parallel, and one
-  without ``fused`` only data parallel; any other kernel is refused.
+- ``compute_kernels``: TorchRec's kernels AutoShard plans: ``fused`` (weights in device memory),
+  ``fused_uvm_caching`` (in host memory, cached in device memory) and ``fused_uvm`` (in host
+  memory) for every sharded type, ``dense`` for ``data_parallel`` (the kernel TorchRec's sharders
+  give data parallel). A table whose kernels leave out ``dense`` is not placed data parallel, and
+  one with none of the others only data parallel; any other kernel (``key_value``, the virtual
+  tables) is refused. The UVM kernels are chosen under TorchRec's cost model on ``cuda`` only
+  (``--model torchrec``; its CPU sharder offers ``fused`` alone, and the learned profiles measured
+  ``fused`` alone): elsewhere a table limited to them is refused when planned.
+- ``cache_params``: ``{"load_factor": x}``, the share of a ``fused_uvm_caching`` table cached in
+  device memory (TorchRec's ``CacheParams``; default 0.2).
 - ``min_partition``: the narrowest column shard the table may be cut into.
 - ``pooling_factors`` / ``num_poolings`` / ``batch_sizes`` / ``is_weighted`` / ``feature_names``:
   as TorchRec reads them. The table's pooling factor becomes TorchRec's lookups per iteration
@@ -35,11 +41,16 @@ from autoshard.core.sharding import ShardingType, parse_sharding_types
 from autoshard.core.values import is_int, is_number
 
 FUSED, DENSE = "fused", "dense"
-KERNELS = (FUSED, DENSE)
-"""TorchRec's compute kernels (``EmbeddingComputeKernel`` values) AutoShard plans."""
+FUSED_UVM_CACHING, FUSED_UVM = "fused_uvm_caching", "fused_uvm"
+SHARDED_KERNELS = (FUSED, FUSED_UVM_CACHING, FUSED_UVM)
+"""The kernels of a sharded (not data-parallel) table, as ``autoshard.core.types.TABLE_KERNELS``."""
+KERNELS = (FUSED, DENSE, FUSED_UVM_CACHING, FUSED_UVM)
+"""TorchRec's compute kernels (``EmbeddingComputeKernel`` values) AutoShard plans (``fused`` and
+``dense`` first: the kernels every device and cost model offers)."""
 _TABLE_FIELDS = (
     "sharding_types",
     "compute_kernels",
+    "cache_params",
     "min_partition",
     "pooling_factors",
     "num_poolings",
@@ -61,6 +72,14 @@ class TableConstraints:
     batch_sizes: tuple[int, ...] | None = None
     is_weighted: bool = False
     feature_names: tuple[str, ...] | None = None
+    cache_load_factor: float | None = None  # TorchRec's CacheParams.load_factor
+
+    @property
+    def sharded_kernels(self) -> tuple[str, ...]:
+        """The kernels the table may run sharded (``SHARDED_KERNELS`` when not constrained)."""
+        if self.compute_kernels is None:
+            return SHARDED_KERNELS
+        return tuple(k for k in SHARDED_KERNELS if k in self.compute_kernels)
 
     def pooling_factor(self, batch_size: int) -> float | None:
         """The table's pooling factor from ``pooling_factors`` (``None`` if not given):
@@ -72,12 +91,12 @@ class TableConstraints:
     def allowed_types(self, default: frozenset[ShardingType]) -> frozenset[ShardingType]:
         """The types this table may take within ``default``: its ``sharding_types``, less
         ``data_parallel`` when its ``compute_kernels`` leave out ``dense`` and the sharded types
-        when they leave out ``fused`` (``KERNELS``)."""
+        when they list no sharded kernel (``SHARDED_KERNELS``)."""
         kinds = default if self.sharding_types is None else default & self.sharding_types
         if self.compute_kernels is not None:
             if DENSE not in self.compute_kernels:
                 kinds -= {ShardingType.DATA_PARALLEL}
-            if FUSED not in self.compute_kernels:
+            if not self.sharded_kernels:
                 kinds &= {ShardingType.DATA_PARALLEL}
         return kinds
 
@@ -217,9 +236,10 @@ def _table_from_dict(raw: Any) -> TableConstraints:
             raise InputError(
                 "compute_kernels",
                 f"must list some of {list(KERNELS)}, got {kernels!r}",
-                'AutoShard plans TorchRec\'s fused kernel (and dense for data parallel): use ["fused", "dense"] '
-                "or leave it out",
+                "AutoShard plans TorchRec's fused, fused_uvm_caching and fused_uvm kernels (dense for data "
+                "parallel), not key_value or the virtual tables: list some of those, or leave it out",
             )
+    load_factor = _cache_load_factor(raw.get("cache_params"), kernels)
     min_partition = raw.get("min_partition")
     if min_partition is not None and not (is_int(min_partition) and min_partition >= 1):
         raise InputError("min_partition", f"must be an integer >= 1, got {min_partition!r}", "e.g. 32")
@@ -242,7 +262,37 @@ def _table_from_dict(raw: Any) -> TableConstraints:
         _numbers(raw["batch_sizes"], "batch_sizes", integer=True) if "batch_sizes" in raw else None,
         weighted,
         tuple(features) if features is not None else None,
+        load_factor,
     )
+
+
+def _cache_load_factor(raw: Any, kernels: list[str] | None) -> float | None:
+    """``cache_params``' load factor (``None`` when not given); ``InputError`` for another field,
+    a factor outside (0, 1], or kernels that leave out ``fused_uvm_caching``."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) - {"load_factor"}:
+        raise InputError(
+            "cache_params",
+            f"must be an object with load_factor (TorchRec's CacheParams), got {raw!r}",
+            'e.g. {"load_factor": 0.2}',
+        )
+    factor = raw.get("load_factor")
+    if factor is None:
+        return None
+    if not (is_number(factor) and 0 < factor <= 1):
+        raise InputError(
+            "cache_params.load_factor",
+            f"must be a number in (0, 1], got {factor!r}",
+            "use the share of the table cached in device memory (TorchRec's default: 0.2)",
+        )
+    if kernels is not None and FUSED_UVM_CACHING not in kernels:
+        raise InputError(
+            "cache_params",
+            f"sets a cache, but compute_kernels {kernels!r} leave out fused_uvm_caching",
+            "add fused_uvm_caching to compute_kernels, or leave cache_params out",
+        )
+    return float(factor)
 
 
 def _placement_from_dict(raw: Any, names: set[str]) -> PlacementConstraint:
@@ -286,6 +336,8 @@ def _table_to_dict(c: TableConstraints) -> dict[str, Any]:
         out["min_partition"] = c.min_partition
     if c.is_weighted:
         out["is_weighted"] = True
+    if c.cache_load_factor is not None:
+        out["cache_params"] = {"load_factor": c.cache_load_factor}
     return out
 
 

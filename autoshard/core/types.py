@@ -5,6 +5,7 @@ Units: memory in bytes, costs in milliseconds per training iteration (forward + 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -26,6 +27,16 @@ MAX_DEVICES, MAX_DEVICE_GB = 4_096, 10**6
 """Beyond any model or cluster, and small enough that every memory total the planners keep in
 int64 arrays holds (4,096 devices x 10^6 GiB < 2^63 bytes): a larger value is an input error,
 not an overflow (or, for the device count, every core's memory)."""
+
+
+FUSED, FUSED_UVM_CACHING, FUSED_UVM = "fused", "fused_uvm_caching", "fused_uvm"
+TABLE_KERNELS = (FUSED, FUSED_UVM_CACHING, FUSED_UVM)
+"""TorchRec's compute kernels (``EmbeddingComputeKernel`` values) a sharded table may run: ``fused``
+(all of it in the device's memory, the default), ``fused_uvm_caching`` (in host memory, a cache of
+``cache_load_factor`` of it in the device's) and ``fused_uvm`` (in host memory, read over the
+bus). A data-parallel table runs TorchRec's ``dense`` kernel whatever its table's."""
+DEFAULT_CACHE_LOAD_FACTOR = 0.2
+"""TorchRec's cache load factor when none is given (``UVM_CACHING_RATIO``)."""
 
 
 class Optimizer(str, Enum):
@@ -68,6 +79,9 @@ class Table:
     (0 = uniform, the default; 1 ~ typical production skew; at most 3). ``pooled``: its lookups
     are summed per sample (an ``EmbeddingBagCollection`` table, the default); ``False``: a
     sequence table (an ``EmbeddingCollection``'s), whose every id's embedding is an output row.
+    ``compute_kernel``: TorchRec's kernel for its shards (``TABLE_KERNELS``; planners under TorchRec's
+    cost model choose it, ``autoshard.torchrec.kernel_choice``), ``cache_load_factor`` the share
+    of it ``fused_uvm_caching`` caches in the device's memory (``None``: TorchRec's 0.2).
     """
 
     name: str
@@ -79,6 +93,8 @@ class Table:
     optimizer: Optimizer = Optimizer.SGD
     sharding_type: ShardingType = ShardingType.TABLE_WISE
     pooled: bool = True
+    compute_kernel: str = FUSED
+    cache_load_factor: float | None = None
 
     def __post_init__(self) -> None:
         _require(
@@ -137,6 +153,8 @@ class Table:
             "pick a supported optimizer",
             self.optimizer,
         )
+        if self.compute_kernel != FUSED or self.cache_load_factor is not None:
+            _check_kernel(self.compute_kernel, self.cache_load_factor)
 
     def __hash__(self) -> int:
         # Every field but the optimizer (an Enum hashes in Python, and these loops are hot):
@@ -160,8 +178,57 @@ class Table:
 
     @property
     def memory_bytes(self) -> int:
-        """Weights plus optimizer state: what the table occupies on a device."""
+        """What the table occupies in its device's memory: weights plus optimizer state under
+        ``fused``; under ``fused_uvm_caching`` its cache, ``cache_load_factor`` of them, and the
+        cache's state (TorchRec's count: rows x (4 + 16 x load factor) bytes); under ``fused_uvm``
+        nothing (all of it in host memory)."""
+        if self.compute_kernel == FUSED:
+            return self.weight_bytes + self.optimizer.state_bytes(self.num_embeddings, self.embedding_dim)
+        if self.compute_kernel == FUSED_UVM:
+            return 0
+        factor = self.load_factor
+        cached = round(self.weight_bytes * factor)
+        state = math.ceil(self.optimizer.state_bytes(self.num_embeddings, self.embedding_dim) * factor)
+        return cached + state + math.ceil(self.num_embeddings * (4 + 16 * factor))
+
+    @property
+    def host_bytes(self) -> int:
+        """What the table occupies in host memory: weights plus optimizer state under the UVM
+        kernels, nothing under ``fused``."""
+        if self.compute_kernel == FUSED:
+            return 0
         return self.weight_bytes + self.optimizer.state_bytes(self.num_embeddings, self.embedding_dim)
+
+    @property
+    def load_factor(self) -> float:
+        """The cache load factor ``fused_uvm_caching`` runs with (TorchRec's default when none)."""
+        return DEFAULT_CACHE_LOAD_FACTOR if self.cache_load_factor is None else self.cache_load_factor
+
+
+def _check_kernel(kernel: object, load_factor: object) -> None:
+    _require(
+        kernel in TABLE_KERNELS,
+        "compute_kernel",
+        f"must be one of {list(TABLE_KERNELS)}, got {{value!r}}",
+        "use fused (the default), fused_uvm_caching or fused_uvm",
+        kernel,
+    )
+    if load_factor is None:
+        return
+    _require(
+        kernel == FUSED_UVM_CACHING,
+        "cache_load_factor",
+        "applies to fused_uvm_caching only, the table's kernel is {value!r}",
+        "leave cache_load_factor out, or use the fused_uvm_caching kernel",
+        kernel,
+    )
+    _require(
+        is_number(load_factor) and 0 < load_factor <= 1,  # type: ignore[operator]
+        "cache_load_factor",
+        "must be a number in (0, 1], got {value!r}",
+        f"use the share of the table to cache in device memory (TorchRec's default: {DEFAULT_CACHE_LOAD_FACTOR})",
+        load_factor,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -524,6 +591,8 @@ def _shard_table(shard: TableShard) -> Table:
         t.optimizer,
         shard.sharding_type,
         t.pooled,
+        t.compute_kernel,
+        t.cache_load_factor,
     )
 
 
@@ -666,6 +735,11 @@ class Planner(Protocol):
 
 
 __all__ = [
+    "DEFAULT_CACHE_LOAD_FACTOR",
+    "FUSED",
+    "FUSED_UVM",
+    "FUSED_UVM_CACHING",
+    "TABLE_KERNELS",
     "CostModel",
     "DevicePlan",
     "DeviceSet",

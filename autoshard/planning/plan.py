@@ -19,6 +19,7 @@ from autoshard.planners.report import plans_report
 from autoshard.planners.sharding_options import ROW_TYPES
 from autoshard.planners.unit_preparation import prepare_units
 from autoshard.planning.compare import shard_warnings
+from autoshard.planning.kernels import with_kernels
 from autoshard.planning.options import Models, PlanOptions
 from autoshard.planning.registry import PLANNERS, available_planners, planner_spec, policy_warnings
 from autoshard.planning.report import PlanningReport
@@ -82,6 +83,7 @@ def plan(
         NoPlanInTime: no planner planned before the deadline (``planners``: those cut short).
     """
     names, unavailable = _planners(options, models)
+    workload = with_kernels(models.cost_model, workload, topology)
     warnings = check_request(workload, topology, models, options)
     run = runner or (lambda n, w, t, o: run_planners(n, w, t, models, o))
     runs = run(names, workload, topology, options)

@@ -31,7 +31,7 @@ module raises ``ImportError`` without it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -45,7 +45,7 @@ from torchrec.distributed.sharding_plan import (
     construct_module_sharding_plan,
     placement,
 )
-from torchrec.distributed.types import ParameterSharding
+from torchrec.distributed.types import CacheParams, ParameterSharding
 from torchrec.distributed.types import ShardingPlan as TorchRecShardingPlan
 from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, EmbeddingConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
@@ -53,6 +53,8 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection, Embedding
 from autoshard.core.errors import InputError
 from autoshard.core.sharding import ShardingType, row_blocks
 from autoshard.core.types import (
+    DEFAULT_CACHE_LOAD_FACTOR,
+    TABLE_KERNELS,
     CostModel,
     DevicePlan,
     ShardingPlan,
@@ -65,9 +67,12 @@ from autoshard.core.types import (
 )
 
 FUSED = EmbeddingComputeKernel.FUSED.value
+FUSED_UVM_CACHING = EmbeddingComputeKernel.FUSED_UVM_CACHING.value
+FUSED_UVM = EmbeddingComputeKernel.FUSED_UVM.value
 DENSE = EmbeddingComputeKernel.DENSE.value
 """TorchRec's kernel for data-parallel tables: ``EmbeddingBagCollectionSharder.compute_kernels``
 offers data parallel only this one."""
+assert (FUSED, FUSED_UVM_CACHING, FUSED_UVM) == TABLE_KERNELS  # the core names TorchRec's kernels
 TABLE_WISE = ShardingType.TABLE_WISE.value
 COLUMN_WISE = ShardingType.COLUMN_WISE.value
 _COLUMN_KINDS = (ShardingType.TABLE_WISE, ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE)
@@ -94,10 +99,13 @@ class ShardPlacement:
 class TableSharding:
     """One table as TorchRec shards it: its sharding type and its shards in TorchRec's order
     (column blocks in column order, each block's rows in row order; data parallel: one whole
-    replica per rank)."""
+    replica per rank), its kernel (``Table.compute_kernel``; data parallel: ``dense``) and the
+    cache load factor of a ``fused_uvm_caching`` table (TorchRec's ``CacheParams``)."""
 
     sharding_type: ShardingType
     shards: tuple[ShardPlacement, ...]
+    kernel: str = FUSED
+    cache_load_factor: float | None = None
 
     @property
     def ranks(self) -> list[int]:
@@ -106,7 +114,16 @@ class TableSharding:
 
     @property
     def compute_kernel(self) -> str:
-        return DENSE if self.sharding_type is ShardingType.DATA_PARALLEL else FUSED
+        return DENSE if self.sharding_type is ShardingType.DATA_PARALLEL else self.kernel
+
+    @property
+    def cache_params(self) -> CacheParams | None:
+        """TorchRec's ``CacheParams`` of a ``fused_uvm_caching`` table (its load factor), else None."""
+        if self.compute_kernel != FUSED_UVM_CACHING:
+            return None
+        return CacheParams(
+            load_factor=DEFAULT_CACHE_LOAD_FACTOR if self.cache_load_factor is None else self.cache_load_factor
+        )
 
 
 def to_embedding_bag_configs(workload: Workload) -> list[EmbeddingBagConfig]:
@@ -245,8 +262,9 @@ def plan_from_export(
     _check_same_tables(set(export), workload, "the export")
     devices: list[list[TableShard]] = [[] for _ in range(world_size)]
     for name, entry in export.items():
-        table = tables[name]
         kind = _sharding_type(entry.get("sharding_type", COLUMN_WISE), name)
+        factor = (entry.get("cache_params") or {}).get("load_factor")
+        table = _with_kernel(tables[name], kind, entry.get("compute_kernel", FUSED), factor)
         placements = [
             ShardPlacement(
                 shard["rank"],
@@ -275,11 +293,13 @@ def parameter_constraints_from_export(export: Mapping[str, Mapping[str, Any]]) -
     for name, entry in export.items():
         kind = _sharding_type(entry["sharding_type"], name)
         cut = kind in (ShardingType.COLUMN_WISE, ShardingType.TABLE_COLUMN_WISE, ShardingType.GRID_SHARD)
+        factor = (entry.get("cache_params") or {}).get("load_factor")
         result[name] = ParameterConstraints(
             sharding_types=[kind.value],
             compute_kernels=[entry["compute_kernel"]],
             min_partition=min(s["columns"] for s in entry["shards"]) if cut else None,
             pooling_factors=[float(entry["pooling_factor"])],
+            cache_params=None if factor is None else CacheParams(load_factor=float(factor)),
         )
     return result
 
@@ -346,9 +366,11 @@ def from_torchrec_plan(
     }
     _check_same_tables(set(shardings), workload, "the TorchRec plan")
     devices: list[list[TableShard]] = [[] for _ in range(world_size)]
-    for name, table in tables.items():
+    for name, own in tables.items():
         sharding = shardings[name]
         kind = _sharding_type(sharding.sharding_type, name)
+        factor = sharding.cache_params.load_factor if sharding.cache_params is not None else None
+        table = _with_kernel(own, kind, sharding.compute_kernel, factor)
         for rank, shard in _table_shards(
             table, kind, _placements_of(table, kind, sharding), world_size, local_world_size
         ):
@@ -361,6 +383,14 @@ def from_torchrec_plan(
 
 
 def _sharding_of(
+    table: Table, built: Table, parts: Sequence[tuple[int, TableShard]], world: int, local: int
+) -> TableSharding:
+    """``_layout_of`` with the table's kernel and cache load factor."""
+    layout = _layout_of(table, built, parts, world, local)
+    return replace(layout, kernel=table.compute_kernel, cache_load_factor=table.cache_load_factor)
+
+
+def _layout_of(
     table: Table, built: Table, parts: Sequence[tuple[int, TableShard]], world: int, local: int
 ) -> TableSharding:
     """The layout of one table's shards ``(rank, shard)``, checked against ``table`` (the plan's),
@@ -435,10 +465,12 @@ def _first_rank(
 
 
 def _export_entry(sharding: TableSharding, pooling_factor: float) -> dict[str, Any]:
+    cache = sharding.cache_params
     return {
         "sharding_type": sharding.sharding_type.value,
         "ranks": sharding.ranks,
         "compute_kernel": sharding.compute_kernel,
+        **({"cache_params": {"load_factor": cache.load_factor}} if cache is not None else {}),
         "pooling_factor": pooling_factor,
         "shards": [
             {
@@ -476,12 +508,31 @@ def _generator(sharding: TableSharding) -> ParameterShardingGenerator:
             compute_kernel=sharding.compute_kernel,
             ranks=sharding.ranks,
             sharding_spec=spec,
+            cache_params=sharding.cache_params,
         )
 
     return generate
 
 
 # --- TorchRec's layout -> our plan -------------------------------------------------------------
+
+
+def _with_kernel(table: Table, kind: ShardingType, kernel: str, load_factor: float | None) -> Table:
+    """``table`` running ``kernel`` (with ``load_factor``, a ``fused_uvm_caching`` table's), as a
+    plan, an export or a TorchRec plan gives it: data parallel's ``dense`` leaves it as it is;
+    ``InputError`` for a kernel AutoShard does not plan."""
+    if kind is ShardingType.DATA_PARALLEL:
+        return table
+    if kernel not in TABLE_KERNELS:
+        raise InputError(
+            "compute_kernel",
+            f"table {table.name!r} runs {kernel!r}; AutoShard plans {list(TABLE_KERNELS)} (dense for data parallel)",
+            "use one of those kernels",
+        )
+    factor = load_factor if kernel == FUSED_UVM_CACHING else None
+    if (kernel, factor) == (table.compute_kernel, table.cache_load_factor):
+        return table
+    return replace(table, compute_kernel=kernel, cache_load_factor=factor)
 
 
 def _placements_of(table: Table, kind: ShardingType, sharding: ParameterSharding) -> list[ShardPlacement]:

@@ -18,8 +18,15 @@ weights and optimizer state within the device's memory) applies as well.
 The estimator needs the task: TorchRec prices a shard from its table, the world and local world
 size and the batch. The model made for a profile (``TorchRecCostModel()``) is bound to each task
 by ``for_task(workload, topology)`` (``PlannerContext.for_task`` does it for every planner); an
-unbound model refuses to price. Kernels are ``fused`` (data parallel: ``dense``), as
-``TorchRecPlanner`` plans.
+unbound model refuses to price.
+
+Kernels: each shard is priced under its table's kernel (``Table.compute_kernel``: ``fused``,
+``fused_uvm_caching`` with its cache load factor, ``fused_uvm``; data parallel ``dense``), its
+memory the device's part (a UVM-caching shard's cache and buffers in HBM). ``choose_kernels``
+chooses them (``autoshard.torchrec.kernel_choice``; ``autoshard.planning.plan`` asks it before the
+planners run): on ``cuda`` the tables least costly to move go to UVM caching where the task
+does not fit HBM fused; on ``cpu`` every table stays ``fused``, the one kernel TorchRec's sharder
+offers there.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from autoshard.core.costing import EditBatch, Edits, SetCostModel
 from autoshard.core.errors import InputError
 from autoshard.core.types import ShardingPlan, Table, Topology, Workload
 from autoshard.torchrec.estimates import COMPUTE_DEVICES, STORAGE_RESERVATION, TaskEstimates
+from autoshard.torchrec.kernel_choice import choose_kernels
 
 MODEL_NAME = "torchrec"
 """The name ``--model`` and a request's ``profile`` give this model."""
@@ -93,6 +101,11 @@ class TorchRecCostModel(SetCostModel):
                 return model  # type: ignore[return-value]
         self._last_bound = TorchRecCostModel(self.compute_device, self.storage_reservation, workload, topology)
         return self._last_bound
+
+    def choose_kernels(self, workload: Workload, topology: Topology) -> Workload:
+        """``workload`` with each table's kernel chosen under TorchRec's estimate
+        (``autoshard.torchrec.kernel_choice``): itself when every table stays as it is."""
+        return choose_kernels(workload, self.for_task(workload, topology).task)
 
     # --- memory as TorchRec counts it ------------------------------------------------------
 

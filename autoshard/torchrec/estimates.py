@@ -11,9 +11,11 @@ its shards' estimates: each distinct (table, sharding type, kernel, rows x colum
 once, all the misses of a call in one estimator call per sharding option.
 
 A shard reaches the cost model as ``TableShard.as_table`` (named ``name[...]``, its rows, columns
-and sharding type); its table is looked up by name in the task's workload. Kernels are TorchRec's
-defaults for our plans: ``fused`` (every shard in the device's memory), data parallel ``dense``
-(the one kernel TorchRec's sharder gives it). What each rank may hold is TorchRec's
+and sharding type); its table is looked up by name in the task's workload. Its kernel is the shard's own
+(``Table.compute_kernel``: ``fused``, ``fused_uvm_caching`` with its cache load factor as
+TorchRec's ``CacheParams``, or ``fused_uvm``); data parallel runs ``dense`` (the one kernel
+TorchRec's sharder gives it). ``bytes`` is the device's part (HBM on cuda: a UVM-caching shard's
+cache and the buffers; its host part is ``host_bytes``). What each rank may hold is TorchRec's
 ``HeuristicalStorageReservation`` applied to the topology (``capacities``), as its planner does.
 """
 
@@ -33,6 +35,7 @@ from torchrec.distributed.planner.shard_estimators import EmbeddingStorageEstima
 from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
 from torchrec.distributed.planner.types import ParameterConstraints, Shard, ShardingOption
 from torchrec.distributed.planner.utils import build_sharder_data, sharder_name
+from torchrec.distributed.types import CacheParams
 from torchrec.distributed.types import ShardingType as TorchRecShardingType
 from torchrec.optim import RowWiseAdagrad
 
@@ -60,9 +63,12 @@ class ShardEstimate:
 
     ms: float
     bytes: int
+    host_bytes: int = 0
+    """Its host memory (DDR) on cuda: a UVM kernel's weights and optimizer state."""
 
 
-_Key = tuple[str, ShardingType, int, int]  # (table, sharding type, rows, columns)
+_Option = tuple[str, ShardingType, str, float | None]  # (table, sharding type, kernel, cache load factor)
+_Key = tuple[str, ShardingType, str, float | None, int, int]  # an option's, then rows and columns
 
 
 class TaskEstimates:
@@ -152,28 +158,43 @@ class TaskEstimates:
 
     def _estimate(self, shards: Sequence[Table]) -> None:
         keys = {t: self._key(t) for t in shards}
-        groups: dict[tuple[str, ShardingType], list[tuple[int, int]]] = {}
-        for name, kind, rows, columns in (k for k in dict.fromkeys(keys.values()) if k not in self._by_key):
-            groups.setdefault((name, kind), []).append((rows, columns))
-        options = [self._option(name, kind, sizes) for (name, kind), sizes in groups.items()]
+        groups: dict[_Option, list[tuple[int, int]]] = {}
+        for key in (k for k in dict.fromkeys(keys.values()) if k not in self._by_key):
+            groups.setdefault(key[:4], []).append(key[4:])
+        options = [self._option(option, sizes) for option, sizes in groups.items()]
         if options:
             self._perf.estimate(options, self._sharder_data)
             self._storage.estimate(options, self._sharder_data)
-        for ((name, kind), sizes), option in zip(groups.items(), options):
+        cuda = self.compute_device == "cuda"
+        for (option_key, sizes), option in zip(groups.items(), options):
             for (rows, columns), shard in zip(sizes, option.shards):
                 assert shard.perf is not None and shard.storage is not None
-                held = shard.storage.hbm if self.compute_device == "cuda" else shard.storage.ddr
-                self._by_key[(name, kind, rows, columns)] = ShardEstimate(shard.perf.total, int(held))
+                held, host = (shard.storage.hbm, shard.storage.ddr) if cuda else (shard.storage.ddr, 0)
+                estimate = ShardEstimate(shard.perf.total, int(held), int(host))
+                self._by_key[(*option_key, rows, columns)] = estimate
         for table, key in keys.items():
             self._by_table[table] = self._by_key[key]
 
     def _key(self, shard: Table) -> _Key:
-        return (self.parent(shard).name, shard.sharding_type, shard.num_embeddings, shard.embedding_dim)
+        kind = shard.sharding_type
+        dense = kind is ShardingType.DATA_PARALLEL
+        kernel = bridge.DENSE if dense else shard.compute_kernel
+        factor = shard.load_factor if kernel == bridge.FUSED_UVM_CACHING else None
+        if kernel != bridge.FUSED and not dense and self.compute_device != "cuda":
+            raise InputError(
+                "compute_kernel",
+                f"{kernel} runs on cuda only (TorchRec's sharder offers cpu the fused kernel alone)",
+                "plan for cuda, or keep the table fused",
+                where=f"table {shard.name!r}",
+            )
+        return (self.parent(shard).name, kind, kernel, factor, shard.num_embeddings, shard.embedding_dim)
 
-    def _option(self, name: str, kind: ShardingType, sizes: list[tuple[int, int]]) -> ShardingOption:
-        """TorchRec's sharding option of table ``name`` under ``kind``, with one shard per size
-        (the estimators price each shard from its size and the option alone). Table-wise and
-        data parallel have one size: the whole table."""
+    def _option(self, option: _Option, sizes: list[tuple[int, int]]) -> ShardingOption:
+        """TorchRec's sharding option of table ``name`` under ``kind`` with ``kernel`` (and its
+        cache load factor as ``CacheParams``), with one shard per size (the estimators price
+        each shard from its size and the option alone). Table-wise and data parallel have one
+        size: the whole table."""
+        name, kind, kernel, factor = option
         table = self.tables[name]
         return ShardingOption(
             name=name,
@@ -183,8 +204,9 @@ class TaskEstimates:
             batch_size=self.workload.batch_size,
             sharding_type=kind.value,
             partition_by=_partition_by(kind),
-            compute_kernel=bridge.DENSE if kind is ShardingType.DATA_PARALLEL else bridge.FUSED,
+            compute_kernel=kernel,
             shards=[Shard(size=[rows, columns], offset=[0, 0]) for rows, columns in sizes],
+            cache_params=None if factor is None else CacheParams(load_factor=factor),
             is_pooled=True,
         )
 
