@@ -51,7 +51,10 @@ def comm_cmd(
         ),
     ] = 3,
 ) -> None:
-    """Measure every collective of a sharded step within a host and between hosts, and fit each."""
+    """Measure every collective of a sharded step within a host and between hosts, and fit each.
+
+    It times TorchRec's dist modules as DMP runs them (KJTAllToAll, PooledEmbeddingsAllToAll,
+    PooledEmbeddingsReduceScatter, DDP's all-reduce), their CPU work included."""
     from autoshard.core.collectives import Tier
     from autoshard.core.communication import COMMUNICATION_FILE
     from cost_model.bench.communication import measure_communication

@@ -24,7 +24,11 @@ d columns, pooling factor L_s, its lookups' share already in it) makes a rank se
 
 ``CALLS`` counts a collective's calls an iteration, each paying the fitted latency once. The
 profile's fits (``LinkFit``) price ``latency_ms + bytes / bandwidth`` per (collective, tier):
-bytes are those a rank sends on the tier, which is how `bench comm` fits its points.
+bytes are those a rank sends on the tier, which is how `bench comm` fits its points. `bench comm`
+times TorchRec's dist modules themselves (``KJTAllToAll``, ``PooledEmbeddingsAllToAll``,
+``PooledEmbeddingsReduceScatter``, DDP's bucketed all-reduce), so a fit's latency holds the CPU
+work TorchRec does around each call (KJT permutes and splits, copies) and its bandwidth the
+per-byte part of it, not only the link's.
 """
 
 from __future__ import annotations
