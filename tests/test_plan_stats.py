@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from autoshard.cli import app
 from autoshard.core.communication import CommunicationModel
+from autoshard.core.dmp_batch import at_dmp_batch
 from autoshard.core.model_error import DeviceErrors
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import DevicePlan, ShardingPlan, Table, TableShard, Topology, Workload, replica, row_shards
@@ -30,18 +31,21 @@ COMM = CommunicationModel(bandwidth_gbps=1.0, latency_ms=0.5)  # 1e6 bytes a ms
 # per-rank caps of 16, 4, 8 and 64 KiB; between hosts faster than the measured link, so every byte
 # goes at 1e6 bytes a ms
 TOPOLOGY = Topology.cluster(2, 2, [16 * KIB_GB, 4 * KIB_GB, 8 * KIB_GB, 64 * KIB_GB], inter_host_bw_gbps=100.0)
-BIG = Table("big", 400, 8, pooling_factor=4.0)  # row-wise over the 4 ranks: 100 rows, 1 lookup a sample each
-TINY = Table("tiny", 10, 4, pooling_factor=2.0)  # a replica on every rank: B / 4 samples, 0.5 lookups each
+# B samples per rank: a sharded shard serves every rank's, 4 B bags; a replica its rank's B
+BIG = Table("big", 400, 8, pooling_factor=4.0)  # row-wise over the 4 ranks: 100 rows, 1 lookup a bag each
+TINY = Table("tiny", 10, 4, pooling_factor=2.0)  # a replica on every rank: B bags, 2 lookups each
 MID = Table("mid", 100, 16)  # table-wise on rank 0
 WORKLOAD = Workload((BIG, TINY, MID), batch_size=B, name="tiny_cluster")
 
 
 def priced(per_rank: list[list[TableShard]], model, comm, topology) -> ShardingPlan:
-    """The plan with each rank priced as the planners price it: the set's compute plus its all-to-all."""
+    """The plan with each rank priced as the planners price it: the set's compute (at DMP's bags)
+    plus its all-to-all."""
     devices = []
+    compute = at_dmp_batch(model, topology.num_devices)
     for shards in per_rank:
         tables = [s.as_table for s in shards]
-        devices.append(DevicePlan(tuple(shards), model.predict(tables, B) + comm.cost_ms(tables, B, topology)))
+        devices.append(DevicePlan(tuple(shards), compute.predict(tables, B) + comm.cost_ms(tables, B, topology)))
     return ShardingPlan("hand", tuple(devices))
 
 
@@ -57,21 +61,22 @@ def test_hand_computed_stats_of_a_row_wise_a_replicated_and_a_table_wise_table()
     model.calls = 0
     errors = DeviceErrors((-0.1, 0.0, 0.1), 1, ())
     stats = plan_stats(plan, WORKLOAD, TOPOLOGY, model, COMM, errors)
-    assert model.calls == 1  # every shard alone in one batched call
+    assert model.calls == 2  # every shard alone in one batched call a batch: sharded at 4 B, replicas at B
 
-    # alone (AnalyticalTestCostModel, one table: B x pooling x dim x 4 / 1e7 + 0.1):
-    # a row block 1000 x 1 x 8 x 4 -> 0.1032; a replica 1000 x 0.5 x 4 x 4 -> 0.1008; mid 1000 x 16 x 4 -> 0.1064
-    # communication a shard adds (2 B d 4 bytes, (L - 1)/D in the host, (D - L)/D out, at 1e6 a ms):
-    # 6000 d bytes -> 0.048 (d 8), 0.096 (d 16); the replica's all-reduce 2 x 3/4 x 160 bytes -> 0.00024
-    # rank 0's set (3 tables): 104000 / 1e7 x 1.1 + 0.3 = 0.31144, comm 2 x 0.5 + 0.048 + 0.00024 + 0.096
-    # ranks 1-3 (2 tables): 40000 / 1e7 x 1.05 + 0.2 = 0.2042, comm 1 + 0.048 + 0.00024
-    compute = [0.31144, 0.2042, 0.2042, 0.2042]
-    comm = [1.14424, 1.04824, 1.04824, 1.04824]
+    # alone (AnalyticalTestCostModel, one table: bags x pooling x dim x 4 / 1e7 + 0.1):
+    # a row block 4000 x 1 x 8 x 4 -> 0.1128; a replica 1000 x 2 x 4 x 4 -> 0.1032; mid 4000 x 16 x 4 -> 0.1256
+    # communication a shard adds (2 x 4000 x d x 4 bytes, (L - 1)/D in the host, (D - L)/D out, at 1e6 a ms):
+    # 24000 d bytes -> 0.192 (d 8), 0.384 (d 16); the replica's all-reduce 2 x 3/4 x 160 bytes -> 0.00024
+    # rank 0: sharded set (block, mid) 384000 / 1e7 x 1.05 + 0.2 = 0.24032, its replica apart 0.1032;
+    # comm 2 x 0.5 + 0.192 + 0.00024 + 0.384
+    # ranks 1-3: block 0.1128 + replica 0.1032 = 0.216, comm 1 + 0.192 + 0.00024
+    compute = [0.34352, 0.216, 0.216, 0.216]
+    comm = [1.57624, 1.19224, 1.19224, 1.19224]
     costs = [a + b for a, b in zip(compute, comm)]
     memory = [100 * 8 * 4 + 10 * 4 * 4 + 100 * 16 * 4] + [100 * 8 * 4 + 10 * 4 * 4] * 3  # 9760, 3360...
     caps = [16384, 4096, 8192, 65536]
-    ids = [B * 1.0 * 8 + B * 0.5 * 8 + B * 1.0 * 8] + [B * 1.0 * 8 + B * 0.5 * 8] * 3  # 20000, 12000...
-    out = [B * 8 * 4 + B / 4 * 4 * 4 + B * 16 * 4] + [B * 8 * 4 + B / 4 * 4 * 4] * 3  # 100000, 36000...
+    ids = [4 * B * 1.0 * 8 + B * 2.0 * 8 + 4 * B * 1.0 * 8] + [4 * B * 1.0 * 8 + B * 2.0 * 8] * 3  # 80000, 48000...
+    out = [4 * B * 8 * 4 + B * 4 * 4 + 4 * B * 16 * 4] + [4 * B * 8 * 4 + B * 4 * 4] * 3  # 400000, 144000...
     for r, rank in enumerate(stats.ranks):
         assert (rank.rank, rank.host) == (r, r // 2)
         assert rank.cost_ms == pytest.approx(costs[r]) and rank.compute_ms == pytest.approx(compute[r])
@@ -87,11 +92,11 @@ def test_hand_computed_stats_of_a_row_wise_a_replicated_and_a_table_wise_table()
     assert [t.table for t in stats.tables] == ["big", "tiny", "mid"]  # the workload's order
     big, tiny, mid = tables["big"], tables["tiny"], tables["mid"]
     assert (big.sharding_type, big.ranks, big.shards, big.memory_bytes) == ("row_wise", (0, 1, 2, 3), 4, 12800)
-    assert big.compute_alone_ms == pytest.approx(4 * 0.1032) and big.communication_ms == pytest.approx(4 * 0.048)
+    assert big.compute_alone_ms == pytest.approx(4 * 0.1128) and big.communication_ms == pytest.approx(4 * 0.192)
     assert (tiny.sharding_type, tiny.ranks, tiny.memory_bytes) == ("data_parallel", (0, 1, 2, 3), 640)
-    assert tiny.cost_alone_ms == pytest.approx(4 * (0.1008 + 0.00024))
+    assert tiny.cost_alone_ms == pytest.approx(4 * (0.1032 + 0.00024))
     assert (mid.sharding_type, mid.ranks, mid.memory_bytes) == ("table_wise", (0,), 6400)
-    assert mid.cost_alone_ms == pytest.approx(0.1064 + 0.096)
+    assert mid.cost_alone_ms == pytest.approx(0.1256 + 0.384)
     assert (big.pooling_factor, tiny.pooling_factor, mid.pooling_factor) == (4.0, 2.0, 1.0)
 
     mean = sum(costs) / 4
@@ -106,7 +111,7 @@ def test_hand_computed_stats_of_a_row_wise_a_replicated_and_a_table_wise_table()
     assert stats.memory_imbalance.total_variation == pytest.approx(9760 / 19840 - 0.25)
 
     path = stats.critical_path
-    assert (path.rank, path.compute_ms, path.communication_ms) == (0, pytest.approx(0.31144), pytest.approx(1.14424))
+    assert (path.rank, path.compute_ms, path.communication_ms) == (0, pytest.approx(0.34352), pytest.approx(1.57624))
     assert path.total_ms == pytest.approx(costs[0]) and path.sum_of_maxima_ms == pytest.approx(costs[0])
     assert [(m.rank, m.memory_share) for m in stats.nearest_memory_cap] == [
         (1, 3360 / 4096),
@@ -118,8 +123,8 @@ def test_hand_computed_stats_of_a_row_wise_a_replicated_and_a_table_wise_table()
         ("big[r0:100]", "row_wise"),
         ("tiny[dp]", "data_parallel"),
     ]
-    assert [s.cost_alone_ms for s in stats.max_rank_shards] == pytest.approx([0.2024, 0.1512, 0.10104])
-    assert stats.max_rank_shards[0].share_of_rank == pytest.approx(0.2024 / costs[0])
+    assert [s.cost_alone_ms for s in stats.max_rank_shards] == pytest.approx([0.5096, 0.3048, 0.10344])
+    assert stats.max_rank_shards[0].share_of_rank == pytest.approx(0.5096 / costs[0])
 
     data = json.loads(json.dumps(stats.to_dict()))  # plain JSON, and the service's schema of it
     assert PlanStatsOut.model_validate(data).max.rank == 0
@@ -133,10 +138,10 @@ def test_the_sum_of_maxima_exceeds_the_critical_path_where_compute_and_comms_pea
     lookups, wide = Table("lookups", 100, 4, pooling_factor=100.0), Table("wide", 100, 64)
     plan = priced([[TableShard(lookups)], [TableShard(wide)]], model, comm, topology)
     stats = plan_stats(plan, Workload((lookups, wide), B), topology, model, comm)
-    # rank 0: compute 1000 x 100 x 4 x 4 / 1e7 + 0.1 = 0.26, comm 2 x 1000 x 4 x 4 x 1/2 / 1e6 = 0.016
-    # rank 1: compute 1000 x 64 x 4 / 1e7 + 0.1 = 0.1256, comm 0.256
-    assert stats.max_rank == 1 and stats.critical_path.total_ms == pytest.approx(0.1256 + 0.256)
-    assert stats.critical_path.sum_of_maxima_ms == pytest.approx(0.26 + 0.256)
+    # every rank's 2000 bags: rank 0: compute 2000 x 100 x 4 x 4 / 1e7 + 0.1 = 0.42,
+    # comm 2 x 2000 x 4 x 4 x 1/2 / 1e6 = 0.032; rank 1: compute 2000 x 64 x 4 / 1e7 + 0.1 = 0.1512, comm 0.512
+    assert stats.max_rank == 1 and stats.critical_path.total_ms == pytest.approx(0.1512 + 0.512)
+    assert stats.critical_path.sum_of_maxima_ms == pytest.approx(0.42 + 0.512)
 
 
 def test_without_a_communication_model_or_a_cost_model_the_stats_use_the_proxy_and_no_comms():

@@ -111,6 +111,9 @@ class SetCostModel:
     """Set where the model prices each shard at the bags DMP gives it on a world of that many
     ranks from the per-rank batch (``autoshard.core.dmp_batch``); ``None``: it prices every table
     at the batch it is given."""
+    batch_free = False
+    """True for a model that prices a table without the batch (a proxy per sample): it is asked
+    as it is, a replica's share of the samples being in its ``as_table``."""
 
     def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
         raise NotImplementedError

@@ -229,12 +229,13 @@ _BOUND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def at_dmp_batch(cost_model: CostModel, world_size: int) -> CostModel:
     """``cost_model`` asked as DMP runs a rank of ``world_size`` (``DmpBatch``); a model that
     already prices the per-rank batch itself is returned as it is: one bound to its task
-    (TorchRec's estimator counts ``batch x world_size`` on its own) or one that says its
-    ``dmp_world_size`` (a ``DmpBatch``, a ``WithCommunication``). The wrapper of a model is made
+    (TorchRec's estimator counts ``batch x world_size`` on its own), one that says its
+    ``dmp_world_size`` (a ``DmpBatch``, a ``WithCommunication``) or one that prices no batch
+    (``batch_free``: a proxy). The wrapper of a model is made
     once per world size, so that what planners cache by model is found again."""
     if getattr(cost_model, "for_task", None) is not None:
         return cost_model
-    if getattr(cost_model, "dmp_world_size", None) is not None:
+    if getattr(cost_model, "dmp_world_size", None) is not None or getattr(cost_model, "batch_free", False):
         return cost_model
     try:
         made = _BOUND.setdefault(cost_model, {})

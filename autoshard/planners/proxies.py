@@ -46,6 +46,7 @@ class ProxyCostModel(SetCostModel):
     not milliseconds): the yardstick when no trained cost model is available."""
 
     proxy: Proxy = lookup_proxy
+    batch_free = True  # a proxy per sample: a replica's as_table already holds its 1 / W share
 
     def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
         return [float(sum(self.proxy(t) for t in tables)) for tables in table_sets]

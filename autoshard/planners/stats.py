@@ -34,14 +34,16 @@ and the tables behind the max. Where ours differs:
   nothing these two do not say. Each for cost and for memory; no DDR or reserved memory: a
   device's memory here is its embedding memory (weights + optimizer state).
 
-Formulas, with B the workload's batch size (the samples a table serves per iteration), W ranks:
+Formulas, with B the workload's batch size (samples per rank per iteration, TorchRec's), W ranks:
+a sharded shard serves every rank's samples, B x W bags; a replica its own B
+(``autoshard.core.dmp_batch``).
 
-- ``input_bytes`` of a rank: its shards' ids, B x pooling factor x lookup share x 8 bytes
+- ``input_bytes`` of a rank: its shards' ids, B x W x pooling factor x lookup share x 8 bytes
   (int64) each: a row block serves its share s_j of the lookups, a data-parallel replica its
-  device's B / W samples (share 1 / W), a table- or column-wise shard all of them.
-- ``output_bytes`` of a rank: its shards' pooled outputs, B x width x 4 bytes (fp32) each (a row
-  block's are partial sums of every sample); a data-parallel replica pools its device's B / W
-  samples only, (B / W) x width x 4.
+  device's B samples (share 1 / W), a table- or column-wise shard all of them.
+- ``output_bytes`` of a rank: its shards' pooled outputs, B x W x width x 4 bytes (fp32) each (a
+  row block's are partial sums of every sample); a data-parallel replica pools its device's B
+  samples only, B x width x 4.
 - ``memory_share``: its shards' memory (weights + optimizer state) / its device's cap
   (``Topology.device_memory_bytes_of``).
 - A shard's ``communication_ms``: what its bytes add to its rank's all-to-all (its output or
@@ -59,6 +61,7 @@ from typing import Any
 
 from autoshard.core.communication import CommunicationModel
 from autoshard.core.costing import predict_nonempty
+from autoshard.core.dmp_batch import at_dmp_batch
 from autoshard.core.model_error import DeviceErrors
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, ShardingPlan, Table, TableShard, Topology, Workload
@@ -318,7 +321,8 @@ def plan_stats(
     batch = workload.batch_size
     shards = [s for d in plan.devices for s in d.shards]
     distinct = list(dict.fromkeys(s.as_table for s in shards))
-    alone = dict(zip(distinct, predict_nonempty(cost_model, [[t] for t in distinct], batch)))
+    priced = at_dmp_batch(cost_model, topology.num_devices)
+    alone = dict(zip(distinct, predict_nonempty(priced, [[t] for t in distinct], batch)))
 
     def comm_of(tables: Sequence[Table]) -> float:
         return communication.cost_ms(tables, batch, topology) if communication is not None and tables else 0.0
@@ -365,8 +369,9 @@ def _rank_stats(
     for shard in shards:
         kind = shard.sharding_type
         counts[kind.value] = counts.get(kind.value, 0) + 1
-        inputs += batch * shard.table.pooling_factor * shard.lookup_share * ID_BYTES
-        samples = batch * shard.lookup_share if kind is ShardingType.DATA_PARALLEL else batch
+        bags = batch * topology.num_devices  # every rank's samples
+        inputs += bags * shard.table.pooling_factor * shard.lookup_share * ID_BYTES
+        samples = batch if kind is ShardingType.DATA_PARALLEL else bags
         outputs += samples * shard.width * OUTPUT_BYTES
     return RankStats(
         rank,
