@@ -52,7 +52,8 @@ What it takes from TorchRec's arguments:
   ``key_value_params``, ``use_virtual_table`` and a ``device_group`` other than the compute
   device are refused, naming the table. Constraints no plan can satisfy are refused before
   planning, naming the table and the constraint (``ConstraintsConflict``).
-- ``batch_size`` (default TorchRec's 512): samples per iteration on each device.
+- ``batch_size`` (default TorchRec's 512): samples per iteration on each device, TorchRec's meaning:
+  a sharded table serves every rank's samples (``batch_size`` x world size bags), as DMP runs it.
 - ``timeout_seconds``: the time budget of each searching planner (or of the service).
 """
 
@@ -115,7 +116,8 @@ class AutoShardShardingPlanner(ShardingPlanner):
     Args:
         topology: TorchRec's ``Topology``; default, as TorchRec's: the process group's world size,
             ``get_local_size()`` devices per host, the device type this process sees.
-        batch_size: samples per iteration on each device (default TorchRec's ``BATCH_SIZE``, 512).
+        batch_size: samples per iteration on each device (default TorchRec's ``BATCH_SIZE``, 512);
+            a sharded table is priced at every rank's samples (``autoshard.core.dmp_batch``).
         storage_reservation: TorchRec's ``StorageReservation`` (default
             ``HeuristicalStorageReservation(heuristical_storage_reservation_percentage)``).
         constraints: TorchRec's ``ParameterConstraints`` by table name.

@@ -151,7 +151,10 @@ class WorkloadIn(BaseModel):
     batch_size: int = Field(
         _WORKLOAD_DEFAULTS["batch_size"],
         le=MAX_BATCH,
-        description="Samples per iteration each device processes, >= 1.",
+        description=(
+            "Samples per rank per iteration (TorchRec's batch_size), >= 1: a sharded table serves every "
+            "rank's samples, batch_size x ranks bags; a data-parallel replica its own rank's."
+        ),
         **_doc(minimum=1),
     )
     tables: list[TableIn] = Field(
