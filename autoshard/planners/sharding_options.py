@@ -12,8 +12,9 @@ them (``PlacementState(fixed=...)``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -67,16 +68,40 @@ def column_kind(kinds: frozenset[ShardingType]) -> ShardingType | None:
 
 @dataclass(frozen=True, slots=True)
 class SpreadOption:
-    """A table under a sharding type that fixes its devices: its shards, each on its rank."""
+    """A table under a sharding type that fixes its devices: its shards, each on its rank.
+
+    ``blocks``: the shards in runs on consecutive ranks, ``(first rank, shards)`` each; the
+    options of one type share their runs' shard tuples across hosts, so that pricing one
+    prices them all (``place_spread``)."""
 
     table: Table
     sharding_type: ShardingType
-    placements: tuple[tuple[int, TableShard], ...]
+    blocks: tuple[tuple[int, tuple[TableShard, ...]], ...]
     host: int | None = None
 
     @property
+    def placements(self) -> tuple[tuple[int, TableShard], ...]:
+        """Each shard with its rank, in the order of ``blocks``."""
+        return tuple(p for first, shards in self.blocks for p in zip(range(first, first + len(shards)), shards))
+
+    @property
     def ranks(self) -> tuple[int, ...]:
-        return tuple(r for r, _ in self.placements)
+        return tuple(r for first, shards in self.blocks for r in range(first, first + len(shards)))
+
+
+_memo: dict[tuple[object, ...], tuple[SpreadOption, ...]] | None = None
+
+
+@contextmanager
+def spread_option_memo() -> Iterator[None]:
+    """Within it, ``spread_options`` answers a question asked before from memory (a task's spread
+    stage asks for the same tables' options once per variant); the memory goes with it."""
+    global _memo
+    outer, _memo = _memo, {} if _memo is None else _memo
+    try:
+        yield
+    finally:
+        _memo = outer
 
 
 def _host_ranks(topology: Topology, host: int) -> range:
@@ -101,45 +126,55 @@ def spread_options(
     is allowed and table_row_wise not, grid also offers one column block row-sharded over a host
     (as TorchRec's planner cuts a grid table whose blocks are as wide as the table): the only
     grid option on one host."""
-    allowed = set(allowed)
+    allowed = frozenset(allowed)
+    if _memo is None:
+        return list(_spread_options(table, topology, allowed, max_grid_ways, min_width))
+    key = (table, topology, allowed, max_grid_ways, min_width)
+    if key not in _memo:
+        _memo[key] = _spread_options(table, topology, allowed, max_grid_ways, min_width)
+    return list(_memo[key])
+
+
+def _spread_options(
+    table: Table,
+    topology: Topology,
+    allowed: frozenset[ShardingType],
+    max_grid_ways: int | None,
+    min_width: int | None,
+) -> tuple[SpreadOption, ...]:
+    """``spread_options``, each type's shards cut once and shared by its options on every host."""
     world, local = topology.world_size, topology.local_world_size
     found: list[SpreadOption] = []
     if world < 2:  # one device: a replica is the only spread option (what a constraint may ask for)
         if ShardingType.DATA_PARALLEL in allowed:
-            found.append(SpreadOption(table, ShardingType.DATA_PARALLEL, ((0, replica(table, 1)),)))
-        return found
+            found.append(SpreadOption(table, ShardingType.DATA_PARALLEL, ((0, (replica(table, 1),)),)))
+        return tuple(found)
     rows, dim = table.num_embeddings, table.embedding_dim
     if ShardingType.ROW_WISE in allowed and rows >= world:
         shards = row_shards(table, world, ShardingType.ROW_WISE)
         if len(shards) == world:
-            found.append(SpreadOption(table, ShardingType.ROW_WISE, tuple(enumerate(shards))))
+            found.append(SpreadOption(table, ShardingType.ROW_WISE, ((0, shards),)))
     hosts = range(topology.num_hosts)
     if ShardingType.TABLE_ROW_WISE in allowed and local > 1 and rows >= local:
         shards = row_shards(table, local, ShardingType.TABLE_ROW_WISE)
         if len(shards) == local:
             for h in hosts:
-                ranks = _host_ranks(topology, h)
-                found.append(SpreadOption(table, ShardingType.TABLE_ROW_WISE, tuple(zip(ranks, shards)), h))
+                found.append(SpreadOption(table, ShardingType.TABLE_ROW_WISE, ((h * local, shards),), h))
     if ShardingType.GRID_SHARD in allowed and local > 1 and rows >= local:
         ways = 2 if ShardingType.TABLE_ROW_WISE in allowed else 1
         most = topology.num_hosts if max_grid_ways is None else min(max_grid_ways, topology.num_hosts)
         narrowest = max(GRID_MIN_COLUMNS, min_width or 1)
-        while ways <= most and dim % ways == 0 and (ways == 1 or dim // ways >= narrowest):
+        base = row_shards(table, local, ShardingType.GRID_SHARD)  # each column block's row blocks: these, sliced
+        while len(base) == local and ways <= most and dim % ways == 0 and (ways == 1 or dim // ways >= narrowest):
             width = dim // ways
-            for first in hosts:
-                placed = []
-                for c in range(ways):  # column block c, row-sharded over host first + c
-                    ranks = _host_ranks(topology, (first + c) % topology.num_hosts)
-                    shards = row_shards(table, local, ShardingType.GRID_SHARD, c * width, width)
-                    placed += list(zip(ranks, shards))
-                if len(placed) == ways * local:
-                    found.append(SpreadOption(table, ShardingType.GRID_SHARD, tuple(placed), first))
+            columns = [tuple(replace(s, column_offset=c * width, columns=width) for s in base) for c in range(ways)]
+            for first in hosts:  # column block c, row-sharded over host first + c
+                blocks = tuple(((first + c) % topology.num_hosts * local, columns[c]) for c in range(ways))
+                found.append(SpreadOption(table, ShardingType.GRID_SHARD, blocks, first))
             ways *= 2
     if ShardingType.DATA_PARALLEL in allowed:
-        found.append(
-            SpreadOption(table, ShardingType.DATA_PARALLEL, tuple((r, replica(table, world)) for r in range(world)))
-        )
-    return found
+        found.append(SpreadOption(table, ShardingType.DATA_PARALLEL, ((0, (replica(table, world),) * world),)))
+    return tuple(found)
 
 
 def place_spread(
@@ -153,42 +188,77 @@ def place_spread(
     its option whose shards leave the lowest max of the devices' summed costs alone (ties: fewer
     devices, then the order of ``options_of``), among those whose shards fit the devices' ``free``
     bytes (default: every device's memory). Returns the units, each with its rank.
-    ``PlannerError`` naming a table that no option fits."""
+    ``PlannerError`` naming a table that no option fits.
+
+    A table's options are priced together, as arrays over options x devices; each distinct
+    shard is priced once (one batched call), each run of shards shared by several options once."""
     free = np.array(topology.device_memory_bytes_all, dtype=np.int64) if free is None else free.copy()
     loads = np.zeros(topology.world_size)
     whole = dict(zip((t.name for t in tables), cost_fn(tables))) if tables else {}
     ordered = sorted(tables, key=lambda t: (-whole[t.name], t.name))
-    options = [list(options_of(t)) for t in ordered]  # one batched call below prices every distinct shard
-    distinct = {s: None for found in options for o in found for _, s in o.placements}  # hosts share shapes
-    shards = list(distinct)
-    unit_of = dict(zip(shards, map(Unit.of, shards, cost_fn([s.as_table for s in shards]) if shards else ())))
-    priced: list[tuple[Table, list[tuple[SpreadOption, list[Unit]]]]] = []
-    for table, found in zip(ordered, options):
-        option_units = [[unit_of[s] for _, s in o.placements] for o in found]
-        priced.append((table, list(zip(found, option_units))))
+    options = [list(options_of(t)) for t in ordered]
+    runs = _RunPrices(options, cost_fn)
     placed: list[tuple[int, Unit]] = []
-    for table, choices in priced:
-        best: tuple[float, int, int] | None = None
-        best_choice: tuple[SpreadOption, list[Unit]] | None = None
-        for index, (option, units) in enumerate(choices):
-            ranks = np.array(option.ranks)
-            need = np.zeros(topology.world_size, dtype=np.int64)
-            added = np.zeros(topology.world_size)
-            np.add.at(need, ranks, [u.memory_bytes for u in units])
-            np.add.at(added, ranks, [u.cost for u in units])
-            if (need > free).any():
-                continue
-            key = (float((loads + added).max()), len(set(option.ranks)), index)
-            if best is None or key < best:
-                best, best_choice = key, (option, units)
-        if best_choice is None:
+    for table, found in zip(ordered, options):
+        chosen = _best_option(found, runs, loads, free)
+        if chosen is None:
+            choices = [(o, [u for _, run in o.blocks for u in runs.units[id(run)]]) for o in found]
             raise _no_option_error(table, choices, topology, free)
-        option, units = best_choice
-        for (rank, _), unit in zip(option.placements, units):
-            free[rank] -= unit.memory_bytes
-            loads[rank] += unit.cost
-            placed.append((rank, unit))
+        for first, run in found[chosen].blocks:
+            units = runs.units[id(run)]
+            at = slice(first, first + len(units))
+            free[at] -= runs.memory[id(run)]
+            loads[at] += runs.cost[id(run)]
+            placed += zip(range(first, first + len(units)), units)
     return tuple(placed)
+
+
+class _RunPrices:
+    """The units of each run of shards (``SpreadOption.blocks``) of ``options``, by the run's
+    ``id``, with their costs and memory as arrays; every distinct shard priced once."""
+
+    def __init__(self, options: Sequence[Sequence[SpreadOption]], cost_fn: CostFn) -> None:
+        self.runs = {id(run): run for found in options for o in found for _, run in o.blocks}
+        by_id = {id(s): s for run in self.runs.values() for s in run}  # runs share shard objects
+        distinct = list(dict.fromkeys(by_id.values()))  # equal shards of distinct objects priced once
+        unit_of = dict(
+            zip(distinct, map(Unit.of, distinct, cost_fn([s.as_table for s in distinct]) if distinct else ()))
+        )
+        unit_by_id = {key: unit_of[s] for key, s in by_id.items()}
+        self.units = {key: [unit_by_id[id(s)] for s in run] for key, run in self.runs.items()}
+        self.cost = {key: np.array([u.cost for u in units]) for key, units in self.units.items()}
+        self.memory = {
+            key: np.array([u.memory_bytes for u in units], dtype=np.int64) for key, units in self.units.items()
+        }
+
+
+def _best_option(found: Sequence[SpreadOption], runs: _RunPrices, loads: np.ndarray, free: np.ndarray) -> int | None:
+    """The index of ``place_spread``'s choice among ``found`` (None: none fits): the lowest max
+    load after it, then the fewest devices, then the first."""
+    if not found:
+        return None
+    world = len(loads)
+    added = np.zeros((len(found), world))
+    need = np.zeros((len(found), world), dtype=np.int64)
+    covered = np.zeros((len(found), world), dtype=bool)
+    uses: dict[int, tuple[list[int], list[int]]] = {}  # each run: the options using it, and where it starts
+    for o, option in enumerate(found):
+        for first, run in option.blocks:
+            at, starts = uses.setdefault(id(run), ([], []))
+            at.append(o)
+            starts.append(first)
+    for key, (at, starts) in uses.items():
+        rows = np.array(at)[:, None]
+        columns = np.array(starts)[:, None] + np.arange(len(runs.units[key]))[None, :]
+        np.add.at(added, (rows, columns), runs.cost[key][None, :])
+        np.add.at(need, (rows, columns), runs.memory[key][None, :])
+        covered[rows, columns] = True
+    fits = np.flatnonzero(~(need > free).any(axis=1))
+    if not len(fits):
+        return None
+    peak = (loads + added[fits]).max(axis=1)
+    width = covered[fits].sum(axis=1)
+    return int(fits[np.lexsort((fits, width, peak))[0]])
 
 
 def _no_option_error(
@@ -219,5 +289,6 @@ __all__ = [
     "column_kind",
     "place_spread",
     "placed_kind",
+    "spread_option_memo",
     "spread_options",
 ]

@@ -21,7 +21,7 @@ from autoshard.planners.feasibility import check_total
 from autoshard.planners.placement_rules import check_constraints
 from autoshard.planners.placement_state import PlacementState
 from autoshard.planners.placement_unit import model_costs
-from autoshard.planners.sharding_options import place_spread
+from autoshard.planners.sharding_options import place_spread, spread_option_memo
 from autoshard.planners.spread_variants import spread_variants
 from autoshard.planners.task_cache import Placement, TaskCache
 
@@ -35,32 +35,40 @@ def spread_tasks(
 ) -> list[TaskOrError]:
     """The tasks to plan, in order: ``cache`` itself unless some table must be spread, then one
     per variant (a variant whose spread tables fit under no option: its ``PlannerError``)."""
-    workload, topology = cache.workload, cache.topology
 
     def make() -> list[TaskOrError]:
-        check_total(workload.memory_bytes, topology)
-        check_constraints(workload, topology, allowed)
-        cost_fn = model_costs(cost_model, workload.batch_size)
-        variants = spread_variants(workload, topology, cost_fn, allow_split, allowed)
-        tasks: list[TaskOrError] = [] if variants and variants[0].name == "needed" else [cache]
-        for variant in variants:
-            try:
-                options = variant.options_of(topology, allowed, workload.constraints, cache.rules)
-                fixed = place_spread(variant.tables, options, topology, cost_fn)
-            except PlannerError as error:
-                tasks.append(error)
-                continue
-            spread = {t.name for t in variant.tables}
-            rest = tuple(t for t in workload.tables if t.name not in spread)
-            if rest:
-                tasks.append(TaskCache(replace(workload, tables=rest), topology, fixed))
-            else:
-                accumulator = cost_model.accumulator(topology.num_devices, workload.batch_size)
-                devices = PlacementState([], topology, accumulator, fixed=fixed).devices
-                tasks.append(Placement((), tuple(devices)))
-        return tasks
+        with spread_option_memo():  # the variants ask for the same tables' options
+            return _spread_tasks(cache, cost_model, allow_split, allowed)
 
     return cache.derived(("spread tasks", id(cost_model), allow_split, allowed), make)
+
+
+def _spread_tasks(
+    cache: TaskCache, cost_model: CostModel, allow_split: bool, allowed: frozenset[ShardingType]
+) -> list[TaskOrError]:
+    """``spread_tasks``, computed."""
+    workload, topology = cache.workload, cache.topology
+    check_total(workload.memory_bytes, topology)
+    check_constraints(workload, topology, allowed)
+    cost_fn = model_costs(cost_model, workload.batch_size)
+    variants = spread_variants(workload, topology, cost_fn, allow_split, allowed)
+    tasks: list[TaskOrError] = [] if variants and variants[0].name == "needed" else [cache]
+    for variant in variants:
+        try:
+            options = variant.options_of(topology, allowed, workload.constraints, cache.rules)
+            fixed = place_spread(variant.tables, options, topology, cost_fn)
+        except PlannerError as error:
+            tasks.append(error)
+            continue
+        spread = {t.name for t in variant.tables}
+        rest = tuple(t for t in workload.tables if t.name not in spread)
+        if rest:
+            tasks.append(TaskCache(replace(workload, tables=rest), topology, fixed))
+        else:
+            accumulator = cost_model.accumulator(topology.num_devices, workload.batch_size)
+            devices = PlacementState([], topology, accumulator, fixed=fixed).devices
+            tasks.append(Placement((), tuple(devices)))
+    return tasks
 
 
 BOUND_SLACK = 0.9
