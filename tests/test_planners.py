@@ -750,7 +750,8 @@ def test_heuristics_planned_side_by_side_are_scored_as_each_alone(with_model):
     together = compare_planners(workload, topology, list(HEURISTICS), context).plans
     assert [p.planner for p in together] == list(HEURISTICS)
     for plan in together:
-        alone = make_planner(plan.planner, PlannerContext(scorer)).plan(workload, topology)
+        # bound to the task as compare_planners binds it (a learned model at DMP's bags)
+        alone = make_planner(plan.planner, PlannerContext(scorer).for_task(workload, topology)).plan(workload, topology)
         assert [d.shards for d in plan.devices] == [d.shards for d in alone.devices]
         assert [d.cost_ms for d in plan.devices] == pytest.approx([d.cost_ms for d in alone.devices], rel=1e-9)
 

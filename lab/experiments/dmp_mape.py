@@ -11,12 +11,16 @@ namespace, a veth shaped to 10 Gbit/s between them, where this runs as root) and
 and grid shards are real row splits). Distinct plans of a workload run in one DMP world,
 interleaved, each twice (the second copy measures the noise floor). Reports:
 
-- per-rank step MAPE of our model (the product's batch convention: a table-wise owner priced at
-  the per-rank batch B; and DMP's: B x W bags), with and without the unpriced input distribution;
+- per-rank step MAPE of our model: the product's price (``predicted``: DMP's batch, a sharded
+  shard at B x W bags, a replica at its own B with its full pooling factor; ``autoshard.core
+  .dmp_batch``), and, for before/after on the same measurements, the two earlier conventions
+  (``legacy_ranks``: every shard at the per-rank B, a replica at B bags of L / W lookups; and
+  every shard at B x W, a replica at B x W bags of L / W);
 - the noise floor: the same plan's two copies against each other;
 - pairs of plans DMP measures more than 10% apart: how often each judge names the faster one
-  (our model in both conventions, TorchRec's estimator);
-- per part (lookup, output dist, all-reduce): measured over predicted.
+  (our model in each convention, TorchRec's estimator);
+- per part (lookup, output dist, all-reduce, input dist): measured over predicted, and the
+  lookups of ranks with and without replicas apart (DMP runs replicas with the dense kernel).
 
 Writes ``lab/results/dmp_mape/summary.json`` (small) and prints it.
 """
@@ -210,7 +214,8 @@ def measure_workload(workload: Workload, profile: Any, rounds: int, steps: int) 
         for k, (_, plan, _) in enumerate(group):
             first, second = measured[k], measured[k + len(group)]
             ours = predict_ranks(plan, workload.batch_size, topo, profile.model, profile.communication)
-            dmp = predict_ranks(plan, workload.batch_size * 2, topo, profile.model, profile.communication)
+            per_rank = legacy_ranks(plan, workload.batch_size, topo, profile)
+            bxw_all = legacy_ranks(plan, workload.batch_size * 2, topo, profile)
             try:
                 estimate = torchrec_estimate_ms(plan, workload, topo, "cuda")
             except Exception as error:  # noqa: BLE001
@@ -226,13 +231,30 @@ def measure_workload(workload: Workload, profile: Any, rounds: int, steps: int) 
                     "outputs_match": first.outputs_match,
                     "planned_max_ms": round(plan.max_cost_ms, 4),
                     "torchrec_estimate_ms": None if estimate is None else [round(e, 4) for e in estimate],
-                    "ranks": [_rank(r, s, o, d) for r, s, o, d in zip(first.ranks, second.ranks, ours, dmp)],
+                    "has_replicas": [any(s.sharding_type is S.DATA_PARALLEL for s in d.shards) for d in plan.devices],
+                    "ranks": [_rank(*r) for r in zip(first.ranks, second.ranks, ours, per_rank, bxw_all)],
                 }
             )
     return rows
 
 
-def _rank(first: Any, second: Any, ours: Any, dmp: Any) -> dict:
+def legacy_ranks(plan: ShardingPlan, bags: int, topo: Topology, profile: Any) -> list:
+    """The product's prices before DMP's batch (lab only, for before/after): every shard, a
+    replica too, at ``bags`` (a replica at L / W lookups a bag, its ``as_table``), compute and
+    collectives alike. The communication model now takes the per-rank batch and carries B x W,
+    so it is asked at ``bags / W``."""
+    from autoshard.core.costing import predict_nonempty
+    from autoshard.torchrec.judges import _rank_prediction
+
+    sets = [[s.as_table for s in d.shards] for d in plan.devices]
+    compute = predict_nonempty(profile.model, sets, bags)
+    per_rank = bags // topo.num_devices
+    return [
+        _rank_prediction(k, compute[k], tables, per_rank, topo, profile.communication) for k, tables in enumerate(sets)
+    ]
+
+
+def _rank(first: Any, second: Any, ours: Any, per_rank: Any, bxw_all: Any) -> dict:
     parts = dict(first.parts)
     return {
         "rank": first.rank,
@@ -242,7 +264,8 @@ def _rank(first: Any, second: Any, ours: Any, dmp: Any) -> dict:
         "parts_ms": {k: round(v, 4) for k, v in parts.items()},
         "cpu_parts_ms": {k: round(v, 4) for k, v in first.cpu_parts},
         "predicted": _parts(ours),
-        "predicted_dmp_batch": _parts(dmp),
+        "predicted_per_rank_batch": _parts(per_rank),
+        "predicted_bxw_all": _parts(bxw_all),
     }
 
 
@@ -274,16 +297,33 @@ def _output(r: dict) -> float:
     return r["parts_ms"]["output_dist_forward"] + r["parts_ms"]["output_dist_backward"]
 
 
+CONVENTIONS = {
+    "ours": "predicted",  # the product's price: DMP's batch
+    "ours_before_per_rank_batch": "predicted_per_rank_batch",
+    "ours_before_bxw_all": "predicted_bxw_all",
+}
+PARTS_PRICED = {
+    "lookup": _lookup,
+    "output_dist": _output,
+    "allreduce": lambda r: r["parts_ms"]["allreduce"],
+    "input_dist": lambda r: r["parts_ms"]["input_dist"],
+}
+
+
 def summarise(rows: list[dict]) -> dict:
     ranks = [r for row in rows for r in row["ranks"]]
     busy = [r for r in ranks if r["measured_ms"] > 0]
+    with_replicas = {id(r) for row in rows for r, has in zip(row["ranks"], row["has_replicas"]) if has}
+    replicated = [r for r in busy if id(r) in with_replicas]
+    sharded_only = [r for r in busy if id(r) not in with_replicas]
+    total = {name: (lambda r, k=key: _total(r[k])) for name, key in CONVENTIONS.items()}
 
-    def mape(pred: Any, meas: Any) -> float:
-        return round(statistics.mean(_ape(pred(r), meas(r)) for r in busy), 4)
+    def mape(pred: Any, meas: Any, of: list[dict] = busy) -> float | None:
+        return round(statistics.mean(_ape(pred(r), meas(r)) for r in of), 4) if of else None
 
-    def priced(r: dict) -> float:  # the measured parts the model prices (ids only with a per-tier model)
-        unpriced = r["predicted"]["input_dist"] is None
-        return r["measured_ms"] - (r["parts_ms"]["input_dist"] if unpriced else 0.0)
+    def ratio(meas: Any, pred: Any, of: list[dict]) -> float | None:
+        found = [meas(r) / pred(r) for r in of if (pred(r) or 0) > 0]
+        return round(statistics.median(found), 3) if found else None
 
     summary = {
         "plans": len(rows),
@@ -291,30 +331,22 @@ def summarise(rows: list[dict]) -> dict:
         "plans_per_type": {k: sum(k in row["types"] for row in rows) for k in sorted(s.value for s in S)},
         "outputs_match_all": all(row["outputs_match"] for row in rows),
         "mape_step": {
-            "ours_per_rank_batch": mape(lambda r: _total(r["predicted"]), lambda r: r["measured_ms"]),
-            "ours_dmp_batch": mape(lambda r: _total(r["predicted_dmp_batch"]), lambda r: r["measured_ms"]),
-            "ours_per_rank_batch_priced_parts": mape(lambda r: _total(r["predicted"]), priced),
-            "ours_dmp_batch_priced_parts": mape(lambda r: _total(r["predicted_dmp_batch"]), priced),
+            **{name: mape(price, lambda r: r["measured_ms"]) for name, price in total.items()},
             "noise_floor_same_plan_twice": mape(lambda r: r["measured_again_ms"], lambda r: r["measured_ms"]),
         },
-        "mape_parts": {
-            "lookup_per_rank_batch": mape(lambda r: r["predicted"]["lookup"], _lookup),
-            "lookup_dmp_batch": mape(lambda r: r["predicted_dmp_batch"]["lookup"], _lookup),
-            "output_dist_per_rank_batch": mape(lambda r: r["predicted"]["output_dist"] or 1e-9, _output),
-            "output_dist_dmp_batch": mape(lambda r: r["predicted_dmp_batch"]["output_dist"] or 1e-9, _output),
-        },
         "median_measured_over_predicted": {
-            part: round(statistics.median(meas(r) / max(pred(r), 1e-9) for r in busy if pred(r) > 0), 3)
-            for part, meas, pred in (
-                ("lookup_vs_per_rank_batch", _lookup, lambda r: r["predicted"]["lookup"]),
-                ("lookup_vs_dmp_batch", _lookup, lambda r: r["predicted_dmp_batch"]["lookup"]),
-                ("output_dist_vs_per_rank_batch", _output, lambda r: r["predicted"]["output_dist"]),
-                ("output_dist_vs_dmp_batch", _output, lambda r: r["predicted_dmp_batch"]["output_dist"]),
-                ("allreduce", lambda r: r["parts_ms"]["allreduce"], lambda r: r["predicted"]["allreduce"]),
-            )
+            name: {part: ratio(meas, lambda r, k=key, p=part: r[k][p], busy) for part, meas in PARTS_PRICED.items()}
+            for name, key in CONVENTIONS.items()
         },
-        "mape_dmp_batch_by_type": {
-            kind: round(statistics.mean(_ape(_total(r["predicted_dmp_batch"]), r["measured_ms"]) for r in of), 4)
+        "lookup_measured_over_predicted_by_replicas": {
+            name: {
+                "ranks_with_replicas": ratio(_lookup, lambda r, k=key: r[k]["lookup"], replicated),
+                "ranks_without": ratio(_lookup, lambda r, k=key: r[k]["lookup"], sharded_only),
+            }
+            for name, key in CONVENTIONS.items()
+        },
+        "mape_by_type": {
+            kind: mape(lambda r: _total(r["predicted"]), lambda r: r["measured_ms"], of)
             for kind in sorted(k.value for k in S)
             if (of := [r for row in rows if kind in row["types"] for r in row["ranks"] if r["measured_ms"] > 0])
         },
@@ -330,8 +362,7 @@ def pairs(rows: list[dict]) -> dict:
     """Pairs of plans of one workload that DMP measures more than ``GAP`` apart (slowest rank):
     how often each judge names the faster one."""
     judges = {
-        "ours_per_rank_batch": lambda row: max(_total(r["predicted"]) for r in row["ranks"]),
-        "ours_dmp_batch": lambda row: max(_total(r["predicted_dmp_batch"]) for r in row["ranks"]),
+        **{name: (lambda row, k=key: max(_total(r[k]) for r in row["ranks"])) for name, key in CONVENTIONS.items()},
         "ours_as_planned": lambda row: row["planned_max_ms"],
         "torchrec_estimator": lambda row: max(row["torchrec_estimate_ms"]) if row["torchrec_estimate_ms"] else None,
         "noise_floor_second_measurement": lambda row: max(r["measured_again_ms"] for r in row["ranks"]),
@@ -355,7 +386,7 @@ def pairs(rows: list[dict]) -> dict:
                 found[name][1] += 1
                 right = (ja < jb) == (ma < mb)
                 found[name][0] += right
-                if name == "ours_per_rank_batch" and not right:
+                if name == "ours" and not right:
                     fast, slow = (a, b) if ma < mb else (b, a)
                     misses.append({"faster": _where(fast), "slower": _where(slow)})
     return {
@@ -403,7 +434,7 @@ def main() -> None:
     load = os.getloadavg()[0]
     rows = [row for w in chosen for row in measure_workload(w, profile, rounds, steps)]
     report = {
-        "command": "python lab/experiments/dmp_mape.py" + (" --quick" if args.quick else ""),
+        "command": " ".join(["python", "lab/experiments/dmp_mape.py", *sys.argv[1:]]),
         "started": started,
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         "load_1min_start_end": [round(load, 2), round(os.getloadavg()[0], 2)],
