@@ -96,6 +96,22 @@ Seed = Annotated[
     int, typer.Option(min=0, help="Seed of the tasks, the environments and PPO.", rich_help_panel=TRAINING)
 ]
 Envs = Annotated[int, typer.Option(min=1, help="Environments stepped together.", rich_help_panel=TRAINING)]
+ImitationEpisodes = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Teacher episodes cloned before PPO (0: no warm start), each DAgger round as many.",
+        rich_help_panel=TRAINING,
+    ),
+]
+DaggerRounds = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Rounds of the clone's own episodes, labelled by the teacher and cloned again.",
+        rich_help_panel=TRAINING,
+    ),
+]
 Subprocess = Annotated[
     bool, typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).", rich_help_panel=TRAINING)
 ]
@@ -115,22 +131,34 @@ def train_cmd(
     seed: Seed = 0,
     envs: Envs = 4,
     subprocess: Subprocess = False,
+    imitation_episodes: ImitationEpisodes = 300,
+    dagger_rounds: DaggerRounds = 2,
 ) -> None:
     """Train MaskablePPO against the profile's cost model; the best policy on held-out tasks
     becomes PROFILE/policy.pt. The other settings are the shipped policy's run (docs/decisions.md, 42)."""
-    from autoshard.rl.train import TrainConfig
-
     if resume and fresh:
         raise InputError("--fresh", "cannot both resume a run and discard it", "pass --resume or --fresh, not both")
     tasks = TaskDistribution(
         num_tables=_counts(tables, "--tables", TRAIN_TABLES_DEFAULT), topologies=_topologies(topologies)
     )
-    config = TrainConfig(tasks=tasks, steps=steps, seed=seed, envs=envs, subprocess=subprocess)
+    from autoshard.rl.train import TrainConfig
+
+    config = TrainConfig(
+        tasks=tasks,
+        steps=steps,
+        seed=seed,
+        envs=envs,
+        subprocess=subprocess,
+        imitation_episodes=imitation_episodes,
+        dagger_rounds=dagger_rounds,
+    )
     command = (
         f"autoshard policy train --profile {shlex.quote(str(profile))}"
         + (f" --compute-device {compute_device}" if compute_device else "")
         + f" --steps {steps} --seed {seed} "
-        f"--envs {envs} --tables {tables} --topologies {topologies}" + (" --subprocess" if subprocess else "")
+        f"--envs {envs} --tables {tables} --topologies {topologies}"
+        + (" --subprocess" if subprocess else "")
+        + f" --imitation-episodes {imitation_episodes} --dagger-rounds {dagger_rounds}"
     )
     train_profile_policy(profile, config, command, resume=resume, fresh=fresh, progress=progress, device=compute_device)
 

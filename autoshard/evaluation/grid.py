@@ -131,7 +131,7 @@ def evaluate_grid(
                 topology.num_hosts,
                 topology.devices_per_host,
                 giant[i] if giant is not None else task.name.endswith(GIANT_SUFFIX),
-                lower_bound_ms(task, context, communication),
+                lower_bound_ms(task, context.for_task(task.workload, task.topology), communication),
                 {p.planner: p.max_cost_ms for p in result.plans},
                 {p.planner: p.plan_time_s + p.reused_s for p in result.plans},
                 dict(result.skipped),

@@ -60,7 +60,8 @@ class PlannerSpec:
                 PlannerErrorKind.UNAVAILABLE,
                 f"{self.name} needs a trained policy",
                 (
-                    "train one with `autoshard policy train --profile DIR` (it writes DIR/policy.pt)",
+                    "train one with `autoshard policy train --profile DIR` (it writes DIR/policy.pt; "
+                    "--profile torchrec --compute-device DEVICE for TorchRec's estimators)",
                     "or use cost_greedy or a heuristic",
                 ),
             )

@@ -20,12 +20,15 @@ import argparse
 import json
 import math
 import sys
+import warnings
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+ALSO = "rl@also"
 PLANNERS = (
     "round_robin",
     "size_greedy",
@@ -40,7 +43,8 @@ PLANNERS = (
 
 def main() -> None:
     from autoshard.evaluation.grid import evaluate_grid, markdown, summarise
-    from autoshard.planners.context import PlannerContext
+    from autoshard.planners.context import PlannerContext, PlannerKind
+    from autoshard.planning.registry import PlannerSpec, _rl, register_planner
     from autoshard.profiles import load_profile_or_none
     from autoshard.rl.policy import OptionPolicy
     from autoshard.rl.train import TrainConfig, eval_tasks
@@ -50,6 +54,7 @@ def main() -> None:
     parser.add_argument("--model", default=str(ROOT / "data" / "models" / "default"))
     parser.add_argument("--compute-device", default=None)
     parser.add_argument("--policy", type=Path, default=None, help="default: the model's own")
+    parser.add_argument("--also", type=Path, default=None, help="another policy, its rl as column 'rl@also'")
     parser.add_argument("--tasks", type=int, default=None, help="the first N held-out tasks (default: all)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -65,17 +70,24 @@ def main() -> None:
     tasks = eval_tasks(config.eval_distribution, config.eval_tasks, config.seed + 1)[: args.tasks]
     context = PlannerContext(profile.model, policy, 0)
     mismatch = policy.model_mismatch(profile.model)
+    also = OptionPolicy.load(args.also) if args.also else None
+    names = PLANNERS
+    if also is not None:  # the other policy's argmax, planned as rl plans (fitted to the model's memory)
+        build = _rl(0, ALSO)
+        register_planner(PlannerSpec(ALSO, PlannerKind.POLICY, lambda c: build(replace(c, policy=also)), default=False))
+        names = (*PLANNERS, ALSO)
     rows = []
-    for task in tasks:  # each with the model bound to it (TorchRec's estimator prices one task's shards)
-        bound = context.for_task(task.workload, task.topology)
-        rows += evaluate_grid([task], bound, profile.communication, PLANNERS, [False])
+    for task in tasks:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a policy planning with another model than its own: the point here
+            rows += evaluate_grid([task], context, profile.communication, names, [False])
         print(task.name, {n: round(v, 4) for n, v in rows[-1].max_ms.items()}, flush=True)
     summary = summarise(rows)
-    shown = ["rl", "rl+refine", "cost_greedy"]
+    shown = ["rl", "rl+refine", "cost_greedy", *([ALSO] if also else [])]
     print(markdown(rows, summary, shown))
     worse = {
         name: [r.task for r in rows if name in r.max_ms and r.max_ms[name] > r.max_ms["cost_greedy"] * (1 + 1e-9)]
-        for name in ("rl", "rl+refine")
+        for name in ("rl", "rl+refine", ALSO)
     }
     print("above cost_greedy:", json.dumps({n: len(t) for n, t in worse.items()}), "of", len(rows))
     if args.out is not None:
@@ -85,6 +97,7 @@ def main() -> None:
             "model": profile.profile,
             "policy": policy.name,
             "policy_trained_against": policy.info.trained_against,
+            "also": None if also is None else {"policy": also.name, "trained_against": also.info.trained_against},
             "mismatch": mismatch,
             "summary": {n: s.__dict__ if hasattr(s, "__dict__") else _slots(s) for n, s in summary.items()},
             "above_cost_greedy": worse,
