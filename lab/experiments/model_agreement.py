@@ -21,10 +21,9 @@ For every task, the plans (through ``autoshard.planning.compare.compare_planners
 Each plan is then priced by:
 
 - ``learned``: the learned profile's cost model plus its communication model, the way planning
-  prices a plan (``rescored`` with ``WithCommunication``; the product's batch convention: a
-  table-wise owner serves the per-rank batch B);
-- ``learned_bw``: the same model at B x W bags an owner (``judges.predict_ranks``, what DMP runs
-  and what ``--verify dmp`` reports as ``predicted_dmp_batch_ms``; docs/decisions.md 50);
+  prices a plan (``rescored`` with ``WithCommunication``), at the product's batch convention
+  (``autoshard.core.dmp_batch``, since 27172ab: B samples per rank, a sharded shard serving B x W
+  bags, a replica its own B); its slowest rank's parts from ``judges.predict_ranks``;
 - ``torchrec_cuda`` and ``torchrec_cpu``: TorchRec's ``EmbeddingPerfEstimator`` summed per rank
   (``judges.torchrec_estimate_ms``) for compute device cuda and cpu. Only ``torchrec_cpu`` prices
   the device the learned CPU profile was traced on; ``torchrec_cuda`` is what ``--model torchrec``
@@ -50,6 +49,7 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,8 +59,9 @@ if str(ROOT) not in sys.path:
 from scipy.stats import pearsonr, spearmanr  # noqa: E402
 
 from autoshard.core.communication import WithCommunication  # noqa: E402
+from autoshard.core.stats import geomean  # noqa: E402
 from autoshard.core.task import Task  # noqa: E402
-from autoshard.core.types import ShardingPlan  # noqa: E402
+from autoshard.core.types import ShardingPlan, Topology  # noqa: E402
 from autoshard.evaluation.grid import GridConfig, grid_tasks  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planning.compare import compare_planners, rescored  # noqa: E402
@@ -71,7 +72,7 @@ from benchmarks.sharding_4d import _git_state, _types, sharding_counts  # noqa: 
 from cost_model.process import one_thread  # noqa: E402
 
 DEFAULT_TABLES = (20, 80, 200)
-PRICES = ("learned", "learned_bw", "torchrec_cuda", "torchrec_cpu")
+PRICES = ("learned", "torchrec_cuda", "torchrec_cpu")
 """The models each plan is priced by (see the module docstring)."""
 AGAINST = ("torchrec_cuda", "torchrec_cpu")
 LIKE_WITH_LIKE = "torchrec_cpu"
@@ -92,13 +93,13 @@ def task_plans(
         ),
         (
             "torchrec",
-            PlannerContext(torchrec_profile("torchrec").model, None, seed, time_budget_s=time_limit_s),
+            PlannerContext(torchrec_profile("cuda").model, None, seed, time_budget_s=time_limit_s),
             None,
             ["cost_greedy", "torchrec"],
         ),
         (
             "torchrec_cpu",
-            PlannerContext(torchrec_profile("torchrec_cpu").model, None, seed, time_budget_s=time_limit_s),
+            PlannerContext(torchrec_profile("cpu").model, None, seed, time_budget_s=time_limit_s),
             None,
             ["torchrec_cpu"],
         ),
@@ -119,8 +120,9 @@ def _label(name: str, model: str) -> str:
     return f"{name}[{model}]" if name in ("cost_greedy", "rl") else name
 
 
-def priced(plans: Sequence[ShardingPlan], task: Task, learned: LoadedModel) -> dict[str, list[float | None]]:
+def priced(plans: Sequence[ShardingPlan], task: Task, learned: LoadedModel) -> dict[str, list[Any]]:
     """Each plan's slowest rank under every model of ``PRICES`` (None where one could not price it),
+    ``learned_parts``: the learned model's parts of its slowest rank (``_slowest_parts``),
     and ``fullest_share_<device>``: its fullest rank's share of what TorchRec's storage
     reservation leaves a rank (above 1: DMP under TorchRec's count would not fit it)."""
     from autoshard.torchrec.estimates import STORAGE_RESERVATION, TaskEstimates
@@ -131,12 +133,8 @@ def priced(plans: Sequence[ShardingPlan], task: Task, learned: LoadedModel) -> d
         WithCommunication(learned.model, learned.communication, topology) if learned.communication else learned.model
     )
     again = rescored(list(plans), range(len(plans)), with_comm, batch)
-    out: dict[str, list[float | None]] = {"learned": [p.max_cost_ms for p in again]}
-    world = topology.num_devices
-    out["learned_bw"] = [
-        max(r.total_ms for r in predict_ranks(p, batch * world, topology, learned.model, learned.communication))
-        for p in plans
-    ]
+    out: dict[str, list[Any]] = {"learned": [p.max_cost_ms for p in again]}
+    out["learned_parts"] = [_slowest_parts(p, batch, topology, learned) for p in plans]
     for device in ("cuda", "cpu"):
         column: list[float | None] = []
         fits: list[float | None] = []
@@ -156,6 +154,20 @@ def priced(plans: Sequence[ShardingPlan], task: Task, learned: LoadedModel) -> d
         out[f"torchrec_{device}"] = column
         out[f"fullest_share_{device}"] = fits
     return out
+
+
+def _slowest_parts(plan: ShardingPlan, batch: int, topology: Topology, learned: LoadedModel) -> dict[str, Any]:
+    """The learned model's slowest rank of ``plan`` at the per-rank batch, in a DMP step's parts
+    (``judges.predict_ranks``): the lookups, the outputs' collectives, the replicas' all-reduce, the ids'."""
+    ranks = predict_ranks(plan, batch, topology, learned.model, learned.communication)
+    slowest = max(ranks, key=lambda r: r.total_ms)
+    return {
+        "rank": slowest.rank,
+        "lookup_ms": round(slowest.lookup_ms, 3),
+        "output_dist_ms": round(slowest.output_dist_ms, 3),
+        "allreduce_ms": round(slowest.allreduce_ms, 3),
+        "input_dist_ms": _rounded(slowest.input_dist_ms, 3),
+    }
 
 
 def _rounded(value: float | None, digits: int) -> float | None:
@@ -195,6 +207,7 @@ def run_task(task: Task, learned: LoadedModel, time_limit_s: float, seed: int) -
                 "plan": name,
                 **{k: _rounded(prices[k][i], 4) for k in PRICES},
                 **{f"fullest_share_{d}": _rounded(prices[f"fullest_share_{d}"][i], 3) for d in ("cuda", "cpu")},
+                "learned_parts": prices["learned_parts"][i],
                 "plan_time_s": round(plan.plan_time_s, 3),
                 "sharding_types": sharding_counts(plan),
             }
@@ -202,12 +215,10 @@ def run_task(task: Task, learned: LoadedModel, time_limit_s: float, seed: int) -
         ],
         "skipped": skipped,
         "rho": {k: _rho(prices["learned"], prices[k]) for k in AGAINST},
-        "rho_bw": {k: _rho(prices["learned_bw"], prices[k]) for k in AGAINST},
         "prefers": {k: preferred(labels, prices[k]) for k in PRICES},
         "wall_s": 0.0,
     }
     row["agree"] = {k: bool(set(row["prefers"]["learned"]) & set(row["prefers"][k])) for k in AGAINST}
-    row["agree_bw"] = {k: bool(set(row["prefers"]["learned_bw"]) & set(row["prefers"][k])) for k in AGAINST}
     row["wall_s"] = round(time.perf_counter() - started, 2)
     return row
 
@@ -225,30 +236,71 @@ def _normalised(rows: Sequence[dict[str, Any]], a: str, b: str) -> tuple[list[fl
     return xs, ys
 
 
+PAIRS = (
+    ("learned", "torchrec_cuda"),
+    ("learned", "torchrec_cpu"),
+    ("torchrec_cuda", "torchrec_cpu"),
+)
+"""The pairs of models the summary compares (the last: TorchRec's two devices, for reference)."""
+
+
 def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"tasks": len(rows), "plans": sum(len(r["plans"]) for r in rows)}
-    for ours in ("learned", "learned_bw"):
-        for theirs in AGAINST:
-            key = f"{ours}_vs_{theirs}"
-            xs, ys = _normalised(rows, ours, theirs)
-            rhos = [r["rho" if ours == "learned" else "rho_bw"][theirs] for r in rows]
-            judged = [v for v in rhos if v is not None]
-            agree = [r["agree" if ours == "learned" else "agree_bw"][theirs] for r in rows]
-            out[key] = {
-                "pooled_spearman": float(spearmanr(xs, ys).statistic) if len(xs) > 2 else None,
-                "pooled_pearson_log": float(pearsonr([math.log(x) for x in xs], [math.log(y) for y in ys]).statistic)
-                if len(xs) > 2
-                else None,
-                "median_task_rho": sorted(judged)[len(judged) // 2] if judged else None,
-                "mean_task_rho": sum(judged) / len(judged) if judged else None,
-                "tasks_rho_below_0": sum(v < 0 for v in judged),
-                "preferred_agree": sum(agree),
-            }
+    """Per pair of models: the pooled rank and log correlation of costs normalised per task, and
+    over the tasks with at least 3 plans (``compared``), the median task rho, the tasks where it
+    is negative, and those where both models prefer a plan in common."""
+    compared = [r for r in rows if len(r["plans"]) >= 3]
+    out: dict[str, Any] = {
+        "tasks": len(rows),
+        "tasks_compared": len(compared),
+        "plans": sum(len(r["plans"]) for r in rows),
+    }
+    for a, b in PAIRS:
+        xs, ys = _normalised(rows, a, b)
+        rhos = [_rho([p[a] for p in r["plans"]], [p[b] for p in r["plans"]]) for r in compared]
+        judged = [v for v in rhos if v is not None]
+        labels = [[p["plan"] for p in r["plans"]] for r in compared]
+        agree = [
+            bool(set(preferred(n, [p[a] for p in r["plans"]])) & set(preferred(n, [p[b] for p in r["plans"]])))
+            for n, r in zip(labels, compared)
+        ]
+        logs = ([math.log(x) for x in xs], [math.log(y) for y in ys])
+        a_under_b = [_pick_under(r["plans"], a, b) for r in compared]
+        b_under_a = [_pick_under(r["plans"], b, a) for r in compared]
+        out[f"{a}_vs_{b}"] = {
+            "pooled_spearman": float(spearmanr(xs, ys).statistic) if len(xs) > 2 else None,
+            "pooled_pearson_log": float(pearsonr(*logs).statistic) if len(xs) > 2 else None,
+            "median_task_rho": median(judged) if judged else None,
+            "tasks_rho_below_0": sum(v < 0 for v in judged),
+            "preferred_agree": sum(agree),
+            f"{a}_pick_under_{b}_geomean": geomean([v for v in a_under_b if v is not None]) if any(a_under_b) else None,
+            f"{b}_pick_under_{a}_geomean": geomean([v for v in b_under_a if v is not None]) if any(b_under_a) else None,
+        }
     return out
+
+
+def _pick_under(plans: Sequence[dict[str, Any]], a: str, b: str) -> float | None:
+    """How much dearer model ``a``'s preferred plan is under model ``b`` than ``b``'s own best
+    (1.0: ``b`` rates it best too)."""
+    priced = [p for p in plans if p[a] is not None and p[b] is not None]
+    if not priced:
+        return None
+    pick = min(priced, key=lambda p: p[a])
+    return pick[b] / min(p[b] for p in priced)
+
+
+def without_data_parallel(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` with only the plans that replicate no table: what the models share once the
+    replicas' pricing (the all-reduce above all) is left out."""
+    return [{**r, "plans": [p for p in r["plans"] if "data_parallel" not in p["sharding_types"]]} for r in rows]
 
 
 def _f(value: Any, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _parts(parts: dict[str, Any]) -> str:
+    keys = ("lookup_ms", "output_dist_ms", "allreduce_ms", "input_dist_ms")
+    return " / ".join(_f(parts[k]) for k in keys)
 
 
 def _short(names: Sequence[str]) -> str:
@@ -265,35 +317,41 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report.get('host_load_1min_end', float('nan')):.1f} at end, 2 shared cores).",
         "",
         "rho: Spearman's rank correlation over the task's plans between the learned model (its CPU profile"
-        " plus communication, per-rank batch B) and TorchRec's estimator for cuda (what `--model torchrec`"
-        " minimises) and for cpu (the device the profile was traced on: like with like). `B x W`: the learned"
-        " model with an owner serving every rank's samples, as DMP runs it. prefers: each model's cheapest plan.",
+        " plus communication, as planning prices a plan) and TorchRec's estimator for cuda (what `--model"
+        " torchrec` minimises) and for cpu (the device the profile was traced on: like with like)."
+        " prefers: each model's cheapest plan.",
         "",
-        "| task | plans | rho cuda | rho cpu | rho cuda (B x W) | rho cpu (B x W) | learned prefers "
-        "| learned B x W prefers | TorchRec cuda prefers | TorchRec cpu prefers | agree cuda/cpu |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| task | plans | rho cuda | rho cpu | learned prefers | TorchRec cuda prefers | TorchRec cpu prefers "
+        "| agree cuda/cpu |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         p = r["prefers"]
         lines.append(
             f"| {r['task']} | {len(r['plans'])} | {_f(r['rho']['torchrec_cuda'])} | {_f(r['rho']['torchrec_cpu'])} "
-            f"| {_f(r['rho_bw']['torchrec_cuda'])} | {_f(r['rho_bw']['torchrec_cpu'])} | {_short(p['learned'])} "
-            f"| {_short(p['learned_bw'])} | {_short(p['torchrec_cuda'])} | {_short(p['torchrec_cpu'])} "
+            f"| {_short(p['learned'])} | {_short(p['torchrec_cuda'])} | {_short(p['torchrec_cpu'])} "
             f"| {'yes' if r['agree']['torchrec_cuda'] else 'no'}/{'yes' if r['agree']['torchrec_cpu'] else 'no'} |"
         )
     lines += [
         "",
-        "| learned convention vs TorchRec | pooled rho (normalised) | pooled Pearson (log) | median task rho "
-        "| tasks rho < 0 | preferred plan agrees |",
-        "| --- | --- | --- | --- | --- | --- |",
+        f"Over the {s['tasks_compared']} tasks with at least 3 plans (pooled: costs over the task's best plan):",
+        "",
+        "| models (A vs B) | pooled rho | pooled Pearson (log) | median task rho | tasks rho < 0 "
+        "| preferred plan agrees | A's pick under B / B's best | B's pick under A / A's best |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for ours in ("learned", "learned_bw"):
-        for theirs in AGAINST:
-            v = s[f"{ours}_vs_{theirs}"]
+    names = {
+        "learned": "learned",
+        "torchrec_cuda": "TorchRec cuda",
+        "torchrec_cpu": "TorchRec cpu",
+    }
+    for title, summary in (("", s), (" (plans without data parallel)", report["summary_without_data_parallel"])):
+        for a, b in PAIRS:
+            v, n = summary[f"{a}_vs_{b}"], summary["tasks_compared"]
             lines.append(
-                f"| {'B' if ours == 'learned' else 'B x W'} vs {theirs} | {_f(v['pooled_spearman'])} "
-                f"| {_f(v['pooled_pearson_log'])} | {_f(v['median_task_rho'])} "
-                f"| {v['tasks_rho_below_0']} of {s['tasks']} | {v['preferred_agree']} of {s['tasks']} |"
+                f"| {names[a]} vs {names[b]}{title} | {_f(v['pooled_spearman'])} | {_f(v['pooled_pearson_log'])} "
+                f"| {_f(v['median_task_rho'])} | {v['tasks_rho_below_0']} of {n} | {v['preferred_agree']} of {n} "
+                f"| {_f(v[f'{a}_pick_under_{b}_geomean'], 3)} | {_f(v[f'{b}_pick_under_{a}_geomean'], 3)} |"
             )
     lines += ["", "## Each task's plans (slowest rank, ms)", ""]
     for r in rows:
@@ -301,12 +359,13 @@ def markdown(report: dict[str, Any]) -> str:
             f"**{r['task']}** ({r['tables']} tables, {r['topology']}, batch {r['batch_size']})"
             + (f"; no plan: {', '.join(sorted(r['skipped']))}" if r["skipped"] else ""),
             "",
-            "| plan | learned | learned B x W | TorchRec cuda | TorchRec cpu "
-            "| fullest / TorchRec cap (cuda, cpu) | types |",
+            "| plan | learned | learned's slowest rank: lookup / outputs / all-reduce / ids "
+            "| TorchRec cuda | TorchRec cpu | fullest / TorchRec cap (cuda, cpu) | types |",
             "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         lines += [
-            f"| {p['plan']} | {_f(p['learned'], 3)} | {_f(p['learned_bw'], 3)} | {_f(p['torchrec_cuda'], 3)} "
+            f"| {p['plan']} | {_f(p['learned'], 3)} | {_parts(p['learned_parts'])} "
+            f"| {_f(p['torchrec_cuda'], 3)} "
             f"| {_f(p['torchrec_cpu'], 3)} | {_f(p['fullest_share_cuda'])}, {_f(p['fullest_share_cpu'])} "
             f"| {_types(p['sharding_types'])} |"
             for p in r["plans"]
@@ -376,11 +435,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
     report["host_load_1min_end"] = os.getloadavg()[0]
     report["summary"] = summarise(rows)
+    report["summary_without_data_parallel"] = summarise(without_data_parallel(rows))
     report["rows"] = rows
     summary = {k: v for k, v in report.items() if k != "rows"}
     summary["tasks"] = [
-        {k: r[k] for k in ("task", "tables", "topology", "rho", "rho_bw", "prefers", "agree", "agree_bw", "wall_s")}
-        for r in rows
+        {k: r[k] for k in ("task", "tables", "topology", "rho", "prefers", "agree", "wall_s")} for r in rows
     ]
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (args.out / "model_agreement.md").write_text(markdown(report))
