@@ -8,9 +8,19 @@ few variants that each plan the rest of the workload around them.
   split does not.
 - ``tiny``: tables whose replica takes at most ``DP_MEMORY_SHARE`` of the smallest device and
   whose replicas together cost less than the table alone (data parallel removes its all-to-all).
+- ``either``: the other tables that may be spread, costliest alone first, as many as
+  ``EITHER_SHARD_BUDGET`` prices; each takes a replica, its host's row split or a grid of 2
+  blocks, whichever leaves the lowest max device (``place_spread``), not the lowest total.
+  Where a table whole costs more than a device's even share of the rest (few tables a device,
+  as TorchRec's estimator prices any table-wise table's output), a replica or a row split that
+  costs more in total still lowers the max device.
+- ``cheap``: the ``either`` tables with an option whose shards cost less in sum than the table
+  whole (spreading it takes work off the devices in total), each chosen as ``either`` chooses.
 
-The variants are: needed; needed + heavy; needed + tiny; needed + heavy + tiny (each only where
-it differs from the ones before). The planner keeps the variant with the lowest predicted max.
+The variants are: needed; needed + heavy; needed + tiny; needed + heavy + tiny; needed + cheap;
+needed + heavy + cheap; needed + heavy + either (the heavy tables there under any spread type, a
+replica included), each only where its sets are not empty. The planner keeps the variant with
+the lowest predicted max.
 """
 
 from __future__ import annotations
@@ -24,7 +34,31 @@ from autoshard.core.sharding import ShardingType
 from autoshard.core.types import Table, Topology, Workload, replica
 from autoshard.planners.placement_rules import PlacementRules
 from autoshard.planners.placement_unit import CostFn
-from autoshard.planners.sharding_options import COLUMN_TYPES, DP_MEMORY_SHARE, SpreadOption, must_spread, spread_options
+from autoshard.planners.sharding_options import (
+    COLUMN_TYPES,
+    DP_MEMORY_SHARE,
+    SPREAD_TYPES,
+    SpreadOption,
+    must_spread,
+    spread_options,
+)
+
+EITHER_GRID_WAYS = 2
+"""A table that may be spread or not is offered grid_shard of 2 column blocks at most (each
+row-sharded over a host: its lookups over 2 hosts at half the width)."""
+
+
+def either_kinds(kinds: frozenset[ShardingType], topology: Topology) -> frozenset[ShardingType]:
+    """The spread types (of ``kinds``) a table that may be spread or not chooses among: a
+    replica, one row split (table_row_wise, on its host's links; row_wise where a host has one
+    device or table_row_wise is not allowed) and grid_shard (of ``EITHER_GRID_WAYS`` blocks at
+    most). row_wise over several hosts and wider grids stay the needed and heavy tables' options:
+    pricing them for every table costs more than the search has (128 shards a row_wise table on
+    16 x 8)."""
+    row = ShardingType.TABLE_ROW_WISE
+    if row not in kinds or topology.local_world_size < 2:
+        row = ShardingType.ROW_WISE
+    return kinds & {row, ShardingType.GRID_SHARD, ShardingType.DATA_PARALLEL}
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +68,8 @@ class SpreadVariant:
     name: str
     tables: tuple[Table, ...]
     replicated: frozenset[str]  # the tables to place data parallel (the rest: row-sharded)
+    either: frozenset[str] = frozenset()  # tables under ``either_kinds``: replicated or row-sharded
+    any_type: frozenset[str] = frozenset()  # tables under any spread type, a replica included
 
     def options_of(
         self,
@@ -42,15 +78,25 @@ class SpreadVariant:
         constraints: Constraints = Constraints(),
         rules: PlacementRules | None = None,
     ) -> Callable[[Table], Sequence[SpreadOption]]:
-        """Each table's options: a replica for the replicated ones, else its row-splitting types,
-        within the types its constraints allow and on the ranks its pin allows."""
+        """Each table's options: a replica for the replicated ones; every spread type for the
+        ``any_type`` ones; ``either_kinds`` (grid of at most ``EITHER_GRID_WAYS`` blocks) for the
+        ``either`` ones; else its row-splitting types; within the types its constraints allow
+        and on the ranks its pin allows."""
 
         def options(table: Table) -> Sequence[SpreadOption]:
             kinds = constraints.allowed_types(table.name, allowed)
-            replicated = table.name in self.replicated or not kinds - {ShardingType.DATA_PARALLEL}
-            kinds = kinds & {ShardingType.DATA_PARALLEL} if replicated else kinds - {ShardingType.DATA_PARALLEL}
+            grid_ways = None
+            if table.name in self.any_type:
+                kinds = kinds & SPREAD_TYPES
+            elif table.name in self.either:
+                kinds, grid_ways = either_kinds(kinds, topology), EITHER_GRID_WAYS
+            elif table.name in self.replicated or not kinds - {ShardingType.DATA_PARALLEL}:
+                kinds = kinds & {ShardingType.DATA_PARALLEL}
+            else:
+                kinds = kinds - {ShardingType.DATA_PARALLEL}
             own = constraints.of(table.name)
-            found = spread_options(table, topology, kinds, min_width=own.min_partition if own else None)
+            width = own.min_partition if own else None
+            found = spread_options(table, topology, kinds, max_grid_ways=grid_ways, min_width=width)
             return [o for o in found if rules is None or rules.ranks_allowed(table.name, o.ranks)]
 
         return options
@@ -68,6 +114,51 @@ def fits_placed(table: Table, topology: Topology, allow_split: bool, allowed: fr
     devices = topology.num_devices if ShardingType.COLUMN_WISE in allowed else topology.local_world_size
     ways = min(devices, table.embedding_dim)
     return table.memory_bytes * math.ceil(table.embedding_dim / ways) / table.embedding_dim <= capacity
+
+
+EITHER_SHARD_BUDGET = 1024
+"""The most shards the either-variants price (a table's row split on its host, its grid of 2
+blocks and its replica), the costliest tables alone first: a table far down that order is
+small beside a device's share and placed whole well, and pricing every table's shards on
+1,000 tables x 16 hosts of 8 costs seconds of TorchRec's estimator."""
+
+
+def within_budget(tables: Sequence[Table], topology: Topology) -> list[Table]:
+    """The first of ``tables`` (costliest first) whose shards to price fit ``EITHER_SHARD_BUDGET``."""
+    each = 3 * max(topology.local_world_size, 1) + 1  # row split, grid of 2 blocks, replica
+    return list(tables[: max(EITHER_SHARD_BUDGET // each, 1)])
+
+
+def cheaper_spread(
+    tables: Sequence[Table],
+    topology: Topology,
+    cost_fn: CostFn,
+    kinds: dict[str, frozenset[ShardingType]],
+    whole: dict[str, float],
+) -> list[Table]:
+    """The ``tables`` with a spread option (of their allowed ``kinds``) whose shards cost less in
+    sum than the table whole: spreading them takes work off the devices in total (on an additive
+    cost model, where a row shard or replica is cheaper than its share of the table); ``whole``:
+    each table's cost alone. Hosts share shard shapes, so each type and width is priced once
+    (one batched call)."""
+    shapes: list[tuple[Table, list[Table]]] = []
+    for table in tables:
+        seen: set[tuple[ShardingType, int]] = set()
+        either = either_kinds(kinds[table.name], topology)
+        for option in spread_options(table, topology, either, max_grid_ways=EITHER_GRID_WAYS):
+            key = (option.sharding_type, len(option.placements))
+            if key not in seen:
+                seen.add(key)
+                shapes.append((table, [shard.as_table for _, shard in option.placements]))
+    if not shapes:
+        return []
+    distinct = list({t: None for _, shards in shapes for t in shards})
+    price = dict(zip(distinct, cost_fn(distinct)))
+    cheapest: dict[str, float] = {}
+    for table, shards in shapes:
+        summed = sum(price[t] for t in shards)
+        cheapest[table.name] = min(cheapest.get(table.name, math.inf), summed)
+    return [t for t in tables if cheapest.get(t.name, math.inf) < whole[t.name]]
 
 
 def spread_variants(
@@ -90,6 +181,7 @@ def spread_variants(
         if (spreadable and not fits_placed(t, topology, allow_split, kinds[t.name])) or must_spread(kinds[t.name])
     ]
     costs = cost_fn(tables)
+    alone = dict(zip((t.name for t in tables), costs))
     share = sum(costs) / topology.num_devices
     free = [t for t in tables if t.name not in constraints.placed_tables and t not in needed]  # may spread or not
     heavy = [t for t, c in zip(tables, costs) if c > share and t in free and kinds[t.name] & spreadable]
@@ -99,7 +191,6 @@ def spread_variants(
         small = [t for t in small if t not in heavy and ShardingType.DATA_PARALLEL in kinds[t.name]]
         if small:
             replicas = cost_fn([replica(t, topology.world_size).as_table for t in small])
-            alone = dict(zip((t.name for t in tables), costs))
             tiny = [t for t, c in zip(small, replicas) if topology.world_size * c < alone[t.name]]
     variants = [SpreadVariant("needed", tuple(needed), frozenset())] if needed else []
     if heavy:
@@ -109,6 +200,21 @@ def spread_variants(
         variants.append(SpreadVariant("needed+tiny", tuple(needed + tiny), names))
         if heavy:
             variants.append(SpreadVariant("needed+heavy+tiny", tuple(needed + heavy + tiny), names))
+    unsure = {t.name for t in free} - {t.name for t in heavy}
+    costliest = sorted((t for t in tables if t.name in unsure), key=lambda t: (-alone[t.name], t.name))
+    either = within_budget([t for t in costliest if either_kinds(kinds[t.name], topology)], topology)
+    cheap = cheaper_spread(either, topology, cost_fn, kinds, alone)
+    if cheap:
+        names = frozenset(t.name for t in cheap)
+        variants.append(SpreadVariant("needed+cheap", tuple(needed + cheap), frozenset(), names))
+        if heavy:
+            variants.append(SpreadVariant("needed+heavy+cheap", tuple(needed + heavy + cheap), frozenset(), names))
+    if either or heavy:
+        names = frozenset(t.name for t in either)
+        heavy_names = frozenset(t.name for t in heavy)
+        variants.append(
+            SpreadVariant("needed+heavy+either", tuple(needed + heavy + either), frozenset(), names, heavy_names)
+        )
     return variants
 
 
