@@ -92,8 +92,10 @@ def _planned(name: str, plan_fn: Any, task: Task) -> tuple[dict[str, Any], Shard
     return out, plan
 
 
-def run_task(task: Task, time_limit_s: float) -> dict[str, Any]:
-    """Both planners on one task, judged by TorchRec's own estimators."""
+def run_task(task: Task, time_limit_s: float, torchrec_row: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Both planners on one task, judged by TorchRec's own estimators; ``torchrec_row``: TorchRec's
+    result from an earlier run of the same task (``--torchrec-from``), reused instead of planning
+    it again (its planner is the slow side, and the same on the same task)."""
     from autoshard.torchrec.cost_model import TorchRecCostModel
     from autoshard.torchrec.planner import FULL_SEARCH, TorchRecPlanner
 
@@ -116,7 +118,10 @@ def run_task(task: Task, time_limit_s: float) -> dict[str, Any]:
         "batch_size": workload.batch_size,
     }
     row["cost_greedy"], _ = _planned("cost_greedy", ours, task)
-    row["torchrec"], _ = _planned("torchrec", lambda: theirs.plan(workload, topology), task)
+    if torchrec_row is not None:
+        row["torchrec"] = {**torchrec_row, "reused": True}
+    else:
+        row["torchrec"], _ = _planned("torchrec", lambda: theirs.plan(workload, topology), task)
     cg, tr = row["cost_greedy"], row["torchrec"]
     if "error" not in cg and "error" not in tr:
         row["ratio"] = cg["torchrec_estimate_max_ms"] / tr["torchrec_estimate_max_ms"]
@@ -159,7 +164,12 @@ def markdown(report: dict[str, Any]) -> str:
         f"# cost_greedy (--model torchrec) vs TorchRec's planner on TorchRec's estimator: `{report['suite']}`",
         "",
         f"`{report['command']}` ({report['started']}; time limit {report['time_limit_s']:g} s a planner a task; "
-        f"1-minute load {report['host_load_1min']:.1f}: planning times are noisy on a shared machine).",
+        f"1-minute load {report['host_load_1min']:.1f}: planning times are noisy on a shared machine)"
+        + (
+            f"; TorchRec's plans reused from the run in `{report['torchrec_from']}`."
+            if report.get("torchrec_from")
+            else "."
+        ),
         "",
         "| task | tables | topology | cost_greedy ms | torchrec ms | ratio | ours s | torchrec s | speed-up "
         "| fits (ours/TR) | types (ours) | types (torchrec) |",
@@ -205,6 +215,14 @@ def suite_tasks(suite: str) -> tuple[str, list[Task]]:
     return load_suite(suite)
 
 
+def earlier_torchrec(folder: Path, suite: str) -> dict[str, dict[str, Any]]:
+    """TorchRec's rows of an earlier run's ``<suite>.json`` in ``folder``, by task (none if absent)."""
+    path = folder / f"{suite}.json"
+    if not path.exists():
+        return {}
+    return {r["task"]: r["torchrec"] for r in json.loads(path.read_text())["rows"]}
+
+
 def run_suite(suite: str, args: argparse.Namespace, command: str) -> dict[str, Any]:
     name, tasks = suite_tasks(suite)
     if args.tasks:
@@ -221,8 +239,11 @@ def run_suite(suite: str, args: argparse.Namespace, command: str) -> dict[str, A
     }
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"{name}.json"
+    earlier = earlier_torchrec(args.torchrec_from, name) if args.torchrec_from else {}
+    if args.torchrec_from:
+        report["torchrec_from"] = str(args.torchrec_from)
     for task in tasks:
-        row = run_task(task, args.time_limit)
+        row = run_task(task, args.time_limit, earlier.get(task.name))
         report["rows"].append(row)
         report["summary"] = summarise(report["rows"])
         out.write_text(json.dumps(report, indent=1, default=str) + "\n")
@@ -250,9 +271,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     parser.add_argument("--tasks", help="only these tasks (comma-separated names)")
     parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, help="seconds a planner a task")
+    parser.add_argument(
+        "--torchrec-from",
+        type=Path,
+        help="reuse TorchRec's plans' rows from an earlier run's OUT folder (same tasks and time limit)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "benchmarks" / "torchrec_objective")
     args = parser.parse_args(argv)
-    command = "python " + " ".join(["lab/experiments/torchrec_objective.py", *(argv if argv is not None else sys.argv[1:])])
+    command = "python " + " ".join(
+        ["lab/experiments/torchrec_objective.py", *(argv if argv is not None else sys.argv[1:])]
+    )
     one_thread()
     reports = [run_suite(suite, args, command) for suite in args.suites]
     for report in reports:
