@@ -123,7 +123,7 @@ T = Table("t", 1000, 16, pooling_factor=3.0)
 
 def by_hand(sent: dict[tuple[Collective, Tier], float]) -> float:
     """calls x latency + bytes / bandwidth for each (collective, tier) with bytes."""
-    calls = {Collective.INPUT_DIST: 2, Collective.ALL_TO_ALL: 2}
+    calls = {Collective.INPUT_DIST: 2, Collective.INPUT_DIST_ROW_WISE: 2, Collective.ALL_TO_ALL: 2}
     total = 0.0
     for (collective, tier), nbytes in sent.items():
         latency, per_ms = (0.01, 2e6) if tier is Tier.INTRA else (0.1, 5e5)
@@ -141,7 +141,8 @@ def test_each_sharding_type_is_priced_per_collective_and_tier_by_hand():
     # row-wise: each block gets half the ids (pooling 1.5); reduce-scatter forward, all-gather back
     block = row_shards(T, 4, ShardingType.ROW_WISE)[0].as_table
     block_ids = 400 * (8 * block.pooling_factor + 4)
-    rows = {(Collective.INPUT_DIST, Tier.INTRA): block_ids / 4, (Collective.INPUT_DIST, Tier.INTER): block_ids / 2}
+    bucketized = Collective.INPUT_DIST_ROW_WISE  # the ids bucketized by row block first
+    rows = {(bucketized, Tier.INTRA): block_ids / 4, (bucketized, Tier.INTER): block_ids / 2}
     for collective in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER):
         rows |= {(collective, Tier.INTRA): 25600 / 4, (collective, Tier.INTER): 25600 / 2}
     assert TIERED.cost_ms([block], 100, CLUSTER) == pytest.approx(by_hand(rows))
@@ -149,7 +150,7 @@ def test_each_sharding_type_is_priced_per_collective_and_tier_by_hand():
     # half of the rows to the other host: 2 x 25,600 x 2 / (2 x 4)
     twrw = row_shards(T, 2, ShardingType.TABLE_ROW_WISE)[0].as_table
     twrw_ids = 400 * (8 * twrw.pooling_factor + 4)
-    host = {(Collective.INPUT_DIST, Tier.INTRA): twrw_ids / 4, (Collective.INPUT_DIST, Tier.INTER): twrw_ids / 2}
+    host = {(bucketized, Tier.INTRA): twrw_ids / 4, (bucketized, Tier.INTER): twrw_ids / 2}
     host |= {(Collective.REDUCE_SCATTER, Tier.INTRA): 12800, (Collective.ALL_GATHER, Tier.INTRA): 12800}
     host |= {(Collective.ALL_TO_ALL, Tier.INTER): 12800}
     assert TIERED.cost_ms([twrw], 100, CLUSTER) == pytest.approx(by_hand(host))

@@ -143,7 +143,8 @@ def test_a_per_tier_model_prices_each_part_a_dmp_step_has():
     for rank in predict_ranks(plan, 16, ONE_HOST, AnalyticalTestCostModel(), tiered):
         parts = tiered.breakdown([s.as_table for s in plan.devices[rank.rank].shards], 16, ONE_HOST)
         by = {c: sum(ms for key, ms in parts.items() if key.startswith(c.value + " ")) for c in Collective}
-        assert rank.input_dist_ms == pytest.approx(by[Collective.INPUT_DIST]) and rank.input_dist_ms > 0
+        ids = by[Collective.INPUT_DIST] + by[Collective.INPUT_DIST_ROW_WISE]
+        assert rank.input_dist_ms == pytest.approx(ids) and rank.input_dist_ms > 0
         assert rank.allreduce_ms == pytest.approx(by[Collective.ALL_REDUCE]) and rank.allreduce_ms > 0
         rest = by[Collective.ALL_TO_ALL] + by[Collective.REDUCE_SCATTER] + by[Collective.ALL_GATHER]
         assert rank.output_dist_ms == pytest.approx(rest) and rest > 0

@@ -9,7 +9,9 @@ d columns, pooling factor L_s, its lookups' share already in it) makes a rank se
 
 - ``input_dist`` (every shard but a replica): the ids' all-to-all, B x (8 L_s + 4) bytes (int64
   ids and int32 lengths) a rank receives for the shard, (L - 1) / W of them from its host and
-  (W - L) / W from other hosts;
+  (W - L) / W from other hosts; a row-wise, table-row-wise or grid shard's ids are bucketized by
+  row block first (TorchRec's ``RwSparseFeaturesDist``, ``TwRwSparseFeaturesDist``), CPU work a
+  table-wise shard's ids skip: the same bytes, priced as ``input_dist_row_wise``;
 - a sequence table's shard (``Table.pooled`` False, an EmbeddingCollection's) sends every id's
   embedding, not one pooled row a sample: its outputs below are L_s times larger;
 - ``all_to_all`` (table-, column- and table-column-wise): 2 x B x d x 4 bytes (fp32 pooled
@@ -33,6 +35,7 @@ per-byte part of it, not only the link's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -47,6 +50,7 @@ class Collective(str, Enum):
     """The collectives of a sharded DMP step (TorchRec's names in the comments)."""
 
     INPUT_DIST = "input_dist"  # the ids' all-to-all (KJTAllToAll)
+    INPUT_DIST_ROW_WISE = "input_dist_row_wise"  # the ids bucketized by row block, then all-to-all
     ALL_TO_ALL = "all_to_all"  # pooled embeddings (PooledEmbeddingsAllToAll)
     REDUCE_SCATTER = "reduce_scatter"  # row-wise partial sums (PooledEmbeddingsReduceScatter)
     ALL_GATHER = "all_gather"  # their gradients, backward
@@ -62,6 +66,7 @@ class Tier(str, Enum):
 
 CALLS = {
     Collective.INPUT_DIST: 2,  # lengths, then ids
+    Collective.INPUT_DIST_ROW_WISE: 2,
     Collective.ALL_TO_ALL: 2,  # forward outputs, backward gradients
     Collective.REDUCE_SCATTER: 1,
     Collective.ALL_GATHER: 1,
@@ -132,6 +137,21 @@ class LinkFit:
         )
 
 
+def with_row_wise_ids(fits: Sequence[LinkFit]) -> list[LinkFit]:
+    """``fits`` with an ``input_dist_row_wise`` fit on each tier that has none: the tier's
+    ``input_dist`` fit, marked so (a profile measured before `bench comm` timed the bucketizing)."""
+    have = {f.key for f in fits}
+    added = [
+        LinkFit(Collective.INPUT_DIST_ROW_WISE, f.tier, f.latency_ms, f.bandwidth_gbps, f.source, (), f.ranks, _AS_IDS)
+        for f in fits
+        if f.collective is Collective.INPUT_DIST and (Collective.INPUT_DIST_ROW_WISE, f.tier) not in have
+    ]
+    return [*fits, *added]
+
+
+_AS_IDS = "input_dist's fit: bucketizing not measured"
+
+
 def tier_shares(num_devices: int, devices_per_host: int) -> tuple[float, float]:
     """The shares of a rank's all-to-all bytes that go to its host's other ranks and to other hosts."""
     return (devices_per_host - 1) / num_devices, (num_devices - devices_per_host) / num_devices
@@ -153,8 +173,10 @@ def shard_traffic(table: Table, batch_size: int, num_devices: int, devices_per_h
         out[INDEX[Collective.ALL_REDUCE, Tier.INTER]] = 2.0 * gradient / local * (hosts - 1) / hosts
         return out
     ids = batch_size * (ID_BYTES * table.pooling_factor + LENGTH_BYTES)
-    out[INDEX[Collective.INPUT_DIST, Tier.INTRA]] = ids * intra
-    out[INDEX[Collective.INPUT_DIST, Tier.INTER]] = ids * inter
+    bucketized = kind is ShardingType.ROW_WISE or kind in ROW_SHARDED_IN_HOST
+    dist = Collective.INPUT_DIST_ROW_WISE if bucketized else Collective.INPUT_DIST
+    out[INDEX[dist, Tier.INTRA]] = ids * intra
+    out[INDEX[dist, Tier.INTER]] = ids * inter
     output = batch_size * d * OUTPUT_BYTES * (1.0 if table.pooled else table.pooling_factor)  # sequence: per id
     if kind in ROW_SHARDED_IN_HOST:
         for collective in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER):

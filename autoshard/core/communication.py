@@ -35,7 +35,16 @@ from pathlib import Path
 
 import numpy as np
 
-from autoshard.core.collectives import CALLS, INDEX, KEYS, Collective, LinkFit, Tier, shard_traffic
+from autoshard.core.collectives import (
+    CALLS,
+    INDEX,
+    KEYS,
+    Collective,
+    LinkFit,
+    Tier,
+    shard_traffic,
+    with_row_wise_ids,
+)
 from autoshard.core.costing import (
     Accumulator,
     EditBatch,
@@ -155,7 +164,9 @@ class CommunicationModel:
 
     @classmethod
     def tiered(cls, fits: Sequence[LinkFit], measured_on: str = "") -> CommunicationModel:
-        """A per-tier model of ``fits`` (one per (collective, tier)), in ``KEYS`` order."""
+        """A per-tier model of ``fits`` (one per (collective, tier)), in ``KEYS`` order; a profile
+        without row-wise ids' fits prices them as its ``input_dist`` (``with_row_wise_ids``)."""
+        fits = with_row_wise_ids(fits)
         by_key = {f.key: f for f in fits}
         ordered = tuple(by_key[k] for k in KEYS if k in by_key)
         head = by_key.get((Collective.ALL_TO_ALL, Tier.INTRA))

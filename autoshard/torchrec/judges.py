@@ -88,7 +88,7 @@ def _rank_prediction(
         for key, ms in communication.breakdown(tables, batch_size, topology).items():
             by_collective[key.split()[0]] += ms
         allreduce = by_collective.pop(Collective.ALL_REDUCE.value)
-        ids = by_collective.pop(Collective.INPUT_DIST.value)
+        ids = by_collective.pop(Collective.INPUT_DIST.value) + by_collective.pop(Collective.INPUT_DIST_ROW_WISE.value)
         return RankPrediction(rank, compute_ms, sum(by_collective.values()), allreduce, ids)
     allreduce = sum(communication.allreduce_ms(t, topology) for t in tables)
     return RankPrediction(rank, compute_ms, communication.cost_ms(tables, batch_size, topology) - allreduce, allreduce)

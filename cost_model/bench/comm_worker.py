@@ -11,7 +11,7 @@ work in it (KJT permutes, bucketizing, splits, copies), which bare ``torch.distr
 - ``input_dist``: the ids' ``KJTAllToAll`` (lengths, then ids) of a KeyedJaggedTensor of W
   features (one a rank, ``POOLING`` ids a sample, int64 as ``dmp_run`` feeds DMP), the way
   ``TwSparseFeaturesDist`` runs it; row-wise shards' ``RwSparseFeaturesDist`` also bucketizes the
-  ids first (``input_dist_rw``, reported beside it);
+  ids first (``input_dist_row_wise``);
 - ``all_to_all``: ``PooledEmbeddingsAllToAll`` forward and its backward (the gradients), fp32
   pooled outputs of ``DIM`` columns a rank;
 - ``reduce_scatter`` / ``all_gather``: ``PooledEmbeddingsReduceScatter`` forward / its backward;
@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 from autoshard.core.collectives import ID_BYTES, LENGTH_BYTES, OUTPUT_BYTES
 
-COLLECTIVES = ("input_dist", "input_dist_rw", "all_to_all", "reduce_scatter", "all_gather", "all_reduce")
+COLLECTIVES = ("input_dist", "input_dist_row_wise", "all_to_all", "reduce_scatter", "all_gather", "all_reduce")
 WARMUPS = 2
 POOLING = 10  # ids a sample of the swept KJTs
 DIM = 64  # pooled output columns a rank of the swept all-to-alls and reduce-scatters
@@ -134,8 +134,8 @@ class _Prepared:
 
 def _op(name: str, nbytes: int, world: int, device: torch.device) -> tuple[Callable[[], object], int]:
     """One op of collective ``name`` on about ``nbytes`` a rank, and the bytes a rank then holds."""
-    if name in ("input_dist", "input_dist_rw"):
-        return _input_dist(nbytes, world, device, row_wise=name == "input_dist_rw")
+    if name in ("input_dist", "input_dist_row_wise"):
+        return _input_dist(nbytes, world, device, row_wise=name == "input_dist_row_wise")
     if name == "all_to_all":
         return _all_to_all(nbytes, world, device)
     if name in ("reduce_scatter", "all_gather"):
