@@ -203,3 +203,34 @@ def test_policy_train_records_the_model_it_trained_against(tmp_path):
     assert (policy.info.cost_model, policy.info.compute_device) == ("torchrec", "cpu")
     assert policy.info.trained_against == "torchrec (cpu)" and policy.model_mismatch(loaded.model) is None
     assert policy.model_mismatch(torchrec_profile("cuda", models=tmp_path).model) is not None
+
+
+def test_replan_prices_with_torchrec_for_the_compute_device(tmp_path):
+    from autoshard.cli import app
+
+    current, torchrec = tmp_path / "current.json", ["--model", "torchrec", "--compute-device", "cpu"]
+    planned = CliRunner().invoke(
+        app,
+        ["plan", "criteo_kaggle", "--devices", "4", "--memory-gb", "8", "--planner", "cost_greedy", *torchrec]
+        + ["--sharding-types", "table_wise,column_wise", "--format", "torchrec", "--out", str(current)],
+    )
+    assert planned.exit_code == 0, planned.output
+    result = CliRunner().invoke(
+        app,
+        [
+            "replan",
+            "criteo_kaggle",
+            "--from",
+            str(current),
+            "--memory-gb",
+            "8",
+            "--max-moves",
+            "2",
+            "--json",
+            *torchrec,
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["profile"] == "torchrec (cpu)" and len(report["plans"]) == 3
+    assert all(p["max_cost_ms"] > 0 for p in report["plans"])

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoshard.core.communication import CommunicationModel, WithCommunication
+from autoshard.core.costing import bound_to_task
 from autoshard.core.model_error import DeviceErrors
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
 from autoshard.planners.context import PlannerContext
@@ -127,6 +128,7 @@ def compare_replans(
     """The report and its plans, in its order: keep (0 moves), a re-plan per budget (as given),
     cost_greedy from scratch (column splits as ``allow_split`` says). Costs include
     ``communication``'s all-to-all; each plan's expected max comes from ``device_errors``."""
+    cost_model = bound_to_task(cost_model, workload, topology) or cost_model  # TorchRec's: priced per task
     scorer = cost_model if communication is None else WithCommunication(cost_model, communication, topology)
     kept, *moved = replans(
         workload,
