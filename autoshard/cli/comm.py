@@ -103,7 +103,8 @@ def _tiers(tiers: str | None) -> list[str]:
 
 def _print_fits(model: CommunicationModel, out: Path) -> None:
     """Each (collective, tier)'s fit, one line each, and where the model went."""
-    console.print(f"{model.describe()}\n  collective          tier   latency ms   GB/s  points   source", highlight=False)
+    header = "  collective          tier   latency ms   GB/s  points   source"
+    console.print(f"{model.describe()}\n{header}", highlight=False)
     for f in model.fits:
         row = f"  {f.collective.value:<19} {f.tier.value:<6} {f.latency_ms:>10.3f} {f.bandwidth_gbps:>6.3g}"
         console.print(f"{row} {len(f.points):>7}   {f.source}", highlight=False)

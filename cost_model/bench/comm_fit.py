@@ -1,6 +1,6 @@
 """Fit ``time = latency + bytes / bandwidth`` to one collective's measured points on one link tier.
 
-A point is (bytes a rank holds, median ms) of one op as ``comm_worker`` measures it: all the
+A point is (bytes a rank holds, median ms) of one op as ``autoshard.torchrec.comm_worker`` measures it: all the
 ``CALLS`` calls a DMP iteration makes of the collective (the ids' lengths and ids; the pooled
 outputs forward and their gradients backward). The fit's points are per call (``call_point``):
 the bytes a rank *sends* on the tier (``sent_bytes``), the unit ``autoshard.core.collectives``

@@ -8,7 +8,8 @@ Ranks are launched with torchrun (gloo on the CPU, NCCL on GPUs), two per tier:
   so every byte crosses the shaped link. It needs root; without it, or left out of ``tiers``, the
   inter tier takes TorchRec's constant, marked "declared, not measured".
 
-Each rank runs ``comm_worker``: TorchRec's dist modules as a DMP step runs them (``KJTAllToAll``,
+Each rank runs ``WORKER`` (``autoshard.torchrec.comm_worker``, launched, not imported: only
+``autoshard.torchrec`` imports TorchRec): TorchRec's dist modules as a DMP step runs them (``KJTAllToAll``,
 ``PooledEmbeddingsAllToAll``, ``PooledEmbeddingsReduceScatter``, DDP's bucketed all-reduce), so
 the fits price TorchRec's CPU work around the transfers (permutes, splits, copies), which bare
 ``torch.distributed`` collectives miss; ``comm_fit`` fits latency (the fixed cost of a call) and
@@ -19,6 +20,7 @@ allocator settings (``MALLOC_SETTINGS``) and one thread each, as every measureme
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -42,6 +44,7 @@ from cost_model.profile import MALLOC_SETTINGS, cpu_model, device_name
 SIZES = (16 * 1024, 64 * 1024, 256 * 1024, 1 << 20, 4 << 20, 16 << 20)
 """Bytes a rank holds per op: 16 KiB (the fixed cost of a call) to 16 MiB (bandwidth)."""
 MODULES = "TorchRec's dist modules as DMP runs them"
+WORKER = "autoshard.torchrec.comm_worker"
 RANKS = 2
 TIMEOUT_S = 1800
 _ROOT = Path(__file__).resolve().parents[2]
@@ -64,6 +67,10 @@ def measure_communication(
     if rounds < 1:
         raise InputError("--rounds", f"must be >= 1, got {rounds}", "e.g. --rounds 3")
     link = link or LinkShape()
+    if importlib.util.find_spec("torchrec") is None:
+        raise InputError(
+            "torchrec", "is not installed: bench comm times its dist modules", "install the torchrec extra"
+        )
     if Tier.INTER in tiers:
         require_root()
     measured: dict[Tier, list[dict]] = {t: [] for t in Tier if t in tiers}
@@ -132,7 +139,7 @@ def _worker_argv(nnodes: int, node_rank: int, per_node: int, addr: str, port: in
         f"--master-addr={addr}",
         f"--master-port={port}",
         "-m",
-        "cost_model.bench.comm_worker",
+        WORKER,
         *args,
     ]
 

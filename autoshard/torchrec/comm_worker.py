@@ -1,12 +1,13 @@
 """One rank of `bench comm`, launched by torchrun: time TorchRec's dist modules as a sharded DMP step runs them.
 
-Run as ``torchrun ... -m cost_model.bench.comm_worker --sizes 65536,1048576 --repeats 10 --out
-F.json``. Every rank calls each module on inputs of each size (``size``: the bytes a rank holds,
-counted as ``autoshard.core.collectives`` counts them), after a barrier; the time of one call is
-the slowest rank's wall time (waiting on the link is the cost, so wall time, not thread time),
-and rank 0 writes the median over ``repeats`` (after 2 warm-ups) for every (collective, size)
-to ``--out``. Each "op" is what one DMP iteration runs of a collective, with TorchRec's own CPU
-work in it (KJT permutes, bucketizing, splits, copies), which bare ``torch.distributed`` calls miss:
+Run by ``cost_model.bench.communication`` as ``torchrun ... -m autoshard.torchrec.comm_worker
+--sizes 65536,1048576 --repeats 10 --out F.json``. Every rank calls each module on inputs of each
+size (``size``: the bytes a rank holds, counted as ``autoshard.core.collectives`` counts them),
+after a barrier; the time of one call is the slowest rank's wall time (waiting on the link is the
+cost, so wall time, not thread time), and rank 0 writes the median over ``repeats`` (after 2
+warm-ups) for every (collective, size) to ``--out``. Each "op" is what one DMP iteration runs of
+a collective, with TorchRec's own CPU work in it (KJT permutes, bucketizing, splits, copies),
+which bare ``torch.distributed`` calls miss:
 
 - ``input_dist``: the ids' ``KJTAllToAll`` (lengths, then ids) of a KeyedJaggedTensor of W
   features (one a rank, ``POOLING`` ids a sample, int64 as ``dmp_run`` feeds DMP), the way
