@@ -163,7 +163,8 @@ def test_torchrec_format_adds_each_plans_export(client, body):
     result = _result(workload, None, report)
     for entry in report["plans"]:
         assert entry["torchrec"] == json.loads(json.dumps(export_torchrec(result.plans[entry["planner"]], workload)))
-        assert {e["sharding_type"] for e in entry["torchrec"].values()} == {"table_wise"}
+        # whole tables; cost_greedy replicates some tiny ones (a replica serves only its rank's samples)
+        assert {e["sharding_type"] for e in entry["torchrec"].values()} <= {"table_wise", "data_parallel"}
     assert client.post("/v1/plans?format=xml", json=body).status_code == 422
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from autoshard.core.communication import CommunicationModel, WithCommunication
 from autoshard.core.costing import predict_nonempty
+from autoshard.core.dmp_batch import as_run
 from autoshard.core.errors import PlannerError
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
 from autoshard.planners.context import PlannerContext, PlannerKind
@@ -106,9 +107,10 @@ def rescored(
 def shard_warnings(cost_model: CostModel | None, plans: Sequence[ShardingPlan]) -> tuple[str, ...]:
     """The cost model's range warnings for the shards that plans spread (row blocks, grid blocks,
     replicas): their share of a table's lookups may fall below what the model was trained on,
-    where the workload's own tables do not (a model that cannot tell: none)."""
+    where the workload's own tables do not (a model that cannot tell: none). Each as it is priced:
+    a replica at its full pooling factor (``dmp_batch.as_run``)."""
     check = getattr(cost_model, "check_tables", None)
-    shards = {s.as_table for p in plans for d in p.devices for s in d.shards if s.sharding is not None}
+    shards = {as_run(s.as_table, len(p.devices)) for p in plans for d in p.devices for s in d.shards if s.sharding}
     if check is None or not shards:
         return ()
     return tuple(check(sorted(shards, key=lambda t: t.name)))
