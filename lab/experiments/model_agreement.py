@@ -75,8 +75,6 @@ DEFAULT_TABLES = (20, 80, 200)
 PRICES = ("learned", "torchrec_cuda", "torchrec_cpu")
 """The models each plan is priced by (see the module docstring)."""
 AGAINST = ("torchrec_cuda", "torchrec_cpu")
-LIKE_WITH_LIKE = "torchrec_cpu"
-"""The TorchRec column that prices the device the learned CPU profile was traced on."""
 
 
 def task_plans(
