@@ -7,6 +7,10 @@
     AUTOSHARD_MODEL=/tmp/old/cpu-amd-epyc-f25m17-fbgemm_tbe-t1 python lab/experiments/dmp_comm_refit.py \
         lab/results/dmp_comm_refit/dmp_mape_bare_fits.json \
         data/models/cpu-amd-epyc-f25m17-fbgemm_tbe-t1/communication.json
+    # and the run measured with the dist modules' fits, priced again by the bare ones
+    AUTOSHARD_MODEL=data/models/cpu-amd-epyc-f25m17-fbgemm_tbe-t1 python lab/experiments/dmp_comm_refit.py \
+        lab/results/dmp_comm_refit/dmp_mape_dist_module_fits.json \
+        /tmp/old/cpu-amd-epyc-f25m17-fbgemm_tbe-t1/communication.json
 
 ``RESULT.json`` is a `dmp_mape.py` result measured with the profile ``AUTOSHARD_MODEL`` names. Its
 plans are made again (`dmp_mape.plan_variants`: the same profile, the same plans; checked against
