@@ -2,8 +2,8 @@
 
     AUTOSHARD_MODEL=PROFILE python lab/experiments/dmp_comm_refit.py RESULT.json OTHER/communication.json
 
-    # lab/results/dmp_comm_refit: the run measured with the bare collectives' fits (HEAD~ of the
-    # CPU profiles), priced again by the dist modules' fits (the CPU profiles' now)
+    # lab/results/dmp_comm_refit (/tmp/old: the profile with 784ed38's bare-collective fits): the
+    # run measured with the bare fits, priced again by the dist modules' fits (the profiles' now)
     AUTOSHARD_MODEL=/tmp/old/cpu-amd-epyc-f25m17-fbgemm_tbe-t1 python lab/experiments/dmp_comm_refit.py \
         lab/results/dmp_comm_refit/dmp_mape_bare_fits.json \
         data/models/cpu-amd-epyc-f25m17-fbgemm_tbe-t1/communication.json
