@@ -120,6 +120,8 @@ class _DmpAccumulator:
         self.own, self.own_scale = model.asked(batch_size)
         self.sharded = model.compute.accumulator(num_sets, wide)
         self.replicas: Accumulator | None = None
+        self._sharded_costs: np.ndarray | None = None
+        self._replicas_costs: np.ndarray | None = None
 
     def _replicas(self) -> Accumulator:
         if self.replicas is None:
@@ -127,10 +129,16 @@ class _DmpAccumulator:
         return self.replicas
 
     def _sharded(self) -> np.ndarray:
-        return np.asarray(self.sharded.costs(), dtype=np.float64) * self.scale
+        if self._sharded_costs is None:  # kept until a sharded shard is added: asked once per replica
+            self._sharded_costs = np.asarray(self.sharded.costs(), dtype=np.float64) * self.scale
+        return self._sharded_costs
 
     def _replica_costs(self) -> np.ndarray | float:
-        return 0.0 if self.replicas is None else np.asarray(self.replicas.costs(), dtype=np.float64) * self.own_scale
+        if self.replicas is None:
+            return 0.0
+        if self._replicas_costs is None:  # kept until a replica is added: asked once per shard
+            self._replicas_costs = np.asarray(self.replicas.costs(), dtype=np.float64) * self.own_scale
+        return self._replicas_costs
 
     def costs(self) -> np.ndarray:
         return self._sharded() + self._replica_costs()
@@ -147,8 +155,10 @@ class _DmpAccumulator:
     def add(self, set_index: int, table: Table) -> None:
         if is_replica(table):
             self._replicas().add(set_index, as_run(table, self.model.world_size))
+            self._replicas_costs = None
         else:
             self.sharded.add(set_index, table)
+            self._sharded_costs = None
 
 
 class _DmpEdits:
