@@ -96,22 +96,6 @@ Seed = Annotated[
     int, typer.Option(min=0, help="Seed of the tasks, the environments and PPO.", rich_help_panel=TRAINING)
 ]
 Envs = Annotated[int, typer.Option(min=1, help="Environments stepped together.", rich_help_panel=TRAINING)]
-ImitationEpisodes = Annotated[
-    int,
-    typer.Option(
-        min=0,
-        help="Teacher episodes cloned before PPO (0: no warm start), each DAgger round as many.",
-        rich_help_panel=TRAINING,
-    ),
-]
-DaggerRounds = Annotated[
-    int,
-    typer.Option(
-        min=0,
-        help="Rounds of the clone's own episodes, labelled by the teacher and cloned again.",
-        rich_help_panel=TRAINING,
-    ),
-]
 Subprocess = Annotated[
     bool, typer.Option(help="Step the environments in subprocesses (SubprocVecEnv).", rich_help_panel=TRAINING)
 ]
@@ -131,8 +115,6 @@ def train_cmd(
     seed: Seed = 0,
     envs: Envs = 4,
     subprocess: Subprocess = False,
-    imitation_episodes: ImitationEpisodes = 300,
-    dagger_rounds: DaggerRounds = 2,
 ) -> None:
     """Train MaskablePPO against the profile's cost model; the best policy on held-out tasks
     becomes PROFILE/policy.pt. The other settings are the shipped policy's run (docs/decisions.md, 42)."""
@@ -143,22 +125,12 @@ def train_cmd(
     )
     from autoshard.rl.train import TrainConfig
 
-    config = TrainConfig(
-        tasks=tasks,
-        steps=steps,
-        seed=seed,
-        envs=envs,
-        subprocess=subprocess,
-        imitation_episodes=imitation_episodes,
-        dagger_rounds=dagger_rounds,
-    )
+    config = TrainConfig(tasks=tasks, steps=steps, seed=seed, envs=envs, subprocess=subprocess)
     command = (
         f"autoshard policy train --profile {shlex.quote(str(profile))}"
         + (f" --compute-device {compute_device}" if compute_device else "")
         + f" --steps {steps} --seed {seed} "
-        f"--envs {envs} --tables {tables} --topologies {topologies}"
-        + (" --subprocess" if subprocess else "")
-        + f" --imitation-episodes {imitation_episodes} --dagger-rounds {dagger_rounds}"
+        f"--envs {envs} --tables {tables} --topologies {topologies}" + (" --subprocess" if subprocess else "")
     )
     train_profile_policy(profile, config, command, resume=resume, fresh=fresh, progress=progress, device=compute_device)
 
@@ -229,7 +201,6 @@ def eval_cmd(
     profile: Annotated[
         Path, typer.Option(help="Profile folder with cost_model.pt and policy.pt.", rich_help_panel=PROFILE)
     ] = DEFAULT_MODEL,
-    compute_device: ComputeDevice = None,
     tables: Annotated[str, typer.Option(help="Comma-separated table counts.", rich_help_panel=GRID)] = GRID_TABLES,
     topologies: GridTopologies = TOPOLOGIES_DEFAULT,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the grid's tasks and planners.", rich_help_panel=GRID)] = 0,
@@ -247,7 +218,7 @@ def eval_cmd(
     from cost_model.process import one_thread
 
     config = GridConfig(_counts(tables, "--tables", "20,80,200"), _topologies(topologies), seed=seed)
-    loaded, _ = _profile(profile, compute_device)
+    loaded, _ = _profile(profile, None)  # torchrec: its cuda policy (the one shipped)
     if loaded.policy is None:
         raise ModelError(
             f"no loadable policy in {profile}: train one with `autoshard policy train --profile {profile}`"
