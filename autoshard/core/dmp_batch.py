@@ -184,7 +184,9 @@ class _DmpEdits:
         if self.any_replica:
             replica_sets = [p[1] for p in parts]
             self.replicas = model.compute.edit_scorer(replica_sets, self.own)
-            self.replica_base = np.array(predict_nonempty(model.compute, replica_sets, self.own))
+            unchanged = np.full(len(base_sets), -1, dtype=np.int64)
+            base = EditBatch(np.arange(len(base_sets), dtype=np.int64), unchanged, unchanged, ())
+            self.replica_base = np.asarray(self.replicas.predict(base), dtype=np.float64)
 
     def predict(self, edits: Edits) -> np.ndarray:
         batch = EditBatch.of(edits)
@@ -200,12 +202,9 @@ class _DmpEdits:
             remove_replica, within = removes & self.flat_replica[at], self.flat_within[at]
         else:
             remove_replica, within = np.zeros(len(batch), dtype=bool), batch.removed
-        sharded = EditBatch(
-            batch.base,
-            np.where(removes & ~remove_replica, within, -1),
-            np.where(add_replica, -1, batch.add),
-            batch.added,
-        )
+        own_added, own_add = _part_of(batch, ~added_replica[:-1])  # each part sees only its tables, so
+        # that a scorer finds an added table among its base sets' (a move's, a swap's) and reuses it
+        sharded = EditBatch(batch.base, np.where(removes & ~remove_replica, within, -1), own_add, own_added)
         cost = np.asarray(self.sharded.predict(sharded), dtype=np.float64) * self.scale
         return cost + self._replicas_ms(batch, remove_replica, add_replica, within) * self.own_scale
 
@@ -214,23 +213,24 @@ class _DmpEdits:
     ) -> np.ndarray:
         """Each edited set's replicas, at the rank's own batch (as the compute model is asked)."""
         world = self.model.world_size
-        added = tuple(as_run(t, world) for t in batch.added)
+        replicas, add = _part_of(batch, np.array([is_replica(t) for t in batch.added], dtype=bool))
+        added = tuple(as_run(t, world) for t in replicas)
         if not self.any_replica:  # a replica added to a set of none: it alone
-            alone = np.zeros(len(added) + 1)
-            asked = [i for i, t in enumerate(added) if is_replica(t)]
-            alone[asked] = predict_nonempty(self.model.compute, [[added[i]] for i in asked], self.own)
-            return np.where(add_replica, alone[batch.add], 0.0)
-        cost = self.replica_base[batch.base].astype(np.float64)
+            alone = np.array([*predict_nonempty(self.model.compute, [[t] for t in added], self.own), 0.0])
+            return alone[add]  # index -1 (none) reads the trailing 0
+        cost = self.replica_base[batch.base].copy()
         touched = np.flatnonzero(remove_replica | add_replica)
         if len(touched):
-            sub = EditBatch(
-                batch.base[touched],
-                np.where(remove_replica[touched], within[touched], -1),
-                np.where(add_replica[touched], batch.add[touched], -1),
-                added,
-            )
-            cost[touched] = self.replicas.predict(sub)
+            removed = np.where(remove_replica[touched], within[touched], -1)
+            cost[touched] = self.replicas.predict(EditBatch(batch.base[touched], removed, add[touched], added))
         return cost
+
+
+def _part_of(batch: EditBatch, keep: np.ndarray) -> tuple[tuple[Table, ...], np.ndarray]:
+    """The added tables ``keep`` marks, and each edit's index into them (-1: it adds none of them)."""
+    index = np.full(len(batch.added) + 1, -1, dtype=np.int64)  # the last entry: an edit adding none
+    index[np.flatnonzero(keep)] = np.arange(int(keep.sum()))
+    return tuple(t for t, k in zip(batch.added, keep) if k), index[batch.add]
 
 
 _BOUND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
