@@ -71,7 +71,7 @@ def main() -> None:
     context = PlannerContext(profile.model, policy, 0)
     mismatch = policy.model_mismatch(profile.model)
     also = OptionPolicy.load(args.also) if args.also else None
-    names = PLANNERS
+    names: tuple[str, ...] = PLANNERS
     if also is not None:  # the other policy's argmax, planned as rl plans (fitted to the model's memory)
         build = _rl(0, ALSO)
         register_planner(PlannerSpec(ALSO, PlannerKind.POLICY, lambda c: build(replace(c, policy=also)), default=False))
