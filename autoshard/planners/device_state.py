@@ -42,6 +42,13 @@ class DeviceState:
         self.parents.add(unit.parent)
         self.load = load
 
+    def extend(self, units: Sequence[Unit], load: float) -> None:
+        """``add`` each of ``units``, in order, the load after the last ``load``."""
+        self.units.extend(units)
+        self.memory_bytes += sum(u.memory_bytes for u in units)
+        self.parents.update(u.parent for u in units)
+        self.load = load
+
     def remove(self, position: int, load: float) -> Unit:
         unit = self.units.pop(position)
         self.memory_bytes -= unit.memory_bytes

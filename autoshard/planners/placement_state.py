@@ -215,14 +215,19 @@ class PlacementState:
             self._price_sets()
 
     def _hold(self, fixed: Sequence[tuple[int, Unit]]) -> None:
-        """Put the ``fixed`` units on their devices and price the devices' sets."""
+        """Put the ``fixed`` units on their devices and price the devices' sets (a spread variant
+        fixes thousands of shards on a 128-device task: each device takes its own at once)."""
+        held: dict[int, list[Unit]] = {}
         for device, unit in fixed:
             if self.accumulator is not None:
                 self.accumulator.add(device, unit.table)
-            self.devices[device].add(unit, self.devices[device].load + unit.cost)
-            self.free[device] -= unit.memory_bytes
-            self.count[device] += 1
-            self._placed_parents.add(unit.parent)
+            held.setdefault(device, []).append(unit)
+        for device, units in held.items():
+            state = self.devices[device]
+            state.extend(units, sum((u.cost for u in units), state.load))
+            self.free[device] -= sum(u.memory_bytes for u in units)
+            self.count[device] += len(units)
+            self._placed_parents.update(state.parents)
         self.loads[:] = [d.load for d in self.devices]
         self._price_sets()
         if self.max_units_per_device is not None and (self.count >= self.max_units_per_device).any():

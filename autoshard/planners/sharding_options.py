@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -89,15 +89,25 @@ class SpreadOption:
         return tuple(r for first, shards in self.blocks for r in range(first, first + len(shards)))
 
 
-_memo: dict[tuple[object, ...], tuple[SpreadOption, ...]] | None = None
+@dataclass(frozen=True, slots=True)
+class _Memo:
+    """What ``spread_option_memo`` keeps: each question's options, and each shard object's unit
+    (by its ``id``; the entry keeps the shard alive) under the cost function that priced it."""
+
+    options: dict[tuple[object, ...], tuple[SpreadOption, ...]] = field(default_factory=dict)
+    units: dict[int, tuple[TableShard, CostFn, Unit]] = field(default_factory=dict)
+
+
+_memo: _Memo | None = None
 
 
 @contextmanager
 def spread_option_memo() -> Iterator[None]:
-    """Within it, ``spread_options`` answers a question asked before from memory (a task's spread
-    stage asks for the same tables' options once per variant); the memory goes with it."""
+    """Within it, ``spread_options`` answers a question asked before from memory, and
+    ``place_spread`` prices a shard it priced before from memory (a task's spread stage asks for
+    the same tables' options once per variant); the memory goes with it."""
     global _memo
-    outer, _memo = _memo, {} if _memo is None else _memo
+    outer, _memo = _memo, _Memo() if _memo is None else _memo
     try:
         yield
     finally:
@@ -130,9 +140,9 @@ def spread_options(
     if _memo is None:
         return list(_spread_options(table, topology, allowed, max_grid_ways, min_width))
     key = (table, topology, allowed, max_grid_ways, min_width)
-    if key not in _memo:
-        _memo[key] = _spread_options(table, topology, allowed, max_grid_ways, min_width)
-    return list(_memo[key])
+    if key not in _memo.options:
+        _memo.options[key] = _spread_options(table, topology, allowed, max_grid_ways, min_width)
+    return list(_memo.options[key])
 
 
 def _spread_options(
@@ -220,11 +230,18 @@ class _RunPrices:
     def __init__(self, options: Sequence[Sequence[SpreadOption]], cost_fn: CostFn) -> None:
         self.runs = {id(run): run for found in options for o in found for _, run in o.blocks}
         by_id = {id(s): s for run in self.runs.values() for s in run}  # runs share shard objects
-        distinct = list(dict.fromkeys(by_id.values()))  # equal shards of distinct objects priced once
-        unit_of = dict(
-            zip(distinct, map(Unit.of, distinct, cost_fn([s.as_table for s in distinct]) if distinct else ()))
-        )
-        unit_by_id = {key: unit_of[s] for key, s in by_id.items()}
+        known = _memo.units if _memo is not None else {}
+        unit_by_id = {
+            key: entry[2] for key, entry in ((k, known.get(k)) for k in by_id) if entry and entry[1] is cost_fn
+        }
+        new = [s for key, s in by_id.items() if key not in unit_by_id]
+        distinct = list(dict.fromkeys(new))  # equal shards of distinct objects priced once
+        costs = cost_fn([s.as_table for s in distinct]) if distinct else []
+        unit_of = dict(zip(distinct, map(Unit.of, distinct, costs)))
+        for shard in new:
+            unit_by_id[id(shard)] = unit = unit_of[shard]
+            if _memo is not None:
+                _memo.units[id(shard)] = (shard, cost_fn, unit)
         self.units = {key: [unit_by_id[id(s)] for s in run] for key, run in self.runs.items()}
         self.cost = {key: np.array([u.cost for u in units]) for key, units in self.units.items()}
         self.memory = {
