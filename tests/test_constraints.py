@@ -97,7 +97,10 @@ def test_constraints_are_read_from_the_workload_file_and_written_back():
     [
         ({"constraints": {"user": {"compute_kernels": ["key_value"]}}}, "compute_kernels"),
         ({"constraints": {"user": {"cache_params": {"load_factor": 1.5}}}}, "cache_params.load_factor"),
-        ({"constraints": {"user": {"compute_kernels": ["fused"], "cache_params": {"load_factor": 0.1}}}}, "cache_params"),
+        (
+            {"constraints": {"user": {"compute_kernels": ["fused"], "cache_params": {"load_factor": 0.1}}}},
+            "cache_params",
+        ),
         ({"constraints": {"user": {"sharding_types": ["rowwise"]}}}, "sharding_types"),
         ({"constraints": {"nope": {}}}, "table"),
         ({"constraints": {"user": {"colour": 1}}}, "colour"),

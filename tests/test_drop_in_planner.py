@@ -30,6 +30,7 @@ from torchrec.distributed.planner.types import (  # noqa: E402
 )
 from torchrec.distributed.planner.types import PlannerError as TorchRecPlannerError  # noqa: E402
 from torchrec.distributed.planner.types import Topology as TorchRecTopology  # noqa: E402
+from torchrec.distributed.types import CacheParams  # noqa: E402
 from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig  # noqa: E402
 from torchrec.modules.embedding_modules import EmbeddingBagCollection  # noqa: E402
 
@@ -233,8 +234,11 @@ def test_constraints_pooling_types_and_kernels():
         "all": ALL_TYPES,
     }
     with pytest.raises(InputError, match="compute_kernels") as refused:
-        table_constraints({"t": ParameterConstraints(compute_kernels=["fused_uvm_caching"])}, 100)
+        table_constraints({"t": ParameterConstraints(compute_kernels=["key_value"])}, 100)
     assert "'t'" in str(refused.value)
+    cached = ParameterConstraints(compute_kernels=["fused_uvm_caching"], cache_params=CacheParams(load_factor=0.3))
+    [uvm] = table_constraints({"t": cached}, 100).values()  # planned under --model torchrec on cuda
+    assert uvm.sharded_kernels == ("fused_uvm_caching",) and uvm.cache_load_factor == 0.3
     with pytest.raises(InputError, match="sideways"):
         table_constraints({"t": ParameterConstraints(sharding_types=["sideways"])}, 100)
     module = ebc([("t", 100, 8)])

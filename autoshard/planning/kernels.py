@@ -1,25 +1,45 @@
-"""Each table's compute kernel, chosen before the planners run: by the cost model where it
-prices kernels (TorchRec's estimator, ``--model torchrec``: ``choose_kernels``), else ``fused``.
+"""Each table's compute kernel, chosen where the cost model prices kernels (TorchRec's
+estimator, ``--model torchrec``, on cuda: its ``choose_kernels``), else ``fused``.
 
 The learned profiles measured TorchRec's ``fused`` kernel alone, so under them every table stays
 ``fused`` (data parallel: ``dense``) until a profile measures the others; a table whose
 constraints allow only the UVM kernels (``fused_uvm_caching``, ``fused_uvm``) is then an
 ``InputError`` naming it, as is one under TorchRec's model on ``cpu``, where its sharder offers
 ``fused`` alone.
+
+Under a model that chooses, kernels are chosen twice:
+
+- ``with_kernels``, before any planner runs: the fewest tables in host memory for the task to
+  fit the memory the model counts at all (``fill`` 1), so that the request's checks (the tables'
+  total against the devices') see each table's device part;
+- ``KernelFitted``, around each planner: it plans the kernels of ``FILLS[0]``, and while the plan
+  does not fit the model's memory count (or the planner finds none) those of the next fill, more
+  tables in host memory each time, and keeps the first plan that fits. A UVM kernel is far
+  slower in TorchRec's estimate, so the first fill that fits is the fastest plan there is to keep.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from autoshard.core.constraints import FUSED
-from autoshard.core.errors import InputError
-from autoshard.core.types import CostModel, Topology, Workload
+from autoshard.core.errors import InputError, PlannerError
+from autoshard.core.types import FUSED_UVM_CACHING, CostModel, Planner, ShardingPlan, Topology, Workload
+
+FILLS = (1.0, 0.9, 0.8, 0.7, 0.6)
+"""The shares of the devices' memory (as the model counts it) the kernels are chosen to fill,
+in the order ``KernelFitted`` tries them."""
+
+
+def chooses_kernels(cost_model: object) -> bool:
+    return all(hasattr(cost_model, m) for m in ("choose_kernels", "overflow_bytes"))
 
 
 def with_kernels(cost_model: CostModel | None, workload: Workload, topology: Topology) -> Workload:
-    """``workload`` with its kernels as ``cost_model`` chooses them (see the module docstring)."""
-    choose = getattr(cost_model, "choose_kernels", None)
-    if choose is not None:
-        return choose(workload, topology)  # type: ignore[no-any-return]
+    """``workload`` with its kernels as ``cost_model`` chooses them to fit at all (see the module
+    docstring), or checked to need none but ``fused``."""
+    if chooses_kernels(cost_model):
+        return cost_model.choose_kernels(workload, topology, FILLS[0])  # type: ignore[union-attr, no-any-return]
     for name, own in workload.constraints.tables:
         if own.compute_kernels is not None and own.sharded_kernels and FUSED not in own.sharded_kernels:
             raise InputError(
@@ -29,3 +49,63 @@ def with_kernels(cost_model: CostModel | None, workload: Workload, topology: Top
                 where=f"constraints.{name}",
             )
     return workload
+
+
+class KernelFitted:
+    """``planner`` on the kernels of each fill in turn until its plan fits (module docstring)."""
+
+    def __init__(self, planner: Planner, cost_model: object) -> None:
+        self.planner, self.cost_model = planner, cost_model
+
+    @property
+    def name(self) -> str:
+        return self.planner.name
+
+    def __getattr__(self, name: str) -> object:  # the planner's own settings (time_budget_s, ...)
+        if name in ("planner", "cost_model"):  # not set yet (unpickling)
+            raise AttributeError(name)
+        return getattr(self.planner, name)
+
+    def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
+        tried: set[tuple] = set()
+        spent, plan, error = 0.0, None, None
+        for fill in FILLS:
+            chosen = self.cost_model.choose_kernels(workload, topology, fill)  # type: ignore[attr-defined]
+            kernels = tuple((t.compute_kernel, t.cache_load_factor) for t in chosen.tables)
+            if kernels in tried:
+                continue
+            tried.add(kernels)
+            try:
+                plan = self.planner.plan(chosen, topology)
+            except PlannerError as failed:
+                error = failed
+                continue
+            spent += plan.plan_time_s
+            if plan.partial or self.cost_model.overflow_bytes(plan) <= 0:  # type: ignore[attr-defined]
+                break
+        if plan is None:
+            assert error is not None
+            raise error
+        return replace(plan, plan_time_s=spent)
+
+
+def kernel_fitted(planner: Planner, cost_model: object) -> Planner:
+    """``planner`` choosing kernels with ``cost_model`` where it chooses them (``KernelFitted``)."""
+    return KernelFitted(planner, cost_model) if chooses_kernels(cost_model) else planner
+
+
+def kernel_notes(plan: ShardingPlan, shown: int = 5) -> tuple[str, ...]:
+    """One line per kernel other than ``fused`` that tables of ``plan`` run: how many, the first
+    ``shown`` names (a UVM-caching table with its cache load factor)."""
+    tables = {s.table.name: s.table for d in plan.devices for s in d.shards}
+    by_kernel: dict[str, list[str]] = {}
+    for t in tables.values():
+        if t.compute_kernel != FUSED:
+            label = f"{t.name} ({t.load_factor:g})" if t.compute_kernel == FUSED_UVM_CACHING else t.name
+            by_kernel.setdefault(t.compute_kernel, []).append(label)
+    return tuple(
+        f"{plan.planner}: {len(names)} of {len(tables)} tables run TorchRec's {kernel} kernel (in host memory"
+        + ("; a cache of its load factor's share in device memory" if kernel == FUSED_UVM_CACHING else "")
+        + f"): {', '.join(names[:shown])}{', ...' if len(names) > shown else ''}"
+        for kernel, names in sorted(by_kernel.items())
+    )

@@ -21,6 +21,7 @@ from typing import Any
 
 from autoshard.core.errors import PlannerError
 from autoshard.core.types import Planner, ShardingPlan, Topology, Workload
+from autoshard.planning.kernels import kernel_fitted
 
 ATTEMPTS = 3
 
@@ -67,5 +68,5 @@ class MemoryFitted:
 def fitted(planner: Planner, cost_model: object) -> Planner:
     """``planner`` within ``cost_model``'s memory count, where the model has one."""
     if all(hasattr(cost_model, m) for m in ("planning_topology", "overflow_bytes", "uncounted_bytes")):
-        return MemoryFitted(planner, cost_model)
+        return kernel_fitted(MemoryFitted(planner, cost_model), cost_model)  # kernels: planning.kernels
     return planner

@@ -6,6 +6,7 @@ drop-in TorchRec planner all plan through it; only where the planners run differ
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from autoshard.core.communication import communication_warnings
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
@@ -19,7 +20,7 @@ from autoshard.planners.report import plans_report
 from autoshard.planners.sharding_options import ROW_TYPES
 from autoshard.planners.unit_preparation import prepare_units
 from autoshard.planning.compare import shard_warnings
-from autoshard.planning.kernels import with_kernels
+from autoshard.planning.kernels import kernel_notes, with_kernels
 from autoshard.planning.options import Models, PlanOptions
 from autoshard.planning.registry import PLANNERS, available_planners, planner_spec, policy_warnings
 from autoshard.planning.report import PlanningReport
@@ -88,6 +89,7 @@ def plan(
     run = runner or (lambda n, w, t, o: run_planners(n, w, t, models, o))
     runs = run(names, workload, topology, options)
     report = _report(workload, topology, models, options, unavailable, runs, warnings)
+    report = replace(report, warnings=(*report.warnings, *kernel_notes(report.best_plan)))
     return report.with_stats(report.best_plan, models) if options.stats else report
 
 

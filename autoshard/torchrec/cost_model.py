@@ -102,10 +102,11 @@ class TorchRecCostModel(SetCostModel):
         self._last_bound = TorchRecCostModel(self.compute_device, self.storage_reservation, workload, topology)
         return self._last_bound
 
-    def choose_kernels(self, workload: Workload, topology: Topology) -> Workload:
-        """``workload`` with each table's kernel chosen under TorchRec's estimate
-        (``autoshard.torchrec.kernel_choice``): itself when every table stays as it is."""
-        return choose_kernels(workload, self.for_task(workload, topology).task)
+    def choose_kernels(self, workload: Workload, topology: Topology, fill: float | None = None) -> Workload:
+        """``workload`` with each table's kernel chosen under TorchRec's estimate to fill at most
+        ``fill`` of the devices' memory (``autoshard.torchrec.kernel_choice``): itself when every
+        table stays as it is."""
+        return choose_kernels(workload, self.for_task(workload, topology).task, fill)
 
     # --- memory as TorchRec counts it ------------------------------------------------------
 

@@ -427,7 +427,8 @@ def _with_kernel_settings(sharding: ParameterSharding, constraint: ParameterCons
     copies them (``to_sharding_plan``)."""
     if constraint is None:
         return sharding
-    return replace(sharding, **{f: getattr(constraint, f) for f in _KERNEL_SETTINGS})
+    given = {f: getattr(constraint, f) for f in _KERNEL_SETTINGS}  # none given: the plan's own (its cache_params)
+    return replace(sharding, **{f: v for f, v in given.items() if v is not None})
 
 
 def _restrict(plan: ShardingPlan, names: set[str]) -> ShardingPlan:

@@ -126,6 +126,7 @@ def table_constraints(
                 tuple(int(b) for b in c.batch_sizes) if c.batch_sizes else None,
                 bool(c.is_weighted),
                 tuple(c.feature_names) if c.feature_names else None,
+                c.cache_params.load_factor if c.cache_params is not None else None,  # fused_uvm_caching's
             )
             own.pooling_factor(batch_size)  # the feature lists' lengths, checked here
         except InputError as error:

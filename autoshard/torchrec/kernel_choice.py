@@ -11,15 +11,16 @@ PCIe bandwidths), so a kernel other than ``fused`` pays only where memory forces
 1. Each table's kernels: those its constraints allow (``compute_kernels``, ``cache_params``'
    load factor), else all three; each priced whole (table-wise) by TorchRec's estimators.
 2. Every table starts at its first allowed kernel (``fused`` when allowed). While TorchRec's
-   storage of the whole task passes ``FILL`` of the memory its reservation leaves all devices,
+   storage of the whole task passes ``fill`` of the memory its reservation leaves all devices,
    the table whose next kernel (``fused`` -> ``fused_uvm_caching`` -> ``fused_uvm``) saves device
    memory at the least added time per byte saved moves to it: least-hot bytes first, every table
    to caching before any to plain UVM.
 3. The planners then place the tables as they run (``Table.memory_bytes`` counts a UVM-caching
    table's cache, a UVM table nothing), and the export carries each kernel and its ``CacheParams``.
 
-``FILL`` leaves room for what packing whole tables and row blocks cannot fill. The learned
-profiles measured ``fused`` alone: they keep it (``autoshard.planning.kernels``).
+``fill`` (default ``FILL``: the fewest tables in host memory for the task to fit at all) may
+leave room for what packing cannot fill: ``autoshard.planning.kernels.KernelFitted`` lowers it
+until a planner's plan fits. The learned profiles measured ``fused`` alone: they keep it.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from autoshard.core.errors import InputError
 from autoshard.core.types import FUSED, FUSED_UVM_CACHING, TABLE_KERNELS, Table, Workload
 from autoshard.torchrec.estimates import TaskEstimates
 
-FILL = 0.85
+FILL = 1.0
 """The share of the devices' memory (after TorchRec's reservation) the chosen kernels may fill
-in TorchRec's storage count: the rest is slack for packing."""
+in TorchRec's storage count, unless asked for less."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +72,10 @@ def table_kernels(workload: Workload, table: Table, compute_device: str) -> tupl
     )
 
 
-def choose_kernels(workload: Workload, estimates: TaskEstimates, fill: float = FILL) -> Workload:
-    """``workload`` with each table's kernel chosen (see the module docstring); the workload
-    itself when every table keeps its own."""
+def choose_kernels(workload: Workload, estimates: TaskEstimates, fill: float | None = None) -> Workload:
+    """``workload`` with each table's kernel chosen (see the module docstring; ``fill``: in place
+    of ``FILL``); the workload itself when every table keeps its own."""
+    fill = FILL if fill is None else fill
     options = [table_kernels(workload, t, estimates.compute_device) for t in workload.tables]
     priced = [estimates.of(list(o)) for o in options]
     chosen = [0] * len(options)
