@@ -18,6 +18,8 @@ For every task, the plans (through ``autoshard.planning.compare.compare_planners
 - ``torchrec`` and ``torchrec_cpu``: TorchRec's own ``EmbeddingShardingPlanner`` (the registry's
   planners: its search for cuda, and for cpu, where its sharder offers DP, TW, CW and TWCW only).
 
+Kernels are fused (data parallel dense): UVM caching is chosen by ``planning.plan``, not here.
+
 Each plan is then priced by:
 
 - ``learned``: the learned profile's cost model plus its communication model, the way planning
@@ -27,7 +29,8 @@ Each plan is then priced by:
 - ``torchrec_cuda`` and ``torchrec_cpu``: TorchRec's ``EmbeddingPerfEstimator`` summed per rank
   (``judges.torchrec_estimate_ms``) for compute device cuda and cpu. Only ``torchrec_cpu`` prices
   the device the learned CPU profile was traced on; ``torchrec_cuda`` is what ``--model torchrec``
-  minimises.
+  minimises. Both use the topology's declared link bandwidths (TorchRec's 600 / 12.5 GB/s), the
+  learned model its profile's measured collectives.
 
 A plan's cost is its slowest rank. Per task: Spearman's rho between the learned model's costs and
 each TorchRec column over the plans, and the plan each model prefers (ties: every plan at the
