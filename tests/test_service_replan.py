@@ -98,7 +98,10 @@ def test_a_torchrec_exports_other_fields_are_accepted(client):
     current.update(planner="cost_greedy", workload="synthetic40", max_cost_ms=1.0)
     answer = client.post("/v1/replans", json={"workload": workload, "topology": EIGHT_DEVICES, "current_plan": current})
     assert answer.status_code == 200, answer.text
-    assert [p["shards_moved"] for p in answer.json()["plans"][:2]] == [0, 0]
+    kept, searched = answer.json()["plans"][:2]
+    # the deployed placement is read back whole; a move search may still find a cheaper one
+    # (at DMP's batch, 4 moves 0.1% below cost_greedy's plan of these 40 tables)
+    assert kept["shards_moved"] == 0 and searched["max_cost_ms"] <= kept["max_cost_ms"]
     capped = client.post(
         "/v1/replans",
         json={
