@@ -55,6 +55,10 @@ def plan_kernels(workload: Any, topology: Any, fused_only: bool = False) -> dict
         "kernels": dict(
             Counter(t.compute_kernel for t in {s.table.name: s.table for d in best.devices for s in d.shards}.values())
         ),
+        "uvm": sorted(
+            {f"{s.table.name} {s.table.compute_kernel} {s.sharding_type.value}" for d in best.devices for s in d.shards}
+            - {f"{s.table.name} fused {s.sharding_type.value}" for d in best.devices for s in d.shards}
+        ),
         "plan_s": round(time.perf_counter() - started, 2),
         "plan": best,
         "workload": report.workload,
@@ -112,11 +116,15 @@ def torchrec_uvm(workload: Any, topology: Any) -> dict[str, Any]:
         for m in torchrec_plan.plan.values()
         for s in m.values()  # type: ignore[attr-defined]
     )
+    shardings = {n: s for m in torchrec_plan.plan.values() for n, s in m.items()}  # type: ignore[attr-defined]
     return {
         "planned": True,
         "max_ms": round(ours.max_cost_ms, 4),
         "fits": model.overflow_bytes(ours) <= 0,
         "kernels": dict(kernels_used),
+        "uvm": sorted(
+            f"{n} {s.compute_kernel} {s.sharding_type}" for n, s in shardings.items() if "uvm" in s.compute_kernel
+        ),
         "plan_s": round(seconds, 2),
     }
 
