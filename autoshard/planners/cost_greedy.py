@@ -11,7 +11,7 @@ from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
 from autoshard.planners.choosers import CANDIDATES, cheapest_after
 from autoshard.planners.context import DEPARTURE_MARGIN
 from autoshard.planners.deadline import Deadline
-from autoshard.planners.device_state import DeviceState, build_plan
+from autoshard.planners.device_state import DeviceState, build_plan, max_load
 from autoshard.planners.local_search import MAX_ROUNDS, improve
 from autoshard.planners.option_search import change_options
 from autoshard.planners.place_loop import place_workload
@@ -21,6 +21,11 @@ from autoshard.planners.sharding_options import ALL_TYPES
 from autoshard.planners.split_cap_choice import best_over_split_caps
 from autoshard.planners.spread_stage import best_of_tasks, spread_tasks
 from autoshard.planners.task_cache import Placement, TaskCache
+
+RUNNER_UP_WITHIN = 0.05
+"""The runner-up task plan is searched too (under an exact model) when its max is within 5% of
+the best's: option search lowers a max by about 10% (syn80_4x8_b8192: 27.16 to 24.25 ms, and
+26.97 to 24.57 ms from the other start, on TorchRec's estimator)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +73,39 @@ class CostGreedyPlanner:
         reused: list[float] = []  # seconds of the placements taken from the task's other planners
         cache = TaskCache.for_task(self.cache, workload, topology)
         tasks = spread_tasks(cache, self.cost_model, self.allow_column_split, self.sharding_types)
-        plan_task = lambda task: self._placed(task, deadline, reused)  # noqa: E731
+        planned: list[list[DeviceState]] = [[d.copy() for d in t.devices] for t in tasks if isinstance(t, Placement)]
+
+        def plan_task(task: TaskCache) -> list[DeviceState]:
+            found = self._placed(task, deadline, reused)
+            planned.append([d.copy() for d in found])
+            return found
+
         best = best_of_tasks(tasks, plan_task, self.departure_margin, deadline, self.cost_model)
         self._change_options(best, workload, topology, deadline)
+        if is_exact(self.cost_model):
+            best = self._runner_up_searched(best, planned, workload, topology, deadline)
         return build_plan(self.name, best, started, workload.batch_size, partial=deadline.hit, reused_s=sum(reused))
+
+    def _runner_up_searched(
+        self,
+        best: list[DeviceState],
+        planned: list[list[DeviceState]],
+        workload: Workload,
+        topology: Topology,
+        deadline: Deadline,
+    ) -> list[DeviceState]:
+        """Under an exact model, the task plans' option search is a greedy of its own: the best plan
+        before it need not be the best after. The runner-up task plan (the second lowest max
+        before, within ``RUNNER_UP_WITHIN`` of the lowest) is searched too, and the lower final
+        kept (while the ``deadline`` allows)."""
+        ranked = sorted(planned, key=max_load)
+        if len(ranked) < 2 or deadline.expired:
+            return best
+        runner_up = ranked[1]
+        if max_load(runner_up) > (1 + RUNNER_UP_WITHIN) * max_load(ranked[0]):
+            return best
+        self._change_options(runner_up, workload, topology, deadline)
+        return runner_up if max_load(runner_up) < max_load(best) else best
 
     def _change_options(
         self, devices: list[DeviceState], workload: Workload, topology: Topology, deadline: Deadline
