@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoshard.core.communication import CommunicationModel
+from autoshard.core.costing import bound_to_task
 from autoshard.core.errors import InputError
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
 from autoshard.planners.report import costs_descending
@@ -149,6 +150,8 @@ def verify_dmp(
             "verify with the topology's world size and devices per host",
         )
     best = distinct_best(plans, top)
+    priced = bound_to_task(cost_model, workload, topology)  # a model that prices per task (--model torchrec)
+    assert priced is not None
     measured = measure_plans_dmp([p for p, _ in best], workload, config)
     device = estimator_device([p for p, _ in best])
     candidates = tuple(
@@ -156,7 +159,7 @@ def verify_dmp(
             plan,
             names,
             m,
-            tuple(predict_ranks(plan, workload.batch_size, topology, cost_model, communication)),
+            tuple(predict_ranks(plan, workload.batch_size, topology, priced, communication)),
             _estimate(plan, workload, topology, device),
         )
         for (plan, names), m in zip(best, measured)
