@@ -3,6 +3,7 @@ priced as TorchRec's estimators price it, exported with its kernel and ``CachePa
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -162,3 +163,22 @@ def _file(workload: Workload, topology: Topology) -> dict:
         ],
         "topology": topology.to_dict(),
     }
+
+
+def test_the_cli_exports_the_kernels_it_chose(tmp_path):
+    from typer.testing import CliRunner
+
+    from autoshard.cli import app
+
+    workload, topology = over_hbm()
+    path = tmp_path / "over_hbm.json"
+    path.write_text(json.dumps(_file(workload, topology)))
+    result = CliRunner().invoke(
+        app, ["plan", str(path), "--model", "torchrec", "--planner", "cost_greedy", "--format", "torchrec"]
+    )
+    assert result.exit_code == 0, result.output
+    tables = json.loads(result.stdout)["tables"]
+    assert (
+        tables["cold0"]["compute_kernel"] == FUSED_UVM_CACHING and tables["cold0"]["cache_params"]["load_factor"] == 0.2
+    )
+    assert tables["hot0"]["compute_kernel"] == "fused"
