@@ -24,13 +24,13 @@ from autoshard.planners.context import PlannerContext
 from autoshard.planners.proxies import ProxyCostModel
 from autoshard.planners.validate import validate_plan
 from autoshard.planning.registry import make_planner
-from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, priced, start
+from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, begin, priced, start
 from autoshard.rl.options import CONTEXT_FEATURES, OPTION_FEATURES, OptionState, expert_choice
 from autoshard.rl.planners import RLPlanner
 from autoshard.rl.policy import OptionPolicy, OptionScoringPolicy
 from autoshard.rl.rollout import argmax_choice, rollout
 from autoshard.rl.tasks import FixedTasks, TaskDistribution
-from autoshard.rl.train import TrainConfig
+from autoshard.rl.train import TrainConfig, eval_tasks
 from cost_model.checkpoint import load_cost_model
 from tests.cost_models import FixedCostTestModel
 
@@ -98,6 +98,29 @@ def test_the_plan_is_the_options_taken_and_the_step_return_is_minus_the_final_ma
         bound = priced(env.task, model, None)  # at the bags DMP gives each shard
         costs = bound.predict_many([d.tables for d in state.devices], env.task.workload.batch_size)
         assert np.allclose(state.loads, costs, rtol=1e-3)  # the env's running costs are the model's
+
+
+def test_under_torchrecs_model_episodes_start_on_its_planning_topology():
+    """TorchRec's estimator counts buffers our planners do not: the env, like planning
+    (``planning.memory_fit``), places on the memory its storage reservation leaves, so the
+    teacher's plan stays under its memory barrier, and rl's plan there is the env's episode."""
+    from autoshard.torchrec.cost_model import OVER_MEMORY_MS, TorchRecCostModel
+
+    model = TorchRecCostModel()
+    task = eval_tasks(TrainConfig().eval_distribution, 14, 1)[13]  # 40 tables, 8 devices: tight
+    bound = priced(task, model, None)
+    own = OptionState(task.workload, task.topology, bound)
+    assert rollout(own, expert_choice).loads.max() > OVER_MEMORY_MS  # on our count it runs into the barrier
+    env = ShardingEnv(model, FixedTasks((task,)))
+    env.reset(seed=0, options={"task": task})
+    assert env.state is not None
+    planning = bound.planning_topology(task.topology)
+    assert env.state.topology.device_memory_bytes_all == planning.device_memory_bytes_all
+    assert rollout(env.state, expert_choice).loads.max() < OVER_MEMORY_MS
+    policy = OptionPolicy.load(SHIPPED.parent / "torchrec" / "cuda" / "policy.pt")
+    plan = RLPlanner(bound, policy, allow_column_split=True).plan(task.workload, planning)
+    state = rollout(begin(task, model, None), argmax_choice(policy))
+    assert [tuple(u.shard for u in d.units) for d in state.devices] == [d.shards for d in plan.devices]
 
 
 def test_the_terminal_reward_gives_the_same_return_all_at_the_end(model):

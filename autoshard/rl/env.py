@@ -56,10 +56,22 @@ class EnvConfig:
             raise InputError("set_size_headroom", f"must be >= 1, got {self.set_size_headroom}")
 
 
+def planned(task: Task, cost_model: CostModel) -> Task:
+    """``task`` as planning hands it to a planner under ``cost_model``: each table's kernel as
+    the model chooses it where it prices kernels (TorchRec's estimator on cuda: the fewest tables
+    in host memory for the task to fit its memory count, ``planning.kernels``' first fill),
+    else as it is."""
+    choose = getattr(cost_model, "choose_kernels", None)
+    if choose is None:
+        return task
+    workload = choose(task.workload, task.topology, 1.0)
+    return task if workload is task.workload else Task(task.name, workload, task.topology)
+
+
 def priced(task: Task, cost_model: CostModel, communication: CommunicationModel | None) -> CostModel:
     """Device costs as the env scores them: the cost model bound to the task (``bound_to_task``:
-    TorchRec's estimator prices each task's own shards) plus, if given, each device's all-to-all
-    and all-reduce on the task's topology."""
+    each shard at the bags DMP gives it; TorchRec's estimator prices each task's own shards) plus,
+    if given, each device's all-to-all and all-reduce on the task's topology."""
     bound = bound_to_task(cost_model, task.workload, task.topology)
     assert bound is not None  # a model bound stays a model
     return bound if communication is None else WithCommunication(bound, communication, task.topology)
@@ -67,17 +79,30 @@ def priced(task: Task, cost_model: CostModel, communication: CommunicationModel 
 
 def start(task: Task, cost_model: CostModel, headroom: float = SET_SIZE_HEADROOM) -> OptionState:
     """A fresh placement of ``task`` over options, priced by ``cost_model`` (already ``priced``),
-    under the workload's constraints, every sharding type allowed, column splits included."""
+    under the workload's constraints, every sharding type allowed, column splits included, on the
+    memory the model leaves for tables where it counts more than the planners do (TorchRec's
+    ``planning_topology``, as ``planning.memory_fit`` plans first), else the task's own."""
     workload, topology = task.workload, task.topology
+    leaves = getattr(cost_model, "planning_topology", None)
+    planning = topology if leaves is None else leaves(topology)
     limit = None if topology.num_devices <= FULL_VIEW_DEVICES else CANDIDATES
     return OptionState(
         workload,
-        topology,
+        planning,
         cost_model,
-        rules=PlacementRules(workload.constraints, topology),
+        rules=PlacementRules(workload.constraints, planning),
         limit=limit,
         headroom=headroom,
     )
+
+
+def begin(
+    task: Task, cost_model: CostModel, communication: CommunicationModel | None, headroom: float = SET_SIZE_HEADROOM
+) -> OptionState:
+    """``task``'s fresh placement as a planner starts it under ``cost_model`` (the env's episodes,
+    the training's evaluation): ``planned``, ``priced`` and ``start``ed."""
+    task = planned(task, cost_model)
+    return start(task, priced(task, cost_model, communication), headroom)
 
 
 def observation(state: OptionState, found: Candidates, slots: int, dropped: tuple[str, ...] = ()) -> np.ndarray:
@@ -99,6 +124,8 @@ class ShardingEnv(gym.Env):
     sometimes tables larger than a device) from ``tasks`` (``self.np_random``), or takes
     ``options["task"]`` (an ``autoshard.core.task.Task``). A drawn task where no option fits the
     first table is drawn again; a given one is an ``InputError``.
+    The episode is the task as planning hands it to a planner under ``cost_model`` (``planned``,
+    ``priced``, ``start``: its kernels, each shard at DMP's bags, TorchRec's planning topology).
 
     **Order.** Tables that fit no device go first, then the largest predicted cost first; a table
     taken column-wise puts its column shards next, each then placed table-wise.
@@ -153,8 +180,10 @@ class ShardingEnv(gym.Env):
         given = (options or {}).get("task")
         for _ in range(RESAMPLES):
             task = self.tasks.sample(self.np_random) if given is None else given
-            self.task = task
-            self.state = start(task, priced(task, self.cost_model, self.communication), self.config.set_size_headroom)
+            self.task = planned(task, self.cost_model)
+            self.state = start(
+                self.task, priced(self.task, self.cost_model, self.communication), self.config.set_size_headroom
+            )
             self.taken = []
             self.found = self.state.candidates().first(self.config.slots)
             if len(self.found):

@@ -25,7 +25,7 @@ from autoshard.core.communication import CommunicationModel
 from autoshard.core.errors import InputError, PlannerError
 from autoshard.core.task import Task
 from autoshard.core.types import CostModel
-from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, priced, start
+from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, begin
 from autoshard.rl.imitation import argmax_follower, clone, demonstrations, joined
 from autoshard.rl.options import expert_choice
 from autoshard.rl.policy import (
@@ -113,7 +113,7 @@ def eval_tasks(distribution: TaskDistribution, count: int, seed: int) -> list[Ta
 
 def plan_max(task: Task, choose: Choose, cost_model: CostModel, communication: CommunicationModel | None) -> float:
     """The predicted max of ``choose``'s plan of ``task``."""
-    return float(rollout(start(task, priced(task, cost_model, communication)), choose).loads.max())
+    return float(rollout(begin(task, cost_model, communication), choose).loads.max())
 
 
 def teacher_maxima(
