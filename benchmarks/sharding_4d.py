@@ -453,7 +453,7 @@ def judge_task(
             by,
             {
                 "our_links": judges.links(profile.communication, topology),
-                "declared_links": f"{topology.intra_host_bw_gbps:g} / {topology.inter_host_bw_gbps:g} GB/s",
+                "declared_links": f"{topology.intra_host_bw_gbps:g} / {topology.inter_host_bw_gbps:g} GiB/s",
                 "estimator_device": device,
                 "torchrec_device": torchrec_device,
                 "torchrec_over_our_cap": not memory_fit(plans[1], topology)["fits_our_caps"],

@@ -59,7 +59,8 @@ def replicated(plan: ShardingPlan) -> int:
 
 
 def links(communication: CommunicationModel | None, topology: Topology) -> str:
-    """The pooled all-to-all's bandwidths our model prices on ``topology``, intra / inter host."""
+    """The pooled all-to-all's bandwidths our model prices on ``topology``, intra / inter host, in
+    GB/s (1e9 bytes: a profile's fits; the topology's declared figures are GiB/s, TorchRec's unit)."""
     if communication is None:
         return "no communication"
     if not communication.per_tier:
