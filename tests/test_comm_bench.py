@@ -2,11 +2,12 @@
 hosts, and the namespace helper cleaning up after a failure."""
 
 import subprocess
+import sys
 
 import pytest
 
 from autoshard.core.collectives import KEYS, Collective, Tier
-from autoshard.core.errors import InputError
+from autoshard.core.errors import InputError, MeasurementError
 from cost_model.bench import netns
 from cost_model.bench.comm_fit import call_point, fit_collective, fit_line, sent_bytes
 from cost_model.bench.netns import EmulatedHosts, LinkShape, missing_privilege, project_namespaces
@@ -100,7 +101,7 @@ def test_the_hosts_are_removed_when_making_them_fails_and_stale_ones_first():
     hosts = EmulatedHosts(LinkShape(1.0))
     subprocess.run(["ip", "netns", "add", hosts.names[1]], check=True)  # in the way: the second add fails
     try:
-        with pytest.raises(RuntimeError, match="netns add"):
+        with pytest.raises(MeasurementError, match="netns add"):
             with hosts:
                 pass
         assert stale not in project_namespaces()
@@ -116,3 +117,11 @@ def test_each_point_keeps_its_fastest_round():
     runs = [{"world_size": 2, "points": {"all_to_all": [[1024, 0.5], [8192, 2.0]]}} for _ in range(2)]
     runs[1]["points"]["all_to_all"] = [[1024, 0.3], [8192, 9.0]]  # a busy round
     assert fastest(runs)["points"] == {"all_to_all": [[1024, 0.3], [8192, 2.0]]}
+
+
+def test_a_failed_launch_is_a_measurement_error_with_its_log_tail(tmp_path):
+    from cost_model.bench.communication import _start, _wait
+
+    argv = [sys.executable, "-c", "import sys; print('rank 1 aborted'); sys.exit(3)"]
+    with pytest.raises(MeasurementError, match=r"exit 3\):\nrank 1 aborted"):
+        _wait([_start(argv, {}, tmp_path / "rank.log")])

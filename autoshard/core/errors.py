@@ -61,3 +61,8 @@ class PlannerError(AutoShardError):
 
 class ModelError(AutoShardError):
     """A model checkpoint is missing, corrupt, or from another device profile or version."""
+
+
+class MeasurementError(AutoShardError):
+    """A measurement run failed: a rank exited with an error or ran past its time limit. The
+    message holds the failed launch's log tail."""

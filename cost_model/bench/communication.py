@@ -35,7 +35,7 @@ import torch
 
 from autoshard.core.collectives import Collective, LinkFit, Tier
 from autoshard.core.communication import CommunicationModel
-from autoshard.core.errors import InputError
+from autoshard.core.errors import InputError, MeasurementError
 from autoshard.core.types import GIB, INTER_HOST_BW_GBPS, INTRA_HOST_BW_GBPS
 from cost_model.bench.comm_fit import fit_collective
 from cost_model.bench.netns import EmulatedHosts, LinkShape, require_root
@@ -76,9 +76,7 @@ def measure_communication(
     measured: dict[Tier, list[dict]] = {t: [] for t in Tier if t in tiers}
     for _ in range(rounds):
         for tier, runs in measured.items():
-            runs.append(
-                _run_intra(sizes, repeats, device) if tier is Tier.INTRA else _run_inter(sizes, repeats, device, link)
-            )
+            runs.append(_measured_tier(tier, sizes, repeats, device, link))
     fits: list[LinkFit] = []
     labels = []
     for tier in Tier:
@@ -95,6 +93,23 @@ def measure_communication(
         labels.append(f"{tier.value}: {raw['world_size']} ranks ({raw['backend']}), {where}")
     label = f"{_machine(device)}; {MODULES}; " + "; ".join(labels) + f"; the fastest of {rounds} rounds' medians"
     return CommunicationModel.tiered(fits, label)
+
+
+def _measured_tier(tier: Tier, sizes: Sequence[int], repeats: int, device: str, link: LinkShape) -> dict:
+    """One sweep of ``tier``; a failed launch is run once more (a gloo rank can abort on a loaded
+    machine), and a second failure raises its ``MeasurementError``."""
+
+    def sweep() -> dict:
+        return _run_intra(sizes, repeats, device) if tier is Tier.INTRA else _run_inter(sizes, repeats, device, link)
+
+    try:
+        return sweep()
+    except MeasurementError:
+        return sweep()
+
+
+def _tail(log: Path) -> str:
+    return "\n".join(log.read_text().splitlines()[-15:])
 
 
 def fastest(runs: Sequence[dict]) -> dict:
@@ -195,9 +210,12 @@ def _wait(launches: list[tuple[subprocess.Popen, Path]]) -> None:
     which this function started) and raise with the failed launch's log tail."""
     try:
         for proc, log in launches:
-            if proc.wait(timeout=TIMEOUT_S) != 0:
-                tail = "\n".join(log.read_text().splitlines()[-15:])
-                raise RuntimeError(f"a `bench comm` launch failed (exit {proc.returncode}):\n{tail}")
+            try:
+                failed = proc.wait(timeout=TIMEOUT_S) != 0
+            except subprocess.TimeoutExpired:
+                raise MeasurementError(f"a `bench comm` launch ran past {TIMEOUT_S} s:\n{_tail(log)}") from None
+            if failed:
+                raise MeasurementError(f"a `bench comm` launch failed (exit {proc.returncode}):\n{_tail(log)}")
     finally:
         for proc, _ in launches:
             if proc.poll() is None:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
-from autoshard.core.errors import InputError
+from autoshard.core.errors import InputError, MeasurementError
 
 PREFIX = "autoshard-"
 LINK = "aslink"  # the veth end's name inside each namespace
@@ -69,7 +69,7 @@ def require_root() -> None:
 def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(args, capture_output=True, text=True, check=False)
     if check and done.returncode != 0:
-        raise RuntimeError(f"`{' '.join(args)}` failed: {done.stderr.strip() or done.stdout.strip()}")
+        raise MeasurementError(f"`{' '.join(args)}` failed: {done.stderr.strip() or done.stdout.strip()}")
     return done
 
 
