@@ -26,13 +26,14 @@ def main() -> None:
     from autoshard.rl.train import TrainConfig, train_policy
     from cost_model.process import one_thread
 
+    defaults = TrainConfig()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(ROOT / "data" / "models" / "default"))
     parser.add_argument("--compute-device", default=None)
-    parser.add_argument("--imitation-episodes", type=int, default=TrainConfig.imitation_episodes)
-    parser.add_argument("--dagger-rounds", type=int, default=TrainConfig.dagger_rounds)
-    parser.add_argument("--steps", type=int, default=TrainConfig.steps)
-    parser.add_argument("--eval-every", type=int, default=TrainConfig.eval_every)
+    parser.add_argument("--imitation-episodes", type=int, default=defaults.imitation_episodes)
+    parser.add_argument("--dagger-rounds", type=int, default=defaults.dagger_rounds)
+    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument("--eval-every", type=int, default=defaults.eval_every)
     parser.add_argument("--out", type=Path, required=True, help="policy.pt and its run (policy_training/) go here")
     args = parser.parse_args()
     one_thread()
@@ -40,7 +41,7 @@ def main() -> None:
     if profile is None:
         sys.exit(f"error: {why}")
     config = replace(
-        TrainConfig(),
+        defaults,
         imitation_episodes=args.imitation_episodes,
         dagger_rounds=args.dagger_rounds,
         steps=args.steps,

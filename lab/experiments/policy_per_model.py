@@ -8,6 +8,13 @@ alone), rl+refine, cost_greedy and the heuristics, predicted by that model (issu
     python lab/experiments/policy_per_model.py --model data/models/default \
         --policy data/models/torchrec/cuda/policy.pt --out lab/results/policy_per_model/cpu_torchrec_policy.json
 
+A policy against the one before it (``--also``: its rl as ``rl@also``), after
+``lab/experiments/policy_budget_train.py`` trained it into /tmp/new (issue 62 part 4, H8):
+
+    python lab/experiments/policy_per_model.py --model torchrec --compute-device cuda --policy /tmp/new/policy.pt \
+        --also data/models/torchrec/cuda/policy.pt \
+        --out lab/results/policy_per_model/torchrec_cuda_retrained_vs_shipped.json
+
 The tasks: ``policy train``'s held-out evaluation (``TrainConfig().eval_distribution``, its
 ``eval_tasks`` drawn with seed 1: test-pool tables, 40-160 tables, 4-16 devices). Asked: is a
 policy trained against TorchRec's estimator at least cost_greedy's equal there, and does a policy
