@@ -218,8 +218,11 @@ class PlacementState:
         """Put the ``fixed`` units on their devices and price the devices' sets (a spread variant
         fixes thousands of shards on a 128-device task: each device takes its own at once)."""
         held: dict[int, list[Unit]] = {}
+        add_all = getattr(self.accumulator, "add_all", None)  # one call for all (TorchRec's sums)
+        if add_all is not None:
+            add_all([device for device, _ in fixed], [unit.table for _, unit in fixed])
         for device, unit in fixed:
-            if self.accumulator is not None:
+            if self.accumulator is not None and add_all is None:
                 self.accumulator.add(device, unit.table)
             held.setdefault(device, []).append(unit)
         for device, units in held.items():

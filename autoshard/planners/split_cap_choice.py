@@ -112,7 +112,8 @@ def _plan_group(
             error = failed
             continue
         found.append(states)
-        if frozenset(u for s in states for u in s.units) == group.units:  # placed as split: so would the others
+        # placed as split (the group's units all placed, beside any fixed ones): so would the others
+        if group.units.issubset(u for s in states for u in s.units):
             break
     return found, error
 

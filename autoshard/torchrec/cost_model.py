@@ -61,7 +61,7 @@ class TorchRecCostModel(SetCostModel):
         workload, topology: the task it prices (``for_task`` binds them; both or neither).
     """
 
-    max_set_size = None
+    max_set_size: int | None = None
     exact = True
     """Its prices are TorchRec's objective itself (``autoshard.core.costing.is_exact``): planners
     take any lower price and even out plateaus of equal maxima (ties are common: equal shards
@@ -270,6 +270,13 @@ class SumAccumulator:
         shard = self.task.one(table)
         self.ms[set_index] += shard.ms
         self.used[set_index] += shard.bytes
+
+    def add_all(self, set_indices: Sequence[int], tables: Sequence[Table]) -> None:
+        """``add`` of each table to its set, in order (the same sums), priced in one look-up."""
+        found = self.task.of(tables)
+        at = np.asarray(set_indices, dtype=np.int64)
+        np.add.at(self.ms, at, np.array([e.ms for e in found], dtype=np.float64))
+        np.add.at(self.used, at, np.array([e.bytes for e in found], dtype=np.int64))
 
 
 class SumEdits:

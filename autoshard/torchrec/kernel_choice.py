@@ -77,10 +77,18 @@ def choose_kernels(workload: Workload, estimates: TaskEstimates, fill: float | N
     of ``FILL``); the workload itself when every table keeps its own."""
     fill = FILL if fill is None else fill
     options = [table_kernels(workload, t, estimates.compute_device) for t in workload.tables]
-    priced = [estimates.of(list(o)) for o in options]
-    chosen = [0] * len(options)
-    used = sum(p[0].bytes for p in priced)
     room = fill * sum(max(c, 0) for c in estimates.capacities)
+    firsts = [o[0] for o in options]
+    used = sum(e.bytes for e in estimates.of(firsts))  # every table at its first kernel: one estimator call
+    if used <= room:
+        tables = tuple(firsts)  # nothing to move to host memory: the other kernels need no pricing
+        return workload if tables == workload.tables else replace(workload, tables=tables)
+    flat = estimates.of([t for o in options for t in o])  # the misses in one estimator call per option
+    starts = [0]
+    for o in options:
+        starts.append(starts[-1] + len(o))
+    priced = [flat[a:b] for a, b in zip(starts, starts[1:])]
+    chosen = [0] * len(options)
     for level in (1, 2):  # every table one kernel further (caching) before any two (plain UVM)
         steps = sorted(
             (
