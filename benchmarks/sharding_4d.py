@@ -463,20 +463,26 @@ def judge_task(
     return out
 
 
+def measured_maxima(
+    plan: ShardingPlan, rounds_ms: Any, batch_size: int, topology: Topology, communication: Any
+) -> list[float]:
+    """Each round's max over ``plan``'s devices of measured compute (``rounds_ms``: per round, per
+    device) plus the device's modelled collectives."""
+    extra = [communication.cost_ms([s.as_table for s in d.shards], batch_size, topology) for d in plan.devices]
+    return [max(m + c for m, c in zip(devices, extra)) for devices in rounds_ms]
+
+
 def measured_ratio(plans: list, workload: Workload, topology: Topology, rounds: int, row_cap_mb: int, profile: Any):
     """Both plans measured here in interleaved rounds: per round, each plan's max over its devices
-    of measured compute plus the modelled all-to-all; cost_greedy's over TorchRec's."""
+    of measured compute (each device as DMP runs a rank: its sharded shards at B x W bags, its
+    replicas at B) plus the modelled collectives; cost_greedy's over TorchRec's."""
     from autoshard.evaluation.measurers import plans_measurer
 
-    measured = plans_measurer(rounds, row_cap_mb, profile)(plans, workload.batch_size, 1)
-    comm = profile.communication
-
-    def maxima(plan: ShardingPlan, rounds_ms: Any) -> list[float]:
-        extra = [comm.cost_ms([s.as_table for s in d.shards], workload.batch_size, topology) for d in plan.devices]
-        return [max(m + c for m, c in zip(devices, extra)) for devices in rounds_ms]
-
-    ours = maxima(plans[0], measured[0].round_device_ms)
-    theirs = maxima(plans[1], measured[1].round_device_ms)
+    measured = plans_measurer(rounds, row_cap_mb, profile)(plans, workload.batch_size, 1, topology.num_devices)
+    ours = measured_maxima(plans[0], measured[0].round_device_ms, workload.batch_size, topology, profile.communication)
+    theirs = measured_maxima(
+        plans[1], measured[1].round_device_ms, workload.batch_size, topology, profile.communication
+    )
     ratio, low, high = ratio_ci95(ours, theirs)
     compute = measured[0].ratio_to_reference
     c_low, c_high = measured[0].ratio_ci95

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
+from autoshard.core.dmp_batch import as_run, is_replica
 from autoshard.core.stats import ratio_ci95
-from autoshard.core.types import MeasuredPlan, ShardingPlan
+from autoshard.core.types import MeasuredPlan, ShardingPlan, Table
 from cost_model.bench.harness import measure
 from cost_model.traces.records import BenchConfig
 
@@ -41,9 +43,11 @@ def measure_plans(
     reference: int = 0,
     min_device_ms: float = MIN_DEVICE_MS,
     on_round: Callable[[int], None] | None = None,
+    world_size: int | None = None,
 ) -> list[MeasuredPlan]:
     """Interleaved measurement of plans of one task; ratios are to ``plans[reference]``.
-    ``on_round(done)`` is called after each round (a progress bar)."""
+    ``on_round(done)`` is called after each round (a progress bar). ``world_size``: each device
+    run as DMP runs a rank of that many (``_device_ms``); None: every shard at ``batch_size``."""
     bench = BenchConfig(**{**{f: getattr(config, f) for f in config.__slots__}, "batch_size": batch_size})
     per_round = [[[0.0] * len(p.devices) for p in plans] for _ in range(rounds)]
     for r in range(rounds):
@@ -53,9 +57,7 @@ def measure_plans(
                 key = device.set_key
                 if key not in this_round:
                     tables = [s.as_table for s in device.shards]
-                    this_round[key] = (
-                        measure(tables, bench, r * 7919 + d, min_device_ms).total.median if tables else 0.0
-                    )
+                    this_round[key] = _device_ms(tables, bench, r * 7919 + d, min_device_ms, world_size)
                 per_round[r][p][d] = this_round[key]
         if on_round is not None:
             on_round(r + 1)
@@ -86,3 +88,20 @@ def measuring_order(count: int, round_: int) -> list[int]:
     each pair rotated by one from the last."""
     order = [(k + round_ // 2) % count for k in range(count)]
     return order[::-1] if round_ % 2 else order
+
+
+def _device_ms(
+    tables: Sequence[Table], bench: BenchConfig, seed: int, min_device_ms: float, world_size: int | None
+) -> float:
+    """One device's measured ms. With ``world_size``, as DMP runs a rank and as the cost model
+    prices it (``autoshard.core.dmp_batch``): its sharded shards as one set at B x W bags, its
+    replicas (at their full pooling factor) as another at B, the two summed."""
+    if not tables:
+        return 0.0
+    if world_size is None or world_size <= 1:
+        return measure(tables, bench, seed, min_device_ms).total.median
+    sharded = [t for t in tables if not is_replica(t)]
+    replicas = [as_run(t, world_size) for t in tables if is_replica(t)]
+    wide = replace(bench, batch_size=bench.batch_size * world_size)
+    total = measure(sharded, wide, seed, min_device_ms).total.median if sharded else 0.0
+    return total + (measure(replicas, bench, seed, min_device_ms).total.median if replicas else 0.0)

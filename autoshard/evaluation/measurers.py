@@ -36,11 +36,12 @@ def plans_measurer(
     profile: MeasuredProfile | None = None,
     on_round: Callable[[int], None] | None = None,
 ) -> Callable[..., Any]:
-    """``(plans, batch_size, reference=0) -> measured plans``: one task's plans run on this machine
-    with the microbenchmark, interleaved over ``rounds`` (``measure_plan.measure_plans``; tables
-    capped at ``row_cap_mb`` MiB of rows, as the traces are), on the ``profile``'s kind of device
-    and execution mode (without one: this machine's default). ``InputError`` if this machine
-    cannot run them (a GPU profile here without a GPU, FBGEMM missing)."""
+    """``(plans, batch_size, reference=0, world_size=None) -> measured plans``: one task's plans
+    run on this machine with the microbenchmark, interleaved over ``rounds``
+    (``measure_plan.measure_plans``; tables capped at ``row_cap_mb`` MiB of rows, as the traces
+    are; with ``world_size``, each device as DMP runs a rank of that many), on the ``profile``'s
+    kind of device and execution mode (without one: this machine's default). ``InputError`` if
+    this machine cannot run them (a GPU profile here without a GPU, FBGEMM missing)."""
     from autoshard.evaluation.measure_plan import measure_plans
     from cost_model.profile import default_device, default_mode
     from cost_model.traces.records import BenchConfig
@@ -49,8 +50,8 @@ def plans_measurer(
     if profile is not None:
         device, mode = _device_and_mode(profile)
     config = BenchConfig(device=device, mode=mode, row_cap_bytes=row_cap_mb * 1024**2)
-    return lambda plans, batch_size, reference=0: measure_plans(
-        plans, batch_size, config, rounds, reference, on_round=on_round
+    return lambda plans, batch_size, reference=0, world_size=None: measure_plans(
+        plans, batch_size, config, rounds, reference, on_round=on_round, world_size=world_size
     )
 
 
