@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         row = timed(task)
         rows.append(row)
         print(
-            f"{row['task']}: {row['wall_s']:.2f} s (load {row['load']:.1f}) "
+            f"{row['task']}: {row['wall_s']:.2f} s, plan_time_s {row.get('plan_time_s')} (load {row['load']:.1f}) "
             f"max_cost_ms {row.get('max_cost_ms', float('nan')):.6f} fits {row.get('fits_torchrec_storage')}"
             + (f" error {row['error']}" if "error" in row else ""),
             flush=True,
