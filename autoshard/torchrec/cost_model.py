@@ -209,8 +209,9 @@ class TorchRecCostModel(SetCostModel):
         return np.where(over > 0, ms + OVER_MEMORY_MS * (1.0 + over / room), ms)
 
     def storage(self, table_sets: Sequence[Sequence[Table]]) -> list[int]:
-        """TorchRec's storage estimate of each set, bytes."""
-        return [int(self.shard_bytes(s).sum()) if s else 0 for s in table_sets]
+        """TorchRec's storage estimate of each set, bytes (every shard looked up in one call)."""
+        found = iter(self.task.of([t for s in table_sets for t in s]))
+        return [sum(next(found).bytes for _ in s) for s in table_sets]
 
     def fits(self, table_sets: Sequence[Sequence[Table]]) -> list[bool]:
         """Whether each set (rank r's, with one set per rank) fits TorchRec's storage."""
