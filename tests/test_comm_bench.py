@@ -125,3 +125,15 @@ def test_a_failed_launch_is_a_measurement_error_with_its_log_tail(tmp_path):
     argv = [sys.executable, "-c", "import sys; print('rank 1 aborted'); sys.exit(3)"]
     with pytest.raises(MeasurementError, match=r"exit 3\):\nrank 1 aborted"):
         _wait([_start(argv, {}, tmp_path / "rank.log")])
+
+
+def test_a_failed_launch_stops_the_others_at_once(tmp_path):
+    import signal
+
+    from cost_model.bench.communication import _start, _wait
+
+    waiting = _start([sys.executable, "-c", "import time; time.sleep(120)"], {}, tmp_path / "host0.log")
+    failed = _start([sys.executable, "-c", "import sys; sys.exit(4)"], {}, tmp_path / "host1.log")
+    with pytest.raises(MeasurementError, match=r"exit 4"):
+        _wait([waiting, failed])
+    assert waiting[0].returncode == -signal.SIGTERM  # stopped, not waited for

@@ -193,6 +193,7 @@ def main() -> None:
         if dist.get_rank() == 0:
             result = {"world_size": dist.get_world_size(), "backend": dist.get_backend(), "points": points}
             Path(args.out).write_text(json.dumps(result))
+        dist.barrier()  # no rank tears gloo down while another still writes or sends
     finally:
         dist.destroy_process_group()
 

@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -206,16 +207,20 @@ def _start(argv: list[str], env: dict[str, str], log: Path) -> tuple[subprocess.
 
 
 def _wait(launches: list[tuple[subprocess.Popen, Path]]) -> None:
-    """Wait for every launch; on a failure or the timeout, stop the others (their process groups,
-    which this function started) and raise with the failed launch's log tail."""
+    """Wait for every launch; as soon as one fails, or at the timeout, stop the others (their
+    process groups, which this function started) and raise with the failed launch's log tail."""
+    deadline = time.monotonic() + TIMEOUT_S
     try:
-        for proc, log in launches:
-            try:
-                failed = proc.wait(timeout=TIMEOUT_S) != 0
-            except subprocess.TimeoutExpired:
-                raise MeasurementError(f"a `bench comm` launch ran past {TIMEOUT_S} s:\n{_tail(log)}") from None
-            if failed:
-                raise MeasurementError(f"a `bench comm` launch failed (exit {proc.returncode}):\n{_tail(log)}")
+        while True:
+            codes = [proc.poll() for proc, _ in launches]
+            for (_, log), code in zip(launches, codes):
+                if code not in (None, 0):
+                    raise MeasurementError(f"a `bench comm` launch failed (exit {code}):\n{_tail(log)}")
+            if all(code == 0 for code in codes):
+                return
+            if time.monotonic() > deadline:
+                raise MeasurementError(f"a `bench comm` launch ran past {TIMEOUT_S} s:\n{_tail(launches[0][1])}")
+            time.sleep(0.1)
     finally:
         for proc, _ in launches:
             if proc.poll() is None:
