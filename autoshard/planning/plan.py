@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from autoshard.core.communication import communication_warnings
+from autoshard.core.costing import bound_to_task
 from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.types import Topology, Workload
 from autoshard.planners.context import PlannerContext
@@ -96,7 +97,8 @@ def plan(
 def check_request(workload: Workload, topology: Topology, models: Models, options: PlanOptions) -> tuple[str, ...]:
     """What ``plan`` refuses before any planner runs (see its Raises), and the cost model's
     warnings on the workload's tables (inputs beyond its trained ranges)."""
-    warnings = models.cost_model.check_workload(workload, None) if models.cost_model is not None else ()
+    model = bound_to_task(models.cost_model, workload, topology)  # as it prices: a sharded shard's B x W bags
+    warnings = model.check_workload(workload, None) if model is not None else ()
     try:
         check_constraints(workload, topology, options.sharding_types)
     except InputError as error:  # a pin past the topology: a placement constraint's field

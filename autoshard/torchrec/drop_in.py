@@ -42,9 +42,11 @@ What it takes from TorchRec's arguments:
   may use.
 - ``constraints``, per table, become the workload's constraints (``autoshard.core.constraints``),
   which every planner honours: ``sharding_types`` (any non-empty list, alone or mixed),
-  ``compute_kernels`` (``fused`` for the sharded types, ``dense`` for data parallel; the other
-  kernels TorchRec offers are not planned), ``min_partition`` (the narrowest column block: TorchRec
-  cuts blocks of exactly that width, AutoShard of that width or wider), the features'
+  ``compute_kernels`` (``fused`` for the sharded types, ``dense`` for data parallel; under
+  TorchRec's cost model on cuda also ``fused_uvm_caching`` and ``fused_uvm``, which the plan's
+  ``ParameterSharding`` carries with its ``cache_params``; ``key_value`` is not planned),
+  ``min_partition`` (the narrowest column block: TorchRec cuts blocks of exactly that width,
+  AutoShard of that width or wider), the features'
   ``pooling_factors`` / ``num_poolings`` / ``batch_sizes`` (the table's lookups per sample, as
   TorchRec's estimator counts them: ``pooling_factor_of``), and the kernel settings
   ``cache_params``, ``enforce_hbm``, ``stochastic_rounding``, ``bounds_check_mode`` and
