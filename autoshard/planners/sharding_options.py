@@ -12,6 +12,7 @@ them (``PlacementState(fixed=...)``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -20,9 +21,9 @@ import numpy as np
 
 from autoshard.core.errors import PlannerError, PlannerErrorKind
 from autoshard.core.sharding import ShardingType
-from autoshard.core.types import Table, TableShard, Topology, replica, row_shards
+from autoshard.core.types import CostModel, Table, TableShard, Topology, replica, row_shards
 from autoshard.planners.feasibility import FIX_DEVICES, FIX_MEMORY, FIX_SHRINK, fmt_bytes
-from autoshard.planners.placement_unit import CostFn, Unit
+from autoshard.planners.placement_unit import CostFn, Unit, model_costs
 
 ALL_TYPES = frozenset(ShardingType)
 SPREAD_TYPES = frozenset(
@@ -96,9 +97,27 @@ class _Memo:
 
     options: dict[tuple[object, ...], tuple[SpreadOption, ...]] = field(default_factory=dict)
     units: dict[int, tuple[TableShard, CostFn, Unit]] = field(default_factory=dict)
+    cost_fns: dict[tuple[int, int], tuple[CostModel, CostFn]] = field(default_factory=dict)
 
 
-_memo: _Memo | None = None
+def spread_costs(cost_model: CostModel, batch_size: int) -> CostFn:
+    """``model_costs(cost_model, batch_size)``; within ``spread_option_memo`` one function per model
+    and batch, so that the units it priced are known to later spread stages of the same model."""
+    memo = _current()
+    if memo is None:
+        return model_costs(cost_model, batch_size)
+    key = (id(cost_model), batch_size)
+    found = memo.cost_fns.get(key)
+    if found is None or found[0] is not cost_model:
+        found = memo.cost_fns[key] = (cost_model, model_costs(cost_model, batch_size))
+    return found[1]
+
+
+_local = threading.local()  # its ``memo``: each thread's own (the service plans in threads)
+
+
+def _current() -> _Memo | None:
+    return getattr(_local, "memo", None)
 
 
 @contextmanager
@@ -106,12 +125,12 @@ def spread_option_memo() -> Iterator[None]:
     """Within it, ``spread_options`` answers a question asked before from memory, and
     ``place_spread`` prices a shard it priced before from memory (a task's spread stage asks for
     the same tables' options once per variant); the memory goes with it."""
-    global _memo
-    outer, _memo = _memo, _Memo() if _memo is None else _memo
+    outer = _current()
+    _local.memo = _Memo() if outer is None else outer
     try:
         yield
     finally:
-        _memo = outer
+        _local.memo = outer
 
 
 def _host_ranks(topology: Topology, host: int) -> range:
@@ -137,12 +156,14 @@ def spread_options(
     (as TorchRec's planner cuts a grid table whose blocks are as wide as the table): the only
     grid option on one host."""
     allowed = frozenset(allowed)
-    if _memo is None:
+    memo = _current()
+    if memo is None:
         return list(_spread_options(table, topology, allowed, max_grid_ways, min_width))
-    key = (table, topology, allowed, max_grid_ways, min_width)
-    if key not in _memo.options:
-        _memo.options[key] = _spread_options(table, topology, allowed, max_grid_ways, min_width)
-    return list(_memo.options[key])
+    # the options depend on the topology's shape alone (not its memory: memory_fit's passes share them)
+    key = (table, topology.num_hosts, topology.devices_per_host, allowed, max_grid_ways, min_width)
+    if key not in memo.options:
+        memo.options[key] = _spread_options(table, topology, allowed, max_grid_ways, min_width)
+    return list(memo.options[key])
 
 
 def _spread_options(
@@ -230,7 +251,8 @@ class _RunPrices:
     def __init__(self, options: Sequence[Sequence[SpreadOption]], cost_fn: CostFn) -> None:
         self.runs = {id(run): run for found in options for o in found for _, run in o.blocks}
         by_id = {id(s): s for run in self.runs.values() for s in run}  # runs share shard objects
-        known = _memo.units if _memo is not None else {}
+        memo = _current()
+        known = memo.units if memo is not None else {}
         unit_by_id = {
             key: entry[2] for key, entry in ((k, known.get(k)) for k in by_id) if entry and entry[1] is cost_fn
         }
@@ -240,8 +262,8 @@ class _RunPrices:
         unit_of = dict(zip(distinct, map(Unit.of, distinct, costs)))
         for shard in new:
             unit_by_id[id(shard)] = unit = unit_of[shard]
-            if _memo is not None:
-                _memo.units[id(shard)] = (shard, cost_fn, unit)
+            if memo is not None:
+                memo.units[id(shard)] = (shard, cost_fn, unit)
         self.units = {key: [unit_by_id[id(s)] for s in run] for key, run in self.runs.items()}
         self.cost = {key: np.array([u.cost for u in units]) for key, units in self.units.items()}
         self.memory = {
@@ -306,6 +328,7 @@ __all__ = [
     "column_kind",
     "place_spread",
     "placed_kind",
+    "spread_costs",
     "spread_option_memo",
     "spread_options",
 ]

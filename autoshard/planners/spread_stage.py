@@ -20,8 +20,7 @@ from autoshard.planners.device_state import DeviceState, max_load
 from autoshard.planners.feasibility import check_total
 from autoshard.planners.placement_rules import check_constraints
 from autoshard.planners.placement_state import PlacementState
-from autoshard.planners.placement_unit import model_costs
-from autoshard.planners.sharding_options import place_spread, spread_option_memo
+from autoshard.planners.sharding_options import place_spread, spread_costs, spread_option_memo
 from autoshard.planners.spread_variants import spread_variants
 from autoshard.planners.task_cache import Placement, TaskCache
 
@@ -50,7 +49,7 @@ def _spread_tasks(
     workload, topology = cache.workload, cache.topology
     check_total(workload.memory_bytes, topology)
     check_constraints(workload, topology, allowed)
-    cost_fn = model_costs(cost_model, workload.batch_size)
+    cost_fn = spread_costs(cost_model, workload.batch_size)
     variants = spread_variants(workload, topology, cost_fn, allow_split, allowed)
     tasks: list[TaskOrError] = [] if variants and variants[0].name == "needed" else [cache]
     for variant in variants:

@@ -21,6 +21,7 @@ from typing import Any
 
 from autoshard.core.errors import PlannerError
 from autoshard.core.types import Planner, ShardingPlan, Topology, Workload
+from autoshard.planners.sharding_options import spread_option_memo
 from autoshard.planning.kernels import kernel_fitted
 
 ATTEMPTS = 3
@@ -37,6 +38,10 @@ class MemoryFitted:
         return self.planner.name
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
+        with spread_option_memo():  # the passes differ in memory alone: their spread options are one
+            return self._plan(workload, topology)
+
+    def _plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         best: ShardingPlan | None = None
         plan: ShardingPlan | None = None
         shrink, spent = 0, 0.0
