@@ -299,12 +299,24 @@ def test_the_shipped_policy_plans_unseen_tables_on_more_devices_than_it_trained_
     assert kinds & {ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD}
 
 
-def test_the_shipped_policy_records_its_ppo_steps_and_its_evaluations(shipped):
+def test_the_shipped_policy_records_its_run_and_its_evaluations(shipped):
     info = shipped.info
-    assert info.steps > 0, "the shipped policy is the one PPO improved, not the clone"
     assert info.warm_start_ratio is not None and info.eval_ratio is not None
-    assert info.history and info.history[0][0] == 0 and (info.steps, info.eval_ratio) in info.history
-    assert info.eval_ratio == min(r for _, r in info.history)
+    assert info.history and info.history[0] == (0, info.warm_start_ratio), "the clone is evaluated first"
+    assert max(s for s, _ in info.history) > 0, "PPO ran after the clone"
+    assert (info.steps, info.eval_ratio) in info.history
+    assert info.eval_ratio == min(r for _, r in info.history), "the best evaluated policy is the one kept"
+
+
+def test_the_shipped_policy_was_trained_against_its_profiles_own_model(model, shipped):
+    """Each profile ships a policy trained against its own model (issue 62, part 4): the file names
+    that model, planning with it warns of no mismatch, and the recorded command trained on it."""
+    import shlex
+
+    assert shipped.info.cost_model == SHIPPED.resolve().name
+    assert shipped.model_mismatch(model) is None
+    words = shlex.split(shipped.info.command)
+    assert Path(words[words.index("--model") + 1]).name == SHIPPED.resolve().name
 
 
 def test_a_policy_trained_without_a_feature_group_reads_it_as_zero(shipped):
@@ -396,34 +408,19 @@ def test_past_its_time_budget_rl_refine_returns_its_best_so_far_marked_partial(m
     assert plan.partial
 
 
-def test_policy_train_defaults_are_the_shipped_policys_run():
-    """`autoshard policy train --profile P --subprocess` retrains the shipped policy: every setting its
-    recorded command names is the CLI's default where the CLI has the option, else TrainConfig's."""
-    import shlex
-
+def test_policy_train_defaults_are_train_configs():
+    """`autoshard policy train`'s options default to TrainConfig's settings, and those are the
+    shipped policies' full run (the CPU-budget run, lab/experiments/policy_budget_train.py, only
+    lowers the cloned episodes, DAgger rounds and PPO steps)."""
     import typer
 
     from autoshard.cli import app
 
     train = typer.main.get_command(app).commands["policy"].commands["train"]  # type: ignore[attr-defined]
-    defaults = {f"--{p.name.replace('_', '-')}": p.default for p in train.params}
+    defaults = {p.name: p.default for p in train.params}
     config = TrainConfig()
-    settings = {  # the recorded options the CLI no longer offers: TrainConfig's defaults hold them
-        "--reward": config.env.reward.value,
-        "--slots": config.env.slots,
-        "--pool-size": config.tasks.pool.size,
-        "--imitation-episodes": config.imitation_episodes,
-        "--dagger-rounds": config.dagger_rounds,
-        "--learning-rate": config.learning_rate,
-        "--ent-coef": config.ent_coef,
-    }
-    words = shlex.split(OptionPolicy.load(SHIPPED / "policy.pt").info.command)
-    recorded = dict(zip(words[3::2], words[4::2]))  # after "autoshard policy train"
-    assert recorded.pop("--profile") and "--subprocess" in words
-    recorded = {k: v for k, v in recorded.items() if k != "--subprocess"}
-    assert set(recorded) >= {"--steps", "--envs", "--learning-rate", "--ent-coef", "--imitation-episodes"}
-    for option, value in recorded.items():
-        default = defaults[option] if option in defaults else settings[option]
-        assert (float(value) == default) if isinstance(default, float) else (value == str(default)), option
+    assert (defaults["steps"], defaults["envs"]) == (config.steps, config.envs)
+    assert (defaults["seed"], defaults["tables"]) == (config.seed, ",".join(map(str, config.tasks.num_tables)))
+    assert defaults["topologies"] == ",".join(f"{h}x{d}" for h, d in config.tasks.topologies)
     assert (config.envs, config.learning_rate, config.ent_coef) == (4, 5e-5, 0.0)
     assert (config.imitation_episodes, config.dagger_rounds, config.steps) == (300, 2, 600_000)
