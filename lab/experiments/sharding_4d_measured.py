@@ -53,12 +53,13 @@ def measure_task(task: Any, profile: Any, rounds: int, row_cap_mb: int, time_lim
     }
     reference = maxima["cost_greedy"]
     planners: dict[str, dict[str, Any]] = {}
-    for plan in plans:
+    for plan, alone in zip(plans, measured):
         ratio, low, high = ratio_ci95(maxima[plan.planner], reference)
         planners[plan.planner] = {
             "predicted_max_ms": round(plan.max_cost_ms, 4),
             "measured_max_ms": round(sorted(maxima[plan.planner])[len(reference) // 2], 4),
             "over_cost_greedy": [round(ratio, 4), round(low, 4), round(high, 4)],
+            "compute_only_over_cost_greedy": [round(alone.ratio_to_reference, 4), *map(float, alone.ratio_ci95)],
         }
     heuristics = [h for h in HEURISTICS if h in planners]
     best = min(heuristics, key=lambda h: planners[h]["measured_max_ms"]) if heuristics else None
