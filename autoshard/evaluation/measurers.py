@@ -39,10 +39,11 @@ def plans_measurer(
     """``(plans, batch_size, reference=0, world_size=None) -> measured plans``: one task's plans
     run on this machine with the microbenchmark, interleaved over ``rounds``
     (``measure_plan.measure_plans``; tables capped at ``row_cap_mb`` MiB of rows, as the traces
-    are; with ``world_size``, each device as DMP runs a rank of that many), on the ``profile``'s
+    are; each device as DMP runs a rank of ``world_size``, by default the plans' devices: its
+    sharded shards at B x W bags, its replicas at B, as the cost model prices it), on the ``profile``'s
     kind of device and execution mode (without one: this machine's default). ``InputError`` if
     this machine cannot run them (a GPU profile here without a GPU, FBGEMM missing)."""
-    from autoshard.evaluation.measure_plan import measure_plans
+    from autoshard.evaluation.measure_plan import MeasuredPlan, measure_plans
     from cost_model.profile import default_device, default_mode
     from cost_model.traces.records import BenchConfig
 
@@ -50,9 +51,14 @@ def plans_measurer(
     if profile is not None:
         device, mode = _device_and_mode(profile)
     config = BenchConfig(device=device, mode=mode, row_cap_bytes=row_cap_mb * 1024**2)
-    return lambda plans, batch_size, reference=0, world_size=None: measure_plans(
-        plans, batch_size, config, rounds, reference, on_round=on_round, world_size=world_size
-    )
+
+    def measured(
+        plans: Sequence[ShardingPlan], batch_size: int, reference: int = 0, world_size: int | None = None
+    ) -> list[MeasuredPlan]:
+        ranks = world_size or (len(plans[0].devices) if plans else None)
+        return measure_plans(plans, batch_size, config, rounds, reference, on_round=on_round, world_size=ranks)
+
+    return measured
 
 
 def _device_and_mode(profile: MeasuredProfile) -> tuple[str, Any]:
