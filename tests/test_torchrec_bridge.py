@@ -755,3 +755,14 @@ def test_cli_torchrec_export_runs_in_dmp_like_the_unsharded_model(tmp_path):
     placed = plan_from_export(json.loads(export.read_text())["tables"], workload, 2)
     assert all(d.shards for d in placed.devices)
     mp.spawn(_dmp_worker, args=(2, free_port(), str(export)), nprocs=2, join=True)
+
+
+def test_a_meta_collection_skips_initialising_and_a_real_one_is_initialised():
+    workload = small_workload()
+    meta = embedding_bag_collection(workload)
+    real = embedding_bag_collection(workload, device="cpu")
+    for table in workload.tables:
+        shape = (table.num_embeddings, table.embedding_dim)
+        assert meta.embedding_bags[table.name].weight.is_meta
+        assert tuple(meta.embedding_bags[table.name].weight.shape) == shape
+        assert real.embedding_bags[table.name].weight.std().item() > 0  # nn.init.normal_ ran outside meta

@@ -140,9 +140,26 @@ def to_embedding_bag_configs(workload: Workload) -> list[EmbeddingBagConfig]:
     ]
 
 
+class _NoInitOnMeta(torch.overrides.TorchFunctionMode):
+    """Skips ``nn.init.normal_`` on meta tensors: they hold no values, and initialising them took
+    0.57 s of a 1,000-table collection's 0.7 s. A function mode is this thread's alone."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if func is torch.nn.init.normal_:
+            tensor = args[0] if args else kwargs.get("tensor")
+            if isinstance(tensor, torch.Tensor) and tensor.is_meta:
+                return tensor
+        return func(*args, **kwargs)
+
+
 def embedding_bag_collection(workload: Workload, device: str | torch.device = "meta") -> EmbeddingBagCollection:
     """The workload as an EmbeddingBagCollection (on ``meta`` by default: no memory allocated)."""
-    return EmbeddingBagCollection(tables=to_embedding_bag_configs(workload), device=torch.device(device))
+    device = torch.device(device)
+    if device.type != "meta":
+        return EmbeddingBagCollection(tables=to_embedding_bag_configs(workload), device=device)
+    with _NoInitOnMeta():
+        return EmbeddingBagCollection(tables=to_embedding_bag_configs(workload), device=device)
 
 
 def embedding_collection(workload: Workload, device: str | torch.device = "meta") -> EmbeddingCollection:
