@@ -62,6 +62,24 @@ EXAMPLE_REQUEST: dict[str, Any] = {
 }
 
 
+Profile = Annotated[
+    str | None,
+    Field(
+        max_length=200,
+        description="Cost model profile (GET /v1/profiles), or `torchrec`: TorchRec's own estimators for "
+        "`compute_device`; default: the service's default.",
+    ),
+]
+ComputeDevice = Annotated[
+    Literal["cuda", "cpu"] | None,
+    Field(
+        description="With profile `torchrec`: the device TorchRec's estimators price, `cuda` (the default) or "
+        "`cpu` (its CPU perf model, memory as DDR). A trained profile prices the device it was traced on: "
+        "given with one, a 422.",
+    ),
+]
+
+
 class TableIn(BaseModel):
     """One embedding table, as in a workload file. Memory is derived, never sent."""
 
@@ -195,18 +213,8 @@ class PlanRequest(BaseModel):
         description="Planner names (GET /v1/planners). Default: every planner the service loaded "
         "except torchrec, which runs when asked.",
     )
-    profile: str | None = Field(
-        None,
-        max_length=200,
-        description="Cost model profile (GET /v1/profiles), or `torchrec`: TorchRec's own estimators for "
-        "`compute_device`; default: the service's default.",
-    )
-    compute_device: Literal["cuda", "cpu"] | None = Field(
-        None,
-        description="With profile `torchrec`: the device TorchRec's estimators price, `cuda` (the default) or "
-        "`cpu` (its CPU perf model, memory as DDR). A trained profile prices the device it was traced on: "
-        "given with one, a 422.",
-    )
+    profile: Profile = None
+    compute_device: ComputeDevice = None
     allow_column_split: bool | None = Field(
         None,
         description="Which planners may split costly or large tables column-wise. null (the default): the "
@@ -315,18 +323,8 @@ class ReplanRequest(BaseModel):
         description="And at most this many GiB of them (weights and optimizer state: "
         "what a reshard copies), for every budget; null: any.",
     )
-    profile: str | None = Field(
-        None,
-        max_length=200,
-        description="Cost model profile (GET /v1/profiles), or `torchrec`: TorchRec's own estimators for "
-        "`compute_device`; default: the service's default.",
-    )
-    compute_device: Literal["cuda", "cpu"] | None = Field(
-        None,
-        description="With profile `torchrec`: the device TorchRec's estimators price, `cuda` (the default) or "
-        "`cpu` (its CPU perf model, memory as DDR). A trained profile prices the device it was traced on: "
-        "given with one, a 422.",
-    )
+    profile: Profile = None
+    compute_device: ComputeDevice = None
     allow_column_split: bool = Field(
         True,
         description="Whether new tables (and cost_greedy's plan from scratch) "
