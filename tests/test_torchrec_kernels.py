@@ -182,3 +182,35 @@ def test_the_cli_exports_the_kernels_it_chose(tmp_path):
         tables["cold0"]["compute_kernel"] == FUSED_UVM_CACHING and tables["cold0"]["cache_params"]["load_factor"] == 0.2
     )
     assert tables["hot0"]["compute_kernel"] == "fused"
+
+
+def test_torchrecs_planner_is_offered_the_kernels_ours_may_choose_and_exports_them():
+    """Under TorchRec's model on cuda the reference planner is offered fused, fused_uvm_caching
+    (with the table's load factor as CacheParams) and fused_uvm, so it plans the task that does not
+    fit HBM fused, and its plan carries each kernel; without the model it is offered fused alone."""
+    from autoshard.core.constraints import Constraints, TableConstraints
+    from autoshard.torchrec.planner import FULL_SEARCH, TorchRecPlanner
+
+    workload, topology = over_hbm()
+    own = TableConstraints(compute_kernels=("fused", "fused_uvm_caching"), cache_load_factor=0.3)
+    workload = Workload(workload.tables, workload.batch_size, "over_hbm", Constraints((("cold1", own),)))
+    model = TorchRecCostModel().for_task(workload, topology)
+    reference = TorchRecPlanner(cost_model=model, sharding_types=FULL_SEARCH)
+    offered = {
+        o[0].name: [(t.compute_kernel, t.cache_load_factor) for t in o] for o in reference.offered_kernels(workload)
+    }
+    assert offered["hot0"] == [("fused", None), (FUSED_UVM_CACHING, None), (FUSED_UVM, None)]
+    assert offered["cold1"] == [("fused", None), (FUSED_UVM_CACHING, 0.3)]
+    theirs = reference.plan(workload, topology)
+    tables = {s.table.name: s.table for d in theirs.devices for s in d.shards}
+    assert {t.compute_kernel for t in tables.values()} - {"fused"}  # some table in host memory
+    assert model.overflow_bytes(theirs) <= 0
+    export = bridge.to_torchrec_plan(theirs, workload, 2).plan[bridge.MODULE_PATH]  # type: ignore[index]
+    for name, table in tables.items():
+        assert export[name].compute_kernel == table.compute_kernel
+        if table.compute_kernel == FUSED_UVM_CACHING:
+            assert export[name].cache_params.load_factor == table.load_factor
+    fused_only = TorchRecPlanner(sharding_types=FULL_SEARCH)
+    assert all(len(o) == 1 for o in fused_only.offered_kernels(workload))
+    with pytest.raises(PlannerError):
+        fused_only.plan(workload, topology)  # 1 GiB of tables, 1 GiB of HBM less TorchRec's reservation

@@ -25,14 +25,11 @@ from dataclasses import replace
 from autoshard.core.constraints import FUSED
 from autoshard.core.errors import InputError, PlannerError
 from autoshard.core.types import FUSED_UVM_CACHING, CostModel, Planner, ShardingPlan, Topology, Workload
+from autoshard.torchrec.kernel_choice import chooses_kernels
 
 FILLS = (1.0, 0.9, 0.8, 0.7, 0.6)
 """The shares of the devices' memory (as the model counts it) the kernels are chosen to fill,
 in the order ``KernelFitted`` tries them."""
-
-
-def chooses_kernels(cost_model: object) -> bool:
-    return all(hasattr(cost_model, m) for m in ("choose_kernels", "overflow_bytes"))
 
 
 def with_kernels(cost_model: CostModel | None, workload: Workload, topology: Topology) -> Workload:

@@ -26,10 +26,13 @@ until a planner's plan fits. The learned profiles measured ``fused`` alone: they
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from autoshard.core.errors import InputError
 from autoshard.core.types import FUSED, FUSED_UVM_CACHING, TABLE_KERNELS, Table, Workload
-from autoshard.torchrec.estimates import TaskEstimates
+
+if TYPE_CHECKING:  # TorchRec's estimators load with it; TorchRec's planner needs table_kernels alone
+    from autoshard.torchrec.estimates import TaskEstimates
 
 FILL = 1.0
 """The share of the devices' memory (after TorchRec's reservation) the chosen kernels may fill
@@ -48,6 +51,12 @@ class KernelStep:
     @property
     def ms_per_byte(self) -> float:
         return self.added_ms / self.saved_bytes
+
+
+def chooses_kernels(cost_model: object) -> bool:
+    """Whether ``cost_model`` chooses each table's kernel (TorchRec's estimator does): planners,
+    TorchRec's planner among them, may then choose any kernel ``table_kernels`` offers."""
+    return all(hasattr(cost_model, m) for m in ("choose_kernels", "overflow_bytes"))
 
 
 def table_kernels(workload: Workload, table: Table, compute_device: str) -> tuple[Table, ...]:
@@ -107,4 +116,4 @@ def choose_kernels(workload: Workload, estimates: TaskEstimates, fill: float | N
     return workload if tables == workload.tables else replace(workload, tables=tables)
 
 
-__all__ = ["FILL", "KernelStep", "choose_kernels", "table_kernels"]
+__all__ = ["FILL", "KernelStep", "choose_kernels", "chooses_kernels", "table_kernels"]

@@ -8,9 +8,11 @@ partitioner and storage reservation, over the sharding types of ``sharding_types
 every type TorchRec's ``EmbeddingBagCollectionSharder`` offers for the device (data parallel,
 table-wise, column-wise, table-column-wise, and on cuda row-wise, table-row-wise and grid) on a
 cluster or where a table does not fit one device, and table-wise (plus column-wise when allowed)
-on one host whose devices each fit every table, as before. Kernels are fused (data parallel:
-dense, the one kernel TorchRec gives it), never UVM or SSD offloading: our plans keep every
-shard in the device's memory. Needs the ``torchrec`` extra.
+on one host whose devices each fit every table, as before. Kernels are those our planners may
+choose under the same cost model (``offered_kernels``): under TorchRec's estimator (``--model
+torchrec``) on cuda ``fused``, ``fused_uvm_caching`` (its ``CacheParams`` load factor the table's,
+TorchRec's default 0.2 unless constrained) and ``fused_uvm``; else ``fused`` alone; data parallel
+``dense``, the one kernel TorchRec gives it. Never SSD offloading. Needs the ``torchrec`` extra.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ from typing import TYPE_CHECKING, Any
 from autoshard.core.errors import PlannerError, PlannerErrorKind
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import (
+    FUSED_UVM_CACHING,
     GIB,
     CostModel,
     Optimizer,
     ShardingPlan,
+    Table,
     TableShard,
     Topology,
     Workload,
@@ -47,6 +51,7 @@ from autoshard.planners.feasibility import (
     fmt_bytes,
 )
 from autoshard.planners.placement_unit import Unit
+from autoshard.torchrec.kernel_choice import chooses_kernels, table_kernels
 
 if TYPE_CHECKING:
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
@@ -178,7 +183,8 @@ class TorchRecPlanner:
         started = time.perf_counter()
         types = self.search_space(workload, topology)
         offered = tuple(EmbeddingBagCollectionSharder().sharding_types(self.compute_device)) if types is None else types
-        units = [Unit.of(TableShard(t), 0.0) for t in workload.tables]
+        kernels = self.offered_kernels(workload)
+        units = [Unit.of(TableShard(k[-1]), 0.0) for k in kernels]  # each at its kernel of least device memory
         _check_before(units, workload, topology, offered)
         world_size = topology.num_devices
         soft_deadline = None if self.time_budget_s is None else started + SOFT_BUDGET_SHARE * self.time_budget_s
@@ -189,7 +195,7 @@ class TorchRecPlanner:
                 storage_reservation=HeuristicalStorageReservation(
                     percentage=self.storage_reservation, dense_tensor_estimate=0
                 ),
-                constraints=self._constraints(workload, types),
+                constraints=self._constraints(workload, types, kernels),
                 stats=[],
                 debug=False,
                 timeout_seconds=_left(soft_deadline),  # type: ignore[arg-type]  # compared with float seconds
@@ -236,27 +242,42 @@ class TorchRecPlanner:
         split = (self._bridge.COLUMN_WISE,) if self.allow_column_split else ()
         return (self._bridge.TABLE_WISE, *split)
 
-    def _constraints(self, workload: Workload, types: tuple[str, ...] | None) -> dict[str, Any]:
-        """Per table: the sharding types (``None``: all the sharder offers), fused kernels (and
-        dense, data parallel's only kernel, where data parallel may be chosen), its pooling factor."""
+    def offered_kernels(self, workload: Workload) -> list[tuple[Table, ...]]:
+        """Each table under each sharded kernel TorchRec may choose for it, least device memory
+        last: the kernels our planners may choose under ``cost_model`` (TorchRec's estimator:
+        ``table_kernels``, those its constraints allow that ``compute_device`` offers), else
+        ``fused`` alone (the learned profiles measured it alone)."""
+        if not chooses_kernels(self.cost_model):
+            return [(t,) for t in workload.tables]
+        return [table_kernels(workload, t, self.compute_device) for t in workload.tables]
+
+    def _constraints(
+        self, workload: Workload, types: tuple[str, ...] | None, kernels: Sequence[tuple[Table, ...]]
+    ) -> dict[str, Any]:
+        """Per table: the sharding types (``None``: all the sharder offers), its kernels (and
+        dense, data parallel's only kernel, where data parallel may be chosen) with the cache
+        load factor of ``fused_uvm_caching`` as ``CacheParams``, its pooling factor."""
         from torchrec.distributed.planner.types import ParameterConstraints
+        from torchrec.distributed.types import CacheParams
 
         out = {}
-        for t in workload.tables:
+        for t, options in zip(workload.tables, kernels):
             own = workload.constraints.of(t.name)
             kinds = types
             if own is not None and own.sharding_types is not None:  # the table's own constraint narrows it
                 kinds = tuple(
                     k for k in (types or [s.value for s in ShardingType]) if ShardingType(k) in own.sharding_types
                 )
-            kernels = [self._bridge.FUSED]
+            names = list(dict.fromkeys(o.compute_kernel for o in options))
             if kinds is None or ShardingType.DATA_PARALLEL.value in kinds:
-                kernels.append(self._bridge.DENSE)
+                names.append(self._bridge.DENSE)
+            cached = next((o for o in options if o.compute_kernel == FUSED_UVM_CACHING), None)
             out[t.name] = ParameterConstraints(
                 sharding_types=None if kinds is None else list(kinds),
-                compute_kernels=kernels,
+                compute_kernels=names,
                 pooling_factors=[t.pooling_factor],
                 min_partition=own.min_partition if own is not None else None,
+                cache_params=None if cached is None else CacheParams(load_factor=cached.load_factor),
             )
         return out
 

@@ -5,9 +5,10 @@ tables to ``fused_uvm_caching`` (``autoshard.torchrec.kernel_choice``), beside:
 
 - the fused-only plan of the same task (every table constrained to ``fused``): none fits;
 - the plan at the suite's own memory (every table fits fused), for the price of UVM caching;
-- TorchRec's own ``EmbeddingShardingPlanner`` offered the same kernels (fused, fused_uvm_caching,
-  fused_uvm; dense for data parallel), same topology and storage reservation, its plan priced by
-  the same model (``--torchrec``: it is slow on the larger tasks).
+- TorchRec's own ``EmbeddingShardingPlanner`` as the product runs it (``torchrec`` at full search),
+  offered the same kernels (fused, fused_uvm_caching, fused_uvm; dense for data parallel), same
+  topology and storage reservation, its plan priced by the same model and exported as DMP gets
+  it (``--torchrec``: it is slow on the larger tasks).
 
 Each plan's max (TorchRec's estimate of its max rank, ms), whether it fits TorchRec's storage on
 every rank, its tables per kernel and its planning time (2 shared cores: under load, see ``load``).
@@ -66,66 +67,41 @@ def plan_kernels(workload: Any, topology: Any, fused_only: bool = False) -> dict
 
 
 def torchrec_uvm(workload: Any, topology: Any) -> dict[str, Any]:
-    """TorchRec's planner offered fused, fused_uvm_caching, fused_uvm (dense for data parallel),
-    every sharding type, its storage reservation (0.15, no dense part); priced by our model."""
-    import torch
-    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-    from torchrec.distributed.planner import EmbeddingShardingPlanner
-    from torchrec.distributed.planner import Topology as TorchRecTopology
-    from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
-    from torchrec.distributed.planner.types import ParameterConstraints
-    from torchrec.distributed.planner.types import PlannerError as TorchRecPlannerError
-
+    """The product's TorchRec planner (``torchrec``) at full search beside ``--model torchrec``:
+    offered the kernels our planners may choose under it (``TorchRecPlanner.offered_kernels``:
+    fused, fused_uvm_caching with its CacheParams, fused_uvm; dense for data parallel), every
+    sharding type, its storage reservation (0.15, no dense part); priced by the same model."""
+    from autoshard.core.errors import PlannerError
     from autoshard.torchrec import bridge
     from autoshard.torchrec.cost_model import TorchRecCostModel
-    from autoshard.torchrec.planner import _quiet_torchrec, torchrec_topology_args
+    from autoshard.torchrec.planner import FULL_SEARCH, TorchRecPlanner
 
-    kernels = ["fused", "fused_uvm_caching", "fused_uvm", "dense"]
-    constraints = {
-        t.name: ParameterConstraints(compute_kernels=kernels, pooling_factors=[t.pooling_factor])
-        for t in workload.tables
-    }
-    module = bridge.embedding_bag_collection(workload)
-    for t in workload.tables:
-        module.embedding_bags[t.name].weight._optimizer_classes = [torch.optim.SGD]  # type: ignore[attr-defined]
-    started = time.perf_counter()
-    with _quiet_torchrec():
-        planner = EmbeddingShardingPlanner(
-            topology=TorchRecTopology(**torchrec_topology_args(topology, "cuda")),
-            batch_size=workload.batch_size,
-            storage_reservation=HeuristicalStorageReservation(percentage=0.15, dense_tensor_estimate=0),
-            constraints=constraints,
-            stats=[],
-            debug=False,
-        )
-        try:
-            torchrec_plan = planner.plan(module, [EmbeddingBagCollectionSharder()])
-        except TorchRecPlannerError as error:
-            return {
-                "planned": False,
-                "error": str(error).splitlines()[0][:300],
-                "plan_s": round(time.perf_counter() - started, 2),
-            }
-    seconds = time.perf_counter() - started
     model = TorchRecCostModel().for_task(workload, topology)
-    ours = bridge.from_torchrec_plan(
-        torchrec_plan, workload, topology.num_devices, model, "torchrec", seconds, topology.local_world_size
-    )
-    kernels_used = Counter(
-        s.compute_kernel
-        for m in torchrec_plan.plan.values()
-        for s in m.values()  # type: ignore[attr-defined]
-    )
-    shardings = {n: s for m in torchrec_plan.plan.values() for n, s in m.items()}  # type: ignore[attr-defined]
+    started = time.perf_counter()
+    try:
+        ours = TorchRecPlanner(cost_model=model, sharding_types=FULL_SEARCH).plan(workload, topology)
+    except PlannerError as error:
+        return {
+            "planned": False,
+            "error": f"{error.kind.value}: {error.message}"[:300],
+            "plan_s": round(time.perf_counter() - started, 2),
+        }
+    export = bridge.to_torchrec_plan(ours, workload, topology.num_devices, "cuda", topology.local_world_size)
+    shardings = export.plan[bridge.MODULE_PATH]  # type: ignore[index]
     return {
         "planned": True,
         "max_ms": round(ours.max_cost_ms, 4),
         "fits": model.overflow_bytes(ours) <= 0,
-        "kernels": dict(kernels_used),
+        "kernels": dict(Counter(s.compute_kernel for s in shardings.values())),  # type: ignore[attr-defined]
         "uvm": sorted(
-            f"{n} {s.compute_kernel} {s.sharding_type}" for n, s in shardings.items() if "uvm" in s.compute_kernel
+            f"{n} {s.compute_kernel} {s.sharding_type}"
+            for n, s in shardings.items()  # type: ignore[attr-defined]
+            if "uvm" in s.compute_kernel
         ),
-        "plan_s": round(seconds, 2),
+        "cache_params": sorted(
+            {repr(s.cache_params) for s in shardings.values() if s.compute_kernel == "fused_uvm_caching"}  # type: ignore[attr-defined]
+        ),
+        "plan_s": round(ours.plan_time_s, 2),
     }
 
 
