@@ -24,12 +24,19 @@ d columns, pooling factor L_s, its lookups' share already in it) makes a rank se
 - ``all_reduce`` (data parallel): the R x d gradient of b-byte elements, S = R d b, reduced as a
   two-level ring: 2 S (L - 1) / L inside the host, then 2 (S / L) (H - 1) / H between hosts.
 
-``CALLS`` counts a collective's calls an iteration, each paying the fitted latency once. The
-profile's fits (``LinkFit``) price ``latency_ms + bytes / bandwidth`` per (collective, tier):
-bytes are those a rank sends on the tier, which is how `bench comm` fits its points. `bench comm`
-times TorchRec's dist modules themselves (``KJTAllToAll``, ``PooledEmbeddingsAllToAll``,
-``PooledEmbeddingsReduceScatter``, DDP's bucketed all-reduce), so a fit's latency holds the CPU
-work TorchRec does around each call (KJT permutes and splits, copies) and its bandwidth the
+``CALLS`` counts a collective's calls an iteration, each paying the fitted latency once. The ids
+are distributed once per **group** (``ID_GROUPS``): TorchRec's sharded collection runs one
+``KJTAllToAll`` per sharding type (``ShardedEmbeddingBagCollection._input_dists``, each with its
+own splits exchange, lengths and ids), so a rank pays the ids' fixed cost (``CALLS`` x latency,
+on each tier its ids cross) once per group it holds (``shard_groups``), where every other
+collective pays it once per (collective, tier) it uses. A rank takes part in every group of the
+plan, held or not; a device's price sees only its own shards (on 2 ranks, every rank holds
+every group of its plan). The profile's fits (``LinkFit``) price ``latency_ms + bytes /
+bandwidth`` per (collective, tier): bytes are those a rank sends on the tier, which is how `bench
+comm` fits its points. `bench comm` times TorchRec's dist modules themselves (``KJTAllToAll``,
+``PooledEmbeddingsAllToAll``, ``PooledEmbeddingsReduceScatter``, DDP's bucketed all-reduce), so a
+fit's latency holds the CPU work TorchRec does around each call (KJT permutes and splits,
+copies) and its bandwidth the
 per-byte part of it, not only the link's.
 """
 
@@ -72,10 +79,41 @@ CALLS = {
     Collective.ALL_GATHER: 1,
     Collective.ALL_REDUCE: 1,
 }
+IDS = (Collective.INPUT_DIST, Collective.INPUT_DIST_ROW_WISE)
+BUCKETIZED = (ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD)
+ID_GROUPS = tuple(
+    (kind, pooled)
+    for pooled in (True, False)
+    for kind in (
+        ShardingType.TABLE_WISE,
+        ShardingType.COLUMN_WISE,
+        ShardingType.TABLE_COLUMN_WISE,
+        *BUCKETIZED,
+    )
+)
+"""The groups that each run their own ids' all-to-all: a sharding type of a pooled collection
+(EmbeddingBagCollection) or of a sequence one (EmbeddingCollection); a replica's ids stay local."""
+GROUP_INDEX = {group: i for i, group in enumerate(ID_GROUPS)}
 KEYS = tuple((c, t) for c in Collective for t in Tier)
 """Every (collective, tier), in the order of ``shard_traffic``'s vector."""
 INDEX = {key: i for i, key in enumerate(KEYS)}
 ROW_SHARDED_IN_HOST = (ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD)
+
+
+def ids_collective(kind: ShardingType) -> Collective:
+    """The collective that carries a shard's ids: bucketized by row block first for row-wise,
+    table-row-wise and grid shards (TorchRec's ``RwSparseFeaturesDist``, ``TwRwSparseFeaturesDist``)."""
+    return Collective.INPUT_DIST_ROW_WISE if kind in BUCKETIZED else Collective.INPUT_DIST
+
+
+def shard_groups(table: Table, num_devices: int) -> list[float]:
+    """1 in the column of ``table``'s ids group (``ID_GROUPS``), 0 elsewhere; all 0 for a replica
+    or on one device. Summed over a device's shards, a column > 0 is a group whose ids' all-to-all
+    the device runs."""
+    out = [0.0] * len(ID_GROUPS)
+    if num_devices > 1 and table.sharding_type is not ShardingType.DATA_PARALLEL:
+        out[GROUP_INDEX[table.sharding_type, table.pooled]] = 1.0
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +211,7 @@ def shard_traffic(table: Table, batch_size: int, num_devices: int, devices_per_h
         out[INDEX[Collective.ALL_REDUCE, Tier.INTER]] = 2.0 * gradient / local * (hosts - 1) / hosts
         return out
     ids = batch_size * (ID_BYTES * table.pooling_factor + LENGTH_BYTES)
-    bucketized = kind is ShardingType.ROW_WISE or kind in ROW_SHARDED_IN_HOST
-    dist = Collective.INPUT_DIST_ROW_WISE if bucketized else Collective.INPUT_DIST
+    dist = ids_collective(kind)
     out[INDEX[dist, Tier.INTRA]] = ids * intra
     out[INDEX[dist, Tier.INTER]] = ids * inter
     output = batch_size * d * OUTPUT_BYTES * (1.0 if table.pooled else table.pooling_factor)  # sequence: per id

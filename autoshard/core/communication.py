@@ -5,11 +5,13 @@ A profile's model (``communication.json``, written by `autoshard bench comm`) ho
 sharded DMP step runs and each link tier (within a host, between hosts); ``autoshard.core
 .collectives`` says which bytes each shard sends on which tier. A device pays, for every
 (collective, tier) its shards use, ``CALLS`` x latency + bytes / bandwidth, summed over tiers
-and collectives (``TierPricing``). The topology's ``intra_host_bw_gbps`` and
-``inter_host_bw_gbps`` (GiB/s) are explicit user overrides: a value other than TorchRec's default
-(600 and 12.5 GiB/s) replaces that tier's measured bandwidths (latencies stay); the defaults
-themselves price nothing unless a profile declares them (``source`` "declared": a GPU profile made
-without GPUs; its outputs say "declared, not measured").
+and collectives (``TierPricing``); the ids' fixed cost is paid once per group (sharding type)
+its shards fall in, as TorchRec runs one ids' all-to-all per group (``collectives.ID_GROUPS``).
+The topology's ``intra_host_bw_gbps`` and ``inter_host_bw_gbps`` (GiB/s) are explicit user
+overrides: a value other than TorchRec's default (600 and 12.5 GiB/s) replaces that tier's
+measured bandwidths (latencies stay); the defaults themselves price nothing unless a profile
+declares them (``source`` "declared": a GPU profile made without GPUs; its outputs say "declared,
+not measured").
 
 Every method takes the workload's ``batch_size`` as TorchRec does: B samples per rank. A sharded
 shard serves every rank's samples, B x W bags on W ranks (``Links.bags``; ``autoshard.core
@@ -37,11 +39,15 @@ import numpy as np
 
 from autoshard.core.collectives import (
     CALLS,
+    ID_GROUPS,
+    IDS,
     INDEX,
     KEYS,
     Collective,
     LinkFit,
     Tier,
+    ids_collective,
+    shard_groups,
     shard_traffic,
     with_row_wise_ids,
 )
@@ -124,16 +130,24 @@ def allreduce_bytes(table: Table, links: Links) -> float:
 @dataclass(frozen=True, slots=True)
 class TierPricing:
     """A model's fits on one set of links, as arrays over ``KEYS``: what a call's latency adds an
-    iteration (``CALLS`` x latency) and bytes a ms; ``cost_ms`` prices rows of traffic totals."""
+    iteration (``CALLS`` x latency, where the key carries bytes; 0 for the ids), bytes a ms, and
+    the ids' fixed cost each group adds to each key (``group_fixed_ms``: len(ID_GROUPS) x
+    len(KEYS), ``CALLS`` x latency on every tier the ids cross). ``cost_ms`` prices rows of terms:
+    bytes per key, then shards per group (``CommunicationModel.terms``)."""
 
     fixed_ms: np.ndarray
     bytes_per_ms: np.ndarray
+    group_fixed_ms: np.ndarray
 
-    def cost_ms(self, totals: np.ndarray, count: np.ndarray) -> np.ndarray:
-        """Each row's communication (``totals``: N x len(KEYS) bytes; ``count``: its shards)."""
-        used = totals > 0
-        cost = (np.where(used, self.fixed_ms, 0.0) + totals / self.bytes_per_ms).sum(axis=1)
-        return np.where(count > 0, cost, 0.0)
+    def key_cost_ms(self, terms: np.ndarray) -> np.ndarray:
+        """Each row's ms per key (``terms``: N x (len(KEYS) + len(ID_GROUPS)))."""
+        totals, groups = terms[:, : len(KEYS)], terms[:, len(KEYS) :]
+        fixed = np.where(totals > 0, self.fixed_ms, 0.0) + (groups > 0).astype(np.float64) @ self.group_fixed_ms
+        return fixed + totals / self.bytes_per_ms
+
+    def cost_ms(self, terms: np.ndarray, count: np.ndarray) -> np.ndarray:
+        """Each row's communication (``terms`` as ``key_cost_ms``; ``count``: its shards)."""
+        return np.where(count > 0, self.key_cost_ms(terms).sum(axis=1), 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,12 +209,20 @@ class CommunicationModel:
         return LinkFit(fit.collective, fit.tier, fit.latency_ms, override, "override", (), fit.ranks, "the topology's")
 
     def pricing(self, where: Links | Topology | int) -> TierPricing:
-        """The per-tier fits on ``where``'s links, as arrays (``TierPricing``)."""
-        fits = [self.fit(c, t, where) for c, t in KEYS]
-        return TierPricing(
-            np.array([CALLS[f.collective] * f.latency_ms for f in fits]),
-            np.array([f.bandwidth_gbps * 1e6 for f in fits]),
-        )
+        """The per-tier fits on ``where``'s links, as arrays (``TierPricing``): a group's ids pay
+        their collective's ``CALLS`` x latency on each tier they cross (within the host where it
+        has other ranks, between hosts where there are others)."""
+        links = Links.of(where)
+        fits = [self.fit(c, t, links) for c, t in KEYS]
+        calls = np.array([CALLS[f.collective] * f.latency_ms for f in fits])
+        crossed = {Tier.INTRA: links.devices_per_host > 1, Tier.INTER: links.num_devices > links.devices_per_host}
+        group_fixed = np.zeros((len(ID_GROUPS), len(KEYS)))
+        for g, (kind, _) in enumerate(ID_GROUPS):
+            for tier in Tier:
+                key = INDEX[ids_collective(kind), tier]
+                group_fixed[g, key] = calls[key] if crossed[tier] else 0.0
+        ids = np.array([c in IDS for c, _ in KEYS])
+        return TierPricing(np.where(ids, 0.0, calls), np.array([f.bandwidth_gbps * 1e6 for f in fits]), group_fixed)
 
     def traffic(self, table: Table, batch_size: int, where: Links | Topology | int) -> np.ndarray:
         """Bytes ``table`` (a shard's ``as_table``) sends per (collective, tier), in ``KEYS``
@@ -208,18 +230,20 @@ class CommunicationModel:
         links = Links.of(where)
         return np.array(shard_traffic(table, links.bags(batch_size), links.num_devices, links.devices_per_host))
 
+    def _tier_terms(self, table: Table, batch_size: int, links: Links) -> list[float]:
+        """A per-tier model's terms of ``table``: its bytes per key, then its ids group's column."""
+        bags = links.bags(batch_size)
+        traffic = shard_traffic(table, bags, links.num_devices, links.devices_per_host)
+        return [*traffic, *shard_groups(table, links.num_devices)]
+
     def breakdown(self, tables: Sequence[Table], batch_size: int, where: Links | Topology | int) -> dict[str, float]:
         """A device's communication ms per ``"collective tier"`` it uses (a per-tier model)."""
         links = Links.of(where)
         if not tables or links.num_devices <= 1:
             return {}
-        totals = np.sum([self.traffic(t, batch_size, links) for t in tables], axis=0)
-        pricing = self.pricing(links)
-        return {
-            f"{c.value} {t.value}": float(pricing.fixed_ms[i] + totals[i] / pricing.bytes_per_ms[i])
-            for i, (c, t) in enumerate(KEYS)
-            if totals[i] > 0
-        }
+        terms = np.sum([self._tier_terms(t, batch_size, links) for t in tables], axis=0)
+        cost = self.pricing(links).key_cost_ms(terms[None, :])[0]
+        return {f"{c.value} {t.value}": float(cost[i]) for i, (c, t) in enumerate(KEYS) if terms[i] > 0}
 
     def describe(self) -> str:
         """One line for outputs: where the figures come from."""
@@ -262,8 +286,8 @@ class CommunicationModel:
         if self.fits:
             if links.num_devices <= 1 or not tables:
                 return 0.0
-            totals = np.sum([self.traffic(t, batch_size, links) for t in tables], axis=0)
-            return float(self.pricing(links).cost_ms(totals[None, :], np.array([len(tables)]))[0])
+            terms = np.sum([self._tier_terms(t, batch_size, links) for t in tables], axis=0)
+            return float(self.pricing(links).cost_ms(terms[None, :], np.array([len(tables)]))[0])
         host = remote = extra = 0.0
         for table in tables:
             h, r = link_dims(table, links)
@@ -312,10 +336,10 @@ class CommunicationModel:
 
     def terms(self, table: Table, links: Links, batch_size: int = 0) -> tuple[float, ...]:
         """What ``table`` adds to a device's communication, additive over its shards: a per-tier
-        model's bytes per (collective, tier) at ``batch_size``; a one-figure model's (host dims,
-        remote dims, all-reduce ms)."""
+        model's bytes per (collective, tier) at ``batch_size``, then 1 in its ids group's column
+        (``ID_GROUPS``); a one-figure model's (host dims, remote dims, all-reduce ms)."""
         if self.fits:
-            return tuple(shard_traffic(table, links.bags(batch_size), links.num_devices, links.devices_per_host))
+            return tuple(self._tier_terms(table, batch_size, links))
         host, remote = link_dims(table, links)
         return host, remote, self.allreduce_ms(table, links)
 
