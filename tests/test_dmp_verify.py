@@ -61,6 +61,7 @@ def test_every_sharding_type_verifies_under_dmp_and_matches_the_unsharded_model(
         assert [r["rank"] for r in verify["ranks"]] == [0, 1]
         for rank in verify["ranks"]:
             assert rank["measured_ms"] > 0 and rank["predicted_ms"] > 0 and rank["steps"] == 2
+            assert rank["pipeline_ms"] is None  # not asked for
             assert [p["part"] for p in rank["parts"]] == [g for g, _ in PART_GROUPS]
             parts = {p["part"]: p for p in rank["parts"]}
             assert parts["input_dist"]["predicted_ms"] is None  # the model prices no input distribution
@@ -80,15 +81,17 @@ def test_every_sharding_type_verifies_under_dmp_and_matches_the_unsharded_model(
 
 
 @pytest.mark.timeout(240)
-def test_two_emulated_hosts_of_one_rank_run_every_type():
+def test_two_emulated_hosts_of_one_rank_run_every_type_taken_apart_and_in_trainpipelinesparsedist():
     workload = all_types_workload()
     plan = all_types_plan(workload, hosts=2, per_host=1)
-    (measured,) = measure_plans_dmp([plan], workload, config(TWO_HOSTS))
+    (measured,) = measure_plans_dmp([plan], workload, config(TWO_HOSTS, pipeline=True))
+    # both the decomposed model's and the pipelined model's pooled outputs equal the unsharded model's
     assert measured.outputs_match and measured.ranks_per_host == 1 and measured.network.startswith("loopback")
     for rank in measured.ranks:
         assert [p for p, _ in rank.parts] == list(PARTS)
         assert math.isclose(sum(ms for _, ms in rank.parts), rank.busy_ms, rel_tol=0.05)
         assert rank.wall_ms > 0 and dict(rank.parts)["allreduce"] > 0
+        assert rank.pipeline_ms is not None and rank.pipeline_ms > 0
 
 
 @pytest.mark.timeout(300)

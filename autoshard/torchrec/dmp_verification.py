@@ -82,6 +82,7 @@ class PlanVerification:
             if self.torchrec_estimate_ms is None
             else round(self.torchrec_estimate_ms[k], 4),
             "step_wall_ms": round(measured.wall_ms, 4),
+            "pipeline_ms": None if measured.pipeline_ms is None else round(measured.pipeline_ms, 4),
             "iqr_ms": round(measured.iqr_ms, 4),
             "steps": measured.steps,
             "parts": [

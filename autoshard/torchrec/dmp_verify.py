@@ -14,6 +14,12 @@ weights of one unsharded EmbeddingBagCollection and pools one batch on every ran
 difference from the unsharded model's output is reported (``max_abs_error``): a plan whose
 export is wrong fails here, not silently in the timings.
 
+With ``pipeline``, each rank also trains each plan as users do, through TorchRec's
+``TrainPipelineSparseDist.progress`` (``dmp_pipeline``), for the same warm-up and timed steps
+right after the plan's decomposed ones: its step's wall time (``pipeline_ms``) stands beside the
+sum of the parts, and its outputs are checked as the decomposed model's are (both in
+``max_abs_error``).
+
 Emulated hosts: ``namespaces=True`` puts each emulated host's ranks in their own network
 namespace, the hosts joined by a veth pair shaped to ``link_gbit`` (``dmp_launch``; it needs
 root); otherwise every rank runs on this host's loopback. The report says which (``network``).
@@ -21,6 +27,7 @@ root); otherwise every rank runs on this host's loopback. The report says which 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -38,6 +45,7 @@ from autoshard.core.errors import InputError
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import ShardingPlan, Workload
 from autoshard.torchrec.dmp_launch import check_namespaces, loopback_network, run_in_namespaces
+from autoshard.torchrec.dmp_pipeline import as_batches, pipelined
 from autoshard.torchrec.dmp_run import (
     LEARNING_RATE,
     DistributedConfig,
@@ -64,6 +72,7 @@ class DmpVerifyConfig:
     check_outputs: bool = True
     namespaces: bool = False  # each emulated host's ranks in a network namespace (dmp_launch; root)
     link_gbit: float = 10.0  # with namespaces: the inter-host link's rate, as `bench comm` shapes it
+    pipeline: bool = False  # also time each plan's whole step in TrainPipelineSparseDist (dmp_pipeline)
 
     @property
     def ranks_per_host(self) -> int:
@@ -87,6 +96,7 @@ class RankMeasurement:
     parts: tuple[tuple[str, float], ...]  # (part, median ms), in PARTS order
     cpu_parts: tuple[tuple[str, float], ...]  # (part, median thread CPU ms): a collective's own work
     steps: int
+    pipeline_ms: float | None = None  # the step in TrainPipelineSparseDist, wall time (None: not run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +135,7 @@ def measure_plans_dmp(
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="autoshard-dmp-") as tmp:
         out_path = os.path.join(tmp, "ranks.json")
-        job = (config, tuple(plans), built, out_path)
+        job = (config, tuple(plans), built, out_path, config.pipeline)
         if config.namespaces:
             network = run_in_namespaces(config, job, Path(tmp))
         else:
@@ -187,9 +197,11 @@ def _rank(
     plans: tuple[ShardingPlan, ...],
     built: Workload,
     out_path: str,
+    pipeline: bool = False,
 ) -> None:
     """One rank: shard every plan, check its outputs, time interleaved rounds, gather to rank 0
-    (``port`` None: torchrun set the rendezvous)."""
+    (``port`` None: torchrun set the rendezvous). With ``pipeline``, each plan's step is also
+    timed whole in ``TrainPipelineSparseDist``, after its decomposed steps of the round."""
     import torch.distributed as dist
 
     run = config.run
@@ -200,18 +212,27 @@ def _rank(
     dist.init_process_group("gloo", rank=rank, world_size=run.world_size, timeout=timedelta(seconds=run.timeout_s))
     try:
         models = [_sharded(plan, built, run) for plan in plans]
+        pipes = (
+            [pipelined(plan, built, run.world_size, run.local_world_size, LEARNING_RATE) for plan in plans]
+            if pipeline
+            else []
+        )
         batches = _batches(built, rank, run.seed, torch.device("cpu"))
-        errors = _output_errors(models, built, batches[0], run.seed) if config.check_outputs else None
+        errors = _output_errors(models, pipes, built, batches[0], run.seed) if config.check_outputs else None
         steps: list[list[StepTimes]] = [[] for _ in plans]
+        whole: list[list[float]] = [[] for _ in plans]
         for _ in range(config.rounds):
             for k, (sharded, replicas) in enumerate(models):
                 for step in range(run.warmups + run.steps):
                     times = timed_step(sharded, batches[step % len(batches)], replicas, LEARNING_RATE)
                     if step >= run.warmups:
                         steps[k].append(times)
+                if pipes:
+                    whole[k] += pipes[k].timed(itertools.cycle(as_batches(batches)), run.warmups, run.steps)
         mine = {
             "rank": rank,
             "steps": [[[*s.parts, *s.cpu_parts, s.wall_ms] for s in plan_steps] for plan_steps in steps],
+            "pipeline": whole if pipes else None,
             "errors": errors,
             "malloc": malloc_settings_active(),
         }
@@ -261,20 +282,29 @@ def _sharded(plan: ShardingPlan, built: Workload, run: DistributedConfig) -> tup
     return model.module, replicas
 
 
-def _output_errors(models: Sequence[tuple[Any, Any]], built: Workload, features: Any, seed: int) -> list[float]:
+def _output_errors(
+    models: Sequence[tuple[Any, Any]], pipes: Sequence[Any], built: Workload, features: Any, seed: int
+) -> list[float]:
     """Each plan's largest difference from the unsharded model's pooled output on ``features``,
-    with the unsharded model's weights copied into its shards."""
+    with the unsharded model's weights copied into its shards: the decomposed model's, and its
+    pipelined model's (``pipes``, where run: one step through the pipeline)."""
     from autoshard.torchrec.bridge import embedding_bag_collection
 
     torch.manual_seed(seed)
     reference = embedding_bag_collection(built, "cpu")
     expected = reference(features)
     errors = []
-    for sharded, _ in models:
+    for k, (sharded, _) in enumerate(models):
         _copy_weights(sharded, reference)
         with torch.no_grad():
             pooled, _, _ = forward_parts(sharded, features)
-        errors.append(max(float((pooled[t.name] - expected[t.name]).detach().abs().max()) for t in built.tables))
+        outputs = [pooled]
+        if pipes:
+            _copy_weights(pipes[k].sharded, reference)
+            outputs += pipes[k].run(as_batches([features]))
+        errors.append(
+            max(float((out[t.name] - expected[t.name]).detach().abs().max()) for out in outputs for t in built.tables)
+        )
     return errors
 
 
@@ -303,7 +333,10 @@ def _measurement(
         parts = tuple((p, statistics.median(s[i] for s in steps)) for i, p in enumerate(PARTS))
         cpu = tuple((p, statistics.median(s[n + i] for s in steps)) for i, p in enumerate(PARTS))
         wall = statistics.median(s[-1] for s in steps)
-        ranks.append(RankMeasurement(r["rank"], statistics.median(busy), wall, q[2] - q[0], parts, cpu, len(steps)))
+        whole = statistics.median(r["pipeline"][k]) if r.get("pipeline") else None
+        ranks.append(
+            RankMeasurement(r["rank"], statistics.median(busy), wall, q[2] - q[0], parts, cpu, len(steps), whole)
+        )
     errors = [g["errors"][k] for g in gathered] if gathered[0]["errors"] is not None else None
     return DmpMeasurement(
         plan_name=plan.planner,
