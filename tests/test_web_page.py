@@ -262,14 +262,20 @@ def _check_judges(page: Any, answer: dict[str, Any]) -> None:
     verdict = answer["judges"]
     assert verdict is not None, "stats: true answers with the judges"
     names = [j["judge"] for j in verdict["judges"]]
-    assert names == ["autoshard", "torchrec_estimator", "dmp"] and verdict["plans"] == [
-        p["planner"] for p in answer["plans"]
-    ]
+    # the default profile measured its links: TorchRec's estimator at them stands beside the declared
+    assert names == ["autoshard", "torchrec_estimator", "torchrec_estimator_measured_links", "dmp"]
+    assert verdict["plans"] == [p["planner"] for p in answer["plans"]]
     ours = verdict["judges"][0]["max_ms"]
     assert ours == pytest.approx([p["max_cost_ms"] for p in answer["plans"]], rel=1e-3)  # the planners' own prices
     assert all(ms is not None and ms > 0 for ms in verdict["judges"][1]["max_ms"])  # TorchRec's estimator judged all
     headers = [th.text for th in _find(page, "#judges-table thead th")]
-    assert headers == ["plan", "AutoShard's cost model, ms", "TorchRec's estimator, ms", "DMP, measured, ms"]
+    assert headers == [
+        "plan",
+        "AutoShard's cost model, ms",
+        "TorchRec's estimator, ms",
+        "TorchRec's estimator at measured links, ms",
+        "DMP, measured, ms",
+    ]
     rows = _find(page, "#judges-table tbody tr")
     assert len(rows) == len(verdict["plans"])
     for i, row in enumerate(rows):

@@ -84,7 +84,9 @@ def run_dmp_verification(
         row_cap_bytes=row_cap_mb * 2**20,
         seed=seed,
     )
-    config = DmpVerifyConfig(run, rounds=rounds, namespaces=emulates_hosts(topology), link_gbit=link_gbit(topology))
+    config = DmpVerifyConfig(
+        run, rounds=rounds, namespaces=emulates_hosts(topology), link_gbit=link_gbit(topology), pipeline=True
+    )
     return verify_dmp(plans, workload, topology, cost_model, communication, config, top)
 
 
@@ -173,7 +175,16 @@ def print_dmp_verification(verification: DmpVerification, console: Console) -> N
             title=f"{', '.join(candidate.planners)} under DMP: {v['world_size']} ranks, {v['ranks_per_host']} a host, "
             f"{v['rounds']} rounds ({match[v['outputs_match']]}; {v['network']}); ms, predicted / measured"
         )
-        for column in ("rank", "step", "input dist", "lookup", "output dist", "all-reduce", "TorchRec est."):
+        for column in (
+            "rank",
+            "step",
+            "input dist",
+            "lookup",
+            "output dist",
+            "all-reduce",
+            "pipelined",
+            "TorchRec est.",
+        ):
             table.add_column(column)
         for rank in v["ranks"]:
             parts = {p["part"]: p for p in rank["parts"]}
@@ -183,6 +194,7 @@ def print_dmp_verification(verification: DmpVerification, console: Console) -> N
                 str(rank["rank"]),
                 _pair(rank["predicted_ms"], rank["measured_ms"]),
                 *cells,
+                "-" if rank["pipeline_ms"] is None else f"{rank['pipeline_ms']:.3g}",
                 "-" if estimate is None else f"{estimate:.3g}",
             )
         console.print(table)

@@ -15,6 +15,7 @@ from autoshard.planning.options import Models
 from autoshard.planning.registry import HEURISTICS
 
 if TYPE_CHECKING:
+    from autoshard.core.communication import CommunicationModel
     from autoshard.torchrec.judges import Judges
 
 
@@ -88,7 +89,8 @@ class PlanningReport:
             models.device_errors,
             self.cost_unit,
         )
-        return replace(self, stats=found, stats_of=index, judges=_judges(self))
+        communication = models.communication if models.cost_model is not None else None
+        return replace(self, stats=found, stats_of=index, judges=_judges(self, communication))
 
     def to_dict(self, detail: bool = False) -> dict[str, Any]:
         """Its JSON: ``PlansReport``'s, the stats under their plan's entry, then ``warnings`` and
@@ -127,12 +129,13 @@ class PlanningReport:
         return table.name if split_ways(table.embedding_dim, self.topology.num_devices) else None
 
 
-def _judges(report: PlanningReport) -> Judges | None:
-    """Our model and TorchRec's estimator on the report's plans (None where TorchRec does not
-    import here: the judges need its estimator)."""
+def _judges(report: PlanningReport, communication: CommunicationModel | None) -> Judges | None:
+    """Our model and TorchRec's estimator (at the declared links, and at ``communication``'s
+    measured ones) on the report's plans (None where TorchRec does not import here: the judges
+    need its estimator)."""
     try:
         from autoshard.torchrec.judges import judge_plans
 
-        return judge_plans(report.plans, report.workload, report.topology)
+        return judge_plans(report.plans, report.workload, report.topology, communication=communication)
     except ImportError:
         return None

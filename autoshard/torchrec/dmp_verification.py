@@ -141,7 +141,7 @@ def verify_dmp(
     top: int = 4,
 ) -> DmpVerification:
     """Measure the ``top`` best-predicted distinct plans under DMP; keep the fastest measured."""
-    from autoshard.torchrec.judges import Verdict
+    from autoshard.torchrec.judges import Verdict, measured_links_verdict
 
     if topology.num_devices != config.run.world_size or topology.local_world_size != config.ranks_per_host:
         raise InputError(
@@ -173,6 +173,7 @@ def verify_dmp(
         (
             Verdict("autoshard", tuple(c.plan.max_cost_ms for c in candidates)),
             Verdict("torchrec_estimator", estimates, f"TorchRec's estimator on {device}"),
+            *filter(None, [measured_links_verdict([c.plan for c in candidates], workload, topology, communication)]),
             Verdict("dmp", tuple(c.measurement.max_busy_ms for c in candidates), "slowest rank, measured under DMP"),
         ),
     )

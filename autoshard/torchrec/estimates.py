@@ -33,7 +33,7 @@ from torchrec.distributed.planner.enumerators import get_partition_by_type
 from torchrec.distributed.planner.estimator.estimator import EmbeddingPerfEstimatorFactory
 from torchrec.distributed.planner.shard_estimators import EmbeddingStorageEstimator
 from torchrec.distributed.planner.storage_reservations import HeuristicalStorageReservation
-from torchrec.distributed.planner.types import ParameterConstraints, Shard, ShardingOption
+from torchrec.distributed.planner.types import GeneralizedCommsBandwidth, ParameterConstraints, Shard, ShardingOption
 from torchrec.distributed.planner.utils import build_sharder_data, sharder_name
 from torchrec.distributed.types import CacheParams
 from torchrec.distributed.types import ShardingType as TorchRecShardingType
@@ -76,7 +76,9 @@ class TaskEstimates:
     cached per distinct shard. ``capacities``: each rank's bytes for shards after TorchRec's
     storage reservation (``storage_reservation`` of the memory, its input buffers; no dense
     part, as ``TorchRecPlanner`` plans); ``storage_reservation`` None: the topology's memory is
-    already what a reservation left (the drop-in's)."""
+    already what a reservation left (the drop-in's). ``comms_bandwidths``: TorchRec's
+    ``GeneralizedCommsBandwidth`` for its comms in place of the topology's declared links
+    (``autoshard.torchrec.measured_links``)."""
 
     def __init__(
         self,
@@ -84,11 +86,13 @@ class TaskEstimates:
         topology: Topology,
         compute_device: str = "cuda",
         storage_reservation: float | None = STORAGE_RESERVATION,
+        comms_bandwidths: GeneralizedCommsBandwidth | None = None,
     ) -> None:
         if compute_device not in COMPUTE_DEVICES:
             raise InputError("compute_device", f"must be cuda or cpu, got {compute_device!r}", "use cuda or cpu")
         self.workload, self.topology, self.compute_device = workload, topology, compute_device
         self.tables = {t.name: t for t in workload.tables}
+        self._comms_bandwidths = comms_bandwidths
         with _quiet_torchrec():  # its advice to its own users (topology factory, dry runs)
             self._setup(workload, storage_reservation)
         self._by_table: dict[Table, ShardEstimate] = {}
@@ -97,7 +101,9 @@ class TaskEstimates:
 
     def _setup(self, workload: Workload, storage_reservation: float | None) -> None:
         topology, compute_device = self.topology, self.compute_device
-        self._torchrec_topology = TorchRecTopology(**torchrec_topology_args(topology, compute_device))
+        self._torchrec_topology = TorchRecTopology(
+            **torchrec_topology_args(topology, compute_device), generalized_comms_bandwidths=self._comms_bandwidths
+        )
         self._module = bridge.embedding_bag_collection(workload)  # checks every table's precision
         for table in workload.tables:  # its optimizer state in TorchRec's storage estimate
             weight = self._module.embedding_bags[table.name].weight

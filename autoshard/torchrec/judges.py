@@ -8,6 +8,10 @@
   sharding only on cuda, so plans that use them are estimated as cuda plans (HBM bandwidths);
   plans of data-parallel, table-, column- and table-column-wise tables alone can be estimated on
   the CPU (``estimator_device``).
+- **torchrec_estimator_measured_links** (where the profile measured its links): the same
+  estimator with the profile's measured per-(collective, tier) bandwidths in place of the
+  topology's declared ones (``autoshard.torchrec.measured_links``): TorchRec's formulas at our links,
+  so that a disagreement with ours that it does not share was the links'.
 - **dmp**: each plan's slowest rank measured under TorchRec's DMP (``dmp_verify``), where the
   ranks fit this machine.
 
@@ -28,6 +32,8 @@ from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, ShardingPlan, Table, Topology, Workload
 
 if TYPE_CHECKING:
+    from torchrec.distributed.planner.types import GeneralizedCommsBandwidth
+
     from autoshard.torchrec.estimates import TaskEstimates
 
 CPU_TYPES = frozenset(
@@ -177,37 +183,15 @@ def judge_plans(
     workload: Workload,
     topology: Topology,
     measured_max_ms: Sequence[float | None] | None = None,
+    communication: CommunicationModel | None = None,
 ) -> Judges:
-    """The three judges on ``plans``: our model (each plan's priced max), TorchRec's estimator on
-    each plan's shards, and DMP measured (``measured_max_ms``, each plan's slowest rank; None:
-    not measured)."""
-    from autoshard.torchrec.estimates import TaskEstimates
-
-    device = estimator_device(plans)
-    estimates: list[float | None] = []
-    failed = []
-    shared: TaskEstimates | None = None
-    try:
-        shared = TaskEstimates(workload, topology, device, storage_reservation=None)
-    except Exception as error:  # noqa: BLE001 - a task TorchRec cannot estimate (a precision it lacks) is said
-        failed.append(f"{type(error).__name__}: {error}")
-    for plan in plans if shared is not None else ():
-        try:
-            estimates.append(max(torchrec_estimate_ms(plan, workload, topology, device, shared)))
-        except Exception as error:  # noqa: BLE001 - a plan TorchRec cannot estimate is reported, not fatal
-            estimates.append(None)
-            failed.append(f"{plan.planner}: {type(error).__name__}: {error}")
-    note = (
-        "TorchRec's CPU sharder offers only data-parallel, table-, column- and table-column-wise: "
-        "these plans are estimated as cuda plans"
-        if device == "cuda"
-        else "estimated on the CPU"
-    )
-    if shared is None:
-        estimates = [None for _ in plans]
+    """The judges on ``plans``: our model (each plan's priced max), TorchRec's estimator on each
+    plan's shards at the topology's declared links, and again at the links ``communication``
+    measured (where it measured them), and DMP measured (``measured_max_ms``, each plan's slowest
+    rank; None: not measured)."""
     verdicts = [
         Verdict("autoshard", tuple(p.max_cost_ms for p in plans)),
-        Verdict("torchrec_estimator", tuple(estimates), "; ".join([note, *failed])),
+        *estimator_verdicts(plans, workload, topology, communication),
     ]
     if measured_max_ms is not None:
         verdicts.append(Verdict("dmp", tuple(measured_max_ms), "each plan's slowest rank, measured under DMP"))
@@ -216,13 +200,84 @@ def judge_plans(
     return Judges(tuple(p.planner for p in plans), tuple(verdicts))
 
 
+def estimator_verdicts(
+    plans: Sequence[ShardingPlan],
+    workload: Workload,
+    topology: Topology,
+    communication: CommunicationModel | None = None,
+) -> tuple[Verdict, ...]:
+    """TorchRec's estimator on each plan's shards: at the topology's declared links
+    (``torchrec_estimator``), then at the links ``communication`` measured
+    (``measured_links_verdict``; none where it measured none)."""
+    bandwidths = f"{topology.intra_host_bw_gbps:g} / {topology.inter_host_bw_gbps:g} GiB/s"
+    note = f"{_where(plans)}; the topology's declared links, {bandwidths}"
+    declared = _estimator_verdict("torchrec_estimator", plans, workload, topology, note)
+    measured = measured_links_verdict(plans, workload, topology, communication)
+    return (declared,) if measured is None else (declared, measured)
+
+
+def measured_links_verdict(
+    plans: Sequence[ShardingPlan],
+    workload: Workload,
+    topology: Topology,
+    communication: CommunicationModel | None,
+) -> Verdict | None:
+    """TorchRec's estimator on each plan's shards at the links ``communication`` measured, per
+    collective and tier (``torchrec_estimator_measured_links``); None where it measured none."""
+    from autoshard.torchrec.measured_links import MEASURED_LINKS, measured_links
+
+    links = measured_links(communication, topology)
+    if links is None:
+        return None
+    return _estimator_verdict(MEASURED_LINKS, plans, workload, topology, f"{_where(plans)}; {links.describe()}", links)
+
+
+def _where(plans: Sequence[ShardingPlan]) -> str:
+    if estimator_device(plans) == "cuda":
+        return (
+            "TorchRec's CPU sharder offers only data-parallel, table-, column- and table-column-wise: "
+            "these plans are estimated as cuda plans"
+        )
+    return "estimated on the CPU"
+
+
+def _estimator_verdict(
+    judge: str,
+    plans: Sequence[ShardingPlan],
+    workload: Workload,
+    topology: Topology,
+    note: str,
+    links: GeneralizedCommsBandwidth | None = None,
+) -> Verdict:
+    """TorchRec's estimator's slowest rank of each plan (``links``: its comms bandwidths; None:
+    the topology's); a plan or task it cannot estimate is None, said in the note."""
+    from autoshard.torchrec.estimates import TaskEstimates
+
+    device = estimator_device(plans)
+    failed: list[str] = []
+    try:
+        shared = TaskEstimates(workload, topology, device, storage_reservation=None, comms_bandwidths=links)
+    except Exception as error:  # noqa: BLE001 - a task TorchRec cannot estimate (a precision it lacks) is said
+        return Verdict(judge, tuple(None for _ in plans), f"{note}; {type(error).__name__}: {error}")
+    estimates: list[float | None] = []
+    for plan in plans:
+        try:
+            estimates.append(max(torchrec_estimate_ms(plan, workload, topology, device, shared)))
+        except Exception as error:  # noqa: BLE001 - a plan TorchRec cannot estimate is reported, not fatal
+            estimates.append(None)
+            failed.append(f"{plan.planner}: {type(error).__name__}: {error}")
+    return Verdict(judge, tuple(estimates), "; ".join([note, *failed]))
+
+
 __all__ = [
     "CPU_TYPES",
     "Judges",
     "RankPrediction",
     "Verdict",
     "estimator_device",
+    "estimator_verdicts",
     "judge_plans",
+    "measured_links_verdict",
     "predict_ranks",
     "torchrec_estimate_ms",
 ]

@@ -290,8 +290,10 @@ PLAN_EXAMPLE: dict[str, Any] = {
 
 
 class JudgeOut(BaseModel):
-    judge: Literal["autoshard", "torchrec_estimator", "dmp"] = Field(
-        description="Our cost model; TorchRec's EmbeddingPerfEstimator on each plan's shards; DMP measured."
+    judge: Literal["autoshard", "torchrec_estimator", "torchrec_estimator_measured_links", "dmp"] = Field(
+        description="Our cost model; TorchRec's EmbeddingPerfEstimator on each plan's shards at the topology's "
+        "declared links; the same estimator at the profile's measured links (only where the profile measured "
+        "them); DMP measured."
     )
     max_ms: list[float | None] = Field(
         description="Each plan's slowest rank under this judge, in the order of `plans` (null: not judged)."

@@ -90,7 +90,12 @@ export function statsTables(stats) {
   ];
 }
 
-const JUDGE_NAMES = { autoshard: "AutoShard's cost model", torchrec_estimator: "TorchRec's estimator", dmp: "DMP, measured" };
+const JUDGE_NAMES = {
+  autoshard: "AutoShard's cost model",
+  torchrec_estimator: "TorchRec's estimator",
+  torchrec_estimator_measured_links: "TorchRec's estimator at measured links",
+  dmp: "DMP, measured",
+};
 
 /** The judges side by side (the answer's `judges`, when it has them): each plan's slowest rank under each. */
 export function judges(verdict) {
