@@ -113,8 +113,11 @@ def test_the_services_stats_hold_the_judges_side_by_side(tmp_path):
     assert response.status_code == 200, response.text
     report = PlanResponse.model_validate(response.json())
     assert report.judges is not None and report.judges.plans == [p.planner for p in report.plans]
-    ours, theirs, measured = report.judges.judges
-    assert (ours.judge, theirs.judge, measured.judge) == ("autoshard", "torchrec_estimator", "dmp")
+    ours, theirs, at_links, measured = report.judges.judges  # the shipped profile measured its links
+    judges = (ours.judge, theirs.judge, at_links.judge, measured.judge)
+    assert judges == ("autoshard", "torchrec_estimator", "torchrec_estimator_measured_links", "dmp")
+    assert all(m > d for m, d in zip(at_links.max_ms, theirs.max_ms))  # type: ignore[operator] # slower links
+    assert at_links.prefers in report.judges.plans and "measured links" in (at_links.note or "")
     assert ours.max_ms == pytest.approx([p.max_cost_ms for p in report.plans], abs=1e-4)
     assert ours.prefers == report.best
     assert all(m is not None and m > 0 for m in theirs.max_ms) and theirs.prefers in report.judges.plans

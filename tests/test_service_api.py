@@ -829,19 +829,3 @@ def test_a_kept_answer_is_sent_with_each_requests_own_elapsed_time():
     answer = Answer(b'{"best":"cost_greedy","plans":[]}', partial=False)
     assert json.loads(answer.body(0.25)) == {"best": "cost_greedy", "plans": [], "elapsed_s": 0.25}
     assert json.loads(answer.body(1e-7))["elapsed_s"] == 1e-7
-
-
-def test_stats_judge_plans_at_the_declared_and_at_the_profiles_measured_links(client, body):
-    """The profile measured its links, so TorchRec's estimator judges again at them, beside its
-    estimate at the topology's declared 600 / 12.5 GiB/s (a slower link: a dearer estimate)."""
-    pytest.importorskip("torchrec")
-    request = {**body, "planners": ["size_greedy", "cost_greedy"], "stats": True}
-    response = client.post("/v1/plans", json=request)
-    assert response.status_code == 200, response.text
-    judges = PlanResponse.model_validate(response.json()).judges
-    assert judges is not None and judges.plans == ["size_greedy", "cost_greedy"]
-    by = {j.judge: j for j in judges.judges}
-    assert list(by) == ["autoshard", "torchrec_estimator", "torchrec_estimator_measured_links", "dmp"]
-    declared, measured = by["torchrec_estimator"], by["torchrec_estimator_measured_links"]
-    assert all(m > d for m, d in zip(measured.max_ms, declared.max_ms))  # type: ignore[operator]
-    assert measured.prefers in judges.plans and "measured links" in (measured.note or "")
