@@ -83,6 +83,9 @@ class KernelFitted:
         if plan is None:
             assert error is not None
             raise error
+        check_host = getattr(self.cost_model, "check_host_memory", None)
+        if check_host is not None and not plan.partial:
+            check_host(plan)  # the UVM kernels' host memory, as the model counts it: refused past it
         return replace(plan, plan_time_s=spent)
 
 

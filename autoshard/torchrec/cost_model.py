@@ -59,6 +59,8 @@ class TorchRecCostModel(SetCostModel):
             default and ``TorchRecPlanner``'s), with its input buffers; ``None``: none, the
             topology's memory is already what TorchRec's reservation left (the drop-in's).
         workload, topology: the task it prices (``for_task`` binds them; both or neither).
+        ddr_cap_bytes: each rank's host memory (DDR) on cuda, TorchRec's ``Topology`` ``ddr_cap``
+            (None: TorchRec's default, 128 GiB), where the UVM kernels keep their weights.
     """
 
     max_set_size: int | None = None
@@ -73,6 +75,7 @@ class TorchRecCostModel(SetCostModel):
         storage_reservation: float | None = STORAGE_RESERVATION,
         workload: Workload | None = None,
         topology: Topology | None = None,
+        ddr_cap_bytes: int | None = None,
     ) -> None:
         if compute_device not in COMPUTE_DEVICES:
             raise InputError("compute_device", f"must be cuda or cpu, got {compute_device!r}", "use cuda or cpu")
@@ -80,13 +83,21 @@ class TorchRecCostModel(SetCostModel):
             raise InputError(
                 "storage_reservation", f"must be in [0, 1), got {storage_reservation!r}", "TorchRec's default is 0.15"
             )
+        if ddr_cap_bytes is not None and ddr_cap_bytes <= 0:
+            raise InputError(
+                "ddr_cap_bytes", f"must be positive, got {ddr_cap_bytes!r}", "give each rank's host memory"
+            )
         self.compute_device, self.storage_reservation = compute_device, storage_reservation
+        self.ddr_cap_bytes = ddr_cap_bytes
         self.estimates: TaskEstimates | None = None
         self._last_bound: TorchRecCostModel | None = None
+        self._plan_storage: tuple[object, np.ndarray, np.ndarray] | None = None  # the last plan's
         if (workload is None) != (topology is None):
             raise ValueError("give both workload and topology, or neither")
         if workload is not None and topology is not None:
-            self.estimates = TaskEstimates(workload, topology, compute_device, storage_reservation)
+            self.estimates = TaskEstimates(
+                workload, topology, compute_device, storage_reservation, ddr_cap_bytes=ddr_cap_bytes
+            )
 
     @property
     def name(self) -> str:
@@ -99,8 +110,11 @@ class TorchRecCostModel(SetCostModel):
             task = None if model is None else model.estimates
             if task is not None and _same(task.workload, workload) and _same(task.topology, topology):
                 return model  # type: ignore[return-value]
-        self._last_bound = TorchRecCostModel(self.compute_device, self.storage_reservation, workload, topology)
+        self._last_bound = self._bound(workload, topology)
         return self._last_bound
+
+    def _bound(self, workload: Workload | None, topology: Topology | None) -> TorchRecCostModel:
+        return TorchRecCostModel(self.compute_device, self.storage_reservation, workload, topology, self.ddr_cap_bytes)
 
     def choose_kernels(self, workload: Workload, topology: Topology, fill: float | None = None) -> Workload:
         """``workload`` with each table's kernel chosen under TorchRec's estimate to fill at most
@@ -138,29 +152,74 @@ class TorchRecCostModel(SetCostModel):
     def uncounted_bytes(self, plan: ShardingPlan) -> int:
         """The most bytes TorchRec's storage estimate counts on a device of ``plan`` beyond the
         planners' own count (weights and optimizer state): its input and output buffers."""
-        sets = [[s.as_table for s in d.shards] for d in plan.devices]
-        return max(used - d.memory_bytes for used, d in zip(self.storage(sets), plan.devices))
+        used, _ = self.plan_storage(plan)
+        return int(max(u - d.memory_bytes for u, d in zip(used.tolist(), plan.devices)))
 
     def overflow_bytes(self, plan: ShardingPlan) -> int:
         """How far the fullest device of ``plan`` is past what TorchRec's storage estimate allows
         (0 or less: every device fits)."""
-        sets = [[s.as_table for s in d.shards] for d in plan.devices]
-        used = np.array(self.storage(sets), dtype=np.int64)
-        return int((used - self.capacities(len(sets))).max())
+        used, _ = self.plan_storage(plan)
+        return int((used - self.capacities(len(used))).max())
+
+    def host_overflow_bytes(self, plan: ShardingPlan) -> int:
+        """How far the fullest rank of ``plan`` is past its host memory (TorchRec's ``ddr_cap``)
+        in TorchRec's storage estimate of its UVM shards (0 or less: every rank fits; on cpu 0)."""
+        _, host = self.plan_storage(plan)
+        caps = self.task.host_capacities
+        return 0 if caps is None else int((host - np.array(caps, dtype=np.int64)).max())
+
+    def check_host_memory(self, plan: ShardingPlan) -> None:
+        """``PlannerError(INSUFFICIENT_MEMORY)`` naming the rank, its host bytes and what to change
+        when a rank of ``plan`` holds more host memory (DDR) than TorchRec's ``ddr_cap`` gives it,
+        as TorchRec's planner refuses such a plan."""
+        from autoshard.core.errors import PlannerError, PlannerErrorKind
+
+        if self.host_overflow_bytes(plan) <= 0:
+            return
+        _, host = self.plan_storage(plan)
+        caps = np.array(self.task.host_capacities, dtype=np.int64)
+        rank = int(np.argmax(host - caps))
+        raise PlannerError(
+            PlannerErrorKind.INSUFFICIENT_MEMORY,
+            f"rank {rank} would hold {int(host[rank]):,} bytes of UVM tables in host memory (DDR) by "
+            f"TorchRec's storage estimate, past its ddr_cap of {int(caps[rank]):,} bytes "
+            f"({int(host.sum()):,} bytes on all {len(host)} ranks, which have {int(caps.sum()):,})",
+            (
+                "raise the host memory per rank (TorchRecCostModel(ddr_cap_bytes=...), TorchRec's Topology ddr_cap)",
+                "add device memory per device, or devices, so that fewer tables run in host memory",
+                "allow the tables row-wise splits (their sharding_types), which spread their host memory",
+                "shrink the tables (fewer rows, a smaller dimension, fp16)",
+            ),
+        )
+
+    def plan_storage(self, plan: ShardingPlan) -> tuple[np.ndarray, np.ndarray]:
+        """Each device's TorchRec storage (bytes on the compute device) and host memory (DDR of
+        the UVM shards on cuda) in ``plan``: counted once per plan's devices (planning asks both
+        ``overflow_bytes`` and ``uncounted_bytes`` of a plan, then again of the plan it keeps)."""
+        memo = self._plan_storage
+        if memo is not None and memo[0] is plan.devices:
+            return memo[1], memo[2]
+        sizes = [len(d.shards) for d in plan.devices]
+        found = self.task.of([s.as_table for d in plan.devices for s in d.shards])
+        owner = np.repeat(np.arange(len(sizes)), sizes)
+        used = np.zeros(len(sizes), dtype=np.int64)
+        host = np.zeros(len(sizes), dtype=np.int64)
+        np.add.at(used, owner, np.fromiter((e.bytes for e in found), dtype=np.int64, count=len(found)))
+        np.add.at(host, owner, np.fromiter((e.host_bytes for e in found), dtype=np.int64, count=len(found)))
+        self._plan_storage = (plan.devices, used, host)
+        return used, host
 
     def __deepcopy__(self, memo: dict[int, Any]) -> TorchRecCostModel:
         """A copy for another thread (the service's ``ModelStore.for_thread``): unbound models
         hold nothing to share, a bound one gets its own cache."""
-        if self.estimates is None:
-            return TorchRecCostModel(self.compute_device, self.storage_reservation)
         task = self.estimates
-        return TorchRecCostModel(self.compute_device, self.storage_reservation, task.workload, task.topology)
+        return self._bound(None, None) if task is None else self._bound(task.workload, task.topology)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled as its arguments (the service's planning processes): the estimates are made again."""
         task = self.estimates
         bound = (task.workload, task.topology) if task is not None else (None, None)
-        return TorchRecCostModel, (self.compute_device, self.storage_reservation, *bound)
+        return TorchRecCostModel, (self.compute_device, self.storage_reservation, *bound, self.ddr_cap_bytes)
 
     @property
     def task(self) -> TaskEstimates:
@@ -201,12 +260,33 @@ class TorchRecCostModel(SetCostModel):
         caps = np.array(self.task.capacities, dtype=np.int64)
         return caps if num_sets == len(caps) else np.full(num_sets, caps.min(), dtype=np.int64)
 
-    def priced(self, ms: np.ndarray, used: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    def host_capacities(self, num_sets: int) -> np.ndarray | None:
+        """Each set's host memory (DDR) for UVM shards, as ``capacities``; None where no shard
+        of the task holds host memory (no UVM kernel, or cpu): there is nothing to count."""
+        if not self.task.uses_host:
+            return None
+        caps = np.array(self.task.host_capacities, dtype=np.int64)
+        return caps if num_sets == len(caps) else np.full(num_sets, caps.min(), dtype=np.int64)
+
+    def priced(
+        self,
+        ms: np.ndarray,
+        used: np.ndarray,
+        caps: np.ndarray,
+        host: np.ndarray | None = None,
+        host_caps: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Device costs from their estimate sums and storage sums (``OVER_MEMORY_MS`` and more
-        where the storage passes ``caps``)."""
+        where the storage passes ``caps``, and again where the host memory ``host`` of their UVM
+        shards passes ``host_caps``)."""
         over = used - caps
         room = np.maximum(caps, 1).astype(np.float64)
-        return np.where(over > 0, ms + OVER_MEMORY_MS * (1.0 + over / room), ms)
+        cost = np.where(over > 0, ms + OVER_MEMORY_MS * (1.0 + over / room), ms)
+        if host is None or host_caps is None:
+            return cost
+        over = host - host_caps
+        room = np.maximum(host_caps, 1).astype(np.float64)
+        return np.where(over > 0, cost + OVER_MEMORY_MS * (1.0 + over / room), cost)
 
     def storage(self, table_sets: Sequence[Sequence[Table]]) -> list[int]:
         """TorchRec's storage estimate of each set, bytes (every shard looked up in one call)."""
@@ -214,21 +294,31 @@ class TorchRecCostModel(SetCostModel):
         return [sum(next(found).bytes for _ in s) for s in table_sets]
 
     def fits(self, table_sets: Sequence[Sequence[Table]]) -> list[bool]:
-        """Whether each set (rank r's, with one set per rank) fits TorchRec's storage."""
+        """Whether each set (rank r's, with one set per rank) fits TorchRec's storage: on the
+        device, and in host memory for its UVM shards."""
         caps = self.capacities(len(table_sets))
-        return [used <= cap for used, cap in zip(self.storage(table_sets), caps.tolist())]
+        fit = [used <= cap for used, cap in zip(self.storage(table_sets), caps.tolist())]
+        host_caps = self.host_capacities(len(table_sets))
+        if host_caps is None:
+            return fit
+        found = iter(self.task.of([t for s in table_sets for t in s]))
+        host = [sum(next(found).host_bytes for _ in s) for s in table_sets]
+        return [f and h <= cap for f, h, cap in zip(fit, host, host_caps.tolist())]
 
     def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
         self._check_batch(batch_size)
         task = self.task
         found = iter(task.of([t for s in table_sets for t in s]))  # every miss in one estimator call per option
         ms, used = np.zeros(len(table_sets)), np.zeros(len(table_sets), dtype=np.int64)
+        host = np.zeros(len(table_sets), dtype=np.int64)
         for i, tables in enumerate(table_sets):
             for _ in tables:
                 estimate = next(found)
                 ms[i] += estimate.ms
                 used[i] += estimate.bytes
-        return self.priced(ms, used, self.capacities(len(table_sets))).tolist()
+                host[i] += estimate.host_bytes
+        num_sets = len(table_sets)
+        return self.priced(ms, used, self.capacities(num_sets), host, self.host_capacities(num_sets)).tolist()
 
     def accumulator(self, num_sets: int, batch_size: int) -> SumAccumulator:
         self._check_batch(batch_size)
@@ -258,19 +348,31 @@ class SumAccumulator:
         self.ms = np.zeros(num_sets)
         self.used = np.zeros(num_sets, dtype=np.int64)
         self.caps = model.capacities(num_sets)
+        self.host_caps = model.host_capacities(num_sets)  # None: no shard holds host memory
+        self.host = None if self.host_caps is None else np.zeros(num_sets, dtype=np.int64)
 
     def costs(self) -> np.ndarray:
-        return self.model.priced(self.ms, self.used, self.caps)
+        return self.model.priced(self.ms, self.used, self.caps, self.host, self.host_caps)
 
     def costs_if_added(self, table: Table, rows: np.ndarray | None = None) -> np.ndarray:
         shard = self.task.one(table)
         at = slice(None) if rows is None else np.asarray(rows, dtype=np.int64)
-        return self.model.priced(self.ms[at] + shard.ms, self.used[at] + shard.bytes, self.caps[at])
+        if self.host is None or self.host_caps is None:
+            return self.model.priced(self.ms[at] + shard.ms, self.used[at] + shard.bytes, self.caps[at])
+        return self.model.priced(
+            self.ms[at] + shard.ms,
+            self.used[at] + shard.bytes,
+            self.caps[at],
+            self.host[at] + shard.host_bytes,
+            self.host_caps[at],
+        )
 
     def add(self, set_index: int, table: Table) -> None:
         shard = self.task.one(table)
         self.ms[set_index] += shard.ms
         self.used[set_index] += shard.bytes
+        if self.host is not None:
+            self.host[set_index] += shard.host_bytes
 
     def add_all(self, set_indices: Sequence[int], tables: Sequence[Table]) -> None:
         """``add`` of each table to its set, in order (the same sums), priced in one look-up."""
@@ -278,6 +380,8 @@ class SumAccumulator:
         at = np.asarray(set_indices, dtype=np.int64)
         np.add.at(self.ms, at, np.array([e.ms for e in found], dtype=np.float64))
         np.add.at(self.used, at, np.array([e.bytes for e in found], dtype=np.int64))
+        if self.host is not None:
+            np.add.at(self.host, at, np.array([e.host_bytes for e in found], dtype=np.int64))
 
 
 class SumEdits:
@@ -297,6 +401,11 @@ class SumEdits:
         np.add.at(self.used, owner, self.shard_bytes)
         self.sizes = sizes
         self.caps = model.capacities(len(base_sets))
+        self.host_caps = model.host_capacities(len(base_sets))  # None: no shard holds host memory
+        if self.host_caps is not None:
+            self.shard_host = np.array([e.host_bytes for e in estimates], dtype=np.int64)
+            self.host = np.zeros(len(base_sets), dtype=np.int64)
+            np.add.at(self.host, owner, self.shard_host)
 
     def predict(self, edits: Edits) -> np.ndarray:
         """Each edit's cost (0 for a set left empty)."""
@@ -312,7 +421,12 @@ class SumEdits:
         ms = self.ms[batch.base] - np.where(has, self.shard_ms[at], 0.0) + add_ms
         used = self.used[batch.base] - np.where(has, self.shard_bytes[at], 0) + add_bytes
         count = self.sizes[batch.base] - has + (batch.add >= 0)
-        cost = self.model.priced(ms, used, self.caps[batch.base])
+        if self.host_caps is None:
+            cost = self.model.priced(ms, used, self.caps[batch.base])
+        else:
+            add_host = np.concatenate([[0], [e.host_bytes for e in added]]).astype(np.int64)[batch.add + 1]
+            host = self.host[batch.base] - np.where(has, self.shard_host[at], 0) + add_host
+            cost = self.model.priced(ms, used, self.caps[batch.base], host, self.host_caps[batch.base])
         return np.where(count > 0, cost, 0.0)
 
 

@@ -76,7 +76,10 @@ class TaskEstimates:
     cached per distinct shard. ``capacities``: each rank's bytes for shards after TorchRec's
     storage reservation (``storage_reservation`` of the memory, its input buffers; no dense
     part, as ``TorchRecPlanner`` plans); ``storage_reservation`` None: the topology's memory is
-    already what a reservation left (the drop-in's). ``comms_bandwidths``: TorchRec's
+    already what a reservation left (the drop-in's). ``host_capacities`` (cuda): each rank's host
+    memory (DDR) for the UVM kernels' weights, TorchRec's ``ddr_cap`` (``ddr_cap_bytes``, else its
+    default), which its reservation leaves whole; ``uses_host``: whether a table of the workload
+    runs a UVM kernel (its shards hold host memory). ``comms_bandwidths``: TorchRec's
     ``GeneralizedCommsBandwidth`` for its comms in place of the topology's declared links
     (``autoshard.torchrec.measured_links``)."""
 
@@ -87,12 +90,14 @@ class TaskEstimates:
         compute_device: str = "cuda",
         storage_reservation: float | None = STORAGE_RESERVATION,
         comms_bandwidths: GeneralizedCommsBandwidth | None = None,
+        ddr_cap_bytes: int | None = None,
     ) -> None:
         if compute_device not in COMPUTE_DEVICES:
             raise InputError("compute_device", f"must be cuda or cpu, got {compute_device!r}", "use cuda or cpu")
         self.workload, self.topology, self.compute_device = workload, topology, compute_device
         self.tables = {t.name: t for t in workload.tables}
         self._comms_bandwidths = comms_bandwidths
+        self.ddr_cap_bytes = ddr_cap_bytes
         with _quiet_torchrec():  # its advice to its own users (topology factory, dry runs)
             self._setup(workload, storage_reservation)
         self._by_table: dict[Table, ShardEstimate] = {}
@@ -102,8 +107,12 @@ class TaskEstimates:
     def _setup(self, workload: Workload, storage_reservation: float | None) -> None:
         topology, compute_device = self.topology, self.compute_device
         self._torchrec_topology = TorchRecTopology(
-            **torchrec_topology_args(topology, compute_device), generalized_comms_bandwidths=self._comms_bandwidths
+            **torchrec_topology_args(topology, compute_device, self.ddr_cap_bytes),
+            generalized_comms_bandwidths=self._comms_bandwidths,
         )
+        cuda = compute_device == "cuda"  # on cpu the tables are in DDR already: ``capacities`` is it
+        self.host_capacities = tuple(int(d.storage.ddr) for d in self._torchrec_topology.devices) if cuda else None
+        self.uses_host = cuda and any(t.compute_kernel != bridge.FUSED for t in workload.tables)
         self._module = bridge.embedding_bag_collection(workload)  # checks every table's precision
         for table in workload.tables:  # its optimizer state in TorchRec's storage estimate
             weight = self._module.embedding_bags[table.name].weight

@@ -12,7 +12,9 @@ on one host whose devices each fit every table, as before. Kernels are those our
 choose under the same cost model (``offered_kernels``): under TorchRec's estimator (``--model
 torchrec``) on cuda ``fused``, ``fused_uvm_caching`` (its ``CacheParams`` load factor the table's,
 TorchRec's default 0.2 unless constrained) and ``fused_uvm``; else ``fused`` alone; data parallel
-``dense``, the one kernel TorchRec gives it. Never SSD offloading. Needs the ``torchrec`` extra.
+``dense``, the one kernel TorchRec gives it. Never SSD offloading. Each rank's host memory for the
+UVM kernels is the cost model's ``ddr_cap_bytes`` where it has one (TorchRec's ``ddr_cap``), else
+TorchRec's default. Needs the ``torchrec`` extra.
 """
 
 from __future__ import annotations
@@ -190,7 +192,11 @@ class TorchRecPlanner:
         soft_deadline = None if self.time_budget_s is None else started + SOFT_BUDGET_SHARE * self.time_budget_s
         with _quiet_torchrec() as timed_out:
             planner = EmbeddingShardingPlanner(
-                topology=TorchRecTopology(**torchrec_topology_args(topology, self.compute_device)),
+                topology=TorchRecTopology(
+                    **torchrec_topology_args(
+                        topology, self.compute_device, getattr(self.cost_model, "ddr_cap_bytes", None)
+                    )
+                ),
                 batch_size=workload.batch_size,
                 storage_reservation=HeuristicalStorageReservation(
                     percentage=self.storage_reservation, dense_tensor_estimate=0
@@ -325,10 +331,14 @@ class TorchRecPlanner:
         )
 
 
-def torchrec_topology_args(topology: Topology, compute_device: str = "cuda") -> dict[str, Any]:
+def torchrec_topology_args(
+    topology: Topology, compute_device: str = "cuda", ddr_cap_bytes: int | None = None
+) -> dict[str, Any]:
     """The keyword arguments of TorchRec's ``Topology`` for ours: world and local world size, the
     memory cap (HBM on cuda, DDR on cpu), per rank through ``CustomTopologyData`` where devices
-    differ, and the bandwidths in TorchRec's bytes/ms (ours are GiB/s)."""
+    differ, on cuda each rank's host memory for the UVM kernels (TorchRec's ``ddr_cap``:
+    ``ddr_cap_bytes``, else its default), and the bandwidths in TorchRec's bytes/ms (ours are
+    GiB/s)."""
     from torchrec.distributed.planner.types import CustomTopologyData
 
     cap = "hbm_cap" if compute_device == "cuda" else "ddr_cap"
@@ -340,6 +350,8 @@ def torchrec_topology_args(topology: Topology, compute_device: str = "cuda") -> 
         "intra_host_bw": topology.intra_host_bw_gbps * GIB / 1000,
         "inter_host_bw": topology.inter_host_bw_gbps * GIB / 1000,
     }
+    if compute_device == "cuda" and ddr_cap_bytes is not None:
+        args["ddr_cap"] = ddr_cap_bytes
     if not topology.uniform_memory:
         args["custom_topology_data"] = CustomTopologyData(
             {cap: list(topology.device_memory_bytes_all)}, topology.world_size
