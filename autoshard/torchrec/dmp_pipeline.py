@@ -60,17 +60,20 @@ class ShardedPipeline:
         return self._to_the_end(iter(batches))
 
     def timed(self, batches: Iterator[Any], warmups: int, steps: int) -> list[float]:
-        """``warmups`` untimed steps, then ``steps`` steps each timed in wall time from a barrier
-        (ms); then the pipeline drained, untimed. The feed holds two batches more than the steps,
-        so that every timed step starts the next batch's input distribution, as in a long run."""
+        """``warmups`` untimed steps, a barrier, then ``steps`` steps back to back, each timed in
+        wall time (ms; its waits for the peers included, as in training: no barrier between
+        steps, which would let the next batch's input distribution finish untimed); then the
+        pipeline drained, untimed. The feed holds two batches more than the steps, so that
+        every timed step starts the next batch's input distribution, as in a long run."""
         it = iter(list(itertools.islice(batches, warmups + steps + _IN_FLIGHT)))
+        for _ in range(warmups):
+            self.pipeline.progress(it)
+        dist.barrier()
         times = []
-        for step in range(warmups + steps):
-            dist.barrier()
+        for _ in range(steps):
             start = time.perf_counter()
             self.pipeline.progress(it)
-            if step >= warmups:
-                times.append((time.perf_counter() - start) * 1e3)
+            times.append((time.perf_counter() - start) * 1e3)
         self._to_the_end(it)
         return times
 
