@@ -138,37 +138,40 @@ def torchrec_estimate_ms(plan: ShardingPlan, workload: Workload, topology: Topol
 
 
 def torchrec_estimates(
-    plan: ShardingPlan, workload: Workload, topology: Topology, compute_device: str = "cuda"
+    plan: ShardingPlan, workload: Workload, topology: Topology, compute_device: str = "cuda", links: Any = None
 ) -> tuple[list[float], list[int]]:
     """TorchRec's own estimates of each device of ``plan``: its perf (ms per iteration, summed
     over the device's shards as its planner sums them) and its storage (bytes: HBM on cuda, DDR on
     cpu). TorchRec's enumerator builds, for each table, the sharding option of the plan's sharding
     type and kernel (fused; data parallel: dense), its shards are replaced by the plan's own
     (sizes, offsets, ranks), and TorchRec's estimators price them on ``topology`` (its
-    ``world_size``, ``local_world_size``, bandwidths). Independent of ``--model torchrec``'s code:
-    the check of it."""
+    ``world_size``, ``local_world_size``, bandwidths; ``links``: a ``GeneralizedCommsBandwidth`` in
+    place of its declared bandwidths). Independent of ``--model torchrec``'s code: the check of it."""
     estimate, storage = [0.0] * topology.world_size, [0] * topology.world_size
-    for shard in _estimated_shards(plan, workload, topology, compute_device):
+    for shard in _estimated_shards(plan, workload, topology, compute_device, links):
         estimate[shard.rank] += shard.perf.total
         storage[shard.rank] += shard.storage.hbm if compute_device == "cuda" else shard.storage.ddr
     return estimate, storage
 
 
 def torchrec_rank_parts(
-    plan: ShardingPlan, workload: Workload, topology: Topology, compute_device: str = "cuda"
+    plan: ShardingPlan, workload: Workload, topology: Topology, compute_device: str = "cuda", links: Any = None
 ) -> list[tuple[float, float]]:
     """TorchRec's estimate of each rank of ``plan`` split as (compute, communication), ms: its
     shards' forward, backward and prefetch compute; their forward and backward comms (the input
-    dist's comms, which TorchRec's ``Perf.total`` and so its planner leave out, left out too)."""
+    dist's comms, which TorchRec's ``Perf.total`` and so its planner leave out, left out too);
+    ``links`` as ``torchrec_estimates``'."""
     parts = [[0.0, 0.0] for _ in range(topology.world_size)]
-    for shard in _estimated_shards(plan, workload, topology, compute_device):
+    for shard in _estimated_shards(plan, workload, topology, compute_device, links):
         perf = shard.perf
         parts[shard.rank][0] += perf.fwd_compute + perf.bwd_compute + perf.prefetch_compute
         parts[shard.rank][1] += perf.fwd_comms + perf.bwd_comms
     return [(c, m) for c, m in parts]
 
 
-def _estimated_shards(plan: ShardingPlan, workload: Workload, topology: Topology, compute_device: str) -> list[Any]:
+def _estimated_shards(
+    plan: ShardingPlan, workload: Workload, topology: Topology, compute_device: str, links: Any = None
+) -> list[Any]:
     """TorchRec's ``Shard``s of ``plan``, each with its perf and storage estimate (see
     ``torchrec_estimates``)."""
     import torch
@@ -191,7 +194,9 @@ def _estimated_shards(plan: ShardingPlan, workload: Workload, topology: Topology
         for t in workload.tables
     }
     enumerator = EmbeddingEnumerator(
-        TorchRecTopology(**torchrec_topology_args(topology, compute_device)), workload.batch_size, constraints
+        TorchRecTopology(**torchrec_topology_args(topology, compute_device), generalized_comms_bandwidths=links),
+        workload.batch_size,
+        constraints,
     )
     module = bridge.embedding_bag_collection(workload)
     optimizer: dict[Optimizer, type[torch.optim.Optimizer]] = {
@@ -406,9 +411,11 @@ def judge_task(
     """The three judges of both plans side by side (``sharding_4d_judges``): our model (each
     rank's compute and collectives, ``predict_ranks``), TorchRec's estimator on each plan's shards
     (for TorchRec's device, or cuda where cost_greedy's plan uses a type TorchRec's CPU sharder
-    lacks: ``estimator_device``), and the measurement where there is one; which plan each prefers,
-    and where ours and TorchRec's disagree, the cause their split shows."""
+    lacks: ``estimator_device``) at the topology's declared links and, where the profile measured
+    its links, at those (``autoshard.torchrec.measured_links``), and the measurement where there is
+    one; which plan each prefers, and where ours and TorchRec's disagree, the cause their split shows."""
     from autoshard.torchrec.judges import estimator_device, predict_ranks
+    from autoshard.torchrec.measured_links import MEASURED_LINKS, measured_links
 
     by = dict(zip(judges.PLANS, plans))
     ours = {
@@ -438,11 +445,21 @@ def judge_task(
         out["cost_greedy_fits_torchrec_caps"] = all(u <= c for u, c in zip(storage, caps))
     except Exception as error:  # noqa: BLE001 - a plan TorchRec cannot estimate is reported, not fatal
         out["estimator_error"] = _error(error)
+    links = measured_links(profile.communication, topology)
+    at_links: dict[str, Any] | None = None
+    if links is not None and estimated:
+        out["measured_links"] = links.describe()
+        at_links = {
+            name: judges.JudgedPlan.of(torchrec_rank_parts(plan, workload, raised, device, links))
+            for name, plan in by.items()
+        }
     measured_ms = (measured["cost_greedy_max_ms"], measured["torchrec_max_ms"]) if measured else None
-    verdicts = judges.verdicts(ours, estimated, note, measured_ms)
+    verdicts = judges.verdicts(ours, estimated, note, measured_ms, at_links)
     out["ours"] = {name: j.to_dict() for name, j in ours.items()}
     if estimated:
         out["torchrec_estimator"] = {name: j.to_dict() for name, j in estimated.items()}
+    if at_links:
+        out[MEASURED_LINKS] = {name: j.to_dict() for name, j in at_links.items()}
     out["prefers"] = verdicts.preferred()
     out["agree"] = verdicts.agree
     out["disagreement"] = verdicts.disagreement()
@@ -458,6 +475,7 @@ def judge_task(
                 "torchrec_device": torchrec_device,
                 "torchrec_over_our_cap": not memory_fit(plans[1], topology)["fits_our_caps"],
                 "cost_greedy_over_torchrec_cap": out.get("cost_greedy_fits_torchrec_caps") is False,
+                "at_measured_links": out["prefers"].get(MEASURED_LINKS),
             },
         )
     return out
@@ -534,13 +552,20 @@ def summarise(rows: list[dict]) -> dict[str, Any]:
     judged = [r["judges"] for r in paired if "judges" in r]
     summary["judges_prefer_cost_greedy"] = {
         judge: sum(1 for j in judged if j["prefers"].get(judge) == "cost_greedy")
-        for judge in ("autoshard", "torchrec_estimator", "measured")
+        for judge in ("autoshard", "torchrec_estimator", judges.MEASURED_LINKS, "measured")
         if any(j["prefers"].get(judge) for j in judged)
     }
     summary["judges_disagree"] = [
         r["task"]
         for r in paired
         if "judges" in r and r["judges"]["prefers"].get("autoshard") != r["judges"]["prefers"].get("torchrec_estimator")
+    ]
+    summary["measured_links_side_with_ours"] = [
+        r["task"]
+        for r in paired
+        if "judges" in r
+        and r["judges"]["prefers"].get(judges.MEASURED_LINKS) is not None
+        and r["judges"]["prefers"][judges.MEASURED_LINKS] == r["judges"]["prefers"].get("autoshard")
     ]
     summary["torchrec_cpu_cannot_plan"] = {
         r["task"]: r["torchrec_cpu_error"] for r in rows if r.get("torchrec_cpu_error")
@@ -668,16 +693,15 @@ def markdown(report: dict) -> str:
     return "\n".join(lines + judges_markdown(report)) + "\n"
 
 
-def judges_markdown(report: dict) -> list[str]:
+def judges_markdown(report: dict, heading: str | None = "## The judges side by side") -> list[str]:
     """The judges side by side: each judge's max of each plan (compute + communication), the plan
-    it prefers, and where ours and TorchRec's estimator disagree, the cause."""
+    it prefers, and where ours and TorchRec's estimator disagree, the cause (under ``heading``;
+    None: none, ``benchmarks/report`` gives its own)."""
     s = report["summary"]
     prefer = s.get("judges_prefer_cost_greedy", {})
     judged = sum(1 for r in report["rows"] if "judges" in r)
     lines = [
-        "",
-        "## The judges side by side",
-        "",
+        *(["", heading, ""] if heading else []),
         "Each judge's slowest rank of each plan, ms per iteration, as compute + communication at that "
         "judge's largest (*ours*: our model's compute at DMP's batch and its collectives per link tier; "
         "*TR est.*: TorchRec's `EmbeddingPerfEstimator` on each plan's shards, priced for "
@@ -692,6 +716,17 @@ def judges_markdown(report: dict) -> list[str]:
         + (", ".join(s.get("judges_disagree", [])) or "none")
         + ".",
     ]
+    at_links = [r for r in report["rows"] if judges.MEASURED_LINKS in r.get("judges", {})]
+    if at_links:
+        sides = s.get("measured_links_side_with_ours", [])
+        lines.append("")
+        lines.append(
+            f"*{judges.MEASURED_LINKS_TITLE}*: TorchRec's estimator with the profile's measured bandwidth of each "
+            f"collective per link tier as its `Topology`'s comms bandwidths "
+            f"({at_links[0]['judges']['measured_links']}). It prefers the plan ours prefers on "
+            f"{len(sides)} of {len(at_links)} tasks" + (f" ({', '.join(sides)})" if sides else "") + "."
+        )
+    show_links = bool(at_links)
     if s.get("torchrec_cpu_cannot_plan"):
         lines.append(
             f"{judges.NOT_ON_CPU}: `torchrec_cpu` cannot plan {', '.join(s['torchrec_cpu_cannot_plan'])} "
@@ -707,8 +742,9 @@ def judges_markdown(report: dict) -> list[str]:
     lines += [
         "",
         "| task | ours: cg / tr (compute + comm) | ours prefers | TR est.: cg / tr (compute + comm) | TR est. prefers "
-        "| measured: cg / tr | measured prefers | cause of the disagreement |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        + ("| TR est. at measured links: cg / tr (compute + comm) | it prefers " if show_links else "")
+        + "| measured: cg / tr | measured prefers | cause of the disagreement |",
+        "| --- | --- | --- | --- | --- |" + (" --- | --- |" if show_links else "") + " --- | --- | --- |",
     ]
 
     def pair(judge: dict | None) -> str:
@@ -735,6 +771,11 @@ def judges_markdown(report: dict) -> list[str]:
                     pair(j.get("torchrec_estimator")) if j.get("torchrec_estimator") else j.get("estimator_error", "-"),
                     (prefers.get("torchrec_estimator") or "-")
                     + (" (as cuda)" if j["estimator_device"] != r.get("torchrec_device") else ""),
+                    *(
+                        [pair(j.get(judges.MEASURED_LINKS)), prefers.get(judges.MEASURED_LINKS) or "-"]
+                        if show_links
+                        else []
+                    ),
                     f"{m['cost_greedy_max_ms']:.3g} / {m['torchrec_max_ms']:.3g}" if m else "-",
                     prefers.get("measured") or "-",
                     j.get("cause", "-"),

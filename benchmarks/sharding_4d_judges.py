@@ -20,6 +20,7 @@ from autoshard.core.communication import CommunicationModel
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import ShardingPlan, Topology
 from autoshard.torchrec.judges import CPU_TYPES, Judges, Verdict
+from autoshard.torchrec.measured_links import MEASURED_LINKS, MEASURED_LINKS_TITLE
 
 PLANS = ("cost_greedy", "torchrec")
 NOT_ON_CPU = "TorchRec's CPU sharder offers only data-parallel, table-, column- and table-column-wise"
@@ -76,8 +77,10 @@ def verdicts(
     estimated: dict[str, JudgedPlan] | None,
     estimator_note: str,
     measured_ms: tuple[float, float] | None,
+    at_links: dict[str, JudgedPlan] | None = None,
 ) -> Judges:
-    """The product's ``Judges`` on the two plans: our model, TorchRec's estimator, measured here."""
+    """The product's ``Judges`` on the two plans: our model, TorchRec's estimator (at the declared
+    links, and at the profile's measured links where there is ``at_links``), measured here."""
     found = [
         Verdict("autoshard", tuple(ours[p].max_ms for p in PLANS)),
         Verdict(
@@ -86,6 +89,8 @@ def verdicts(
             estimator_note,
         ),
     ]
+    if at_links:
+        found.append(Verdict(MEASURED_LINKS, tuple(at_links[p].max_ms for p in PLANS), MEASURED_LINKS_TITLE))
     if measured_ms is not None:
         note = "each rank's shards microbenchmarked here, plus the modelled communication"
         found.append(Verdict("measured", measured_ms, note))
@@ -101,7 +106,8 @@ def cause(
     """Why our model and TorchRec's estimator prefer different plans, as far as their split
     shows. ``context``: ``our_links``, ``declared_links`` (what each prices), ``estimator_device``,
     ``torchrec_device``, ``torchrec_over_our_cap``, ``cost_greedy_over_torchrec_cap`` (bools or
-    None)."""
+    None), ``at_measured_links`` (the plan TorchRec's estimator prefers at the profile's measured
+    links, or None)."""
     reasons = []
     ours_compute = ours["cost_greedy"].compute_ms / ours["torchrec"].compute_ms
     theirs_compute = estimated["cost_greedy"].compute_ms / estimated["torchrec"].compute_ms
@@ -111,6 +117,14 @@ def cause(
         f"TorchRec's estimator the topology's declared {context['declared_links']} "
         f"({estimated['cost_greedy'].comm_ms:.3g} vs {estimated['torchrec'].comm_ms:.3g} ms)"
     )
+    ours_prefer = "cost_greedy" if ours["cost_greedy"].max_ms <= ours["torchrec"].max_ms else "torchrec"
+    if context.get("at_measured_links") == ours_prefer:
+        reasons.append(f"the links: at the profile's measured links TorchRec's estimator prefers {ours_prefer} too")
+    elif context.get("at_measured_links"):
+        reasons.append(
+            f"not the links alone: at the profile's measured links TorchRec's estimator still prefers "
+            f"{context['at_measured_links']}"
+        )
     if (ours_compute < 1) == (theirs_compute < 1):
         reasons.append(comm + f"; compute alone both prefer the same plan ({ours_compute:.2f}, {theirs_compute:.2f})")
     else:
@@ -139,4 +153,15 @@ def cause(
     return "; ".join(reasons)
 
 
-__all__ = ["NOT_ON_CPU", "PLANS", "JudgedPlan", "cause", "links", "replicated", "types_not_on_cpu", "verdicts"]
+__all__ = [
+    "MEASURED_LINKS",
+    "MEASURED_LINKS_TITLE",
+    "NOT_ON_CPU",
+    "PLANS",
+    "JudgedPlan",
+    "cause",
+    "links",
+    "replicated",
+    "types_not_on_cpu",
+    "verdicts",
+]

@@ -11,9 +11,11 @@ from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import benchmarks.report
 from benchmarks.report.cost_accuracy import stage_cost_accuracy
+from benchmarks.report.judges import stage_judges
 from benchmarks.report.machine import environment
 from benchmarks.report.plan_devices import stage_plan_devices
 from benchmarks.report.plan_quality import stage_plan_quality
@@ -26,6 +28,7 @@ from benchmarks.report.settings import FULL, QUICK, ROOT, Settings
 
 STAGES: dict[str, Callable[[Run], None]] = {
     "plan_quality": stage_plan_quality,
+    "judges": stage_judges,
     "planning_time": stage_planning_time,
     "cost_accuracy": stage_cost_accuracy,
     "service": stage_service,
@@ -94,7 +97,7 @@ def run_stages(run: Run, chosen: list[str], some: bool) -> dict:
     meta_file = run.work / "meta.json"
     started = time.perf_counter()
     earlier = load(meta_file) if some else None
-    meta = {
+    meta: dict[str, Any] = {
         "command": run.command,
         "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
         "settings": asdict(run.settings),

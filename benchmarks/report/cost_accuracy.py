@@ -102,7 +102,7 @@ def figure_cost_accuracy(accuracy: dict, path: Path) -> None:
 
 def section_cost_accuracy(page: Page, run: Run) -> None:
     """The section: which traces were scored, the figure, the goals and a row per split."""
-    page.add("## 3. Cost-model accuracy", "")
+    page.add("## 4. Cost-model accuracy", "")
     accuracy = load(run.stage_file("cost_accuracy"))
     if accuracy is None:
         page.add(failed(run, "cost_accuracy"), "")

@@ -164,7 +164,7 @@ def _draw_sweep(ax, speed: dict, sweep: tuple[int, int, int]) -> None:
 
 def section_planning_time(page: Page, run: Run) -> None:
     """The section: how the planners were timed, the figure, the 1 s goal and a row per task."""
-    page.add("## 2. Planning time", "")
+    page.add("## 3. Planning time", "")
     report = load(run.stage_file("planning_time"))
     if report is None:
         page.add(failed(run, "planning_time"), "")

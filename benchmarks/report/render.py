@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from benchmarks.report.cost_accuracy import section_cost_accuracy
+from benchmarks.report.judges import section_judges
 from benchmarks.report.page import Page, relative
 from benchmarks.report.plan_devices import section_plan_devices
 from benchmarks.report.plan_quality import section_plan_quality
@@ -17,6 +18,7 @@ from benchmarks.report.settings import MALLOC, ROOT
 
 SECTIONS: tuple[Callable[[Page, Run], None], ...] = (
     section_plan_quality,
+    section_judges,
     section_planning_time,
     section_cost_accuracy,
     section_service,

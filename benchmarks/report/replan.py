@@ -83,7 +83,7 @@ def figure_replan(replan: dict, path: Path) -> None:
 def section_replan(page: Page, run: Run) -> None:
     """The section: the scenarios, the figure, a row per plan and how much of the gain each
     scenario's largest move budget recovers."""
-    page.add("## 5. Re-planning a deployed plan", "")
+    page.add("## 6. Re-planning a deployed plan", "")
     replan = load(run.work / "replan" / "summary.json")
     if replan is None:
         page.add(failed(run, "replan"), "")

@@ -84,14 +84,14 @@ def figure_service(fresh: dict | None, repeated: dict | None, path: Path) -> Non
 
 def section_service(page: Page, run: Run) -> None:
     """The section: the load test's setting, the figure, a row per run and the bar's verdict."""
-    page.add("## 4. The service: latency and throughput", "")
+    page.add("## 5. The service: latency and throughput", "")
     fresh, repeated = load(run.work / "service_fresh.json"), load(run.work / "service_repeated.json")
     if fresh is None and repeated is None:
         page.add(failed(run, "service"), "")
         return
     image = run.images / "service.png"
     figure_service(fresh, repeated, image)
-    setting = (fresh or repeated)["setting"]
+    setting = (fresh or repeated or {})["setting"]
     page.add(
         f"`benchmarks/load_test.py`: `autoshard serve` on 127.0.0.1 ({setting['workers']} planning worker), "
         f"POST /v1/plans with {setting['tables']} tables x {setting['devices']} devices and "

@@ -54,6 +54,9 @@ class Settings:
     replan_scenarios: str | None = None
     load_tables: int = 80
     load_devices: int = 8
+    judges_suite: str = "hosts"  # the judges side by side: benchmarks/sharding_4d.py on these tasks
+    judges_tasks: str = "syn80_2x4,syn80_2x8"
+    judges_time_limit_s: float = 30.0
 
 
 FULL = Settings(
@@ -83,4 +86,6 @@ QUICK = Settings(
     load_repeated_requests=1000,
     load_warmup=10,
     replan_rounds=0,
+    judges_tasks="syn80_2x4",
+    judges_time_limit_s=10.0,
 )
