@@ -15,14 +15,17 @@ interleaved, each twice (the second copy measures the noise floor). Reports:
   shard at B x W bags, a replica at its own B with its full pooling factor; ``autoshard.core
   .dmp_batch``), and, for before/after on the same measurements, the two earlier conventions
   (``legacy_ranks``: every shard at the per-rank B, a replica at B bags of L / W lookups; and
-  every shard at B x W, a replica at B x W bags of L / W);
+  every shard at B x W, a replica at B x W bags of L / W; and ``ids_once_per_tier``: the ids'
+  fixed cost once per (collective, tier), as before it was paid once per sharding-type group);
 - the noise floor: the same plan's two copies against each other;
 - pairs of plans DMP measures more than 10% apart: how often each judge names the faster one
   (our model in each convention, TorchRec's estimator);
 - per part (lookup, output dist, all-reduce, input dist): measured over predicted, and the
   lookups of ranks with and without replicas apart (DMP runs replicas with the dense kernel).
 
-Writes ``lab/results/dmp_mape/summary.json`` (small) and prints it.
+Writes ``lab/results/dmp_mape/summary.json`` (small) and prints it. ``--reprice RESULT.json``
+prices a result's measurements again with the current model (the same plans, made again and
+checked against the result's lookups and output dist) and writes ``RESULT.repriced.json``.
 """
 
 from __future__ import annotations
@@ -215,6 +218,7 @@ def measure_workload(workload: Workload, profile: Any, rounds: int, steps: int) 
             first, second = measured[k], measured[k + len(group)]
             ours = predict_ranks(plan, workload.batch_size, topo, profile.model, profile.communication)
             per_rank = legacy_ranks(plan, workload.batch_size, topo, profile)
+            ids_once = ids_once_per_tier(plan, workload.batch_size, topo, profile)
             bxw_all = legacy_ranks(plan, workload.batch_size * 2, topo, profile)
             try:
                 estimate = torchrec_estimate_ms(plan, workload, topo, "cuda")
@@ -232,7 +236,7 @@ def measure_workload(workload: Workload, profile: Any, rounds: int, steps: int) 
                     "planned_max_ms": round(plan.max_cost_ms, 4),
                     "torchrec_estimate_ms": None if estimate is None else [round(e, 4) for e in estimate],
                     "has_replicas": [any(s.sharding_type is S.DATA_PARALLEL for s in d.shards) for d in plan.devices],
-                    "ranks": [_rank(*r) for r in zip(first.ranks, second.ranks, ours, per_rank, bxw_all)],
+                    "ranks": [_rank(*r) for r in zip(first.ranks, second.ranks, ours, per_rank, bxw_all, ids_once)],
                 }
             )
     return rows
@@ -254,7 +258,31 @@ def legacy_ranks(plan: ShardingPlan, bags: int, topo: Topology, profile: Any) ->
     ]
 
 
-def _rank(first: Any, second: Any, ours: Any, per_rank: Any, bxw_all: Any) -> dict:
+def ids_once_per_tier(plan: ShardingPlan, batch_size: int, topo: Topology, profile: Any) -> list:
+    """The product's price before the ids were priced per group (lab only, for before/after):
+    each ids collective's fixed cost (``CALLS`` x latency) once per tier its ids cross, however
+    many sharding-type groups of the rank use it."""
+    from dataclasses import replace
+
+    from autoshard.core.collectives import CALLS, IDS, Tier, ids_collective
+    from autoshard.torchrec.judges import predict_ranks
+
+    comm = profile.communication
+    crossed = [t for t, on in ((Tier.INTRA, topo.local_world_size > 1), (Tier.INTER, topo.num_hosts > 1)) if on]
+    out = []
+    for rank, device in zip(predict_ranks(plan, batch_size, topo, profile.model, comm), plan.devices):
+        groups = {(s.sharding_type, s.table.pooled) for s in device.shards if s.sharding_type is not S.DATA_PARALLEL}
+        extra = 0.0
+        for collective in IDS:
+            used = sum(ids_collective(kind) is collective for kind, _ in groups)
+            extra += sum(
+                max(0, used - 1) * CALLS[collective] * comm.fit(collective, t, topo).latency_ms for t in crossed
+            )
+        out.append(replace(rank, input_dist_ms=(rank.input_dist_ms or 0.0) - extra))
+    return out
+
+
+def _rank(first: Any, second: Any, ours: Any, per_rank: Any, bxw_all: Any, ids_once: Any) -> dict:
     parts = dict(first.parts)
     return {
         "rank": first.rank,
@@ -266,6 +294,7 @@ def _rank(first: Any, second: Any, ours: Any, per_rank: Any, bxw_all: Any) -> di
         "predicted": _parts(ours),
         "predicted_per_rank_batch": _parts(per_rank),
         "predicted_bxw_all": _parts(bxw_all),
+        "predicted_ids_once_per_tier": _parts(ids_once),
     }
 
 
@@ -301,6 +330,7 @@ CONVENTIONS = {
     "ours": "predicted",  # the product's price: DMP's batch
     "ours_before_per_rank_batch": "predicted_per_rank_batch",
     "ours_before_bxw_all": "predicted_bxw_all",
+    "ours_before_ids_once_per_tier": "predicted_ids_once_per_tier",
 }
 PARTS_PRICED = {
     "lookup": _lookup,
@@ -316,7 +346,8 @@ def summarise(rows: list[dict]) -> dict:
     with_replicas = {id(r) for row in rows for r, has in zip(row["ranks"], row["has_replicas"]) if has}
     replicated = [r for r in busy if id(r) in with_replicas]
     sharded_only = [r for r in busy if id(r) not in with_replicas]
-    total = {name: (lambda r, k=key: _total(r[k])) for name, key in CONVENTIONS.items()}
+    conventions = {name: key for name, key in CONVENTIONS.items() if all(key in r for r in ranks)}
+    total = {name: (lambda r, k=key: _total(r[k])) for name, key in conventions.items()}
 
     def mape(pred: Any, meas: Any, of: list[dict] = busy) -> float | None:
         return round(statistics.mean(_ape(pred(r), meas(r)) for r in of), 4) if of else None
@@ -336,14 +367,14 @@ def summarise(rows: list[dict]) -> dict:
         },
         "median_measured_over_predicted": {
             name: {part: ratio(meas, lambda r, k=key, p=part: r[k][p], busy) for part, meas in PARTS_PRICED.items()}
-            for name, key in CONVENTIONS.items()
+            for name, key in conventions.items()
         },
         "lookup_measured_over_predicted_by_replicas": {
             name: {
                 "ranks_with_replicas": ratio(_lookup, lambda r, k=key: r[k]["lookup"], replicated),
                 "ranks_without": ratio(_lookup, lambda r, k=key: r[k]["lookup"], sharded_only),
             }
-            for name, key in CONVENTIONS.items()
+            for name, key in conventions.items()
         },
         "mape_by_type": {
             kind: mape(lambda r: _total(r["predicted"]), lambda r: r["measured_ms"], of)
@@ -361,8 +392,9 @@ def summarise(rows: list[dict]) -> dict:
 def pairs(rows: list[dict]) -> dict:
     """Pairs of plans of one workload that DMP measures more than ``GAP`` apart (slowest rank):
     how often each judge names the faster one."""
-    judges = {
-        **{name: (lambda row, k=key: max(_total(r[k]) for r in row["ranks"])) for name, key in CONVENTIONS.items()},
+    present = [(n, k) for n, k in CONVENTIONS.items() if all(k in r for row in rows for r in row["ranks"])]
+    judges: dict[str, Any] = {
+        **{name: (lambda row, k=key: max(_total(r[k]) for r in row["ranks"])) for name, key in present},
         "ours_as_planned": lambda row: row["planned_max_ms"],
         "torchrec_estimator": lambda row: max(row["torchrec_estimate_ms"]) if row["torchrec_estimate_ms"] else None,
         "noise_floor_second_measurement": lambda row: max(r["measured_again_ms"] for r in row["ranks"]),
@@ -414,6 +446,46 @@ def _where(row: dict) -> dict:
     }
 
 
+def reprice(path: Path, profile: Any) -> None:
+    """``path``'s measurements priced by the current model (every convention), its summary made
+    again; rows whose plan is not made again alike (lookups or output dist priced otherwise than
+    recorded) are left out and named."""
+    from autoshard.torchrec.judges import predict_ranks
+
+    result = json.loads(path.read_text())
+    plans = {p.planner: (p, t) for w in workloads() for _, p, t in plan_variants(w, profile)}
+    kept, dropped = [], []
+    for row in result["plans"]:
+        plan, topo = plans.get(row["plan"], (None, None))
+        if plan is None or topo is None:
+            dropped.append(row["plan"])
+            continue
+        ours = predict_ranks(plan, BATCH, topo, profile.model, profile.communication)
+        same = all(
+            abs(o.lookup_ms - r["predicted"]["lookup"]) < 1e-6 * max(1.0, o.lookup_ms)
+            and abs(o.output_dist_ms - r["predicted"]["output_dist"]) < 1e-6 * max(1.0, o.output_dist_ms)
+            for o, r in zip(ours, row["ranks"])
+        )
+        if not same:
+            dropped.append(row["plan"])
+            continue
+        ids_once = ids_once_per_tier(plan, BATCH, topo, profile)
+        for r, o, b in zip(row["ranks"], ours, ids_once):
+            r["predicted"], r["predicted_ids_once_per_tier"] = _parts(o), _parts(b)
+        kept.append(row)
+    result["plans"] = kept
+    result["repriced"] = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "communication_model": profile.communication.describe() if profile.communication else None,
+        "plans_not_made_again_alike": dropped,
+    }
+    result["summary"] = summarise(kept)
+    out = path.with_suffix(".repriced.json")
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in result["summary"].items() if k != "pairs"}, indent=1))
+    print(json.dumps({k: v for k, v in result["summary"]["pairs"].items() if k != "misses_ours"}, indent=1))
+
+
 def main() -> None:
     from autoshard.profiles import load_profile_or_exit
     from cost_model.profile import MALLOC_SETTINGS, malloc_settings_active
@@ -423,11 +495,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "lab" / "results" / "dmp_mape")
+    parser.add_argument("--reprice", type=Path, help="a result to price again with the current model")
     args = parser.parse_args()
     if not malloc_settings_active():  # the ranks inherit them; set before Python starts
         os.environ.update(MALLOC_SETTINGS)
         os.execv(sys.executable, [sys.executable, *sys.argv])
     profile = load_profile_or_exit(None)
+    if args.reprice:
+        reprice(args.reprice, profile)
+        return
     rounds, steps = (1, 3) if args.quick else (args.rounds, args.steps)
     chosen = workloads()[:1] if args.quick else workloads()
     started = datetime.now(UTC).isoformat(timespec="seconds")
