@@ -237,3 +237,90 @@ def test_a_policy_planning_with_another_cost_model_than_its_own_warns(shipped_mo
     again = OptionPolicy.load(tmp_path / "policy.pt")
     assert again.info.trained_against == "torchrec (cuda)" and again.model_mismatch(torchrec) is None
     assert "'torchrec (cuda)' and plans with" in (again.model_mismatch(shipped_model) or "")
+
+
+def test_torchrecs_annotated_methods_found_once_give_the_same_estimates(monkeypatch):
+    """``estimates`` finds TorchRec's annotated config methods once per class (its scan was 60% of
+    the estimator's time): every sharding type and kernel is estimated as with TorchRec's own scan."""
+    from dataclasses import replace
+
+    from torchrec.distributed.planner.estimator import annotations
+
+    from autoshard.core.types import FUSED_UVM, FUSED_UVM_CACHING, TableShard
+
+    workload, topology = mixed_workload(3), cluster()
+    giant = workload.tables[0]
+    shards = [s.as_table for kind in ShardingType if kind.splits_rows for s in row_shards(giant, 8, kind)]
+    shards += [TableShard(giant, c, 16).as_table for c in (0, 16)] + [replica(workload.tables[2], 8).as_table]
+    shards += [
+        replace(t, compute_kernel=k) for t in workload.tables[1:5] for k in ("fused", FUSED_UVM_CACHING, FUSED_UVM)
+    ]
+    found_once = [
+        (e.ms, e.bytes, e.host_bytes) for e in TorchRecCostModel().for_task(workload, topology).task.of(shards)
+    ]
+    for name in ("_get_annotated_method", "_get_coefficient_method"):
+        monkeypatch.setattr(annotations, name, getattr(annotations, name).__wrapped__)
+    scanned = [(e.ms, e.bytes, e.host_bytes) for e in TorchRecCostModel().for_task(workload, topology).task.of(shards)]
+    assert found_once == scanned and len(set(found_once)) > 10
+
+
+def test_annotated_methods_found_once_per_sharding_type_as_torchrecs_scan_finds_them():
+    """A config whose annotated methods differ per sharding type (as a custom hardware config's
+    may): the method found once is the one TorchRec's scan finds, for every type and marker."""
+    from torchrec.distributed.planner.estimator import annotations
+
+    class PerType:
+        @annotations.fwd_coefficient(sharding_type=["table_wise", "column_wise"])
+        def tw_cw(self) -> str:
+            return "tw_cw"
+
+        @annotations.fwd_coefficient(sharding_type="row_wise")
+        def rw(self) -> str:
+            return "rw"
+
+        @annotations.forward_compute(sharding_type="row_wise")
+        def rw_compute(self) -> float:
+            return 1.0
+
+    config = PerType()
+    for kind in (*(k.value for k in ShardingType), None):
+        for name, marker in (
+            ("_get_coefficient_method", "_is_fwd_coefficient"),
+            ("_get_annotated_method", "_is_custom_forward_compute"),
+        ):
+            find_once = getattr(annotations, name)
+            assert find_once(config, marker, kind) == find_once.__wrapped__(config, marker, kind), (name, kind)
+    assert annotations._get_coefficient_method(config, "_is_fwd_coefficient", "row_wise")() == "rw"
+
+
+def test_running_sums_and_edits_count_host_memory_as_whole_sets_do():
+    """With UVM tables the sums carry each set's host memory: a set past ``ddr_cap`` costs more
+    than any that fits, alike in whole sets, running sums and edits."""
+    from dataclasses import replace
+
+    from autoshard.core.types import FUSED_UVM_CACHING
+
+    workload, topology = mixed_workload(4), cluster()
+    tables = tuple(replace(t, compute_kernel=FUSED_UVM_CACHING) if i % 2 else t for i, t in enumerate(workload.tables))
+    workload = replace(workload, tables=tables)
+    uvm = [t for t in tables if t.compute_kernel == FUSED_UVM_CACHING]
+    probe = TorchRecCostModel().for_task(workload, topology).task
+    cap = max(probe.of(uvm[:2])[0].host_bytes, probe.of(uvm[:2])[1].host_bytes) + 1  # one table's, not two
+    model = TorchRecCostModel(ddr_cap_bytes=cap).for_task(workload, topology)
+    sets: list[list[Table]] = [[] for _ in range(8)]
+    sets[0] += uvm[:2]  # past the cap
+    for i, t in enumerate(tables[1:]):
+        if t not in uvm[:2]:
+            sets[1 + i % 7].append(t)
+    whole = model.predict_many(sets, workload.batch_size)
+    assert whole[0] >= OVER_MEMORY_MS and max(whole[1:]) < OVER_MEMORY_MS or not all(model.fits(sets)[1:])
+    accumulator = model.accumulator(8, workload.batch_size)
+    for r, s in enumerate(sets):
+        accumulator.add_all([r] * len(s), s)
+    assert accumulator.costs() == pytest.approx(whole, rel=1e-12)
+    edits = [(0, 0, None), (1, None, uvm[0])]
+    rebuilt = [sets[0][1:], [*sets[1], uvm[0]]]
+    assert model.predict_edits(sets, edits, workload.batch_size) == pytest.approx(
+        model.predict_many(rebuilt, workload.batch_size), rel=1e-12
+    )
+    assert model.predict_edits(sets, edits, workload.batch_size)[0] < OVER_MEMORY_MS

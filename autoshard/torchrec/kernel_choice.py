@@ -76,9 +76,15 @@ def table_kernels(workload: Workload, table: Table, compute_device: str) -> tupl
             where=f"constraints.{table.name}",
         )
     factor = own.cache_load_factor if own is not None else None
-    return tuple(
-        replace(table, compute_kernel=k, cache_load_factor=factor if k == FUSED_UVM_CACHING else None) for k in offered
-    )
+    return tuple(_with_kernel(table, k, factor if k == FUSED_UVM_CACHING else None) for k in offered)
+
+
+def _with_kernel(table: Table, kernel: str, factor: float | None) -> Table:
+    """``table`` under ``kernel``: the very table where it runs it already (planning then finds
+    its estimates by identity, and a workload whose kernels all stay is itself)."""
+    if (kernel, factor) == (table.compute_kernel, table.cache_load_factor):
+        return table
+    return replace(table, compute_kernel=kernel, cache_load_factor=factor)
 
 
 def choose_kernels(workload: Workload, estimates: TaskEstimates, fill: float | None = None) -> Workload:
