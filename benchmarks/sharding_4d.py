@@ -478,6 +478,8 @@ def judge_task(
                 "at_measured_links": out["prefers"].get(MEASURED_LINKS),
             },
         )
+    if at_links and out["prefers"]["autoshard"] != out["prefers"].get(MEASURED_LINKS):
+        out["cause_at_measured_links"] = judges.cause_at_links(ours, at_links, by, device)
     return out
 
 
@@ -778,7 +780,7 @@ def judges_markdown(report: dict, heading: str | None = "## The judges side by s
                     ),
                     f"{m['cost_greedy_max_ms']:.3g} / {m['torchrec_max_ms']:.3g}" if m else "-",
                     prefers.get("measured") or "-",
-                    j.get("cause", "-"),
+                    "; ".join(j[k] for k in ("cause", "cause_at_measured_links") if k in j) or "-",
                 ]
             )
             + " |"

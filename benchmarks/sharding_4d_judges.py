@@ -153,6 +153,39 @@ def cause(
     return "; ".join(reasons)
 
 
+def cause_at_links(
+    ours: dict[str, JudgedPlan], at_links: dict[str, JudgedPlan], plans: dict[str, ShardingPlan], device: str
+) -> str:
+    """Why our model and TorchRec's estimator at the profile's measured links prefer different
+    plans: the links are the same, so their compute or their communication formulas differ (a
+    replica's above all: TorchRec's all-reduce runs at ``local_world_size`` x the measured
+    all-reduce, one NIC a device, where ours prices the two-level ring)."""
+    ratio = {
+        "compute": (
+            ours["cost_greedy"].compute_ms / ours["torchrec"].compute_ms,
+            at_links["cost_greedy"].compute_ms / at_links["torchrec"].compute_ms,
+        ),
+        "communication": (
+            ours["cost_greedy"].comm_ms / ours["torchrec"].comm_ms,
+            at_links["cost_greedy"].comm_ms / at_links["torchrec"].comm_ms,
+        ),
+    }
+    split = [part for part, (a, b) in ratio.items() if (a < 1) != (b < 1)] or ["the sum of compute and communication"]
+    said = ", ".join(f"{part} {a:.2f} under ours, {b:.2f} under TorchRec's" for part, (a, b) in ratio.items())
+    reasons = [
+        f"at measured links, formulas not links: they split over {' and '.join(split)} "
+        f"(cost_greedy / torchrec: {said}; TorchRec's priced on {device})"
+    ]
+    dp = {p: replicated(plans[p]) for p in PLANS}
+    if any(dp.values()):
+        reasons.append(
+            f"data parallel: cost_greedy replicates {dp['cost_greedy']} tables, torchrec {dp['torchrec']}; "
+            "TorchRec prices a replica's gradient all-reduce at local_world_size x the measured all-reduce "
+            "bandwidth (one NIC a device), ours as a two-level ring over the measured intra- and inter-host fits"
+        )
+    return "; ".join(reasons)
+
+
 __all__ = [
     "MEASURED_LINKS",
     "MEASURED_LINKS_TITLE",
@@ -160,6 +193,7 @@ __all__ = [
     "PLANS",
     "JudgedPlan",
     "cause",
+    "cause_at_links",
     "links",
     "replicated",
     "types_not_on_cpu",

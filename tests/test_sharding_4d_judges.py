@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoshard.core.types import DevicePlan, ShardingPlan, Table, TableShard  # noqa: E402
-from benchmarks.sharding_4d_judges import MEASURED_LINKS, JudgedPlan, cause, verdicts  # noqa: E402
+from benchmarks.sharding_4d_judges import MEASURED_LINKS, JudgedPlan, cause, cause_at_links, verdicts  # noqa: E402
 
 
 def test_a_judged_plan_keeps_its_slowest_rank_and_its_largest_parts():
@@ -55,6 +55,16 @@ def test_the_estimator_at_measured_links_is_a_judge_and_names_the_links_as_the_c
     said = cause(ours, theirs, plans, {**context, "at_measured_links": "torchrec"})
     assert said.startswith("not the links alone") and "still prefers torchrec" in said
     assert cause(ours, theirs, plans, context).startswith("communication:")  # no measured-links judge: no verdict
+
+
+def test_where_ours_and_the_estimator_at_measured_links_differ_the_cause_is_their_formulas():
+    ours = {"cost_greedy": JudgedPlan(6.0, 2.0, 4.0), "torchrec": JudgedPlan(7.0, 2.5, 4.5)}
+    at_links = {"cost_greedy": JudgedPlan(5.0, 1.0, 4.0), "torchrec": JudgedPlan(4.2, 1.2, 3.0)}
+    table = Table("t", 100, 8)
+    whole = ShardingPlan("p", (DevicePlan((TableShard(table),), 1.0),))
+    said = cause_at_links(ours, at_links, {"cost_greedy": whole, "torchrec": whole}, "cpu")
+    assert said.startswith("at measured links, formulas not links: they split over communication ")
+    assert "communication 0.89 under ours, 1.33 under TorchRec's" in said and "data parallel" not in said
 
 
 def test_a_judged_plan_needs_ranks():
