@@ -308,17 +308,19 @@ class TorchRecCostModel(SetCostModel):
     def predict_many(self, table_sets: Sequence[Sequence[Table]], batch_size: int) -> list[float]:
         self._check_batch(batch_size)
         task = self.task
-        found = iter(task.of([t for s in table_sets for t in s]))  # every miss in one estimator call per option
-        ms, used = np.zeros(len(table_sets)), np.zeros(len(table_sets), dtype=np.int64)
-        host = np.zeros(len(table_sets), dtype=np.int64)
-        for i, tables in enumerate(table_sets):
-            for _ in tables:
-                estimate = next(found)
-                ms[i] += estimate.ms
-                used[i] += estimate.bytes
-                host[i] += estimate.host_bytes
-        num_sets = len(table_sets)
-        return self.priced(ms, used, self.capacities(num_sets), host, self.host_capacities(num_sets)).tolist()
+        found = task.of([t for s in table_sets for t in s])  # every miss in one estimator call per option
+        num_sets, count = len(table_sets), len(found)
+        owner = np.repeat(np.arange(num_sets), [len(s) for s in table_sets])
+        ms = np.zeros(num_sets)
+        used = np.zeros(num_sets, dtype=np.int64)
+        np.add.at(ms, owner, np.fromiter((e.ms for e in found), dtype=np.float64, count=count))  # in order, as +=
+        np.add.at(used, owner, np.fromiter((e.bytes for e in found), dtype=np.int64, count=count))
+        host_caps = self.host_capacities(num_sets)
+        host = None
+        if host_caps is not None:
+            host = np.zeros(num_sets, dtype=np.int64)
+            np.add.at(host, owner, np.fromiter((e.host_bytes for e in found), dtype=np.int64, count=count))
+        return self.priced(ms, used, self.capacities(num_sets), host, host_caps).tolist()
 
     def accumulator(self, num_sets: int, batch_size: int) -> SumAccumulator:
         self._check_batch(batch_size)

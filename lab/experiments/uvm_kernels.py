@@ -11,7 +11,8 @@ tables to ``fused_uvm_caching`` (``autoshard.torchrec.kernel_choice``), beside:
   it (``--torchrec``: it is slow on the larger tasks).
 
 Each plan's max (TorchRec's estimate of its max rank, ms), whether it fits TorchRec's storage on
-every rank, its tables per kernel and its planning time (2 shared cores: under load, see ``load``).
+every rank (HBM: ``fits``; host memory within TorchRec's default ``ddr_cap``: ``fits_ddr``), its
+tables per kernel and its planning time (2 shared cores: under load, see ``load``).
 Each kernel plan is exported (``to_torchrec_plan``: ``ParameterSharding`` with ``compute_kernel``
 and ``cache_params``) to show DMP receives it; ``--dmp`` also loads and runs the 1 x 8 plans under
 DMP on this CPU (8 gloo ranks, rows capped), which maps every kernel to FBGEMM's host path.
@@ -53,6 +54,7 @@ def plan_kernels(workload: Any, topology: Any, fused_only: bool = False) -> dict
         "planned": True,
         "max_ms": round(best.max_cost_ms, 4),
         "fits": model.overflow_bytes(best) <= 0,
+        "fits_ddr": model.host_overflow_bytes(best) <= 0,
         "kernels": dict(
             Counter(t.compute_kernel for t in {s.table.name: s.table for d in best.devices for s in d.shards}.values())
         ),
@@ -92,6 +94,7 @@ def torchrec_uvm(workload: Any, topology: Any) -> dict[str, Any]:
         "planned": True,
         "max_ms": round(ours.max_cost_ms, 4),
         "fits": model.overflow_bytes(ours) <= 0,
+        "fits_ddr": model.host_overflow_bytes(ours) <= 0,
         "kernels": dict(Counter(s.compute_kernel for s in shardings.values())),  # type: ignore[attr-defined]
         "uvm": sorted(
             f"{n} {s.compute_kernel} {s.sharding_type}"
