@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -211,18 +212,9 @@ class CommunicationModel:
     def pricing(self, where: Links | Topology | int) -> TierPricing:
         """The per-tier fits on ``where``'s links, as arrays (``TierPricing``): a group's ids pay
         their collective's ``CALLS`` x latency on each tier they cross (within the host where it
-        has other ranks, between hosts where there are others)."""
-        links = Links.of(where)
-        fits = [self.fit(c, t, links) for c, t in KEYS]
-        calls = np.array([CALLS[f.collective] * f.latency_ms for f in fits])
-        crossed = {Tier.INTRA: links.devices_per_host > 1, Tier.INTER: links.num_devices > links.devices_per_host}
-        group_fixed = np.zeros((len(ID_GROUPS), len(KEYS)))
-        for g, (kind, _) in enumerate(ID_GROUPS):
-            for tier in Tier:
-                key = INDEX[ids_collective(kind), tier]
-                group_fixed[g, key] = calls[key] if crossed[tier] else 0.0
-        ids = np.array([c in IDS for c, _ in KEYS])
-        return TierPricing(np.where(ids, 0.0, calls), np.array([f.bandwidth_gbps * 1e6 for f in fits]), group_fixed)
+        has other ranks, between hosts where there are others). Made once per (model, links):
+        the planners ask for it on every candidate."""
+        return _pricing(self, Links.of(where))
 
     def traffic(self, table: Table, batch_size: int, where: Links | Topology | int) -> np.ndarray:
         """Bytes ``table`` (a shard's ``as_table``) sends per (collective, tier), in ``KEYS``
@@ -378,6 +370,24 @@ class CommunicationModel:
                 f"{path} is not a communication model ({error})",
                 "re-measure it with `autoshard bench comm`",
             ) from None
+
+
+@lru_cache(maxsize=64)
+def _pricing(model: CommunicationModel, links: Links) -> TierPricing:
+    """``CommunicationModel.pricing`` (read-only arrays: one is shared by every caller)."""
+    fits = [model.fit(c, t, links) for c, t in KEYS]
+    calls = np.array([CALLS[f.collective] * f.latency_ms for f in fits])
+    crossed = {Tier.INTRA: links.devices_per_host > 1, Tier.INTER: links.num_devices > links.devices_per_host}
+    group_fixed = np.zeros((len(ID_GROUPS), len(KEYS)))
+    for g, (kind, _) in enumerate(ID_GROUPS):
+        for tier in Tier:
+            key = INDEX[ids_collective(kind), tier]
+            group_fixed[g, key] = calls[key] if crossed[tier] else 0.0
+    ids = np.array([c in IDS for c, _ in KEYS])
+    arrays = np.where(ids, 0.0, calls), np.array([f.bandwidth_gbps * 1e6 for f in fits]), group_fixed
+    for array in arrays:
+        array.flags.writeable = False
+    return TierPricing(*arrays)
 
 
 def communication_warnings(model: CommunicationModel | None, where: Links | Topology | int = 1) -> tuple[str, ...]:
