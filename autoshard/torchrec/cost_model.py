@@ -13,7 +13,10 @@ optimizer state, input and output buffers) pass what TorchRec's storage reservat
 costs ``OVER_MEMORY_MS`` more, plus that much again per capacity's worth it is over, so the planners
 keep every device within TorchRec's count as they keep away from a slow device; a plan that
 could not (``fits``) has a max of at least ``OVER_MEMORY_MS``. The planners' own memory check (the
-weights and optimizer state within the device's memory) applies as well.
+weights and optimizer state within the device's memory) applies as well. On cuda the UVM kernels'
+weights live in host memory, which TorchRec caps per rank (its ``Topology`` ``ddr_cap``:
+``ddr_cap_bytes``, else its default): where a table runs one, each rank's host bytes are summed and
+priced the same way, and a plan still past the cap is refused (``check_host_memory``).
 
 The estimator needs the task: TorchRec prices a shard from its table, the world and local world
 size and the batch. The model made for a profile (``TorchRecCostModel()``) is bound to each task
