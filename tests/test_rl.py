@@ -100,27 +100,77 @@ def test_the_plan_is_the_options_taken_and_the_step_return_is_minus_the_final_ma
         assert np.allclose(state.loads, costs, rtol=1e-3)  # the env's running costs are the model's
 
 
-def test_under_torchrecs_model_episodes_start_on_its_planning_topology():
-    """TorchRec's estimator counts buffers our planners do not: the env, like planning
-    (``planning.memory_fit``), places on the memory its storage reservation leaves, so the
-    teacher's plan stays under its memory barrier, and rl's plan there is the env's episode."""
+def test_under_torchrecs_model_options_fit_its_storage_estimate_so_rl_needs_no_retry():
+    """TorchRec's estimator counts each shard's input and output buffers, which our planners do
+    not: the env, like planning (``planning.memory_fit``), places on the memory its storage
+    reservation leaves, and counts each unit as TorchRec's storage estimate does, so that every
+    plan of its options fits TorchRec's count (task 0: the greedy rule over options ran into the
+    memory barrier on our count), and rl's plan there is the env's episode."""
     from autoshard.torchrec.cost_model import OVER_MEMORY_MS, TorchRecCostModel
 
     model = TorchRecCostModel()
-    task = eval_tasks(TrainConfig().eval_distribution, 14, 1)[13]  # 40 tables, 8 devices: tight
-    bound = priced(task, model, None)
-    own = OptionState(task.workload, task.topology, bound)
-    assert rollout(own, expert_choice).loads.max() > OVER_MEMORY_MS  # on our count it runs into the barrier
-    env = ShardingEnv(model, FixedTasks((task,)))
-    env.reset(seed=0, options={"task": task})
-    assert env.state is not None
-    planning = bound.planning_topology(task.topology)
-    assert env.state.topology.device_memory_bytes_all == planning.device_memory_bytes_all
-    assert rollout(env.state, expert_choice).loads.max() < OVER_MEMORY_MS
+    tasks = eval_tasks(TrainConfig().eval_distribution, 14, 1)
+    for task in (tasks[0], tasks[13]):  # 80 tables on 2 x 4, 40 tables on 1 x 8: tight
+        env = ShardingEnv(model, FixedTasks((task,)))
+        env.reset(seed=0, options={"task": task})
+        assert env.state is not None
+        bound = priced(env.task, model, None)
+        planning = bound.planning_topology(task.topology)
+        assert env.state.topology.device_memory_bytes_all == planning.device_memory_bytes_all
+        units = env.state.pending
+        assert [u.memory_bytes for u in units] == bound.shard_bytes([u.table for u in units]).tolist()
+        assert rollout(env.state, expert_choice).loads.max() < OVER_MEMORY_MS
     policy = OptionPolicy.load(SHIPPED.parent / "torchrec" / "cuda" / "policy.pt")
-    plan = RLPlanner(bound, policy, allow_column_split=True).plan(task.workload, planning)
+    task = tasks[13]
+    bound = priced(task, model, None)
+    plan = RLPlanner(bound, policy, allow_column_split=True).plan(task.workload, bound.planning_topology(task.topology))
+    assert bound.overflow_bytes(plan) <= 0  # its first plan fits: no retry
     state = rollout(begin(task, model, None), argmax_choice(policy))
     assert [tuple(u.shard for u in d.units) for d in state.devices] == [d.shards for d in plan.devices]
+
+
+def test_under_an_exact_model_every_table_may_be_offered_its_spread_forms(model):
+    """TorchRec's estimator prices a table at its full output all-to-all, so a row split or a
+    replica of even a cheap table may lower the max (docs/decisions.md, 56): with
+    ``spread_every_table`` under it a cheap table is offered them; under a learned model, or
+    without it, only tables worth a split are."""
+    from autoshard.torchrec.cost_model import TorchRecCostModel
+
+    task = eval_tasks(TrainConfig().eval_distribution, 7, 1)[6]  # 100 tables on 1 x 4
+    exact = begin(task, TorchRecCostModel(), None, spread_every_table=True)
+    learned = begin(task, model, None, spread_every_table=True)
+    for state in (exact, learned):
+        while state.current.cost >= 0.5 * state.share or not state._fits(state.current):
+            state.apply(state.candidates().options[0])
+    assert {o.sharding_type for o in exact.candidates().options} >= {ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE}
+    assert {o.sharding_type for o in learned.candidates().options} == {ShardingType.TABLE_WISE}
+    exact = begin(task, TorchRecCostModel(), None)  # the env's default: only tables worth a split
+    while exact.current.cost >= 0.5 * exact.share or not exact._fits(exact.current):
+        exact.apply(exact.candidates().options[0])
+    assert {o.sharding_type for o in exact.candidates().options} == {ShardingType.TABLE_WISE}
+
+
+def test_the_plan_teacher_gives_each_table_cost_greedys_form():
+    """``PlanTeacher``: each table's sharding type and shard count as in cost_greedy's plan of
+    the task (where that form is offered), its devices by the greedy rule."""
+    from autoshard.rl.imitation import PlanTeacher, plan_forms
+    from autoshard.torchrec.cost_model import TorchRecCostModel
+
+    task = eval_tasks(TrainConfig().eval_distribution, 7, 1)[6]
+    env = ShardingEnv(TorchRecCostModel(), FixedTasks((task,)), EnvConfig(spread_every_table=True))
+    env.reset(seed=0, options={"task": task})
+    assert env.state is not None
+    forms = plan_forms(env.state)
+    assert any(kind is not ShardingType.TABLE_WISE for kind, _ in forms.values())  # it spreads some
+    teacher, done, taken = PlanTeacher(), False, {}
+    while not done:
+        assert env.state is not None and env.found is not None
+        unit = env.state.current
+        option = env.found.options[teacher(env, np.flatnonzero(env.action_masks()))]
+        if unit.shard.columns is None:
+            taken[unit.parent] = (option.sharding_type, len(option.placements))
+        done = env.step(env.found.options.index(option))[2]
+    assert sum(taken[name] == form for name, form in forms.items()) >= 0.95 * len(forms)
 
 
 def test_the_terminal_reward_gives_the_same_return_all_at_the_end(model):

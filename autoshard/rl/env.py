@@ -39,12 +39,14 @@ class Reward(str, Enum):
 class EnvConfig:
     """``slots``: option rows in the observation (options past it are not offered);
     ``set_size_headroom``: see ``unit_cap``; ``dropped``: feature groups zeroed (ablations,
-    ``options.FEATURE_GROUPS``)."""
+    ``options.FEATURE_GROUPS``); ``spread_every_table``: under an exact model (TorchRec's
+    estimator) every table is offered its splits and replicas, as cost_greedy tries them."""
 
     slots: int = 48
     reward: Reward = Reward.STEP
     set_size_headroom: float = SET_SIZE_HEADROOM
     dropped: tuple[str, ...] = ()
+    spread_every_table: bool = False
 
     def __post_init__(self) -> None:
         unknown = [g for g in self.dropped if g not in FEATURE_GROUPS]
@@ -77,7 +79,9 @@ def priced(task: Task, cost_model: CostModel, communication: CommunicationModel 
     return bound if communication is None else WithCommunication(bound, communication, task.topology)
 
 
-def start(task: Task, cost_model: CostModel, headroom: float = SET_SIZE_HEADROOM) -> OptionState:
+def start(
+    task: Task, cost_model: CostModel, headroom: float = SET_SIZE_HEADROOM, spread_every_table: bool = False
+) -> OptionState:
     """A fresh placement of ``task`` over options, priced by ``cost_model`` (already ``priced``),
     under the workload's constraints, every sharding type allowed, column splits included, on the
     memory the model leaves for tables where it counts more than the planners do (TorchRec's
@@ -93,16 +97,21 @@ def start(task: Task, cost_model: CostModel, headroom: float = SET_SIZE_HEADROOM
         rules=PlacementRules(workload.constraints, planning),
         limit=limit,
         headroom=headroom,
+        spread_every_table=spread_every_table,
     )
 
 
 def begin(
-    task: Task, cost_model: CostModel, communication: CommunicationModel | None, headroom: float = SET_SIZE_HEADROOM
+    task: Task,
+    cost_model: CostModel,
+    communication: CommunicationModel | None,
+    headroom: float = SET_SIZE_HEADROOM,
+    spread_every_table: bool = False,
 ) -> OptionState:
     """``task``'s fresh placement as a planner starts it under ``cost_model`` (the env's episodes,
     the training's evaluation): ``planned``, ``priced`` and ``start``ed."""
     task = planned(task, cost_model)
-    return start(task, priced(task, cost_model, communication), headroom)
+    return start(task, priced(task, cost_model, communication), headroom, spread_every_table)
 
 
 def observation(state: OptionState, found: Candidates, slots: int, dropped: tuple[str, ...] = ()) -> np.ndarray:
@@ -141,9 +150,13 @@ class ShardingEnv(gym.Env):
     table that fits a device)). No feature holds another planner's choice.
 
     **Action.** ``Discrete(slots)``: an option row. ``action_masks()`` allows exactly the real
-    rows: the options ``OptionState.candidates`` offers (memory; TorchRec's constraints; the
-    packing lookahead: the rest still pack by first-fit decreasing, where any option leaves it;
-    the extrapolation guard on units per device, where it leaves a choice).
+    rows: the options ``OptionState.candidates`` offers (memory, as the cost model counts it where
+    it counts its own: TorchRec's storage estimate with each shard's buffers, so that every plan
+    fits it; TorchRec's constraints; the packing lookahead: the rest still pack by first-fit
+    decreasing, where any option leaves it; the extrapolation guard on units per device, where it
+    leaves a choice). Row splits and replicas are offered for tables worth them, and with
+    ``config.spread_every_table`` under an exact model (TorchRec's estimator, which prices a table
+    at its full output all-to-all) for every table.
 
     **Reward** (``config.reward``), in units of the task's scale. ``step``: minus the increase of
     the max device cost at each step (the return is minus the final max: dense, and exactly the
@@ -182,7 +195,10 @@ class ShardingEnv(gym.Env):
             task = self.tasks.sample(self.np_random) if given is None else given
             self.task = planned(task, self.cost_model)
             self.state = start(
-                self.task, priced(self.task, self.cost_model, self.communication), self.config.set_size_headroom
+                self.task,
+                priced(self.task, self.cost_model, self.communication),
+                self.config.set_size_headroom,
+                self.config.spread_every_table,
             )
             self.taken = []
             self.found = self.state.candidates().first(self.config.slots)

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from autoshard.core.errors import PlannerError
 from autoshard.core.sharding import ShardingType
+from autoshard.planners.cost_greedy import CostGreedyPlanner
 from autoshard.rl.env import ShardingEnv
-from autoshard.rl.options import CONTEXT, KINDS, OPTION, expert_choice
+from autoshard.rl.options import CONTEXT, KINDS, OPTION, OptionState, expert_choice
 from autoshard.rl.policy import OptionScoringPolicy
 
 
@@ -28,6 +30,7 @@ class Demonstrations:
     masks: np.ndarray
     actions: np.ndarray
     returns: np.ndarray
+    stakes: np.ndarray  # each step's weight in cloning (``stake``; 1 where not weighed)
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -43,23 +46,93 @@ def teacher(env: ShardingEnv, allowed: np.ndarray) -> int:
     return expert_choice(env.state, env.found)
 
 
+class PlanTeacher:
+    """A teacher that takes each table's form from cost_greedy's final plan of the episode's task
+    (its sharding type, and for column_wise its shard count: the choice cost_greedy's spread
+    variants and option search make) and its devices by the greedy rule (``expert_choice``) among
+    the options of that form; the greedy rule alone where none is offered. The form is the
+    table's own, not the state's: on the policy's own states (DAgger) it labels them as well.
+    Under TorchRec's estimator the greedy rule alone is 1.055x cost_greedy's predicted max on the
+    held-out tasks, this teacher 1.006x (docs/decisions.md, 54)."""
+
+    def __init__(self) -> None:
+        self._task: object = None
+        self._forms: dict[str, tuple[ShardingType, int]] = {}
+
+    def __call__(self, env: ShardingEnv, allowed: np.ndarray) -> int:
+        state, found = env.state, env.found
+        assert state is not None and found is not None
+        if env.task is not self._task:
+            self._task, self._forms = env.task, plan_forms(state)
+        unit = state.current
+        form = None if unit.shard.columns is not None else self._forms.get(unit.parent)
+        if form is None:
+            return expert_choice(state, found)
+        kind, ways = form
+        same = [
+            i
+            for i, o in enumerate(found.options)
+            if o.sharding_type is kind and (kind is not ShardingType.COLUMN_WISE or len(o.placements) == ways)
+        ]
+        return expert_choice(state, found, np.array(same) if same else None)
+
+
+def plan_forms(state: OptionState) -> dict[str, tuple[ShardingType, int]]:
+    """Each table's (sharding type, shard count) in cost_greedy's plan of ``state``'s task, planned
+    on its workload, topology and cost model as the env gives them (empty where it finds none)."""
+    planner = CostGreedyPlanner(state.cost_model, allow_column_split=state.allow_column_split)
+    try:
+        plan = planner.plan(state.workload, state.topology)
+    except PlannerError:
+        return {}
+    shards: dict[str, list[ShardingType]] = {}
+    for device in plan.devices:
+        for shard in device.shards:
+            shards.setdefault(shard.table.name, []).append(shard.sharding_type)
+    return {name: (kinds[0], len(kinds)) for name, kinds in shards.items()}
+
+
 Follower = Callable[[np.ndarray, np.ndarray], int]
 """(an observation, its action mask) -> the action a policy takes there."""
 
 
+MAX_STAKE = 10.0
+"""A step's stake in cloning is at most this many times an ordinary step's."""
+
+
+def stake(env: ShardingEnv, action: int) -> float:
+    """What a wrong choice at the env's current step may cost, as a cloning weight: 1 plus the
+    largest (new max, implied mean) bound of an offered option (``expert_choice``'s) above the
+    chosen one's, in units of the task's scale, at most ``MAX_STAKE``. Few steps decide much
+    (a table several times an even share: its form), many decide little: the clone weighs
+    them so."""
+    state, found = env.state, env.found
+    assert state is not None and found is not None
+    n = len(state.loads)
+    base = (float(state.loads.sum()) + state.remaining_cost - state.current.cost) / n
+    bound = np.maximum(np.maximum(found.after_max, float(state.loads.max())), base + found.added / n)
+    return float(min(1.0 + (bound.max() - bound[action]) / state.scale, MAX_STAKE))
+
+
 def demonstrations(
-    env: ShardingEnv, episodes: int, seed: int, expert: Expert = teacher, follow: Follower | None = None
+    env: ShardingEnv,
+    episodes: int,
+    seed: int,
+    expert: Expert = teacher,
+    follow: Follower | None = None,
+    weigh: bool = False,
 ) -> Demonstrations:
     """``episodes`` of ``expert``'s choices (default the teacher's) in ``env``; with ``follow``, the
     episodes take ``follow``'s actions and ``expert`` labels the states they reach (DAgger: the
     clone learns the teacher's choice where its own choices lead, not only along the teacher's
     path),
     from tasks it draws with ``seed``; an episode that ends in a dead end keeps its steps (their
-    returns include it)."""
+    returns include it). ``weigh``: each step weighs its ``stake`` in cloning (else 1)."""
     observations: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     actions: list[int] = []
     returns: list[float] = []
+    stakes: list[float] = []
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)
         rewards, done = [], False
@@ -69,11 +142,16 @@ def demonstrations(
             observations.append(obs)
             masks.append(mask)
             actions.append(action)
+            stakes.append(stake(env, action) if weigh else 1.0)
             obs, reward, done, _, _ = env.step(action if follow is None else follow(obs, mask))
             rewards.append(reward)
         returns.extend(np.cumsum(rewards[::-1])[::-1])  # gamma = 1: the sum of the rewards to come
     return Demonstrations(
-        np.asarray(observations, np.float32), np.asarray(masks), np.asarray(actions), np.asarray(returns, np.float32)
+        np.asarray(observations, np.float32),
+        np.asarray(masks),
+        np.asarray(actions),
+        np.asarray(returns, np.float32),
+        np.asarray(stakes, np.float32),
     )
 
 
@@ -84,6 +162,7 @@ def joined(a: Demonstrations, b: Demonstrations) -> Demonstrations:
         np.concatenate([a.masks, b.masks]),
         np.concatenate([a.actions, b.actions]),
         np.concatenate([a.returns, b.returns]),
+        np.concatenate([a.stakes, b.stakes]),
     )
 
 
@@ -108,7 +187,7 @@ def clone(
     policy: OptionScoringPolicy, demonstrations: Demonstrations, epochs: int = 10, batch_size: int = 256, seed: int = 0
 ) -> float:
     """Fit ``policy``'s actor to the teacher's actions (masked cross-entropy, ``SPLIT_WEIGHT`` on
-    the steps that choose a type other than table_wise) and its critic to the returns (squared
+    the steps that choose a type other than table_wise, times each step's stake) and its critic to the returns (squared
     error), with an optimizer of its own; returns the share of steps on which the actor's argmax
     is the teacher's option afterwards."""
     rng = np.random.default_rng(seed)
@@ -118,7 +197,7 @@ def clone(
     returns = torch.as_tensor(demonstrations.returns)
     options = obs[:, CONTEXT:].reshape(len(obs), masks.shape[1], OPTION)
     table_wise = options[torch.arange(len(obs)), actions, 1 + KINDS.index(ShardingType.TABLE_WISE)]
-    weights = torch.where(table_wise > 0, 1.0, SPLIT_WEIGHT)
+    weights = torch.where(table_wise > 0, 1.0, SPLIT_WEIGHT) * torch.as_tensor(demonstrations.stakes)
     optimizer = torch.optim.Adam(policy.parameters(), lr=CLONE_LEARNING_RATE)
     policy.set_training_mode(True)
     for _ in range(epochs):

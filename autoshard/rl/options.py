@@ -16,17 +16,21 @@ feasibility (memory, TorchRec's constraints, the packing lookahead, the extrapol
 limits on what is worth pricing: a row or column split only for a table no device can take whole or
 that costs at least ``SPREAD_SHARE`` of an even share (a cheaper table gains nothing from one), a
 replica only for a table within ``DP_MEMORY_SHARE`` of a device whose replicas together cost less
-than it alone.
+than it alone. Under an exact model (TorchRec's estimator: a table at its full output all-to-all)
+and on request (``spread_every_table``), every table is offered its splits and replicas, as
+cost_greedy tries them (docs/decisions.md, 56).
+Memory is the model's count where it has its own (TorchRec's storage estimate, buffers included).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from autoshard.core.costing import is_exact
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, TableShard, Topology, Workload, replica
 from autoshard.planners.column_split import MIN_SHARD_WIDTH, split_ways
@@ -151,7 +155,9 @@ class OptionState:
     predictions for each device's set, floored so that an addition never lowers one, and, once
     the last unit is placed, the sets' predictions themselves. ``limit``: table-wise options on
     at most that many allowed devices, the least loaded (and one empty one); ``None``: all.
-    ``max_units``: the extrapolation guard (``unit_cap``) on table-wise placements."""
+    ``max_units``: the extrapolation guard (``unit_cap``) on table-wise placements.
+    ``spread_every_table``: under an exact model, every table is offered its splits and replicas
+    (not only those worth them)."""
 
     def __init__(
         self,
@@ -163,6 +169,7 @@ class OptionState:
         rules: PlacementRules | None = None,
         limit: int | None = None,
         headroom: float = SET_SIZE_HEADROOM,
+        spread_every_table: bool = False,
     ) -> None:
         self.workload, self.topology, self.cost_model = workload, topology, cost_model
         self.allowed, self.rules, self.limit = allowed, rules if rules else None, limit
@@ -175,9 +182,10 @@ class OptionState:
         whole = [  # a table whose constraints leave out table_wise: one column_wise block (placed_kind)
             TableShard(t, sharding=placed_kind(workload.constraints.allowed_types(t.name, allowed))) for t in tables
         ]
-        units = [
-            Unit.of(s, c, s.table.name in placed) for s, c in zip(whole, self.cost_fn([s.as_table for s in whole]))
-        ]
+        # a model that counts each shard's memory its own way (TorchRec's storage estimate: with
+        # its input and output buffers) is the one the options must fit, so that no plan needs a retry
+        self.shard_bytes = getattr(getattr(cost_model, "compute", cost_model), "shard_bytes", None)
+        units = self._units(whole, self.cost_fn([s.as_table for s in whole]), [s.table.name in placed for s in whole])
         self.total_units = len(units)
         self.capacity = np.array(topology.device_memory_bytes_all, dtype=np.int64)
         self.largest_room = int(self.capacity.max())
@@ -201,6 +209,18 @@ class OptionState:
         self._shard_costs: dict[TableShard, float] = {}
         self._placed_parents: set[str] = set()
         self._replicas_pay = self._replicas_that_pay(units)
+        # an exact model (TorchRec's estimator) prices a whole table at its full output all-to-all:
+        # there a split or replica of any table may lower the max (docs/decisions.md, 56)
+        self.every_option = spread_every_table and is_exact(getattr(cost_model, "compute", cost_model))
+
+    def _units(self, shards: Sequence[TableShard], costs: Sequence[float], fixed: Sequence[bool] = ()) -> list[Unit]:
+        """``shards`` as units at ``costs``, their memory as the model counts it where it counts
+        its own (``shard_bytes``), else weights and optimizer state."""
+        units = [Unit.of(s, c, bool(fixed) and fixed[i]) for i, (s, c) in enumerate(zip(shards, costs))]
+        if self.shard_bytes is None or not units:
+            return units
+        counted = self.shard_bytes([u.table for u in units])
+        return [replace(u, memory_bytes=int(b)) for u, b in zip(units, counted.tolist())]
 
     def _replicas_that_pay(self, units: Sequence[Unit]) -> frozenset[str]:
         """Tables offered data_parallel: within ``DP_MEMORY_SHARE`` of the smallest device, and
@@ -264,7 +284,7 @@ class OptionState:
         after: list[np.ndarray] = []  # their costs after it
         packs: list[bool] = []  # whether the rest still packs after it
         if unit.shard.columns is None and not (self.rules is not None and self._grouped(unit.parent)):
-            worth = not options or not self._fits(unit) or unit.cost >= SPREAD_SHARE * self.share
+            worth = self.every_option or not options or not self._fits(unit) or unit.cost >= SPREAD_SHARE * self.share
             if worth and ShardingType.COLUMN_WISE in kinds and self.allow_column_split:
                 self._column_options(unit, others, before, after, packs)
             self._spread_options(unit, kinds, worth, others, before, after, packs)
@@ -338,7 +358,7 @@ class OptionState:
             width = table.embedding_dim // k
             shards = [TableShard(table, j * width, width) for j in range(k)]
             cost = self._shard_cost(shards[:1])[0]
-            units = [Unit.of(s, cost) for s in shards]
+            units = self._units(shards, [cost] * k)
             ok = self._open(units[0])
             rows = np.flatnonzero(ok)
             if len(rows) < k:
@@ -365,7 +385,7 @@ class OptionState:
         spread = kinds & SPREAD_TYPES
         if not worth:
             spread = spread & {ShardingType.DATA_PARALLEL}
-        if unit.parent not in self._replicas_pay and (kinds - {ShardingType.DATA_PARALLEL}):
+        if not self.every_option and unit.parent not in self._replicas_pay and (kinds - {ShardingType.DATA_PARALLEL}):
             spread = spread - {ShardingType.DATA_PARALLEL}
         if not spread:
             return
@@ -377,7 +397,7 @@ class OptionState:
         # told apart by identity, each priced once
         by_id = {id(s): s for o in found for _, s in o.placements}
         distinct = list(by_id.values())
-        unit_of = dict(zip(by_id, map(Unit.of, distinct, self._shard_cost(distinct))))
+        unit_of = dict(zip(by_id, self._units(distinct, self._shard_cost(distinct))))
         for option in found:
             ranks = np.array(option.ranks)
             units = [unit_of[id(s)] for _, s in option.placements]
@@ -566,17 +586,20 @@ TIE = 0.01
 """The teacher counts options within this share of the task's scale as equally good."""
 
 
-def expert_choice(state: OptionState, found: Candidates) -> int:
+def expert_choice(state: OptionState, found: Candidates, among: np.ndarray | None = None) -> int:
     """The warm start's teacher, a greedy rule over options: the option whose step leaves the
     lowest of (the new max, the mean device cost it implies once every unit is placed), to within
     ``TIE`` of the scale; among those, the lowest cost on the devices it touches (for table-wise
     options, greedy placement's cheapest-after). Finer ties followed noise in the added cost:
-    1.026x cost_greedy's predicted max against 1.010x at 1% (16 held-out tasks, docs/decisions.md, 40)."""
+    1.026x cost_greedy's predicted max against 1.010x at 1% (16 held-out tasks, docs/decisions.md, 40).
+    ``among``: the indices of the options to choose from (default: all)."""
+    index = np.arange(len(found)) if among is None else np.asarray(among)
     n = len(state.loads)
     current_max = float(state.loads.max())
     base = (float(state.loads.sum()) + state.remaining_cost - state.current.cost) / n
-    bound = np.maximum(np.maximum(found.after_max, current_max), base + found.added / n)
-    return int(np.lexsort((found.after_max, np.round(bound / (TIE * state.scale))))[0])
+    after = found.after_max[index]
+    bound = np.maximum(np.maximum(after, current_max), base + found.added[index] / n)
+    return int(index[np.lexsort((after, np.round(bound / (TIE * state.scale))))[0]])
 
 
 __all__ = ["CONTEXT", "KINDS", "OPTION", "Candidates", "Option", "OptionState", "expert_choice"]

@@ -115,6 +115,7 @@ class RLPlanner:
             TaskCache.for_task(self.cache, workload, topology).rules,
             limit,
             self.set_size_headroom,
+            self.policy.info.spread_every_table,
         )
 
     def _rollout(self, workload: Workload, topology: Topology, choose: Choose) -> OptionState:

@@ -116,6 +116,7 @@ class PolicyInfo:
     dropped: tuple[str, ...] = ()  # feature groups it never saw (ablations)
     cost_model: str = ""  # the cost model it was trained against (``model_identity``); "": its profile's
     compute_device: str = ""  # the device that model prices (``cpu``, ``cuda``); "": not recorded
+    spread_every_table: bool = False  # its env's ``EnvConfig.spread_every_table``: rl offers it the same
 
     @property
     def trained_against(self) -> str:
@@ -228,6 +229,7 @@ class OptionPolicy:
             raw["dropped"] = tuple(raw.get("dropped", ()))
             raw["cost_model"] = str(raw.get("cost_model", ""))
             raw["compute_device"] = str(raw.get("compute_device", ""))
+            raw["spread_every_table"] = bool(raw.get("spread_every_table", False))
             info = PolicyInfo(**raw)
             if not layers or layers[0][0].shape[0] != ROW or layers[-1][0].shape[1] != 1:
                 raise ValueError(f"layer shapes do not fit {ROW} inputs and one score")

@@ -26,7 +26,7 @@ from autoshard.core.errors import InputError, PlannerError
 from autoshard.core.task import Task
 from autoshard.core.types import CostModel
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, begin
-from autoshard.rl.imitation import argmax_follower, clone, demonstrations, joined
+from autoshard.rl.imitation import PlanTeacher, argmax_follower, clone, demonstrations, joined, teacher
 from autoshard.rl.options import expert_choice
 from autoshard.rl.policy import (
     POLICY_FILE,
@@ -62,6 +62,7 @@ class TrainConfig:
     imitation_episodes: int = 300  # teacher episodes cloned before PPO (``autoshard.rl.imitation``); 0: none
     imitation_epochs: int = 20
     dagger_rounds: int = 2  # rounds of the clone's own episodes labelled by the teacher, cloned again
+    teacher: str = "rule"  # what the warm start clones: "rule" (``expert_choice``) or "plan" (``PlanTeacher``)
     eval_every: int = 25_000
     eval_tasks: int = 24
     checkpoint_every: int = 50_000
@@ -90,7 +91,14 @@ class TrainConfig:
             raise InputError("imitation_episodes", f"must be >= 0, got {self.imitation_episodes}")
         if self.dagger_rounds < 0:
             raise InputError("dagger_rounds", f"must be >= 0, got {self.dagger_rounds}")
+        if self.teacher not in TEACHERS:
+            raise InputError("teacher", f"must be one of {', '.join(TEACHERS)}, got {self.teacher!r}")
 
+
+TEACHERS = ("rule", "plan")
+"""The warm start's teachers: the greedy rule over options; cost_greedy's plan's form per table
+with the rule's devices (``imitation.PlanTeacher``: TorchRec's estimator, where cost_greedy's
+spread variants and option search choose forms the rule does not)."""
 
 HELD_OUT_MIN_TABLES = 40
 HELD_OUT_MIN_DEVICES = 4
@@ -111,20 +119,27 @@ def eval_tasks(distribution: TaskDistribution, count: int, seed: int) -> list[Ta
     return [distribution.sample(rng) for _ in range(count)]
 
 
-def plan_max(task: Task, choose: Choose, cost_model: CostModel, communication: CommunicationModel | None) -> float:
-    """The predicted max of ``choose``'s plan of ``task``."""
-    return float(rollout(begin(task, cost_model, communication), choose).loads.max())
+def plan_max(
+    task: Task,
+    choose: Choose,
+    cost_model: CostModel,
+    communication: CommunicationModel | None,
+    env: EnvConfig = EnvConfig(),
+) -> float:
+    """The predicted max of ``choose``'s plan of ``task``, over ``env``'s options."""
+    state = begin(task, cost_model, communication, env.set_size_headroom, env.spread_every_table)
+    return float(rollout(state, choose).loads.max())
 
 
 def teacher_maxima(
-    tasks: list[Task], cost_model: CostModel, communication: CommunicationModel | None
+    tasks: list[Task], cost_model: CostModel, communication: CommunicationModel | None, env: EnvConfig = EnvConfig()
 ) -> tuple[list[Task], list[float]]:
     """The tasks the teacher (``expert_choice``) plans, and its predicted max on each: the
     evaluation's yardstick (a task where it runs into a dead end is left out)."""
     kept: list[tuple[Task, float]] = []
     for task in tasks:
         try:
-            kept.append((task, plan_max(task, expert_choice, cost_model, communication)))
+            kept.append((task, plan_max(task, expert_choice, cost_model, communication, env)))
         except PlannerError:
             continue
     return [t for t, _ in kept], [m for _, m in kept]
@@ -136,13 +151,14 @@ def ratio_to_teacher(
     teacher: list[float],
     cost_model: CostModel,
     communication: CommunicationModel | None,
+    env: EnvConfig = EnvConfig(),
 ) -> float:
     """Geometric mean over tasks of the policy's argmax plan's predicted max / the teacher's:
     below 1, the policy shards better than the rule it was cloned from (inf at a dead end)."""
     logs = []
     for task, yardstick in zip(tasks, teacher):
         try:
-            agent = plan_max(task, argmax_choice(policy), cost_model, communication)
+            agent = plan_max(task, argmax_choice(policy), cost_model, communication, env)
         except PlannerError:
             return math.inf
         logs.append(math.log(agent / yardstick))
@@ -251,12 +267,13 @@ class _Judge:
     def __init__(self, config: TrainConfig, cost_model: CostModel, communication: CommunicationModel | None) -> None:
         assert config.eval_distribution is not None  # set by __post_init__
         drawn = eval_tasks(config.eval_distribution, config.eval_tasks, config.seed + 1)
-        self.tasks, self.teacher = teacher_maxima(drawn, cost_model, communication)
+        self.env = config.env
+        self.tasks, self.teacher = teacher_maxima(drawn, cost_model, communication, self.env)
         self.cost_model, self.communication = cost_model, communication
 
     def ratio(self, policy: OptionPolicy) -> float:
         """The policy's argmax plans' predicted max over the teacher's (``ratio_to_teacher``)."""
-        return ratio_to_teacher(policy, self.tasks, self.teacher, self.cost_model, self.communication)
+        return ratio_to_teacher(policy, self.tasks, self.teacher, self.cost_model, self.communication, self.env)
 
 
 class BestKeeper:
@@ -313,6 +330,7 @@ class BestKeeper:
             tuple(self.history),
             env.dropped,
             *self.trained_against,
+            env.spread_every_table,
         )
 
     def evaluate(self, steps: int, warm_start: bool = False) -> float:
@@ -367,17 +385,21 @@ def _warm_start(
 ) -> None:
     """Clone the greedy rule over options into the actor, then DAgger: the clone's own episodes,
     labelled by the teacher, cloned again; the clone is scored as the warm start."""
-    taught = demonstrations(demo_env, config.imitation_episodes, config.seed + 2)
+    plan = config.teacher == "plan"  # its steps weigh their stakes: few forms decide the max
+    expert = PlanTeacher() if plan else teacher
+    taught = demonstrations(demo_env, config.imitation_episodes, config.seed + 2, expert, weigh=plan)
     assert isinstance(model.policy, OptionScoringPolicy)
     agreement = clone(model.policy, taught, config.imitation_epochs, seed=config.seed)
     for round_ in range(1, config.dagger_rounds + 1):
         seed = config.seed + 2 + 100_000 * round_
-        own = demonstrations(demo_env, config.imitation_episodes, seed, follow=argmax_follower(model.policy))
+        follow = argmax_follower(model.policy)
+        own = demonstrations(demo_env, config.imitation_episodes, seed, expert, follow=follow, weigh=plan)
         taught = joined(taught, own)
         agreement = clone(model.policy, taught, config.imitation_epochs, seed=config.seed + round_)
     ratio = keeper.evaluate(0, warm_start=True)
     log(
-        f"cloned the greedy rule over options ({len(taught):,} steps of {config.imitation_episodes} episodes, "
+        f"cloned the {'plan teacher' if plan else 'greedy rule over options'} "
+        f"({len(taught):,} steps of {config.imitation_episodes} episodes, "
         f"{config.dagger_rounds} DAgger rounds): "
         f"the actor picks its option on {agreement:.1%} of them; {ratio:.4f}x its plans on held-out tasks"
     )
@@ -423,11 +445,12 @@ def _same_settings(recorded: dict | None, config: TrainConfig, where: Path) -> N
     checkpoints, e.g. the observation size of another ``slots``, or score against other tasks)."""
     if recorded is None:
         return  # a run from before settings were recorded
-    now = _plain(asdict(config))
+    now, defaults = _plain(asdict(config)), _plain(asdict(TrainConfig()))
+    then = {**{k: v for k, v in defaults.items() if k not in recorded}, **recorded}  # settings added since: defaults
     changed = [
-        f"{key}: {recorded.get(key)!r} then, {now[key]!r} now"
+        f"{key}: {then.get(key)!r} then, {now[key]!r} now"
         for key in now
-        if key not in RESUMABLE_CHANGES and recorded.get(key) != now[key]
+        if key not in RESUMABLE_CHANGES and then.get(key) != now[key]
     ]
     if changed:
         raise InputError(

@@ -32,6 +32,9 @@ def main() -> None:
     parser.add_argument("--compute-device", default=None)
     parser.add_argument("--imitation-episodes", type=int, default=defaults.imitation_episodes)
     parser.add_argument("--dagger-rounds", type=int, default=defaults.dagger_rounds)
+    parser.add_argument("--teacher", choices=("rule", "plan"), default=defaults.teacher)
+    parser.add_argument("--spread-every-table", action="store_true", help="EnvConfig.spread_every_table")
+    parser.add_argument("--imitation-epochs", type=int, default=defaults.imitation_epochs)
     parser.add_argument("--steps", type=int, default=defaults.steps)
     parser.add_argument("--eval-every", type=int, default=defaults.eval_every)
     parser.add_argument("--out", type=Path, required=True, help="policy.pt and its run (policy_training/) go here")
@@ -44,6 +47,9 @@ def main() -> None:
         defaults,
         imitation_episodes=args.imitation_episodes,
         dagger_rounds=args.dagger_rounds,
+        teacher=args.teacher,
+        imitation_epochs=args.imitation_epochs,
+        env=replace(defaults.env, spread_every_table=args.spread_every_table),
         steps=args.steps,
         eval_every=args.eval_every,
     )
