@@ -474,3 +474,16 @@ def test_policy_train_defaults_are_train_configs():
     assert defaults["topologies"] == ",".join(f"{h}x{d}" for h, d in config.tasks.topologies)
     assert (config.envs, config.learning_rate, config.ent_coef) == (4, 5e-5, 0.0)
     assert (config.imitation_episodes, config.dagger_rounds, config.steps) == (300, 2, 600_000)
+
+
+def test_a_steps_stake_is_what_a_worse_option_may_cost(model):
+    """``stake``: 1 plus how far the worst offered option's bound is above the chosen one's, in
+    the task's scale, capped: the greedy rule's own choice weighs most, the worst option 1."""
+    from autoshard.rl.imitation import MAX_STAKE, stake, teacher
+
+    env = ShardingEnv(model, SMALL)
+    env.reset(seed=3)
+    assert env.found is not None and len(env.found) > 1
+    stakes = [stake(env, a) for a in range(len(env.found))]
+    assert all(1.0 <= s <= MAX_STAKE for s in stakes) and min(stakes) == 1.0
+    assert stake(env, teacher(env, np.flatnonzero(env.action_masks()))) == max(stakes) > 1.0
