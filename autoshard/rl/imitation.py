@@ -52,8 +52,9 @@ class PlanTeacher:
     variants and option search make) and its devices by the greedy rule (``expert_choice``) among
     the options of that form; the greedy rule alone where none is offered. The form is the
     table's own, not the state's: on the policy's own states (DAgger) it labels them as well.
-    Under TorchRec's estimator the greedy rule alone is 1.055x cost_greedy's predicted max on the
-    held-out tasks, this teacher 1.006x (docs/decisions.md, 54)."""
+    Under TorchRec's estimator, with every table offered its forms, the greedy rule alone is
+    1.055x cost_greedy's predicted max on the held-out tasks, this teacher 1.006x
+    (lab/results/policy_per_model/torchrec_cuda_teacher_ceiling.json)."""
 
     def __init__(self) -> None:
         self._task: object = None
