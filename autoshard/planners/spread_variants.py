@@ -21,13 +21,23 @@ The variants are: needed; needed + heavy; needed + tiny; needed + heavy + tiny; 
 needed + heavy + cheap; needed + heavy + either (the heavy tables there under any spread type, a
 replica included), each only where its sets are not empty. The planner keeps the variant with
 the lowest predicted max.
+
+- ``crowded_out``: once a variant's tables are spread, the other tables that fit no device whole
+  in the memory the spread shards leave. Where the variant's own plan then fails (its rest
+  dead-ends beside the shards), the variant with them spread too, as the needed tables are (row
+  splits; again until none is crowded out), is planned in its place (``spread_stage.Crowded``).
+  With tables larger than a device (UVM caching under TorchRec's model), the needed tables' row
+  splits can leave no device room for the next largest whole: column shards of it may fit, but
+  packing them beside the rest can dead-end, and only the variant that spread every table had
+  a plan (criteo_tb_uncapped_1x8 at half memory: 8.22 ms, TorchRec 7.42); row-splitting the
+  crowded tables and keeping the rest whole is TorchRec's plan there (7.42 ms).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autoshard.core.constraints import Constraints
 from autoshard.core.sharding import ShardingType
@@ -71,6 +81,15 @@ class SpreadVariant:
     either: frozenset[str] = frozenset()  # tables under ``either_kinds``: replicated or row-sharded
     any_type: frozenset[str] = frozenset()  # tables under any spread type, a replica included
 
+    def spreading(self, more: Sequence[Table]) -> SpreadVariant:
+        """This variant with ``more`` tables spread as the needed ones are (row splits)."""
+        return replace(self, name=f"{self.name}+crowded", tables=self.tables + tuple(more))
+
+    @property
+    def key(self) -> tuple[frozenset[str], frozenset[str], frozenset[str], frozenset[str]]:
+        """What the variant spreads and how: two variants of one key plan alike."""
+        return frozenset(t.name for t in self.tables), self.replicated, self.either, self.any_type
+
     def options_of(
         self,
         topology: Topology,
@@ -102,10 +121,17 @@ class SpreadVariant:
         return options
 
 
-def fits_placed(table: Table, topology: Topology, allow_split: bool, allowed: frozenset[ShardingType]) -> bool:
+def fits_placed(
+    table: Table,
+    topology: Topology,
+    allow_split: bool,
+    allowed: frozenset[ShardingType],
+    capacity: int | None = None,
+) -> bool:
     """Whether ``table`` fits a device whole (table-wise, or as one column-wise block), or as
-    column shards of up to one per device (of a host, for table_column_wise alone)."""
-    capacity = topology.device_memory_bytes
+    column shards of up to one per device (of a host, for table_column_wise alone), in
+    ``capacity`` bytes a device (default: a device's memory)."""
+    capacity = topology.device_memory_bytes if capacity is None else capacity
     placed = allowed & (COLUMN_TYPES | {ShardingType.TABLE_WISE})
     if placed and table.memory_bytes <= capacity:
         return True
@@ -218,4 +244,27 @@ def spread_variants(
     return variants
 
 
-__all__ = ["SpreadVariant", "fits_placed", "spread_variants"]
+def crowded_out(
+    rest: Sequence[Table],
+    free: Sequence[int],
+    topology: Topology,
+    allowed: frozenset[ShardingType],
+    constraints: Constraints = Constraints(),
+) -> list[Table]:
+    """The ``rest`` tables (those a variant leaves placed) that fit no device whole in the most
+    ``free`` bytes any device has beside the spread shards, and that may be row-split (not pinned
+    by a placement constraint): the variant with them spread too is planned (module docstring).
+    Column shards might still fit; the variant as it is stays planned for them."""
+    room = max(free, default=0)
+    spreadable = {ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE, ShardingType.GRID_SHARD}
+    crowded = []
+    for table in rest:
+        kinds = constraints.allowed_types(table.name, allowed)
+        if table.name in constraints.placed_tables or not kinds & spreadable:
+            continue
+        if not fits_placed(table, topology, False, kinds, room):
+            crowded.append(table)
+    return crowded
+
+
+__all__ = ["SpreadVariant", "crowded_out", "fits_placed", "spread_variants"]
