@@ -487,3 +487,23 @@ def test_a_steps_stake_is_what_a_worse_option_may_cost(model):
     stakes = [stake(env, a) for a in range(len(env.found))]
     assert all(1.0 <= s <= MAX_STAKE for s in stakes) and min(stakes) == 1.0
     assert stake(env, teacher(env, np.flatnonzero(env.action_masks()))) == max(stakes) > 1.0
+
+
+def test_an_env_draws_past_a_task_its_model_cannot_plan():
+    """Under TorchRec's model a drawn task whose devices its storage reservation leaves no memory
+    for tables (a long PPO run drew one and crashed) is drawn again; a given one is refused, and a
+    distribution of nothing else is an ``InputError`` naming the task."""
+    from autoshard.core.errors import PlannerError
+    from autoshard.torchrec.cost_model import TorchRecCostModel
+
+    task = eval_tasks(TrainConfig().eval_distribution, 1, 1)[0]
+    starved = Task("starved", task.workload, Topology(task.topology.num_devices, 0.001))
+    model = TorchRecCostModel()
+    env = ShardingEnv(model, FixedTasks((starved, task)))
+    for seed in range(6):  # each draw of ``starved`` is drawn again, so every episode is ``task``
+        env.reset(seed=seed)
+        assert env.task.name == task.name
+    with pytest.raises(PlannerError):
+        env.reset(seed=0, options={"task": starved})
+    with pytest.raises(InputError, match="task"):
+        ShardingEnv(model, FixedTasks((starved,))).reset(seed=0)

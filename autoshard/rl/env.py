@@ -11,7 +11,7 @@ import numpy as np
 
 from autoshard.core.communication import CommunicationModel, WithCommunication
 from autoshard.core.costing import bound_to_task
-from autoshard.core.errors import InputError
+from autoshard.core.errors import InputError, PlannerError
 from autoshard.core.task import Task
 from autoshard.core.types import CostModel
 from autoshard.planners.choosers import CANDIDATES
@@ -22,7 +22,7 @@ from autoshard.rl.tasks import TaskDistribution, TaskSource
 
 DEAD_END_PENALTY = 2.0  # in units of the task's scale: worse than any finished plan's return
 OBS_BOUND = 1e3  # features are of order 1; the bound only keeps the space finite
-RESAMPLES = 20  # draws of a task whose first table some option fits (a drawn task may fit none)
+RESAMPLES = 20  # draws of a task the model can plan and whose first table some option fits
 FULL_VIEW_DEVICES = 16
 """Up to this many devices every allowed device is a table-wise option; beyond, the ``CANDIDATES``
 least loaded (and one empty one), as the planners offer them."""
@@ -191,22 +191,30 @@ class ShardingEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         given = (options or {}).get("task")
+        why = "give the devices more memory"
         for _ in range(RESAMPLES):
             task = self.tasks.sample(self.np_random) if given is None else given
             self.task = planned(task, self.cost_model)
-            self.state = start(
-                self.task,
-                priced(self.task, self.cost_model, self.communication),
-                self.config.set_size_headroom,
-                self.config.spread_every_table,
-            )
+            try:
+                self.state = start(
+                    self.task,
+                    priced(self.task, self.cost_model, self.communication),
+                    self.config.set_size_headroom,
+                    self.config.spread_every_table,
+                )
+            except PlannerError as error:  # the model leaves a device no memory (TorchRec's reservation)
+                if given is not None:
+                    raise
+                why = f"{error}; draw tasks with more memory per device"
+                continue  # a drawn task this model cannot plan at all: draw another
             self.taken = []
             self.found = self.state.candidates().first(self.config.slots)
             if len(self.found):
                 return self._obs(), self._info()
             if given is not None:
                 break
-        assert self.state is not None
+        if self.state is None or self.state.workload is not self.task.workload:
+            raise InputError("task", f"none of {RESAMPLES} drawn tasks can be planned under this model", why)
         raise InputError(
             "task",
             f"no sharding option fits {self.state.current.name!r}, the first table of {self.task.name!r}",
