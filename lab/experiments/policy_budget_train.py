@@ -38,6 +38,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=defaults.steps)
     parser.add_argument("--eval-every", type=int, default=defaults.eval_every)
     parser.add_argument("--out", type=Path, required=True, help="policy.pt and its run (policy_training/) go here")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     args = parser.parse_args()
     one_thread()
     profile, why = load_profile_or_none(Path(args.model), compute_device=args.compute_device)
@@ -62,7 +63,8 @@ def main() -> None:
         profile.communication,
         command=command,
         progress_bar=False,
-        fresh=True,
+        resume=args.resume,
+        fresh=not args.resume,
     )
     policy.save(args.out / POLICY_FILE)
     info = policy.info
