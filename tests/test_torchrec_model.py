@@ -269,6 +269,10 @@ def test_annotated_methods_found_once_per_sharding_type_as_torchrecs_scan_finds_
     may): the method found once is the one TorchRec's scan finds, for every type and marker."""
     from torchrec.distributed.planner.estimator import annotations
 
+    from autoshard.torchrec.annotation_lookup import find_annotations_once
+
+    find_annotations_once()
+
     class PerType:
         @annotations.fwd_coefficient(sharding_type=["table_wise", "column_wise"])
         def tw_cw(self) -> str:

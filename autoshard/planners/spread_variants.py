@@ -27,10 +27,8 @@ the lowest predicted max.
   dead-ends beside the shards), the variant with them spread too, as the needed tables are (row
   splits; again until none is crowded out), is planned in its place (``spread_stage.Crowded``).
   With tables larger than a device (UVM caching under TorchRec's model), the needed tables' row
-  splits can leave no device room for the next largest whole: column shards of it may fit, but
-  packing them beside the rest can dead-end, and only the variant that spread every table had
-  a plan (criteo_tb_uncapped_1x8 at half memory: 8.22 ms, TorchRec 7.42); row-splitting the
-  crowded tables and keeping the rest whole is TorchRec's plan there (7.42 ms).
+  splits can leave no device room for the next largest whole, and packing its column shards
+  beside the rest can dead-end (docs/decisions.md, 68).
 """
 
 from __future__ import annotations

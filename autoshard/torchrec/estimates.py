@@ -21,7 +21,7 @@ cache and the buffers; its host part is ``host_bytes``). What each rank may hold
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,7 @@ from autoshard.core.errors import InputError
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import Optimizer, Table, Topology, Workload
 from autoshard.torchrec import bridge
+from autoshard.torchrec.annotation_lookup import find_annotations_once
 from autoshard.torchrec.planner import _quiet_torchrec, torchrec_topology_args
 
 COMPUTE_DEVICES = ("cuda", "cpu")
@@ -53,46 +54,6 @@ _OPTIMIZERS: dict[Optimizer, type[torch.optim.Optimizer]] = {
     Optimizer.ADAGRAD: torch.optim.Adagrad,
     Optimizer.ROWWISE_ADAGRAD: RowWiseAdagrad,
 }
-
-
-def _found_once_per_class(find: Callable[..., Any]) -> Callable[..., Any]:
-    """``find`` (TorchRec's scan of a hardware config's methods for an annotation: ``dir`` and
-    ``getattr`` of every attribute, on every shard it prices) remembered per config class,
-    annotation and sharding type: the methods are the class's, so each is found once and the
-    same method is returned. A config with callables of its own (instance attributes) is scanned
-    as before."""
-    found: dict[tuple[type, str, str | None], str | None] = {}
-
-    def find_once(config: Any, marker: str, sharding_type: str | None = None) -> Any:
-        own = getattr(config, "__dict__", None)
-        if own and any(callable(v) for v in own.values()):
-            return find(config, marker, sharding_type)
-        key = (type(config), marker, sharding_type)
-        if key not in found:
-            method = find(config, marker, sharding_type)
-            found[key] = None if method is None else next(n for n in dir(config) if getattr(config, n, None) == method)
-        name = found[key]
-        return None if name is None else getattr(config, name)
-
-    return find_once
-
-
-def _find_annotations_once() -> None:
-    """TorchRec 1.8's estimator spends most of its time finding its config's annotated methods
-    (60% on 1,000 tables): find each once (``_found_once_per_class``); the estimates are the same.
-    A TorchRec without these functions is left as it is."""
-    from torchrec.distributed.planner.estimator import annotations
-
-    for name in ("_get_annotated_method", "_get_coefficient_method"):
-        find = getattr(annotations, name, None)
-        if find is not None and not getattr(find, "_found_once", False):
-            find_once = _found_once_per_class(find)
-            find_once._found_once = True  # type: ignore[attr-defined]
-            find_once.__wrapped__ = find  # type: ignore[attr-defined]  # TorchRec's own scan
-            setattr(annotations, name, find_once)
-
-
-_find_annotations_once()
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +95,7 @@ class TaskEstimates:
     ) -> None:
         if compute_device not in COMPUTE_DEVICES:
             raise InputError("compute_device", f"must be cuda or cpu, got {compute_device!r}", "use cuda or cpu")
+        find_annotations_once()
         self.workload, self.topology, self.compute_device = workload, topology, compute_device
         self.tables = {t.name: t for t in workload.tables}
         self._comms_bandwidths = comms_bandwidths

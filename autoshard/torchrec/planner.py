@@ -174,6 +174,10 @@ class TorchRecPlanner:
             )
         from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
         from torchrec.distributed.planner import EmbeddingShardingPlanner
+
+        from autoshard.torchrec.annotation_lookup import find_annotations_once
+
+        find_annotations_once()  # TorchRec's estimator as fast as ours uses it: the same estimates
         from torchrec.distributed.planner import Topology as TorchRecTopology
         from torchrec.distributed.planner.storage_reservations import (
             HeuristicalStorageReservation,
