@@ -17,16 +17,17 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from autoshard.core.communication import COMMUNICATION_FILE, CommunicationModel
 from autoshard.core.errors import InputError, ModelError
 from autoshard.core.model_error import DEVICE_ERRORS_FILE, DeviceErrors
-from autoshard.core.types import CostModel
+from autoshard.core.types import GIB, CostModel
 from autoshard.profile_choice import (
     TORCHREC_COMPUTE_DEVICES,
     TORCHREC_MODEL,
@@ -49,13 +50,67 @@ DEFAULT_COMPUTE_DEVICE = "cuda"
 ``--compute-device`` (``compute_device``) says otherwise."""
 
 
-def torchrec_label(compute_device: str) -> str:
+MAX_DDR_CAP_GB = float(2**20)
+"""The most host memory per rank ``--ddr-cap-gb`` (``ddr_cap_gb``) takes: 1 PiB, past any host."""
+MAX_DDR_CAPS = 8
+"""How many host-memory caps of TorchRec's estimator a ``ModelStore`` (and each planning thread)
+keeps made: a request may name any cap, and each one's model is a cache of its own."""
+
+
+def torchrec_label(compute_device: str, ddr_cap_gb: float | None = None) -> str:
     """The profile name TorchRec's estimator for ``compute_device`` goes by in reports, the
-    service's store and policy files: ``torchrec (cuda)``, ``torchrec (cpu)``."""
-    return f"{TORCHREC_MODEL} ({compute_device})"
+    service's store and policy files: ``torchrec (cuda)``, ``torchrec (cpu)``; with a host memory
+    cap, ``torchrec (cuda, ddr_cap 64.0 GiB)`` (the float's ``repr``: ``torchrec_of_label`` reads
+    the very cap back, so that a planning worker given the label makes the same model)."""
+    cap = "" if ddr_cap_gb is None else f", ddr_cap {float(ddr_cap_gb)!r} GiB"
+    return f"{TORCHREC_MODEL} ({compute_device}{cap})"
 
 
 TORCHREC_LABELS = {torchrec_label(d): d for d in TORCHREC_COMPUTE_DEVICES}
+_LABEL = re.compile(rf"{TORCHREC_MODEL} \(({'|'.join(TORCHREC_COMPUTE_DEVICES)})(?:, ddr_cap (\S+) GiB)?\)")
+
+
+def torchrec_of_label(label: str) -> tuple[str, float | None] | None:
+    """(compute device, host memory cap in GiB or None) of a ``torchrec_label``; None for any other name."""
+    found = _LABEL.fullmatch(label)
+    if found is None:
+        return None
+    try:
+        return found[1], None if found[2] is None else float(found[2])
+    except ValueError:
+        return None
+
+
+def check_ddr_cap(ddr_cap_gb: float | None, compute_device: str, option: str = "--ddr-cap-gb") -> int | None:
+    """Each rank's host memory in bytes for ``ddr_cap_gb`` GiB (None: TorchRec's default), or an
+    ``InputError`` naming ``option``: the cap must be positive (up to ``MAX_DDR_CAP_GB``), and is
+    cuda's: on cpu every table is in host memory, which the topology's device memory gives."""
+    if ddr_cap_gb is None:
+        return None
+    if not 0 < ddr_cap_gb <= MAX_DDR_CAP_GB:  # NaN too
+        raise InputError(
+            option,
+            f"must be a positive number of GiB (at most {MAX_DDR_CAP_GB:,.0f}), got {ddr_cap_gb!r}",
+            "give each rank's host memory in GiB, e.g. 128 (TorchRec's default)",
+        )
+    if compute_device != "cuda":
+        raise InputError(
+            option,
+            f"caps the host memory of cuda's UVM tables; on {compute_device} every table is in host memory, "
+            "which the topology's device memory gives",
+            "leave it out, and give each rank's host memory as its device memory (--memory-gb, a request's "
+            "topology.device_memory_gb)",
+        )
+    return max(1, round(ddr_cap_gb * GIB))
+
+
+def ddr_cap_without_torchrec(option: str, model_option: str) -> InputError:
+    """The error for a host memory cap given with a model other than TorchRec's estimator."""
+    return InputError(
+        option,
+        f"sets TorchRec's host memory per rank (its Topology ddr_cap), which only the {TORCHREC_MODEL!r} model counts",
+        f"leave {option} out, or plan with {model_option} {TORCHREC_MODEL}",
+    )
 
 
 def check_compute_device(compute_device: str, option: str = "--compute-device") -> str:
@@ -98,11 +153,18 @@ class ModelStore:
     _local: threading.local = field(default_factory=threading.local, repr=False)
     model_dir: Path | None = None  # where the torchrec model's policies are (``torchrec_folder``)
     _builtin: dict[str, LoadedModel] = field(default_factory=dict, repr=False)  # TorchRec's, once asked
+    _capped: dict[str, LoadedModel] = field(default_factory=dict, repr=False)  # with a ddr_cap, latest last
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def resolve(self, profile: str | None, compute_device: str | None = None) -> LoadedModel | None:
+    def resolve(
+        self, profile: str | None, compute_device: str | None = None, ddr_cap_gb: float | None = None
+    ) -> LoadedModel | None:
         """The model of ``profile`` (default: the default profile; ``None`` when none is loaded);
-        ``compute_device``: what ``torchrec`` prices (default ``DEFAULT_COMPUTE_DEVICE``), for no
-        other profile. An unknown profile name or compute device is an ``InputError``."""
+        ``compute_device``: what ``torchrec`` prices (default ``DEFAULT_COMPUTE_DEVICE``), and
+        ``ddr_cap_gb``: each rank's host memory on cuda (default TorchRec's), for no other profile.
+        An unknown profile name, compute device or a cap out of range is an ``InputError``."""
+        if ddr_cap_gb is not None and profile != TORCHREC_MODEL:
+            raise ddr_cap_without_torchrec("ddr_cap_gb", "profile")
         if compute_device is not None and profile != TORCHREC_MODEL:
             raise InputError(
                 "compute_device",
@@ -114,7 +176,8 @@ class ModelStore:
             return self.models.get(self.default_profile) if self.default_profile else None
         if profile == TORCHREC_MODEL and profile not in self.models:  # TorchRec's estimator, made when asked
             device = check_compute_device(compute_device or DEFAULT_COMPUTE_DEVICE, "compute_device")
-            return self.get(torchrec_label(device))
+            check_ddr_cap(ddr_cap_gb, device, "ddr_cap_gb")
+            return self.get(torchrec_label(device, ddr_cap_gb))
         if profile not in self.models:
             known = ", ".join([*sorted(self.models), TORCHREC_MODEL])
             raise InputError("profile", f"no cost model profile {profile!r}", f"use one of: {known} (GET /v1/profiles)")
@@ -122,12 +185,22 @@ class ModelStore:
 
     def get(self, profile: str) -> LoadedModel | None:
         """The loaded profile ``profile``, or TorchRec's estimator by its label (``torchrec_label``,
-        made when first asked; not listed among the loaded ones); None if neither."""
-        if profile in self.models or profile not in TORCHREC_LABELS:
+        made when first asked; not listed among the loaded ones); None if neither. The estimator
+        with a host memory cap shares its device's policy; the ``MAX_DDR_CAPS`` caps asked last are kept."""
+        torchrec = None if profile in self.models else torchrec_of_label(profile)
+        if torchrec is None:
             return self.models.get(profile)
-        if profile not in self._builtin:
-            self._builtin[profile] = torchrec_profile(TORCHREC_LABELS[profile], models=self.model_dir)
-        return self._builtin[profile]
+        device, cap = torchrec
+        base = torchrec_label(device)
+        if base not in self._builtin:
+            self._builtin[base] = torchrec_profile(device, models=self.model_dir)
+        if cap is None:
+            return self._builtin[base]
+        with self._lock:
+            found = self._capped.pop(profile, None) or with_ddr_cap(self._builtin[base], cap)
+            self._capped[profile] = found
+            _keep_latest(self._capped)
+        return found
 
     def __getitem__(self, profile: str) -> LoadedModel:
         """``get``, for a profile known to be there (``KeyError`` if not)."""
@@ -140,7 +213,16 @@ class ModelStore:
         copies: dict[str, CostModel] = self._local.__dict__.setdefault("models", {})
         if profile not in copies:
             copies[profile] = copy.deepcopy(self[profile].model)
+            _keep_latest(copies)
         return copies[profile]
+
+
+def _keep_latest(made: dict[str, Any]) -> None:
+    """Drop the oldest models with a host memory cap from ``made`` (by label, oldest first) past
+    ``MAX_DDR_CAPS`` of them: the caps requests name are unbounded, memory is not."""
+    capped = [label for label in made if (found := torchrec_of_label(label)) is not None and found[1] is not None]
+    for label in capped[:-MAX_DDR_CAPS]:
+        del made[label]
 
 
 def _metrics(folder: Path, stored: dict[str, Any], problems: list[str]) -> dict[str, Any]:
@@ -244,16 +326,21 @@ def load_models(model_dir: Path, default_profile: str | None = None) -> ModelSto
 
 
 def torchrec_profile(
-    compute_device: str = DEFAULT_COMPUTE_DEVICE, reserve: bool = True, models: Path | None = None
+    compute_device: str = DEFAULT_COMPUTE_DEVICE,
+    reserve: bool = True,
+    models: Path | None = None,
+    ddr_cap_gb: float | None = None,
 ) -> LoadedModel:
     """TorchRec's estimator for ``compute_device`` as a profile (``--model torchrec``): nothing
     trained; its cost includes communication (no all-to-all model); its policy is
     ``torchrec_folder(compute_device, models)/policy.pt`` when one was trained (``models``: the
     model directory, default ``model_dir()``). ``reserve``: apply TorchRec's storage reservation
     to the topology's memory (not where the caller already has, as the drop-in does).
+    ``ddr_cap_gb``: each rank's host memory for the UVM tables (``with_ddr_cap``).
     ``InputError`` naming ``--model`` when torchrec does not import, ``--compute-device`` for a
-    device it does not price."""
+    device it does not price, ``--ddr-cap-gb`` for a cap it cannot take."""
     check_compute_device(compute_device)
+    check_ddr_cap(ddr_cap_gb, compute_device)
     try:
         from autoshard.torchrec.cost_model import TorchRecCostModel
     except (ImportError, OSError) as error:
@@ -264,7 +351,22 @@ def torchrec_profile(
     device = {"device_type": compute_device, "estimator": "torchrec.EmbeddingPerfEstimator"}
     label = torchrec_label(compute_device)
     policy, policy_sha, policy_problem = _policy(torchrec_folder(compute_device, models), label)
-    return LoadedModel(label, model, device, "", {}, None, policy, policy_sha, policy_problem)
+    loaded = LoadedModel(label, model, device, "", {}, None, policy, policy_sha, policy_problem)
+    return loaded if ddr_cap_gb is None else with_ddr_cap(loaded, ddr_cap_gb)
+
+
+def with_ddr_cap(loaded: LoadedModel, ddr_cap_gb: float) -> LoadedModel:
+    """TorchRec's estimator ``loaded`` (``torchrec_profile``, on cuda) with ``ddr_cap_gb`` GiB of
+    host memory per rank (TorchRec's ``Topology`` ``ddr_cap``, where the UVM kernels keep their
+    weights; plans past it are refused), labelled with the cap, its policy shared."""
+    from autoshard.torchrec.cost_model import TorchRecCostModel
+
+    device = loaded.model.compute_device
+    cap = check_ddr_cap(ddr_cap_gb, device)
+    model = TorchRecCostModel(device, loaded.model.storage_reservation, ddr_cap_bytes=cap)
+    return replace(
+        loaded, profile=torchrec_label(device, ddr_cap_gb), model=model, device={**loaded.device, "ddr_cap_bytes": cap}
+    )
 
 
 def _policy(folder: Path, profile: str, problems: list[str] | None = None) -> tuple[Any, str | None, str | None]:
@@ -291,19 +393,24 @@ def _policy(folder: Path, profile: str, problems: list[str] | None = None) -> tu
 
 
 def load_profile_or_none(
-    path: Path | None, option: str = "--model", compute_device: str | None = None
+    path: Path | None, option: str = "--model", compute_device: str | None = None, ddr_cap_gb: float | None = None
 ) -> tuple[LoadedModel | None, str | None]:
     """(the profile's artifacts, None), or (None, why there are none) when no model is there.
     ``path``: a profile folder (or its cost_model.pt), default the shipped profile, ``none``
     (``NO_MODEL``): no model, on purpose, or ``torchrec``: TorchRec's estimator for
     ``compute_device`` (``--compute-device``, default cuda; an ``InputError`` with any other
-    model, which prices the device it was traced on); a path given that does not exist is an
-    ``InputError`` naming ``option``. Artifacts load as the service loads them (``load_profile``).
+    model, which prices the device it was traced on) with ``ddr_cap_gb`` of host memory per rank
+    (``--ddr-cap-gb``, default TorchRec's; likewise an ``InputError`` with any other model); a
+    path given that does not exist is an ``InputError`` naming ``option``. Artifacts load as the
+    service loads them (``load_profile``).
 
     A model that is there but unreadable raises ``ModelError``: that is an error, not an absence.
     """
     if path is not None and str(path) == TORCHREC_MODEL:
-        return torchrec_profile(compute_device or DEFAULT_COMPUTE_DEVICE, models=policy_models_dir()), None
+        device = compute_device or DEFAULT_COMPUTE_DEVICE
+        return torchrec_profile(device, models=policy_models_dir(), ddr_cap_gb=ddr_cap_gb), None
+    if ddr_cap_gb is not None:
+        raise ddr_cap_without_torchrec("--ddr-cap-gb", "--model")
     if compute_device is not None:
         raise InputError(
             "--compute-device",

@@ -59,10 +59,13 @@ def parse_body(body: PlanRequest | ReplanRequest, settings: Settings) -> tuple[W
     return workload, topology
 
 
-def resolve_profile(state: StateDep, profile: str | None, compute_device: str | None = None) -> LoadedModel | None:
-    """The profile a request names (``torchrec`` with its ``compute_device``); a 422 if unknown."""
+def resolve_profile(
+    state: StateDep, profile: str | None, compute_device: str | None = None, ddr_cap_gb: float | None = None
+) -> LoadedModel | None:
+    """The profile a request names (``torchrec`` with its ``compute_device`` and ``ddr_cap_gb``);
+    a 422 if unknown, or given a device or cap it does not take."""
     try:
-        return state.store.resolve(profile, compute_device)
+        return state.store.resolve(profile, compute_device, ddr_cap_gb)
     except InputError as error:
         raise input_error_at(error, ("body",)) from None
 

@@ -16,6 +16,7 @@ from autoshard.cli.support import (
     OUTPUT,
     PLANNERS,
     ComputeDeviceOption,
+    DdrCapOption,
     console,
     ensure_malloc_settings,
     friendly_errors,
@@ -139,6 +140,7 @@ def evaluate_cmd(
     planners: Planners = "all",
     model: Model = None,
     compute_device: ComputeDeviceOption = None,
+    ddr_cap_gb: DdrCapOption = None,
     column_split: ColumnSplit = None,
     communication: Communication = True,
     out: Out = Path("runs/evaluate"),
@@ -158,7 +160,7 @@ def evaluate_cmd(
         raise InputError("--resume", "resumes measured and planned tasks only", "run --dmp or --verify afresh")
     if measure:
         ensure_malloc_settings()
-    chosen = (model, compute_device)
+    chosen = (model, compute_device, ddr_cap_gb)
     run = _run(suite, planners, chosen, column_split, communication, out, json_out, measure, rounds, row_cap_mb)
     run = replace(run, verifier=_verifier(run, row_cap_mb) if verify else None)
     run = replace(run, dmp=_dmp(run, rounds, row_cap_mb) if dmp else None)
@@ -187,7 +189,7 @@ def evaluate_cmd(
 
 def _run(suite, planners, model, column_split, communication, out, json_out, measure, rounds, row_cap_mb) -> Run:
     """The run the options describe: the suite's tasks, the profile and planners, the measurer.
-    ``model``: (``--model``, ``--compute-device``)."""
+    ``model``: (``--model``, ``--compute-device``, ``--ddr-cap-gb``)."""
     from autoshard.core.task import load_suite
     from autoshard.evaluation.measurers import plans_measurer
     from autoshard.planners.context import PlannerContext
@@ -196,7 +198,7 @@ def _run(suite, planners, model, column_split, communication, out, json_out, mea
 
     name, tasks = load_suite(suite)
     one_thread()
-    profile, why = load_profile_or_none(model[0], compute_device=model[1])
+    profile, why = load_profile_or_none(model[0], compute_device=model[1], ddr_cap_gb=model[2])
     if why:
         console.print(f"[yellow]note:[/yellow] {why}: predicted costs are proxies", highlight=False)
     context = PlannerContext(

@@ -24,6 +24,7 @@ from autoshard.cli.support import (
     PLANNERS,
     WORKLOAD,
     ComputeDeviceOption,
+    DdrCapOption,
     DevicesPerHostOption,
     HostsOption,
     ShardingTypesOption,
@@ -156,6 +157,7 @@ def plan_cmd(
     planner: PlannerOption = "all",
     model: ModelOption = None,
     compute_device: ComputeDeviceOption = None,
+    ddr_cap_gb: DdrCapOption = None,
     column_split: ColumnSplitOption = None,
     sharding_types: ShardingTypesOption = None,
     time_budget: TimeBudgetOption = None,
@@ -184,7 +186,7 @@ def plan_cmd(
     loaded, file_topology = load_workload_or_preset(workload)
     topology = topology_of(devices, memory_gb, file_topology, hosts, devices_per_host)
     one_thread()
-    profile, models = _models(model, communication, compute_device)
+    profile, models = _models(model, communication, compute_device, ddr_cap_gb)
     names = planner_names(planner, "--planner")
     options = PlanOptions(
         None if names is None else tuple(names),
@@ -209,13 +211,15 @@ def plan_cmd(
     _output(report, data, best, format, out, json_out, column_split)
 
 
-def _models(path: Path | None, communication: bool, compute_device: str | None = None) -> tuple[Any, Models]:
-    """The profile at ``--model`` (None without one; ``torchrec`` for ``--compute-device``) and
-    its models as planning takes them; what is missing is noted on stderr (so that it does not
-    mix into --json)."""
+def _models(
+    path: Path | None, communication: bool, compute_device: str | None = None, ddr_cap_gb: float | None = None
+) -> tuple[Any, Models]:
+    """The profile at ``--model`` (None without one; ``torchrec`` for ``--compute-device`` and
+    ``--ddr-cap-gb``) and its models as planning takes them; what is missing is noted on stderr
+    (so that it does not mix into --json)."""
     from autoshard.planning.options import Models
 
-    profile, why_no_model = load_profile_or_none(path, compute_device=compute_device)
+    profile, why_no_model = load_profile_or_none(path, compute_device=compute_device, ddr_cap_gb=ddr_cap_gb)
     if path is None and profile is not None:  # say which profile a plan that names none uses, and why
         console.print(f"[dim]profile: {profile.profile} ({default_profile_path()[1]})[/dim]", highlight=False)
     if why_no_model:

@@ -14,6 +14,7 @@ from autoshard.cli.support import (
     PLANNERS,
     WORKLOAD,
     ComputeDeviceOption,
+    DdrCapOption,
     DevicesPerHostOption,
     HostsOption,
     as_option,
@@ -146,6 +147,7 @@ def replan_cmd(
     max_move_gb: MaxMoveGbOption = None,
     model: ModelOption = None,
     compute_device: ComputeDeviceOption = None,
+    ddr_cap_gb: DdrCapOption = None,
     column_split: ColumnSplitOption = True,
     communication: CommunicationOption = True,
     time_budget: TimeBudgetOption = None,
@@ -177,7 +179,7 @@ def replan_cmd(
         devices = None if same else placement.world_size  # the file's topology (hosts too), if it is that plan's
     topology = topology_of(devices, memory_gb, file_topology, hosts, devices_per_host)
     one_thread()
-    profile, warnings = _profile(model, loaded, workload, compute_device)
+    profile, warnings = _profile(model, loaded, workload, compute_device, ddr_cap_gb)
     comm = profile.communication if communication else None
     try:
         replanned, plans = compare_replans(
@@ -198,11 +200,16 @@ def replan_cmd(
 
 
 def _profile(
-    path: Path | None, loaded: Workload, source: str, compute_device: str | None = None
+    path: Path | None,
+    loaded: Workload,
+    source: str,
+    compute_device: str | None = None,
+    ddr_cap_gb: float | None = None,
 ) -> tuple[LoadedModel, tuple[str, ...]]:
-    """The profile at ``--model`` (re-planning needs its cost model) and its warnings on the
-    workload's tables; a table it cannot answer is an error naming ``source``, the file that holds it."""
-    profile, why_no_model = load_profile_or_none(path, compute_device=compute_device)
+    """The profile at ``--model`` (re-planning needs its cost model; ``torchrec`` for
+    ``--compute-device`` and ``--ddr-cap-gb``) and its warnings on the workload's tables; a table
+    it cannot answer is an error naming ``source``, the file that holds it."""
+    profile, why_no_model = load_profile_or_none(path, compute_device=compute_device, ddr_cap_gb=ddr_cap_gb)
     if profile is None:
         raise InputError("--model", f"re-planning needs a cost model ({why_no_model})", "pass --model DIR")
     try:

@@ -55,6 +55,16 @@ ComputeDeviceOption = Annotated[
         rich_help_panel=PLANNERS,
     ),
 ]
+DdrCapOption = Annotated[
+    float | None,
+    typer.Option(
+        "--ddr-cap-gb",
+        help="With --model torchrec: each rank's host memory (DDR) in GiB, TorchRec's Topology ddr_cap, which "
+        "holds UVM tables' weights (default: TorchRec's 128 GiB).",
+        rich_help_panel=PLANNERS,
+    ),
+]
+"""Checked where the model is made (``autoshard.profiles.check_ddr_cap``), as the service's field is."""
 
 
 def friendly_errors(fn: F) -> F:

@@ -188,7 +188,8 @@ class TorchRecCostModel(SetCostModel):
             f"TorchRec's storage estimate, past its ddr_cap of {int(caps[rank]):,} bytes "
             f"({int(host.sum()):,} bytes on all {len(host)} ranks, which have {int(caps.sum()):,})",
             (
-                "raise the host memory per rank (TorchRecCostModel(ddr_cap_bytes=...), TorchRec's Topology ddr_cap)",
+                "raise the host memory per rank (--ddr-cap-gb, a request's ddr_cap_gb; "
+                "TorchRecCostModel(ddr_cap_bytes=...), TorchRec's Topology ddr_cap)",
                 "add device memory per device, or devices, so that fewer tables run in host memory",
                 "allow the tables row-wise splits (their sharding_types), which spread their host memory",
                 "shrink the tables (fewer rows, a smaller dimension, fp16)",

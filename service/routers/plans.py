@@ -78,7 +78,7 @@ async def create_plans(
     settings = state.settings
     budget = min(body.time_budget_s or settings.plan_timeout_s, settings.plan_timeout_s)
     workload, topology = parse_body(body, settings)
-    model = resolve_profile(state, body.profile, body.compute_device)
+    model = resolve_profile(state, body.profile, body.compute_device, body.ddr_cap_gb)
     names = state.planners_for(body.planners, model)
     if format == "torchrec":
         _check_torchrec()

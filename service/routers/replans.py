@@ -42,7 +42,7 @@ async def create_replans(body: ReplanRequest, state: StateDep) -> Response:
     settings = state.settings
     budget = min(body.time_budget_s or settings.plan_timeout_s, settings.plan_timeout_s)
     workload, topology = parse_body(body, settings)
-    model = resolve_profile(state, body.profile, body.compute_device)
+    model = resolve_profile(state, body.profile, body.compute_device, body.ddr_cap_gb)
     if model is None:
         raise PlannerError(
             PlannerErrorKind.UNAVAILABLE,

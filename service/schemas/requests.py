@@ -27,6 +27,7 @@ from autoshard.core.types import (
     Table,
     Workload,
 )
+from autoshard.profiles import MAX_DDR_CAP_GB
 
 _TABLE_DEFAULTS = {f.name: f.default for f in fields(Table) if f.default is not MISSING}
 _WORKLOAD_DEFAULTS = {f.name: f.default for f in fields(Workload) if f.default is not MISSING}
@@ -76,6 +77,17 @@ ComputeDevice = Annotated[
         description="With profile `torchrec`: the device TorchRec's estimators price, `cuda` (the default) or "
         "`cpu` (its CPU perf model, memory as DDR). A trained profile prices the device it was traced on: "
         "given with one, a 422.",
+    ),
+]
+DdrCapGb = Annotated[
+    float | None,
+    Field(
+        gt=0,
+        le=MAX_DDR_CAP_GB,
+        description="With profile `torchrec` and compute_device `cuda`: each rank's host memory (DDR) in GiB, "
+        "TorchRec's Topology ddr_cap, which holds UVM tables' weights (default: TorchRec's 128 GiB); a plan past "
+        "it is refused. Given with another profile, or on `cpu` (where the topology's device memory is the host "
+        "memory), a 422.",
     ),
 ]
 
@@ -215,6 +227,7 @@ class PlanRequest(BaseModel):
     )
     profile: Profile = None
     compute_device: ComputeDevice = None
+    ddr_cap_gb: DdrCapGb = None
     allow_column_split: bool | None = Field(
         None,
         description="Which planners may split costly or large tables column-wise. null (the default): the "
@@ -325,6 +338,7 @@ class ReplanRequest(BaseModel):
     )
     profile: Profile = None
     compute_device: ComputeDevice = None
+    ddr_cap_gb: DdrCapGb = None
     allow_column_split: bool = Field(
         True,
         description="Whether new tables (and cost_greedy's plan from scratch) "
