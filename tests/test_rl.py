@@ -217,6 +217,30 @@ def test_tables_that_fit_no_device_are_placed_first(model):
     assert state.done and sum(state.count) >= len(heavy) + 3
 
 
+def test_a_table_that_fits_no_device_is_priced_at_its_cheapest_row_spread_not_whole():
+    """Under TorchRec's estimator a whole table past every device's memory costs
+    ``OVER_MEMORY_MS`` (a million ms): priced so, it set the task's share and scale, and every
+    other option's cost features read 0 (test100_4x4: rl 1.48x cost_greedy). The env prices it at
+    its cheapest row spread instead, so the share is the tables' own; a learned model's whole
+    price, where lower than its spreads, stays."""
+    from autoshard.planners.sharding_options import ROW_TYPES, spread_options
+    from autoshard.torchrec.cost_model import OVER_MEMORY_MS, TorchRecCostModel
+
+    task = eval_tasks(TrainConfig().eval_distribution, 2, 1)[1]  # 100 tables on 4 x 4, two giants
+    state = begin(task, TorchRecCostModel(), None)
+    giants = [u for u in state.pending if not state._fits(u)]
+    assert giants and state.share < 100.0 and state.scale < 100.0
+    for unit in giants:
+        spreads = spread_options(unit.shard.table, state.topology, ROW_TYPES)
+        cheapest = min(sum(state.cost_fn([s.as_table for _, s in o.placements])) for o in spreads)
+        assert unit.cost == pytest.approx(cheapest) and unit.cost < OVER_MEMORY_MS / 1e3
+    first = state.candidates()
+    assert first.rows[:, OPTION_FEATURES.index("cost_after")].max() > 0.01  # cost features carry signal
+    learned = begin(task, load_cost_model(SHIPPED), None)
+    whole = learned.cost_fn([u.shard.as_table for u in learned.pending if not learned._fits(u)])
+    assert sorted(u.cost for u in learned.pending if not learned._fits(u)) == pytest.approx(sorted(whole))
+
+
 def test_the_teacher_opens_every_device_rather_than_pile_onto_one():
     """Four alike tables on two devices whose sets cost 1 + 0.1 n ms: opening a device costs 1.1,
     adding to an open one 0.1, but the second device will be opened anyway. By hand: 2 + 2,

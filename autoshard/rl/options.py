@@ -40,7 +40,14 @@ from autoshard.planners.packing_lookahead import PackingLookahead
 from autoshard.planners.placement_rules import PlacementRules
 from autoshard.planners.placement_state import SET_SIZE_HEADROOM, unit_cap
 from autoshard.planners.placement_unit import Unit, model_costs
-from autoshard.planners.sharding_options import ALL_TYPES, DP_MEMORY_SHARE, SPREAD_TYPES, placed_kind, spread_options
+from autoshard.planners.sharding_options import (
+    ALL_TYPES,
+    DP_MEMORY_SHARE,
+    ROW_TYPES,
+    SPREAD_TYPES,
+    placed_kind,
+    spread_options,
+)
 
 KINDS = (
     ShardingType.TABLE_WISE,
@@ -189,6 +196,8 @@ class OptionState:
         self.total_units = len(units)
         self.capacity = np.array(topology.device_memory_bytes_all, dtype=np.int64)
         self.largest_room = int(self.capacity.max())
+        self._shard_costs: dict[TableShard, float] = {}
+        units = [u if self._fits(u) else self._spread_priced(u) for u in units]
         # a stack, the last next: tables that fit no device first (as cost_greedy spreads them), then the costliest
         self.pending = sorted(units, key=lambda u: (not self._fits(u), u.cost, u.name))
         self.hosts = np.arange(n) // topology.local_world_size
@@ -206,7 +215,6 @@ class OptionState:
         self.packing = PackingLookahead((u.memory_bytes for u in units if self._fits(u)), {})
         self.reserve = sum(self._row_share(u) for u in units if not self._fits(u))  # bytes a device keeps for them
         self.placed_steps = 0
-        self._shard_costs: dict[TableShard, float] = {}
         self._placed_parents: set[str] = set()
         self._replicas_pay = self._replicas_that_pay(units)
         # an exact model (TorchRec's estimator) prices a whole table at its full output all-to-all:
@@ -221,6 +229,18 @@ class OptionState:
             return units
         counted = self.shard_bytes([u.table for u in units])
         return [replace(u, memory_bytes=int(b)) for u, b in zip(units, counted.tolist())]
+
+    def _spread_priced(self, unit: Unit) -> Unit:
+        """``unit``, a table that fits no device whole, at most at the cost of its cheapest row
+        spread (row_wise, table_row_wise or grid_shard, as its constraints allow): its whole price is
+        not a cost it can have, and a model that prices memory (TorchRec's estimator: an over-memory
+        device at ``OVER_MEMORY_MS``) prices it a million times any table's, which drowned every
+        cost feature of such a task (docs/decisions.md, 71)."""
+        kinds = self.kinds(unit) & ROW_TYPES
+        own = self.workload.constraints.of(unit.parent)
+        found = spread_options(unit.shard.table, self.topology, kinds, GRID_WAYS, own.min_partition if own else None)
+        spreads = [sum(self._shard_cost([s for _, s in o.placements])) for o in found]
+        return replace(unit, cost=min(unit.cost, *spreads)) if spreads else unit
 
     def _replicas_that_pay(self, units: Sequence[Unit]) -> frozenset[str]:
         """Tables offered data_parallel: within ``DP_MEMORY_SHARE`` of the smallest device, and
