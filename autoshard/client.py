@@ -135,6 +135,7 @@ class AutoShardClient:
         name: str = "workload",
         profile: str | None = None,
         compute_device: str | None = None,
+        ddr_cap_gb: float | None = None,
         allow_column_split: bool | None = None,
         sharding_types: Sequence[str] | None = None,
         seed: int = 0,
@@ -145,13 +146,14 @@ class AutoShardClient:
         named planners (default: every planner the service runs by default); ``allow_column_split``:
         which may split tables (None: the service's default, the cost-model planners; True: all; False: none);
         ``sharding_types``: TorchRec's names of the types planners may choose (None: all);
-        ``compute_device``: with ``profile="torchrec"``, the device TorchRec's estimators price."""
+        ``compute_device``: with ``profile="torchrec"``, the device TorchRec's estimators price;
+        ``ddr_cap_gb``: with it on cuda, each rank's host memory for UVM tables (TorchRec's ``ddr_cap``)."""
         workload = tables if isinstance(tables, Workload) else Workload(tuple(tables), batch_size, name)
         body: dict[str, Any] = {
             **_task_body(workload, topology),
             "planners": list(planners) if planners is not None else None,
             "profile": profile,
-            **({"compute_device": compute_device} if compute_device is not None else {}),
+            **_torchrec_fields(compute_device, ddr_cap_gb),
             "allow_column_split": allow_column_split,
             "sharding_types": list(sharding_types) if sharding_types is not None else None,
             "seed": seed,
@@ -171,18 +173,22 @@ class AutoShardClient:
         batch_size: int = 2048,
         name: str = "workload",
         profile: str | None = None,
+        compute_device: str | None = None,
+        ddr_cap_gb: float | None = None,
         allow_column_split: bool = True,
         time_budget_s: float | None = None,
     ) -> dict[str, Any]:
         """Re-plan ``current_plan`` (a ``--format torchrec`` export, or a previous answer's plan's
         ``placement``) for the workload as it is now, moving at most each of ``max_moves`` of its
-        shards: the service's answer (``POST /v1/replans``), each plan with its ``placement``."""
+        shards: the service's answer (``POST /v1/replans``), each plan with its ``placement``.
+        ``compute_device`` and ``ddr_cap_gb`` as for ``plan``."""
         workload = tables if isinstance(tables, Workload) else Workload(tuple(tables), batch_size, name)
         body = {
             **_task_body(workload, topology),
             "current_plan": dict(current_plan),
             "max_moves": list(max_moves),
             "profile": profile,
+            **_torchrec_fields(compute_device, ddr_cap_gb),
             "allow_column_split": allow_column_split,
             "time_budget_s": time_budget_s,
         }
@@ -239,6 +245,12 @@ def _task_body(workload: Workload, topology: Topology) -> dict[str, Any]:
         },
         "topology": topology.to_dict(),
     }
+
+
+def _torchrec_fields(compute_device: str | None, ddr_cap_gb: float | None) -> dict[str, Any]:
+    """The request's ``compute_device`` and ``ddr_cap_gb``, where given (the service's defaults else)."""
+    given = {"compute_device": compute_device, "ddr_cap_gb": ddr_cap_gb}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def _error(response: httpx.Response) -> AutoShardError:

@@ -100,6 +100,29 @@ def test_replan_keeps_a_plans_shards_and_its_placement_chains(client):
     assert again["plans"][0]["max_cost_ms"] == moved["max_cost_ms"]
 
 
+def test_torchrecs_host_memory_cap_goes_with_a_plan_and_a_replan_of_its_uvm_tables(client):
+    """over_hbm (five 244 MiB tables on 2 x 0.5 GiB) needs host memory: planned within a roomy
+    ``ddr_cap_gb``, refused naming ddr_cap within a tight one, and re-planned with a table more,
+    each kept table on its kernel."""
+    pytest.importorskip("torchrec")
+    from tests.test_torchrec_ddr_cap import ROOMY, TIGHT, over_hbm
+
+    workload, topology = over_hbm(), Topology(2, 0.5)
+    torchrec = {"profile": "torchrec", "ddr_cap_gb": ROOMY}
+    result = client.plan(workload, topology, ["cost_greedy"], torchrec_export=True, **torchrec)
+    assert result.profile == "torchrec (cuda, ddr_cap 4.0 GiB)"
+    export = result.torchrec_exports["cost_greedy"]
+    assert "fused_uvm_caching" in {e["compute_kernel"] for e in export.values()}
+    with pytest.raises(PlannerError, match="ddr_cap of 107,374,182 bytes"):
+        client.plan(workload, topology, ["cost_greedy"], profile="torchrec", ddr_cap_gb=TIGHT)
+    grown = (*workload.tables, Table("new", 2_000_000, 32, 5.0))
+    current = {"world_size": 2, "tables": export}
+    report = client.replan(grown, topology, current, (2,), batch_size=workload.batch_size, **torchrec)
+    assert report["profile"] == "torchrec (cuda, ddr_cap 4.0 GiB)" and report["new_tables"] == ["new"]
+    kept = report["plans"][0]["placement"]["tables"]
+    assert {n: kept[n]["compute_kernel"] for n in export} == {n: e["compute_kernel"] for n, e in export.items()}
+
+
 def test_service_errors_come_back_as_the_librarys_errors(client, server):
     with pytest.raises(InputError, match="embedding_dim"):
         client._request(

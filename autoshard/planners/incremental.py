@@ -2,12 +2,14 @@
 that already lives on a device means moving its weights (and optimizer state) between devices, so
 the plan it runs today is the starting point, not a blank slate.
 
-``replan`` keeps every shard of the current placement (``CurrentPlacement``) where it is, places
-the tables it does not hold as cost_greedy places (each to the device whose predicted cost with it
+``replan`` keeps every shard of the current placement (``CurrentPlacement``, of every sharding
+type; ``current_placement`` says which it keeps) where it is, places the tables it does not hold
+(new, or replaced) as cost_greedy places (each to the device whose predicted cost with it
 is lowest, with the packing lookahead; split column-wise as cost_greedy splits, where that is
 predicted clearly lower), then lets local search (cost_greedy's moves and swaps off the max-cost
 device, evening the top out where no one change lowers it) move at most a budget of the kept
-shards off their devices (``MoveBudget``: shards, and optionally bytes; of changes of the same new
+shards off their devices (table- and column-wise ones: a spread table's shards stay where they
+are, as in every planner's local search; ``MoveBudget``: shards, and optionally bytes; of changes of the same new
 max, the one moving the fewest kept shards). Tables new to the placement move freely: they are not
 deployed yet. ``moves_from`` counts what any plan would move relative to the current placement,
 so a plan from scratch compares like with like (docs/concepts.md, "Re-planning a deployed plan").
@@ -17,16 +19,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from autoshard.core.errors import InputError, PlannerError
 from autoshard.core.sharding import ShardingType
-from autoshard.core.types import CostModel, ShardingPlan, TableShard, Topology, Workload
+from autoshard.core.types import FUSED_UVM_CACHING, CostModel, ShardingPlan, TableShard, Topology, Workload
 from autoshard.planners.choosers import cheapest_after
 from autoshard.planners.column_split import split_units
 from autoshard.planners.context import DEPARTURE_MARGIN
+from autoshard.planners.current_placement import CurrentPlacement, KeptShard, TableLayout, kept_tables
 from autoshard.planners.deadline import Deadline
 from autoshard.planners.device_state import DeviceState, build_plan, max_load
 from autoshard.planners.local_search import (
@@ -41,85 +44,10 @@ from autoshard.planners.place_loop import place
 from autoshard.planners.placement_rules import PlacementRules
 from autoshard.planners.placement_state import PlacementState, unit_cap
 from autoshard.planners.placement_unit import Unit, model_costs
-from autoshard.planners.replan_constraints import check_replannable, keeps, shard_of
+from autoshard.planners.replan_constraints import check_replannable, shard_of
 from autoshard.planners.sharding_options import COLUMN_TYPES, column_kind
 from autoshard.planners.split_cap_choice import clearly_lower
 from autoshard.planners.unit_preparation import by_cost
-
-_KEPT_TYPES = ("table_wise", "column_wise", "table_column_wise")
-
-
-@dataclass(frozen=True, slots=True)
-class KeptShard:
-    """A column slice ``[column_offset, column_offset + columns)`` of table ``table`` on device ``rank``."""
-
-    table: str
-    rank: int
-    column_offset: int
-    columns: int
-
-
-@dataclass(frozen=True, slots=True)
-class CurrentPlacement:
-    """Where a deployed plan's shards live (``from_export``: an ``autoshard plan --format torchrec`` file)."""
-
-    shards: tuple[KeptShard, ...]
-    world_size: int
-    _by_table: dict[str, tuple[KeptShard, ...]] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        found: dict[str, list[KeptShard]] = {}
-        for shard in self.shards:
-            found.setdefault(shard.table, []).append(shard)
-        object.__setattr__(self, "_by_table", {name: tuple(shards) for name, shards in found.items()})
-
-    @classmethod
-    def from_export(cls, data: object, source: str) -> CurrentPlacement:
-        """From the JSON of an ``autoshard plan --format torchrec`` export; ``InputError`` naming
-        ``source`` and the field for anything else."""
-        fix = "pass a file written by `autoshard plan ... --format torchrec --out FILE`"
-        if not isinstance(data, dict) or not isinstance(data.get("tables"), dict):
-            raise InputError("tables", "must be an object of tables, each with its shards", fix, source)
-        world = data.get("world_size")
-        if not isinstance(world, int) or isinstance(world, bool) or world < 1:
-            raise InputError("world_size", f"must be an integer >= 1, got {world!r}", fix, source)
-        shards = []
-        for name, entry in data["tables"].items():
-            kind = entry.get("sharding_type", "table_wise") if isinstance(entry, dict) else None
-            if kind not in _KEPT_TYPES:
-                raise InputError(
-                    "sharding_type",
-                    f"table {name!r} is {kind!r}: re-planning keeps table- and column-wise shards only",
-                    "plan the workload afresh with `autoshard plan` (it chooses every sharding type)",
-                    source,
-                )
-            listed = entry.get("shards") if isinstance(entry, dict) else None
-            if not isinstance(listed, list) or not listed:
-                raise InputError("shards", f"table {name!r} lists no shards", fix, source)
-            for shard in listed:
-                keys = ("rank", "column_offset", "columns")
-                raw = [shard.get(k) if isinstance(shard, dict) else None for k in keys]
-                values = [v for v in raw if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
-                if len(values) < len(keys) or values[2] < 1:
-                    raise InputError(
-                        "shards",
-                        f"table {name!r} has a shard {shard!r}: each needs integer rank >= 0, "
-                        "column_offset >= 0 and columns >= 1",
-                        fix,
-                        source,
-                    )
-                if values[0] >= world:
-                    raise InputError(
-                        "rank",
-                        f"table {name!r} has a shard on rank {values[0]}, past the plan's world_size {world}",
-                        fix,
-                        source,
-                    )
-                shards.append(KeptShard(name, *values))
-        return cls(tuple(shards), world)
-
-    def of_table(self, name: str) -> tuple[KeptShard, ...]:
-        return self._by_table.get(name, ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,16 +131,12 @@ def replans(
             f"has {topology.num_devices} devices",
             f"plan for at least {max(beyond) + 1} devices",
         )
-    check_replannable(workload, topology)  # the workload's constraints hold (replan_constraints)
-    held, replaced = kept_tables(current, workload)
+    held, replaced = kept_tables(current, workload, topology)
+    check_replannable(workload, topology, held)  # the workload's constraints hold (replan_constraints)
     dropped = tuple(sorted({s.table for s in current.shards} - {t.name for t in workload.tables}))
     constraints, every = workload.constraints, frozenset(ShardingType)
     kinds = {t.name: constraints.allowed_types(t.name, every) for t in workload.tables}
-    kept = [
-        (shard_of(t, s.column_offset, s.columns, kinds[t.name]), s.rank)
-        for t in workload.tables
-        for s in held.get(t.name, ())
-    ]
+    kept = [pair for t in workload.tables for pair in held.get(t.name, ())]
     fresh = [shard_of(t, 0, t.embedding_dim, kinds[t.name]) for t in workload.tables if t.name not in held]
     cost_fn = model_costs(cost_model, workload.batch_size)
     costs = cost_fn([s.as_table for s, _ in kept] + [s.as_table for s in fresh])
@@ -264,7 +188,7 @@ def replans(
         ]
         devices = found[-1] if len(found) == 1 or clearly_lower(found[1], found[0], margin) else found[0]
         plan = build_plan(name, devices, begun, workload.batch_size, cost_model, partial=placing.hit or searching.hit)
-        out.append(Replanned(plan, moves_from(current, plan, workload), dropped, replaced))
+        out.append(Replanned(plan, moves_from(current, plan, workload, topology), dropped, replaced))
     return out
 
 
@@ -302,38 +226,35 @@ def _placed(
     return place(state, cheapest_after, deadline=deadline)
 
 
-def moves_from(current: CurrentPlacement, plan: ShardingPlan, workload: Workload) -> tuple[Move, ...]:
+def moves_from(
+    current: CurrentPlacement, plan: ShardingPlan, workload: Workload, topology: Topology | None = None
+) -> tuple[Move, ...]:
     """The shards of ``plan`` that the current placement does not hold on the same device in the
-    same form, of the tables it keeps (``kept_tables``): a table new to it, or replaced, moves nothing."""
-    held, _ = kept_tables(current, workload)
-    at = {(name, s.column_offset, s.columns): s.rank for name, shards in held.items() for s in shards}
+    same form (``_form``; the kernels of ``workload``'s tables are those it runs), of the tables
+    it keeps on ``topology`` (``kept_tables``; default: the plan's devices on one host): a table
+    new to it, or replaced, moves nothing."""
+    shape = Topology(len(plan.devices), 1.0) if topology is None else topology  # its hosts alone matter
+    held, _ = kept_tables(current, workload, shape)
+    at: dict[tuple, set[int]] = {}
+    for shards in held.values():
+        for shard, rank in shards:
+            at.setdefault(_form(shard), set()).add(rank)
     moves = []
     for rank, device in enumerate(plan.devices):
         for shard in device.shards:
             if shard.table.name in held:
-                was = at.get((shard.table.name, shard.column_offset, shard.width))
-                if was != rank:
-                    moves.append(Move(shard.as_table.name, was, rank, shard.memory_bytes))
+                was = at.get(_form(shard), set())
+                if rank not in was:
+                    moves.append(Move(shard.as_table.name, min(was, default=None), rank, shard.memory_bytes))
     return tuple(moves)
 
 
-def kept_tables(current: CurrentPlacement, workload: Workload) -> tuple[dict[str, list[KeptShard]], tuple[str, ...]]:
-    """The workload's tables that the current placement holds, with their shards by column (those
-    whose shards tile the table's columns exactly, on distinct devices), and the names of those it
-    holds in a form that no longer fits them (their columns changed, or their constraints no longer
-    allow it: ``replaced``)."""
-    held: dict[str, list[KeptShard]] = {}
-    replaced = []
-    for table in workload.tables:
-        shards = sorted(current.of_table(table.name), key=lambda s: s.column_offset)
-        if not shards:
-            continue
-        tiled = _tiles(shards, table.embedding_dim) and len({s.rank for s in shards}) == len(shards)
-        if tiled and keeps(table, [s.columns for s in shards], workload.constraints):
-            held[table.name] = shards
-        else:
-            replaced.append(table.name)
-    return held, tuple(replaced)
+def _form(shard: TableShard) -> tuple:
+    """A shard's form: its table, columns, rows (a data-parallel replica's on every rank) and
+    kernel (moving a table between device and host memory copies it too)."""
+    t = shard.table
+    factor = t.load_factor if t.compute_kernel == FUSED_UVM_CACHING else None
+    return (t.name, shard.column_offset, shard.width, shard.row_offset, shard.height, t.compute_kernel, factor)
 
 
 def _search(
@@ -404,22 +325,27 @@ def _shifts(
     return delta, delta * np.array([u.memory_bytes for u in units], dtype=np.int64)
 
 
-def _tiles(shards: Sequence[KeptShard], dim: int) -> bool:
-    """Whether the shards, sorted by column, tile ``[0, dim)`` exactly."""
-    at = 0
-    for shard in shards:
-        if shard.column_offset != at:
-            return False
-        at += shard.columns
-    return at == dim
-
-
 def _over_memory(kept: Sequence[tuple[TableShard, int]], topology: Topology) -> str:
     used: dict[int, int] = {}
     for shard, rank in kept:
         used[rank] = used.get(rank, 0) + shard.memory_bytes
     rank = max(used, key=lambda r: used[r])
     return (
-        f"device {rank} would hold {used[rank] / 2**30:.3g} GiB of its shards, more than "
-        f"{topology.device_memory_gb_of(rank):g} GiB"
+        f"device {rank} would hold {used[rank] / 2**30:.3g} GiB of its shards, more than the "
+        f"{topology.device_memory_gb_of(rank):.3g} GiB it has for tables (under "
+        "TorchRec's model: what its storage reservation leaves)"
     )
+
+
+__all__ = [
+    "CurrentPlacement",
+    "KeptShard",
+    "Move",
+    "MoveBudget",
+    "Replanned",
+    "TableLayout",
+    "kept_tables",
+    "moves_from",
+    "replan",
+    "replans",
+]

@@ -1,11 +1,12 @@
 """The workload's constraints as re-planning applies them (``incremental.replans``).
 
-Re-planning keeps the current placement's table- and column-wise shards and places new tables
-whole or as column blocks, so it honours a table's constraints this way: a table whose
-``sharding_types`` allow none of table_wise, column_wise and table_column_wise is refused by
-name (``check_replannable``: plan it from scratch); a table whose current shards its constraints
-no longer allow (column blocks where it allows no column type, or narrower than its
-``min_partition``) is placed anew, as a replaced table (``keeps``); a whole table whose
+Re-planning keeps the current placement's shards (``current_placement``: a spread table's where
+its constraints still allow its type) and places the other tables whole or as column blocks, so
+it honours a table's constraints this way: a table to place whose ``sharding_types`` allow none of
+table_wise, column_wise and table_column_wise is refused by name (``check_replannable``: plan it
+from scratch); a table whose current shards its constraints no longer allow (column blocks where
+it allows no column type, or narrower than its ``min_partition``) is placed anew, as a replaced
+table (``keeps``); a whole table whose
 constraints leave out table_wise is one column block, and column blocks of a table that allows
 table_column_wise and not column_wise are table_column_wise (``shard_of``, as ``placed_kind``
 and ``column_kind`` say for every planner); placement constraints (pin, colocate, apart) and
@@ -15,7 +16,7 @@ where the current placement has them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from autoshard.core.constraints import Constraints
 from autoshard.core.sharding import ShardingType
@@ -24,16 +25,17 @@ from autoshard.planners.placement_rules import ConstraintsConflict, check_constr
 from autoshard.planners.sharding_options import ALL_TYPES, COLUMN_TYPES, PLACED_TYPES, column_kind, placed_kind
 
 
-def check_replannable(workload: Workload, topology: Topology) -> None:
+def check_replannable(workload: Workload, topology: Topology, kept: Collection[str] = ()) -> None:
     """``ConstraintsConflict`` for constraints no plan satisfies (``check_constraints``), and for
-    a table whose sharding types re-planning does not place (none of ``PLACED_TYPES``)."""
+    a table to place (not in ``kept``) whose sharding types re-planning does not place (none of
+    ``PLACED_TYPES``)."""
     check_constraints(workload, topology, ALL_TYPES)
     for name, _ in workload.constraints.tables:
         kinds = workload.constraints.allowed_types(name, ALL_TYPES)
-        if not kinds & PLACED_TYPES:
+        if name not in kept and not kinds & PLACED_TYPES:
             raise ConstraintsConflict(
-                f"sharding_types {sorted(k.value for k in kinds)} of {name!r}: re-planning keeps and places "
-                "table-, column- and table-column-wise shards only",
+                f"sharding_types {sorted(k.value for k in kinds)} of {name!r}: re-planning places a table "
+                "the current plan does not hold in a form it keeps table-, column- or table-column-wise only",
                 (
                     "plan it from scratch (`autoshard plan`), which places every sharding type",
                     f"allow table_wise or column_wise for {name!r}",

@@ -9,48 +9,74 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autoshard.core.communication import CommunicationModel, WithCommunication
+from autoshard.core.communication import CommunicationModel
 from autoshard.core.costing import bound_to_task
 from autoshard.core.model_error import DeviceErrors
-from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
+from autoshard.core.sharding import ShardingType
+from autoshard.core.types import FUSED_UVM_CACHING, CostModel, ShardingPlan, TableShard, Topology, Workload
 from autoshard.planners.context import PlannerContext
 from autoshard.planners.incremental import (
     CurrentPlacement,
     Move,
     MoveBudget,
+    TableLayout,
     moves_from,
-    replans,
 )
 from autoshard.planners.report import DeviceReport, TopologyReport
 from autoshard.planning.compare import compare_planners
+from autoshard.planning.replan_fit import fitted_replans
 
 
 @dataclass(frozen=True, slots=True)
 class PlacedShard:
-    """A shard of a placement: its rank and column range."""
+    """A shard of a placement: its rank, column range and row range."""
 
     rank: int
     column_offset: int
     columns: int
+    row_offset: int
+    rows: int
 
     def to_dict(self) -> dict[str, int]:
-        return {"rank": self.rank, "column_offset": self.column_offset, "columns": self.columns}
+        return {
+            "rank": self.rank,
+            "row_offset": self.row_offset,
+            "rows": self.rows,
+            "column_offset": self.column_offset,
+            "columns": self.columns,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedTable:
+    """A table of a placement: its sharding type, kernel (and cache load factor) and shards."""
+
+    layout: TableLayout
+    shards: tuple[PlacedShard, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        layout, factor = self.layout, self.layout.cache_load_factor
+        return {
+            "sharding_type": layout.sharding_type.value,
+            "compute_kernel": layout.compute_kernel,
+            **({"cache_params": {"load_factor": factor}} if factor is not None else {}),
+            "shards": [s.to_dict() for s in self.shards],
+        }
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """A plan as a current placement: per table, its shards in column order (``placement_of``)."""
+    """A plan as a current placement: per table, its layout and shards in column, then row, order
+    (``placement_of``)."""
 
     world_size: int
-    tables: dict[str, tuple[PlacedShard, ...]]
+    tables: dict[str, PlacedTable]
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"world_size", "tables": {name: {"shards": [{"rank", "column_offset", "columns"}]}}}``, the
-        part of a TorchRec export that ``CurrentPlacement.from_export`` reads."""
-        return {
-            "world_size": self.world_size,
-            "tables": {name: {"shards": [s.to_dict() for s in shards]} for name, shards in self.tables.items()},
-        }
+        """``{"world_size", "tables": {name: {"sharding_type", "compute_kernel", ["cache_params"],
+        "shards": [{"rank", "row_offset", "rows", "column_offset", "columns"}]}}}``, the part of a
+        TorchRec export that ``CurrentPlacement.from_export`` reads."""
+        return {"world_size": self.world_size, "tables": {name: t.to_dict() for name, t in self.tables.items()}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,18 +154,19 @@ def compare_replans(
     """The report and its plans, in its order: keep (0 moves), a re-plan per budget (as given),
     cost_greedy from scratch (column splits as ``allow_split`` says). Costs include
     ``communication``'s all-to-all; each plan's expected max comes from ``device_errors``."""
-    cost_model = bound_to_task(cost_model, workload, topology) or cost_model  # TorchRec's: priced per task
-    scorer = cost_model if communication is None else WithCommunication(cost_model, communication, topology)
-    kept, *moved = replans(
+    (kept, *moved), running = fitted_replans(
         workload,
         topology,
-        scorer,
+        cost_model,
         current,
         [MoveBudget(0), *budgets],
         ["keep", *(b.label for b in budgets)],
         time_budget_s,
         allow_split,
+        communication,
+        unchecked=1,
     )
+    cost_model = bound_to_task(cost_model, workload, topology) or cost_model  # TorchRec's: priced per task
     scratch = compare_planners(
         workload,
         topology,
@@ -151,7 +178,7 @@ def compare_replans(
     rows = [
         (kept.plan, kept.moves),
         *((r.plan, r.moves) for r in moved),
-        *((p, moves_from(current, p, workload)) for p in scratch),
+        *((p, moves_from(current, p, running, topology)) for p in scratch),
     ]
     report = ReplanReport(
         workload.name,
@@ -192,12 +219,28 @@ def replan_row(
 
 
 def placement_of(plan: ShardingPlan) -> Placement:
-    """The plan as a current placement (``Placement``): each table's shards, in column order."""
-    tables: dict[str, list[PlacedShard]] = {}
+    """The plan as a current placement (``Placement``): each table's layout (TorchRec's sharding
+    type: table_wise for one whole shard, column_wise for column slices, else its shards'; its
+    kernel: dense for data parallel), and its shards in column, then row, order."""
+    found: dict[str, list[tuple[int, TableShard]]] = {}
     for rank, device in enumerate(plan.devices):
         for shard in device.shards:
-            tables.setdefault(shard.table.name, []).append(PlacedShard(rank, shard.column_offset, shard.width))
-    return Placement(
-        len(plan.devices),
-        {name: tuple(sorted(shards, key=lambda s: s.column_offset)) for name, shards in tables.items()},
+            found.setdefault(shard.table.name, []).append((rank, shard))
+    return Placement(len(plan.devices), {name: _placed_table(parts) for name, parts in found.items()})
+
+
+DENSE = "dense"
+"""TorchRec's kernel of data-parallel tables (a placement names it as an export does)."""
+
+
+def _placed_table(parts: list[tuple[int, TableShard]]) -> PlacedTable:
+    table, kind = parts[0][1].table, parts[0][1].sharding_type
+    if kind is ShardingType.TABLE_WISE and len(parts) > 1:
+        kind = ShardingType.COLUMN_WISE
+    factor = table.load_factor if table.compute_kernel == FUSED_UVM_CACHING else None
+    shards = sorted(
+        (PlacedShard(rank, s.column_offset, s.width, s.row_offset, s.height) for rank, s in parts),
+        key=lambda p: (p.column_offset, p.row_offset, p.rank),
     )
+    kernel = DENSE if kind is ShardingType.DATA_PARALLEL else table.compute_kernel
+    return PlacedTable(TableLayout(kind, kernel, factor), tuple(shards))

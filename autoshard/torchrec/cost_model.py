@@ -34,7 +34,7 @@ offers there.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -119,11 +119,13 @@ class TorchRecCostModel(SetCostModel):
     def _bound(self, workload: Workload | None, topology: Topology | None) -> TorchRecCostModel:
         return TorchRecCostModel(self.compute_device, self.storage_reservation, workload, topology, self.ddr_cap_bytes)
 
-    def choose_kernels(self, workload: Workload, topology: Topology, fill: float | None = None) -> Workload:
+    def choose_kernels(
+        self, workload: Workload, topology: Topology, fill: float | None = None, keep: Collection[str] = ()
+    ) -> Workload:
         """``workload`` with each table's kernel chosen under TorchRec's estimate to fill at most
-        ``fill`` of the devices' memory (``autoshard.torchrec.kernel_choice``): itself when every
-        table stays as it is."""
-        return choose_kernels(workload, self.for_task(workload, topology).task, fill)
+        ``fill`` of the devices' memory (``autoshard.torchrec.kernel_choice``), those named in
+        ``keep`` under their own: itself when every table stays as it is."""
+        return choose_kernels(workload, self.for_task(workload, topology).task, fill, keep)
 
     # --- memory as TorchRec counts it ------------------------------------------------------
 

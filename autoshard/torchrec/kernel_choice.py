@@ -25,6 +25,7 @@ until a planner's plan fits. The learned profiles measured ``fused`` alone: they
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -87,11 +88,16 @@ def _with_kernel(table: Table, kernel: str, factor: float | None) -> Table:
     return replace(table, compute_kernel=kernel, cache_load_factor=factor)
 
 
-def choose_kernels(workload: Workload, estimates: TaskEstimates, fill: float | None = None) -> Workload:
+def choose_kernels(
+    workload: Workload, estimates: TaskEstimates, fill: float | None = None, keep: Collection[str] = ()
+) -> Workload:
     """``workload`` with each table's kernel chosen (see the module docstring; ``fill``: in place
-    of ``FILL``); the workload itself when every table keeps its own."""
+    of ``FILL``), the tables named in ``keep`` (a re-plan's kept tables) under their own kernel;
+    the workload itself when every table keeps its own."""
     fill = FILL if fill is None else fill
-    options = [table_kernels(workload, t, estimates.compute_device) for t in workload.tables]
+    options = [
+        (t,) if t.name in keep else table_kernels(workload, t, estimates.compute_device) for t in workload.tables
+    ]
     room = fill * sum(max(c, 0) for c in estimates.capacities)
     firsts = [o[0] for o in options]
     used = sum(e.bytes for e in estimates.of(firsts))  # every table at its first kernel: one estimator call

@@ -264,21 +264,26 @@ MAX_TABLES_BOUND = 10**6  # a budget of moves beyond any workload's shards
 
 
 class PlacedShardIn(BaseModel):
-    """Where one column slice of a table lives in the current plan."""
+    """Where one shard of a table lives in the current plan: its columns and, for the row-cutting
+    types (row_wise, table_row_wise, grid_shard), its rows."""
 
     model_config = ConfigDict(extra="forbid")
 
     rank: int = Field(ge=0, le=MAX_DEVICES, description="The device (TorchRec rank) that holds it.")
-    row_offset: int = Field(0, ge=0, description="Its first row (a TorchRec export's; re-planning keeps whole rows).")
-    rows: int | None = Field(None, ge=0, description="Its rows (a TorchRec export's).")
+    row_offset: int = Field(0, ge=0, description="Its first row (read for the types that cut rows).")
+    rows: int | None = Field(None, ge=0, description="Its rows (read for the types that cut rows; 0: an empty block).")
     column_offset: int = Field(ge=0, le=MAX_DIM, description="Its first column.")
     columns: int = Field(ge=1, le=MAX_DIM, description="Its width.")
 
 
 class PlacedTableIn(BaseModel):
-    """A table of the current plan: its shards (a whole table is one shard of every column). A
-    TorchRec export's other fields (ranks, compute_kernel, pooling_factor) may come along, and are
-    not read; its ``sharding_type`` must be table- or column-wise: re-planning keeps those shards."""
+    """A table of the current plan: its shards (a whole table is one shard of every column), and,
+    as a TorchRec export or a re-plan's ``placement`` gives them, its ``sharding_type`` (default
+    table_wise; any of TorchRec's), ``compute_kernel`` (default fused) and ``cache_params``. Its
+    other fields (ranks, pooling_factor) may come along, and are not read. A re-plan keeps its
+    table- and column-wise shards (they may move), and keeps a row-wise, table-row-wise, grid or
+    data-parallel table where it is while that layout holds on the topology (else it places the
+    table anew); with ``profile`` torchrec each kept table runs its ``compute_kernel``."""
 
     model_config = ConfigDict(extra="allow")
 

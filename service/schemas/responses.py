@@ -370,7 +370,17 @@ class MoveOut(BaseModel):
     memory_bytes: int = Field(description="What moves: its weights and optimizer state.")
 
 
+class CacheParamsOut(BaseModel):
+    load_factor: float = Field(description="The share of the table's rows its cache holds in device memory.")
+
+
 class PlacedTableOut(BaseModel):
+    sharding_type: str = Field(description="TorchRec's sharding type of the table.")
+    compute_kernel: str = Field(
+        description="TorchRec's kernel: fused (in device memory), fused_uvm_caching, fused_uvm (in host memory), "
+        "dense (data parallel). A re-plan keeps a kept table's kernel."
+    )
+    cache_params: CacheParamsOut | None = Field(None, description="A fused_uvm_caching table's cache.")
     shards: list[TorchRecShardOut]
 
 
