@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import Table, TableShard, Topology
 from autoshard.planners.placement_unit import CostFn, Unit
 
 MIN_SHARD_WIDTH = 4
+
+T = TypeVar("T")
 
 
 def split_ways(dim: int, max_ways: int) -> list[int]:
@@ -31,6 +34,7 @@ def split_units(
     whole: frozenset[str] = frozenset(),
     min_width: Mapping[str, int] | None = None,
     kinds: Mapping[str, ShardingType] | None = None,
+    memo: dict[Hashable, Any] | None = None,
 ) -> list[Unit]:
     """Split each whole-table unit whose cost exceeds a level, or whose memory exceeds
     ``memory_limit`` (default: a device's memory), into the fewest shards at or under both; if
@@ -41,7 +45,9 @@ def split_units(
     they are (a deployed plan's shards, ``incremental.replan``), and count towards the level; so
     do the tables named in ``whole`` (constraints keep them whole); ``min_width``: per table, the
     narrowest shard its constraints allow (TorchRec's ``min_partition``); ``kinds``: per table, the
-    sharding type its column shards take when not column_wise (table_column_wise)."""
+    sharding type its column shards take when not column_wise (table_column_wise). ``memo``: the
+    candidate shards and split units of earlier calls on the same task's units (by name), made
+    once (``TaskUnits``: every split cap and retry splits the same tables); priced each call."""
     average = sum(u.cost for u in units) / topology.num_devices
     max_ways = topology.num_devices if max_ways is None else min(max_ways, topology.num_devices)
     capacity = topology.device_memory_bytes if memory_limit is None else memory_limit
@@ -52,7 +58,7 @@ def split_units(
             narrowest = (min_width or {}).get(unit.parent, MIN_SHARD_WIDTH)
             ways = [k for k in split_ways(dim, max_ways) if dim // k >= narrowest]
             if ways:
-                options[i] = [(k, TableShard(unit.shard.table, 0, dim // k).as_table) for k in ways]
+                options[i] = [(k, _kept(memo, (unit.name, k), lambda: _candidate(unit, dim // k))) for k in ways]
     if not options:
         return list(units)
     candidates = [table for opts in options.values() for _, table in opts]
@@ -75,6 +81,24 @@ def split_units(
             continue
         k, table, cost = next((p for p in priced[i] if p[2] <= level and p[1].memory_bytes <= capacity), priced[i][-1])
         kind = (kinds or {}).get(unit.parent)
-        width = table.embedding_dim
-        out.extend(Unit.of(TableShard(unit.shard.table, j * width, width, sharding=kind), cost) for j in range(k))
+        out.extend(_kept(memo, (unit.name, k, kind, cost), lambda: _shards(unit, table.embedding_dim, k, kind, cost)))
     return out
+
+
+def _kept(memo: dict[Hashable, Any] | None, key: Hashable, make: Callable[[], T]) -> T:
+    """``make()``, once under ``key`` in ``memo`` (each call without one)."""
+    if memo is None:
+        return make()
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]  # type: ignore[no-any-return]
+
+
+def _candidate(unit: Unit, width: int) -> Table:
+    """``unit``'s table's first column shard ``width`` wide, as a table (what its split costs)."""
+    return TableShard(unit.shard.table, 0, width).as_table
+
+
+def _shards(unit: Unit, width: int, ways: int, kind: ShardingType | None, cost: float) -> tuple[Unit, ...]:
+    """``unit``'s table split into ``ways`` column shards ``width`` wide, each costing ``cost``."""
+    return tuple(Unit.of(TableShard(unit.shard.table, j * width, width, sharding=kind), cost) for j in range(ways))

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 
 from autoshard.core.costing import is_exact
+from autoshard.core.errors import PlannerError
 from autoshard.core.sharding import ShardingType
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
 from autoshard.planners.choosers import CANDIDATES, cheapest_after
@@ -181,9 +182,20 @@ def greedy_placement(
             steps=cache.steps(units),
             fixed=cache.fixed,
             rules=cache.rules,
+            held=cache.held(cost_model),
         )
 
     task_units = cache.units(cost_model)
+    # a unit order that dead-ended under this model dead-ends again (the same start, chooser, scope)
+    fresh: tuple[CostModel, dict[tuple[str, ...], PlannerError]] = (cost_model, {})  # the model kept: its id holds
+    dead_ends = cache.derived(("greedy dead ends", id(cost_model)), lambda: fresh)[1]
     return place_workload(
-        task_units, cap is not None, cheapest_after, start, max_ways=cap, scope=CANDIDATES, deadline=deadline
+        task_units,
+        cap is not None,
+        cheapest_after,
+        start,
+        max_ways=cap,
+        scope=CANDIDATES,
+        deadline=deadline,
+        dead_ends=dead_ends,
     )

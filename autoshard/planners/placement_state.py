@@ -39,7 +39,12 @@ class PlacementState:
     (``StepCosts``): the same numbers, computed once. ``fixed``: units already on their devices
     (rank, unit) before the first step, the shards of sharding options that fix their devices
     (``sharding_options``); they take memory and load like placed units. ``rules``: the
-    workload's placement constraints, applied by ``room`` (``placement_rules``).
+    workload's placement constraints, applied by ``room`` (``placement_rules``). ``held``: a state
+    of no units of its own that holds these ``fixed`` units on this topology with an accumulator
+    of the same model and batch (``TaskCache.held``): its devices, free memory, counts and loads
+    are copied instead of putting each unit on its device again (the accumulator takes them as
+    without it: the same numbers). The placements of a task's split caps and their retries all
+    start there.
     """
 
     def __init__(
@@ -52,6 +57,7 @@ class PlacementState:
         steps: StepCosts | None = None,
         fixed: Sequence[tuple[int, Unit]] = (),
         rules: PlacementRules | None = None,
+        held: PlacementState | None = None,
     ) -> None:
         self.rules = rules if rules else None
         self.units, self.topology = list(units), topology
@@ -66,8 +72,9 @@ class PlacementState:
         self.remaining_cost = float(sum(u.cost for u in self.units))  # of the units not yet placed
         self.cost_bound = cost_bound(self.units, topology.num_devices)
         self._placed_parents: set[str] = set()
+        self._fixed = fixed  # what ``held`` must have held
         if fixed:
-            self._hold(fixed)
+            self._hold(fixed, held)
         self.steps, self.history = steps, 0
         self.packing = PackingLookahead((u.memory_bytes for u in self.units), {} if steps is None else steps.rooms(0))
         table = self.units[0].table if self.units else None
@@ -214,24 +221,34 @@ class PlacementState:
         if not self.done:  # else the last unit's placing priced them
             self._price_sets()
 
-    def _hold(self, fixed: Sequence[tuple[int, Unit]]) -> None:
+    def _hold(self, fixed: Sequence[tuple[int, Unit]], held: PlacementState | None = None) -> None:
         """Put the ``fixed`` units on their devices and price the devices' sets (a spread variant
-        fixes thousands of shards on a 128-device task: each device takes its own at once)."""
-        held: dict[int, list[Unit]] = {}
+        fixes thousands of shards on a 128-device task: each device takes its own at once). With
+        ``held`` (the class docstring), the devices are copied from it and only the accumulator
+        takes the units."""
         add_all = getattr(self.accumulator, "add_all", None)  # one call for all (TorchRec's sums)
         if add_all is not None:
             add_all([device for device, _ in fixed], [unit.table for _, unit in fixed])
-        for device, unit in fixed:
-            if self.accumulator is not None and add_all is None:
+        elif self.accumulator is not None:
+            for device, unit in fixed:
                 self.accumulator.add(device, unit.table)
-            held.setdefault(device, []).append(unit)
-        for device, units in held.items():
-            state = self.devices[device]
-            state.extend(units, sum((u.cost for u in units), state.load))
-            self.free[device] -= sum(u.memory_bytes for u in units)
-            self.count[device] += len(units)
-            self._placed_parents.update(state.parents)
-        self.loads[:] = [d.load for d in self.devices]
+        if held is not None and held._fixed is fixed:
+            if held.units or held.topology != self.topology or (held.accumulator is None) != (self.accumulator is None):
+                raise ValueError("held: a state of no units of its own on this topology, of this accumulator's model")
+            self.devices = [d.copy() for d in held.devices]
+            self.free[:], self.count[:], self.loads[:] = held.free, held.count, held.loads
+            self._placed_parents = set(held._placed_parents)
+        else:
+            by_device: dict[int, list[Unit]] = {}
+            for device, unit in fixed:
+                by_device.setdefault(device, []).append(unit)
+            for device, units in by_device.items():
+                state = self.devices[device]
+                state.extend(units, sum((u.cost for u in units), state.load))
+                self.free[device] -= sum(u.memory_bytes for u in units)
+                self.count[device] += len(units)
+                self._placed_parents.update(state.parents)
+            self.loads[:] = [d.load for d in self.devices]
         self._price_sets()
         if self.max_units_per_device is not None and (self.count >= self.max_units_per_device).any():
             self._capped = True

@@ -92,11 +92,13 @@ class SpreadOption:
 
 @dataclass(frozen=True, slots=True)
 class _Memo:
-    """What ``spread_option_memo`` keeps: each question's options, and each shard object's unit
-    (by its ``id``; the entry keeps the shard alive) under the cost function that priced it."""
+    """What ``spread_option_memo`` keeps: each question's options, each shard object's unit
+    (by its ``id``; the entry keeps the shard alive) under the cost function that priced it, and
+    each run of shards' units with their costs and memory as arrays (likewise, by the run's)."""
 
     options: dict[tuple[object, ...], tuple[SpreadOption, ...]] = field(default_factory=dict)
     units: dict[int, tuple[TableShard, CostFn, Unit]] = field(default_factory=dict)
+    runs: dict[int, tuple[tuple[TableShard, ...], CostFn, _Run]] = field(default_factory=dict)
     cost_fns: dict[tuple[int, int], tuple[CostModel, CostFn]] = field(default_factory=dict)
 
 
@@ -244,14 +246,38 @@ def place_spread(
     return tuple(placed)
 
 
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """A run of shards' units, with their costs and memory as (read-only) arrays."""
+
+    units: list[Unit]
+    cost: np.ndarray
+    memory: np.ndarray
+
+
 class _RunPrices:
     """The units of each run of shards (``SpreadOption.blocks``) of ``options``, by the run's
-    ``id``, with their costs and memory as arrays; every distinct shard priced once."""
+    ``id``, with their costs and memory as arrays; every distinct shard priced once. Within
+    ``spread_option_memo`` a run met before (the variants place the same tables' options) is
+    taken whole from it."""
 
     def __init__(self, options: Sequence[Sequence[SpreadOption]], cost_fn: CostFn) -> None:
         self.runs = {id(run): run for found in options for o in found for _, run in o.blocks}
-        by_id = {id(s): s for run in self.runs.values() for s in run}  # runs share shard objects
         memo = _current()
+        known_runs = memo.runs if memo is not None else {}
+        self.units: dict[int, list[Unit]] = {}
+        self.cost: dict[int, np.ndarray] = {}
+        self.memory: dict[int, np.ndarray] = {}
+        new_runs = {}
+        for key, run in self.runs.items():
+            entry = known_runs.get(key)
+            if entry is not None and entry[0] is run and entry[1] is cost_fn:
+                self.units[key], self.cost[key], self.memory[key] = entry[2].units, entry[2].cost, entry[2].memory
+            else:
+                new_runs[key] = run
+        if not new_runs:
+            return
+        by_id = {id(s): s for run in new_runs.values() for s in run}  # runs share shard objects
         known = memo.units if memo is not None else {}
         unit_by_id = {
             key: entry[2] for key, entry in ((k, known.get(k)) for k in by_id) if entry and entry[1] is cost_fn
@@ -264,11 +290,14 @@ class _RunPrices:
             unit_by_id[id(shard)] = unit = unit_of[shard]
             if memo is not None:
                 memo.units[id(shard)] = (shard, cost_fn, unit)
-        self.units = {key: [unit_by_id[id(s)] for s in run] for key, run in self.runs.items()}
-        self.cost = {key: np.array([u.cost for u in units]) for key, units in self.units.items()}
-        self.memory = {
-            key: np.array([u.memory_bytes for u in units], dtype=np.int64) for key, units in self.units.items()
-        }
+        for key, run in new_runs.items():
+            units = [unit_by_id[id(s)] for s in run]
+            cost = np.array([u.cost for u in units])
+            memory = np.array([u.memory_bytes for u in units], dtype=np.int64)
+            cost.flags.writeable = memory.flags.writeable = False
+            self.units[key], self.cost[key], self.memory[key] = units, cost, memory
+            if memo is not None:
+                memo.runs[key] = (run, cost_fn, _Run(units, cost, memory))
 
 
 def _best_option(found: Sequence[SpreadOption], runs: _RunPrices, loads: np.ndarray, free: np.ndarray) -> int | None:

@@ -114,7 +114,9 @@ class SpreadVariant:
             own = constraints.of(table.name)
             width = own.min_partition if own else None
             found = spread_options(table, topology, kinds, max_grid_ways=grid_ways, min_width=width)
-            return [o for o in found if rules is None or rules.ranks_allowed(table.name, o.ranks)]
+            if rules is None or table.name not in rules.pins:  # every option keeps its pin: none
+                return found
+            return [o for o in found if rules.ranks_allowed(table.name, o.ranks)]
 
         return options
 

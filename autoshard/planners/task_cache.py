@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from autoshard.core.types import CostModel, Topology, Workload
 from autoshard.planners.device_state import DeviceState
 from autoshard.planners.placement_rules import PlacementRules
+from autoshard.planners.placement_state import PlacementState
 from autoshard.planners.placement_unit import Unit, model_costs
 from autoshard.planners.step_costs import StepCosts
 from autoshard.planners.unit_preparation import TaskUnits
@@ -88,6 +89,19 @@ class TaskCache:
             costs = model_costs(cost_model, self.workload.batch_size)
             self._units[id(cost_model)] = cost_model, TaskUnits(self.workload, self.topology, costs)
         return self._units[id(cost_model)][1]
+
+    def held(self, cost_model: CostModel) -> PlacementState | None:
+        """A state holding the task's ``fixed`` units under ``cost_model`` and no other (None
+        without fixed units), for its placements to start from (``PlacementState``'s ``held``):
+        each start copies its devices, not the thousands of spread shards one by one."""
+        if not self.fixed:
+            return None
+
+        def make() -> tuple[CostModel, PlacementState]:
+            accumulator = cost_model.accumulator(self.topology.num_devices, self.workload.batch_size)
+            return cost_model, PlacementState([], self.topology, accumulator, fixed=self.fixed)
+
+        return self.derived(("held", id(cost_model)), make)[1]  # the model kept alive: its id holds
 
     def steps(self, units: Sequence[Unit]) -> StepCosts:
         """The step costs of placements of ``units`` (of this task), in this order."""

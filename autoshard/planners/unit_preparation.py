@@ -3,7 +3,8 @@ per task (``TaskUnits``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 from autoshard.core.errors import PlannerError
 from autoshard.core.sharding import ShardingType
@@ -38,6 +39,7 @@ class TaskUnits:
         self.workload, self.topology, self.cost_fn = workload, topology, cost_fn
         self._whole: list[Unit] | None = None
         self._found: dict[tuple[bool, int, int | None], list[Unit] | PlannerError] = {}
+        self._splits: dict[Hashable, Any] = {}  # ``split_units``' shards, made once for every split
 
     def __call__(
         self, allow_split: bool, shard_memory_limit: int | None = None, max_ways: int | None = None
@@ -86,6 +88,7 @@ class TaskUnits:
                 whole=whole,
                 min_width=min_width,
                 kinds=column_kinds,
+                memo=self._splits,
             )
         check_feasible(units, self.topology, allow_split)
         return units

@@ -25,6 +25,7 @@ from dataclasses import replace
 from autoshard.core.constraints import FUSED
 from autoshard.core.errors import InputError, PlannerError
 from autoshard.core.types import FUSED_UVM_CACHING, CostModel, Planner, ShardingPlan, Topology, Workload
+from autoshard.planners.sharding_options import spread_option_memo
 from autoshard.torchrec.kernel_choice import chooses_kernels
 
 FILLS = (1.0, 0.9, 0.8, 0.7, 0.6)
@@ -64,6 +65,10 @@ class KernelFitted:
         return getattr(self.planner, name)
 
     def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
+        with spread_option_memo():  # the fills share the tables whose kernel stays, and their shards' prices
+            return self._plan(workload, topology)
+
+    def _plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
         tried: set[tuple] = set()
         spent, plan, error = 0.0, None, None
         for fill in FILLS:
