@@ -125,7 +125,7 @@ def test_under_torchrecs_model_options_fit_its_storage_estimate_so_rl_needs_no_r
     bound = priced(task, model, None)
     plan = RLPlanner(bound, policy, allow_column_split=True).plan(task.workload, bound.planning_topology(task.topology))
     assert bound.overflow_bytes(plan) <= 0  # its first plan fits: no retry
-    state = rollout(begin(task, model, None), argmax_choice(policy))
+    state = rollout(begin(task, model, None, spread_every_table=policy.info.spread_every_table), argmax_choice(policy))
     assert [tuple(u.shard for u in d.units) for d in state.devices] == [d.shards for d in plan.devices]
 
 
@@ -425,7 +425,7 @@ def test_policy_train_writes_a_policy_that_plans_and_resumes(tmp_path):
     from typer.testing import CliRunner
 
     from autoshard.cli import app
-    from autoshard.cli.policy import train_profile_policy
+    from autoshard.cli.policy import _profile, train_profile_policy
 
     shutil.copy(SHIPPED / "cost_model.pt", tmp_path)
     shutil.copy(SHIPPED / "communication.json", tmp_path)
@@ -441,8 +441,9 @@ def test_policy_train_writes_a_policy_that_plans_and_resumes(tmp_path):
     )
 
     def train(steps: int, **options) -> OptionPolicy:
+        loaded, folder = _profile(tmp_path, None)
         return train_profile_policy(
-            tmp_path, replace(small, steps=steps), "autoshard policy train", progress=False, **options
+            loaded, folder, replace(small, steps=steps), "autoshard policy train", progress=False, **options
         )
 
     train(512)
@@ -465,7 +466,9 @@ def test_policy_train_writes_a_policy_that_plans_and_resumes(tmp_path):
     refused = CliRunner().invoke(app, ["policy", "train", "--profile", str(tmp_path), "--steps", "256"])
     assert refused.exit_code == 2 and "--fresh" in refused.output and stale.exists()  # nothing lost by accident
     with pytest.raises(InputError, match="slots"):  # a resumed run keeps its settings
-        train_profile_policy(tmp_path, replace(small, steps=2048, env=EnvConfig(slots=12)), "", resume=True)
+        train_profile_policy(
+            *_profile(tmp_path, None), replace(small, steps=2048, env=EnvConfig(slots=12)), "", resume=True
+        )
     for option, value in (("--tables", "0,6"), ("--topologies", "2by4")):
         bad = CliRunner().invoke(app, ["policy", "train", "--profile", str(tmp_path), option, value])
         assert bad.exit_code == 2 and option in bad.output, bad.output
@@ -493,11 +496,28 @@ def test_policy_train_defaults_are_train_configs():
     train = typer.main.get_command(app).commands["policy"].commands["train"]  # type: ignore[attr-defined]
     defaults = {p.name: p.default for p in train.params}
     config = TrainConfig()
-    assert (defaults["steps"], defaults["envs"]) == (config.steps, config.envs)
+    assert defaults["steps"] is None  # the model's recipe's
+    assert defaults["envs"] == config.envs
     assert (defaults["seed"], defaults["tables"]) == (config.seed, ",".join(map(str, config.tasks.num_tables)))
     assert defaults["topologies"] == ",".join(f"{h}x{d}" for h, d in config.tasks.topologies)
     assert (config.envs, config.learning_rate, config.ent_coef) == (4, 5e-5, 0.0)
     assert (config.imitation_episodes, config.dagger_rounds, config.steps) == (300, 2, 600_000)
+
+
+def test_each_model_trains_by_its_shipped_recipe(model):
+    """A learned model's run is ``TrainConfig()``; TorchRec's estimator's clones cost_greedy's
+    forms with every table offered its spreads (the shipped torchrec policy's run), and what the
+    CLI gives overrides either."""
+    from autoshard.rl.train import EXACT_MODEL_STEPS, recipe
+    from autoshard.torchrec.cost_model import TorchRecCostModel
+
+    assert recipe(model) == TrainConfig()
+    assert recipe(model, steps=10, seed=3) == TrainConfig(steps=10, seed=3)
+    exact = recipe(TorchRecCostModel())
+    assert (exact.teacher, exact.env.spread_every_table, exact.steps) == ("plan", True, EXACT_MODEL_STEPS)
+    assert (exact.imitation_episodes, exact.imitation_epochs, exact.dagger_rounds) == (150, 60, 2)
+    shipped = OptionPolicy.load(SHIPPED.parent / "torchrec" / "cuda" / "policy.pt")
+    assert shipped.info.spread_every_table and recipe(TorchRecCostModel(), steps=7).steps == 7
 
 
 def test_a_steps_stake_is_what_a_worse_option_may_cost(model):

@@ -61,11 +61,11 @@ ComputeDevice = Annotated[
     ),
 ]
 Steps = Annotated[
-    int,
+    int | None,
     typer.Option(
         min=1,
         help="Environment steps in all (PPO runs whole rollouts of 1,024 steps per environment, so it rounds up "
-        "to them).",
+        "to them). Default: the shipped run's, 600,000 (122,880 under --profile torchrec).",
         rich_help_panel=RUN,
     ),
 ]
@@ -106,7 +106,7 @@ Subprocess = Annotated[
 def train_cmd(
     profile: TrainProfile = DEFAULT_MODEL,
     compute_device: ComputeDevice = None,
-    steps: Steps = 600_000,
+    steps: Steps = None,
     resume: Resume = False,
     fresh: Fresh = False,
     progress: ShowProgress = True,
@@ -117,42 +117,44 @@ def train_cmd(
     subprocess: Subprocess = False,
 ) -> None:
     """Train MaskablePPO against the profile's cost model; the best policy on held-out tasks
-    becomes PROFILE/policy.pt. The other settings are the shipped policy's run (docs/decisions.md, 42)."""
+    becomes PROFILE/policy.pt. The other settings are the shipped policy's run for that model
+    (docs/decisions.md, 42; under TorchRec's estimator, 73)."""
     if resume and fresh:
         raise InputError("--fresh", "cannot both resume a run and discard it", "pass --resume or --fresh, not both")
     tasks = TaskDistribution(
         num_tables=_counts(tables, "--tables", TRAIN_TABLES_DEFAULT), topologies=_topologies(topologies)
     )
-    from autoshard.rl.train import TrainConfig
+    from autoshard.rl.train import recipe
 
-    config = TrainConfig(tasks=tasks, steps=steps, seed=seed, envs=envs, subprocess=subprocess)
+    loaded, folder = _profile(profile, compute_device)
+    given = dict(tasks=tasks, seed=seed, envs=envs, subprocess=subprocess)
+    config = recipe(loaded.model, **given, **({} if steps is None else {"steps": steps}))
     command = (
         f"autoshard policy train --profile {shlex.quote(str(profile))}"
         + (f" --compute-device {compute_device}" if compute_device else "")
-        + f" --steps {steps} --seed {seed} "
+        + f" --steps {config.steps} --seed {seed} "
         f"--envs {envs} --tables {tables} --topologies {topologies}" + (" --subprocess" if subprocess else "")
     )
-    train_profile_policy(profile, config, command, resume=resume, fresh=fresh, progress=progress, device=compute_device)
+    train_profile_policy(loaded, folder, config, command, resume=resume, fresh=fresh, progress=progress)
 
 
 def train_profile_policy(
-    profile: Path,
+    loaded: LoadedModel,
+    folder: Path,
     config: TrainConfig,
     command: str,
     resume: bool = False,
     fresh: bool = False,
     progress: bool = True,
-    device: str | None = None,
 ) -> OptionPolicy:
-    """Train ``profile``'s policy (``autoshard.rl.train.train_policy``, its run in
-    PROFILE/policy_training/) and save the best as PROFILE/policy.pt; an existing policy.pt is
-    replaced only on ``resume`` or ``fresh``. ``profile`` ``torchrec``: TorchRec's estimator for
-    ``device``, its folder ``torchrec_folder``. ``policy train`` runs it with ``config`` from its options."""
+    """Train ``loaded``'s policy (``autoshard.rl.train.train_policy``, its run in
+    FOLDER/policy_training/) and save the best as FOLDER/policy.pt (``_profile``'s folder: the
+    profile's, or ``torchrec_folder`` for TorchRec's estimator); an existing policy.pt is replaced
+    only on ``resume`` or ``fresh``. ``policy train`` runs it with ``config`` from its options."""
     from autoshard.rl.policy import POLICY_FILE
     from autoshard.rl.train import train_policy
     from cost_model.process import one_thread
 
-    loaded, folder = _profile(profile, device)
     one_thread()
     if (folder / POLICY_FILE).exists() and not (resume or fresh):
         raise InputError(

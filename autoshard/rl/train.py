@@ -22,6 +22,7 @@ from sb3_contrib import MaskablePPO
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, CheckpointCallback
 
 from autoshard.core.communication import CommunicationModel
+from autoshard.core.costing import is_exact
 from autoshard.core.errors import InputError, PlannerError
 from autoshard.core.task import Task
 from autoshard.core.types import CostModel
@@ -99,6 +100,30 @@ TEACHERS = ("rule", "plan")
 """The warm start's teachers: the greedy rule over options; cost_greedy's plan's form per table
 with the rule's devices (``imitation.PlanTeacher``: TorchRec's estimator, where cost_greedy's
 spread variants and option search choose forms the rule does not)."""
+
+EXACT_MODEL_STEPS = 122_880
+
+
+def recipe(cost_model: CostModel, **given: object) -> TrainConfig:
+    """The shipped run's settings for ``cost_model``, with ``given`` on top. A learned model's is
+    ``TrainConfig()``. An exact one's (TorchRec's estimator, ``is_exact``), where cost_greedy
+    spreads and replicates cheap tables too: every table offered its spread forms, a clone of
+    cost_greedy's forms (``PlanTeacher``, 150 episodes, 60 epochs, 2 DAgger rounds), 122,880 PPO
+    steps scored every 8,192 (docs/decisions.md, 73: 1.021x cost_greedy on the held-out tasks,
+    the rule's clone 1.101x)."""
+    if not is_exact(getattr(cost_model, "compute", cost_model)):
+        return TrainConfig(**given)  # type: ignore[arg-type]
+    exact: dict[str, object] = dict(
+        teacher="plan",
+        imitation_episodes=150,
+        imitation_epochs=60,
+        dagger_rounds=2,
+        steps=EXACT_MODEL_STEPS,
+        eval_every=8_192,
+        env=EnvConfig(spread_every_table=True),
+    )
+    return TrainConfig(**{**exact, **given})  # type: ignore[arg-type]
+
 
 HELD_OUT_MIN_TABLES = 40
 HELD_OUT_MIN_DEVICES = 4
