@@ -97,3 +97,22 @@ def test_random_plans_fit_both_caps_or_are_refused_for_host_memory(pooling, cap_
     model = TorchRecCostModel(ddr_cap_bytes=cap).for_task(report.workload, topology)
     assert all(u <= c for u, c in zip(hbm, model.task.capacities)), (hbm, model.task.capacities)
     assert max(ddr) <= cap, (ddr, cap)
+
+
+def test_a_plan_past_torchrecs_device_count_is_refused_not_returned_at_its_barrier_price():
+    """Eight tables of small weights and large output buffers (batch 65,536, dimension 128) on two
+    0.2 GiB devices: the planners' own count (weights) fits, TorchRec's storage estimate (its
+    buffers) does not on any plan. The plan was returned at ``OVER_MEMORY_MS``; it is refused,
+    naming the rank and what to change, as TorchRec's planner refuses it. At 0.4 GiB it plans."""
+    tables = tuple(Table(f"t{i}", 1000, 128, 1.0) for i in range(8))
+    workload, topology = Workload(tables, 65536, "buffers"), Topology.cluster(1, 2, 0.2)
+    with pytest.raises(PlannerError) as refused:
+        planned(workload, topology, None)
+    assert refused.value.kind is PlannerErrorKind.INSUFFICIENT_MEMORY
+    assert "on the device" in refused.value.message and "rank" in refused.value.message
+    assert any("--memory-gb" in f for f in refused.value.fixes)
+    reference = TorchRecPlanner(cost_model=TorchRecCostModel(), sharding_types=FULL_SEARCH)
+    with pytest.raises(PlannerError):
+        reference.plan(workload, topology)
+    report = planned(workload, Topology.cluster(1, 2, 0.4), None)
+    assert report.best_plan is not None and report.best_plan.max_cost_ms < 1e3

@@ -88,9 +88,9 @@ class KernelFitted:
         if plan is None:
             assert error is not None
             raise error
-        check_host = getattr(self.cost_model, "check_host_memory", None)
-        if check_host is not None and not plan.partial:
-            check_host(plan)  # the UVM kernels' host memory, as the model counts it: refused past it
+        check = getattr(self.cost_model, "check_memory", None)
+        if check is not None and not plan.partial:
+            check(plan)  # device and host memory as the model counts them: refused past either
         return replace(plan, plan_time_s=time.perf_counter() - start)  # every fill's, the failed ones too
 
 

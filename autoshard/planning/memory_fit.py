@@ -11,7 +11,8 @@ overflow while a plan is over, else by the uncounted bytes (room for them, so th
 own choices, whose costs the model prices, fit without its barrier). It keeps the fitting plan of
 lowest max (at most ``ATTEMPTS`` plans, their times added up; none once half the planner's time
 budget is spent or after one that no longer fits the planners' count); without one, the last plan
-stands, priced over the model's count. Any other cost model leaves the planner as it is.
+stands, priced over the model's count, for ``planning.kernels`` to try more tables in host memory
+or refuse it (the model's ``check_memory``). Any other cost model leaves the planner as it is.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ kernel (TorchRec's estimator, ``--model torchrec``), as ``planning.kernels`` and
   device's memory as TorchRec's storage reservation leaves it), a UVM-caching shard counts its
   cache (``Table.memory_bytes``), the model's price holds devices within its storage estimate and
   ranks within their host memory, and a re-plan (one of the budgets; not keep) past a rank's
-  host memory is refused, naming ``ddr_cap`` (``check_host_memory``), as ``autoshard plan`` refuses
-  such a plan.
+  memory by TorchRec's count (the device's, or host memory: ``ddr_cap``) is refused
+  (``check_memory``), as ``autoshard plan`` refuses such a plan.
 
 Any other cost model re-plans the workload as it is, on the topology.
 """
@@ -83,14 +83,14 @@ def fitted_replans(
         raise error
     found, model = fitting
     for replanned in found[unchecked:]:
-        _check_host(model, replanned)
+        _check_memory(model, replanned)
     return found, kept
 
 
-def _check_host(model: Any, replanned: Replanned) -> None:
-    """``check_host_memory`` of a re-plan, its error naming the re-plan."""
+def _check_memory(model: Any, replanned: Replanned) -> None:
+    """``check_memory`` of a re-plan, its error naming the re-plan."""
     try:
-        model.check_host_memory(replanned.plan)
+        model.check_memory(replanned.plan)
     except PlannerError as error:
         raise PlannerError(error.kind, f"{replanned.plan.planner}: {error.message}", error.fixes) from None
 

@@ -16,7 +16,7 @@ could not (``fits``) has a max of at least ``OVER_MEMORY_MS``. The planners' own
 weights and optimizer state within the device's memory) applies as well. On cuda the UVM kernels'
 weights live in host memory, which TorchRec caps per rank (its ``Topology`` ``ddr_cap``:
 ``ddr_cap_bytes``, else its default): where a table runs one, each rank's host bytes are summed and
-priced the same way, and a plan still past the cap is refused (``check_host_memory``).
+priced the same way; a plan still past a device's count or a rank's cap is refused (``check_memory``).
 
 The estimator needs the task: TorchRec prices a shard from its table, the world and local world
 size and the batch. The model made for a profile (``TorchRecCostModel()``) is bound to each task
@@ -173,30 +173,41 @@ class TorchRecCostModel(SetCostModel):
         caps = self.task.host_capacities
         return 0 if caps is None else int((host - np.array(caps, dtype=np.int64)).max())
 
-    def check_host_memory(self, plan: ShardingPlan) -> None:
-        """``PlannerError(INSUFFICIENT_MEMORY)`` naming the rank, its host bytes and what to change
-        when a rank of ``plan`` holds more host memory (DDR) than TorchRec's ``ddr_cap`` gives it,
-        as TorchRec's planner refuses such a plan."""
-        from autoshard.core.errors import PlannerError, PlannerErrorKind
-
-        if self.host_overflow_bytes(plan) <= 0:
-            return
-        _, host = self.plan_storage(plan)
-        caps = np.array(self.task.host_capacities, dtype=np.int64)
-        rank = int(np.argmax(host - caps))
-        raise PlannerError(
-            PlannerErrorKind.INSUFFICIENT_MEMORY,
-            f"rank {rank} would hold {int(host[rank]):,} bytes of UVM tables in host memory (DDR) by "
-            f"TorchRec's storage estimate, past its ddr_cap of {int(caps[rank]):,} bytes "
-            f"({int(host.sum()):,} bytes on all {len(host)} ranks, which have {int(caps.sum()):,})",
-            (
-                "raise the host memory per rank (--ddr-cap-gb, a request's ddr_cap_gb; "
-                "TorchRecCostModel(ddr_cap_bytes=...), TorchRec's Topology ddr_cap)",
-                "add device memory per device, or devices, so that fewer tables run in host memory",
-                "allow the tables row-wise splits (their sharding_types), which spread their host memory",
-                "shrink the tables (fewer rows, a smaller dimension, fp16)",
-            ),
-        )
+    def check_memory(self, plan: ShardingPlan) -> None:
+        """``PlannerError(INSUFFICIENT_MEMORY)`` naming the rank, its bytes and what to change when
+        a rank of ``plan`` holds more than TorchRec's storage estimate allows it on the device (its
+        storage reservation applied) or, for UVM tables, in host memory (its ``ddr_cap``), as
+        TorchRec's planner refuses such a plan: DMP would run out of memory there."""
+        used, host = self.plan_storage(plan)
+        device_caps = np.asarray(self.capacities(len(used)), dtype=np.int64)
+        if (used > device_caps).any():
+            _refuse(
+                used,
+                device_caps,
+                "on the device",
+                "its memory after TorchRec's storage reservation",
+                (
+                    "add devices, or memory per device (--memory-gb)",
+                    "on cuda, allow the tables the UVM kernels (their compute_kernels), which keep "
+                    "weights in host memory",
+                    "allow the tables row-wise splits (their sharding_types)",
+                    "shrink the tables (fewer rows, a smaller dimension, fp16)",
+                ),
+            )
+        if self.host_overflow_bytes(plan) > 0:
+            _refuse(
+                host,
+                np.array(self.task.host_capacities, dtype=np.int64),
+                "of UVM tables in host memory (DDR)",
+                "its ddr_cap",
+                (
+                    "raise the host memory per rank (--ddr-cap-gb, a request's ddr_cap_gb; "
+                    "TorchRecCostModel(ddr_cap_bytes=...), TorchRec's Topology ddr_cap)",
+                    "add device memory per device, or devices, so that fewer tables run in host memory",
+                    "allow the tables row-wise splits (their sharding_types), which spread their host memory",
+                    "shrink the tables (fewer rows, a smaller dimension, fp16)",
+                ),
+            )
 
     def plan_storage(self, plan: ShardingPlan) -> tuple[np.ndarray, np.ndarray]:
         """Each device's TorchRec storage (bytes on the compute device) and host memory (DDR of
@@ -440,3 +451,17 @@ class SumEdits:
 
 def _same(a: object, b: object) -> bool:
     return a is b or a == b
+
+
+def _refuse(used: np.ndarray, caps: np.ndarray, where: str, cap: str, fixes: tuple[str, ...]) -> None:
+    """``PlannerError(INSUFFICIENT_MEMORY)`` for the rank furthest past its cap."""
+    from autoshard.core.errors import PlannerError, PlannerErrorKind
+
+    rank = int(np.argmax(used - caps))
+    raise PlannerError(
+        PlannerErrorKind.INSUFFICIENT_MEMORY,
+        f"rank {rank} would hold {int(used[rank]):,} bytes {where} by TorchRec's storage estimate, past "
+        f"{cap} of {int(caps[rank]):,} bytes ({int(used.sum()):,} bytes on all {len(used)} ranks, which "
+        f"have {int(caps.sum()):,})",
+        fixes,
+    )
