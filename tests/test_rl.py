@@ -241,6 +241,22 @@ def test_a_table_that_fits_no_device_is_priced_at_its_cheapest_row_spread_not_wh
     assert sorted(u.cost for u in learned.pending if not learned._fits(u)) == pytest.approx(sorted(whole))
 
 
+def test_no_option_takes_the_row_shares_kept_for_tables_that_fit_no_device():
+    """syn60_giants_1x8 under TorchRec's estimator: three tables fit no device. The policy split
+    the first one's columns onto the devices' room kept for the others' row shares, and the third
+    then fitted nowhere: a dead end, so planning moved a table to UVM caching (rl 3.64x
+    cost_greedy). An option is offered past those shares only where no other is."""
+    from autoshard.core.task import load_suite
+    from autoshard.torchrec.cost_model import TorchRecCostModel
+
+    task = {t.name: t for t in load_suite("giants")[1]}["syn60_giants_1x8"]
+    policy = OptionPolicy.load(SHIPPED.parent / "torchrec" / "cuda" / "policy.pt")
+    state = begin(task, TorchRecCostModel(), None, spread_every_table=policy.info.spread_every_table)
+    assert sum(not state._fits(u) for u in state.pending) >= 2
+    rollout(state, argmax_choice(policy))  # raised table_does_not_fit before
+    assert state.done
+
+
 def test_the_teacher_opens_every_device_rather_than_pile_onto_one():
     """Four alike tables on two devices whose sets cost 1 + 0.1 n ms: opening a device costs 1.1,
     adding to an open one 0.1, but the second device will be opened anyway. By hand: 2 + 2,

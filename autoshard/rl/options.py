@@ -434,8 +434,12 @@ class OptionState:
             after.append(self.loads[touched] + added[touched])
 
     def _spread_packs(self, unit: Unit, need: np.ndarray) -> bool:
-        """Whether the units after ``unit`` still pack once its shards take ``need`` bytes."""
-        left = np.maximum(self._usable(unit) - need, 0)
+        """Whether the units after ``unit`` still pack once its shards take ``need`` bytes, and
+        the row shares kept for the tables that fit no device are left them."""
+        usable = self._usable(unit)
+        if self.reserve and (need > usable).any():
+            return False
+        left = np.maximum(usable - need, 0)
         if self.packing.packs_anywhere(left, 0):  # room beyond the largest covers them all
             return True
         rest = self.packing.sizes_after(unit.memory_bytes)  # a table that fits no device is not among them
