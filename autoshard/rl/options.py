@@ -220,6 +220,9 @@ class OptionState:
         # an exact model (TorchRec's estimator) prices a whole table at its full output all-to-all:
         # there a split or replica of any table may lower the max (docs/decisions.md, 56)
         self.every_option = spread_every_table and is_exact(getattr(cost_model, "compute", cost_model))
+        # under TorchRec's estimator a dead end moves a table to UVM caching (``planning.kernels``):
+        # there the row shares kept for the tables that fit no device are theirs (docs/decisions.md, 73)
+        self.keep_row_shares = is_exact(getattr(cost_model, "compute", cost_model))
 
     def _units(self, shards: Sequence[TableShard], costs: Sequence[float], fixed: Sequence[bool] = ()) -> list[Unit]:
         """``shards`` as units at ``costs``, their memory as the model counts it where it counts
@@ -434,10 +437,10 @@ class OptionState:
             after.append(self.loads[touched] + added[touched])
 
     def _spread_packs(self, unit: Unit, need: np.ndarray) -> bool:
-        """Whether the units after ``unit`` still pack once its shards take ``need`` bytes, and
-        the row shares kept for the tables that fit no device are left them."""
+        """Whether the units after ``unit`` still pack once its shards take ``need`` bytes (and,
+        with ``keep_row_shares``, the row shares kept for the tables that fit no device are left them)."""
         usable = self._usable(unit)
-        if self.reserve and (need > usable).any():
+        if self.keep_row_shares and self.reserve and (need > usable).any():
             return False
         left = np.maximum(usable - need, 0)
         if self.packing.packs_anywhere(left, 0):  # room beyond the largest covers them all
