@@ -21,6 +21,7 @@ Under a model that chooses, kernels are chosen twice:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from autoshard.core.constraints import FUSED
@@ -70,14 +71,9 @@ class KernelFitted:
             return self._plan(workload, topology)
 
     def _plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
-        tried: set[tuple] = set()
         start, plan, error = time.perf_counter(), None, None
-        for fill in FILLS:
-            chosen = self.cost_model.choose_kernels(workload, topology, fill)  # type: ignore[attr-defined]
-            kernels = tuple((t.compute_kernel, t.cache_load_factor) for t in chosen.tables)
-            if kernels in tried:
-                continue
-            tried.add(kernels)
+        choose = self.cost_model.choose_kernels  # type: ignore[attr-defined]
+        for chosen in distinct_fills(lambda fill: choose(workload, topology, fill)):
             try:
                 plan = self.planner.plan(chosen, topology)
             except PlannerError as failed:
@@ -92,6 +88,17 @@ class KernelFitted:
         if check is not None and not plan.partial:
             check(plan)  # device and host memory as the model counts them: refused past either
         return replace(plan, plan_time_s=time.perf_counter() - start)  # every fill's, the failed ones too
+
+
+def distinct_fills(choose: Callable[[float], Workload]) -> Iterator[Workload]:
+    """The workload ``choose(fill)`` gives for each of ``FILLS`` in turn, each choice of kernels once."""
+    tried: set[tuple] = set()
+    for fill in FILLS:
+        chosen = choose(fill)
+        kernels = tuple((t.compute_kernel, t.cache_load_factor) for t in chosen.tables)
+        if kernels not in tried:
+            tried.add(kernels)
+            yield chosen
 
 
 def kernel_fitted(planner: Planner, cost_model: object) -> Planner:

@@ -28,7 +28,7 @@ from autoshard.core.errors import PlannerError
 from autoshard.core.types import CostModel, Topology, Workload
 from autoshard.planners.current_placement import kept_tables
 from autoshard.planners.incremental import CurrentPlacement, MoveBudget, Replanned, replans
-from autoshard.planning.kernels import FILLS
+from autoshard.planning.kernels import distinct_fills
 from autoshard.torchrec.kernel_choice import chooses_kernels
 
 
@@ -56,15 +56,9 @@ def fitted_replans(
     held, _ = kept_tables(current, workload, topology)
     kept = current.with_kernels(workload, list(held))
     base: Any = bound_to_task(cost_model, kept, topology)  # chooses the kernels of every fill on one task
-    tried: set[tuple] = set()
     fitting: tuple[list[Replanned], Any] | None = None
     error: PlannerError | None = None
-    for fill in FILLS:
-        chosen = base.choose_kernels(kept, topology, fill, keep=held)
-        kernels = tuple((t.compute_kernel, t.cache_load_factor) for t in chosen.tables)
-        if kernels in tried:
-            continue
-        tried.add(kernels)
+    for chosen in distinct_fills(lambda fill: base.choose_kernels(kept, topology, fill, keep=held)):
         model: Any = bound_to_task(base, chosen, topology)
         scorer = _scorer(model, communication, topology)
         try:

@@ -219,10 +219,11 @@ class OptionState:
         self._replicas_pay = self._replicas_that_pay(units)
         # an exact model (TorchRec's estimator) prices a whole table at its full output all-to-all:
         # there a split or replica of any table may lower the max (docs/decisions.md, 56)
-        self.every_option = spread_every_table and is_exact(getattr(cost_model, "compute", cost_model))
+        exact = is_exact(getattr(cost_model, "compute", cost_model))
+        self.every_option = spread_every_table and exact
         # under TorchRec's estimator a dead end moves a table to UVM caching (``planning.kernels``):
         # there the row shares kept for the tables that fit no device are theirs (docs/decisions.md, 73)
-        self.keep_row_shares = is_exact(getattr(cost_model, "compute", cost_model))
+        self.keep_row_shares = exact
 
     def _units(self, shards: Sequence[TableShard], costs: Sequence[float], fixed: Sequence[bool] = ()) -> list[Unit]:
         """``shards`` as units at ``costs``, their memory as the model counts it where it counts
@@ -238,7 +239,7 @@ class OptionState:
         spread (row_wise, table_row_wise or grid_shard, as its constraints allow): its whole price is
         not a cost it can have, and a model that prices memory (TorchRec's estimator: an over-memory
         device at ``OVER_MEMORY_MS``) prices it a million times any table's, which drowned every
-        cost feature of such a task (docs/decisions.md, 71)."""
+        cost feature of such a task (docs/decisions.md, 73)."""
         kinds = self.kinds(unit) & ROW_TYPES
         own = self.workload.constraints.of(unit.parent)
         found = spread_options(unit.shard.table, self.topology, kinds, GRID_WAYS, own.min_partition if own else None)

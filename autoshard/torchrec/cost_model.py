@@ -179,11 +179,10 @@ class TorchRecCostModel(SetCostModel):
         storage reservation applied) or, for UVM tables, in host memory (its ``ddr_cap``), as
         TorchRec's planner refuses such a plan: DMP would run out of memory there."""
         used, host = self.plan_storage(plan)
-        device_caps = np.asarray(self.capacities(len(used)), dtype=np.int64)
-        if (used > device_caps).any():
+        if self.overflow_bytes(plan) > 0:
             _refuse(
                 used,
-                device_caps,
+                np.asarray(self.capacities(len(used)), dtype=np.int64),
                 "on the device",
                 "its memory after TorchRec's storage reservation",
                 (
