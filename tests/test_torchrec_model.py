@@ -138,6 +138,27 @@ def test_every_plan_under_the_model_fits_torchrecs_storage_on_every_rank(seed, h
     assert all(u <= cap for u, cap in zip(used, torchrec_reserved_bytes(workload, topology)))
 
 
+HEURISTICS = ("round_robin", "size_greedy", "lookup_greedy")
+
+
+def test_heuristic_plans_under_the_model_fit_torchrecs_storage_on_every_rank():
+    """The heuristics place by their own rules, but under the model within its memory count as
+    our planners do: two of these tables fit a device by weights and optimizer state (452 of
+    512 MiB), not after TorchRec's reservation and buffers, so a heuristic that pairs them must
+    plan again, with a table in host memory (UVM caching), rather than return a plan DMP would
+    run out of memory on."""
+    workload = Workload(tuple(Table(f"t{i}", 1_800_000, 32, 2.0) for i in range(4)), 512, "pairs")
+    topology = Topology.cluster(1, 2, 0.5)
+    assert 2 * workload.tables[0].memory_bytes < topology.device_memory_bytes  # the planners' count: a pair fits
+    comparison = compare_planners(workload, topology, list(HEURISTICS), PlannerContext(TorchRecCostModel()))
+    assert [p.planner for p in comparison.plans] == list(HEURISTICS)
+    reserved = torchrec_reserved_bytes(workload, topology)
+    for plan in comparison.plans:
+        _, used = torchrec_estimates(plan, workload, topology)
+        assert all(u <= cap for u, cap in zip(used, reserved)), plan.planner
+        assert plan.max_cost_ms < OVER_MEMORY_MS
+
+
 # --- the name, through the CLI, the service and the drop-in ------------------------------------
 
 

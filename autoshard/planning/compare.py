@@ -13,6 +13,7 @@ from autoshard.core.errors import PlannerError
 from autoshard.core.types import CostModel, ShardingPlan, Topology, Workload
 from autoshard.planners.context import PlannerContext, PlannerKind
 from autoshard.planners.proxies import ProxyCostModel
+from autoshard.planning.memory_fit import fitted
 from autoshard.planning.registry import available_planners, make_planner, planner_spec
 
 
@@ -64,7 +65,10 @@ def compare_planners(
             if unmet is not None:
                 raise unmet
             heuristic = spec.kind is PlannerKind.HEURISTIC  # placed by its proxy, scored below with the others
-            plans.append(make_planner(name, unscored if heuristic else scored).plan(workload, topology))
+            planner = make_planner(name, unscored if heuristic else scored)
+            if heuristic:  # within the memory the scoring model counts, where it counts its own
+                planner = fitted(planner, scored.cost_model)
+            plans.append(planner.plan(workload, topology))
             planned.append(name)
             if heuristic:
                 unscored_at.append(len(plans) - 1)
