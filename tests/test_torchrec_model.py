@@ -159,6 +159,27 @@ def test_heuristic_plans_under_the_model_fit_torchrecs_storage_on_every_rank():
         assert plan.max_cost_ms < OVER_MEMORY_MS
 
 
+def test_a_fitted_plan_comes_back_only_where_it_beats_the_fitted_reference():
+    """``NoWorseThan`` (rl+refine's promise under a model that fits memory per planner): it
+    compares the two planners' fitted plans and returns the lower one under its own name."""
+    from autoshard.planning.memory_fit import fitted
+    from autoshard.planning.no_worse import NoWorseThan
+    from autoshard.planning.registry import make_planner, planner_spec
+
+    workload = mixed_workload(5, 12, 512)
+    topology = Topology.cluster(2, 2, 1.5 * workload.memory_bytes / 4 / 1024**3)
+    context = PlannerContext(TorchRecCostModel()).for_task(workload, topology)
+    greedy = make_planner("cost_greedy", context)
+    spread = fitted(planner_spec("round_robin").build(context), context.cost_model)
+    by_rule, by_greedy = spread.plan(workload, topology), greedy.plan(workload, topology)
+    assert by_greedy.max_cost_ms < by_rule.max_cost_ms
+    kept = NoWorseThan(spread, greedy, 0.0).plan(workload, topology)
+    assert (kept.planner, kept.max_cost_ms, kept.devices) == ("round_robin", by_greedy.max_cost_ms, by_greedy.devices)
+    own = NoWorseThan(greedy, spread, 0.0).plan(workload, topology)
+    assert (own.planner, own.devices) == ("cost_greedy", by_greedy.devices)
+    assert NoWorseThan(greedy, spread, 0.9).plan(workload, topology).devices == by_rule.devices  # not 90% lower
+
+
 # --- the name, through the CLI, the service and the drop-in ------------------------------------
 
 

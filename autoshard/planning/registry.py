@@ -23,6 +23,7 @@ from autoshard.planners.heuristics import (
 from autoshard.planners.proxies import PROXIES
 from autoshard.planners.sharding_options import ALL_TYPES
 from autoshard.planning.memory_fit import fitted
+from autoshard.planning.no_worse import NoWorseThan
 
 REFINE_SAMPLES = 4
 """rl+refine's sampled plans, each finished by local search (docs/decisions.md, 40)."""
@@ -202,7 +203,13 @@ def make_planner(name: str, context: PlannerContext = PlannerContext()) -> Plann
     if unmet is not None:
         raise unmet
     planner = spec.build(context)
-    return planner if spec.kind is PlannerKind.REFERENCE else fitted(planner, context.cost_model)
+    if spec.kind is PlannerKind.REFERENCE:
+        return planner
+    planned = fitted(planner, context.cost_model)
+    if name == "rl+refine" and planned is not planner:  # fitted apart, the two plans compare only as fitted
+        greedy = fitted(PLANNERS["cost_greedy"].build(context), context.cost_model)
+        return NoWorseThan(planned, greedy, context.margin)
+    return planned
 
 
 def available_planners(context: PlannerContext, defaults_only: bool = True) -> tuple[list[str], list[tuple[str, str]]]:
