@@ -30,7 +30,7 @@ from autoshard.rl.planners import RLPlanner
 from autoshard.rl.policy import OptionPolicy, OptionScoringPolicy
 from autoshard.rl.rollout import argmax_choice, rollout
 from autoshard.rl.tasks import FixedTasks, TaskDistribution
-from autoshard.rl.train import TrainConfig, eval_tasks
+from autoshard.rl.train import TrainConfig, eval_tasks, held_out
 from cost_model.checkpoint import load_cost_model
 from tests.cost_models import FixedCostTestModel
 
@@ -171,6 +171,48 @@ def test_the_plan_teacher_gives_each_table_cost_greedys_form():
             taken[unit.parent] = (option.sharding_type, len(option.placements))
         done = env.step(env.found.options.index(option))[2]
     assert sum(taken[name] == form for name, form in forms.items()) >= 0.95 * len(forms)
+
+
+def test_the_best_teacher_labels_each_task_by_the_better_of_the_rule_and_the_plan_teacher():
+    """``BestTeacher``: per task the greedy rule or ``PlanTeacher``, whichever plans it with the
+    lower max; its episode's max is the lower of theirs, on tasks where either is better."""
+    from autoshard.rl.imitation import BestTeacher, PlanTeacher, teacher
+    from autoshard.torchrec.cost_model import TorchRecCostModel
+
+    def episode(env: ShardingEnv, task: Task, expert) -> float:
+        env.reset(seed=0, options={"task": task})
+        done = False
+        while not done:
+            done = env.step(expert(env, np.flatnonzero(env.action_masks())))[2]
+        return env._max()
+
+    config = EnvConfig(spread_every_table=True)
+    wins = set()
+    for task in eval_tasks(TrainConfig().eval_distribution, 8, 1):
+        env = ShardingEnv(TorchRecCostModel(), FixedTasks((task,)), config)
+        rule, by_plan = episode(env, task, teacher), episode(env, task, PlanTeacher())
+        assert episode(env, task, BestTeacher()) == min(rule, by_plan)
+        wins.add("rule" if rule < by_plan else "plan" if by_plan < rule else "tie")
+    assert {"rule", "plan"} <= wins  # neither is better everywhere
+
+
+def test_the_best_teachers_choices_made_in_worker_processes_are_those_made_one_by_one():
+    """``prepared_forms`` draws each seed's task in a forked worker and chooses there: the same
+    choice per task as ``better_forms`` in this process, keyed by the task."""
+    import functools
+
+    from autoshard.rl.imitation import better_forms, prepared_forms, task_key
+    from autoshard.torchrec.cost_model import TorchRecCostModel
+
+    tasks = TaskDistribution(num_tables=(10, 20), topologies=((1, 4), (2, 4)), giant_share=0.5)
+    make = functools.partial(ShardingEnv, TorchRecCostModel(), tasks, EnvConfig(spread_every_table=True))
+    seeds = [3, 4, 5, 6, 7]
+    prepared = prepared_forms(make, seeds, 2)
+    env = make()
+    for seed in seeds:
+        env.reset(seed=seed)
+        assert prepared[task_key(env.task)] == better_forms(env)
+    assert len(prepared) == len(seeds) and prepared_forms(make, seeds, 1) == {}  # one process: chosen as it goes
 
 
 def test_the_terminal_reward_gives_the_same_return_all_at_the_end(model):
@@ -466,8 +508,8 @@ def test_policy_train_writes_a_policy_that_plans_and_resumes(tmp_path):
     work = tmp_path / "policy_training"
     config = json.loads((work / "training.json").read_text())["config"]
     assert config["tasks"]["num_tables"] == [6, 60] and config["tasks"]["pool"]["size"] == 100
-    held_out = config["eval_distribution"]  # the pool's test tables, the sizes where plans differ
-    assert held_out["split"] == "test" and held_out["num_tables"] == [60] and held_out["topologies"] == [[2, 2]]
+    evaluated = config["eval_distribution"]  # the pool's test tables, the sizes where plans differ
+    assert evaluated["split"] == "test" and evaluated["num_tables"] == [60] and evaluated["topologies"] == [[2, 2]]
     assert (tmp_path / "policy.pt").exists() and (work / "eval_log.csv").exists()
     assert list((work / "checkpoints").glob("ppo_*_steps.zip")) and list((work / "tensorboard").rglob("events.*"))
     policy = OptionPolicy.load(tmp_path / "policy.pt")
@@ -515,7 +557,7 @@ def test_policy_train_defaults_are_train_configs():
     assert defaults["steps"] is None  # the model's recipe's
     assert defaults["envs"] == config.envs
     assert (defaults["seed"], defaults["tables"]) == (config.seed, ",".join(map(str, config.tasks.num_tables)))
-    assert defaults["topologies"] == ",".join(f"{h}x{d}" for h, d in config.tasks.topologies)
+    assert defaults["topologies"] is None  # the model's recipe's: TrainConfig's for a learned model
     assert (config.envs, config.learning_rate, config.ent_coef) == (4, 5e-5, 0.0)
     assert (config.imitation_episodes, config.dagger_rounds, config.steps) == (300, 2, 600_000)
 
@@ -530,8 +572,10 @@ def test_each_model_trains_by_its_shipped_recipe(model):
     assert recipe(model) == TrainConfig()
     assert recipe(model, steps=10, seed=3) == TrainConfig(steps=10, seed=3)
     exact = recipe(TorchRecCostModel())
-    assert (exact.teacher, exact.env.spread_every_table, exact.steps) == ("plan", True, EXACT_MODEL_STEPS)
+    assert (exact.teacher, exact.env.spread_every_table, exact.steps) == ("best", True, EXACT_MODEL_STEPS)
     assert (exact.imitation_episodes, exact.imitation_epochs, exact.dagger_rounds) == (150, 60, 2)
+    assert max(h * d for h, d in exact.tasks.topologies) == 128 and exact.env.slots >= 72  # a 16 x 8's options
+    assert exact.eval_distribution == held_out(exact.tasks)
     shipped = OptionPolicy.load(SHIPPED.parent / "torchrec" / "cuda" / "policy.pt")
     assert shipped.info.spread_every_table and recipe(TorchRecCostModel(), steps=7).steps == 7
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -87,9 +88,12 @@ Tables = Annotated[
     ),
 ]
 Topologies = Annotated[
-    str,
+    str | None,
     typer.Option(
-        help="Clusters of the training tasks, HOSTSxDEVICES_PER_HOST, comma-separated.", rich_help_panel=TASKS
+        help="Clusters of the training tasks, HOSTSxDEVICES_PER_HOST, comma-separated. Default: "
+        f"{TRAIN_TOPOLOGIES_DEFAULT}; under --profile torchrec also 4x8,8x8,16x8.",
+        rich_help_panel=TASKS,
+        show_default=False,
     ),
 ]
 Seed = Annotated[
@@ -111,7 +115,7 @@ def train_cmd(
     fresh: Fresh = False,
     progress: ShowProgress = True,
     tables: Tables = TRAIN_TABLES_DEFAULT,
-    topologies: Topologies = TRAIN_TOPOLOGIES_DEFAULT,
+    topologies: Topologies = None,
     seed: Seed = 0,
     envs: Envs = 4,
     subprocess: Subprocess = False,
@@ -121,19 +125,20 @@ def train_cmd(
     (docs/decisions.md, 42; under TorchRec's estimator, 73)."""
     if resume and fresh:
         raise InputError("--fresh", "cannot both resume a run and discard it", "pass --resume or --fresh, not both")
-    tasks = TaskDistribution(
-        num_tables=_counts(tables, "--tables", TRAIN_TABLES_DEFAULT), topologies=_topologies(topologies)
-    )
     from autoshard.rl.train import recipe
 
     loaded, folder = _profile(profile, compute_device)
+    own = recipe(loaded.model).tasks  # the model's recipe's clusters, where --topologies names none
+    clusters = own.topologies if topologies is None else _topologies(topologies)
+    tasks = replace(own, num_tables=_counts(tables, "--tables", TRAIN_TABLES_DEFAULT), topologies=clusters)
     given = dict(tasks=tasks, seed=seed, envs=envs, subprocess=subprocess)
     config = recipe(loaded.model, **given, **({} if steps is None else {"steps": steps}))
+    named = ",".join(f"{h}x{d}" for h, d in clusters)
     command = (
         f"autoshard policy train --profile {shlex.quote(str(profile))}"
         + (f" --compute-device {compute_device}" if compute_device else "")
         + f" --steps {config.steps} --seed {seed} "
-        f"--envs {envs} --tables {tables} --topologies {topologies}" + (" --subprocess" if subprocess else "")
+        f"--envs {envs} --tables {tables} --topologies {named}" + (" --subprocess" if subprocess else "")
     )
     train_profile_policy(loaded, folder, config, command, resume=resume, fresh=fresh, progress=progress)
 

@@ -8,7 +8,9 @@ observation holds its choice, and PPO trains on from there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import multiprocessing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,10 +18,12 @@ import torch
 
 from autoshard.core.errors import PlannerError
 from autoshard.core.sharding import ShardingType
+from autoshard.core.task import Task
 from autoshard.planners.cost_greedy import CostGreedyPlanner
-from autoshard.rl.env import ShardingEnv
-from autoshard.rl.options import CONTEXT, KINDS, OPTION, OptionState, expert_choice
+from autoshard.rl.env import ShardingEnv, start
+from autoshard.rl.options import CONTEXT, KINDS, OPTION, Candidates, OptionState, expert_choice
 from autoshard.rl.policy import OptionScoringPolicy
+from autoshard.rl.rollout import Choose, rollout
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +62,23 @@ class PlanTeacher:
 
     def __init__(self) -> None:
         self._task: object = None
-        self._forms: dict[str, tuple[ShardingType, int]] = {}
+        self._forms: Forms = {}
 
     def __call__(self, env: ShardingEnv, allowed: np.ndarray) -> int:
         state, found = env.state, env.found
         assert state is not None and found is not None
         if env.task is not self._task:
             self._task, self._forms = env.task, plan_forms(state)
+        return form_choice(self._forms)(state, found)
+
+
+def form_choice(forms: Forms) -> Choose:
+    """The greedy rule (``expert_choice``) among the options of each table's form in ``forms``
+    (its sharding type, and for column_wise its shard count); among all where none is offered."""
+
+    def choose(state: OptionState, found: Candidates) -> int:
         unit = state.current
-        form = None if unit.shard.columns is not None else self._forms.get(unit.parent)
+        form = None if unit.shard.columns is not None else forms.get(unit.parent)
         if form is None:
             return expert_choice(state, found)
         kind, ways = form
@@ -77,8 +89,87 @@ class PlanTeacher:
         ]
         return expert_choice(state, found, np.array(same) if same else None)
 
+    return choose
 
-def plan_forms(state: OptionState) -> dict[str, tuple[ShardingType, int]]:
+
+Forms = dict[str, tuple[ShardingType, int]]
+"""Each table's (sharding type, shard count) in a plan (``plan_forms``)."""
+
+
+class BestTeacher:
+    """Per task, the better of the greedy rule and ``PlanTeacher``: both plan the episode's task
+    from its start, and the one whose plan has the lower max (``PlanTeacher`` on a tie, the other
+    where one runs into a dead end) labels every step of the episode, the policy's own states
+    (DAgger) included. Neither is better everywhere: under TorchRec's estimator on the giants and
+    hosts suites the rule is 1.022x cost_greedy, the plan teacher 1.020x, the better of the two
+    0.97x (docs/decisions.md, 76). ``known``: tasks' choices made beforehand (``better_forms`` by
+    ``task_key``, as ``prepared_forms`` makes them in parallel); any other task's is made here."""
+
+    def __init__(self, known: Mapping[str, Forms | None] | None = None) -> None:
+        self._known = dict(known or {})
+        self._task: object = None
+        self._choose: Choose = expert_choice
+
+    def __call__(self, env: ShardingEnv, allowed: np.ndarray) -> int:
+        state, found = env.state, env.found
+        assert state is not None and found is not None
+        if env.task is not self._task:
+            key = task_key(env.task)
+            forms = self._known[key] if key in self._known else better_forms(env)
+            self._task, self._choose = env.task, expert_choice if forms is None else form_choice(forms)
+        return self._choose(state, found)
+
+
+def task_key(task: Task) -> str:
+    """What tells a drawn task from another: its name, tables and topology."""
+    return repr((task.name, tuple(t.name for t in task.workload.tables), task.topology))
+
+
+def better_forms(env: ShardingEnv) -> Forms | None:
+    """cost_greedy's forms (``plan_forms``) of the env's task, freshly reset, where the plan
+    teacher plans it at most as high a max as the greedy rule; None where the rule's is lower."""
+    assert env.state is not None
+    priced, config = env.state.cost_model, env.config
+    forms = plan_forms(env.state)
+    maxima = []
+    for choose in (form_choice(forms), expert_choice):
+        try:
+            fresh = start(env.task, priced, config.set_size_headroom, config.spread_every_table)
+            maxima.append(float(rollout(fresh, choose).loads.max()))
+        except PlannerError:
+            maxima.append(math.inf)
+    return None if maxima[1] < maxima[0] else forms
+
+
+_worker_env: ShardingEnv | None = None
+
+
+def _start_worker(make_env: Callable[[], ShardingEnv]) -> None:
+    global _worker_env
+    torch.set_num_threads(1)  # each worker on a core of its own
+    _worker_env = make_env()
+
+
+def _worker_forms(seed: int) -> tuple[str, Forms | None]:
+    assert _worker_env is not None
+    _worker_env.reset(seed=seed)
+    return task_key(_worker_env.task), better_forms(_worker_env)
+
+
+def prepared_forms(
+    make_env: Callable[[], ShardingEnv], seeds: Sequence[int], processes: int
+) -> dict[str, Forms | None]:
+    """``better_forms`` of the task each of ``seeds`` draws at ``reset``, by ``task_key``, in
+    ``processes`` forked worker processes, each with its own ``make_env()`` (cost_greedy's plan
+    of each task is most of a warm start's time; the choices are the same as made one by one)."""
+    if processes < 2 or len(seeds) < 2:
+        return {}
+    context = multiprocessing.get_context("fork")
+    with context.Pool(processes, initializer=_start_worker, initargs=(make_env,)) as pool:
+        return dict(pool.imap(_worker_forms, seeds, chunksize=1))
+
+
+def plan_forms(state: OptionState) -> Forms:
     """Each table's (sharding type, shard count) in cost_greedy's plan of ``state``'s task, planned
     on its workload, topology and cost model as the env gives them (empty where it finds none)."""
     planner = CostGreedyPlanner(state.cost_model, allow_column_split=state.allow_column_split)

@@ -11,8 +11,10 @@ policy file records its PPO steps, the clone's score and every evaluation's.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -27,7 +29,17 @@ from autoshard.core.errors import InputError, PlannerError
 from autoshard.core.task import Task
 from autoshard.core.types import CostModel
 from autoshard.rl.env import EnvConfig, Reward, ShardingEnv, begin
-from autoshard.rl.imitation import PlanTeacher, argmax_follower, clone, demonstrations, joined, teacher
+from autoshard.rl.imitation import (
+    BestTeacher,
+    Expert,
+    PlanTeacher,
+    argmax_follower,
+    clone,
+    demonstrations,
+    joined,
+    prepared_forms,
+    teacher,
+)
 from autoshard.rl.options import expert_choice
 from autoshard.rl.policy import (
     POLICY_FILE,
@@ -63,7 +75,7 @@ class TrainConfig:
     imitation_episodes: int = 300  # teacher episodes cloned before PPO (``autoshard.rl.imitation``); 0: none
     imitation_epochs: int = 20
     dagger_rounds: int = 2  # rounds of the clone's own episodes labelled by the teacher, cloned again
-    teacher: str = "rule"  # what the warm start clones: "rule" (``expert_choice``) or "plan" (``PlanTeacher``)
+    teacher: str = "rule"  # what the warm start clones: one of ``TEACHERS``
     eval_every: int = 25_000
     eval_tasks: int = 24
     checkpoint_every: int = 50_000
@@ -96,12 +108,17 @@ class TrainConfig:
             raise InputError("teacher", f"must be one of {', '.join(TEACHERS)}, got {self.teacher!r}")
 
 
-TEACHERS = ("rule", "plan")
+TEACHERS = ("rule", "plan", "best")
 """The warm start's teachers: the greedy rule over options; cost_greedy's plan's form per table
 with the rule's devices (``imitation.PlanTeacher``: TorchRec's estimator, where cost_greedy's
-spread variants and option search choose forms the rule does not)."""
+spread variants and option search choose forms the rule does not); per task the better of the
+two (``imitation.BestTeacher``)."""
 
 EXACT_MODEL_STEPS = 122_880
+EXACT_MODEL_TOPOLOGIES = (*TaskDistribution().topologies, (4, 8), (8, 8), (16, 8))
+"""Under an exact model the training's clusters reach 128 devices: there cost_greedy spreads
+tables over 32-128 devices, forms a policy trained on 16 at most never saw (docs/decisions.md, 75)."""
+EXACT_MODEL_SLOTS = 80  # a 16 x 8 cluster offers up to 72 options per table
 
 
 def recipe(cost_model: CostModel, **given: object) -> TrainConfig:
@@ -114,13 +131,14 @@ def recipe(cost_model: CostModel, **given: object) -> TrainConfig:
     if not is_exact(getattr(cost_model, "compute", cost_model)):
         return TrainConfig(**given)  # type: ignore[arg-type]
     exact: dict[str, object] = dict(
-        teacher="plan",
+        teacher="best",
         imitation_episodes=150,
         imitation_epochs=60,
         dagger_rounds=2,
         steps=EXACT_MODEL_STEPS,
-        eval_every=8_192,
-        env=EnvConfig(spread_every_table=True),
+        eval_every=16_384,
+        env=EnvConfig(spread_every_table=True, slots=EXACT_MODEL_SLOTS),
+        tasks=TaskDistribution(topologies=EXACT_MODEL_TOPOLOGIES),
     )
     return TrainConfig(**{**exact, **given})  # type: ignore[arg-type]
 
@@ -410,24 +428,36 @@ def _warm_start(
 ) -> None:
     """Clone the greedy rule over options into the actor, then DAgger: the clone's own episodes,
     labelled by the teacher, cloned again; the clone is scored as the warm start."""
-    plan = config.teacher == "plan"  # its steps weigh their stakes: few forms decide the max
-    expert = PlanTeacher() if plan else teacher
-    taught = demonstrations(demo_env, config.imitation_episodes, config.seed + 2, expert, weigh=plan)
+    plan = config.teacher != "rule"  # its steps weigh their stakes: few forms decide the max
+    if config.teacher == "best":  # its choice per task, cost_greedy's plan most of it, on every core first
+        rounds = range(config.dagger_rounds + 1)
+        seeds = [_demo_seed(config, r) + e for r in rounds for e in range(config.imitation_episodes)]
+        make = functools.partial(_demo_env, demo_env.cost_model, config, demo_env.communication)
+        expert: Expert = BestTeacher(prepared_forms(make, seeds, len(os.sched_getaffinity(0))))
+    else:
+        expert = teacher if config.teacher == "rule" else PlanTeacher()
+    taught = demonstrations(demo_env, config.imitation_episodes, _demo_seed(config, 0), expert, weigh=plan)
     assert isinstance(model.policy, OptionScoringPolicy)
     agreement = clone(model.policy, taught, config.imitation_epochs, seed=config.seed)
     for round_ in range(1, config.dagger_rounds + 1):
-        seed = config.seed + 2 + 100_000 * round_
         follow = argmax_follower(model.policy)
-        own = demonstrations(demo_env, config.imitation_episodes, seed, expert, follow=follow, weigh=plan)
+        own = demonstrations(
+            demo_env, config.imitation_episodes, _demo_seed(config, round_), expert, follow=follow, weigh=plan
+        )
         taught = joined(taught, own)
         agreement = clone(model.policy, taught, config.imitation_epochs, seed=config.seed + round_)
     ratio = keeper.evaluate(0, warm_start=True)
     log(
-        f"cloned the {'plan teacher' if plan else 'greedy rule over options'} "
+        f"cloned the {config.teacher} teacher "
         f"({len(taught):,} steps of {config.imitation_episodes} episodes, "
         f"{config.dagger_rounds} DAgger rounds): "
         f"the actor picks its option on {agreement:.1%} of them; {ratio:.4f}x its plans on held-out tasks"
     )
+
+
+def _demo_seed(config: TrainConfig, round_: int) -> int:
+    """The first episode's seed of the warm start's round ``round_`` (0: the teacher's own episodes)."""
+    return config.seed + 2 + 100_000 * round_
 
 
 def _learn(
