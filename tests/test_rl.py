@@ -173,6 +173,28 @@ def test_the_plan_teacher_gives_each_table_cost_greedys_form():
     assert sum(taken[name] == form for name, form in forms.items()) >= 0.95 * len(forms)
 
 
+def test_the_plan_teacher_takes_each_tables_form_from_the_plan_planning_returns():
+    """Under an exact model planning keeps a spread plan at any predicted gain (departure margin
+    0): the teacher's forms are those of the plan ``autoshard plan`` returns, not of one that
+    kept a 10% margin (criteo_tb_uncapped_1x8: that teacher's plan was 1.40x cost_greedy's)."""
+    from autoshard.core.task import load_suite
+    from autoshard.planning.options import Models, PlanOptions
+    from autoshard.planning.plan import plan
+    from autoshard.rl.imitation import plan_forms
+    from autoshard.torchrec.cost_model import TorchRecCostModel
+
+    task = {t.name: t for t in load_suite("giants")[1]}["criteo_tb_uncapped_1x8"]
+    model = TorchRecCostModel()
+    report = plan(task.workload, task.topology, Models(model), PlanOptions(planners=("cost_greedy",)))
+    kinds: dict[str, list[str]] = {}
+    for device in report.plans[0].devices:
+        for shard in device.shards:
+            kinds.setdefault(shard.table.name, []).append(shard.sharding_type)
+    returned = {name: (ShardingType(k[0]), len(k)) for name, k in kinds.items()}
+    assert any(kind is not ShardingType.TABLE_WISE for kind, _ in returned.values())
+    assert plan_forms(begin(task, model, None, spread_every_table=True)) == returned
+
+
 def test_the_best_teacher_labels_each_task_by_the_better_of_the_rule_and_the_plan_teacher():
     """``BestTeacher``: per task the greedy rule or ``PlanTeacher``, whichever plans it with the
     lower max; its episode's max is the lower of theirs, on tasks where either is better."""

@@ -19,6 +19,7 @@ import torch
 from autoshard.core.errors import PlannerError
 from autoshard.core.sharding import ShardingType
 from autoshard.core.task import Task
+from autoshard.planners.context import PlannerContext
 from autoshard.planners.cost_greedy import CostGreedyPlanner
 from autoshard.rl.env import ShardingEnv, start
 from autoshard.rl.options import CONTEXT, KINDS, OPTION, Candidates, OptionState, expert_choice
@@ -172,7 +173,8 @@ def prepared_forms(
 def plan_forms(state: OptionState) -> Forms:
     """Each table's (sharding type, shard count) in cost_greedy's plan of ``state``'s task, planned
     on its workload, topology and cost model as the env gives them (empty where it finds none)."""
-    planner = CostGreedyPlanner(state.cost_model, allow_column_split=state.allow_column_split)
+    margin = PlannerContext(state.cost_model).margin  # as planning keeps a spread plan: 0 under an exact model
+    planner = CostGreedyPlanner(state.cost_model, state.allow_column_split, departure_margin=margin)
     try:
         plan = planner.plan(state.workload, state.topology)
     except PlannerError:
