@@ -117,7 +117,7 @@ two (``imitation.BestTeacher``)."""
 EXACT_MODEL_STEPS = 122_880
 EXACT_MODEL_TOPOLOGIES = (*TaskDistribution().topologies, (4, 8), (8, 8), (16, 8))
 """Under an exact model the training's clusters reach 128 devices: there cost_greedy spreads
-tables over 32-128 devices, forms a policy trained on 16 at most never saw (docs/decisions.md, 75)."""
+tables over 32-128 devices, forms a policy trained on 16 at most never saw (docs/decisions.md, 76)."""
 EXACT_MODEL_SLOTS = 80  # a 16 x 8 cluster offers up to 72 options per table
 
 
