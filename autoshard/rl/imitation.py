@@ -102,8 +102,8 @@ class BestTeacher:
     from its start, and the one whose plan has the lower max (``PlanTeacher`` on a tie, the other
     where one runs into a dead end) labels every step of the episode, the policy's own states
     (DAgger) included. Neither is better everywhere: under TorchRec's estimator on the giants and
-    hosts suites the rule is 1.022x cost_greedy, the plan teacher 1.020x, the better of the two
-    0.97x (docs/decisions.md, 76). ``known``: tasks' choices made beforehand (``better_forms`` by
+    hosts suites the rule is below cost_greedy on 8 of 15 tasks and up to 1.15x on others
+    (docs/decisions.md, 76). ``known``: tasks' choices made beforehand (``better_forms`` by
     ``task_key``, as ``prepared_forms`` makes them in parallel); any other task's is made here."""
 
     def __init__(self, known: Mapping[str, Forms | None] | None = None) -> None:

@@ -124,10 +124,10 @@ EXACT_MODEL_SLOTS = 80  # a 16 x 8 cluster offers up to 72 options per table
 def recipe(cost_model: CostModel, **given: object) -> TrainConfig:
     """The shipped run's settings for ``cost_model``, with ``given`` on top. A learned model's is
     ``TrainConfig()``. An exact one's (TorchRec's estimator, ``is_exact``), where cost_greedy
-    spreads and replicates cheap tables too: every table offered its spread forms, a clone of
-    cost_greedy's forms (``PlanTeacher``, 150 episodes, 60 epochs, 2 DAgger rounds), 122,880 PPO
-    steps scored every 8,192 (docs/decisions.md, 73: 1.021x cost_greedy on the held-out tasks,
-    the rule's clone 1.101x)."""
+    spreads and replicates cheap tables too: every table offered its spread forms, clusters up to
+    16 x 8, a clone of the better of the greedy rule and cost_greedy's forms per task
+    (``BestTeacher``, 150 episodes, 60 epochs, 2 DAgger rounds), 122,880 PPO steps scored every
+    16,384 (docs/decisions.md, 76)."""
     if not is_exact(getattr(cost_model, "compute", cost_model)):
         return TrainConfig(**given)  # type: ignore[arg-type]
     exact: dict[str, object] = dict(
