@@ -595,7 +595,6 @@ def test_each_model_trains_by_its_shipped_recipe(model):
     assert recipe(model, steps=10, seed=3) == TrainConfig(steps=10, seed=3)
     exact = recipe(TorchRecCostModel())
     assert (exact.teacher, exact.env.spread_every_table, exact.steps) == ("best", True, EXACT_MODEL_STEPS)
-    assert exact.relative and not TrainConfig().relative
     assert (exact.imitation_episodes, exact.imitation_epochs, exact.dagger_rounds) == (150, 60, 2)
     assert max(h * d for h, d in exact.tasks.topologies) == 128 and exact.env.slots >= 72  # a 16 x 8's options
     assert exact.eval_distribution == held_out(exact.tasks)
@@ -634,51 +633,3 @@ def test_an_env_draws_past_a_task_its_model_cannot_plan():
         env.reset(seed=0, options={"task": starved})
     with pytest.raises(InputError, match="task"):
         ShardingEnv(model, FixedTasks((starved,))).reset(seed=0)
-
-
-def test_a_relative_scorer_sees_each_options_costs_less_the_steps_best():
-    """Hand-computed: three real options and a padding row; each relative cost is the option's
-    less the lowest real one's (times the gain), the rule's bound included; padding stays zero."""
-    from autoshard.rl.policy import RELATIVE, RELATIVE_GAIN, relative_costs
-
-    context = torch.zeros(1, len(CONTEXT_FEATURES))
-    context[0, CONTEXT_FEATURES.index("log_devices")] = 2 / 7  # 4 devices
-    context[0, CONTEXT_FEATURES.index("mean_cost")] = 0.5
-    context[0, CONTEXT_FEATURES.index("max_cost")] = 1.0
-    context[0, CONTEXT_FEATURES.index("remaining_cost")] = 0.7
-    context[0, CONTEXT_FEATURES.index("unit_cost")] = 0.4  # base over the max: 0.5 + 0.7 - 0.1 - 1 = 0.1
-    options = torch.zeros(1, 4, len(OPTION_FEATURES))
-    over, added, after = (OPTION_FEATURES.index(f) for f in ("over_max", "mean_added", "mean_after"))
-    for i, (o, a, m) in enumerate([(-0.2, 0.05, 0.6), (0.3, 0.01, 0.9), (0.0, 0.2, 0.7)]):
-        options[0, i, 0], options[0, i, over], options[0, i, added], options[0, i, after] = 1.0, o, a, m
-    options[0, 3, over] = -5.0  # not real: ignored
-    got = relative_costs(context, options)[0] / RELATIVE_GAIN
-    bound = [max(0.0, 0.1 + 0.05), max(0.3, 0.1 + 0.01), max(0.0, 0.1 + 0.2)]  # 0.15, 0.3, 0.3
-    costs = zip((-0.2, 0.3, 0.0), (0.05, 0.01, 0.2), (0.6, 0.9, 0.7), bound)
-    want = [[o + 0.2, a - 0.01, m - 0.6, b - 0.15] for o, a, m, b in costs]
-    assert got.shape == (4, len(RELATIVE))
-    assert torch.allclose(got[:3], torch.tensor(want), atol=1e-6) and not got[3].any()
-
-
-def test_a_relative_policy_scores_in_numpy_as_its_network_does(tmp_path):
-    """The planning actor (numpy) and PPO's network agree option for option, through a save and
-    a load; a relative policy's file with a plain scorer's layers is refused."""
-    from autoshard.rl.policy import OptionScorerNet, PolicyInfo
-
-    torch.manual_seed(0)
-    net = OptionScorerNet(slots=6, hidden=16, relative=True)
-    info = PolicyInfo("p", 16, 6, "step", 1.25, 0, relative=True)
-    OptionPolicy.from_net(net, info).save(tmp_path / "policy.pt")
-    policy = OptionPolicy.load(tmp_path / "policy.pt")
-    rng = np.random.default_rng(1)
-    context = rng.normal(size=len(CONTEXT_FEATURES)).astype(np.float32)
-    rows = rng.normal(size=(4, len(OPTION_FEATURES))).astype(np.float32)
-    rows[:, 0] = 1.0
-    obs = np.concatenate([context, rows.ravel(), np.zeros(2 * len(OPTION_FEATURES), np.float32)])
-    with torch.no_grad():
-        want = net.forward_actor(torch.as_tensor(obs[None]))[0, :4].numpy()
-    assert np.allclose(policy.scores(context, rows), want, atol=1e-5)
-    plain = OptionPolicy.from_net(OptionScorerNet(slots=6, hidden=16), replace(info, relative=False))
-    OptionPolicy(plain.layers, info).save(tmp_path / "wrong.pt")
-    with pytest.raises(ModelError, match="inputs"):
-        OptionPolicy.load(tmp_path / "wrong.pt")

@@ -21,37 +21,11 @@ from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from torch import nn
 
 from autoshard.core.errors import ModelError
-from autoshard.rl.options import CONTEXT, CONTEXT_FEATURES, OPTION, OPTION_FEATURES, kept_columns
+from autoshard.rl.options import CONTEXT, OPTION, kept_columns
 
 POLICY_FILE = "policy.pt"
 FORMAT = "autoshard-policy-v3"  # v3: the option feature `mean_added` (docs/decisions.md, 41)
 ROW = CONTEXT + OPTION
-RELATIVE = ("over_max", "mean_added", "mean_after", "bound")
-"""What a ``relative`` scorer sees besides a row: these costs of the option less the lowest among
-the step's options (``bound``: the greedy rule's, ``options.expert_choice``, the higher of the new
-max and the mean cost the option implies once every unit is placed, over the current max). The
-rows alone score each option on its own; the best option is then the one of lowest relative cost
-whatever the task's scale (docs/decisions.md, 77)."""
-RELATIVE_GAIN = 10.0  # relative costs are a few hundredths of the scale where choices are close
-_OVER, _ADDED, _AFTER = (OPTION_FEATURES.index(f) for f in RELATIVE[:3])
-_REMAINING, _MAX, _MEAN, _LOG_DEVICES, _UNIT = (
-    CONTEXT_FEATURES.index(f) for f in ("remaining_cost", "max_cost", "mean_cost", "log_devices", "unit_cost")
-)
-
-
-def relative_costs(context: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
-    """``[batch, slots, len(RELATIVE)]``: each real option's ``RELATIVE`` costs less the lowest
-    among the real options of its step, times ``RELATIVE_GAIN`` (zero for rows that are not real).
-    ``context`` ``[batch, CONTEXT]``, ``options`` ``[batch, slots, OPTION]`` (``options.OptionState``'s
-    features: costs in units of the task's scale)."""
-    real = options[:, :, 0:1] > 0
-    devices = torch.exp2(context[:, _LOG_DEVICES] * 7.0)
-    base = context[:, _MEAN] + context[:, _REMAINING] - context[:, _UNIT] / devices - context[:, _MAX]
-    over, added = options[:, :, _OVER], options[:, :, _ADDED]
-    bound = torch.maximum(over.clamp(min=0.0), base[:, None] + added)
-    costs = torch.stack([over, added, options[:, :, _AFTER], bound], dim=2)
-    lowest = torch.where(real, costs, torch.full_like(costs, torch.inf)).amin(1, keepdim=True)
-    return torch.where(real, (costs - lowest) * RELATIVE_GAIN, torch.zeros_like(costs))
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:
@@ -67,11 +41,11 @@ class OptionScorerNet(nn.Module):
     """Input: ``[batch, CONTEXT + slots x OPTION]``. Actor: ``[batch, slots]`` option scores;
     critic: ``[batch, hidden]`` latent for SB3's value head."""
 
-    def __init__(self, slots: int, hidden: int, relative: bool = False) -> None:
+    def __init__(self, slots: int, hidden: int) -> None:
         super().__init__()
-        self.slots, self.hidden, self.relative = slots, hidden, relative
+        self.slots, self.hidden = slots, hidden
         self.latent_dim_pi, self.latent_dim_vf = slots, hidden
-        self.scorer = _mlp([ROW + (len(RELATIVE) if relative else 0), hidden, hidden, 1])
+        self.scorer = _mlp([ROW, hidden, hidden, 1])
         self.embed = _mlp([ROW, hidden, hidden])
         self.value = _mlp([2 * hidden + CONTEXT, hidden, hidden])
 
@@ -82,10 +56,7 @@ class OptionScorerNet(nn.Module):
         return context, rows
 
     def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
-        context, rows = self._rows(features)
-        if self.relative:
-            rows = torch.cat([rows, relative_costs(context, rows[:, :, CONTEXT:])], dim=2)
-        return self.scorer(rows).squeeze(-1)
+        return self.scorer(self._rows(features)[1]).squeeze(-1)
 
     def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
         context, rows = self._rows(features)
@@ -103,14 +74,13 @@ class OptionScoringPolicy(MaskableActorCriticPolicy):
     """MaskablePPO's policy with ``OptionScorerNet`` as its ``mlp_extractor``; the option scores
     are the action logits (the action net is the identity)."""
 
-    def __init__(self, *args: Any, hidden: int = 64, relative: bool = False, **kwargs: Any) -> None:
-        self.hidden, self.relative = hidden, relative
+    def __init__(self, *args: Any, hidden: int = 64, **kwargs: Any) -> None:
+        self.hidden = hidden
         super().__init__(*args, **kwargs)
 
     def _build_mlp_extractor(self) -> None:
         assert isinstance(self.action_space, spaces.Discrete)
-        net = OptionScorerNet(int(self.action_space.n), self.hidden, self.relative)
-        self.mlp_extractor = net  # type: ignore[assignment]
+        self.mlp_extractor = OptionScorerNet(int(self.action_space.n), self.hidden)  # type: ignore[assignment]
 
     def _build(self, lr_schedule) -> None:
         super()._build(lr_schedule)
@@ -147,7 +117,6 @@ class PolicyInfo:
     cost_model: str = ""  # the cost model it was trained against (``model_identity``); "": its profile's
     compute_device: str = ""  # the device that model prices (``cpu``, ``cuda``); "": not recorded
     spread_every_table: bool = False  # its env's ``EnvConfig.spread_every_table``: rl offers it the same
-    relative: bool = False  # its scorer sees the ``RELATIVE`` costs too (``OptionScorerNet``)
 
     @property
     def trained_against(self) -> str:
@@ -197,8 +166,7 @@ class OptionPolicy:
         if info.dropped:  # the features it never saw read as zero: fold that into its first layer
             keep_context, keep_option = kept_columns(info.dropped)
             w, b = layers[0]
-            keep = np.concatenate([keep_context, keep_option, np.ones(len(w) - ROW, np.float32)])
-            self.layers = [(w * keep[:, None], b), *layers[1:]]
+            self.layers = [(w * np.concatenate([keep_context, keep_option])[:, None], b), *layers[1:]]
 
     @property
     def name(self) -> str:
@@ -229,15 +197,7 @@ class OptionPolicy:
         """One score per option row (higher is better) for one step: ``context`` [CONTEXT], ``rows``
         [n, OPTION]. The context enters the first layer once, not once per option."""
         (w, b), rest = self.layers[0], self.layers[1:]
-        x = rows @ w[CONTEXT:ROW] + (context @ w[:CONTEXT] + b)
-        if self.info.relative:
-            if self.info.dropped:  # what the env zeroed in training
-                keep_context, keep_option = kept_columns(self.info.dropped)
-                context, rows = context * keep_context, rows * keep_option
-            both = torch.from_numpy(np.ascontiguousarray(context, dtype=np.float32))[None]
-            relative = relative_costs(both, torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))[None])
-            x = x + relative[0].numpy() @ w[ROW:]
-        x = np.tanh(x)
+        x = np.tanh(rows @ w[CONTEXT:] + (context @ w[:CONTEXT] + b))
         for i, (w, b) in enumerate(rest):
             x = x @ w + b
             if i < len(rest) - 1:
@@ -270,11 +230,9 @@ class OptionPolicy:
             raw["cost_model"] = str(raw.get("cost_model", ""))
             raw["compute_device"] = str(raw.get("compute_device", ""))
             raw["spread_every_table"] = bool(raw.get("spread_every_table", False))
-            raw["relative"] = bool(raw.get("relative", False))
             info = PolicyInfo(**raw)
-            inputs = ROW + (len(RELATIVE) if info.relative else 0)
-            if not layers or layers[0][0].shape[0] != inputs or layers[-1][0].shape[1] != 1:
-                raise ValueError(f"layer shapes do not fit {inputs} inputs and one score")
+            if not layers or layers[0][0].shape[0] != ROW or layers[-1][0].shape[1] != 1:
+                raise ValueError(f"layer shapes do not fit {ROW} inputs and one score")
         except FileNotFoundError:
             raise ModelError(f"no policy at {path}; train one with `autoshard policy train`") from None
         except Exception as error:  # torch raises many kinds for a corrupt file

@@ -65,7 +65,6 @@ class TrainConfig:
     envs: int = 4
     subprocess: bool = False
     hidden: int = 64
-    relative: bool = False  # the scorer sees each option's costs against the step's best (``policy.RELATIVE``)
     learning_rate: float = 5e-5  # 1e-4 and 3e-4 drift off the clone (docs/decisions.md, 40)
     n_steps: int = 1024  # per env, per update
     batch_size: int = 512
@@ -127,13 +126,12 @@ def recipe(cost_model: CostModel, **given: object) -> TrainConfig:
     ``TrainConfig()``. An exact one's (TorchRec's estimator, ``is_exact``), where cost_greedy
     spreads and replicates cheap tables too: every table offered its spread forms, clusters up to
     16 x 8, a clone of the better of the greedy rule and cost_greedy's forms per task
-    (``BestTeacher``, 150 episodes, 60 epochs, 2 DAgger rounds) into a ``relative`` scorer,
-    122,880 PPO steps scored every 16,384 (docs/decisions.md, 76, 77)."""
+    (``BestTeacher``, 150 episodes, 60 epochs, 2 DAgger rounds), 122,880 PPO steps scored every
+    16,384 (docs/decisions.md, 76)."""
     if not is_exact(getattr(cost_model, "compute", cost_model)):
         return TrainConfig(**given)  # type: ignore[arg-type]
     exact: dict[str, object] = dict(
         teacher="best",
-        relative=True,
         imitation_episodes=150,
         imitation_epochs=60,
         dagger_rounds=2,
@@ -299,7 +297,7 @@ def _new_ppo(env, config: TrainConfig, tensorboard: str | None) -> MaskablePPO:
         gae_lambda=config.gae_lambda,
         ent_coef=config.ent_coef,
         seed=config.seed,
-        policy_kwargs={"hidden": config.hidden, "relative": config.relative},
+        policy_kwargs={"hidden": config.hidden},
         tensorboard_log=tensorboard,
         device="cpu",
         verbose=0,
@@ -376,7 +374,6 @@ class BestKeeper:
             env.dropped,
             *self.trained_against,
             env.spread_every_table,
-            self.config.relative,
         )
 
     def evaluate(self, steps: int, warm_start: bool = False) -> float:
