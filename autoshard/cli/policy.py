@@ -66,7 +66,7 @@ Steps = Annotated[
     typer.Option(
         min=1,
         help="Environment steps in all (PPO runs whole rollouts of 1,024 steps per environment, so it rounds up "
-        "to them). Default: the shipped run's, 600,000 (122,880 under --profile torchrec).",
+        "to them). Default: the shipped run's, 600,000 (196,608 under --profile torchrec).",
         rich_help_panel=RUN,
     ),
 ]

@@ -114,7 +114,8 @@ with the rule's devices (``imitation.PlanTeacher``: TorchRec's estimator, where 
 spread variants and option search choose forms the rule does not); per task the better of the
 two (``imitation.BestTeacher``)."""
 
-EXACT_MODEL_STEPS = 122_880
+EXACT_MODEL_STEPS = 196_608
+"""PPO's gain on the clone goes on to about 200,000 steps and no further (docs/decisions.md, 77)."""
 EXACT_MODEL_TOPOLOGIES = (*TaskDistribution().topologies, (4, 8), (8, 8), (16, 8))
 """Under an exact model the training's clusters reach 128 devices: there cost_greedy spreads
 tables over 32-128 devices, forms a policy trained on 16 at most never saw (docs/decisions.md, 76)."""
@@ -126,8 +127,8 @@ def recipe(cost_model: CostModel, **given: object) -> TrainConfig:
     ``TrainConfig()``. An exact one's (TorchRec's estimator, ``is_exact``), where cost_greedy
     spreads and replicates cheap tables too: every table offered its spread forms, clusters up to
     16 x 8, a clone of the better of the greedy rule and cost_greedy's forms per task
-    (``BestTeacher``, 150 episodes, 60 epochs, 2 DAgger rounds), 122,880 PPO steps scored every
-    16,384 (docs/decisions.md, 76)."""
+    (``BestTeacher``, 150 episodes, 60 epochs, 2 DAgger rounds), 196,608 PPO steps scored every
+    16,384 (docs/decisions.md, 76, 77)."""
     if not is_exact(getattr(cost_model, "compute", cost_model)):
         return TrainConfig(**given)  # type: ignore[arg-type]
     exact: dict[str, object] = dict(
