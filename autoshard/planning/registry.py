@@ -206,9 +206,10 @@ def make_planner(name: str, context: PlannerContext = PlannerContext()) -> Plann
     if spec.kind is PlannerKind.REFERENCE:
         return planner
     planned = fitted(planner, context.cost_model)
-    if name == "rl+refine" and planned is not planner:  # fitted apart, the two plans compare only as fitted
+    if name == "rl+refine" and planned is not planner:  # fitted apart, the two plans compare only as fitted:
+        search = fitted(_rl(REFINE_SAMPLES, name, raw=True)(context), context.cost_model)  # so its own search's alone
         greedy = fitted(PLANNERS["cost_greedy"].build(context), context.cost_model)
-        return NoWorseThan(planned, greedy, context.margin)
+        return NoWorseThan(search, greedy, context.margin)
     return planned
 
 
