@@ -321,6 +321,35 @@ def test_no_option_takes_the_row_shares_kept_for_tables_that_fit_no_device():
     assert state.done
 
 
+def test_a_table_that_fits_no_device_is_spread_over_every_device_under_torchrec():
+    """criteo_tb_uncapped_1x8 under TorchRec's estimator: the policy split cat_21 (89 GB, 59 GB
+    devices) into two column shards of 45 GB, the costliest table then fitted only two devices in
+    two halves, and rl was 1.43x cost_greedy. A table that fits no device is now offered only the
+    options that put a shard on every device (its row share on each, the room the env keeps for
+    it), where one of them is offered; under a learned model every spread stays."""
+    from autoshard.core.task import load_suite
+    from autoshard.torchrec.cost_model import TorchRecCostModel
+
+    task = {t.name: t for t in load_suite("giants")[1]}["criteo_tb_uncapped_1x8"]
+    state = begin(task, TorchRecCostModel(), None, spread_every_table=True)
+    n, seen = task.topology.num_devices, 0
+    while not state.done:
+        found = state.candidates()
+        unit = state.current
+        if not state._fits(unit) and unit.shard.columns is None:
+            seen += 1
+            for option in found.options:
+                column = option.sharding_type is ShardingType.COLUMN_WISE
+                ways = len(option.placements) if column else len(set(option.ranks))
+                assert ways == n, (unit.name, option.label)
+        state.apply(found.options[expert_choice(state, found)])
+    assert seen >= 4
+    learned = begin(task, load_cost_model(SHIPPED), None)
+    first = learned.candidates()
+    assert not learned._fits(learned.current)
+    assert any(o.sharding_type is ShardingType.COLUMN_WISE and len(o.placements) < n for o in first.options)
+
+
 def test_the_teacher_opens_every_device_rather_than_pile_onto_one():
     """Four alike tables on two devices whose sets cost 1 + 0.1 n ms: opening a device costs 1.1,
     adding to an open one 0.1, but the second device will be opened anyway. By hand: 2 + 2,
