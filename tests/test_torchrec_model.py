@@ -159,6 +159,24 @@ def test_heuristic_plans_under_the_model_fit_torchrecs_storage_on_every_rank():
         assert plan.max_cost_ms < OVER_MEMORY_MS
 
 
+def test_a_plan_cut_short_before_it_fits_torchrecs_storage_is_refused_not_returned():
+    """grid20x1x8-giant under a time budget too short for memory fitting: cost_greedy's first
+    placement comes back partial, past TorchRec's storage count on a rank. It had been returned
+    at the barrier's price (a max of 1,007,906 ms, a plan DMP would run out of memory on); it is
+    refused as a time-budget failure, whose fixes say to allow more time."""
+    from autoshard.evaluation.grid import GridConfig, grid_tasks
+    from autoshard.planning.options import Models, PlanOptions
+    from autoshard.planning.plan import plan
+
+    task = {t.name: t for t in grid_tasks(GridConfig())}["grid20x1x8-giant"]
+    options = PlanOptions(planners=("cost_greedy",), time_budget_s=1e-4)
+    with pytest.raises(PlannerError) as refused:
+        plan(task.workload, task.topology, Models(TorchRecCostModel()), options)
+    assert refused.value.kind.value == "time_budget" and "allow more time" in str(refused.value)
+    done = plan(task.workload, task.topology, Models(TorchRecCostModel()), PlanOptions(planners=("cost_greedy",)))
+    assert not done.plans[0].partial and done.plans[0].max_cost_ms < OVER_MEMORY_MS
+
+
 def test_a_fitted_plan_comes_back_only_where_it_beats_the_fitted_reference():
     """``NoWorseThan`` (rl+refine's promise under a model that fits memory per planner): it
     compares the two planners' fitted plans and returns the lower one under its own name."""

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from autoshard.core.constraints import FUSED
-from autoshard.core.errors import InputError, PlannerError
+from autoshard.core.errors import InputError, PlannerError, PlannerErrorKind
 from autoshard.core.types import FUSED_UVM_CACHING, CostModel, Planner, ShardingPlan, Topology, Workload
 from autoshard.planners.sharding_options import spread_option_memo
 from autoshard.torchrec.kernel_choice import chooses_kernels
@@ -85,8 +85,18 @@ class KernelFitted:
             assert error is not None
             raise error
         check = getattr(self.cost_model, "check_memory", None)
-        if check is not None and not plan.partial:
-            check(plan)  # device and host memory as the model counts them: refused past either
+        if check is not None:
+            try:
+                check(plan)  # device and host memory as the model counts them: refused past either
+            except PlannerError as over:
+                if not plan.partial:
+                    raise
+                raise PlannerError(  # cut short before a plan fitted: a budget issue, not a memory one
+                    PlannerErrorKind.TIME_BUDGET,
+                    f"{self.name} was cut short by its time budget before its plan fitted the memory "
+                    f"the model counts ({over.message})",
+                    ("allow more time (--time-budget, a request's time_budget_s)", *over.fixes),
+                ) from None
         return replace(plan, plan_time_s=time.perf_counter() - start)  # every fill's, the failed ones too
 
 
