@@ -7,8 +7,9 @@ heuristic; and, with a second policy, its rl beside.
         --out lab/results/policy_per_model/torchrec_cuda_suites.json
 
 A task no planner plans (every plan past TorchRec's storage count) is listed as such; one where
-some plan but rl does not counts against rl. Prints a line per task as it goes and the geometric
-means per suite and over all tasks.
+some plan but rl does not counts against rl. ``--reference FILE`` takes cost_greedy's and the
+heuristics' maxima from an earlier run's file, for a change that moves the policy's plans alone.
+Prints a line per task as it goes and the geometric means per suite and over all tasks.
 """
 
 from __future__ import annotations
@@ -55,7 +56,16 @@ def main() -> None:
     parser.add_argument("--tasks", default=None, help="only these task names, comma-separated")
     parser.add_argument("--no-refine", action="store_true", help="leave rl+refine out")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        action="append",
+        default=[],
+        help="an earlier --out file: its tasks' cost_greedy and heuristic maxima are taken from it "
+        "(planned again only for tasks it lacks), for a change that moves the policy's plans alone",
+    )
     args = parser.parse_args()
+    recorded = {r["task"]: r for f in args.reference for r in json.loads(f.read_text())["rows"]}
     one_thread()
     warnings.simplefilter("ignore")  # TorchRec's reservation warning; a policy of another model
     policy = OptionPolicy.load(args.policy)
@@ -68,8 +78,13 @@ def main() -> None:
             if only is not None and task.name not in only:
                 continue
             started = time.perf_counter()
-            names = ("cost_greedy", "rl", *(() if args.no_refine else ("rl+refine",)), *HEURISTICS)
+            kept = recorded.get(task.name)
+            names = ("rl", *(() if args.no_refine else ("rl+refine",)))
+            if kept is None:
+                names = ("cost_greedy", *names, *HEURISTICS)
             maxima: dict[str, float] = {}
+            if kept is not None:
+                maxima = {k: v for k, v in kept["maxima"].items() if k == "cost_greedy" or k in HEURISTICS}
             try:
                 report = plan(
                     task.workload,
@@ -77,7 +92,7 @@ def main() -> None:
                     Models(TorchRecCostModel(), policy=policy),
                     PlanOptions(planners=names),
                 )
-                maxima = {p.planner: p.max_cost_ms for p in report.plans}
+                maxima.update({p.planner: p.max_cost_ms for p in report.plans})
             except PlannerError:
                 pass  # no planner plans it
             if other is not None and maxima:
@@ -91,7 +106,9 @@ def main() -> None:
                     maxima["rl@other"] = found.plans[0].max_cost_ms
                 except PlannerError:
                     pass
-            best = min((maxima[k] for k in HEURISTICS if k in maxima), default=math.inf)
+            best = min(
+                (maxima[k] for k in HEURISTICS if k in maxima), default=(kept or {}).get("best_heuristic", math.inf)
+            )
             cg = maxima.get("cost_greedy")
             row = {"suite": suite, "task": task.name, "maxima": maxima, "best_heuristic": best}
             if cg:
