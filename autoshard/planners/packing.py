@@ -29,21 +29,25 @@ def packable_many(sizes_desc: Sequence[int], free: np.ndarray) -> np.ndarray:
     bins = -np.sort(-np.asarray(free, dtype=np.int64), axis=1)  # each row's bins, largest first
     fits_all = np.ones(len(bins), dtype=bool)
     rows = np.arange(len(bins))  # the rows still open; ``bins`` holds theirs only
+    width = bins.shape[1]
+    starts = rows * width  # each open row's first bin in ``bins`` flattened (fancy 2-D indexing is slower)
     remaining = int(sum(sizes_desc))
     for k, size in enumerate(sizes_desc):
         if k % SETTLED_EVERY == 0:
             unsettled = np.maximum(bins - size, 0).sum(axis=1) < remaining
             if not unsettled.all():
                 bins, rows = bins[unsettled], rows[unsettled]
+                starts = np.arange(len(rows)) * width
         if not len(rows):
             break
         room = bins >= size
-        slot = room.argmax(axis=1)
-        at = np.arange(len(rows))
-        placed = room[at, slot]
+        at = starts + room.argmax(axis=1)  # each row's first bin with room (its first bin where none has)
+        placed = room.ravel()[at]
         if not placed.all():
             fits_all[rows[~placed]] = False
-            bins, rows, slot, at = bins[placed], rows[placed], slot[placed], at[: int(placed.sum())]
-        bins[at, slot] -= size
+            bins, rows = bins[placed], rows[placed]
+            starts = np.arange(len(rows)) * width
+            at = starts + (at[placed] % width)
+        bins.ravel()[at] -= size
         remaining -= size
     return fits_all
