@@ -156,7 +156,8 @@ class ShardingEnv(gym.Env):
     decreasing, where any option leaves it; the extrapolation guard on units per device, where it
     leaves a choice). Row splits and replicas are offered for tables worth them, and with
     ``config.spread_every_table`` under an exact model (TorchRec's estimator, which prices a table
-    at its full output all-to-all) for every table.
+    at its full output all-to-all) for every table. Under an exact model a table that fits no
+    device is offered only the options with a shard on every device, where one is offered.
 
     **Reward** (``config.reward``), in units of the task's scale. ``step``: minus the increase of
     the max device cost at each step (the return is minus the final max: dense, and exactly the
