@@ -55,6 +55,9 @@ def main() -> None:
     parser.add_argument("--suites", default=f"giants,hosts,{GRID}")
     parser.add_argument("--tasks", default=None, help="only these task names, comma-separated")
     parser.add_argument("--no-refine", action="store_true", help="leave rl+refine out")
+    parser.add_argument(
+        "--rule", action="store_true", help="rl takes the greedy rule's option (the policy's teacher), not the argmax"
+    )
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
         "--reference",
@@ -69,6 +72,11 @@ def main() -> None:
     one_thread()
     warnings.simplefilter("ignore")  # TorchRec's reservation warning; a policy of another model
     policy = OptionPolicy.load(args.policy)
+    if args.rule:  # the teacher's ceiling: the planner's steps, the greedy rule's choices
+        from autoshard.rl import planners
+        from autoshard.rl.options import expert_choice
+
+        planners.argmax_choice = lambda _policy: expert_choice  # type: ignore[assignment]
     other = OptionPolicy.load(args.other) if args.other else None
     only = set(args.tasks.split(",")) if args.tasks else None
     print("command: python lab/experiments/policy_suites.py " + " ".join(sys.argv[1:]), flush=True)
