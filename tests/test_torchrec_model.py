@@ -19,7 +19,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from autoshard.core.errors import InputError, PlannerError  # noqa: E402
 from autoshard.core.sharding import ShardingType  # noqa: E402
-from autoshard.core.types import Table, Topology, Workload, replica, row_shards  # noqa: E402
+from autoshard.core.types import ShardingPlan, Table, Topology, Workload, replica, row_shards  # noqa: E402
 from autoshard.planners.context import PlannerContext  # noqa: E402
 from autoshard.planning.compare import compare_planners  # noqa: E402
 from autoshard.torchrec.cost_model import OVER_MEMORY_MS, TorchRecCostModel  # noqa: E402
@@ -160,21 +160,40 @@ def test_heuristic_plans_under_the_model_fit_torchrecs_storage_on_every_rank():
 
 
 def test_a_plan_cut_short_before_it_fits_torchrecs_storage_is_refused_not_returned():
-    """grid20x1x8-giant under a time budget too short for memory fitting: cost_greedy's first
-    placement comes back partial, past TorchRec's storage count on a rank. It had been returned
-    at the barrier's price (a max of 1,007,906 ms, a plan DMP would run out of memory on); it is
-    refused as a time-budget failure, whose fixes say to allow more time."""
-    from autoshard.evaluation.grid import GridConfig, grid_tasks
-    from autoshard.planning.options import Models, PlanOptions
-    from autoshard.planning.plan import plan
+    """A searching planner cut short by its budget returns its best plan so far, ``partial``.
+    Under the model such a plan past TorchRec's storage count had been returned at the barrier's
+    price (grid20x1x8-giant at a 0.1 ms budget: a max of 1,007,906 ms, a plan DMP would run out
+    of memory on); it is refused as a time-budget failure whose first fix is more time, and the
+    same plan complete as one past memory. No clock: the cut-short plan is cost_greedy's on twice
+    the memory, marked partial."""
+    from dataclasses import dataclass, replace
 
-    task = {t.name: t for t in grid_tasks(GridConfig())}["grid20x1x8-giant"]
-    options = PlanOptions(planners=("cost_greedy",), time_budget_s=1e-4)
-    with pytest.raises(PlannerError) as refused:
-        plan(task.workload, task.topology, Models(TorchRecCostModel()), options)
-    assert refused.value.kind.value == "time_budget" and "allow more time" in str(refused.value)
-    done = plan(task.workload, task.topology, Models(TorchRecCostModel()), PlanOptions(planners=("cost_greedy",)))
-    assert not done.plans[0].partial and done.plans[0].max_cost_ms < OVER_MEMORY_MS
+    from autoshard.core.errors import PlannerErrorKind
+    from autoshard.planning.kernels import KernelFitted
+    from autoshard.planning.registry import planner_spec
+
+    workload = mixed_workload(5, 12, 512)
+    topology = Topology.cluster(1, 2, 0.5)
+    model = TorchRecCostModel().for_task(workload, topology)
+    roomy = Topology.cluster(1, 2, 4.0)
+    context = PlannerContext(TorchRecCostModel().for_task(workload, roomy))
+    found = planner_spec("cost_greedy").build(context).plan(workload, roomy)
+
+    @dataclass(frozen=True)
+    class Returns:  # a planner whose search ended with ``found`` (as cut short when ``partial``)
+        partial: bool
+        name: str = "cost_greedy"
+
+        def plan(self, workload: Workload, topology: Topology) -> ShardingPlan:
+            return replace(found, partial=self.partial)
+
+    assert model.overflow_bytes(found) > 0  # past TorchRec's count on the real devices
+    with pytest.raises(PlannerError) as cut:
+        KernelFitted(Returns(partial=True), model).plan(workload, topology)
+    assert cut.value.kind is PlannerErrorKind.TIME_BUDGET and cut.value.fixes[0].startswith("allow more time")
+    with pytest.raises(PlannerError) as over:
+        KernelFitted(Returns(partial=False), model).plan(workload, topology)
+    assert over.value.kind is PlannerErrorKind.INSUFFICIENT_MEMORY
 
 
 def test_a_fitted_plan_comes_back_only_where_it_beats_the_fitted_reference():
